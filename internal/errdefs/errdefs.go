@@ -1,0 +1,74 @@
+// Package errdefs holds the few kinds of error sessiond's packages return.
+// Code deep inside wraps one of these sentinels with %w and adds context; the
+// server maps the kind to a gRPC status code in one place (see
+// internal/server), so handlers never pick codes themselves.
+package errdefs
+
+import (
+	"errors"
+	"syscall"
+)
+
+var (
+	// ErrInvalidArgument: the caller sent something sessiond will not store
+	// or cannot interpret (bad JSON, bad session id, bad subpath...).
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrNotFound: the session (or other named thing) does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrAlreadyExists: the target of a create already exists.
+	ErrAlreadyExists = errors.New("already exists")
+	// ErrAmbiguous: a session id alone matches sessions in several projects.
+	ErrAmbiguous = errors.New("ambiguous")
+	// ErrUnavailable: sessiond is shutting down or the session writer is
+	// being reopened; the request was not processed and may be retried.
+	ErrUnavailable = errors.New("unavailable")
+	// ErrNoSpace: the disk (or quota) is full.
+	ErrNoSpace = errors.New("no space left")
+	// ErrTooLarge: an entry or batch exceeds a configured limit.
+	ErrTooLarge = errors.New("too large")
+	// ErrCorrupt: stored data failed its checksum in a way that is not a
+	// torn tail; it was kept aside and needs a human.
+	ErrCorrupt = errors.New("corrupt")
+	// ErrIO: the disk refused an operation; the writer that hit it failed
+	// and will reopen from what is on disk.
+	ErrIO = errors.New("i/o error")
+)
+
+// Is reports whether err is of the given kind.
+func Is(err, kind error) bool { return errors.Is(err, kind) }
+
+// FromIO classifies an error returned by the filesystem: a full disk becomes
+// ErrNoSpace, anything else ErrIO. The original error stays in the chain.
+func FromIO(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return &kinded{kind: ErrNoSpace, err: err}
+	}
+	if kindOf(err) != nil {
+		return err
+	}
+	return &kinded{kind: ErrIO, err: err}
+}
+
+// kinded attaches a kind to an error without changing its message.
+type kinded struct {
+	kind error
+	err  error
+}
+
+func (k *kinded) Error() string   { return k.err.Error() }
+func (k *kinded) Unwrap() []error { return []error{k.kind, k.err} }
+
+var kinds = []error{ErrInvalidArgument, ErrNotFound, ErrAlreadyExists, ErrAmbiguous,
+	ErrUnavailable, ErrNoSpace, ErrTooLarge, ErrCorrupt, ErrIO}
+
+func kindOf(err error) error {
+	for _, k := range kinds {
+		if errors.Is(err, k) {
+			return k
+		}
+	}
+	return nil
+}

@@ -1,0 +1,152 @@
+// Package fsys is the one door through which sessiond touches durable files.
+// Everything that must survive a crash (journals, canonical transcripts, temp
+// files, their folders) goes through FS, so tests can swap in a filesystem
+// that fails chosen operations or forgets whatever was not synced.
+package fsys
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// File is an open file. Sync makes the file's data (and the size needed to
+// read it back) durable; it is the only promise of durability a File gives.
+type File interface {
+	io.Reader
+	io.ReaderAt
+	io.Writer
+	io.Seeker
+	io.Closer
+	Sync() error
+	Truncate(size int64) error
+	Stat() (fs.FileInfo, error)
+	Name() string
+}
+
+// FS is the set of filesystem operations sessiond needs. Directory entries
+// (creations, renames, removals) are durable only after SyncDir of the folder
+// that holds them.
+type FS interface {
+	// OpenFile opens name; it never follows a symlink in the last component.
+	OpenFile(name string, flag int, perm fs.FileMode) (File, error)
+	Rename(oldpath, newpath string) error
+	Remove(name string) error
+	Mkdir(name string, perm fs.FileMode) error
+	Stat(name string) (fs.FileInfo, error)
+	Lstat(name string) (fs.FileInfo, error)
+	ReadDir(name string) ([]fs.DirEntry, error)
+	// SyncDir makes the folder's entries durable.
+	SyncDir(name string) error
+}
+
+// OS is the real filesystem.
+var OS FS = osFS{}
+
+type osFS struct{}
+
+func (osFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	f, err := os.OpenFile(name, flag|oNoFollow, perm)
+	if err != nil {
+		return nil, err
+	}
+	return &osFile{f}, nil
+}
+
+func (osFS) Rename(o, n string) error                   { return os.Rename(o, n) }
+func (osFS) Remove(name string) error                   { return os.Remove(name) }
+func (osFS) Mkdir(name string, perm fs.FileMode) error  { return os.Mkdir(name, perm) }
+func (osFS) Stat(name string) (fs.FileInfo, error)      { return os.Stat(name) }
+func (osFS) Lstat(name string) (fs.FileInfo, error)     { return os.Lstat(name) }
+func (osFS) ReadDir(name string) ([]fs.DirEntry, error) { return os.ReadDir(name) }
+
+func (osFS) SyncDir(name string) error {
+	d, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync folder %s: %w", name, err)
+	}
+	return nil
+}
+
+type osFile struct{ *os.File }
+
+func (f *osFile) Sync() error { return datasync(f.File) }
+
+// MkdirAll creates dir and any missing parents with perm, syncing each
+// parent whose entries changed so the new folders survive a crash. A path
+// component that exists but is not a folder (a symlink included) is an error.
+func MkdirAll(fsys FS, dir string, perm fs.FileMode) error {
+	dir = filepath.Clean(dir)
+	fi, err := fsys.Lstat(dir)
+	if err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("%s exists and is not a folder", dir)
+		}
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := MkdirAll(fsys, parent, perm); err != nil {
+			return err
+		}
+	}
+	if err := fsys.Mkdir(dir, perm); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			fi, serr := fsys.Lstat(dir)
+			if serr == nil && fi.IsDir() {
+				return nil
+			}
+		}
+		return err
+	}
+	return fsys.SyncDir(parent)
+}
+
+// WriteFileAtomic makes path hold exactly what write produces, or leaves it
+// as it was: write goes to a temp file in the same folder (named by tmpName,
+// which must never look like a transcript), the temp file is synced, renamed
+// over path and the folder synced. On any error the temp file is removed.
+func WriteFileAtomic(fsys FS, path, tmpName string, perm fs.FileMode, write func(w io.Writer) error) error {
+	dir := filepath.Dir(path)
+	tmp := filepath.Join(dir, tmpName)
+	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+			fsys.Remove(tmp)
+		}
+	}()
+	if err := write(f); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := fsys.Rename(tmp, path); err != nil {
+		fsys.Remove(tmp)
+		ok = true
+		return err
+	}
+	ok = true
+	return fsys.SyncDir(dir)
+}

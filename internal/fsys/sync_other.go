@@ -1,0 +1,14 @@
+//go:build !linux
+
+package fsys
+
+import (
+	"os"
+	"syscall"
+)
+
+const oNoFollow = syscall.O_NOFOLLOW
+
+// datasync falls back to fsync where fdatasync is not available. On macOS
+// this is what the standard library's Sync does (F_FULLFSYNC).
+func datasync(f *os.File) error { return f.Sync() }
