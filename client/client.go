@@ -1,0 +1,244 @@
+// Package client is the Go client of sessiond: what agents import to store
+// their transcripts through the daemon instead of writing files, and what
+// sessionctl uses. It dials the daemon's Unix socket and retries appends
+// the daemon could not take (it is restarting or draining) without ever
+// storing an entry twice.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/transcript"
+)
+
+// DefaultSocket is where sessiond listens unless told otherwise:
+// $SESSIOND_SOCKET, else $XDG_RUNTIME_DIR/sessiond/sessiond.sock, else
+// /tmp/sessiond-<uid>/sessiond.sock.
+func DefaultSocket() string { return layout.DefaultSocket(os.Getenv) }
+
+// Session names one transcript. Set Cwd (the agent's working directory) or
+// ProjectKey; reads may leave both empty when the id is unambiguous.
+type Session struct {
+	Cwd        string
+	ProjectKey string
+	ID         string
+	Subpath    string // "" for the main transcript, e.g. "subagents/agent-abc"
+}
+
+func (s Session) ref() *sessiondv1.SessionRef {
+	r := &sessiondv1.SessionRef{SessionId: s.ID, Subpath: s.Subpath}
+	switch {
+	case s.Cwd != "":
+		r.Project = &sessiondv1.SessionRef_Cwd{Cwd: s.Cwd}
+	case s.ProjectKey != "":
+		r.Project = &sessiondv1.SessionRef_ProjectKey{ProjectKey: s.ProjectKey}
+	}
+	return r
+}
+
+// Client talks to one sessiond.
+type Client struct {
+	conn *grpc.ClientConn
+	api  sessiondv1.SessiondClient
+	opts options
+}
+
+type options struct {
+	attempts   int
+	backoff    time.Duration
+	maxMessage int
+}
+
+// Option configures a Client.
+type Option func(*options)
+
+// WithRetry sets how many times an append the daemon could not take is
+// tried in all (default 6) and the first backoff (default 200ms, then
+// quadrupled up to 5s).
+func WithRetry(attempts int, backoff time.Duration) Option {
+	return func(o *options) { o.attempts, o.backoff = attempts, backoff }
+}
+
+// WithMaxMessageBytes sets the largest message sent or received (default
+// 64 MiB, the daemon's default).
+func WithMaxMessageBytes(n int) Option { return func(o *options) { o.maxMessage = n } }
+
+// Dial connects to the daemon at socket (DefaultSocket() when empty). The
+// connection is made lazily; a daemon that is not running shows up as an
+// UNAVAILABLE error on the first call.
+func Dial(socket string, opts ...Option) (*Client, error) {
+	o := options{attempts: 6, backoff: 200 * time.Millisecond, maxMessage: 64 << 20}
+	for _, f := range opts {
+		f(&o)
+	}
+	if socket == "" {
+		socket = DefaultSocket()
+	}
+	abs, err := filepath.Abs(socket)
+	if err != nil {
+		return nil, fmt.Errorf("socket path %q: %w", socket, err)
+	}
+	conn, err := grpc.NewClient("unix://"+abs,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.maxMessage), grpc.MaxCallSendMsgSize(o.maxMessage)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("dial sessiond at %s: %w", abs, err)
+	}
+	return &Client{conn: conn, api: sessiondv1.NewSessiondClient(conn), opts: o}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Conn exposes the connection (for the health service, for instance).
+func (c *Client) Conn() *grpc.ClientConn { return c.conn }
+
+// Append stores entries (raw JSON objects) atomically in s. When the daemon
+// cannot take the call (UNAVAILABLE: restarting, draining) the append is
+// retried with backoff, but only when a retry cannot duplicate anything:
+// every entry carries a uuid (the daemon drops uuids it already holds), or
+// the daemon said it did not process the call.
+func (c *Client) Append(ctx context.Context, s Session, entries ...[]byte) (*sessiondv1.AppendResponse, error) {
+	req := &sessiondv1.AppendRequest{Session: s.ref(), Entries: entries}
+	idempotent := true
+	for _, e := range entries {
+		if id, ok := transcript.TopLevelString(e, "uuid"); !ok || id == "" {
+			idempotent = false
+			break
+		}
+	}
+	backoff := c.opts.backoff
+	for attempt := 1; ; attempt++ {
+		resp, err := c.api.Append(ctx, req)
+		if err == nil {
+			return resp, nil
+		}
+		if attempt >= c.opts.attempts || status.Code(err) != codes.Unavailable || !(idempotent || notProcessed(err)) {
+			return nil, err
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (while retrying after: %v)", ctx.Err(), err)
+		}
+		backoff *= 4
+		if backoff > 5*time.Second {
+			backoff = 5 * time.Second
+		}
+	}
+}
+
+func notProcessed(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == "NOT_PROCESSED" {
+			return true
+		}
+	}
+	return false
+}
+
+// Flush compacts s's journal into its canonical file.
+func (c *Client) Flush(ctx context.Context, s Session) (*sessiondv1.FlushResponse, error) {
+	return c.api.Flush(ctx, &sessiondv1.FlushRequest{Session: s.ref()})
+}
+
+// FlushAll compacts every session with journaled entries.
+func (c *Client) FlushAll(ctx context.Context) (*sessiondv1.FlushResponse, error) {
+	return c.api.Flush(ctx, &sessiondv1.FlushRequest{All: true})
+}
+
+// ReadOptions choose where a read starts.
+type ReadOptions struct {
+	From uint64 // first index
+	Tail uint32 // when > 0, the last Tail entries instead
+}
+
+// Read calls fn for each of s's entries, in order, up to the end.
+func (c *Client) Read(ctx context.Context, s Session, opt ReadOptions, fn func(*sessiondv1.Entry) error) error {
+	stream, err := c.api.Read(ctx, &sessiondv1.ReadRequest{Session: s.ref(), FromIndex: opt.From, Tail: opt.Tail})
+	if err != nil {
+		return err
+	}
+	return drain(stream, fn)
+}
+
+// Follow calls fn for each of s's entries and then for every new one as it
+// is stored, until ctx ends (then it returns nil) or the daemon ends the
+// stream (shutting down: an UNAVAILABLE error).
+func (c *Client) Follow(ctx context.Context, s Session, opt ReadOptions, fn func(*sessiondv1.Entry) error) error {
+	stream, err := c.api.Follow(ctx, &sessiondv1.ReadRequest{Session: s.ref(), FromIndex: opt.From, Tail: opt.Tail})
+	if err != nil {
+		return err
+	}
+	err = drain(stream, fn)
+	if ctx.Err() != nil && status.Code(err) == codes.Canceled {
+		return nil
+	}
+	if err == nil && ctx.Err() == nil {
+		return status.Error(codes.Unavailable, "sessiond ended the follow stream (shutting down)")
+	}
+	return err
+}
+
+func drain(stream grpc.ServerStreamingClient[sessiondv1.ReadResponse], fn func(*sessiondv1.Entry) error) error {
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		for _, e := range resp.GetEntries() {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// List lists the sessions of the project of cwd (or projectKey), or of
+// every project when both are empty, newest first.
+func (c *Client) List(ctx context.Context, cwd, projectKey string) ([]*sessiondv1.SessionInfo, error) {
+	req := &sessiondv1.ListSessionsRequest{}
+	switch {
+	case cwd != "":
+		req.Project = &sessiondv1.ListSessionsRequest_Cwd{Cwd: cwd}
+	case projectKey != "":
+		req.Project = &sessiondv1.ListSessionsRequest_ProjectKey{ProjectKey: projectKey}
+	}
+	resp, err := c.api.ListSessions(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetSessions(), nil
+}
+
+// Info describes one session.
+func (c *Client) Info(ctx context.Context, s Session) (*sessiondv1.SessionInfo, error) {
+	return c.api.GetSession(ctx, &sessiondv1.GetSessionRequest{Session: s.ref()})
+}
+
+// Status describes the daemon.
+func (c *Client) Status(ctx context.Context) (*sessiondv1.StatusResponse, error) {
+	return c.api.Status(ctx, &sessiondv1.StatusRequest{})
+}

@@ -1,0 +1,410 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
+	"github.com/sessiond/sessiond/client"
+)
+
+var pj = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+
+// printJSON writes one proto message as a line of JSON.
+func (g *globals) printJSON(m proto.Message) error {
+	b, err := pj.Marshal(m)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return err
+	}
+	buf.WriteByte('\n')
+	_, err = g.out.Write(buf.Bytes())
+	return err
+}
+
+// sessionFlags are the flags that name a session besides its id.
+type sessionFlags struct {
+	cwd, project, subpath string
+}
+
+func (f *sessionFlags) add(c *cobra.Command) {
+	c.Flags().StringVar(&f.cwd, "cwd", "", "the session's project, as the agent's working directory")
+	c.Flags().StringVar(&f.project, "project", "", "the session's project, as a project key (the folder name under projects/)")
+	c.Flags().StringVar(&f.subpath, "subpath", "", "a subagent transcript of the session, e.g. subagents/agent-abc")
+	c.MarkFlagsMutuallyExclusive("cwd", "project")
+}
+
+func (f *sessionFlags) session(id string) client.Session {
+	return client.Session{Cwd: f.cwd, ProjectKey: f.project, ID: id, Subpath: f.subpath}
+}
+
+func statusCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show the daemon's state and counters",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			st, err := c.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(st)
+			}
+			w := tabwriter.NewWriter(g.out, 0, 0, 2, ' ', 0)
+			fmt.Fprintf(w, "version\t%s\n", st.GetVersion())
+			fmt.Fprintf(w, "pid\t%d\n", st.GetPid())
+			fmt.Fprintf(w, "up since\t%s\n", time.UnixMilli(st.GetStartedMs()).Format(time.RFC3339))
+			fmt.Fprintf(w, "socket\t%s\n", st.GetSocket())
+			fmt.Fprintf(w, "transcripts\t%s\n", st.GetRoot())
+			fmt.Fprintf(w, "state\t%s\n", st.GetStateDir())
+			fmt.Fprintf(w, "open sessions\t%d\n", st.GetActiveSessions())
+			fmt.Fprintf(w, "appends\t%d\n", st.GetAppends())
+			fmt.Fprintf(w, "entries stored\t%d (+%d duplicates dropped)\n", st.GetEntriesStored(), st.GetEntriesDuplicate())
+			fmt.Fprintf(w, "journal syncs\t%d (%s)\n", st.GetJournalSyncs(), humanBytes(st.GetJournalBytes()))
+			fmt.Fprintf(w, "compactions\t%d (%s written)\n", st.GetCompactions(), humanBytes(st.GetCompactedBytes()))
+			fmt.Fprintf(w, "recovered at start\t%d sessions\n", st.GetRecoveredSessions())
+			if st.GetDraining() {
+				fmt.Fprintf(w, "state\tdraining\n")
+			}
+			return w.Flush()
+		},
+	}
+}
+
+// appendBatchBytes keeps each atomic batch well under the daemon's message
+// limit.
+const appendBatchBytes = 16 << 20
+
+func appendCmd(g *globals) *cobra.Command {
+	var sf sessionFlags
+	var id string
+	c := &cobra.Command{
+		Use:   "append --cwd DIR --session UUID [--subpath P] < entries.jsonl",
+		Short: "Append JSONL entries read from stdin to a session",
+		Long: "Reads one JSON object per line from stdin and stores them through sessiond.\n" +
+			"Lines are sent in batches of up to 16 MiB; each batch is stored atomically.\n" +
+			"Entries whose uuid the session already holds are reported as duplicates.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if id == "" {
+				return fmt.Errorf("--session is required")
+			}
+			if sf.cwd == "" && sf.project == "" {
+				return fmt.Errorf("--cwd (or --project) is required: sessiond files the session under that project")
+			}
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			s := sf.session(id)
+			var batch [][]byte
+			size := 0
+			send := func() error {
+				if len(batch) == 0 {
+					return nil
+				}
+				resp, err := c.Append(cmd.Context(), s, batch...)
+				if err != nil {
+					return err
+				}
+				batch, size = nil, 0
+				return g.printAppend(resp)
+			}
+			r := bufio.NewReaderSize(g.in, 1<<20)
+			lineNo := 0
+			for {
+				line, err := r.ReadBytes('\n')
+				if len(line) > 0 {
+					lineNo++
+					if t := bytes.TrimSpace(line); len(t) > 0 {
+						if size+len(t) > appendBatchBytes {
+							if err := send(); err != nil {
+								return fmt.Errorf("before stdin line %d: %w", lineNo, err)
+							}
+						}
+						batch = append(batch, t)
+						size += len(t)
+					}
+				}
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					return fmt.Errorf("read stdin: %w", err)
+				}
+			}
+			return send()
+		},
+	}
+	sf.add(c)
+	c.Flags().StringVar(&id, "session", "", "the session id (a UUID)")
+	return c
+}
+
+func (g *globals) printAppend(resp *sessiondv1.AppendResponse) error {
+	if g.json {
+		return g.printJSON(resp)
+	}
+	for _, r := range resp.GetResults() {
+		id := r.GetUuid()
+		if id == "" {
+			id = "(no uuid)"
+		}
+		if r.GetOutcome() == sessiondv1.EntryOutcome_ENTRY_OUTCOME_DUPLICATE {
+			fmt.Fprintf(g.out, "duplicate  -      %s\n", id)
+		} else {
+			fmt.Fprintf(g.out, "stored     #%-5d %s (%s)\n", r.GetIndex(), id, humanBytes(r.GetSize()))
+		}
+	}
+	fmt.Fprintf(g.out, "%s now holds %d entries\n", resp.GetSession().GetPath(), resp.GetEntries())
+	return nil
+}
+
+func flushCmd(g *globals) *cobra.Command {
+	var sf sessionFlags
+	var all bool
+	c := &cobra.Command{
+		Use:   "flush [UUID | --all]",
+		Short: "Compact journaled entries into the canonical transcript files",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if all == (len(args) == 1) {
+				return fmt.Errorf("give a session id or --all")
+			}
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var resp *sessiondv1.FlushResponse
+			if all {
+				resp, err = c.FlushAll(cmd.Context())
+			} else {
+				resp, err = c.Flush(cmd.Context(), sf.session(args[0]))
+			}
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(resp)
+			}
+			if len(resp.GetSessions()) == 0 {
+				fmt.Fprintln(g.out, "nothing to flush")
+			}
+			for _, s := range resp.GetSessions() {
+				fmt.Fprintf(g.out, "%s: %d entries compacted, %s\n", s.GetSession().GetPath(), s.GetCompactedEntries(), humanBytes(s.GetCanonicalBytes()))
+			}
+			return nil
+		},
+	}
+	sf.add(c)
+	c.Flags().BoolVar(&all, "all", false, "flush every session")
+	return c
+}
+
+func listCmd(g *globals) *cobra.Command {
+	var cwd, project string
+	c := &cobra.Command{
+		Use:   "list [--cwd DIR | --project KEY]",
+		Short: "List sessions, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			infos, err := c.List(cmd.Context(), cwd, project)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(&sessiondv1.ListSessionsResponse{Sessions: infos})
+			}
+			w := tabwriter.NewWriter(g.out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tTITLE\tENTRIES\tSIZE\tMODIFIED")
+			for _, in := range infos {
+				title := in.GetTitle()
+				if title == "" {
+					title = in.GetFirstPrompt()
+				}
+				title = oneLine(title, 60)
+				if in.GetMalformedLines() > 0 {
+					title += fmt.Sprintf(" [damaged: %d lines]", in.GetMalformedLines())
+				}
+				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", in.GetSession().GetSessionId(), title, in.GetEntries(),
+					humanBytes(in.GetBytes()), time.UnixMilli(in.GetModifiedMs()).Format("2006-01-02 15:04:05"))
+			}
+			return w.Flush()
+		},
+	}
+	c.Flags().StringVar(&cwd, "cwd", "", "only the project of this working directory")
+	c.Flags().StringVar(&project, "project", "", "only this project key")
+	c.MarkFlagsMutuallyExclusive("cwd", "project")
+	return c
+}
+
+func infoCmd(g *globals) *cobra.Command {
+	var sf sessionFlags
+	c := &cobra.Command{
+		Use:   "info UUID",
+		Short: "Describe one session",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			in, err := c.Info(cmd.Context(), sf.session(args[0]))
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(in)
+			}
+			w := tabwriter.NewWriter(g.out, 0, 0, 2, ' ', 0)
+			fmt.Fprintf(w, "id\t%s\n", in.GetSession().GetSessionId())
+			fmt.Fprintf(w, "project\t%s\n", in.GetSession().GetProjectKey())
+			if in.GetSession().GetSubpath() != "" {
+				fmt.Fprintf(w, "subpath\t%s\n", in.GetSession().GetSubpath())
+			}
+			fmt.Fprintf(w, "file\t%s\n", in.GetSession().GetPath())
+			fmt.Fprintf(w, "title\t%s\n", oneLine(in.GetTitle(), 100))
+			fmt.Fprintf(w, "first prompt\t%s\n", oneLine(in.GetFirstPrompt(), 100))
+			fmt.Fprintf(w, "cwd\t%s\n", in.GetCwd())
+			fmt.Fprintf(w, "entries\t%d (%d journaled, not yet compacted)\n", in.GetEntries(), in.GetPendingEntries())
+			fmt.Fprintf(w, "size\t%s\n", humanBytes(in.GetBytes()))
+			fmt.Fprintf(w, "damaged lines\t%d\n", in.GetMalformedLines())
+			fmt.Fprintf(w, "modified\t%s\n", time.UnixMilli(in.GetModifiedMs()).Format(time.RFC3339))
+			fmt.Fprintf(w, "open\t%v\n", in.GetActive())
+			return w.Flush()
+		},
+	}
+	sf.add(c)
+	return c
+}
+
+func showCmd(g *globals) *cobra.Command {
+	var sf sessionFlags
+	var from uint64
+	c := &cobra.Command{
+		Use:   "show UUID",
+		Short: "Print a session's JSONL, journaled entries included",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			w := bufio.NewWriterSize(g.out, 1<<20)
+			defer w.Flush()
+			return c.Read(cmd.Context(), sf.session(args[0]), client.ReadOptions{From: from}, g.entryPrinter(w))
+		},
+	}
+	sf.add(c)
+	c.Flags().Uint64Var(&from, "from", 0, "first entry index to print")
+	return c
+}
+
+func tailCmd(g *globals) *cobra.Command {
+	var sf sessionFlags
+	var follow bool
+	var n uint32
+	c := &cobra.Command{
+		Use:   "tail [-f] [-n N] UUID",
+		Short: "Print a session's last entries, and with -f every new one",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			opt := client.ReadOptions{Tail: n}
+			if n == 0 {
+				// -n 0: nothing old, only what follows.
+				info, err := c.Info(cmd.Context(), sf.session(args[0]))
+				if err != nil {
+					return err
+				}
+				opt = client.ReadOptions{From: info.GetEntries()}
+			}
+			// Unbuffered: a follower wants each entry as it arrives.
+			print := g.entryPrinter(g.out)
+			if follow {
+				return c.Follow(cmd.Context(), sf.session(args[0]), opt, print)
+			}
+			return c.Read(cmd.Context(), sf.session(args[0]), opt, print)
+		},
+	}
+	sf.add(c)
+	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new entries until interrupted")
+	c.Flags().Uint32VarP(&n, "lines", "n", 10, "how many of the last entries to print first")
+	return c
+}
+
+// entryPrinter prints entries as JSONL, or with --json as objects that
+// also carry each entry's index.
+func (g *globals) entryPrinter(w io.Writer) func(*sessiondv1.Entry) error {
+	return func(e *sessiondv1.Entry) error {
+		if g.json {
+			data := e.GetData()
+			if !json.Valid(data) {
+				// A damaged line is still shown, as a string.
+				b, _ := json.Marshal(string(data))
+				data = b
+			}
+			_, err := fmt.Fprintf(w, "{\"index\":%d,\"entry\":%s}\n", e.GetIndex(), data)
+			return err
+		}
+		if _, err := w.Write(e.GetData()); err != nil {
+			return err
+		}
+		_, err := w.Write([]byte{'\n'})
+		return err
+	}
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	r := []rune(s)
+	if len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func humanBytes(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	default:
+		return fmt.Sprintf("%d B", n)
+	}
+}

@@ -1,0 +1,102 @@
+// Command sessionctl administers sessiond: status, append, flush, list,
+// show and tail of session transcripts, all through the daemon's socket.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sessiond/sessiond/client"
+)
+
+// exitError carries an exit status without a message of its own.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRoot(os.Stdin, os.Stdout, os.Stderr).ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		var ee exitError
+		if errors.As(err, &ee) {
+			os.Exit(ee.code)
+		}
+		fmt.Fprintln(os.Stderr, "sessionctl:", explain(err))
+		os.Exit(1)
+	}
+}
+
+// globals are the flags every command shares.
+type globals struct {
+	socket string
+	json   bool
+	in     io.Reader
+	out    io.Writer
+}
+
+func (g *globals) dial() (*client.Client, error) { return client.Dial(g.socket) }
+
+func newRoot(in io.Reader, out, errOut io.Writer) *cobra.Command {
+	g := &globals{in: in, out: out}
+	root := &cobra.Command{
+		Use:           "sessionctl",
+		Short:         "Administer sessiond, the agent session transcript daemon",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetIn(in)
+	root.SetOut(out)
+	root.SetErr(errOut)
+	root.PersistentFlags().StringVar(&g.socket, "socket", client.DefaultSocket(), "sessiond's socket (env SESSIOND_SOCKET)")
+	root.PersistentFlags().BoolVar(&g.json, "json", false, "print machine-readable JSON")
+	root.AddCommand(statusCmd(g), appendCmd(g), flushCmd(g), listCmd(g), showCmd(g), tailCmd(g), infoCmd(g))
+	return root
+}
+
+// explain turns an error into a sentence a user can act on.
+func explain(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err.Error()
+	}
+	switch st.Code() {
+	case codes.Unavailable:
+		return fmt.Sprintf("sessiond is not reachable (%s); is it running? Start it with `sessiond` or check --socket / SESSIOND_SOCKET", st.Message())
+	case codes.Canceled:
+		return "cancelled"
+	default:
+		return fmt.Sprintf("%s: %s", codeName(st.Code()), st.Message())
+	}
+}
+
+func codeName(c codes.Code) string {
+	switch c {
+	case codes.InvalidArgument:
+		return "invalid input"
+	case codes.NotFound:
+		return "not found"
+	case codes.AlreadyExists:
+		return "already exists"
+	case codes.FailedPrecondition:
+		return "cannot do that"
+	case codes.PermissionDenied:
+		return "permission denied"
+	case codes.ResourceExhausted:
+		return "out of space"
+	case codes.DataLoss:
+		return "damaged data"
+	default:
+		return c.String()
+	}
+}

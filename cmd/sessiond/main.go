@@ -1,0 +1,117 @@
+// Command sessiond is the transcript daemon: it serialises every write to
+// agent session transcripts behind a gRPC API on a Unix socket.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/sys/unix"
+
+	"github.com/sessiond/sessiond/internal/daemon"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/writer"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "sessiond:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	root, rootErr := layout.DefaultRoot(os.Getenv)
+	state, stateErr := layout.DefaultStateDir(os.Getenv)
+	var (
+		socketPath      = flag.String("socket", layout.DefaultSocket(os.Getenv), "Unix socket to serve on (env SESSIOND_SOCKET)")
+		rootDir         = flag.String("root", root, "transcripts root holding projects/ (env SESSIOND_ROOT, else CLAUDE_CONFIG_DIR, else ~/.claude)")
+		stateDir        = flag.String("state-dir", state, "journals and daemon state (env SESSIOND_STATE_DIR, else $XDG_STATE_HOME/sessiond)")
+		shutdownTimeout = flag.Duration("shutdown-timeout", 30*time.Second, "how long a SIGTERM drain may take before sessiond exits, leaving the rest to journal recovery")
+		maxEntry        = flag.Int("max-entry-bytes", writer.DefaultMaxEntryBytes, "largest entry accepted")
+		maxMessage      = flag.Int("max-message-bytes", 64<<20, "largest gRPC message (an append batch) accepted")
+		idleCompact     = flag.Duration("idle-compact", writer.DefaultIdleCompact, "compact a session after this long without appends")
+		idleRetire      = flag.Duration("idle-retire", writer.DefaultIdleRetire, "close a session's files after this long without activity")
+		logFormat       = flag.String("log-format", "auto", "auto (console on a terminal, else JSON), console or json")
+		logLevel        = flag.String("log-level", "info", "debug, info, warn or error")
+		showVersion     = flag.Bool("version", false, "print the version and exit")
+	)
+	flag.Parse()
+	if flag.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q (sessiond takes flags only; see -h)", flag.Args())
+	}
+	if *showVersion {
+		fmt.Println(version())
+		return nil
+	}
+	if *rootDir == "" {
+		return fmt.Errorf("no transcripts root: %v; pass --root", rootErr)
+	}
+	if *stateDir == "" {
+		return fmt.Errorf("no state folder: %v; pass --state-dir", stateErr)
+	}
+	log, err := newLogger(*logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return daemon.Run(ctx, daemon.Config{
+		Socket: *socketPath, Root: *rootDir, StateDir: *stateDir,
+		ShutdownTimeout: *shutdownTimeout, MaxMessageBytes: *maxMessage, Version: version(),
+		Writer: writer.Config{MaxEntryBytes: *maxEntry, IdleCompact: *idleCompact, IdleRetire: *idleRetire},
+		Logger: log,
+	})
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+func newLogger(format, level string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	switch format {
+	case "auto":
+		if isTerminal(os.Stderr.Fd()) {
+			format = "console"
+		} else {
+			format = "json"
+		}
+	case "console", "json":
+	default:
+		return nil, fmt.Errorf("--log-format must be auto, console or json, not %q", format)
+	}
+	var cfg zap.Config
+	if format == "console" {
+		cfg = zap.NewDevelopmentConfig()
+		cfg.EncoderConfig.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		cfg.DisableStacktrace = true
+	} else {
+		cfg = zap.NewProductionConfig()
+		cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	}
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	cfg.OutputPaths = []string{"stderr"}
+	return cfg.Build()
+}
+
+func isTerminal(fd uintptr) bool {
+	_, err := unix.IoctlGetTermios(int(fd), ioctlReadTermios)
+	return err == nil
+}

@@ -1,0 +1,152 @@
+// Package daemon wires sessiond together: it recovers the journals, opens
+// the socket, serves the gRPC API and shuts everything down in order when
+// its context ends. cmd/sessiond only parses flags and calls Run.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/server"
+	"github.com/sessiond/sessiond/internal/socket"
+	"github.com/sessiond/sessiond/internal/writer"
+)
+
+// Config is everything Run needs.
+type Config struct {
+	Socket          string
+	Root            string
+	StateDir        string
+	ShutdownTimeout time.Duration
+	// MaxMessageBytes bounds one gRPC message (an append batch, a read
+	// chunk). It must exceed Writer.MaxEntryBytes.
+	MaxMessageBytes int
+	Version         string
+	Writer          writer.Config
+	Logger          *zap.Logger
+}
+
+// Run serves until ctx ends, then drains: new calls get UNAVAILABLE, open
+// follow streams end, calls in flight finish, every session is compacted.
+// It returns nil after a clean drain.
+func Run(ctx context.Context, cfg Config) error {
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 30 * time.Second
+	}
+	if err := fsys.MkdirAll(fsys.OS, cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("create state folder %s: %w", cfg.StateDir, err)
+	}
+	wc := cfg.Writer
+	wc.Layout = layout.Layout{Root: cfg.Root, StateDir: cfg.StateDir}
+	wc.Logger = log
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = 64 << 20
+	}
+	if wc.MaxEntryBytes <= 0 {
+		wc.MaxEntryBytes = writer.DefaultMaxEntryBytes
+	}
+	if cfg.MaxMessageBytes < wc.MaxEntryBytes+(1<<20) {
+		return fmt.Errorf("--max-message-bytes (%d) must exceed --max-entry-bytes (%d) by at least 1 MiB", cfg.MaxMessageBytes, wc.MaxEntryBytes)
+	}
+	m, err := writer.New(wc)
+	if err != nil {
+		return err
+	}
+
+	// Recover before serving: the canonical files must be whole and current
+	// before anyone reads them, and a socket-activated client simply waits.
+	start := time.Now()
+	rep, err := m.Recover(ctx)
+	if err != nil {
+		return fmt.Errorf("recovery: %w", err)
+	}
+	if rep.Sessions > 0 || len(rep.Failed) > 0 {
+		log.Info("recovered journals", zap.Int("sessions", rep.Sessions), zap.Uint64("entries", rep.Entries),
+			zap.Int("failed", len(rep.Failed)), zap.Duration("took", time.Since(start)))
+	}
+
+	ln, activated, err := listen(cfg.Socket)
+	if err != nil {
+		m.Close(context.Background())
+		return err
+	}
+	srv := server.New(m, log, server.Info{Version: cfg.Version, Socket: cfg.Socket, Root: cfg.Root,
+		StateDir: cfg.StateDir, Started: start})
+	uidUnary, uidStream := socket.SameUserInterceptors(uint32(os.Getuid()))
+	drainUnary, drainStream := srv.Interceptors()
+	g := grpc.NewServer(
+		grpc.Creds(socket.PeerCredentials()),
+		grpc.ChainUnaryInterceptor(uidUnary, drainUnary),
+		grpc.ChainStreamInterceptor(uidStream, drainStream),
+		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
+		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
+	)
+	srv.Register(g)
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- g.Serve(ln) }()
+	if _, err := socket.Notify("READY=1"); err != nil {
+		log.Warn("sd_notify READY failed", zap.Error(err))
+	}
+	log.Info("sessiond serving", zap.String("socket", cfg.Socket), zap.Bool("socket_activated", activated),
+		zap.String("root", cfg.Root), zap.String("state_dir", cfg.StateDir), zap.String("version", cfg.Version))
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		runErr = fmt.Errorf("serve: %w", err)
+	}
+
+	log.Info("draining")
+	socket.Notify("STOPPING=1")
+	deadline := time.Now().Add(cfg.ShutdownTimeout)
+	srv.Drain()
+	stopped := make(chan struct{})
+	go func() { g.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(time.Until(deadline)):
+		log.Warn("calls still running at the shutdown deadline; closing them")
+		g.Stop()
+		<-stopped
+	}
+	closeCtx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if err := m.Close(closeCtx); err != nil {
+		log.Error("shutdown incomplete", zap.Error(err))
+		return errors.Join(runErr, err)
+	}
+	st := m.Stats()
+	log.Info("sessiond stopped", zap.Uint64("entries_stored", st.EntriesStored), zap.Uint64("compactions", st.Compactions))
+	return runErr
+}
+
+// listen takes the socket systemd passed, or opens cfg.Socket safely.
+func listen(path string) (net.Listener, bool, error) {
+	ln, err := socket.FromSystemd()
+	if err != nil {
+		return nil, false, fmt.Errorf("socket activation: %w", err)
+	}
+	if ln != nil {
+		return ln, true, nil
+	}
+	ln, err = socket.Listen(path)
+	if err != nil {
+		return nil, false, err
+	}
+	return ln, false, nil
+}

@@ -1,0 +1,304 @@
+// Package server is sessiond's gRPC edge: it turns wire requests into calls
+// on the session writers, and the writers' errors into gRPC status codes
+// (errors.go). Handlers stay thin; the rules live in the writer and
+// transcript packages.
+package server
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/writer"
+)
+
+// Info is what Status reports about the daemon itself.
+type Info struct {
+	Version  string
+	Socket   string
+	Root     string
+	StateDir string
+	Started  time.Time
+}
+
+// Server implements sessiond.v1.Sessiond.
+type Server struct {
+	sessiondv1.UnimplementedSessiondServer
+
+	m      *writer.Manager
+	log    *zap.Logger
+	info   Info
+	health *health.Server
+
+	draining atomic.Bool
+	// streams is cancelled when draining starts, so open Follow streams
+	// end instead of holding up the shutdown.
+	streams      context.Context
+	closeStreams context.CancelFunc
+}
+
+// New returns a Server over m.
+func New(m *writer.Manager, log *zap.Logger, info Info) *Server {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{m: m, log: log, info: info, health: health.NewServer(), streams: ctx, closeStreams: cancel}
+}
+
+// Register adds the Sessiond service, the standard health service and
+// server reflection (so grpcurl works against the socket) to g.
+func (s *Server) Register(g *grpc.Server) {
+	sessiondv1.RegisterSessiondServer(g, s)
+	healthpb.RegisterHealthServer(g, s.health)
+	reflection.Register(g)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(sessiondv1.Sessiond_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+}
+
+// Drain makes every new call fail with UNAVAILABLE, reports NOT_SERVING
+// and ends open Follow streams. Calls already running go on.
+func (s *Server) Drain() {
+	s.draining.Store(true)
+	s.health.Shutdown()
+	s.closeStreams()
+}
+
+// Interceptors refuse new calls while draining. Health checks still get an
+// answer (NOT_SERVING) so supervisors can watch the drain.
+func (s *Server) Interceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if s.draining.Load() && !isHealth(info.FullMethod) {
+			return nil, notProcessed()
+		}
+		resp, err := h(ctx, req)
+		return resp, toStatus(err)
+	}
+	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if s.draining.Load() && !isHealth(info.FullMethod) {
+			return notProcessed()
+		}
+		return toStatus(h(srv, ss))
+	}
+	return unary, stream
+}
+
+func isHealth(method string) bool {
+	return len(method) > 24 && method[:24] == "/grpc.health.v1.Health/"
+}
+
+// resolve turns a wire SessionRef into a Key. Without a project the id is
+// looked up in every project; needProject refuses that (appends create
+// sessions, so they must say where).
+func (s *Server) resolve(ref *sessiondv1.SessionRef, needProject bool) (layout.Key, error) {
+	if ref == nil {
+		return layout.Key{}, fmt.Errorf("session is required: %w", errdefs.ErrInvalidArgument)
+	}
+	k := layout.Key{SessionID: ref.GetSessionId(), Subpath: ref.GetSubpath()}
+	if err := layout.ValidateSessionID(k.SessionID); err != nil {
+		return k, err
+	}
+	if k.Subpath != "" {
+		if err := layout.ValidateSubpath(k.Subpath); err != nil {
+			return k, err
+		}
+	}
+	switch p := ref.GetProject().(type) {
+	case *sessiondv1.SessionRef_Cwd:
+		key, err := layout.ProjectKeyFromCwd(p.Cwd)
+		if err != nil {
+			return k, err
+		}
+		k.ProjectKey = key
+	case *sessiondv1.SessionRef_ProjectKey:
+		if err := layout.ValidateProjectKey(p.ProjectKey); err != nil {
+			return k, err
+		}
+		k.ProjectKey = p.ProjectKey
+	default:
+		if needProject {
+			return k, fmt.Errorf("the project is required to create or append to a session: set cwd (the agent's working directory) or project_key: %w", errdefs.ErrInvalidArgument)
+		}
+		keys, err := s.m.Find(k.SessionID, k.Subpath)
+		if err != nil {
+			return k, err
+		}
+		switch len(keys) {
+		case 0:
+			return k, fmt.Errorf("session %s not found in any project under %s: %w", k.SessionID, s.info.Root, errdefs.ErrNotFound)
+		case 1:
+			return keys[0], nil
+		default:
+			names := ""
+			for i, key := range keys {
+				if i > 0 {
+					names += ", "
+				}
+				names += key.ProjectKey
+			}
+			return k, fmt.Errorf("session %s exists in several projects (%s); name the project with cwd or project_key: %w", k.SessionID, names, errdefs.ErrAmbiguous)
+		}
+	}
+	return k, nil
+}
+
+func (s *Server) resolved(k layout.Key) *sessiondv1.ResolvedSession {
+	return &sessiondv1.ResolvedSession{ProjectKey: k.ProjectKey, SessionId: k.SessionID, Subpath: k.Subpath,
+		Path: s.info.layout().TranscriptPath(k)}
+}
+
+func (i Info) layout() layout.Layout { return layout.Layout{Root: i.Root, StateDir: i.StateDir} }
+
+// Append implements sessiond.v1.Sessiond.
+func (s *Server) Append(ctx context.Context, req *sessiondv1.AppendRequest) (*sessiondv1.AppendResponse, error) {
+	k, err := s.resolve(req.GetSession(), true)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.m.Append(ctx, k, req.GetEntries())
+	if err != nil {
+		return nil, err
+	}
+	out := &sessiondv1.AppendResponse{Session: s.resolved(k), Entries: res.Entries, Results: make([]*sessiondv1.EntryResult, len(res.Results))}
+	for i, r := range res.Results {
+		er := &sessiondv1.EntryResult{Uuid: r.UUID, Size: uint64(r.Size)}
+		if r.Outcome == writer.Stored {
+			er.Outcome = sessiondv1.EntryOutcome_ENTRY_OUTCOME_STORED
+			er.Index = r.Index
+		} else {
+			er.Outcome = sessiondv1.EntryOutcome_ENTRY_OUTCOME_DUPLICATE
+		}
+		out.Results[i] = er
+	}
+	return out, nil
+}
+
+// Flush implements sessiond.v1.Sessiond.
+func (s *Server) Flush(ctx context.Context, req *sessiondv1.FlushRequest) (*sessiondv1.FlushResponse, error) {
+	var results []writer.FlushResult
+	if req.GetAll() {
+		r, err := s.m.FlushAll(ctx)
+		if err != nil {
+			return nil, err
+		}
+		results = r
+	} else {
+		k, err := s.resolve(req.GetSession(), false)
+		if err != nil {
+			return nil, err
+		}
+		r, err := s.m.Flush(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		results = []writer.FlushResult{r}
+	}
+	out := &sessiondv1.FlushResponse{}
+	for _, r := range results {
+		out.Sessions = append(out.Sessions, &sessiondv1.FlushedSession{Session: s.resolved(r.Key),
+			CompactedEntries: r.CompactedEntries, CanonicalBytes: uint64(r.CanonicalBytes)})
+	}
+	return out, nil
+}
+
+// Read implements sessiond.v1.Sessiond.
+func (s *Server) Read(req *sessiondv1.ReadRequest, stream sessiondv1.Sessiond_ReadServer) error {
+	return s.read(req, stream, false)
+}
+
+// Follow implements sessiond.v1.Sessiond.
+func (s *Server) Follow(req *sessiondv1.ReadRequest, stream sessiondv1.Sessiond_FollowServer) error {
+	return s.read(req, stream, true)
+}
+
+func (s *Server) read(req *sessiondv1.ReadRequest, stream grpc.ServerStreamingServer[sessiondv1.ReadResponse], follow bool) error {
+	k, err := s.resolve(req.GetSession(), false)
+	if err != nil {
+		return err
+	}
+	ctx := stream.Context()
+	if follow {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(s.streams, cancel)
+		defer stop()
+	}
+	opt := writer.ReadOptions{From: req.GetFromIndex(), Tail: req.GetTail(), Follow: follow}
+	return s.m.Read(ctx, k, opt, func(es []writer.Entry) error {
+		resp := &sessiondv1.ReadResponse{Entries: make([]*sessiondv1.Entry, len(es))}
+		for i, e := range es {
+			resp.Entries[i] = &sessiondv1.Entry{Index: e.Index, Data: e.Data}
+		}
+		return stream.Send(resp)
+	})
+}
+
+// ListSessions implements sessiond.v1.Sessiond.
+func (s *Server) ListSessions(ctx context.Context, req *sessiondv1.ListSessionsRequest) (*sessiondv1.ListSessionsResponse, error) {
+	pk := ""
+	switch p := req.GetProject().(type) {
+	case *sessiondv1.ListSessionsRequest_Cwd:
+		key, err := layout.ProjectKeyFromCwd(p.Cwd)
+		if err != nil {
+			return nil, err
+		}
+		pk = key
+	case *sessiondv1.ListSessionsRequest_ProjectKey:
+		if err := layout.ValidateProjectKey(p.ProjectKey); err != nil {
+			return nil, err
+		}
+		pk = p.ProjectKey
+	}
+	infos, err := s.m.List(ctx, pk)
+	if err != nil {
+		return nil, err
+	}
+	out := &sessiondv1.ListSessionsResponse{Sessions: make([]*sessiondv1.SessionInfo, len(infos))}
+	for i, in := range infos {
+		out.Sessions[i] = s.sessionInfo(in)
+	}
+	return out, nil
+}
+
+// GetSession implements sessiond.v1.Sessiond.
+func (s *Server) GetSession(ctx context.Context, req *sessiondv1.GetSessionRequest) (*sessiondv1.SessionInfo, error) {
+	k, err := s.resolve(req.GetSession(), false)
+	if err != nil {
+		return nil, err
+	}
+	in, err := s.m.Info(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	return s.sessionInfo(in), nil
+}
+
+func (s *Server) sessionInfo(in writer.Info) *sessiondv1.SessionInfo {
+	return &sessiondv1.SessionInfo{
+		Session: s.resolved(in.Key), Title: in.Title, FirstPrompt: in.FirstPrompt, Cwd: in.Cwd,
+		Entries: in.Entries, Bytes: in.Bytes, PendingEntries: in.Pending, ModifiedMs: in.ModifiedMs,
+		CreatedMs: in.CreatedMs, Active: in.Active, MalformedLines: in.Malformed,
+	}
+}
+
+// Status implements sessiond.v1.Sessiond.
+func (s *Server) Status(ctx context.Context, _ *sessiondv1.StatusRequest) (*sessiondv1.StatusResponse, error) {
+	st := s.m.Stats()
+	return &sessiondv1.StatusResponse{
+		Version: s.info.Version, Pid: int32(os.Getpid()), StartedMs: s.info.Started.UnixMilli(),
+		Socket: s.info.Socket, Root: s.info.Root, StateDir: s.info.StateDir,
+		ActiveSessions: uint32(st.ActiveSessions), Appends: st.Appends, EntriesStored: st.EntriesStored,
+		EntriesDuplicate: st.EntriesDuplicate, JournalSyncs: st.JournalSyncs, JournalBytes: st.JournalBytes,
+		Compactions: st.Compactions, CompactedBytes: st.CompactedBytes, RecoveredSessions: st.RecoveredSessions,
+		Draining: s.draining.Load(),
+	}, nil
+}

@@ -1,0 +1,418 @@
+// Package writer owns every transcript file sessiond writes. Each session
+// (one transcript: a main session or a subagent) has exactly one goroutine
+// that owns its journal and canonical file; every append, flush and
+// compaction of that session runs there, so writes can never interleave.
+// Concurrent callers reach the goroutine through a bounded queue; it drains
+// what is queued, journals it with one write and one sync (group commit),
+// and only then acknowledges each caller.
+package writer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/transcript"
+)
+
+// Outcome says what happened to one appended entry.
+type Outcome int
+
+const (
+	Stored Outcome = iota + 1
+	Duplicate
+)
+
+// Result is the fate of one appended entry.
+type Result struct {
+	Outcome Outcome
+	UUID    string
+	Index   uint64 // position in the session, for stored entries
+	Size    int    // bytes of the stored line without its newline
+}
+
+// AppendResult answers one Append.
+type AppendResult struct {
+	Results []Result
+	Entries uint64 // entries the session holds afterwards
+}
+
+// FlushResult describes one compacted session.
+type FlushResult struct {
+	Key              layout.Key
+	CompactedEntries uint64
+	CanonicalBytes   int64
+}
+
+// Stats are the manager's counters since it started.
+type Stats struct {
+	ActiveSessions    int
+	Appends           uint64
+	EntriesStored     uint64
+	EntriesDuplicate  uint64
+	JournalSyncs      uint64
+	JournalBytes      uint64
+	Compactions       uint64
+	CompactedBytes    uint64
+	RecoveredSessions uint64
+}
+
+type counters struct {
+	appends, stored, duplicate, syncs, journalBytes, compactions, compactedBytes, recovered atomic.Uint64
+}
+
+// Manager hands out session writers and keeps track of them.
+type Manager struct {
+	cfg Config
+	log *zap.Logger
+
+	mu       sync.Mutex
+	sessions map[layout.Key]*session
+	closing  bool
+	wg       sync.WaitGroup
+
+	lineage atomic.Uint64
+	stats   counters
+}
+
+// New returns a Manager. It creates the state folder if needed.
+func New(cfg Config) (*Manager, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	return &Manager{cfg: cfg, log: cfg.Logger, sessions: make(map[layout.Key]*session)}, nil
+}
+
+// Config returns the configuration in force (defaults applied).
+func (m *Manager) Config() Config { return m.cfg }
+
+// acquire returns the live writer of key, starting one if needed, and
+// takes a reference that keeps it from retiring until release.
+func (m *Manager) acquire(key layout.Key) (*session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closing {
+		return nil, fmt.Errorf("sessiond is shutting down: %w", errdefs.ErrUnavailable)
+	}
+	s := m.sessions[key]
+	if s == nil {
+		s = newSession(m, key)
+		m.sessions[key] = s
+		m.wg.Add(1)
+		go s.run()
+	}
+	s.refs++
+	return s, nil
+}
+
+func (m *Manager) release(s *session) {
+	m.mu.Lock()
+	s.refs--
+	m.mu.Unlock()
+}
+
+// tryRemove takes s out of the map when nobody holds a reference and its
+// queue is empty; after that no caller can reach it, so it may exit.
+func (m *Manager) tryRemove(s *session, force bool) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !force && (s.refs > 0 || len(s.reqs) > 0 || len(s.ctrl) > 0) {
+		return false
+	}
+	if m.sessions[s.key] == s {
+		delete(m.sessions, s.key)
+	}
+	return true
+}
+
+// Append validates entries and stores them atomically in key's session.
+// Validation happens here, in the caller's goroutine, so the CPU work of
+// many callers runs in parallel and the writer only deduplicates and
+// writes.
+func (m *Manager) Append(ctx context.Context, key layout.Key, raw [][]byte) (*AppendResult, error) {
+	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	entries := make([]transcript.Entry, len(raw))
+	total := 0
+	for i, r := range raw {
+		e, err := transcript.Normalize(r, m.cfg.MaxEntryBytes)
+		if err != nil {
+			return nil, fmt.Errorf("entry %d of %d: %w", i+1, len(raw), err)
+		}
+		entries[i] = e
+		total += len(e.Line) + 1
+	}
+	m.stats.appends.Add(1)
+	req := &appendReq{entries: entries, bytes: total, done: make(chan struct{})}
+	for attempt := 0; ; attempt++ {
+		s, err := m.acquire(key)
+		if err != nil {
+			return nil, err
+		}
+		sent := false
+		select {
+		case s.reqs <- req:
+			sent = true
+		case <-s.exited:
+		case <-ctx.Done():
+		}
+		m.release(s)
+		if !sent {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("append to %s not queued: %w", key, ctx.Err())
+			}
+			if attempt > 3 {
+				return nil, fmt.Errorf("session %s writer keeps failing: %w", key, errdefs.ErrUnavailable)
+			}
+			continue
+		}
+		// Once queued the request will be answered: the writer either
+		// commits it or fails it. Waiting for the answer even when ctx ends
+		// keeps the caller from guessing whether it was stored.
+		<-req.done
+		var np *notProcessed
+		if errors.As(req.err, &np) && attempt < 3 {
+			req.done = make(chan struct{})
+			req.err = nil
+			continue
+		}
+		return req.res, req.err
+	}
+}
+
+// do runs op on key's writer goroutine and waits for it.
+func (m *Manager) do(ctx context.Context, key layout.Key, op func(*state) error) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	c := &ctrlReq{op: op, done: make(chan struct{})}
+	for attempt := 0; ; attempt++ {
+		s, err := m.acquire(key)
+		if err != nil {
+			return err
+		}
+		sent := false
+		select {
+		case s.ctrl <- c:
+			sent = true
+		case <-s.exited:
+		case <-ctx.Done():
+		}
+		m.release(s)
+		if !sent {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if attempt > 3 {
+				return fmt.Errorf("session %s writer keeps failing: %w", key, errdefs.ErrUnavailable)
+			}
+			continue
+		}
+		<-c.done
+		var np *notProcessed
+		if errors.As(c.err, &np) && attempt < 3 {
+			c.done = make(chan struct{})
+			c.err = nil
+			continue
+		}
+		return c.err
+	}
+}
+
+// Flush compacts key's journal into its canonical file.
+func (m *Manager) Flush(ctx context.Context, key layout.Key) (FlushResult, error) {
+	var res FlushResult
+	err := m.do(ctx, key, func(st *state) error {
+		if !st.exists() {
+			return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+		}
+		n := uint64(len(st.pending))
+		if err := st.compact("flush"); err != nil {
+			return err
+		}
+		res = FlushResult{Key: key, CompactedEntries: n, CanonicalBytes: st.canon.size}
+		return nil
+	})
+	return res, err
+}
+
+// FlushAll compacts every session that has journaled entries: the open
+// writers and the journals left by retired ones.
+func (m *Manager) FlushAll(ctx context.Context) ([]FlushResult, error) {
+	keys, err := m.journaledKeys()
+	if err != nil {
+		return nil, err
+	}
+	var out []FlushResult
+	var errs []error
+	for _, k := range keys {
+		r, err := m.Flush(ctx, k)
+		if err != nil {
+			if errdefs.Is(err, errdefs.ErrNotFound) {
+				continue
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", k, err))
+			continue
+		}
+		if r.CompactedEntries > 0 {
+			out = append(out, r)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// journaledKeys lists the open sessions and every session with a journal
+// file on disk, sorted.
+func (m *Manager) journaledKeys() ([]layout.Key, error) {
+	set := make(map[layout.Key]bool)
+	m.mu.Lock()
+	for k := range m.sessions {
+		set[k] = true
+	}
+	m.mu.Unlock()
+	dir := m.cfg.Layout.JournalDir()
+	err := walk(m.cfg.FS, dir, func(path string, d fs.DirEntry) error {
+		if d.IsDir() || !strings.HasSuffix(path, ".wal") {
+			return nil
+		}
+		if k, ok := m.cfg.Layout.ParseJournalPath(path); ok {
+			set[k] = true
+		} else {
+			m.log.Warn("ignoring a file in the journal folder that is not a journal", zap.String("path", path))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("list journals in %s: %w", dir, errdefs.FromIO(err))
+	}
+	keys := make([]layout.Key, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	return keys, nil
+}
+
+// RecoverReport tells what Recover did.
+type RecoverReport struct {
+	Sessions int     // journals replayed
+	Entries  uint64  // entries moved into canonical files
+	Failed   []error // sessions that could not be recovered (their journals are kept)
+	Keys     []layout.Key
+}
+
+// Recover replays every journal left on disk into its canonical file, so
+// that after a crash the files official readers see are whole and current.
+// A session that cannot be recovered is reported and left for a human; the
+// others are not held back by it.
+func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
+	var rep RecoverReport
+	keys, err := m.journaledKeys()
+	if err != nil {
+		return rep, err
+	}
+	for _, k := range keys {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		r, err := m.Flush(ctx, k)
+		if err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
+			m.log.Error("recovery of a session failed; its journal is kept", zap.Stringer("session", k), zap.Error(err))
+			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", k, err))
+			continue
+		}
+		rep.Sessions++
+		rep.Entries += r.CompactedEntries
+		rep.Keys = append(rep.Keys, k)
+		m.stats.recovered.Add(1)
+	}
+	return rep, nil
+}
+
+// Close stops taking requests, lets every writer finish what is queued,
+// compacts every session and closes all files. When ctx ends first the
+// journals still hold every acknowledged entry; Close then returns ctx's
+// error and the next start recovers them.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	m.closing = true
+	all := make([]*session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
+	for _, s := range all {
+		s.stop()
+	}
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		for _, s := range all {
+			s.abort()
+		}
+		<-done
+		return fmt.Errorf("shutdown cut short, journals will be replayed at next start: %w", ctx.Err())
+	}
+}
+
+// Stats returns the counters.
+func (m *Manager) Stats() Stats {
+	m.mu.Lock()
+	n := len(m.sessions)
+	m.mu.Unlock()
+	return Stats{
+		ActiveSessions:    n,
+		Appends:           m.stats.appends.Load(),
+		EntriesStored:     m.stats.stored.Load(),
+		EntriesDuplicate:  m.stats.duplicate.Load(),
+		JournalSyncs:      m.stats.syncs.Load(),
+		JournalBytes:      m.stats.journalBytes.Load(),
+		Compactions:       m.stats.compactions.Load(),
+		CompactedBytes:    m.stats.compactedBytes.Load(),
+		RecoveredSessions: m.stats.recovered.Load(),
+	}
+}
+
+// IsActive reports whether a writer holds key open.
+func (m *Manager) IsActive(key layout.Key) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.sessions[key]
+	return ok
+}
+
+// walk visits every entry below dir (not following symlinks).
+func walk(fsys interface {
+	ReadDir(string) ([]fs.DirEntry, error)
+}, dir string, fn func(path string, d fs.DirEntry) error) error {
+	ents, err := fsys.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, d := range ents {
+		p := filepath.Join(dir, d.Name())
+		if err := fn(p, d); err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if err := walk(fsys, p, fn); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return nil
+}

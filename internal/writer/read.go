@@ -1,0 +1,267 @@
+package writer
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/journal"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/transcript"
+)
+
+// Entry is one line served to a reader.
+type Entry struct {
+	Index uint64
+	Data  []byte
+}
+
+// sendBytes is how much a reader gathers before handing entries on.
+const sendBytes = 1 << 20
+
+// snapshot is a consistent view of a session taken on its writer
+// goroutine. It holds its own file handles: compaction replaces files by
+// rename, so the handles keep seeing the content of the moment, and the
+// writer never waits for a slow reader.
+type snapshot struct {
+	canon        fsys.File
+	canonSize    int64
+	canonEntries uint64
+	canonEndsNL  bool
+	journal      fsys.File
+	pending      []journal.Span
+	lineage      uint64
+	changed      <-chan struct{}
+	exists       bool
+}
+
+func (sn *snapshot) close() {
+	if sn.canon != nil {
+		sn.canon.Close()
+	}
+	if sn.journal != nil {
+		sn.journal.Close()
+	}
+}
+
+func (st *state) snapshot() (*snapshot, error) {
+	sn := &snapshot{
+		canonSize: st.canon.size, canonEntries: st.canonEntries, canonEndsNL: st.canonEndsNL,
+		lineage: st.lineage, changed: st.changed, exists: st.exists(),
+	}
+	if st.canonExists {
+		f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", st.canonPath, errdefs.FromIO(err))
+		}
+		sn.canon = f
+	}
+	if len(st.pending) > 0 {
+		f, err := st.fs.OpenFile(st.jpath, os.O_RDONLY, 0)
+		if err != nil {
+			sn.close()
+			return nil, fmt.Errorf("open %s: %w", st.jpath, errdefs.FromIO(err))
+		}
+		sn.journal = f
+		sn.pending = make([]journal.Span, len(st.pending))
+		for i, p := range st.pending {
+			sn.pending[i] = p.span
+		}
+	}
+	return sn, nil
+}
+
+// existsOnDisk reports whether key has a canonical file or a journal, so
+// reads of unknown sessions fail without starting a writer.
+func (m *Manager) existsOnDisk(key layout.Key) bool {
+	if m.IsActive(key) {
+		return true
+	}
+	for _, p := range []string{m.cfg.Layout.TranscriptPath(key), m.cfg.Layout.JournalPath(key)} {
+		if _, err := m.cfg.FS.Lstat(p); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// ReadOptions select what Read serves.
+type ReadOptions struct {
+	From   uint64 // first index
+	Tail   uint32 // when > 0, start at the last Tail entries instead
+	Follow bool   // keep serving new entries until ctx ends
+}
+
+// Read serves key's entries to send, in order, in groups. With Follow it
+// then waits for new entries and serves them as they are acknowledged,
+// until ctx ends (which is then not an error).
+func (m *Manager) Read(ctx context.Context, key layout.Key, opt ReadOptions, send func([]Entry) error) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	if !m.existsOnDisk(key) {
+		return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+	}
+	var held *session
+	defer func() {
+		if held != nil {
+			m.release(held)
+		}
+	}()
+	r := reader{next: opt.From, send: send}
+	first := true
+	for {
+		if opt.Follow {
+			// Holding a reference keeps the writer from retiring while
+			// someone follows it, so it is not reopened (and its file
+			// rescanned) over and over.
+			if held != nil {
+				select {
+				case <-held.exited:
+					m.release(held)
+					held = nil
+				default:
+				}
+			}
+			if held == nil {
+				s, err := m.acquire(key)
+				if err != nil {
+					return err
+				}
+				held = s
+			}
+		}
+		var sn *snapshot
+		err := m.do(ctx, key, func(st *state) error {
+			var err error
+			sn, err = st.snapshot()
+			return err
+		})
+		if err != nil {
+			if opt.Follow && ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if first {
+			if !sn.exists {
+				sn.close()
+				return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+			}
+			if opt.Tail > 0 {
+				total := sn.canonEntries + uint64(len(sn.pending))
+				r.next = 0
+				if total > uint64(opt.Tail) {
+					r.next = total - uint64(opt.Tail)
+				}
+			}
+			first = false
+		}
+		err = r.serve(sn)
+		sn.close()
+		if err != nil {
+			return err
+		}
+		if !opt.Follow {
+			return nil
+		}
+		select {
+		case <-sn.changed:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// reader remembers where the last served entry ended in the canonical
+// file, so following a growing session never rescans it from the start
+// while the lines already served stay where they were.
+type reader struct {
+	next    uint64
+	lineage uint64
+	hintIdx uint64
+	hintOff int64
+	send    func([]Entry) error
+	batch   []Entry
+	bytes   int
+}
+
+func (r *reader) emit(idx uint64, data []byte) error {
+	r.batch = append(r.batch, Entry{Index: idx, Data: append([]byte(nil), data...)})
+	r.bytes += len(data)
+	if r.bytes >= sendBytes {
+		return r.flush()
+	}
+	return nil
+}
+
+func (r *reader) flush() error {
+	if len(r.batch) == 0 {
+		return nil
+	}
+	err := r.send(r.batch)
+	r.batch = nil
+	r.bytes = 0
+	return err
+}
+
+func (r *reader) serve(sn *snapshot) error {
+	if r.next < sn.canonEntries && sn.canon != nil {
+		idx, off := uint64(0), int64(0)
+		if r.lineage == sn.lineage && r.hintIdx == r.next && r.hintOff <= sn.canonSize {
+			idx, off = r.hintIdx, r.hintOff
+		}
+		sc := transcript.NewLineScanner(io.NewSectionReader(sn.canon, off, sn.canonSize-off))
+		for idx < sn.canonEntries && sc.Scan() {
+			if idx >= r.next {
+				if err := r.emit(idx, sc.Line()); err != nil {
+					return err
+				}
+			}
+			idx++
+		}
+		if err := sc.Err(); err != nil {
+			return fmt.Errorf("read transcript: %w", errdefs.FromIO(err))
+		}
+		r.next = idx
+	}
+	// Where the first pending entry will sit once compacted.
+	off := sn.canonSize
+	if !sn.canonEndsNL {
+		off++
+	}
+	var buf []byte
+	for i, sp := range sn.pending {
+		idx := sn.canonEntries + uint64(i)
+		if idx >= r.next {
+			line, err := journal.ReadEntryAt(sn.journal, sp, buf)
+			if err != nil {
+				return fmt.Errorf("read journal: %w", errdefs.FromIO(err))
+			}
+			if err := r.emit(idx, line); err != nil {
+				return err
+			}
+			r.next = idx + 1
+		}
+		off += int64(sp.Len) + 1
+	}
+	if r.next >= sn.canonEntries {
+		r.lineage, r.hintIdx, r.hintOff = sn.lineage, sn.canonEntries+uint64(len(sn.pending)), off
+	}
+	if r.next < sn.canonEntries+uint64(len(sn.pending)) {
+		r.next = sn.canonEntries + uint64(len(sn.pending))
+	}
+	return r.flush()
+}
+
+// Exists reports whether key has been written (a canonical file or
+// journaled entries).
+func (m *Manager) Exists(key layout.Key) bool {
+	if err := key.Validate(); err != nil {
+		return false
+	}
+	return m.existsOnDisk(key)
+}

@@ -1,0 +1,202 @@
+package writer
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/transcript"
+)
+
+type appendReq struct {
+	entries []transcript.Entry
+	bytes   int
+	res     *AppendResult
+	err     error
+	done    chan struct{}
+}
+
+type ctrlReq struct {
+	op   func(*state) error
+	err  error
+	done chan struct{}
+}
+
+// session is the handle callers use to reach one writer goroutine.
+type session struct {
+	m    *Manager
+	key  layout.Key
+	reqs chan *appendReq
+	ctrl chan *ctrlReq
+
+	stopCh    chan struct{} // Close: finish, compact, exit
+	abortCh   chan struct{} // Close ran out of time: exit now
+	exited    chan struct{} // closed when the goroutine is gone
+	stopOnce  sync.Once
+	abortOnce sync.Once
+
+	refs int // guarded by m.mu: callers about to use this writer
+}
+
+func newSession(m *Manager, key layout.Key) *session {
+	return &session{
+		m:       m,
+		key:     key,
+		reqs:    make(chan *appendReq, m.cfg.QueueDepth),
+		ctrl:    make(chan *ctrlReq, 16),
+		stopCh:  make(chan struct{}),
+		abortCh: make(chan struct{}),
+		exited:  make(chan struct{}),
+	}
+}
+
+func (s *session) stop()  { s.stopOnce.Do(func() { close(s.stopCh) }) }
+func (s *session) abort() { s.abortOnce.Do(func() { close(s.abortCh) }) }
+
+// run is the writer goroutine: the only code that touches this session's
+// files while it lives.
+func (s *session) run() {
+	defer s.m.wg.Done()
+	defer close(s.exited)
+	log := s.m.log.With(zap.Stringer("session", s.key))
+	st := newState(s.m, s.key, log)
+	if err := st.open(); err != nil {
+		log.Error("cannot open session", zap.Error(err))
+		s.exit(st, err)
+		return
+	}
+	defer st.closeFiles()
+
+	cfg := &s.m.cfg
+	idle := time.NewTimer(cfg.IdleCompact)
+	defer idle.Stop()
+	lastActive := time.Now()
+	touch := func() {
+		lastActive = time.Now()
+		idle.Reset(cfg.IdleCompact)
+	}
+	for {
+		select {
+		case r := <-s.reqs:
+			st.commit(s.group(r))
+			touch()
+		case c := <-s.ctrl:
+			c.err = c.op(st)
+			close(c.done)
+			touch()
+		case <-idle.C:
+			if st.failed == nil && st.idleDue() {
+				if err := st.compact("idle"); err != nil {
+					log.Warn("idle compaction failed", zap.Error(err))
+				}
+			}
+			if time.Since(lastActive) >= cfg.IdleRetire && st.failed == nil {
+				if s.m.tryRemove(s, false) {
+					return
+				}
+			}
+			wait := cfg.IdleRetire - time.Since(lastActive)
+			if wait < cfg.IdleCompact {
+				wait = cfg.IdleCompact
+			}
+			idle.Reset(wait)
+		case <-s.stopCh:
+			s.drain(st)
+			if st.failed == nil {
+				if err := st.compact("shutdown"); err != nil {
+					log.Error("shutdown compaction failed; the journal keeps the entries for the next start", zap.Error(err))
+				}
+			}
+			s.exit(st, fmt.Errorf("sessiond is shutting down: %w", errdefs.ErrUnavailable))
+			return
+		case <-s.abortCh:
+			s.exit(st, fmt.Errorf("sessiond is shutting down: %w", errdefs.ErrUnavailable))
+			return
+		}
+		if st.failed != nil {
+			log.Error("session writer failed; it will reopen from disk on the next request", zap.Error(st.failed))
+			s.exit(st, &notProcessed{fmt.Errorf("session writer failed and is reopening (%v); retry: %w", st.failed, errdefs.ErrUnavailable)})
+			return
+		}
+	}
+}
+
+// group takes first plus whatever else is queued, up to the group byte cap.
+func (s *session) group(first *appendReq) []*appendReq {
+	g := []*appendReq{first}
+	total := first.bytes
+	for total < s.m.cfg.MaxGroupBytes {
+		select {
+		case r := <-s.reqs:
+			g = append(g, r)
+			total += r.bytes
+		default:
+			return g
+		}
+	}
+	return g
+}
+
+// drain processes everything already queued (used at shutdown, when no new
+// callers can arrive).
+func (s *session) drain(st *state) {
+	for {
+		select {
+		case r := <-s.reqs:
+			st.commit(s.group(r))
+		case c := <-s.ctrl:
+			c.err = c.op(st)
+			close(c.done)
+		default:
+			return
+		}
+		if st.failed != nil {
+			return
+		}
+	}
+}
+
+// exit takes the writer out of the manager, then answers every request
+// still queued or about to be queued with err, until no caller holds a
+// reference. Only then can the goroutine end without stranding anyone.
+func (s *session) exit(st *state, err error) {
+	s.m.tryRemove(s, true)
+	fail := func() {
+		for {
+			select {
+			case r := <-s.reqs:
+				r.err = err
+				close(r.done)
+			case c := <-s.ctrl:
+				c.err = err
+				close(c.done)
+			default:
+				return
+			}
+		}
+	}
+	for {
+		fail()
+		s.m.mu.Lock()
+		idle := s.refs == 0 && len(s.reqs) == 0 && len(s.ctrl) == 0
+		s.m.mu.Unlock()
+		if idle {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	st.closeFiles()
+	st.notifyChange()
+}
+
+// notProcessed marks the answer given to a request the writer never looked
+// at because it was exiting; the manager retries such requests on a fresh
+// writer.
+type notProcessed struct{ err error }
+
+func (e *notProcessed) Error() string { return e.err.Error() }
+func (e *notProcessed) Unwrap() error { return e.err }

@@ -1,0 +1,623 @@
+package writer
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/journal"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/transcript"
+)
+
+// tailWindow is how much of a canonical file's end its fingerprint covers.
+const tailWindow = 4096
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// fingerprint identifies a canonical file's content cheaply: its size and a
+// checksum of its last bytes. A file "has" a fingerprint when it is at
+// least that long and those bytes match, i.e. when the fingerprinted
+// content is a prefix of it.
+type fingerprint struct {
+	size int64
+	tail uint32
+}
+
+type pendingEntry struct {
+	span journal.Span
+	size int // line bytes without newline
+}
+
+// state is everything the writer goroutine owns. Nothing else touches it.
+type state struct {
+	m   *Manager
+	cfg *Config
+	fs  fsys.FS
+	log *zap.Logger
+	key layout.Key
+
+	canonPath string
+	dir       string
+	jpath     string
+	j         *journal.Journal
+
+	canonExists  bool
+	canon        fingerprint // the canonical file as this writer last saw it
+	canonEntries uint64
+	canonEndsNL  bool // false when the file ends in a torn line
+
+	ids          idSet
+	pending      []pendingEntry
+	pendingBytes int64
+
+	lineage uint64 // changes when lines already served may have moved
+	changed chan struct{}
+	failed  error
+}
+
+func newState(m *Manager, key layout.Key, log *zap.Logger) *state {
+	canon := m.cfg.Layout.TranscriptPath(key)
+	return &state{
+		m: m, cfg: &m.cfg, fs: m.cfg.FS, log: log, key: key,
+		canonPath: canon,
+		dir:       filepath.Dir(canon),
+		jpath:     m.cfg.Layout.JournalPath(key),
+		ids:       newIDSet(),
+		changed:   make(chan struct{}),
+	}
+}
+
+func (st *state) exists() bool { return st.canonExists || len(st.pending) > 0 }
+
+func (st *state) totalEntries() uint64 { return st.canonEntries + uint64(len(st.pending)) }
+
+// tempPrefix names this session's compaction temp files. They start with a
+// dot and end in ".tmp", so no reader ever takes them for a transcript.
+func (st *state) tempPrefix() string {
+	return "." + strings.TrimSuffix(filepath.Base(st.canonPath), ".jsonl") + ".compact-"
+}
+
+// open loads the session from disk and replays its journal, deciding from
+// the compaction marker and the canonical file's fingerprint whether the
+// journaled entries already reached the canonical file.
+func (st *state) open() error {
+	if err := st.checkPath(); err != nil {
+		return err
+	}
+	st.removeStaleTemps()
+	j, rec, err := journal.Open(st.fs, st.jpath, journal.Options{MaxRecord: st.cfg.MaxEntryBytes + 1024})
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		j = nil
+	case err != nil:
+		return fmt.Errorf("open journal of %s: %w", st.key, err)
+	}
+	if err := st.scanCanonical(); err != nil {
+		if j != nil {
+			j.Close()
+		}
+		return err
+	}
+	st.lineage = st.m.lineage.Add(1)
+	if j == nil {
+		return nil
+	}
+	st.j = j
+	if rec.TruncatedBytes > 0 {
+		st.log.Warn("journal had a torn tail (entries never acknowledged); truncated", zap.Int64("bytes", rec.TruncatedBytes))
+	}
+	h := rec.Header
+	if h.ProjectKey != st.key.ProjectKey || h.SessionID != st.key.SessionID || h.Subpath != st.key.Subpath {
+		j.Close()
+		st.j = nil
+		return fmt.Errorf("journal %s belongs to %s/%s/%s, not %s: %w", st.jpath, h.ProjectKey, h.SessionID, h.Subpath, st.key, errdefs.ErrCorrupt)
+	}
+	if rec.Compacted != nil {
+		ok, err := st.hasPrefix(fingerprint{rec.Compacted.Size, rec.Compacted.Tail})
+		if err != nil {
+			return err
+		}
+		if ok {
+			// The last compaction renamed its file into place before the
+			// journal was replaced: everything journaled is already there.
+			if st.canon.size > rec.Compacted.Size {
+				st.log.Warn("another program appended to the transcript after sessiond's last compaction; its lines are kept")
+			}
+			return st.newGeneration()
+		}
+	}
+	base := fingerprint{h.BaseSize, h.BaseTail}
+	if ok, err := st.hasPrefix(base); err != nil {
+		return err
+	} else if !ok {
+		st.log.Warn("the transcript was rewritten by another program since sessiond journaled entries; journaled entries will follow its current content, duplicates by uuid dropped")
+	} else if st.canon.size > base.size {
+		st.log.Info("another program appended to the transcript; journaled entries will follow its lines")
+	}
+	var buf []byte
+	for _, b := range rec.Batches {
+		for _, sp := range b.Entries {
+			line, err := j.ReadEntry(sp, buf)
+			if err != nil {
+				return fmt.Errorf("read journal of %s: %w", st.key, errdefs.FromIO(err))
+			}
+			buf = line[:0]
+			if id, ok := transcript.TopLevelString(line, "uuid"); ok && id != "" {
+				if st.ids.has(id) {
+					continue
+				}
+				st.ids.add(id)
+			}
+			st.addPending(sp, len(line))
+		}
+	}
+	return nil
+}
+
+// checkPath refuses a canonical path that is not a regular file: a
+// symlink planted there must never be followed or overwritten.
+func (st *state) checkPath() error {
+	fi, err := st.fs.Lstat(st.canonPath)
+	if err == nil && !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file (%s); sessiond never writes through links or over folders: %w", st.canonPath, fi.Mode().Type(), errdefs.ErrInvalidArgument)
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("inspect %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	return nil
+}
+
+func (st *state) removeStaleTemps() {
+	ents, err := st.fs.ReadDir(st.dir)
+	if err != nil {
+		return
+	}
+	prefix := st.tempPrefix()
+	for _, e := range ents {
+		if n := e.Name(); strings.HasPrefix(n, prefix) && strings.HasSuffix(n, ".tmp") {
+			if err := st.fs.Remove(filepath.Join(st.dir, n)); err == nil {
+				st.log.Info("removed a compaction temp file left by a crash", zap.String("file", n))
+			}
+		}
+	}
+}
+
+// scanCanonical reads the canonical file once: its line count, the uuids
+// it holds, whether it ends in a whole line, and its fingerprint.
+func (st *state) scanCanonical() error {
+	st.ids = newIDSet()
+	st.canonEntries = 0
+	st.canonEndsNL = true
+	st.canon = fingerprint{}
+	st.canonExists = false
+	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	defer f.Close()
+	st.canonExists = true
+	sc := transcript.NewLineScanner(f)
+	var size int64
+	for sc.Scan() {
+		line := sc.Line()
+		st.canonEntries++
+		size = sc.Offset() + int64(len(line))
+		if sc.HasNewline() {
+			size++
+		} else {
+			st.canonEndsNL = false
+		}
+		if id, ok := transcript.TopLevelString(line, "uuid"); ok && id != "" {
+			st.ids.add(id)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	tail, err := tailCRC(f, size)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	st.canon = fingerprint{size, tail}
+	return nil
+}
+
+// hasPrefix reports whether the canonical file on disk starts with the
+// content fp describes.
+func (st *state) hasPrefix(fp fingerprint) (bool, error) {
+	if fp.size == 0 {
+		return true, nil
+	}
+	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("open %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return false, errdefs.FromIO(err)
+	}
+	if fi.Size() < fp.size {
+		return false, nil
+	}
+	t, err := tailCRC(f, fp.size)
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	return t == fp.tail, nil
+}
+
+func tailCRC(r io.ReaderAt, size int64) (uint32, error) {
+	n := int64(tailWindow)
+	if size < n {
+		n = size
+	}
+	buf := make([]byte, n)
+	if _, err := r.ReadAt(buf, size-n); err != nil && !(errors.Is(err, io.EOF) && n == 0) {
+		return 0, err
+	}
+	return crc32.Checksum(buf, castagnoli), nil
+}
+
+func (st *state) addPending(sp journal.Span, size int) {
+	st.pending = append(st.pending, pendingEntry{span: sp, size: size})
+	st.pendingBytes += int64(size) + 1
+}
+
+// newGeneration replaces the journal with an empty one whose base is the
+// canonical file as it is now.
+func (st *state) newGeneration() error {
+	if err := fsys.MkdirAll(st.fs, filepath.Dir(st.jpath), 0o700); err != nil {
+		return fmt.Errorf("create journal folder for %s: %w", st.key, errdefs.FromIO(err))
+	}
+	j, err := journal.Create(st.fs, st.jpath, journal.Header{
+		ProjectKey: st.key.ProjectKey, SessionID: st.key.SessionID, Subpath: st.key.Subpath,
+		BaseSize: st.canon.size, BaseTail: st.canon.tail,
+	}, journal.Options{MaxRecord: st.cfg.MaxEntryBytes + 1024})
+	if err != nil {
+		return fmt.Errorf("start journal of %s: %w", st.key, errdefs.FromIO(err))
+	}
+	if st.j != nil {
+		st.j.Close()
+	}
+	st.j = j
+	st.pending = nil
+	st.pendingBytes = 0
+	return nil
+}
+
+// commit is one group commit: deduplicate, journal everything in one write
+// and one sync, then acknowledge each request.
+func (st *state) commit(group []*appendReq) {
+	seen := make(map[string]bool)
+	var batches [][][]byte
+	type slot struct{ req, entry int }
+	var order []slot
+	for ri, r := range group {
+		r.res = &AppendResult{Results: make([]Result, len(r.entries))}
+		var lines [][]byte
+		for ei, e := range r.entries {
+			res := &r.res.Results[ei]
+			res.UUID = e.UUID
+			res.Size = len(e.Line)
+			if e.UUID != "" {
+				if seen[e.UUID] || st.ids.has(e.UUID) {
+					res.Outcome = Duplicate
+					continue
+				}
+				seen[e.UUID] = true
+			}
+			res.Outcome = Stored
+			lines = append(lines, e.Line)
+			order = append(order, slot{ri, ei})
+		}
+		if len(lines) > 0 {
+			batches = append(batches, lines)
+		}
+	}
+	if len(batches) > 0 {
+		err := st.journalBatches(batches, func(i int, sp journal.Span) {
+			s := order[i]
+			res := &group[s.req].res.Results[s.entry]
+			res.Index = st.totalEntries()
+			if res.UUID != "" {
+				st.ids.add(res.UUID)
+			}
+			st.addPending(sp, res.Size)
+		})
+		if err != nil {
+			for _, r := range group {
+				r.res = nil
+				r.err = err
+				close(r.done)
+			}
+			return
+		}
+	}
+	total := st.totalEntries()
+	for _, r := range group {
+		for _, res := range r.res.Results {
+			if res.Outcome == Stored {
+				st.m.stats.stored.Add(1)
+			} else {
+				st.m.stats.duplicate.Add(1)
+			}
+		}
+		r.res.Entries = total
+		close(r.done)
+	}
+	if len(batches) > 0 {
+		st.notifyChange()
+		if st.sizeDue() {
+			if err := st.compact("size"); err != nil {
+				st.log.Warn("compaction failed; entries stay in the journal", zap.Error(err))
+			}
+		}
+	}
+}
+
+// journalBatches writes batches to the journal (creating it on first use)
+// and calls stored for each entry, in order, once they are durable.
+func (st *state) journalBatches(batches [][][]byte, stored func(i int, sp journal.Span)) error {
+	if st.j == nil {
+		if err := st.newGeneration(); err != nil {
+			return err
+		}
+	}
+	spans, err := st.j.Append(batches)
+	if err != nil {
+		st.failed = err
+		return fmt.Errorf("journal append to %s: %w", st.key, errdefs.FromIO(err))
+	}
+	st.m.stats.syncs.Add(1)
+	i := 0
+	for _, bs := range spans {
+		for _, sp := range bs {
+			st.m.stats.journalBytes.Add(uint64(sp.Len))
+			stored(i, sp)
+			i++
+		}
+	}
+	return nil
+}
+
+func (st *state) sizeDue() bool {
+	return st.pendingBytes >= st.cfg.MinCompactBytes &&
+		float64(st.pendingBytes) >= st.cfg.CompactRatio*float64(st.canon.size)
+}
+
+func (st *state) idleDue() bool {
+	return st.pendingBytes > 0 &&
+		(st.canon.size <= st.cfg.IdleFloor || float64(st.pendingBytes)*st.cfg.IdleRatio >= float64(st.canon.size))
+}
+
+// compact moves the journaled entries into the canonical file: a temp file
+// in the same folder gets the current content plus the entries, is synced,
+// a marker naming the new content is journaled, the temp file is renamed
+// over the canonical one, the folder is synced, and a new journal
+// generation starts. A crash at any point leaves either the old file with
+// the journal still holding the entries, or the new file with a marker that
+// tells recovery the entries are already in it.
+func (st *state) compact(reason string) error {
+	if len(st.pending) == 0 || st.failed != nil {
+		return st.failed
+	}
+	if err := st.checkPath(); err != nil {
+		return err
+	}
+	if ok, err := st.hasPrefix(st.canon); err != nil {
+		return err
+	} else if !ok || st.canonStatChanged() {
+		if err := st.absorbForeign(); err != nil {
+			return err
+		}
+		if len(st.pending) == 0 {
+			return st.newGeneration()
+		}
+	}
+	if err := fsys.MkdirAll(st.fs, st.dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", st.dir, errdefs.FromIO(err))
+	}
+	tmpPath := filepath.Join(st.dir, st.tempPrefix()+uuid.NewString()[:8]+".tmp")
+	newFP, err := st.writeTemp(tmpPath)
+	if err != nil {
+		st.fs.Remove(tmpPath)
+		return fmt.Errorf("compact %s: %w", st.key, errdefs.FromIO(err))
+	}
+	// From here on a failure leaves the disk in a state only recovery may
+	// judge, so the writer fails and reopens from disk.
+	if err := st.j.MarkCompacted(journal.Marker{Size: newFP.size, Tail: newFP.tail}); err != nil {
+		st.fs.Remove(tmpPath)
+		st.failed = err
+		return fmt.Errorf("compact %s: mark journal: %w", st.key, errdefs.FromIO(err))
+	}
+	if err := st.fs.Rename(tmpPath, st.canonPath); err != nil {
+		st.fs.Remove(tmpPath)
+		st.failed = err
+		return fmt.Errorf("compact %s: rename into place: %w", st.key, errdefs.FromIO(err))
+	}
+	if err := st.fs.SyncDir(st.dir); err != nil {
+		st.failed = err
+		return fmt.Errorf("compact %s: %w", st.key, errdefs.FromIO(err))
+	}
+	n := len(st.pending)
+	st.canonExists = true
+	st.canonEntries += uint64(n)
+	st.canonEndsNL = true
+	old := st.canon.size
+	st.canon = newFP
+	if err := st.newGeneration(); err != nil {
+		st.failed = err
+		return err
+	}
+	st.m.stats.compactions.Add(1)
+	st.m.stats.compactedBytes.Add(uint64(newFP.size))
+	st.log.Debug("compacted", zap.String("reason", reason), zap.Int("entries", n),
+		zap.Int64("from_bytes", old), zap.Int64("to_bytes", newFP.size))
+	st.notifyChange()
+	return nil
+}
+
+// canonStatChanged reports whether the canonical file's size differs from
+// what this writer last saw (a cheap check before the tail checksum).
+func (st *state) canonStatChanged() bool {
+	fi, err := st.fs.Lstat(st.canonPath)
+	if err != nil {
+		return st.canonExists
+	}
+	return fi.Size() != st.canon.size
+}
+
+// absorbForeign rescans a canonical file another program changed and drops
+// journaled entries whose uuid it now holds. Lines already served may have
+// moved, so the lineage changes.
+func (st *state) absorbForeign() error {
+	st.log.Warn("the transcript was changed by another program; keeping its lines and appending sessiond's entries after them")
+	pending := st.pending
+	if err := st.scanCanonical(); err != nil {
+		return err
+	}
+	st.pending = nil
+	st.pendingBytes = 0
+	var buf []byte
+	for _, p := range pending {
+		line, err := st.j.ReadEntry(p.span, buf)
+		if err != nil {
+			st.failed = err
+			return fmt.Errorf("read journal of %s: %w", st.key, errdefs.FromIO(err))
+		}
+		buf = line[:0]
+		if id, ok := transcript.TopLevelString(line, "uuid"); ok && id != "" {
+			if st.ids.has(id) {
+				continue
+			}
+			st.ids.add(id)
+		}
+		st.addPending(p.span, p.size)
+	}
+	st.lineage = st.m.lineage.Add(1)
+	return nil
+}
+
+// writeTemp writes the current canonical content plus the pending entries
+// to path and syncs it.
+func (st *state) writeTemp(path string) (fingerprint, error) {
+	tmp, err := st.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fingerprint{}, err
+	}
+	defer tmp.Close()
+	if st.canonExists && st.canon.size > 0 {
+		src, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
+		if err != nil {
+			return fingerprint{}, err
+		}
+		_, err = io.Copy(tmp, io.NewSectionReader(src, 0, st.canon.size))
+		src.Close()
+		if err != nil {
+			return fingerprint{}, err
+		}
+	}
+	w := bufio.NewWriterSize(tmp, 1<<20)
+	if !st.canonEndsNL {
+		// A torn last line written by someone else stays its own line.
+		w.WriteByte('\n')
+	}
+	var buf []byte
+	for _, p := range st.pending {
+		line, err := st.j.ReadEntry(p.span, buf)
+		if err != nil {
+			return fingerprint{}, err
+		}
+		buf = line[:0]
+		w.Write(line)
+		if err := w.WriteByte('\n'); err != nil {
+			return fingerprint{}, err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return fingerprint{}, err
+	}
+	if err := tmp.Sync(); err != nil {
+		return fingerprint{}, err
+	}
+	fi, err := tmp.Stat()
+	if err != nil {
+		return fingerprint{}, err
+	}
+	tail, err := tailCRC(tmp, fi.Size())
+	if err != nil {
+		return fingerprint{}, err
+	}
+	if err := tmp.Close(); err != nil {
+		return fingerprint{}, err
+	}
+	return fingerprint{fi.Size(), tail}, nil
+}
+
+func (st *state) notifyChange() {
+	close(st.changed)
+	st.changed = make(chan struct{})
+}
+
+func (st *state) closeFiles() {
+	if st.j != nil {
+		st.j.Close()
+		st.j = nil
+	}
+}
+
+// idSet holds the uuids a session contains; canonical UUIDs are stored in
+// 16 bytes to keep large sessions cheap.
+type idSet struct {
+	u map[uuid.UUID]struct{}
+	s map[string]struct{}
+}
+
+func newIDSet() idSet { return idSet{u: make(map[uuid.UUID]struct{}), s: make(map[string]struct{})} }
+
+func compactID(id string) (uuid.UUID, bool) {
+	if len(id) != 36 {
+		return uuid.UUID{}, false
+	}
+	u, err := uuid.Parse(id)
+	if err != nil || u.String() != id {
+		return uuid.UUID{}, false
+	}
+	return u, true
+}
+
+func (x idSet) has(id string) bool {
+	if u, ok := compactID(id); ok {
+		_, found := x.u[u]
+		return found
+	}
+	_, found := x.s[id]
+	return found
+}
+
+func (x idSet) add(id string) {
+	if u, ok := compactID(id); ok {
+		x.u[u] = struct{}{}
+		return
+	}
+	x.s[id] = struct{}{}
+}

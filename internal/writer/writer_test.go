@@ -1,0 +1,703 @@
+package writer
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/layout"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const project = "-tmp-project"
+
+func newKey() layout.Key {
+	return layout.Key{ProjectKey: project, SessionID: uuid.NewString()}
+}
+
+type env struct {
+	t   *testing.T
+	lay layout.Layout
+	fs  fsys.FS
+	cfg Config
+}
+
+func newEnv(t *testing.T) *env {
+	dir := t.TempDir()
+	e := &env{t: t, lay: layout.Layout{Root: filepath.Join(dir, "root"), StateDir: filepath.Join(dir, "state")}, fs: fsys.OS}
+	e.cfg = Config{Layout: e.lay, Logger: zaptest.NewLogger(t), IdleCompact: time.Hour, IdleRetire: time.Hour}
+	return e
+}
+
+func (e *env) manager() *Manager {
+	e.t.Helper()
+	cfg := e.cfg
+	cfg.FS = e.fs
+	m, err := New(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return m
+}
+
+func closeManager(t *testing.T, m *Manager) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+}
+
+func entry(id string, fields ...string) []byte {
+	s := `{"type":"user"`
+	if id != "" {
+		s += `,"uuid":"` + id + `"`
+	}
+	for i := 0; i+1 < len(fields); i += 2 {
+		s += fmt.Sprintf(",%q:%q", fields[i], fields[i+1])
+	}
+	return []byte(s + "}")
+}
+
+// canonicalLines reads the canonical file and checks every line is a whole
+// JSON object.
+func (e *env) canonicalLines(k layout.Key) []string {
+	e.t.Helper()
+	b, err := os.ReadFile(e.lay.TranscriptPath(k))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if len(b) > 0 && b[len(b)-1] != '\n' {
+		e.t.Fatalf("canonical file does not end in a newline")
+	}
+	var out []string
+	for _, l := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		if l == "" {
+			continue
+		}
+		if !json.Valid([]byte(l)) {
+			e.t.Fatalf("canonical line is not valid JSON: %.100s", l)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func TestAppendValidatesAndCompacts(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	k := newKey()
+	ctx := context.Background()
+	res, err := m.Append(ctx, k, [][]byte{[]byte(`{ "type" : "user", "uuid":"` + uuid.NewString() + `", "z":1, "a":"<&>" }`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Results[0].Outcome != Stored || res.Results[0].Index != 0 || res.Entries != 1 {
+		t.Fatalf("unexpected result %+v", res)
+	}
+	bad := [][]byte{
+		[]byte(`[1,2]`), []byte(`{"a":`), []byte("{\"a\":\"\x00\"}"), []byte("{\"a\":\"\xff\"}"), []byte(`"str"`),
+	}
+	for _, b := range bad {
+		if _, err := m.Append(ctx, k, [][]byte{entry(uuid.NewString()), b}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("append %q: want invalid argument, got %v", b, err)
+		}
+	}
+	if _, err := m.Flush(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	lines := e.canonicalLines(k)
+	if len(lines) != 1 {
+		t.Fatalf("a rejected batch wrote something: %d lines", len(lines))
+	}
+	if !strings.HasPrefix(lines[0], `{"type":"user","uuid":"`) || !strings.HasSuffix(lines[0], `,"z":1,"a":"<&>"}`) {
+		t.Fatalf("key order or bytes not kept: %s", lines[0])
+	}
+	closeManager(t, m)
+	fi, err := os.Stat(e.lay.TranscriptPath(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("canonical file mode %v, want 0600", fi.Mode().Perm())
+	}
+}
+
+func TestDuplicatesByUUID(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	k := newKey()
+	ctx := context.Background()
+	a, b := uuid.NewString(), uuid.NewString()
+	res, err := m.Append(ctx, k, [][]byte{entry(a), entry(a), entry(""), entry("")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Outcome{Stored, Duplicate, Stored, Stored}
+	for i, r := range res.Results {
+		if r.Outcome != want[i] {
+			t.Errorf("entry %d: outcome %v want %v", i, r.Outcome, want[i])
+		}
+	}
+	res, err = m.Append(ctx, k, [][]byte{entry(b), entry(a)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Results[0].Outcome != Stored || res.Results[1].Outcome != Duplicate || res.Entries != 4 {
+		t.Fatalf("second batch: %+v", res)
+	}
+	// Still a duplicate after compaction and after a restart.
+	if _, err := m.Flush(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	closeManager(t, m)
+	m = e.manager()
+	res, err = m.Append(ctx, k, [][]byte{entry(b)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Results[0].Outcome != Duplicate || res.Entries != 4 {
+		t.Fatalf("after restart: %+v", res)
+	}
+	closeManager(t, m)
+}
+
+// TestConcurrentOneSession: 200 goroutines append 50 entries each to one
+// session; every entry is present exactly once and each caller's own order
+// is kept.
+func TestConcurrentOneSession(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.MinCompactBytes = 64 << 10 // compact often, racing with appends
+	m := e.manager()
+	k := newKey()
+	const callers, each = 200, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for c := 0; c < callers; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				var id string
+				if i%5 != 4 { // some entries carry no uuid
+					id = uuid.NewString()
+				}
+				if _, err := m.Append(context.Background(), k, [][]byte{entry(id, "caller", fmt.Sprint(c), "seq", fmt.Sprint(i))}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(c)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	closeManager(t, m)
+	checkCallers(t, e.canonicalLines(k), callers, each)
+}
+
+func checkCallers(t *testing.T, lines []string, callers, each int) {
+	t.Helper()
+	if len(lines) != callers*each {
+		t.Fatalf("%d lines, want %d", len(lines), callers*each)
+	}
+	next := make(map[string]int)
+	for _, l := range lines {
+		var v struct{ Caller, Seq string }
+		if err := json.Unmarshal([]byte(l), &v); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(next[v.Caller]) != v.Seq {
+			t.Fatalf("caller %s: got seq %s, want %d (order broken or entry lost/duplicated)", v.Caller, v.Seq, next[v.Caller])
+		}
+		next[v.Caller]++
+	}
+	for c := 0; c < callers; c++ {
+		if next[fmt.Sprint(c)] != each {
+			t.Fatalf("caller %d has %d entries, want %d", c, next[fmt.Sprint(c)], each)
+		}
+	}
+}
+
+// TestConcurrentManySessions: parallel appends to 100 sessions.
+func TestConcurrentManySessions(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.QueueDepth = 4 // exercise back-pressure
+	m := e.manager()
+	const sessions, callers, each = 100, 4, 10
+	keys := make([]layout.Key, sessions)
+	for i := range keys {
+		keys[i] = newKey()
+	}
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for s := range keys {
+		for c := 0; c < callers; c++ {
+			wg.Add(1)
+			go func(k layout.Key, c int) {
+				defer wg.Done()
+				for i := 0; i < each; i++ {
+					if _, err := m.Append(context.Background(), k, [][]byte{entry(uuid.NewString(), "caller", fmt.Sprint(c), "seq", fmt.Sprint(i))}); err != nil {
+						failed.Store(err)
+						return
+					}
+				}
+			}(keys[s], c)
+		}
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		t.Fatal(err)
+	}
+	closeManager(t, m)
+	for _, k := range keys {
+		checkCallers(t, e.canonicalLines(k), callers, each)
+	}
+}
+
+// TestJournalReplayAfterAbort: entries acknowledged but never compacted
+// (the process died) are replayed at the next start, exactly once.
+func TestJournalReplayAfterAbort(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	k := newKey()
+	ctx := context.Background()
+	if _, err := m.Append(ctx, k, [][]byte{entry(uuid.NewString()), entry("")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Flush(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Append(ctx, k, [][]byte{entry(uuid.NewString()), entry("", "n", "2")}); err != nil {
+		t.Fatal(err)
+	}
+	crash(t, m)
+	if n := len(e.canonicalLines(k)); n != 2 {
+		t.Fatalf("canonical has %d lines before recovery, want 2", n)
+	}
+	m = e.manager()
+	rep, err := m.Recover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Sessions != 1 || rep.Entries != 2 {
+		t.Fatalf("recover report %+v", rep)
+	}
+	if n := len(e.canonicalLines(k)); n != 4 {
+		t.Fatalf("after recovery %d lines, want 4", n)
+	}
+	// A second recovery finds nothing to do and duplicates nothing.
+	closeManager(t, m)
+	m = e.manager()
+	if _, err := m.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	closeManager(t, m)
+	if n := len(e.canonicalLines(k)); n != 4 {
+		t.Fatalf("after second recovery %d lines, want 4", n)
+	}
+}
+
+// faultFS fails one chosen operation kind after it has run a number of
+// times, to stop a compaction at a precise point.
+type faultFS struct {
+	fsys.FS
+	mu     sync.Mutex
+	failOn func(op, path string) bool
+}
+
+var errInjected = errors.New("injected fault")
+
+func (f *faultFS) check(op, path string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failOn != nil && f.failOn(op, path) {
+		return fmt.Errorf("%s %s: %w", op, path, errInjected)
+	}
+	return nil
+}
+
+func (f *faultFS) Rename(o, n string) error {
+	if err := f.check("rename", n); err != nil {
+		return err
+	}
+	return f.FS.Rename(o, n)
+}
+
+func (f *faultFS) SyncDir(name string) error {
+	if err := f.check("syncdir", name); err != nil {
+		return err
+	}
+	return f.FS.SyncDir(name)
+}
+
+// TestCrashBetweenRenameAndJournalReset: the compaction's rename landed but
+// the new journal generation was never created. Recovery must see that the
+// entries are already in the canonical file and not append them again,
+// also those without a uuid.
+func TestCrashBetweenRenameAndJournalReset(t *testing.T) {
+	for _, point := range []string{"canonical-syncdir", "journal-rename"} {
+		t.Run(point, func(t *testing.T) {
+			e := newEnv(t)
+			ff := &faultFS{FS: fsys.OS}
+			e.fs = ff
+			m := e.manager()
+			k := newKey()
+			ctx := context.Background()
+			if _, err := m.Append(ctx, k, [][]byte{entry(""), entry(""), entry(uuid.NewString())}); err != nil {
+				t.Fatal(err)
+			}
+			ff.mu.Lock()
+			ff.failOn = func(op, path string) bool {
+				switch point {
+				case "canonical-syncdir":
+					return op == "syncdir" && path == filepath.Dir(e.lay.TranscriptPath(k))
+				default:
+					return op == "rename" && strings.HasSuffix(path, ".wal")
+				}
+			}
+			ff.mu.Unlock()
+			if _, err := m.Flush(ctx, k); !errors.Is(err, errInjected) {
+				t.Fatalf("flush: want the injected fault, got %v", err)
+			}
+			ff.mu.Lock()
+			ff.failOn = nil
+			ff.mu.Unlock()
+			closeManager(t, m)
+			m = e.manager()
+			if _, err := m.Recover(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// The session works again and holds each entry once.
+			res, err := m.Append(ctx, k, [][]byte{entry("")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Entries != 4 {
+				t.Fatalf("session holds %d entries after recovery and one append, want 4", res.Entries)
+			}
+			closeManager(t, m)
+			if n := len(e.canonicalLines(k)); n != 4 {
+				t.Fatalf("%d lines, want 4", n)
+			}
+		})
+	}
+}
+
+// TestFailedRenameKeepsEntries: a compaction whose rename fails leaves the
+// old file; the entries stay journaled and reach the file later.
+func TestFailedRenameKeepsEntries(t *testing.T) {
+	e := newEnv(t)
+	ff := &faultFS{FS: fsys.OS}
+	e.fs = ff
+	m := e.manager()
+	k := newKey()
+	ctx := context.Background()
+	if _, err := m.Append(ctx, k, [][]byte{entry("")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Flush(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Append(ctx, k, [][]byte{entry(""), entry("")}); err != nil {
+		t.Fatal(err)
+	}
+	ff.mu.Lock()
+	ff.failOn = func(op, path string) bool { return op == "rename" && strings.HasSuffix(path, ".jsonl") }
+	ff.mu.Unlock()
+	if _, err := m.Flush(ctx, k); !errors.Is(err, errInjected) {
+		t.Fatalf("flush: want injected fault, got %v", err)
+	}
+	if n := len(e.canonicalLines(k)); n != 1 {
+		t.Fatalf("old file changed: %d lines", n)
+	}
+	ents, _ := os.ReadDir(filepath.Dir(e.lay.TranscriptPath(k)))
+	for _, d := range ents {
+		if d.Name() != filepath.Base(e.lay.TranscriptPath(k)) {
+			t.Errorf("left behind in the project folder: %s", d.Name())
+		}
+	}
+	ff.mu.Lock()
+	ff.failOn = nil
+	ff.mu.Unlock()
+	// The next request reopens the writer from disk.
+	res, err := m.Append(ctx, k, [][]byte{entry("")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Entries != 4 {
+		t.Fatalf("entries %d, want 4", res.Entries)
+	}
+	closeManager(t, m)
+	if n := len(e.canonicalLines(k)); n != 4 {
+		t.Fatalf("%d lines, want 4", n)
+	}
+}
+
+// TestForeignAppendKept: lines another program appends to the canonical
+// file are kept, in their place, and sessiond's entries follow them.
+func TestForeignAppendKept(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	k := newKey()
+	ctx := context.Background()
+	mine1, foreign, mine2 := uuid.NewString(), uuid.NewString(), uuid.NewString()
+	if _, err := m.Append(ctx, k, [][]byte{entry(mine1)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Flush(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Append(ctx, k, [][]byte{entry(mine2), entry(foreign)}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(e.lay.TranscriptPath(k), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(append(entry(foreign, "by", "agent"), '\n'))
+	f.Write([]byte(`{"torn":`)) // and a torn line, as a killed agent leaves
+	f.Close()
+	if _, err := m.Flush(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	closeManager(t, m)
+	b, _ := os.ReadFile(e.lay.TranscriptPath(k))
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("want 4 lines (mine, foreign, torn, mine; the duplicate uuid dropped), got %d:\n%s", len(lines), b)
+	}
+	if !strings.Contains(lines[0], mine1) || !strings.Contains(lines[1], `"by":"agent"`) || lines[2] != `{"torn":` || !strings.Contains(lines[3], mine2) {
+		t.Fatalf("unexpected content:\n%s", b)
+	}
+}
+
+func TestReadAndFollow(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.MinCompactBytes = 1 // compact on every append, moving entries under the follower
+	e.cfg.CompactRatio = 0.01
+	m := e.manager()
+	defer closeManager(t, m)
+	k := newKey()
+	ctx := context.Background()
+	for i := 0; i < 5; i++ {
+		if _, err := m.Append(ctx, k, [][]byte{entry("", "n", fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	collect := func(es []Entry) error {
+		for _, e := range es {
+			got = append(got, fmt.Sprintf("%d:%s", e.Index, e.Data))
+		}
+		return nil
+	}
+	if err := m.Read(ctx, k, ReadOptions{From: 3}, collect); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || !strings.HasPrefix(got[0], `3:{"type":"user","n":"3"}`) {
+		t.Fatalf("read from 3: %v", got)
+	}
+	got = nil
+	if err := m.Read(ctx, k, ReadOptions{Tail: 1}, collect); err != nil || len(got) != 1 || !strings.HasPrefix(got[0], "4:") {
+		t.Fatalf("tail 1: %v %v", got, err)
+	}
+	if err := m.Read(ctx, newKey(), ReadOptions{}, collect); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("unknown session: want not found, got %v", err)
+	}
+
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	followed := make(chan Entry, 100)
+	done := make(chan error, 1)
+	go func() {
+		done <- m.Read(fctx, k, ReadOptions{From: 4, Follow: true}, func(es []Entry) error {
+			for _, e := range es {
+				followed <- e
+			}
+			return nil
+		})
+	}()
+	want := uint64(4)
+	next := func() Entry {
+		select {
+		case e := <-followed:
+			return e
+		case <-time.After(10 * time.Second):
+			t.Fatal("follower got nothing")
+		}
+		return Entry{}
+	}
+	if e := next(); e.Index != want {
+		t.Fatalf("first followed index %d", e.Index)
+	}
+	for i := 5; i < 25; i++ {
+		if _, err := m.Append(ctx, k, [][]byte{entry("", "n", fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+		e := next()
+		if e.Index != uint64(i) || !bytes.Contains(e.Data, []byte(fmt.Sprintf(`"n":"%d"`, i))) {
+			t.Fatalf("followed %d: %s", e.Index, e.Data)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("follow ended with %v", err)
+	}
+}
+
+func TestIdleCompactionAndRetire(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.IdleCompact = 20 * time.Millisecond
+	e.cfg.IdleRetire = 60 * time.Millisecond
+	m := e.manager()
+	defer closeManager(t, m)
+	k := newKey()
+	if _, err := m.Append(context.Background(), k, [][]byte{entry("")}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for m.IsActive(k) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if m.IsActive(k) {
+		t.Fatal("idle writer did not retire")
+	}
+	if n := len(e.canonicalLines(k)); n != 1 {
+		t.Fatalf("idle compaction: %d lines", n)
+	}
+	// A retired session reopens on demand.
+	res, err := m.Append(context.Background(), k, [][]byte{entry("")})
+	if err != nil || res.Entries != 2 {
+		t.Fatalf("append after retire: %+v %v", res, err)
+	}
+}
+
+// TestLinearCompactionCost: with the size trigger alone, bytes written by
+// compactions stay within a constant factor of the bytes appended.
+func TestLinearCompactionCost(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.MinCompactBytes = 4 << 10
+	m := e.manager()
+	k := newKey()
+	payload := strings.Repeat("x", 200)
+	var appended int
+	for i := 0; i < 3000; i++ {
+		b := entry("", "p", payload)
+		appended += len(b) + 1
+		if _, err := m.Append(context.Background(), k, [][]byte{b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := m.Stats()
+	closeManager(t, m)
+	ratio := float64(st.CompactedBytes) / float64(appended)
+	t.Logf("appended %d bytes, compactions %d wrote %d bytes (%.2fx)", appended, st.Compactions, st.CompactedBytes, ratio)
+	if ratio > 2.5 {
+		t.Fatalf("compaction wrote %.2fx the appended bytes; the geometric rule bounds it by 2x plus the last file", ratio)
+	}
+}
+
+func TestSymlinkAtSessionPathRefused(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	defer closeManager(t, m)
+	k := newKey()
+	target := filepath.Join(t.TempDir(), "elsewhere")
+	os.WriteFile(target, nil, 0o600)
+	os.MkdirAll(filepath.Dir(e.lay.TranscriptPath(k)), 0o700)
+	if err := os.Symlink(target, e.lay.TranscriptPath(k)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := m.Append(context.Background(), k, [][]byte{entry("")})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("want a refusal naming the link, got %v", err)
+	}
+	if b, _ := os.ReadFile(target); len(b) != 0 {
+		t.Fatal("wrote through the symlink")
+	}
+}
+
+func TestFixturesRoundTrip(t *testing.T) {
+	files, _ := filepath.Glob("../../../shared/fixtures/*.jsonl")
+	if len(files) == 0 {
+		t.Fatal("no fixtures found at ../../../shared/fixtures")
+	}
+	e := newEnv(t)
+	m := e.manager()
+	defer closeManager(t, m)
+	ctx := context.Background()
+	for _, f := range files {
+		if strings.Contains(f, "TRUNCATED") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := newKey()
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		sc.Buffer(nil, 64<<20)
+		var batch [][]byte
+		for sc.Scan() {
+			batch = append(batch, append([]byte(nil), sc.Bytes()...))
+		}
+		if _, err := m.Append(ctx, k, batch); err != nil {
+			t.Fatalf("%s: %v", filepath.Base(f), err)
+		}
+		var got bytes.Buffer
+		if err := m.Read(ctx, k, ReadOptions{}, func(es []Entry) error {
+			for _, e := range es {
+				got.Write(e.Data)
+				got.WriteByte('\n')
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Bytes(), b) {
+			t.Fatalf("%s: read back differs from the original", filepath.Base(f))
+		}
+		if _, err := m.Flush(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		c, _ := os.ReadFile(e.lay.TranscriptPath(k))
+		if !bytes.Equal(c, b) {
+			t.Fatalf("%s: canonical file differs from the original", filepath.Base(f))
+		}
+	}
+}
+
+// crash stops every writer at once, without the shutdown compaction, as a
+// killed process would leave things (the journals are already synced).
+func crash(t *testing.T, m *Manager) {
+	t.Helper()
+	m.mu.Lock()
+	for _, s := range m.sessions {
+		s.abort()
+	}
+	m.mu.Unlock()
+	expired, cancel := context.WithCancel(context.Background())
+	cancel()
+	m.Close(expired)
+}
