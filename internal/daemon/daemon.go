@@ -101,7 +101,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if _, err := socket.Notify("READY=1"); err != nil {
 		log.Warn("sd_notify READY failed", zap.Error(err))
 	}
-	log.Info("sessiond serving", zap.String("socket", cfg.Socket), zap.Bool("socket_activated", activated),
+	log.Info("sessiond serving", zap.String("socket", ln.Addr().String()), zap.Bool("socket_activated", activated),
 		zap.String("root", cfg.Root), zap.String("state_dir", cfg.StateDir), zap.String("version", cfg.Version))
 
 	var runErr error

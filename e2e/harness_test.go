@@ -1,0 +1,195 @@
+// Package e2e runs the real sessiond and sessionctl binaries against a
+// socket and folders in a temp dir: what a user would run, crashes and
+// signals included.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sessiond/sessiond/client"
+)
+
+var bins string // folder holding the freshly built binaries
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sessiond-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	args := []string{"build", "-o", dir + "/"}
+	if raceEnabled {
+		// The daemon under test runs with the race detector too.
+		args = append(args, "-race")
+	}
+	args = append(args, "../cmd/sessiond", "../cmd/sessionctl")
+	cmd := exec.Command("go", args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the binaries failed:", err)
+		os.Exit(1)
+	}
+	bins = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// syncBuffer collects a process's output safely while it runs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// daemon is one sessiond process under test.
+type daemon struct {
+	t      *testing.T
+	dir    string
+	socket string
+	root   string
+	state  string
+	args   []string
+	env    []string
+	cmd    *exec.Cmd
+	log    *syncBuffer
+	exited chan struct{}
+	err    error
+}
+
+func newDaemon(t *testing.T, args ...string) *daemon {
+	dir := t.TempDir()
+	d := &daemon{
+		t: t, dir: dir,
+		socket: filepath.Join(dir, "run", "s.sock"),
+		root:   filepath.Join(dir, "claude"),
+		state:  filepath.Join(dir, "state"),
+		args:   args,
+	}
+	t.Cleanup(func() {
+		if d.cmd != nil && d.exited != nil {
+			select {
+			case <-d.exited:
+			default:
+				d.cmd.Process.Kill()
+				<-d.exited
+			}
+		}
+		if t.Failed() && d.log != nil {
+			t.Logf("sessiond log:\n%s", d.log.String())
+		}
+	})
+	return d
+}
+
+// start runs sessiond and waits until it answers health checks.
+func (d *daemon) start() {
+	d.t.Helper()
+	if err := d.startNoWait(); err != nil {
+		d.t.Fatal(err)
+	}
+	d.waitServing()
+}
+
+func (d *daemon) startNoWait() error {
+	args := append([]string{"--socket", d.socket, "--root", d.root, "--state-dir", d.state, "--log-level", "debug"}, d.args...)
+	d.cmd = exec.Command(filepath.Join(bins, "sessiond"), args...)
+	d.log = &syncBuffer{}
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	d.cmd.Env = append(os.Environ(), d.env...)
+	if err := d.cmd.Start(); err != nil {
+		return err
+	}
+	d.exited = make(chan struct{})
+	go func() { d.err = d.cmd.Wait(); close(d.exited) }()
+	return nil
+}
+
+func (d *daemon) waitServing() {
+	d.t.Helper()
+	c := d.client()
+	defer c.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-d.exited:
+			d.t.Fatalf("sessiond exited while starting: %v\n%s", d.err, d.log.String())
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := grpc_health_v1.NewHealthClient(c.Conn()).Check(ctx, &grpc_health_v1.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == grpc_health_v1.HealthCheckResponse_SERVING {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.t.Fatalf("sessiond did not start serving:\n%s", d.log.String())
+}
+
+func (d *daemon) client(opts ...client.Option) *client.Client {
+	d.t.Helper()
+	c, err := client.Dial(d.socket, opts...)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return c
+}
+
+// signal sends sig and waits for the exit; it returns the exit code.
+func (d *daemon) stop(sig syscall.Signal, within time.Duration) int {
+	d.t.Helper()
+	d.cmd.Process.Signal(sig)
+	select {
+	case <-d.exited:
+	case <-time.After(within):
+		d.t.Fatalf("sessiond did not exit within %v of %v", within, sig)
+	}
+	return d.cmd.ProcessState.ExitCode()
+}
+
+// ctl runs sessionctl against the daemon.
+func (d *daemon) ctl(stdin string, args ...string) (string, string, int) {
+	d.t.Helper()
+	cmd := exec.Command(filepath.Join(bins, "sessionctl"), append([]string{"--socket", d.socket}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			d.t.Fatal(err)
+		}
+		code = ee.ExitCode()
+	}
+	return out.String(), errOut.String(), code
+}
+
+func (d *daemon) transcript(projectKey, sid string) string {
+	return filepath.Join(d.root, "projects", projectKey, sid+".jsonl")
+}

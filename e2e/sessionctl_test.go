@@ -1,0 +1,385 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health/grpc_health_v1"
+	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
+	"github.com/sessiond/sessiond/client"
+	"github.com/sessiond/sessiond/internal/layout"
+)
+
+func TestSessionctlWalkthrough(t *testing.T) {
+	d := newDaemon(t)
+	d.start()
+	cwd := t.TempDir()
+	pk, err := layout.ProjectKeyFromCwd(cwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := uuid.NewString()
+	u1, u2 := uuid.NewString(), uuid.NewString()
+
+	out, _, code := d.ctl("", "status")
+	if code != 0 || !strings.Contains(out, d.socket) || !strings.Contains(out, "open sessions") {
+		t.Fatalf("status (%d):\n%s", code, out)
+	}
+	out, _, code = d.ctl("", "status", "--json")
+	var st map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st["root"] != d.root {
+		t.Fatalf("status --json (%d): %s", code, out)
+	}
+
+	in := `{ "type": "user", "uuid": "` + u1 + `", "cwd": "` + cwd + `", "message": {"role":"user","content":"hello sessiond"}, "timestamp":"2026-11-21T10:00:00.000Z" }
+{"type":"assistant","uuid":"` + u2 + `","parentUuid":"` + u1 + `"}
+
+{"type":"user","uuid":"` + u1 + `"}
+`
+	out, errOut, code := d.ctl(in, "append", "--cwd", cwd, "--session", sid)
+	if code != 0 {
+		t.Fatalf("append (%d): %s %s", code, out, errOut)
+	}
+	if strings.Count(out, "stored") != 2 || strings.Count(out, "duplicate") != 1 || !strings.Contains(out, "now holds 2 entries") {
+		t.Fatalf("append output:\n%s", out)
+	}
+
+	want := `{"type":"user","uuid":"` + u1 + `","cwd":"` + cwd + `","message":{"role":"user","content":"hello sessiond"},"timestamp":"2026-11-21T10:00:00.000Z"}` + "\n" +
+		`{"type":"assistant","uuid":"` + u2 + `","parentUuid":"` + u1 + `"}` + "\n"
+	out, errOut, code = d.ctl("", "show", sid) // the id alone is enough
+	if code != 0 || out != want {
+		t.Fatalf("show (%d) %s:\n%q\nwant\n%q", code, errOut, out, want)
+	}
+	out, _, code = d.ctl("", "show", sid, "--json", "--from", "1")
+	if code != 0 || !strings.HasPrefix(out, `{"index":1,"entry":{"type":"assistant"`) {
+		t.Fatalf("show --json: %s", out)
+	}
+
+	out, _, code = d.ctl("", "list", "--cwd", cwd)
+	if code != 0 || !strings.Contains(out, sid) || !strings.Contains(out, "hello sessiond") {
+		t.Fatalf("list (%d):\n%s", code, out)
+	}
+	out, _, code = d.ctl("", "list", "--json")
+	var ls struct {
+		Sessions []struct {
+			Session struct{ SessionID string } `json:"session"`
+			Entries string                     `json:"entries"`
+		} `json:"sessions"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &ls) != nil || len(ls.Sessions) != 1 || ls.Sessions[0].Entries != "2" {
+		t.Fatalf("list --json (%d): %s", code, out)
+	}
+
+	out, _, code = d.ctl("", "flush", sid)
+	if code != 0 || !strings.Contains(out, "2 entries compacted") {
+		t.Fatalf("flush (%d): %s", code, out)
+	}
+	b, err := os.ReadFile(d.transcript(pk, sid))
+	if err != nil || string(b) != want {
+		t.Fatalf("canonical file after flush: %v\n%s", err, b)
+	}
+	out, _, code = d.ctl("", "flush", "--all")
+	if code != 0 || !strings.Contains(out, "nothing to flush") {
+		t.Fatalf("flush --all (%d): %s", code, out)
+	}
+
+	// tail -f prints the last entry, then each new one.
+	tail := exec.Command(filepath.Join(bins, "sessionctl"), "--socket", d.socket, "tail", "-f", "-n", "1", sid)
+	pipe, _ := tail.StdoutPipe()
+	if err := tail.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer tail.Process.Kill()
+	lines := make(chan string, 10)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	expectLine := func(sub string) {
+		t.Helper()
+		select {
+		case l := <-lines:
+			if !strings.Contains(l, sub) {
+				t.Fatalf("tail -f printed %q, want it to contain %q", l, sub)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("tail -f printed nothing (want %q)", sub)
+		}
+	}
+	expectLine(u2)
+	u3 := uuid.NewString()
+	if _, errOut, code := d.ctl(`{"type":"user","uuid":"`+u3+`"}`, "append", "--cwd", cwd, "--session", sid); code != 0 {
+		t.Fatal(errOut)
+	}
+	expectLine(u3)
+	tail.Process.Signal(os.Interrupt)
+	tail.Wait()
+
+	// Bad inputs get a clear message and a non-zero exit.
+	for _, c := range []struct {
+		stdin string
+		args  []string
+		want  string
+	}{
+		{`{"a":`, []string{"append", "--cwd", cwd, "--session", sid}, "invalid input: entry 1 of 1"},
+		{`[1]`, []string{"append", "--cwd", cwd, "--session", sid}, "not an object"},
+		{`{}`, []string{"append", "--cwd", "relative/dir", "--session", sid}, "absolute"},
+		{`{}`, []string{"append", "--session", sid}, "--cwd"},
+		{`{}`, []string{"append", "--cwd", cwd, "--session", "not-a-uuid"}, "UUID"},
+		{``, []string{"show", uuid.NewString()}, "not found"},
+		{``, []string{"show", "../etc/passwd"}, "invalid input"},
+		{``, []string{"show", sid, "--subpath", "../escape"}, "invalid input"},
+		{``, []string{"flush"}, "session id or --all"},
+	} {
+		_, errOut, code := d.ctl(c.stdin, c.args...)
+		if code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("sessionctl %v: exit %d, stderr %q; want non-zero and %q", c.args, code, errOut, c.want)
+		}
+	}
+
+	// The same id in a second project makes the id alone ambiguous.
+	other := t.TempDir()
+	if _, errOut, code := d.ctl(`{"type":"user"}`, "append", "--cwd", other, "--session", sid); code != 0 {
+		t.Fatal(errOut)
+	}
+	if _, errOut, code := d.ctl("", "show", sid); code == 0 || !strings.Contains(errOut, "several projects") {
+		t.Fatalf("ambiguous show: %d %s", code, errOut)
+	}
+	if out, _, code := d.ctl("", "show", sid, "--cwd", other); code != 0 || out != "{\"type\":\"user\"}\n" {
+		t.Fatalf("show --cwd: %d %q", code, out)
+	}
+	if code := d.stop(syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+}
+
+func TestGoClient(t *testing.T) {
+	d := newDaemon(t)
+	d.start()
+	c := d.client()
+	defer c.Close()
+	ctx := context.Background()
+	cwd := t.TempDir()
+	s := client.Session{Cwd: cwd, ID: uuid.NewString()}
+	sub := client.Session{Cwd: cwd, ID: s.ID, Subpath: "subagents/agent-a1"}
+
+	resp, err := c.Append(ctx, s, []byte(`{"type":"user","uuid":"`+uuid.NewString()+`"}`), []byte(`{"type":"summary"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetEntries() != 2 || resp.GetResults()[1].GetIndex() != 1 {
+		t.Fatalf("append: %v", resp)
+	}
+	if _, err := c.Append(ctx, sub, []byte(`{"type":"user","isSidechain":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	// Follow sees entries appended afterwards.
+	fctx, cancel := context.WithCancel(ctx)
+	got := make(chan *sessiondv1.Entry, 10)
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Follow(fctx, s, client.ReadOptions{From: 2}, func(e *sessiondv1.Entry) error { got <- e; return nil })
+	}()
+	if _, err := c.Append(ctx, s, []byte(`{"type":"user","n":3}`)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-got:
+		if e.GetIndex() != 2 || string(e.GetData()) != `{"type":"user","n":3}` {
+			t.Fatalf("followed %v", e)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("follow got nothing")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("follow: %v", err)
+	}
+	var n int
+	if err := c.Read(ctx, sub, client.ReadOptions{}, func(*sessiondv1.Entry) error { n++; return nil }); err != nil || n != 1 {
+		t.Fatalf("read subagent: %d %v", n, err)
+	}
+	info, err := c.Info(ctx, s)
+	if err != nil || info.GetEntries() != 3 {
+		t.Fatalf("info: %v %v", info, err)
+	}
+	if _, err := c.Flush(ctx, sub); err != nil {
+		t.Fatal(err)
+	}
+	pk, _ := layout.ProjectKeyFromCwd(cwd)
+	if b, err := os.ReadFile(filepath.Join(d.root, "projects", pk, s.ID, "subagents", "agent-a1.jsonl")); err != nil || string(b) != "{\"type\":\"user\",\"isSidechain\":true}\n" {
+		t.Fatalf("subagent file: %v %q", err, b)
+	}
+	st, err := c.Status(ctx)
+	if err != nil || st.GetEntriesStored() != 4 || st.GetJournalSyncs() == 0 {
+		t.Fatalf("status: %v %v", st, err)
+	}
+	_, err = c.Append(ctx, client.Session{Cwd: cwd, ID: s.ID, Subpath: "/abs"}, []byte(`{}`))
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("absolute subpath: %v", err)
+	}
+	_, err = c.Append(ctx, s, []byte(`{"a":"\ud800"}`))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "surrogate") {
+		t.Fatalf("lone surrogate: %v", err)
+	}
+	big := make([]byte, 33<<20)
+	copy(big, `{"a":"`)
+	for i := 6; i < len(big)-2; i++ {
+		big[i] = 'x'
+	}
+	copy(big[len(big)-2:], `"}`)
+	_, err = c.Append(ctx, s, big)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "limit") {
+		t.Fatalf("oversized entry: %v", err)
+	}
+}
+
+func TestHealthAndReflection(t *testing.T) {
+	d := newDaemon(t)
+	d.start()
+	c := d.client()
+	defer c.Close()
+	ctx := context.Background()
+	hc, err := grpc_health_v1.NewHealthClient(c.Conn()).Check(ctx, &grpc_health_v1.HealthCheckRequest{Service: "sessiond.v1.Sessiond"})
+	if err != nil || hc.GetStatus() != grpc_health_v1.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", hc, err)
+	}
+	stream, err := rpb.NewServerReflectionClient(c.Conn()).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream.Send(&rpb.ServerReflectionRequest{MessageRequest: &rpb.ServerReflectionRequest_ListServices{}})
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	if !strings.Contains(strings.Join(names, ","), "sessiond.v1.Sessiond") {
+		t.Fatalf("reflection lists %v", names)
+	}
+	stream.CloseSend()
+}
+
+func TestSecondDaemonAndStaleSocket(t *testing.T) {
+	a := newDaemon(t)
+	a.start()
+	b := newDaemon(t)
+	b.socket = a.socket
+	if err := b.startNoWait(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-b.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("second daemon did not refuse to start")
+	}
+	if b.cmd.ProcessState.ExitCode() == 0 || !strings.Contains(b.log.String(), "already serving") {
+		t.Fatalf("second daemon: exit %d\n%s", b.cmd.ProcessState.ExitCode(), b.log.String())
+	}
+	// After a kill -9 the socket file is stale: the next daemon removes it.
+	a.stop(syscall.SIGKILL, 10*time.Second)
+	if _, err := os.Stat(a.socket); err != nil {
+		t.Fatalf("expected a stale socket file after kill -9: %v", err)
+	}
+	c := newDaemon(t)
+	c.socket = a.socket
+	c.start()
+	fi, err := os.Stat(c.socket)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode: %v %v", fi.Mode(), err)
+	}
+	di, err := os.Stat(filepath.Dir(c.socket))
+	if err != nil || di.Mode().Perm() != 0o700 {
+		t.Fatalf("socket folder mode: %v %v", di.Mode(), err)
+	}
+	c.stop(syscall.SIGTERM, 30*time.Second)
+}
+
+// TestSystemdProtocol: sd_notify READY once serving and STOPPING on
+// SIGTERM, and socket activation with a listener passed as fd 3.
+func TestSystemdProtocol(t *testing.T) {
+	d := newDaemon(t)
+	notify := filepath.Join(d.dir, "notify.sock")
+	nconn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nconn.Close()
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: d.socket + ".act", Net: "unix"})
+	if err != nil {
+		os.MkdirAll(filepath.Dir(d.socket), 0o700)
+		ln, err = net.ListenUnix("unix", &net.UnixAddr{Name: d.socket + ".act", Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	lf, _ := ln.File()
+	ln.SetUnlinkOnClose(false) // the daemon now owns the socket
+	ln.Close()
+	// LISTEN_PID must be the daemon's own pid: a shell sets it and execs.
+	d.cmd = exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"`, filepath.Join(bins, "sessiond"),
+		"--socket", d.socket, "--root", d.root, "--state-dir", d.state)
+	d.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+notify)
+	d.cmd.ExtraFiles = []*os.File{lf}
+	d.log = &syncBuffer{}
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lf.Close()
+	d.exited = make(chan struct{})
+	go func() { d.err = d.cmd.Wait(); close(d.exited) }()
+
+	readNotify := func() string {
+		nconn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		buf := make([]byte, 4096)
+		n, _, err := nconn.ReadFromUnix(buf)
+		if err != nil {
+			t.Fatalf("no sd_notify message: %v\n%s", err, d.log.String())
+		}
+		return string(buf[:n])
+	}
+	if m := readNotify(); !strings.Contains(m, "READY=1") {
+		t.Fatalf("first notify %q", m)
+	}
+	// It serves on the activated socket, not on --socket.
+	c, err := client.Dial(d.socket + ".act")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Status(context.Background()); err != nil {
+		t.Fatalf("status over the activated socket: %v", err)
+	}
+	if _, err := os.Stat(d.socket); err == nil {
+		t.Fatal("a socket-activated daemon must not open its own socket")
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	if m := readNotify(); !strings.Contains(m, "STOPPING=1") {
+		t.Fatalf("notify on SIGTERM %q", m)
+	}
+	<-d.exited
+	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}

@@ -1,0 +1,132 @@
+package layout
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func homeIs(dir string, err error) func() (string, error) {
+	return func() (string, error) { return dir, err }
+}
+
+var noHome = homeIs("", errors.New("no passwd entry"))
+
+func TestDefaultRoot(t *testing.T) {
+	cases := []struct {
+		name    string
+		env     map[string]string
+		home    func() (string, error)
+		want    string
+		wantErr string
+	}{
+		{"SESSIOND_ROOT wins", map[string]string{"SESSIOND_ROOT": "/srv/agents/", "CLAUDE_CONFIG_DIR": "/c", "HOME": "/h"}, noHome, "/srv/agents", ""},
+		{"CLAUDE_CONFIG_DIR", map[string]string{"CLAUDE_CONFIG_DIR": "/c/conf", "HOME": "/h"}, noHome, "/c/conf", ""},
+		{"HOME", map[string]string{"HOME": "/home/me"}, noHome, "/home/me/.claude", ""},
+		{"user database when HOME is unset", map[string]string{}, homeIs("/var/lib/me", nil), "/var/lib/me/.claude", ""},
+		{"NFD config dir becomes NFC, as in the SDK", map[string]string{"CLAUDE_CONFIG_DIR": "/cafe\u0301"}, noHome, "/caf\u00e9", ""},
+		{"relative SESSIOND_ROOT", map[string]string{"SESSIOND_ROOT": "agents"}, noHome, "", "SESSIOND_ROOT=\"agents\" is not an absolute path"},
+		{"tilde is not expanded", map[string]string{"CLAUDE_CONFIG_DIR": "~/.claude"}, noHome, "", "CLAUDE_CONFIG_DIR=\"~/.claude\" is not an absolute path"},
+		{"relative HOME", map[string]string{"HOME": "me"}, noHome, "", "HOME=\"me\" is not an absolute path"},
+		{"not UTF-8", map[string]string{"CLAUDE_CONFIG_DIR": "/c\xff"}, noHome, "", "not valid UTF-8"},
+		{"no home at all", map[string]string{}, noHome, "", "cannot find the home folder (no passwd entry); set HOME or SESSIOND_ROOT"},
+		{"relative home from the user database", map[string]string{}, homeIs("x", nil), "", "is not absolute"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := defaultRoot(envOf(c.env), c.home)
+			checkDefault(t, got, err, c.want, c.wantErr)
+		})
+	}
+}
+
+func TestDefaultStateDir(t *testing.T) {
+	cases := []struct {
+		name    string
+		env     map[string]string
+		home    func() (string, error)
+		want    string
+		wantErr string
+	}{
+		{"SESSIOND_STATE_DIR wins", map[string]string{"SESSIOND_STATE_DIR": "/var/lib/sessiond", "XDG_STATE_HOME": "/x", "HOME": "/h"}, noHome, "/var/lib/sessiond", ""},
+		{"XDG_STATE_HOME", map[string]string{"XDG_STATE_HOME": "/x/state", "HOME": "/h"}, noHome, "/x/state/sessiond", ""},
+		{"relative XDG_STATE_HOME is ignored", map[string]string{"XDG_STATE_HOME": "state", "HOME": "/h"}, noHome, "/h/.local/state/sessiond", ""},
+		{"HOME", map[string]string{"HOME": "/h"}, noHome, "/h/.local/state/sessiond", ""},
+		{"user database", map[string]string{}, homeIs("/u", nil), "/u/.local/state/sessiond", ""},
+		{"relative SESSIOND_STATE_DIR", map[string]string{"SESSIOND_STATE_DIR": "./state"}, noHome, "", "SESSIOND_STATE_DIR=\"./state\" is not an absolute path"},
+		{"no home", map[string]string{}, noHome, "", "set HOME or SESSIOND_STATE_DIR"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := defaultStateDir(envOf(c.env), c.home)
+			checkDefault(t, got, err, c.want, c.wantErr)
+		})
+	}
+}
+
+func checkDefault(t *testing.T, got string, err error, want, wantErr string) {
+	t.Helper()
+	if wantErr == "" {
+		if err != nil || got != want {
+			t.Fatalf("got %q, %v; want %q", got, err, want)
+		}
+		return
+	}
+	if err == nil || !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), wantErr) {
+		t.Fatalf("got %q, %v; want an ErrInvalidArgument mentioning %q", got, err, wantErr)
+	}
+}
+
+func TestDefaultSocket(t *testing.T) {
+	cases := []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"SESSIOND_SOCKET": "/run/s.sock", "XDG_RUNTIME_DIR": "/run/user/1000"}, "/run/s.sock"},
+		{map[string]string{"XDG_RUNTIME_DIR": "/run/user/1000"}, "/run/user/1000/sessiond/sessiond.sock"},
+		{map[string]string{"XDG_RUNTIME_DIR": "run"}, "/tmp/sessiond-1000/sessiond.sock"},
+		{map[string]string{}, "/tmp/sessiond-1000/sessiond.sock"},
+	}
+	for _, c := range cases {
+		if got := defaultSocket(envOf(c.env), 1000); got != c.want {
+			t.Errorf("defaultSocket(%v) = %q, want %q", c.env, got, c.want)
+		}
+	}
+	want := fmt.Sprintf("/tmp/sessiond-%d/sessiond.sock", os.Getuid())
+	if got := DefaultSocket(envOf(nil)); got != want {
+		t.Errorf("DefaultSocket(empty env) = %q, want %q", got, want)
+	}
+}
+
+func TestDefaultsExported(t *testing.T) {
+	env := envOf(map[string]string{"HOME": "/h"})
+	if got, err := DefaultRoot(env); err != nil || got != "/h/.claude" {
+		t.Errorf("DefaultRoot = %q, %v", got, err)
+	}
+	if got, err := DefaultStateDir(env); err != nil || got != "/h/.local/state/sessiond" {
+		t.Errorf("DefaultStateDir = %q, %v", got, err)
+	}
+}
+
+func TestDefaultsNilGetenvUsesProcessEnv(t *testing.T) {
+	t.Setenv("SESSIOND_ROOT", "/from/env")
+	t.Setenv("SESSIOND_STATE_DIR", "/state/env")
+	t.Setenv("SESSIOND_SOCKET", "/sock/env")
+	if got, err := DefaultRoot(nil); err != nil || got != "/from/env" {
+		t.Errorf("DefaultRoot(nil) = %q, %v", got, err)
+	}
+	if got, err := DefaultStateDir(nil); err != nil || got != "/state/env" {
+		t.Errorf("DefaultStateDir(nil) = %q, %v", got, err)
+	}
+	if got := DefaultSocket(nil); got != "/sock/env" {
+		t.Errorf("DefaultSocket(nil) = %q", got)
+	}
+}

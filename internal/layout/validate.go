@@ -1,0 +1,193 @@
+package layout
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+)
+
+// Limits on the parts of a Key.
+const (
+	// MaxProjectKeyBytes is NAME_MAX: a project key is one folder name.
+	// Keys derived from a working directory are at most 207 bytes.
+	MaxProjectKeyBytes = 255
+	// MaxSubpathBytes bounds a whole subpath.
+	MaxSubpathBytes = 1024
+	// maxNameBytes is NAME_MAX on Linux and macOS; the last component of a
+	// subpath must leave room for the ".jsonl" the daemon appends.
+	maxNameBytes = 255
+)
+
+// exampleSessionID and exampleSubpath show the accepted forms in messages.
+const (
+	exampleSessionID = "01234567-89ab-cdef-0123-456789abcdef"
+	exampleSubpath   = "subagents/agent-abc"
+)
+
+// ValidateProjectKey accepts a project key given directly: one safe folder
+// name. It must be non-empty, at most 255 bytes of valid UTF-8, contain no
+// '/', '\\', NUL or other control character, and be neither "." nor ".."
+// nor start with '.'. Keys derived by ProjectKeyFromCwd always pass.
+func ValidateProjectKey(key string) error {
+	const want = "want one folder name such as \"-home-me-project\" (the working directory with every character outside [A-Za-z0-9] replaced by '-')"
+	switch {
+	case key == "":
+		return invalidf("project key is empty; %s", want)
+	case len(key) > MaxProjectKeyBytes:
+		return invalidf("project key %s is %d bytes long; at most %d bytes are accepted", quote(key), len(key), MaxProjectKeyBytes)
+	case !utf8.ValidString(key):
+		return invalidf("project key %s is not valid UTF-8", quote(key))
+	case key == "." || key == "..":
+		return invalidf("project key %q refers to a folder relative to the projects folder; %s", key, want)
+	case key[0] == '.':
+		return invalidf("project key %s starts with '.'; names starting with '.' are not accepted as project keys", quote(key))
+	}
+	if i := strings.IndexAny(key, `/\`); i >= 0 {
+		return invalidf("project key %s contains a path separator %q; a project key is a single folder name, %s", quote(key), key[i], want)
+	}
+	if r, i := firstControl(key); i >= 0 {
+		return invalidf("project key %s contains the control character %U at byte %d; NUL and other control characters are not accepted", quote(key), r, i)
+	}
+	return nil
+}
+
+// ValidateSessionID accepts what the SDK accepts as a session id: a UUID in
+// the canonical 8-4-4-4-12 form of hex digits, either case, any version
+// (the SDK's /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i).
+// Braces, a "urn:uuid:" prefix and the 32-digit form are refused.
+func ValidateSessionID(id string) error {
+	const want = "want a UUID: 32 hex digits in groups of 8-4-4-4-12 separated by '-', such as " + exampleSessionID
+	if id == "" {
+		return invalidf("session id is empty; %s", want)
+	}
+	if len(id) != len(exampleSessionID) {
+		return invalidf("session id %s is %d bytes long, not 36; %s", quote(id), len(id), want)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return invalidf("session id %s has %s at position %d where '-' belongs; %s", quote(id), describeByte(c), i+1, want)
+			}
+		default:
+			if !isHex(c) {
+				return invalidf("session id %s has %s at position %d, which is not a hex digit; %s", quote(id), describeByte(c), i+1, want)
+			}
+		}
+	}
+	return nil
+}
+
+// ValidateSubpath accepts a non-empty subpath: a '/'-separated path relative
+// to the session folder, without the ".jsonl" the daemon appends, such as
+// "subagents/agent-abc". It refuses what the SDKs refuse when they
+// materialise a session (empty, absolute, drive- or UNC-prefixed, "." or
+// ".." components, NUL) and, so that the accepted set stays small and every
+// accepted subpath names exactly one file inside the session folder: any
+// backslash, empty components ("a//b", a trailing '/'), control characters,
+// invalid UTF-8, a ".jsonl" suffix, folder components ending in ".jsonl" or
+// ".wal" (they would collide with the file of a shorter subpath), components
+// too long for the filesystem, and more than 1024 bytes in all.
+func ValidateSubpath(sub string) error {
+	const want = "want a relative path such as \"" + exampleSubpath + "\""
+	switch {
+	case sub == "":
+		return invalidf("subpath is empty; leave it unset to address the main transcript, or %s", want)
+	case len(sub) > MaxSubpathBytes:
+		return invalidf("subpath %s is %d bytes long; at most %d bytes are accepted", quote(sub), len(sub), MaxSubpathBytes)
+	case !utf8.ValidString(sub):
+		return invalidf("subpath %s is not valid UTF-8", quote(sub))
+	}
+	if r, i := firstControl(sub); i >= 0 {
+		return invalidf("subpath %s contains the control character %U at byte %d; NUL and other control characters are not accepted", quote(sub), r, i)
+	}
+	switch {
+	case sub[0] == '/':
+		return invalidf("subpath %s is an absolute path; %s inside the session folder", quote(sub), want)
+	case sub[0] == '\\':
+		return invalidf("subpath %s starts with a backslash (an absolute or UNC path on Windows); %s", quote(sub), want)
+	case len(sub) >= 2 && isASCIILetter(sub[0]) && sub[1] == ':':
+		return invalidf("subpath %s starts with the drive prefix %q; %s", quote(sub), sub[:2], want)
+	case strings.Contains(sub, `\`):
+		return invalidf("subpath %s contains a backslash; separate folders with '/', %s", quote(sub), want)
+	case strings.HasSuffix(sub, TranscriptExt):
+		return invalidf("subpath %s ends in %q; give it without the extension, which sessiond adds", quote(sub), TranscriptExt)
+	}
+	parts := strings.Split(sub, "/")
+	last := len(parts) - 1
+	for i, p := range parts {
+		switch {
+		case p == "" && i == last:
+			return invalidf("subpath %s ends with '/'; it must name a file, %s", quote(sub), want)
+		case p == "":
+			return invalidf("subpath %s has an empty component (\"//\"); %s", quote(sub), want)
+		case p == "." || p == "..":
+			return invalidf("subpath %s has a %q component; '.' and '..' are not accepted, %s", quote(sub), p, want)
+		case i == last && len(p)+len(TranscriptExt) > maxNameBytes:
+			return invalidf("subpath %s ends in a name of %d bytes; at most %d bytes are accepted so that the file name with %q fits in %d bytes", quote(sub), len(p), maxNameBytes-len(TranscriptExt), TranscriptExt, maxNameBytes)
+		case len(p) > maxNameBytes:
+			return invalidf("subpath %s has a component of %d bytes; at most %d bytes are accepted per component", quote(sub), len(p), maxNameBytes)
+		case i < last && (strings.HasSuffix(p, TranscriptExt) || strings.HasSuffix(p, JournalExt)):
+			ext := reservedExt(p)
+			clash := strings.Join(append(parts[:i:i], strings.TrimSuffix(p, ext)), "/")
+			return invalidf("subpath %s has a folder %q ending in %q, which would collide with the file of subpath %q; rename the folder", quote(sub), p, ext, clash)
+		}
+	}
+	return nil
+}
+
+// reservedExt returns whichever of the daemon's extensions p ends in.
+func reservedExt(p string) string {
+	if strings.HasSuffix(p, TranscriptExt) {
+		return TranscriptExt
+	}
+	return JournalExt
+}
+
+// invalidf builds an ErrInvalidArgument error; the message should say what
+// is wrong and what is accepted.
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errdefs.ErrInvalidArgument}, args...)...)
+}
+
+// quote renders a caller-supplied string for a message, cut to a readable
+// length.
+func quote(s string) string {
+	const max = 80
+	if len(s) <= max {
+		return fmt.Sprintf("%q", s)
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%q... (%d bytes)", s[:cut], len(s))
+}
+
+// firstControl returns the first control character of a valid UTF-8 string
+// and its byte offset, or -1.
+func firstControl(s string) (rune, int) {
+	for i, r := range s {
+		if unicode.IsControl(r) {
+			return r, i
+		}
+	}
+	return 0, -1
+}
+
+func describeByte(c byte) string {
+	if c < utf8.RuneSelf && !unicode.IsControl(rune(c)) {
+		return fmt.Sprintf("%q", rune(c))
+	}
+	return fmt.Sprintf("the byte 0x%02x", c)
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func isASCIILetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }

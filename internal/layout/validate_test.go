@@ -1,0 +1,222 @@
+package layout
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+)
+
+// validatorCase is one input and, for a bad one, a fragment the message must
+// contain so the user learns what is wrong.
+type validatorCase struct {
+	in      string
+	wantErr string // "" = must be accepted
+}
+
+func runValidatorCases(t *testing.T, name string, validate func(string) error, cases []validatorCase) {
+	t.Helper()
+	for _, c := range cases {
+		err := validate(c.in)
+		if c.wantErr == "" {
+			if err != nil {
+				t.Errorf("%s(%q) = %v, want nil", name, c.in, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("%s(%q) = nil, want an error about %q", name, c.in, c.wantErr)
+			continue
+		}
+		if !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%s(%q) = %v, not of kind ErrInvalidArgument", name, c.in, err)
+		}
+		if !strings.Contains(err.Error(), c.wantErr) {
+			t.Errorf("%s(%q) = %q, want it to mention %q", name, c.in, err, c.wantErr)
+		}
+	}
+}
+
+func count(cases []validatorCase) (good, bad int) {
+	for _, c := range cases {
+		if c.wantErr == "" {
+			good++
+		} else {
+			bad++
+		}
+	}
+	return good, bad
+}
+
+var subpathCases = []validatorCase{
+	// Accepted.
+	{in: "subagents/agent-abc"},
+	{in: "subagents/agent-a0123456789abcdef"},
+	{in: "subagents/workflows/run-1/agent-abc"},
+	{in: "a"},
+	{in: "journal"},
+	{in: "agent-x.meta"},           // sidecars are .meta.json, no clash
+	{in: "a.wal"},                  // last name: a.wal.jsonl / a.wal.wal
+	{in: "a.jsonl.bak"},            // does not end in .jsonl
+	{in: ".hidden/x"},              // hidden, but neither "." nor ".."
+	{in: "..."},                    // a legal name
+	{in: "x/..a/b.."},              // dots inside names are fine
+	{in: "1:b"},                    // not a drive letter
+	{in: "ab:c"},                   // colon after the first two bytes
+	{in: "日本/語 space"},             // UTF-8 and spaces
+	{in: "emoji-\U0001F389"},       // astral
+	{in: strings.Repeat("x", 249)}, // 249 + ".jsonl" = 255
+	{in: strings.Repeat("d", 255) + "/a"},
+	{in: strings.Repeat("abcd/", 204) + "abcd"}, // 1024 bytes exactly
+
+	// Refused.
+	{in: "", wantErr: "subpath is empty"},
+	{in: "/abs", wantErr: "absolute path"},
+	{in: "/", wantErr: "absolute path"},
+	{in: "/etc/passwd", wantErr: "absolute path"},
+	{in: `\\server\share\x`, wantErr: "starts with a backslash"},
+	{in: `\x`, wantErr: "starts with a backslash"},
+	{in: "C:foo", wantErr: `drive prefix "C:"`},
+	{in: "C:", wantErr: `drive prefix "C:"`},
+	{in: `c:\x`, wantErr: `drive prefix "c:"`},
+	{in: "z:/x", wantErr: `drive prefix "z:"`},
+	{in: `a\b`, wantErr: "contains a backslash"},
+	{in: `subagents\..\..\x`, wantErr: "contains a backslash"},
+	{in: "a//b", wantErr: "empty component"},
+	{in: "a/", wantErr: "ends with '/'"},
+	{in: ".", wantErr: `"." component`},
+	{in: "..", wantErr: `".." component`},
+	{in: "./a", wantErr: `"." component`},
+	{in: "a/./b", wantErr: `"." component`},
+	{in: "a/../b", wantErr: `".." component`},
+	{in: "a/..", wantErr: `".." component`},
+	{in: "../../etc/passwd", wantErr: `".." component`},
+	{in: "a\x00b", wantErr: "control character U+0000"},
+	{in: "a\nb", wantErr: "control character U+000A"},
+	{in: "a\x7f", wantErr: "control character U+007F"},
+	{in: "a\u0085b", wantErr: "control character U+0085"},
+	{in: "\xff", wantErr: "not valid UTF-8"},
+	{in: "agent.jsonl", wantErr: `ends in ".jsonl"`},
+	{in: "subagents/agent-x.jsonl", wantErr: `ends in ".jsonl"`},
+	{in: "a.jsonl/b", wantErr: `collide with the file of subpath "a"`},
+	{in: "x/a.wal/b", wantErr: `collide with the file of subpath "x/a"`},
+	{in: strings.Repeat("x", 250), wantErr: "at most 249 bytes"},
+	{in: strings.Repeat("d", 256) + "/a", wantErr: "component of 256 bytes"},
+	{in: strings.Repeat("abcd/", 204) + "abcde", wantErr: "1025 bytes long"},
+}
+
+func TestValidateSubpath(t *testing.T) {
+	if good, bad := count(subpathCases); good < 5 || bad < 15 {
+		t.Fatalf("table has %d good and %d bad cases; want at least 5 and 15", good, bad)
+	}
+	runValidatorCases(t, "ValidateSubpath", ValidateSubpath, subpathCases)
+}
+
+var sessionIDCases = []validatorCase{
+	{in: "01234567-89ab-cdef-0123-456789abcdef"},
+	{in: "01234567-89AB-CDEF-0123-456789ABCDEF"}, // the SDK's regexp has the i flag
+	{in: "01234567-89aB-CdEf-0123-456789abcdef"},
+	{in: "00000000-0000-0000-0000-000000000000"},
+	{in: "018f4b2e-7c1a-7d3e-9f00-123456789abc"}, // v7: any version is accepted
+
+	{in: "", wantErr: "session id is empty"},
+	{in: "not-a-uuid", wantErr: "10 bytes long, not 36"},
+	{in: "01234567-89ab-cdef-0123-456789abcde", wantErr: "35 bytes long"},
+	{in: "01234567-89ab-cdef-0123-456789abcdef0", wantErr: "37 bytes long"},
+	{in: "01234567-89ab-cdef-0123-456789abcdef\n", wantErr: "37 bytes long"},
+	{in: "{01234567-89ab-cdef-0123-456789abcdef}", wantErr: "38 bytes long"},
+	{in: "urn:uuid:01234567-89ab-cdef-0123-456789abcdef", wantErr: "45 bytes long"},
+	{in: "0123456789abcdef0123456789abcdef", wantErr: "32 bytes long"},
+	{in: "01234567_89ab-cdef-0123-456789abcdef", wantErr: `'_' at position 9 where '-' belongs`},
+	{in: "0123456789ab-cdef-0123-456789abcdef-", wantErr: `'8' at position 9 where '-' belongs`},
+	{in: "0123456g-89ab-cdef-0123-456789abcdef", wantErr: `'g' at position 8, which is not a hex digit`},
+	{in: " 1234567-89ab-cdef-0123-456789abcdef", wantErr: `' ' at position 1`},
+	{in: "01234567-89ab-cdef-0123-456789abcd\u00e9", wantErr: "the byte 0xc3 at position 35"},
+	{in: "01234567-89ab-cdef-0123-456789abcd\x00f", wantErr: "the byte 0x00 at position 35"},
+	{in: "../../../../../../../../etc/passwd..", wantErr: `'.' at position 1`},
+	{in: strings.Repeat("a", 10000), wantErr: "10000 bytes long"},
+}
+
+func TestValidateSessionID(t *testing.T) {
+	if good, bad := count(sessionIDCases); good < 3 || bad < 8 {
+		t.Fatalf("table has %d good and %d bad cases; want at least 3 and 8", good, bad)
+	}
+	runValidatorCases(t, "ValidateSessionID", ValidateSessionID, sessionIDCases)
+}
+
+func TestValidateSessionIDMessageIsShort(t *testing.T) {
+	err := ValidateSessionID(strings.Repeat("a", 1<<20))
+	if err == nil || len(err.Error()) > 400 {
+		t.Fatalf("message for a 1 MiB id is %d bytes; the input must be cut", len(err.Error()))
+	}
+}
+
+var projectKeyCases = []validatorCase{
+	{in: "-home-me-project"},
+	{in: "-"},
+	{in: "C--Users-me-project"},
+	{in: "myproject"},
+	{in: "proj_1.2 with space"},
+	{in: "日本語"},
+	{in: "a..b"},
+	{in: strings.Repeat("-", 200) + "-zik0zk"}, // the longest derived key
+	{in: strings.Repeat("k", 255)},
+
+	{in: "", wantErr: "project key is empty"},
+	{in: ".", wantErr: "refers to a folder relative"},
+	{in: "..", wantErr: "refers to a folder relative"},
+	{in: ".hidden", wantErr: "starts with '.'"},
+	{in: "a/b", wantErr: `path separator '/'`},
+	{in: "/abs", wantErr: `path separator '/'`},
+	{in: "../x", wantErr: "starts with '.'"},
+	{in: "-x/../../etc", wantErr: `path separator '/'`},
+	{in: `a\b`, wantErr: `path separator '\\'`},
+	{in: "a\x00b", wantErr: "control character U+0000"},
+	{in: "a\nb", wantErr: "control character U+000A"},
+	{in: "a\u009bb", wantErr: "control character U+009B"},
+	{in: "\xff\xfe", wantErr: "not valid UTF-8"},
+	{in: strings.Repeat("k", 256), wantErr: "256 bytes long; at most 255"},
+}
+
+func TestValidateProjectKey(t *testing.T) {
+	if good, bad := count(projectKeyCases); good < 3 || bad < 8 {
+		t.Fatalf("table has %d good and %d bad cases; want at least 3 and 8", good, bad)
+	}
+	runValidatorCases(t, "ValidateProjectKey", ValidateProjectKey, projectKeyCases)
+}
+
+func TestKeyValidate(t *testing.T) {
+	const sid = "01234567-89ab-cdef-0123-456789abcdef"
+	cases := []struct {
+		key     Key
+		wantErr string
+	}{
+		{key: Key{ProjectKey: "-p", SessionID: sid}},
+		{key: Key{ProjectKey: "-p", SessionID: sid, Subpath: "subagents/agent-a"}},
+		{key: Key{ProjectKey: "", SessionID: sid}, wantErr: "project key is empty"},
+		{key: Key{ProjectKey: "..", SessionID: sid}, wantErr: "project key"},
+		{key: Key{ProjectKey: "-p", SessionID: "x"}, wantErr: "session id"},
+		{key: Key{ProjectKey: "-p", SessionID: sid, Subpath: "../x"}, wantErr: "subpath"},
+		{key: Key{ProjectKey: "-p", SessionID: sid, Subpath: "/x"}, wantErr: "absolute"},
+	}
+	for _, c := range cases {
+		err := c.key.Validate()
+		switch {
+		case c.wantErr == "" && err != nil:
+			t.Errorf("%v.Validate() = %v, want nil", c.key, err)
+		case c.wantErr != "" && (err == nil || !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), c.wantErr)):
+			t.Errorf("%v.Validate() = %v, want an ErrInvalidArgument mentioning %q", c.key, err, c.wantErr)
+		}
+	}
+}
+
+func TestKeyString(t *testing.T) {
+	const sid = "01234567-89ab-cdef-0123-456789abcdef"
+	if got := (Key{ProjectKey: "-p", SessionID: sid}).String(); got != "-p/"+sid {
+		t.Errorf("main key String() = %q", got)
+	}
+	if got := (Key{ProjectKey: "-p", SessionID: sid, Subpath: "subagents/agent-a"}).String(); got != "-p/"+sid+"/subagents/agent-a" {
+		t.Errorf("subpath key String() = %q", got)
+	}
+}
