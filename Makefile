@@ -5,19 +5,26 @@ PROTOC_VERSION := libprotoc 3.21.12
 PROTO_DIR := api/proto
 PROTO_FILES := $(shell find $(PROTO_DIR) -name '*.proto' | sort)
 
-.PHONY: all build test proto proto-check vet fmt-check fuzz clean
+.PHONY: all build test tools proto proto-check vet fmt-check fuzz fuzz-short clean
 
 all: build
 
 build:
 	$(GO) build -o bin/ ./cmd/...
 
+# tools installs what the suite needs beyond Go: protoc (Debian's
+# protobuf-compiler, which pins its version) when it is missing.
+tools:
+	@v="$$(protoc --version 2>/dev/null)"; if [ "$$v" != "$(PROTOC_VERSION)" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing protobuf-compiler"; (apt-get update -qq && apt-get install -y -qq protobuf-compiler) >/dev/null || exit 1; \
+	  else echo "make needs $(PROTOC_VERSION) for the generated-code check (Debian: sudo apt-get install protobuf-compiler), found: '$$v'" >&2; exit 1; fi; \
+	  v="$$(protoc --version)"; [ "$$v" = "$(PROTOC_VERSION)" ] || { echo "protoc is $$v, want $(PROTOC_VERSION)" >&2; exit 1; }; fi
+
 # proto regenerates the committed Go code with the pinned generators:
 # protoc-gen-go and protoc-gen-go-grpc are go.mod tool entries, protoc is
 # Debian's protobuf-compiler.
-proto:
-	@v="$$(protoc --version 2>/dev/null)"; if [ "$$v" != "$(PROTOC_VERSION)" ]; then \
-	  echo "make proto needs $(PROTOC_VERSION) (Debian: apt-get install protobuf-compiler), found: '$$v'" >&2; exit 1; fi
+proto: tools
 	$(GO) build -o .bin/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go
 	$(GO) build -o .bin/protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc
 	protoc -I $(PROTO_DIR) \

@@ -86,7 +86,13 @@ func (st *state) totalEntries() uint64 { return st.canonEntries + uint64(len(st.
 // tempPrefix names this session's compaction temp files. They start with a
 // dot and end in ".tmp", so no reader ever takes them for a transcript.
 func (st *state) tempPrefix() string {
-	return "." + strings.TrimSuffix(filepath.Base(st.canonPath), ".jsonl") + ".compact-"
+	base := strings.TrimSuffix(filepath.Base(st.canonPath), ".jsonl")
+	if len(base) > 200 {
+		// Keep the temp name within the 255-byte limit of a file name while
+		// still unique to this transcript.
+		base = fmt.Sprintf("%s-%08x", base[:200], crc32.Checksum([]byte(base), castagnoli))
+	}
+	return "." + base + ".compact-"
 }
 
 // open loads the session from disk and replays its journal, deciding from
