@@ -121,12 +121,39 @@ func (m *Manager) release(s *session) {
 	m.mu.Unlock()
 }
 
+// isLive reports whether s is still the writer callers of its key reach.
+func (m *Manager) isLive(s *session) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sessions[s.key] == s
+}
+
+// follow marks key's live writer as followed, so it does not retire while
+// a Follow stream waits on it; unfollow undoes it.
+func (m *Manager) follow(key layout.Key) (*session, error) {
+	s, err := m.acquire(key)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	s.refs--
+	s.followers++
+	m.mu.Unlock()
+	return s, nil
+}
+
+func (m *Manager) unfollow(s *session) {
+	m.mu.Lock()
+	s.followers--
+	m.mu.Unlock()
+}
+
 // tryRemove takes s out of the map when nobody holds a reference and its
 // queue is empty; after that no caller can reach it, so it may exit.
 func (m *Manager) tryRemove(s *session, force bool) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !force && (s.refs > 0 || len(s.reqs) > 0 || len(s.ctrl) > 0) {
+	if !force && (s.refs > 0 || s.followers > 0 || len(s.reqs) > 0 || len(s.ctrl) > 0) {
 		return false
 	}
 	if m.sessions[s.key] == s {
@@ -233,6 +260,12 @@ func (m *Manager) do(ctx context.Context, key layout.Key, op func(*state) error)
 // Flush compacts key's journal into its canonical file.
 func (m *Manager) Flush(ctx context.Context, key layout.Key) (FlushResult, error) {
 	var res FlushResult
+	if err := key.Validate(); err != nil {
+		return res, err
+	}
+	if !m.existsOnDisk(key) {
+		return res, fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+	}
 	err := m.do(ctx, key, func(st *state) error {
 		if !st.exists() {
 			return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)

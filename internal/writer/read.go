@@ -108,7 +108,7 @@ func (m *Manager) Read(ctx context.Context, key layout.Key, opt ReadOptions, sen
 	var held *session
 	defer func() {
 		if held != nil {
-			m.release(held)
+			m.unfollow(held)
 		}
 	}()
 	r := reader{next: opt.From, send: send}
@@ -118,16 +118,12 @@ func (m *Manager) Read(ctx context.Context, key layout.Key, opt ReadOptions, sen
 			// Holding a reference keeps the writer from retiring while
 			// someone follows it, so it is not reopened (and its file
 			// rescanned) over and over.
-			if held != nil {
-				select {
-				case <-held.exited:
-					m.release(held)
-					held = nil
-				default:
-				}
+			if held != nil && !m.isLive(held) {
+				m.unfollow(held)
+				held = nil
 			}
 			if held == nil {
-				s, err := m.acquire(key)
+				s, err := m.follow(key)
 				if err != nil {
 					return err
 				}

@@ -39,7 +39,11 @@ type session struct {
 	stopOnce  sync.Once
 	abortOnce sync.Once
 
-	refs int // guarded by m.mu: callers about to use this writer
+	// Guarded by m.mu. refs counts callers about to queue a request: the
+	// writer may not exit before they are answered. followers counts open
+	// Follow streams: they only keep the writer from retiring when idle.
+	refs      int
+	followers int
 }
 
 func newSession(m *Manager, key layout.Key) *session {
@@ -96,6 +100,7 @@ func (s *session) run() {
 			}
 			if time.Since(lastActive) >= cfg.IdleRetire && st.failed == nil {
 				if s.m.tryRemove(s, false) {
+					st.notifyChange()
 					return
 				}
 			}
@@ -165,6 +170,8 @@ func (s *session) drain(st *state) {
 // reference. Only then can the goroutine end without stranding anyone.
 func (s *session) exit(st *state, err error) {
 	s.m.tryRemove(s, true)
+	// Wake followers now: they move on to a fresh writer.
+	st.notifyChange()
 	fail := func() {
 		for {
 			select {
@@ -190,7 +197,6 @@ func (s *session) exit(st *state, err error) {
 		time.Sleep(time.Millisecond)
 	}
 	st.closeFiles()
-	st.notifyChange()
 }
 
 // notProcessed marks the answer given to a request the writer never looked

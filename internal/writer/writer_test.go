@@ -701,3 +701,62 @@ func crash(t *testing.T, m *Manager) {
 	cancel()
 	m.Close(expired)
 }
+
+// TestFollowSurvivesWriterFailure: a writer that fails and reopens does not
+// strand a follower, and does not wait for it to exit.
+func TestFollowSurvivesWriterFailure(t *testing.T) {
+	e := newEnv(t)
+	ff := &faultFS{FS: fsys.OS}
+	e.fs = ff
+	m := e.manager()
+	defer closeManager(t, m)
+	k := newKey()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := m.Append(ctx, k, [][]byte{entry("", "n", "0")}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan uint64, 10)
+	done := make(chan error, 1)
+	go func() {
+		done <- m.Read(ctx, k, ReadOptions{Follow: true}, func(es []Entry) error {
+			for _, e := range es {
+				got <- e.Index
+			}
+			return nil
+		})
+	}()
+	expect := func(i uint64) {
+		t.Helper()
+		select {
+		case n := <-got:
+			if n != i {
+				t.Fatalf("followed index %d, want %d", n, i)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("follower did not get entry %d", i)
+		}
+	}
+	expect(0)
+	ff.mu.Lock()
+	ff.failOn = func(op, path string) bool { return op == "rename" && strings.HasSuffix(path, ".jsonl") }
+	ff.mu.Unlock()
+	if _, err := m.Append(ctx, k, [][]byte{entry("", "n", "1")}); err != nil {
+		t.Fatal(err)
+	}
+	expect(1)
+	if _, err := m.Flush(ctx, k); !errors.Is(err, errInjected) {
+		t.Fatalf("flush: %v", err)
+	}
+	ff.mu.Lock()
+	ff.failOn = nil
+	ff.mu.Unlock()
+	if _, err := m.Append(ctx, k, [][]byte{entry("", "n", "2")}); err != nil {
+		t.Fatal(err)
+	}
+	expect(2)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
