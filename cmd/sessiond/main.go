@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -57,6 +58,15 @@ func run() error {
 	}
 	if *stateDir == "" {
 		return fmt.Errorf("no state folder: %v; pass --state-dir", stateErr)
+	}
+	// Absolute paths: the socket is unlinked at exit and the folders are
+	// compared with what journals record, whatever the working directory.
+	for _, p := range []*string{socketPath, rootDir, stateDir} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return fmt.Errorf("path %q: %w", *p, err)
+		}
+		*p = abs
 	}
 	log, err := newLogger(*logFormat, *logLevel)
 	if err != nil {

@@ -66,22 +66,25 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
+	// Take the socket first: it is what proves no other sessiond runs on
+	// these folders, so only then may recovery touch the journals.
+	ln, activated, err := listen(cfg.Socket)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+
 	// Recover before serving: the canonical files must be whole and current
-	// before anyone reads them, and a socket-activated client simply waits.
+	// before anyone reads them; clients that connect meanwhile wait.
 	start := time.Now()
 	rep, err := m.Recover(ctx)
 	if err != nil {
+		m.Close(context.Background())
 		return fmt.Errorf("recovery: %w", err)
 	}
 	if rep.Sessions > 0 || len(rep.Failed) > 0 {
 		log.Info("recovered journals", zap.Int("sessions", rep.Sessions), zap.Uint64("entries", rep.Entries),
 			zap.Int("failed", len(rep.Failed)), zap.Duration("took", time.Since(start)))
-	}
-
-	ln, activated, err := listen(cfg.Socket)
-	if err != nil {
-		m.Close(context.Background())
-		return err
 	}
 	srv := server.New(m, log, server.Info{Version: cfg.Version, Socket: cfg.Socket, Root: cfg.Root,
 		StateDir: cfg.StateDir, Started: start})
