@@ -1,0 +1,173 @@
+package transcript
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// fixtureDir holds real transcripts (see SOURCES.md there), shared by the
+// whole project rather than copied into testdata/.
+const fixtureDir = "../../../shared/fixtures"
+
+type fixtureLine struct {
+	file    string
+	line    []byte
+	off     int64
+	newline bool
+}
+
+// fixtureLines reads every line of every fixture with a LineScanner. It
+// fails the test when the fixtures are missing: a silent skip would let the
+// most realistic test stop running unnoticed.
+func fixtureLines(t testing.TB) []fixtureLine {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(fixtureDir, "*.jsonl"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no fixtures in %s (glob error %v): the real transcripts from /work/shared/fixtures are needed", fixtureDir, err)
+	}
+	var lines []fixtureLine
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := NewLineScanner(fh)
+		for s.Scan() {
+			lines = append(lines, fixtureLine{
+				file:    filepath.Base(f),
+				line:    bytes.Clone(s.Line()),
+				off:     s.Offset(),
+				newline: s.HasNewline(),
+			})
+		}
+		if err := s.Err(); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		fh.Close()
+	}
+	return lines
+}
+
+// oracle says what Normalize must do with raw, using encoding/json and
+// code independent of the scanner under test.
+func oracle(raw []byte) (out []byte, uuid string, ok bool) {
+	if !json.Valid(raw) {
+		return nil, "", false
+	}
+	if trimmed := bytes.TrimLeft(raw, " \t\r\n"); trimmed[0] != '{' {
+		return nil, "", false
+	}
+	if bytes.IndexByte(raw, 0) >= 0 || !utf8.Valid(raw) || hasLoneSurrogate(raw) {
+		return nil, "", false
+	}
+	uuid, ok = oracleUUID(raw)
+	if !ok {
+		return nil, "", false
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		panic(err) // json.Valid said yes
+	}
+	return buf.Bytes(), uuid, true
+}
+
+// oracleUUID walks the top-level members of a valid JSON object with
+// encoding/json's Decoder: every "uuid" member must be a string or null,
+// and the last one is the entry's uuid.
+func oracleUUID(obj []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if _, err := dec.Token(); err != nil {
+		panic(err)
+	}
+	uuid := ""
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			panic(err)
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			panic(err)
+		}
+		if k != "uuid" {
+			continue
+		}
+		switch v[0] {
+		case '"':
+			if err := json.Unmarshal(v, &uuid); err != nil {
+				panic(err)
+			}
+		case 'n':
+			uuid = ""
+		default:
+			return "", false
+		}
+	}
+	return uuid, true
+}
+
+// escapeRE matches one escape sequence. In valid JSON backslashes only occur
+// inside strings, and matching left to right consumes "\\" as a pair, so
+// "\\ud800" (an escaped backslash then text) is not taken for \ud800.
+var escapeRE = regexp.MustCompile(`\\(u[0-9a-fA-F]{4}|[^u])`)
+
+// hasLoneSurrogate reports whether the valid JSON text js escapes a UTF-16
+// surrogate that is not part of a high+low pair.
+func hasLoneSurrogate(js []byte) bool {
+	ms := escapeRE.FindAllIndex(js, -1)
+	code := func(m []int) int64 {
+		if m[1]-m[0] != 6 {
+			return -1
+		}
+		v, _ := strconv.ParseInt(string(js[m[0]+2:m[1]]), 16, 32)
+		return v
+	}
+	for i := 0; i < len(ms); i++ {
+		c := code(ms[i])
+		switch {
+		case c >= 0xD800 && c <= 0xDBFF:
+			if i+1 < len(ms) && ms[i+1][0] == ms[i][1] {
+				if c2 := code(ms[i+1]); c2 >= 0xDC00 && c2 <= 0xDFFF {
+					i++
+					continue
+				}
+			}
+			return true
+		case c >= 0xDC00 && c <= 0xDFFF:
+			return true
+		}
+	}
+	return false
+}
+
+// oracleTopLevelString is TopLevelString done with encoding/json.
+func oracleTopLevelString(line []byte, key string) (string, bool) {
+	var m map[string]json.RawMessage
+	if !json.Valid(line) || json.Unmarshal(line, &m) != nil || m == nil {
+		return "", false
+	}
+	v, ok := m[key]
+	if !ok || v[0] != '"' {
+		return "", false
+	}
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
+		panic(err)
+	}
+	return s, true
+}
+
+func shorten(b []byte) string {
+	s := string(b)
+	if len(s) > 200 {
+		s = s[:100] + "..." + s[len(s)-100:]
+	}
+	return strings.ToValidUTF8(strconv.Quote(s), "?")
+}
