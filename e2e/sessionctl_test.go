@@ -383,3 +383,58 @@ func TestSystemdProtocol(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 }
+
+// TestDamagedJournalAtStart: a journal whose middle is damaged is not
+// guessed at: sessiond starts, keeps the file aside, says so in status, and
+// the session works again.
+func TestDamagedJournalAtStart(t *testing.T) {
+	d := newDaemon(t, "--idle-compact", "1h")
+	d.start()
+	c := d.client()
+	cwd := t.TempDir()
+	s := client.Session{Cwd: cwd, ID: uuid.NewString()}
+	for i := 0; i < 3; i++ {
+		if _, err := c.Append(context.Background(), s, []byte(`{"type":"user","marker":"entry-`+string(rune('a'+i))+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	d.stop(syscall.SIGKILL, 10*time.Second)
+	pk, _ := layout.ProjectKeyFromCwd(cwd)
+	jpath := filepath.Join(d.state, "journal", pk, s.ID+".wal")
+	b, err := os.ReadFile(jpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(string(b), "entry-a")
+	if i < 0 {
+		t.Fatal("entry not found in the journal")
+	}
+	b[i] ^= 0xff
+	if err := os.WriteFile(jpath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.start()
+	c = d.client()
+	defer c.Close()
+	st, err := c.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.GetRecoveryErrors()) != 1 || !strings.Contains(st.GetRecoveryErrors()[0], ".corrupt-") {
+		t.Fatalf("status should report the damaged journal and where it was kept: %v", st.GetRecoveryErrors())
+	}
+	kept, _ := filepath.Glob(jpath + ".corrupt-*")
+	if len(kept) != 1 {
+		t.Fatalf("damaged journal not kept aside: %v", kept)
+	}
+	if out, _, _ := d.ctl("", "status"); !strings.Contains(out, "RECOVERY FAILED") {
+		t.Fatalf("sessionctl status does not show the failure:\n%s", out)
+	}
+	if _, err := c.Append(context.Background(), s, []byte(`{"type":"user"}`)); err != nil {
+		t.Fatalf("session unusable after its journal was kept aside: %v", err)
+	}
+	if !strings.Contains(d.log.String(), "corrupt") {
+		t.Fatal("the log does not mention the damage")
+	}
+}

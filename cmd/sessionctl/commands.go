@@ -85,6 +85,9 @@ func statusCmd(g *globals) *cobra.Command {
 			if st.GetDraining() {
 				fmt.Fprintf(w, "state\tdraining\n")
 			}
+			for _, e := range st.GetRecoveryErrors() {
+				fmt.Fprintf(w, "RECOVERY FAILED\t%s\n", e)
+			}
 			return w.Flush()
 		},
 	}

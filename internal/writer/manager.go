@@ -65,6 +65,7 @@ type Stats struct {
 	Compactions       uint64
 	CompactedBytes    uint64
 	RecoveredSessions uint64
+	RecoveryErrors    []string
 }
 
 type counters struct {
@@ -83,6 +84,8 @@ type Manager struct {
 
 	lineage atomic.Uint64
 	stats   counters
+
+	recoveryErrs []string // guarded by mu
 }
 
 // New returns a Manager. It creates the state folder if needed.
@@ -363,6 +366,9 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 		if err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
 			m.log.Error("recovery of a session failed; its journal is kept", zap.Stringer("session", k), zap.Error(err))
 			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", k, err))
+			m.mu.Lock()
+			m.recoveryErrs = append(m.recoveryErrs, fmt.Sprintf("%s: %v", k, err))
+			m.mu.Unlock()
 			continue
 		}
 		rep.Sessions++
@@ -406,8 +412,10 @@ func (m *Manager) Close(ctx context.Context) error {
 func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	n := len(m.sessions)
+	recErrs := append([]string(nil), m.recoveryErrs...)
 	m.mu.Unlock()
 	return Stats{
+		RecoveryErrors:    recErrs,
 		ActiveSessions:    n,
 		Appends:           m.stats.appends.Load(),
 		EntriesStored:     m.stats.stored.Load(),

@@ -1126,8 +1126,11 @@ type StatusResponse struct {
 	// Sessions replayed from their journals when the daemon started.
 	RecoveredSessions uint64 `protobuf:"varint,15,opt,name=recovered_sessions,json=recoveredSessions,proto3" json:"recovered_sessions,omitempty"`
 	Draining          bool   `protobuf:"varint,16,opt,name=draining,proto3" json:"draining,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Sessions whose journal could not be replayed at start (a damaged
+	// journal is kept aside; the message says where). Empty when all is well.
+	RecoveryErrors []string `protobuf:"bytes,17,rep,name=recovery_errors,json=recoveryErrors,proto3" json:"recovery_errors,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1272,6 +1275,13 @@ func (x *StatusResponse) GetDraining() bool {
 	return false
 }
 
+func (x *StatusResponse) GetRecoveryErrors() []string {
+	if x != nil {
+		return x.RecoveryErrors
+	}
+	return nil
+}
+
 var File_sessiond_v1_sessiond_proto protoreflect.FileDescriptor
 
 const file_sessiond_v1_sessiond_proto_rawDesc = "" +
@@ -1348,7 +1358,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\bsessions\x18\x01 \x03(\v2\x18.sessiond.v1.SessionInfoR\bsessions\"F\n" +
 	"\x11GetSessionRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\"\x0f\n" +
-	"\rStatusRequest\"\x9b\x04\n" +
+	"\rStatusRequest\"\xc4\x04\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x1d\n" +
@@ -1367,7 +1377,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\vcompactions\x18\r \x01(\x04R\vcompactions\x12'\n" +
 	"\x0fcompacted_bytes\x18\x0e \x01(\x04R\x0ecompactedBytes\x12-\n" +
 	"\x12recovered_sessions\x18\x0f \x01(\x04R\x11recoveredSessions\x12\x1a\n" +
-	"\bdraining\x18\x10 \x01(\bR\bdraining*d\n" +
+	"\bdraining\x18\x10 \x01(\bR\bdraining\x12'\n" +
+	"\x0frecovery_errors\x18\x11 \x03(\tR\x0erecoveryErrors*d\n" +
 	"\fEntryOutcome\x12\x1d\n" +
 	"\x19ENTRY_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ENTRY_OUTCOME_STORED\x10\x01\x12\x1b\n" +
