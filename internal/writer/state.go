@@ -185,19 +185,27 @@ func (st *state) checkPath() error {
 	return nil
 }
 
+// removeStaleTemps deletes this session's temp files left by a crash: a
+// compaction's next to the canonical file and a journal generation's next
+// to the journal. Only this writer creates them, and it is not running one.
 func (st *state) removeStaleTemps() {
-	ents, err := st.fs.ReadDir(st.dir)
-	if err != nil {
-		return
-	}
-	prefix := st.tempPrefix()
-	for _, e := range ents {
-		if n := e.Name(); strings.HasPrefix(n, prefix) && strings.HasSuffix(n, ".tmp") {
-			if err := st.fs.Remove(filepath.Join(st.dir, n)); err == nil {
-				st.log.Info("removed a compaction temp file left by a crash", zap.String("file", n))
+	sweep := func(dir string, match func(string) bool) {
+		ents, err := st.fs.ReadDir(dir)
+		if err != nil {
+			return
+		}
+		for _, e := range ents {
+			if n := e.Name(); match(n) {
+				if err := st.fs.Remove(filepath.Join(dir, n)); err == nil {
+					st.log.Info("removed a temp file left by a crash", zap.String("file", filepath.Join(dir, n)))
+				}
 			}
 		}
 	}
+	prefix := st.tempPrefix()
+	sweep(st.dir, func(n string) bool { return strings.HasPrefix(n, prefix) && strings.HasSuffix(n, ".tmp") })
+	jprefix := filepath.Base(st.jpath) + ".tmp-"
+	sweep(filepath.Dir(st.jpath), func(n string) bool { return strings.HasPrefix(n, jprefix) })
 }
 
 // scanCanonical reads the canonical file once: its line count, the uuids

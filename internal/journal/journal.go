@@ -1,0 +1,342 @@
+package journal
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
+)
+
+// Header is what a journal generation records about itself in its first
+// record.
+type Header struct {
+	Generation uint64 // random, non-zero, seeds record checksums
+	ProjectKey string
+	SessionID  string
+	Subpath    string // "" for the main transcript
+	BaseSize   int64  // canonical file size when this generation began
+	BaseTail   uint32 // fingerprint of the canonical file's tail then (opaque to the journal)
+}
+
+// Span is where an entry's payload lies in the journal file.
+type Span struct {
+	Off int64
+	Len int
+}
+
+// Batch is one committed client batch.
+type Batch struct {
+	Seq     uint64
+	Entries []Span
+}
+
+// Marker is the fingerprint of the canonical file a compaction is about to
+// install.
+type Marker struct {
+	Size int64
+	Tail uint32
+}
+
+// Recovery is what Open found in a journal.
+type Recovery struct {
+	Header  Header
+	Batches []Batch // committed batches, in order
+	// Compacted is the last Compacted marker, nil if none. A marker is
+	// normally the last record a generation gets before it is replaced;
+	// batches after it are still listed in Batches.
+	Compacted      *Marker
+	TruncatedBytes int64 // bytes of torn tail removed
+	End            int64 // offset where the next record goes
+}
+
+// Options tune a journal.
+type Options struct {
+	// MaxRecord is the largest record payload, in bytes, that may be
+	// written or read back; 0 means DefaultMaxRecord.
+	MaxRecord int
+}
+
+func (o Options) maxRecord() (int, error) {
+	switch {
+	case o.MaxRecord == 0:
+		return DefaultMaxRecord, nil
+	case o.MaxRecord < commitPayloadSize || o.MaxRecord > maxRecordLimit:
+		return 0, fmt.Errorf("journal MaxRecord %d is outside %d..%d: %w",
+			o.MaxRecord, commitPayloadSize, maxRecordLimit, errdefs.ErrInvalidArgument)
+	}
+	return o.MaxRecord, nil
+}
+
+// Journal is one open journal generation, positioned for appending. It
+// belongs to one goroutine (the session writer); it is not safe for
+// concurrent use. Readers of an older generation use ReadEntryAt on their
+// own handle.
+type Journal struct {
+	f         fsys.File // nil once closed
+	path      string
+	hdr       Header
+	maxRecord int
+	end       int64  // where the next frame goes; the file offset is kept there
+	seq       uint64 // seq of the last committed batch
+	// failed is sticky: after a failed write or sync the file's contents
+	// past the last successful sync are unknown (the kernel may have dropped
+	// the dirty pages), so the only safe next step is Open from disk.
+	failed  error
+	scratch []byte
+}
+
+// maxKeptScratch bounds the encode buffer a Journal keeps between appends:
+// one 33 MiB entry should not pin 33 MiB per idle session.
+const maxKeptScratch = 1 << 20
+
+// Create writes a new journal holding only h (h.Generation 0 means: pick a
+// random one) under a temp name in path's folder, syncs it, renames it over
+// path (atomically replacing an older generation), syncs the folder, and
+// returns it open for appending. The folder must exist.
+func Create(fs fsys.FS, path string, h Header, opt Options) (*Journal, error) {
+	maxRecord, err := opt.maxRecord()
+	if err != nil {
+		return nil, err
+	}
+	for h.Generation == 0 {
+		h.Generation = randomUint64()
+	}
+	payload, err := encodeHeader(h)
+	if err != nil {
+		return nil, fmt.Errorf("create journal %s: %w", path, err)
+	}
+	if len(payload) > maxRecord {
+		return nil, fmt.Errorf("create journal %s: header is %d bytes, over the %d-byte record limit: %w",
+			path, len(payload), maxRecord, errdefs.ErrTooLarge)
+	}
+	frame := appendFrame(nil, typeHeader, payload, 0, 0)
+
+	// ".tmp-…" never ends in .wal or .jsonl, so neither recovery nor
+	// transcript readers mistake a leftover temp file for a real one.
+	tmpName := fmt.Sprintf("%s.tmp-%016x", filepath.Base(path), randomUint64())
+	err = fsys.WriteFileAtomic(fs, path, tmpName, 0o600, func(w io.Writer) error {
+		_, err := w.Write(frame)
+		return err
+	})
+	if err != nil {
+		return nil, errdefs.FromIO(fmt.Errorf("create journal %s: %w", path, err))
+	}
+	f, err := fs.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, errdefs.FromIO(fmt.Errorf("reopen new journal %s: %w", path, err))
+	}
+	end := int64(len(frame))
+	if _, err := f.Seek(end, io.SeekStart); err != nil {
+		f.Close()
+		return nil, errdefs.FromIO(fmt.Errorf("reopen new journal %s: %w", path, err))
+	}
+	return &Journal{f: f, path: path, hdr: h, maxRecord: maxRecord, end: end}, nil
+}
+
+// randomUint64 reads crypto/rand, which cannot fail since Go 1.24 (it
+// crashes the program instead).
+func randomUint64() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// usable is the gate of every operation that touches the file.
+func (j *Journal) usable() error {
+	if j.f == nil {
+		return fmt.Errorf("journal %s: %w", j.path, os.ErrClosed)
+	}
+	if j.failed != nil {
+		return fmt.Errorf("journal %s failed earlier and must be reopened from disk: %w", j.path, j.failed)
+	}
+	return nil
+}
+
+// Append encodes, for each batch in order, one Entry record per entry then
+// one Commit record (seq = previous seq + 1, from 1 in each generation),
+// writes all of it with one Write at End and syncs once. It returns the spans
+// of every entry, batch by batch. An entry over the record limit fails the
+// call before anything is written; a failed write or sync fails the journal
+// for good (see Journal).
+func (j *Journal) Append(batches [][][]byte) ([][]Span, error) {
+	if err := j.usable(); err != nil {
+		return nil, err
+	}
+	if len(batches) == 0 {
+		return nil, nil
+	}
+	var total int64
+	entries := 0
+	for i, b := range batches {
+		for k, e := range b {
+			if len(e) > j.maxRecord {
+				return nil, fmt.Errorf("journal %s: entry %d of batch %d is %d bytes, over the %d-byte record limit: %w",
+					j.path, k, i, len(e), j.maxRecord, errdefs.ErrTooLarge)
+			}
+			total += frameSize(len(e))
+		}
+		entries += len(b)
+		total += frameSize(commitPayloadSize)
+	}
+	// Every frame is at least 16 bytes, so this also keeps each batch's
+	// entry count within the Commit record's uint32.
+	if total > maxWrite {
+		return nil, fmt.Errorf("journal %s: %d bytes in one append, over the %d-byte limit of a write: %w",
+			j.path, total, int64(maxWrite), errdefs.ErrTooLarge)
+	}
+
+	buf := j.scratch[:0]
+	spans := make([][]Span, len(batches))
+	all := make([]Span, 0, entries)
+	seq := j.seq
+	gen := j.hdr.Generation
+	for i, b := range batches {
+		first := len(all)
+		for _, e := range b {
+			all = append(all, Span{Off: j.end + int64(len(buf)) + frameHeaderSize, Len: len(e)})
+			buf = appendFrame(buf, typeEntry, e, gen, int64(len(buf)))
+		}
+		spans[i] = all[first:len(all):len(all)]
+		seq++
+		c := encodeCommit(seq, len(b))
+		buf = appendFrame(buf, typeCommit, c[:], gen, int64(len(buf)))
+	}
+	if err := j.write(buf, "append"); err != nil {
+		return nil, err
+	}
+	j.seq = seq
+	return spans, nil
+}
+
+// MarkCompacted appends a Compacted record carrying m and syncs it.
+func (j *Journal) MarkCompacted(m Marker) error {
+	if err := j.usable(); err != nil {
+		return err
+	}
+	if m.Size < 0 {
+		return fmt.Errorf("journal %s: compacted marker size %d is negative: %w", j.path, m.Size, errdefs.ErrInvalidArgument)
+	}
+	p := encodeMarker(m)
+	return j.write(appendFrame(j.scratch[:0], typeCompacted, p[:], j.hdr.Generation, 0), "mark compacted")
+}
+
+// write puts b at End in one Write, syncs, and advances End; any failure
+// fails the journal.
+func (j *Journal) write(b []byte, what string) error {
+	if cap(b) <= maxKeptScratch {
+		j.scratch = b[:0]
+	} else {
+		j.scratch = nil
+	}
+	op := "write"
+	n, err := j.f.Write(b)
+	if err == nil && n != len(b) {
+		err = io.ErrShortWrite
+	}
+	if err == nil {
+		op = "sync"
+		err = j.f.Sync()
+	}
+	if err != nil {
+		j.failed = errdefs.FromIO(fmt.Errorf("journal %s: %s: %s of %d bytes at offset %d: %w", j.path, what, op, len(b), j.end, err))
+		return j.failed
+	}
+	j.end += int64(len(b))
+	return nil
+}
+
+// ReadEntry returns the payload at s, checked against its checksum. buf is
+// used if it is large enough.
+func (j *Journal) ReadEntry(s Span, buf []byte) ([]byte, error) {
+	if err := j.usable(); err != nil {
+		return nil, err
+	}
+	if s.Len < 0 || s.Len > j.maxRecord || s.Off < frameHeaderSize || s.Off+int64(s.Len) > j.end {
+		return nil, fmt.Errorf("journal %s: span %d+%d is outside the journal (end %d): %w",
+			j.path, s.Off, s.Len, j.end, errdefs.ErrInvalidArgument)
+	}
+	h, payload, err := readEntry(j.f, s, buf)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: %w", j.path, err)
+	}
+	crc := crc32.Update(checksumStart(j.hdr.Generation, h[:]), castagnoli, payload)
+	if crc != binary.LittleEndian.Uint32(h[8:12]) {
+		return nil, fmt.Errorf("journal %s: entry at offset %d fails its checksum: %w", j.path, s.Off, errdefs.ErrCorrupt)
+	}
+	return payload, nil
+}
+
+// ReadEntryAt returns the payload at s from r, a journal file of any
+// generation. It checks that s points at an Entry record of that length, but
+// not the checksum, which needs the generation: spans come from Append or
+// Open, which checked it. buf is used if it is large enough.
+func ReadEntryAt(r io.ReaderAt, s Span, buf []byte) ([]byte, error) {
+	if s.Len < 0 || s.Off < frameHeaderSize {
+		return nil, fmt.Errorf("journal span %d+%d is not an entry's span: %w", s.Off, s.Len, errdefs.ErrInvalidArgument)
+	}
+	_, payload, err := readEntry(r, s, buf)
+	return payload, err
+}
+
+func readEntry(r io.ReaderAt, s Span, buf []byte) (hdr [frameHeaderSize]byte, payload []byte, err error) {
+	if err := readFull(r, hdr[:], s.Off-frameHeaderSize); err != nil {
+		return hdr, nil, err
+	}
+	h, err := parseFrameHeader(hdr[:], maxRecordLimit)
+	if err != nil || h.typ != typeEntry || int64(h.length) != int64(s.Len) {
+		return hdr, nil, fmt.Errorf("no %d-byte entry record at offset %d (wrong file or span?): %w",
+			s.Len, s.Off, errdefs.ErrInvalidArgument)
+	}
+	if cap(buf) >= s.Len {
+		payload = buf[:s.Len]
+	} else {
+		payload = make([]byte, s.Len)
+	}
+	if err := readFull(r, payload, s.Off); err != nil {
+		return hdr, nil, err
+	}
+	return hdr, payload, nil
+}
+
+// readFull is ReadAt that tells a span past the end of the file (the
+// caller's mistake) from a failed read (the disk's).
+func readFull(r io.ReaderAt, b []byte, off int64) error {
+	n, err := r.ReadAt(b, off)
+	switch {
+	case n == len(b):
+		return nil
+	case err == io.EOF:
+		return fmt.Errorf("%d bytes at offset %d run past the end of the file: %w", len(b), off, errdefs.ErrInvalidArgument)
+	case err == nil:
+		err = io.ErrUnexpectedEOF
+	}
+	return errdefs.FromIO(fmt.Errorf("read %d bytes at offset %d: %w", len(b), off, err))
+}
+
+// Header returns the generation's header record.
+func (j *Journal) Header() Header { return j.hdr }
+
+// Size is the journal's length, which is where the next record goes.
+func (j *Journal) Size() int64 { return j.end }
+
+// Path is the journal's file name.
+func (j *Journal) Path() string { return j.path }
+
+// Close releases the file. A failed journal still needs Close.
+func (j *Journal) Close() error {
+	if j.f == nil {
+		return fmt.Errorf("journal %s: %w", j.path, os.ErrClosed)
+	}
+	err := j.f.Close()
+	j.f = nil
+	if err != nil {
+		return errdefs.FromIO(fmt.Errorf("close journal %s: %w", j.path, err))
+	}
+	return nil
+}
