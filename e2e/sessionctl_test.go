@@ -25,7 +25,8 @@ import (
 )
 
 func TestSessionctlWalkthrough(t *testing.T) {
-	d := newDaemon(t)
+	// No idle compaction: the test flushes by hand and checks the count.
+	d := newDaemon(t, "--idle-compact", "1h")
 	d.start()
 	cwd := t.TempDir()
 	pk, err := layout.ProjectKeyFromCwd(cwd)

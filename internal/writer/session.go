@@ -110,6 +110,12 @@ func (s *session) run() {
 			}
 			idle.Reset(wait)
 		case <-s.stopCh:
+			select {
+			case <-s.abortCh: // abort wins: the time for a clean stop is over
+				s.exit(st, fmt.Errorf("sessiond is shutting down: %w", errdefs.ErrUnavailable))
+				return
+			default:
+			}
 			s.drain(st)
 			if st.failed == nil {
 				if err := st.compact("shutdown"); err != nil {
