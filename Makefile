@@ -13,13 +13,18 @@ build:
 	$(GO) build -o bin/ ./cmd/...
 
 # tools installs what the suite needs beyond Go: protoc (Debian's
-# protobuf-compiler, which pins its version) when it is missing.
+# protobuf-compiler, which pins its version) and the official TypeScript SDK
+# (pinned in e2e/sdk/package-lock.json) when they are missing.
 tools:
 	@v="$$(protoc --version 2>/dev/null)"; if [ "$$v" != "$(PROTOC_VERSION)" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing protobuf-compiler"; (apt-get update -qq && apt-get install -y -qq protobuf-compiler) >/dev/null || exit 1; \
 	  else echo "make needs $(PROTOC_VERSION) for the generated-code check (Debian: sudo apt-get install protobuf-compiler), found: '$$v'" >&2; exit 1; fi; \
 	  v="$$(protoc --version)"; [ "$$v" = "$(PROTOC_VERSION)" ] || { echo "protoc is $$v, want $(PROTOC_VERSION)" >&2; exit 1; }; fi
+	@# The official TypeScript SDK, the reference reader the tests compare with.
+	@if [ ! -d e2e/sdk/node_modules/@anthropic-ai/claude-agent-sdk ]; then \
+	  command -v npm >/dev/null || { echo "make needs node and npm for the official SDK tests" >&2; exit 1; }; \
+	  npm ci --prefix e2e/sdk --no-audit --no-fund; fi
 
 # proto regenerates the committed Go code with the pinned generators:
 # protoc-gen-go and protoc-gen-go-grpc are go.mod tool entries, protoc is
@@ -59,8 +64,8 @@ fuzz:
 # test is the whole suite: generated code up to date, formatting, vet, every
 # test with the race detector (end-to-end tests build and run the real
 # binaries), then a short run of every fuzz target.
-test: proto-check fmt-check vet
-	$(GO) test -race -count=1 -timeout 30m ./...
+test: tools proto-check fmt-check vet
+	SESSIOND_REQUIRE_SDK=1 $(GO) test -race -count=1 -timeout 30m ./...
 	$(MAKE) fuzz-short
 
 clean:

@@ -242,3 +242,83 @@ func (c *Client) Info(ctx context.Context, s Session) (*sessiondv1.SessionInfo, 
 func (c *Client) Status(ctx context.Context) (*sessiondv1.StatusResponse, error) {
 	return c.api.Status(ctx, &sessiondv1.StatusRequest{})
 }
+
+// ListOptions page and filter a listing.
+type ListOptions struct {
+	Cwd, ProjectKey string // the project; both empty for all projects
+	Limit, Offset   uint32
+	Continue        bool // only the session "continue" would resume
+	ExcludeArchived bool
+}
+
+// ListSessions lists sessions with paging; it returns the page and the
+// total before paging.
+func (c *Client) ListSessions(ctx context.Context, opt ListOptions) ([]*sessiondv1.SessionInfo, uint32, error) {
+	req := &sessiondv1.ListSessionsRequest{Limit: opt.Limit, Offset: opt.Offset, Continue: opt.Continue, ExcludeArchived: opt.ExcludeArchived}
+	switch {
+	case opt.Cwd != "":
+		req.Project = &sessiondv1.ListSessionsRequest_Cwd{Cwd: opt.Cwd}
+	case opt.ProjectKey != "":
+		req.Project = &sessiondv1.ListSessionsRequest_ProjectKey{ProjectKey: opt.ProjectKey}
+	}
+	resp, err := c.api.ListSessions(ctx, req)
+	if err != nil {
+		return nil, 0, err
+	}
+	return resp.GetSessions(), resp.GetTotal(), nil
+}
+
+// Check reports the damage in s.
+func (c *Client) Check(ctx context.Context, s Session) (*sessiondv1.CheckResponse, error) {
+	return c.api.Check(ctx, &sessiondv1.CheckRequest{Session: s.ref()})
+}
+
+// CheckAll checks every transcript of the project of s (s.Cwd or
+// s.ProjectKey), or of all projects when both are empty.
+func (c *Client) CheckAll(ctx context.Context, s Session) (*sessiondv1.CheckResponse, error) {
+	return c.api.Check(ctx, &sessiondv1.CheckRequest{Session: s.ref(), All: true})
+}
+
+// Repair repairs s (or only plans it with dryRun).
+func (c *Client) Repair(ctx context.Context, s Session, dryRun bool) (*sessiondv1.RepairResponse, error) {
+	return c.api.Repair(ctx, &sessiondv1.RepairRequest{Session: s.ref(), DryRun: dryRun})
+}
+
+// Fork copies s into a new session (up to upTo when set).
+func (c *Client) Fork(ctx context.Context, s Session, upTo, title, newID string) (*sessiondv1.ForkResponse, error) {
+	return c.api.Fork(ctx, &sessiondv1.ForkRequest{Session: s.ref(), UpToUuid: upTo, Title: title, NewSessionId: newID})
+}
+
+// Rename sets s's custom title.
+func (c *Client) Rename(ctx context.Context, s Session, title string) (*sessiondv1.MetadataResponse, error) {
+	return c.api.Rename(ctx, &sessiondv1.RenameRequest{Session: s.ref(), Title: title})
+}
+
+// Tag sets (or with "" clears) s's tag.
+func (c *Client) Tag(ctx context.Context, s Session, tag string) (*sessiondv1.MetadataResponse, error) {
+	return c.api.Tag(ctx, &sessiondv1.TagRequest{Session: s.ref(), Tag: tag})
+}
+
+// SetArchived archives or unarchives s.
+func (c *Client) SetArchived(ctx context.Context, s Session, archived bool) (*sessiondv1.MetadataResponse, error) {
+	return c.api.SetArchived(ctx, &sessiondv1.SetArchivedRequest{Session: s.ref(), Archived: archived})
+}
+
+// Delete moves s to the trash, or removes it for good with purge.
+func (c *Client) Delete(ctx context.Context, s Session, purge bool) (*sessiondv1.DeleteResponse, error) {
+	return c.api.Delete(ctx, &sessiondv1.DeleteRequest{Session: s.ref(), Purge: purge})
+}
+
+// Restore brings s back from the trash.
+func (c *Client) Restore(ctx context.Context, s Session) (*sessiondv1.RestoreResponse, error) {
+	return c.api.Restore(ctx, &sessiondv1.RestoreRequest{Session: s.ref()})
+}
+
+// Subkeys lists s's subagent transcripts.
+func (c *Client) Subkeys(ctx context.Context, s Session) ([]string, error) {
+	resp, err := c.api.ListSubkeys(ctx, &sessiondv1.ListSubkeysRequest{Session: s.ref()})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetSubkeys(), nil
+}

@@ -21,6 +21,15 @@ import (
 var pj = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
 
 // printJSON writes one proto message as a line of JSON.
+// done prints a one-line confirmation, or resp with --json.
+func (g *globals) done(resp proto.Message, format string, args ...any) error {
+	if g.json {
+		return g.printJSON(resp)
+	}
+	_, err := fmt.Fprintf(g.out, format+"\n", args...)
+	return err
+}
+
 func (g *globals) printJSON(m proto.Message) error {
 	b, err := pj.Marshal(m)
 	if err != nil {
@@ -226,9 +235,9 @@ func flushCmd(g *globals) *cobra.Command {
 }
 
 func listCmd(g *globals) *cobra.Command {
-	var cwd, project string
+	var opt client.ListOptions
 	c := &cobra.Command{
-		Use:   "list [--cwd DIR | --project KEY]",
+		Use:   "list [--cwd DIR | --project KEY] [--limit N --offset N] [--continue]",
 		Short: "List sessions, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -237,32 +246,55 @@ func listCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			infos, err := c.List(cmd.Context(), cwd, project)
+			infos, total, err := c.ListSessions(cmd.Context(), opt)
 			if err != nil {
 				return err
 			}
 			if g.json {
-				return g.printJSON(&sessiondv1.ListSessionsResponse{Sessions: infos})
+				return g.printJSON(&sessiondv1.ListSessionsResponse{Sessions: infos, Total: total})
 			}
 			w := tabwriter.NewWriter(g.out, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(w, "ID\tTITLE\tENTRIES\tSIZE\tMODIFIED")
 			for _, in := range infos {
-				title := in.GetTitle()
+				title := in.GetSummary()
 				if title == "" {
 					title = in.GetFirstPrompt()
 				}
 				title = oneLine(title, 60)
-				if in.GetMalformedLines() > 0 {
-					title += fmt.Sprintf(" [damaged: %d lines]", in.GetMalformedLines())
+				var marks []string
+				if in.GetDamaged() {
+					marks = append(marks, fmt.Sprintf("damaged: %d bad lines", in.GetMalformedLines()))
+				}
+				if in.GetArchived() {
+					marks = append(marks, "archived")
+				}
+				if in.GetSidechain() {
+					marks = append(marks, "sidechain")
+				}
+				if in.GetTag() != "" {
+					marks = append(marks, "#"+in.GetTag())
+				}
+				if len(marks) > 0 {
+					title += " [" + strings.Join(marks, ", ") + "]"
 				}
 				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", in.GetSession().GetSessionId(), title, in.GetEntries(),
 					humanBytes(in.GetBytes()), time.UnixMilli(in.GetModifiedMs()).Format("2006-01-02 15:04:05"))
 			}
-			return w.Flush()
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			if int(opt.Offset)+len(infos) < int(total) {
+				fmt.Fprintf(g.out, "(%d of %d; --offset %d for more)\n", len(infos), total, int(opt.Offset)+len(infos))
+			}
+			return nil
 		},
 	}
-	c.Flags().StringVar(&cwd, "cwd", "", "only the project of this working directory")
-	c.Flags().StringVar(&project, "project", "", "only this project key")
+	c.Flags().StringVar(&opt.Cwd, "cwd", "", "only the project of this working directory")
+	c.Flags().StringVar(&opt.ProjectKey, "project", "", "only this project key")
+	c.Flags().Uint32Var(&opt.Limit, "limit", 0, "at most this many sessions (0: all)")
+	c.Flags().Uint32Var(&opt.Offset, "offset", 0, "skip this many sessions first")
+	c.Flags().BoolVar(&opt.Continue, "continue", false, "only the session `claude --continue` would resume (newest non-sidechain)")
+	c.Flags().BoolVar(&opt.ExcludeArchived, "exclude-archived", false, "leave archived sessions out")
 	c.MarkFlagsMutuallyExclusive("cwd", "project")
 	return c
 }

@@ -32,10 +32,29 @@ func main() {
 		if errors.As(err, &ee) {
 			os.Exit(ee.code)
 		}
+		code := 1
+		var ce codedError
+		if errors.As(err, &ce) {
+			code, err = ce.code, ce.err
+		}
 		fmt.Fprintln(os.Stderr, "sessionctl:", explain(err))
-		os.Exit(1)
+		os.Exit(code)
 	}
 }
+
+// codedError is an error that exits with a status other than 1.
+type codedError struct {
+	code int
+	err  error
+}
+
+func (e codedError) Error() string { return e.err.Error() }
+func (e codedError) Unwrap() error { return e.err }
+
+func exitWith(code int, err error) error { return codedError{code, err} }
+
+// usageErr is a mistake in the command line.
+func usageErr(msg string) error { return errors.New(msg) }
 
 // globals are the flags every command shares.
 type globals struct {
@@ -60,7 +79,9 @@ func newRoot(in io.Reader, out, errOut io.Writer) *cobra.Command {
 	root.SetErr(errOut)
 	root.PersistentFlags().StringVar(&g.socket, "socket", client.DefaultSocket(), "sessiond's socket (env SESSIOND_SOCKET)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print machine-readable JSON")
-	root.AddCommand(statusCmd(g), appendCmd(g), flushCmd(g), listCmd(g), showCmd(g), tailCmd(g), infoCmd(g))
+	root.AddCommand(statusCmd(g), appendCmd(g), flushCmd(g), listCmd(g), showCmd(g), tailCmd(g), infoCmd(g),
+		checkCmd(g), repairCmd(g), forkCmd(g), renameCmd(g), tagCmd(g), archiveCmd(g, true), archiveCmd(g, false),
+		deleteCmd(g), restoreCmd(g), subkeysCmd(g))
 	return root
 }
 

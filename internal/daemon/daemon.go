@@ -101,6 +101,16 @@ func Run(ctx context.Context, cfg Config) error {
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- g.Serve(ln) }()
+	// Index the sessions already on disk (written before sessiond, or by
+	// other programs), so the first listing is as fast as the next.
+	go func() {
+		t := time.Now()
+		if err := m.WarmIndex(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("indexing the sessions on disk failed; listings will index on demand", zap.Error(err))
+			return
+		}
+		log.Info("indexed sessions on disk", zap.Duration("took", time.Since(t)))
+	}()
 	if _, err := socket.Notify("READY=1"); err != nil {
 		log.Warn("sd_notify READY failed", zap.Error(err))
 	}

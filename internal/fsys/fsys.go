@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // File is an open file. Sync makes the file's data (and the size needed to
@@ -34,6 +35,9 @@ type FS interface {
 	// OpenFile opens name; it never follows a symlink in the last component.
 	OpenFile(name string, flag int, perm fs.FileMode) (File, error)
 	Rename(oldpath, newpath string) error
+	// Link makes newpath name oldpath's file; it fails if newpath exists,
+	// which makes it the way to publish a file without ever replacing one.
+	Link(oldpath, newpath string) error
 	Remove(name string) error
 	Mkdir(name string, perm fs.FileMode) error
 	Stat(name string) (fs.FileInfo, error)
@@ -57,6 +61,7 @@ func (osFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
 }
 
 func (osFS) Rename(o, n string) error                   { return os.Rename(o, n) }
+func (osFS) Link(o, n string) error                     { return os.Link(o, n) }
 func (osFS) Remove(name string) error                   { return os.Remove(name) }
 func (osFS) Mkdir(name string, perm fs.FileMode) error  { return os.Mkdir(name, perm) }
 func (osFS) Stat(name string) (fs.FileInfo, error)      { return os.Stat(name) }
@@ -149,4 +154,105 @@ func WriteFileAtomic(fsys FS, path, tmpName string, perm fs.FileMode, write func
 	}
 	ok = true
 	return fsys.SyncDir(dir)
+}
+
+// RemoveAll removes path and everything below it (never following links),
+// syncing each folder it empties and the parent of path.
+func RemoveAll(fsys FS, path string) error {
+	fi, err := fsys.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		ents, err := fsys.ReadDir(path)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			if err := RemoveAll(fsys, filepath.Join(path, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := fsys.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return fsys.SyncDir(filepath.Dir(path))
+}
+
+// Move renames src to dst (a file or a folder tree). Across filesystems,
+// where rename cannot work, it copies the tree, syncing every file and
+// folder, and only then removes src, so a crash leaves at least one whole
+// copy.
+func Move(fsys FS, src, dst string) error {
+	if err := MkdirAll(fsys, filepath.Dir(dst), 0o700); err != nil {
+		return err
+	}
+	err := fsys.Rename(src, dst)
+	if err == nil {
+		if err := fsys.SyncDir(filepath.Dir(dst)); err != nil {
+			return err
+		}
+		return fsys.SyncDir(filepath.Dir(src))
+	}
+	var le *os.LinkError
+	if !errors.As(err, &le) || !errors.Is(le.Err, syscall.EXDEV) {
+		return err
+	}
+	if err := copyTree(fsys, src, dst); err != nil {
+		return err
+	}
+	return RemoveAll(fsys, src)
+}
+
+func copyTree(fsys FS, src, dst string) error {
+	fi, err := fsys.Lstat(src)
+	if err != nil {
+		return err
+	}
+	switch {
+	case fi.IsDir():
+		if err := fsys.Mkdir(dst, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		ents, err := fsys.ReadDir(src)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			if err := copyTree(fsys, filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())); err != nil {
+				return err
+			}
+		}
+		if err := fsys.SyncDir(dst); err != nil {
+			return err
+		}
+	case fi.Mode().IsRegular():
+		in, err := fsys.OpenFile(src, os.O_RDONLY, 0)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := fsys.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return err
+		}
+		if err := out.Sync(); err != nil {
+			out.Close()
+			return err
+		}
+		if err := out.Close(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("%s is neither a file nor a folder; not moved", src)
+	}
+	return fsys.SyncDir(filepath.Dir(dst))
 }

@@ -258,11 +258,12 @@ func (s *Server) ListSessions(ctx context.Context, req *sessiondv1.ListSessionsR
 		}
 		pk = p.ProjectKey
 	}
-	infos, err := s.m.List(ctx, pk)
+	infos, total, err := s.m.List(ctx, writer.ListOptions{ProjectKey: pk, Limit: int(req.GetLimit()),
+		Offset: int(req.GetOffset()), Continue: req.GetContinue(), ExcludeArchived: req.GetExcludeArchived()})
 	if err != nil {
 		return nil, err
 	}
-	out := &sessiondv1.ListSessionsResponse{Sessions: make([]*sessiondv1.SessionInfo, len(infos))}
+	out := &sessiondv1.ListSessionsResponse{Total: uint32(total), Sessions: make([]*sessiondv1.SessionInfo, len(infos))}
 	for i, in := range infos {
 		out.Sessions[i] = s.sessionInfo(in)
 	}
@@ -287,6 +288,8 @@ func (s *Server) sessionInfo(in writer.Info) *sessiondv1.SessionInfo {
 		Session: s.resolved(in.Key), Title: in.Title, FirstPrompt: in.FirstPrompt, Cwd: in.Cwd,
 		Entries: in.Entries, Bytes: in.Bytes, PendingEntries: in.Pending, ModifiedMs: in.ModifiedMs,
 		CreatedMs: in.CreatedMs, Active: in.Active, MalformedLines: in.Malformed,
+		Summary: in.Summary, Tag: in.Tag, Archived: in.Archived, GitBranch: in.GitBranch,
+		Sidechain: in.Sidechain, Damaged: in.Damaged,
 	}
 }
 

@@ -5,14 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sort"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
 )
@@ -22,8 +23,14 @@ type Info struct {
 	Key         layout.Key
 	Path        string
 	Title       string
+	Summary     string
 	FirstPrompt string
 	Cwd         string
+	GitBranch   string
+	Tag         string
+	Archived    bool
+	Sidechain   bool
+	Damaged     bool
 	Entries     uint64
 	Bytes       uint64
 	Pending     uint64
@@ -33,179 +40,216 @@ type Info struct {
 	Active      bool
 }
 
-// summary accumulates listing metadata line by line.
-type summary struct {
-	customTitle, aiTitle, firstPrompt, cwd string
-	created                                int64
-	entries, bytes, malformed              uint64
-}
-
-func (s *summary) add(line []byte) {
-	s.entries++
-	s.bytes += uint64(len(line)) + 1
-	if !json.Valid(line) || len(line) == 0 || line[0] != '{' {
-		s.malformed++
-		return
+// stamp reads the stat stamp of key's files and the newest mtime.
+func (m *Manager) stamp(key layout.Key) (index.Stamp, int64) {
+	var st index.Stamp
+	var mod int64
+	if fi, err := m.cfg.FS.Lstat(m.cfg.Layout.TranscriptPath(key)); err == nil {
+		st.CanonSize, st.CanonMtime = fi.Size(), fi.ModTime().UnixNano()
+		mod = fi.ModTime().UnixMilli()
 	}
-	typ, _ := transcript.TopLevelString(line, "type")
-	if s.cwd == "" {
-		if c, ok := transcript.TopLevelString(line, "cwd"); ok {
-			s.cwd = c
+	if fi, err := m.cfg.FS.Lstat(m.cfg.Layout.JournalPath(key)); err == nil {
+		st.JournalSize, st.JournalMtime = fi.Size(), fi.ModTime().UnixNano()
+		if ms := fi.ModTime().UnixMilli(); ms > mod {
+			mod = ms
 		}
 	}
-	if s.created == 0 {
-		if ts, ok := transcript.TopLevelString(line, "timestamp"); ok {
-			if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {
-				s.created = t.UnixMilli()
+	return st, mod
+}
+
+// entryFor returns key's listing entry, rebuilding it when the files
+// changed behind sessiond's back. Main sessions are kept in the index;
+// subagent transcripts are computed on demand.
+func (m *Manager) entryFor(ctx context.Context, key layout.Key) (index.Entry, error) {
+	if key.Subpath == "" {
+		if e, ok := m.ix.Get(key); ok {
+			if e.Owned {
+				return e, nil
+			}
+			if st, _ := m.stamp(key); st == e.Stamp && st != (index.Stamp{}) {
+				return e, nil
 			}
 		}
 	}
-	switch typ {
-	case "custom-title":
-		if t, ok := transcript.TopLevelString(line, "customTitle"); ok {
-			s.customTitle = t
-		}
-	case "ai-title":
-		if t, ok := transcript.TopLevelString(line, "aiTitle"); ok {
-			s.aiTitle = t
-		}
-	case "user":
-		if s.firstPrompt == "" {
-			s.firstPrompt = firstPrompt(line)
-		}
-	}
-}
-
-// firstPrompt returns the text of a real user prompt: not a tool result,
-// not a meta entry, not a compaction summary.
-func firstPrompt(line []byte) string {
-	var e struct {
-		IsMeta           bool `json:"isMeta"`
-		IsCompactSummary bool `json:"isCompactSummary"`
-		Message          struct {
-			Content json.RawMessage `json:"content"`
-		} `json:"message"`
-	}
-	if json.Unmarshal(line, &e) != nil || e.IsMeta || e.IsCompactSummary {
-		return ""
-	}
-	var text string
-	if json.Unmarshal(e.Message.Content, &text) != nil {
-		var blocks []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		}
-		if json.Unmarshal(e.Message.Content, &blocks) != nil {
-			return ""
-		}
-		for _, b := range blocks {
-			if b.Type == "tool_result" {
-				return ""
+	_, jerr := m.cfg.FS.Lstat(m.cfg.Layout.JournalPath(key))
+	if key.Subpath == "" && (jerr == nil || m.IsActive(key)) {
+		// A writer indexes its session as it opens; make sure one runs.
+		err := m.do(ctx, key, func(st *state) error {
+			if !st.exists() {
+				return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
 			}
-			if b.Type == "text" && text == "" {
-				text = b.Text
-			}
+			st.publish()
+			return nil
+		})
+		if err != nil {
+			return index.Entry{}, err
+		}
+		if e, ok := m.ix.Get(key); ok {
+			return e, nil
 		}
 	}
-	text = strings.TrimSpace(text)
-	if strings.HasPrefix(text, "<") { // command wrappers and caveats, not a prompt
-		return ""
+	stamp, mod := m.stamp(key)
+	e := index.Entry{Key: key}
+	err := m.view(ctx, key, func(r io.Reader, _ int) error {
+		sc := transcript.NewLineScanner(r)
+		for sc.Scan() {
+			e.Add(sc.Line(), sc.HasNewline())
+		}
+		return sc.Err()
+	})
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			err = fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+		}
+		if !errdefs.Is(err, errdefs.ErrNotFound) {
+			err = fmt.Errorf("index %s: %w", key, errdefs.FromIO(err))
+		}
+		return index.Entry{}, err
 	}
-	return cut(text, 200)
+	e.Stamp, e.ModifiedMs = stamp, mod
+	if key.Subpath == "" {
+		m.ix.Put(e)
+	}
+	return e, nil
 }
 
-func cut(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
+// archived reads the session's archived.json marker: archived unless
+// someone prompted in the session after it was set (the official rule).
+func (m *Manager) archived(key layout.Key, lastPromptMs int64) bool {
+	f, err := m.cfg.FS.OpenFile(m.ArchiveMarkerPath(key), os.O_RDONLY, 0)
+	if err != nil {
+		return false
 	}
-	r := []rune(s)
-	return string(r[:n]) + "…"
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 4097))
+	if err != nil || len(b) > 4096 {
+		return false
+	}
+	var mark struct {
+		Archived bool   `json:"archived"`
+		At       string `json:"at"`
+	}
+	if json.Unmarshal(b, &mark) != nil || !mark.Archived {
+		return false
+	}
+	at, err := time.Parse(time.RFC3339Nano, mark.At)
+	if err != nil {
+		return false
+	}
+	return lastPromptMs <= at.UnixMilli()
 }
 
-func (s *summary) title() string {
-	if s.customTitle != "" {
-		return s.customTitle
+func (m *Manager) infoFrom(key layout.Key, e index.Entry) Info {
+	in := Info{
+		Key: key, Path: m.cfg.Layout.TranscriptPath(key),
+		Title: e.Sum.Title, Summary: e.Sum.Display(), FirstPrompt: e.Sum.FirstPrompt, Cwd: e.Sum.Cwd,
+		GitBranch: e.Sum.GitBranch, Tag: e.Sum.Tag, Sidechain: e.Sum.IsSidechain,
+		Damaged: e.Damaged(), Entries: e.Entries, Bytes: e.Bytes, Malformed: e.Malformed,
+		ModifiedMs: e.ModifiedMs, CreatedMs: e.Sum.CreatedAt, Active: m.IsActive(key),
 	}
-	return s.aiTitle
+	if key.Subpath == "" {
+		in.Archived = m.archived(key, e.LastPromptMs)
+	}
+	return in
 }
 
-// Info describes key. A session without a writer or journal is read
-// straight from its file, without starting a writer.
+// Info describes key.
 func (m *Manager) Info(ctx context.Context, key layout.Key) (Info, error) {
 	if err := key.Validate(); err != nil {
 		return Info{}, err
 	}
-	info := Info{Key: key, Path: m.cfg.Layout.TranscriptPath(key)}
 	if !m.existsOnDisk(key) {
-		return info, fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+		return Info{Key: key}, fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
 	}
-	var sum summary
-	_, jerr := m.cfg.FS.Lstat(m.cfg.Layout.JournalPath(key))
-	if m.IsActive(key) || jerr == nil {
-		var sn *snapshot
-		err := m.do(ctx, key, func(st *state) error {
-			var err error
-			sn, err = st.snapshot()
-			return err
-		})
-		if err != nil {
-			return info, err
-		}
-		defer sn.close()
-		if !sn.exists {
-			return info, fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
-		}
-		info.Pending = uint64(len(sn.pending))
-		r := reader{send: func(es []Entry) error {
-			for _, e := range es {
-				sum.add(e.Data)
-			}
-			return nil
-		}}
-		if err := r.serve(sn); err != nil {
-			return info, err
-		}
-		info.Active = m.IsActive(key)
-	} else {
-		f, err := m.cfg.FS.OpenFile(info.Path, os.O_RDONLY, 0)
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return info, fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
-			}
-			return info, fmt.Errorf("open %s: %w", info.Path, errdefs.FromIO(err))
-		}
-		defer f.Close()
-		sc := transcript.NewLineScanner(f)
-		for sc.Scan() {
-			sum.add(sc.Line())
-			if !sc.HasNewline() {
-				sum.bytes--
-			}
-		}
-		if err := sc.Err(); err != nil {
-			return info, fmt.Errorf("read %s: %w", info.Path, errdefs.FromIO(err))
-		}
+	e, err := m.entryFor(ctx, key)
+	if err != nil {
+		return Info{Key: key}, err
 	}
-	for _, p := range []string{info.Path, m.cfg.Layout.JournalPath(key)} {
-		if fi, err := m.cfg.FS.Lstat(p); err == nil && fi.ModTime().UnixMilli() > info.ModifiedMs {
-			info.ModifiedMs = fi.ModTime().UnixMilli()
-		}
+	in := m.infoFrom(key, e)
+	if m.IsActive(key) {
+		m.do(ctx, key, func(st *state) error { in.Pending = uint64(len(st.pending)); return nil })
 	}
-	info.Title = sum.title()
-	info.FirstPrompt = sum.firstPrompt
-	info.Cwd = sum.cwd
-	info.CreatedMs = sum.created
-	info.Entries = sum.entries
-	info.Bytes = sum.bytes
-	info.Malformed = sum.malformed
-	return info, nil
+	return in, nil
 }
 
-// List describes the main sessions of one project (projectKey != "") or of
-// every project, newest first. Sessions that exist only in a journal are
-// included.
-func (m *Manager) List(ctx context.Context, projectKey string) ([]Info, error) {
-	keys := make(map[layout.Key]bool)
+// ListOptions select and page a listing.
+type ListOptions struct {
+	ProjectKey      string // "" for every project
+	Limit, Offset   int
+	Continue        bool // only the newest non-sidechain session
+	ExcludeArchived bool
+}
+
+// List describes the main sessions of one project (or of every project),
+// newest first, from the index: only sessions whose files changed behind
+// sessiond's back are read again. It returns the page and the total.
+func (m *Manager) List(ctx context.Context, opt ListOptions) ([]Info, int, error) {
+	keys, err := m.mainKeys(opt.ProjectKey)
+	if err != nil {
+		return nil, 0, err
+	}
+	present := make(map[layout.Key]bool, len(keys))
+	out := make([]Info, 0, len(keys))
+	for _, k := range keys {
+		if err := ctx.Err(); err != nil {
+			return nil, 0, err
+		}
+		e, err := m.entryFor(ctx, k)
+		if errdefs.Is(err, errdefs.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		present[k] = true
+		in := m.infoFrom(k, e)
+		if opt.ExcludeArchived && in.Archived {
+			continue
+		}
+		if opt.Continue && in.Sidechain {
+			continue
+		}
+		out = append(out, in)
+	}
+	for _, k := range m.ix.Keys(opt.ProjectKey) {
+		if !present[k] && !m.IsActive(k) {
+			m.ix.Delete(k)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].ModifiedMs != out[j].ModifiedMs {
+			return out[i].ModifiedMs > out[j].ModifiedMs
+		}
+		return out[i].Key.String() < out[j].Key.String()
+	})
+	total := len(out)
+	if opt.Continue && len(out) > 1 {
+		out = out[:1]
+	}
+	if opt.Offset > 0 {
+		if opt.Offset >= len(out) {
+			out = nil
+		} else {
+			out = out[opt.Offset:]
+		}
+	}
+	if opt.Limit > 0 && len(out) > opt.Limit {
+		out = out[:opt.Limit]
+	}
+	return out, total, nil
+}
+
+// WarmIndex indexes every session on disk, so that the first listing is as
+// fast as the next ones. The daemon runs it at start.
+func (m *Manager) WarmIndex(ctx context.Context) error {
+	_, _, err := m.List(ctx, ListOptions{})
+	return err
+}
+
+// mainKeys lists the main sessions of one project (or all) without reading
+// any transcript: folder listings, journals, open writers.
+func (m *Manager) mainKeys(projectKey string) ([]layout.Key, error) {
+	L := m.cfg.Layout
 	var projects []string
 	if projectKey != "" {
 		if err := layout.ValidateProjectKey(projectKey); err != nil {
@@ -213,9 +257,9 @@ func (m *Manager) List(ctx context.Context, projectKey string) ([]Info, error) {
 		}
 		projects = []string{projectKey}
 	} else {
-		ents, err := m.cfg.FS.ReadDir(m.cfg.Layout.ProjectsDir())
+		ents, err := m.cfg.FS.ReadDir(L.ProjectsDir())
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("list %s: %w", m.cfg.Layout.ProjectsDir(), errdefs.FromIO(err))
+			return nil, fmt.Errorf("list %s: %w", L.ProjectsDir(), errdefs.FromIO(err))
 		}
 		for _, e := range ents {
 			if e.IsDir() {
@@ -223,17 +267,19 @@ func (m *Manager) List(ctx context.Context, projectKey string) ([]Info, error) {
 			}
 		}
 	}
+	set := map[layout.Key]bool{}
 	for _, p := range projects {
-		ents, err := m.cfg.FS.ReadDir(m.cfg.Layout.ProjectDir(p))
+		dir := L.ProjectDir(p)
+		ents, err := m.cfg.FS.ReadDir(dir)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("list %s: %w", m.cfg.Layout.ProjectDir(p), errdefs.FromIO(err))
+			return nil, fmt.Errorf("list %s: %w", dir, errdefs.FromIO(err))
 		}
 		for _, e := range ents {
 			if !e.Type().IsRegular() {
 				continue
 			}
-			if k, ok := m.cfg.Layout.ParseTranscriptPath(m.cfg.Layout.ProjectDir(p) + "/" + e.Name()); ok && k.Subpath == "" {
-				keys[k] = true
+			if k, ok := L.ParseTranscriptPath(filepath.Join(dir, e.Name())); ok && k.Subpath == "" {
+				set[k] = true
 			}
 		}
 	}
@@ -243,30 +289,15 @@ func (m *Manager) List(ctx context.Context, projectKey string) ([]Info, error) {
 	}
 	for _, k := range journaled {
 		if k.Subpath == "" && (projectKey == "" || k.ProjectKey == projectKey) {
-			keys[k] = true
+			set[k] = true
 		}
 	}
-	out := make([]Info, 0, len(keys))
-	for k := range keys {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		info, err := m.Info(ctx, k)
-		if errdefs.Is(err, errdefs.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, info)
+	keys := make([]layout.Key, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].ModifiedMs != out[j].ModifiedMs {
-			return out[i].ModifiedMs > out[j].ModifiedMs
-		}
-		return out[i].Key.String() < out[j].Key.String()
-	})
-	return out, nil
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	return keys, nil
 }
 
 // Find returns the keys of every session with this id (and subpath) in any

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
 )
@@ -86,6 +87,12 @@ type Manager struct {
 	stats   counters
 
 	recoveryErrs []string // guarded by mu
+	// busy holds the sessions whose files delete or restore is moving; no
+	// writer of theirs may start meanwhile. Guarded by mu.
+	busy map[family]string
+
+	ix        *index.Index
+	indexOnce sync.Once
 }
 
 // New returns a Manager. It creates the state folder if needed.
@@ -93,7 +100,7 @@ func New(cfg Config) (*Manager, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &Manager{cfg: cfg, log: cfg.Logger, sessions: make(map[layout.Key]*session)}, nil
+	return &Manager{cfg: cfg, log: cfg.Logger, sessions: make(map[layout.Key]*session), ix: index.New()}, nil
 }
 
 // Config returns the configuration in force (defaults applied).
@@ -106,6 +113,9 @@ func (m *Manager) acquire(key layout.Key) (*session, error) {
 	defer m.mu.Unlock()
 	if m.closing {
 		return nil, fmt.Errorf("sessiond is shutting down: %w", errdefs.ErrUnavailable)
+	}
+	if why, ok := m.busy[familyOf(key)]; ok {
+		return nil, fmt.Errorf("session %s/%s is being %s; retry: %w", key.ProjectKey, key.SessionID, why, errdefs.ErrUnavailable)
 	}
 	s := m.sessions[key]
 	if s == nil {
@@ -376,7 +386,30 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 		rep.Keys = append(rep.Keys, k)
 		m.stats.recovered.Add(1)
 	}
+	m.sweepTemps()
 	return rep, nil
+}
+
+// sweepTemps removes the compaction and fork temp files a crash left in the
+// project folders. It runs at start, before any writer could be making one.
+func (m *Manager) sweepTemps() {
+	L := m.cfg.Layout
+	projects, _ := m.cfg.FS.ReadDir(L.ProjectsDir())
+	for _, p := range projects {
+		if !p.IsDir() {
+			continue
+		}
+		dir := L.ProjectDir(p.Name())
+		ents, _ := m.cfg.FS.ReadDir(dir)
+		for _, e := range ents {
+			n := e.Name()
+			if e.Type().IsRegular() && strings.HasPrefix(n, ".") && strings.Contains(n, ".compact-") && strings.HasSuffix(n, ".tmp") {
+				if err := m.cfg.FS.Remove(filepath.Join(dir, n)); err == nil {
+					m.log.Info("removed a temp file left by a crash", zap.String("file", filepath.Join(dir, n)))
+				}
+			}
+		}
+	}
 }
 
 // Close stops taking requests, lets every writer finish what is queued,

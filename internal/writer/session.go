@@ -100,6 +100,8 @@ func (s *session) run() {
 			}
 			if time.Since(lastActive) >= cfg.IdleRetire && st.failed == nil {
 				if s.m.tryRemove(s, false) {
+					st.closeFiles()
+					st.release()
 					st.notifyChange()
 					return
 				}
@@ -203,6 +205,7 @@ func (s *session) exit(st *state, err error) {
 		time.Sleep(time.Millisecond)
 	}
 	st.closeFiles()
+	st.release()
 }
 
 // notProcessed marks the answer given to a request the writer never looked

@@ -2,6 +2,7 @@ package writer
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -10,12 +11,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
@@ -65,6 +68,13 @@ type state struct {
 	lineage uint64 // changes when lines already served may have moved
 	changed chan struct{}
 	failed  error
+
+	opened         bool // open succeeded
+	compactRetries int  // compactions restarted because another writer appended
+
+	// ent is this session's listing entry (main sessions only), kept
+	// current line by line and published to the index.
+	ent *index.Entry
 }
 
 func newState(m *Manager, key layout.Key, log *zap.Logger) *state {
@@ -117,7 +127,9 @@ func (st *state) open() error {
 		return err
 	}
 	st.lineage = st.m.lineage.Add(1)
+	st.opened = true
 	if j == nil {
+		st.publish()
 		return nil
 	}
 	st.j = j
@@ -141,6 +153,7 @@ func (st *state) open() error {
 			if st.canon.size > rec.Compacted.Size {
 				st.log.Warn("another program appended to the transcript after sessiond's last compaction; its lines are kept")
 			}
+			st.publish()
 			return st.newGeneration()
 		}
 	}
@@ -159,16 +172,21 @@ func (st *state) open() error {
 			if err != nil {
 				return fmt.Errorf("read journal of %s: %w", st.key, errdefs.FromIO(err))
 			}
-			buf = line[:0]
 			if id, ok := transcript.TopLevelString(line, "uuid"); ok && id != "" {
 				if st.ids.has(id) {
+					buf = line[:0]
 					continue
 				}
 				st.ids.add(id)
 			}
 			st.addPending(sp, len(line))
+			if st.ent != nil {
+				st.ent.Add(line, true)
+			}
+			buf = line[:0]
 		}
 	}
+	st.publish()
 	return nil
 }
 
@@ -216,6 +234,9 @@ func (st *state) scanCanonical() error {
 	st.canonEndsNL = true
 	st.canon = fingerprint{}
 	st.canonExists = false
+	if st.key.Subpath == "" {
+		st.ent = &index.Entry{Key: st.key, Owned: true}
+	}
 	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -238,6 +259,9 @@ func (st *state) scanCanonical() error {
 		}
 		if id, ok := transcript.TopLevelString(line, "uuid"); ok && id != "" {
 			st.ids.add(id)
+		}
+		if st.ent != nil {
+			st.ent.Add(line, sc.HasNewline())
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -356,6 +380,9 @@ func (st *state) commit(group []*appendReq) {
 				st.ids.add(res.UUID)
 			}
 			st.addPending(sp, res.Size)
+			if st.ent != nil {
+				st.ent.AddValid(group[s.req].entries[s.entry].Line)
+			}
 		})
 		if err != nil {
 			for _, r := range group {
@@ -379,6 +406,10 @@ func (st *state) commit(group []*appendReq) {
 		close(r.done)
 	}
 	if len(batches) > 0 {
+		if st.ent != nil {
+			st.ent.ModifiedMs = time.Now().UnixMilli()
+			st.publish()
+		}
 		st.notifyChange()
 		if st.sizeDue() {
 			if err := st.compact("size"); err != nil {
@@ -450,11 +481,34 @@ func (st *state) compact(reason string) error {
 	if err := fsys.MkdirAll(st.fs, st.dir, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", st.dir, errdefs.FromIO(err))
 	}
+	// Keep the current file open across the rename: an agent appending to
+	// it directly at that moment writes to this inode, and what it wrote
+	// is rescued below instead of vanishing with the old file.
+	var src fsys.File
+	if st.canonExists && st.canon.size > 0 {
+		f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
+		if err != nil {
+			return fmt.Errorf("compact %s: %w", st.key, errdefs.FromIO(err))
+		}
+		src = f
+		defer src.Close()
+	}
 	tmpPath := filepath.Join(st.dir, st.tempPrefix()+uuid.NewString()[:8]+".tmp")
-	newFP, err := st.writeTemp(tmpPath)
+	newFP, err := st.writeTemp(tmpPath, src)
 	if err != nil {
 		st.fs.Remove(tmpPath)
 		return fmt.Errorf("compact %s: %w", st.key, errdefs.FromIO(err))
+	}
+	if st.canonStatChanged() {
+		// Someone appended while the temp file was written: start over, so
+		// their lines are kept in place.
+		st.fs.Remove(tmpPath)
+		if depth := st.compactRetries; depth < 3 {
+			st.compactRetries++
+			defer func() { st.compactRetries = depth }()
+			return st.compact(reason)
+		}
+		return fmt.Errorf("compact %s: the transcript keeps changing under another writer; will retry later: %w", st.key, errdefs.ErrUnavailable)
 	}
 	// From here on a failure leaves the disk in a state only recovery may
 	// judge, so the writer fails and reopens from disk.
@@ -472,6 +526,16 @@ func (st *state) compact(reason string) error {
 		st.failed = err
 		return fmt.Errorf("compact %s: %w", st.key, errdefs.FromIO(err))
 	}
+	var rescued []byte
+	if src != nil {
+		if fi, err := src.Stat(); err == nil && fi.Size() > st.canon.size {
+			rescued = make([]byte, fi.Size()-st.canon.size)
+			if _, err := src.ReadAt(rescued, st.canon.size); err != nil && err != io.EOF {
+				st.failed = err
+				return fmt.Errorf("compact %s: read lines appended during the rename: %w", st.key, errdefs.FromIO(err))
+			}
+		}
+	}
 	n := len(st.pending)
 	st.canonExists = true
 	st.canonEntries += uint64(n)
@@ -486,8 +550,43 @@ func (st *state) compact(reason string) error {
 	st.m.stats.compactedBytes.Add(uint64(newFP.size))
 	st.log.Debug("compacted", zap.String("reason", reason), zap.Int("entries", n),
 		zap.Int64("from_bytes", old), zap.Int64("to_bytes", newFP.size))
+	if len(rescued) > 0 {
+		if err := st.rescue(rescued); err != nil {
+			return err
+		}
+	}
 	st.notifyChange()
 	return nil
+}
+
+// rescue journals lines another program appended to the old canonical
+// file while compaction renamed the new one into place; they follow in the
+// next compaction. Lines whose uuid the session holds are dropped.
+func (st *state) rescue(data []byte) error {
+	st.log.Warn("another program appended to the transcript during a compaction; its lines are kept", zap.Int("bytes", len(data)))
+	var lines [][]byte
+	for _, l := range bytes.SplitAfter(data, []byte{'\n'}) {
+		l = bytes.TrimSuffix(l, []byte{'\n'})
+		if len(l) == 0 {
+			continue
+		}
+		if id, ok := transcript.TopLevelString(l, "uuid"); ok && id != "" {
+			if st.ids.has(id) {
+				continue
+			}
+			st.ids.add(id)
+		}
+		lines = append(lines, l)
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	return st.journalBatches([][][]byte{lines}, func(i int, sp journal.Span) {
+		st.addPending(sp, len(lines[i]))
+		if st.ent != nil {
+			st.ent.Add(lines[i], true)
+		}
+	})
 }
 
 // canonStatChanged reports whether the canonical file's size differs from
@@ -518,35 +617,34 @@ func (st *state) absorbForeign() error {
 			st.failed = err
 			return fmt.Errorf("read journal of %s: %w", st.key, errdefs.FromIO(err))
 		}
-		buf = line[:0]
 		if id, ok := transcript.TopLevelString(line, "uuid"); ok && id != "" {
 			if st.ids.has(id) {
+				buf = line[:0]
 				continue
 			}
 			st.ids.add(id)
 		}
 		st.addPending(p.span, p.size)
+		if st.ent != nil {
+			st.ent.Add(line, true)
+		}
+		buf = line[:0]
 	}
 	st.lineage = st.m.lineage.Add(1)
+	st.publish()
 	return nil
 }
 
 // writeTemp writes the current canonical content plus the pending entries
 // to path and syncs it.
-func (st *state) writeTemp(path string) (fingerprint, error) {
+func (st *state) writeTemp(path string, src io.ReaderAt) (fingerprint, error) {
 	tmp, err := st.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fingerprint{}, err
 	}
 	defer tmp.Close()
-	if st.canonExists && st.canon.size > 0 {
-		src, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
-		if err != nil {
-			return fingerprint{}, err
-		}
-		_, err = io.Copy(tmp, io.NewSectionReader(src, 0, st.canon.size))
-		src.Close()
-		if err != nil {
+	if src != nil {
+		if _, err := io.Copy(tmp, io.NewSectionReader(src, 0, st.canon.size)); err != nil {
 			return fingerprint{}, err
 		}
 	}
@@ -585,6 +683,31 @@ func (st *state) writeTemp(path string) (fingerprint, error) {
 		return fingerprint{}, err
 	}
 	return fingerprint{fi.Size(), tail}, nil
+}
+
+// publish hands a copy of the listing entry to the index.
+func (st *state) publish() {
+	if st.ent != nil {
+		st.m.ix.Put(*st.ent)
+	}
+}
+
+// release publishes the final entry with the files' stamp, as the writer
+// closes: from now on the index checks the files for foreign changes.
+func (st *state) release() {
+	if st.ent == nil || !st.opened {
+		return
+	}
+	e := *st.ent
+	if st.failed != nil {
+		// What this writer saw may not be what is on disk: let the index
+		// rebuild the entry from the files.
+		e.Stamp, e.ModifiedMs = index.Stamp{}, 0
+		st.m.ix.Release(e)
+		return
+	}
+	e.Stamp, e.ModifiedMs = st.m.stamp(st.key)
+	st.m.ix.Release(e)
 }
 
 func (st *state) notifyChange() {

@@ -769,9 +769,19 @@ type ListSessionsRequest struct {
 	//
 	//	*ListSessionsRequest_Cwd
 	//	*ListSessionsRequest_ProjectKey
-	Project       isListSessionsRequest_Project `protobuf_oneof:"project"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Project isListSessionsRequest_Project `protobuf_oneof:"project"`
+	// Page size; 0 means all.
+	Limit uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Sessions to skip (newest first), for paging.
+	Offset uint32 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	// Return only the session "continue" would resume: the newest
+	// non-sidechain session of the project.
+	Continue bool `protobuf:"varint,5,opt,name=continue,proto3" json:"continue,omitempty"`
+	// Include archived sessions (they are listed, marked, by default; false
+	// here keeps them). Set exclude_archived to leave them out.
+	ExcludeArchived bool `protobuf:"varint,6,opt,name=exclude_archived,json=excludeArchived,proto3" json:"exclude_archived,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ListSessionsRequest) Reset() {
@@ -829,6 +839,34 @@ func (x *ListSessionsRequest) GetProjectKey() string {
 	return ""
 }
 
+func (x *ListSessionsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListSessionsRequest) GetOffset() uint32 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ListSessionsRequest) GetContinue() bool {
+	if x != nil {
+		return x.Continue
+	}
+	return false
+}
+
+func (x *ListSessionsRequest) GetExcludeArchived() bool {
+	if x != nil {
+		return x.ExcludeArchived
+	}
+	return false
+}
+
 type isListSessionsRequest_Project interface {
 	isListSessionsRequest_Project()
 }
@@ -870,8 +908,18 @@ type SessionInfo struct {
 	// Lines of the canonical file that are not a JSON object (torn, spliced or
 	// otherwise damaged). They are kept and served as they are.
 	MalformedLines uint64 `protobuf:"varint,11,opt,name=malformed_lines,json=malformedLines,proto3" json:"malformed_lines,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// What the official listing shows: the title, else the last prompt, else
+	// the summary, else the first prompt.
+	Summary   string `protobuf:"bytes,12,opt,name=summary,proto3" json:"summary,omitempty"`
+	Tag       string `protobuf:"bytes,13,opt,name=tag,proto3" json:"tag,omitempty"`
+	Archived  bool   `protobuf:"varint,14,opt,name=archived,proto3" json:"archived,omitempty"`
+	GitBranch string `protobuf:"bytes,15,opt,name=git_branch,json=gitBranch,proto3" json:"git_branch,omitempty"`
+	// The first line says isSidechain: the official listing skips such files.
+	Sidechain bool `protobuf:"varint,16,opt,name=sidechain,proto3" json:"sidechain,omitempty"`
+	// Malformed lines, or a file that does not end in a whole line.
+	Damaged       bool `protobuf:"varint,17,opt,name=damaged,proto3" json:"damaged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionInfo) Reset() {
@@ -981,10 +1029,54 @@ func (x *SessionInfo) GetMalformedLines() uint64 {
 	return 0
 }
 
+func (x *SessionInfo) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetArchived() bool {
+	if x != nil {
+		return x.Archived
+	}
+	return false
+}
+
+func (x *SessionInfo) GetGitBranch() string {
+	if x != nil {
+		return x.GitBranch
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetSidechain() bool {
+	if x != nil {
+		return x.Sidechain
+	}
+	return false
+}
+
+func (x *SessionInfo) GetDamaged() bool {
+	if x != nil {
+		return x.Damaged
+	}
+	return false
+}
+
 type ListSessionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Newest first.
-	Sessions      []*SessionInfo `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	Sessions []*SessionInfo `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// Sessions matching before paging.
+	Total         uint32 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1024,6 +1116,13 @@ func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
 		return x.Sessions
 	}
 	return nil
+}
+
+func (x *ListSessionsResponse) GetTotal() uint32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
 }
 
 type GetSessionRequest struct {
@@ -1282,6 +1381,1100 @@ func (x *StatusResponse) GetRecoveryErrors() []string {
 	return nil
 }
 
+type CheckRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One session. Ignored when all is set.
+	Session *SessionRef `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// Every session (and subagent transcript) of the project named in
+	// session's cwd or project_key, or of all projects when neither is set.
+	All           bool `protobuf:"varint,2,opt,name=all,proto3" json:"all,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckRequest) Reset() {
+	*x = CheckRequest{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckRequest) ProtoMessage() {}
+
+func (x *CheckRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
+func (*CheckRequest) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CheckRequest) GetSession() *SessionRef {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *CheckRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+// Problem is one piece of damage.
+type Problem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1-based line number in the transcript.
+	Line uint64 `protobuf:"varint,1,opt,name=line,proto3" json:"line,omitempty"`
+	// Byte offset of that line.
+	Offset uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// malformed, torn, nul_bytes, spliced, invalid_utf8, lone_surrogate,
+	// duplicate_uuid, session_id_mismatch, dangling_parent, cycle,
+	// multiple_roots, orphan_tool_use, stray_tool_result.
+	Kind    string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// The uuids or tool ids involved.
+	Ids           []string `protobuf:"bytes,5,rep,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Problem) Reset() {
+	*x = Problem{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Problem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Problem) ProtoMessage() {}
+
+func (x *Problem) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Problem.ProtoReflect.Descriptor instead.
+func (*Problem) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Problem) GetLine() uint64 {
+	if x != nil {
+		return x.Line
+	}
+	return 0
+}
+
+func (x *Problem) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *Problem) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Problem) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Problem) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+type SessionCheck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       *ResolvedSession       `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Lines         uint64                 `protobuf:"varint,2,opt,name=lines,proto3" json:"lines,omitempty"`
+	Entries       uint64                 `protobuf:"varint,3,opt,name=entries,proto3" json:"entries,omitempty"`
+	Problems      []*Problem             `protobuf:"bytes,4,rep,name=problems,proto3" json:"problems,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionCheck) Reset() {
+	*x = SessionCheck{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionCheck) ProtoMessage() {}
+
+func (x *SessionCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionCheck.ProtoReflect.Descriptor instead.
+func (*SessionCheck) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SessionCheck) GetSession() *ResolvedSession {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *SessionCheck) GetLines() uint64 {
+	if x != nil {
+		return x.Lines
+	}
+	return 0
+}
+
+func (x *SessionCheck) GetEntries() uint64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *SessionCheck) GetProblems() []*Problem {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+type CheckResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Sessions []*SessionCheck        `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// True when no session has a problem.
+	Clean         bool `protobuf:"varint,2,opt,name=clean,proto3" json:"clean,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckResponse) Reset() {
+	*x = CheckResponse{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckResponse) ProtoMessage() {}
+
+func (x *CheckResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
+func (*CheckResponse) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *CheckResponse) GetSessions() []*SessionCheck {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *CheckResponse) GetClean() bool {
+	if x != nil {
+		return x.Clean
+	}
+	return false
+}
+
+type RepairRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session *SessionRef            `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// Plan only: report what would change, change nothing.
+	DryRun        bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepairRequest) Reset() {
+	*x = RepairRequest{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepairRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepairRequest) ProtoMessage() {}
+
+func (x *RepairRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepairRequest.ProtoReflect.Descriptor instead.
+func (*RepairRequest) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RepairRequest) GetSession() *SessionRef {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *RepairRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type RepairAction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Line  uint64                 `protobuf:"varint,1,opt,name=line,proto3" json:"line,omitempty"`
+	// split, drop, strip_nul, replace_invalid, insert_tool_result,
+	// neutralise_tool_result, repoint_parent, drop_duplicate.
+	Kind          string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	Before        []byte `protobuf:"bytes,4,opt,name=before,proto3" json:"before,omitempty"`
+	After         []byte `protobuf:"bytes,5,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepairAction) Reset() {
+	*x = RepairAction{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepairAction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepairAction) ProtoMessage() {}
+
+func (x *RepairAction) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepairAction.ProtoReflect.Descriptor instead.
+func (*RepairAction) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RepairAction) GetLine() uint64 {
+	if x != nil {
+		return x.Line
+	}
+	return 0
+}
+
+func (x *RepairAction) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *RepairAction) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *RepairAction) GetBefore() []byte {
+	if x != nil {
+		return x.Before
+	}
+	return nil
+}
+
+func (x *RepairAction) GetAfter() []byte {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+type RepairResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session *ResolvedSession       `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Actions []*RepairAction        `protobuf:"bytes,2,rep,name=actions,proto3" json:"actions,omitempty"`
+	// False when the session needed nothing.
+	Changed bool `protobuf:"varint,3,opt,name=changed,proto3" json:"changed,omitempty"`
+	// Where the pre-repair file was kept (empty for a dry run or no change).
+	BackupPath string `protobuf:"bytes,4,opt,name=backup_path,json=backupPath,proto3" json:"backup_path,omitempty"`
+	// Damage found before and left after.
+	Before        []*Problem `protobuf:"bytes,5,rep,name=before,proto3" json:"before,omitempty"`
+	After         []*Problem `protobuf:"bytes,6,rep,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepairResponse) Reset() {
+	*x = RepairResponse{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepairResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepairResponse) ProtoMessage() {}
+
+func (x *RepairResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepairResponse.ProtoReflect.Descriptor instead.
+func (*RepairResponse) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RepairResponse) GetSession() *ResolvedSession {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *RepairResponse) GetActions() []*RepairAction {
+	if x != nil {
+		return x.Actions
+	}
+	return nil
+}
+
+func (x *RepairResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+func (x *RepairResponse) GetBackupPath() string {
+	if x != nil {
+		return x.BackupPath
+	}
+	return ""
+}
+
+func (x *RepairResponse) GetBefore() []*Problem {
+	if x != nil {
+		return x.Before
+	}
+	return nil
+}
+
+func (x *RepairResponse) GetAfter() []*Problem {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+type ForkRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session *SessionRef            `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// Keep entries up to and including this uuid; empty keeps them all.
+	UpToUuid string `protobuf:"bytes,2,opt,name=up_to_uuid,json=upToUuid,proto3" json:"up_to_uuid,omitempty"`
+	// Title of the fork ("<title> (fork)" is stored); empty derives one as
+	// the official SDK does.
+	Title string `protobuf:"bytes,3,opt,name=title,proto3" json:"title,omitempty"`
+	// The new session's id; empty picks a random one. An existing session
+	// is never overwritten.
+	NewSessionId  string `protobuf:"bytes,4,opt,name=new_session_id,json=newSessionId,proto3" json:"new_session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkRequest) Reset() {
+	*x = ForkRequest{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkRequest) ProtoMessage() {}
+
+func (x *ForkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
+func (*ForkRequest) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ForkRequest) GetSession() *SessionRef {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *ForkRequest) GetUpToUuid() string {
+	if x != nil {
+		return x.UpToUuid
+	}
+	return ""
+}
+
+func (x *ForkRequest) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *ForkRequest) GetNewSessionId() string {
+	if x != nil {
+		return x.NewSessionId
+	}
+	return ""
+}
+
+type ForkResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       *ResolvedSession       `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Entries       uint64                 `protobuf:"varint,2,opt,name=entries,proto3" json:"entries,omitempty"`
+	Title         string                 `protobuf:"bytes,3,opt,name=title,proto3" json:"title,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkResponse) Reset() {
+	*x = ForkResponse{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkResponse) ProtoMessage() {}
+
+func (x *ForkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
+func (*ForkResponse) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ForkResponse) GetSession() *ResolvedSession {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *ForkResponse) GetEntries() uint64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *ForkResponse) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+type RenameRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       *SessionRef            `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Title         string                 `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenameRequest) Reset() {
+	*x = RenameRequest{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenameRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenameRequest) ProtoMessage() {}
+
+func (x *RenameRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
+func (*RenameRequest) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RenameRequest) GetSession() *SessionRef {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *RenameRequest) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+type TagRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session *SessionRef            `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// Empty clears the tag.
+	Tag           string `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TagRequest) Reset() {
+	*x = TagRequest{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TagRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TagRequest) ProtoMessage() {}
+
+func (x *TagRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TagRequest.ProtoReflect.Descriptor instead.
+func (*TagRequest) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *TagRequest) GetSession() *SessionRef {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *TagRequest) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+type SetArchivedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       *SessionRef            `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Archived      bool                   `protobuf:"varint,2,opt,name=archived,proto3" json:"archived,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetArchivedRequest) Reset() {
+	*x = SetArchivedRequest{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetArchivedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetArchivedRequest) ProtoMessage() {}
+
+func (x *SetArchivedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetArchivedRequest.ProtoReflect.Descriptor instead.
+func (*SetArchivedRequest) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SetArchivedRequest) GetSession() *SessionRef {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *SetArchivedRequest) GetArchived() bool {
+	if x != nil {
+		return x.Archived
+	}
+	return false
+}
+
+type MetadataResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       *ResolvedSession       `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetadataResponse) Reset() {
+	*x = MetadataResponse{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetadataResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetadataResponse) ProtoMessage() {}
+
+func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetadataResponse.ProtoReflect.Descriptor instead.
+func (*MetadataResponse) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *MetadataResponse) GetSession() *ResolvedSession {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+type DeleteRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session *SessionRef            `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// Remove for good instead of moving to the trash.
+	Purge         bool `protobuf:"varint,2,opt,name=purge,proto3" json:"purge,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRequest) Reset() {
+	*x = DeleteRequest{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRequest) ProtoMessage() {}
+
+func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
+func (*DeleteRequest) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *DeleteRequest) GetSession() *SessionRef {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *DeleteRequest) GetPurge() bool {
+	if x != nil {
+		return x.Purge
+	}
+	return false
+}
+
+type DeleteResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session *ResolvedSession       `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// Where the session went (empty with purge).
+	TrashPath     string `protobuf:"bytes,2,opt,name=trash_path,json=trashPath,proto3" json:"trash_path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteResponse) Reset() {
+	*x = DeleteResponse{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteResponse) ProtoMessage() {}
+
+func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
+func (*DeleteResponse) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *DeleteResponse) GetSession() *ResolvedSession {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *DeleteResponse) GetTrashPath() string {
+	if x != nil {
+		return x.TrashPath
+	}
+	return ""
+}
+
+type RestoreRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       *SessionRef            `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreRequest) Reset() {
+	*x = RestoreRequest{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreRequest) ProtoMessage() {}
+
+func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
+func (*RestoreRequest) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *RestoreRequest) GetSession() *SessionRef {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+type RestoreResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       *ResolvedSession       `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreResponse) Reset() {
+	*x = RestoreResponse{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreResponse) ProtoMessage() {}
+
+func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
+func (*RestoreResponse) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *RestoreResponse) GetSession() *ResolvedSession {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+type ListSubkeysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       *SessionRef            `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSubkeysRequest) Reset() {
+	*x = ListSubkeysRequest{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSubkeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSubkeysRequest) ProtoMessage() {}
+
+func (x *ListSubkeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSubkeysRequest.ProtoReflect.Descriptor instead.
+func (*ListSubkeysRequest) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ListSubkeysRequest) GetSession() *SessionRef {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+type ListSubkeysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Subpaths such as "subagents/agent-abc", sorted.
+	Subkeys       []string `protobuf:"bytes,1,rep,name=subkeys,proto3" json:"subkeys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSubkeysResponse) Reset() {
+	*x = ListSubkeysResponse{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSubkeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSubkeysResponse) ProtoMessage() {}
+
+func (x *ListSubkeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSubkeysResponse.ProtoReflect.Descriptor instead.
+func (*ListSubkeysResponse) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ListSubkeysResponse) GetSubkeys() []string {
+	if x != nil {
+		return x.Subkeys
+	}
+	return nil
+}
+
 var File_sessiond_v1_sessiond_proto protoreflect.FileDescriptor
 
 const file_sessiond_v1_sessiond_proto_rawDesc = "" +
@@ -1333,12 +2526,16 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"<\n" +
 	"\fReadResponse\x12,\n" +
-	"\aentries\x18\x01 \x03(\v2\x12.sessiond.v1.EntryR\aentries\"W\n" +
+	"\aentries\x18\x01 \x03(\v2\x12.sessiond.v1.EntryR\aentries\"\xcc\x01\n" +
 	"\x13ListSessionsRequest\x12\x12\n" +
 	"\x03cwd\x18\x01 \x01(\tH\x00R\x03cwd\x12!\n" +
 	"\vproject_key\x18\x02 \x01(\tH\x00R\n" +
-	"projectKeyB\t\n" +
-	"\aproject\"\xea\x02\n" +
+	"projectKey\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\rR\x06offset\x12\x1a\n" +
+	"\bcontinue\x18\x05 \x01(\bR\bcontinue\x12)\n" +
+	"\x10exclude_archived\x18\x06 \x01(\bR\x0fexcludeArchivedB\t\n" +
+	"\aproject\"\x89\x04\n" +
 	"\vSessionInfo\x126\n" +
 	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12!\n" +
@@ -1353,9 +2550,17 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"created_ms\x18\t \x01(\x03R\tcreatedMs\x12\x16\n" +
 	"\x06active\x18\n" +
 	" \x01(\bR\x06active\x12'\n" +
-	"\x0fmalformed_lines\x18\v \x01(\x04R\x0emalformedLines\"L\n" +
+	"\x0fmalformed_lines\x18\v \x01(\x04R\x0emalformedLines\x12\x18\n" +
+	"\asummary\x18\f \x01(\tR\asummary\x12\x10\n" +
+	"\x03tag\x18\r \x01(\tR\x03tag\x12\x1a\n" +
+	"\barchived\x18\x0e \x01(\bR\barchived\x12\x1d\n" +
+	"\n" +
+	"git_branch\x18\x0f \x01(\tR\tgitBranch\x12\x1c\n" +
+	"\tsidechain\x18\x10 \x01(\bR\tsidechain\x12\x18\n" +
+	"\adamaged\x18\x11 \x01(\bR\adamaged\"b\n" +
 	"\x14ListSessionsResponse\x124\n" +
-	"\bsessions\x18\x01 \x03(\v2\x18.sessiond.v1.SessionInfoR\bsessions\"F\n" +
+	"\bsessions\x18\x01 \x03(\v2\x18.sessiond.v1.SessionInfoR\bsessions\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\rR\x05total\"F\n" +
 	"\x11GetSessionRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\"\x0f\n" +
 	"\rStatusRequest\"\xc4\x04\n" +
@@ -1378,11 +2583,82 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x0fcompacted_bytes\x18\x0e \x01(\x04R\x0ecompactedBytes\x12-\n" +
 	"\x12recovered_sessions\x18\x0f \x01(\x04R\x11recoveredSessions\x12\x1a\n" +
 	"\bdraining\x18\x10 \x01(\bR\bdraining\x12'\n" +
-	"\x0frecovery_errors\x18\x11 \x03(\tR\x0erecoveryErrors*d\n" +
+	"\x0frecovery_errors\x18\x11 \x03(\tR\x0erecoveryErrors\"S\n" +
+	"\fCheckRequest\x121\n" +
+	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x10\n" +
+	"\x03all\x18\x02 \x01(\bR\x03all\"u\n" +
+	"\aProblem\x12\x12\n" +
+	"\x04line\x18\x01 \x01(\x04R\x04line\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x10\n" +
+	"\x03ids\x18\x05 \x03(\tR\x03ids\"\xa8\x01\n" +
+	"\fSessionCheck\x126\n" +
+	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\x12\x14\n" +
+	"\x05lines\x18\x02 \x01(\x04R\x05lines\x12\x18\n" +
+	"\aentries\x18\x03 \x01(\x04R\aentries\x120\n" +
+	"\bproblems\x18\x04 \x03(\v2\x14.sessiond.v1.ProblemR\bproblems\"\\\n" +
+	"\rCheckResponse\x125\n" +
+	"\bsessions\x18\x01 \x03(\v2\x19.sessiond.v1.SessionCheckR\bsessions\x12\x14\n" +
+	"\x05clean\x18\x02 \x01(\bR\x05clean\"[\n" +
+	"\rRepairRequest\x121\n" +
+	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"|\n" +
+	"\fRepairAction\x12\x12\n" +
+	"\x04line\x18\x01 \x01(\x04R\x04line\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x16\n" +
+	"\x06before\x18\x04 \x01(\fR\x06before\x12\x14\n" +
+	"\x05after\x18\x05 \x01(\fR\x05after\"\x92\x02\n" +
+	"\x0eRepairResponse\x126\n" +
+	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\x123\n" +
+	"\aactions\x18\x02 \x03(\v2\x19.sessiond.v1.RepairActionR\aactions\x12\x18\n" +
+	"\achanged\x18\x03 \x01(\bR\achanged\x12\x1f\n" +
+	"\vbackup_path\x18\x04 \x01(\tR\n" +
+	"backupPath\x12,\n" +
+	"\x06before\x18\x05 \x03(\v2\x14.sessiond.v1.ProblemR\x06before\x12*\n" +
+	"\x05after\x18\x06 \x03(\v2\x14.sessiond.v1.ProblemR\x05after\"\x9a\x01\n" +
+	"\vForkRequest\x121\n" +
+	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x1c\n" +
+	"\n" +
+	"up_to_uuid\x18\x02 \x01(\tR\bupToUuid\x12\x14\n" +
+	"\x05title\x18\x03 \x01(\tR\x05title\x12$\n" +
+	"\x0enew_session_id\x18\x04 \x01(\tR\fnewSessionId\"v\n" +
+	"\fForkResponse\x126\n" +
+	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\x12\x18\n" +
+	"\aentries\x18\x02 \x01(\x04R\aentries\x12\x14\n" +
+	"\x05title\x18\x03 \x01(\tR\x05title\"X\n" +
+	"\rRenameRequest\x121\n" +
+	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\"Q\n" +
+	"\n" +
+	"TagRequest\x121\n" +
+	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x10\n" +
+	"\x03tag\x18\x02 \x01(\tR\x03tag\"c\n" +
+	"\x12SetArchivedRequest\x121\n" +
+	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x1a\n" +
+	"\barchived\x18\x02 \x01(\bR\barchived\"J\n" +
+	"\x10MetadataResponse\x126\n" +
+	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\"X\n" +
+	"\rDeleteRequest\x121\n" +
+	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x14\n" +
+	"\x05purge\x18\x02 \x01(\bR\x05purge\"g\n" +
+	"\x0eDeleteResponse\x126\n" +
+	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\x12\x1d\n" +
+	"\n" +
+	"trash_path\x18\x02 \x01(\tR\ttrashPath\"C\n" +
+	"\x0eRestoreRequest\x121\n" +
+	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\"I\n" +
+	"\x0fRestoreResponse\x126\n" +
+	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\"G\n" +
+	"\x12ListSubkeysRequest\x121\n" +
+	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\"/\n" +
+	"\x13ListSubkeysResponse\x12\x18\n" +
+	"\asubkeys\x18\x01 \x03(\tR\asubkeys*d\n" +
 	"\fEntryOutcome\x12\x1d\n" +
 	"\x19ENTRY_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ENTRY_OUTCOME_STORED\x10\x01\x12\x1b\n" +
-	"\x17ENTRY_OUTCOME_DUPLICATE\x10\x022\xed\x03\n" +
+	"\x17ENTRY_OUTCOME_DUPLICATE\x10\x022\xdb\b\n" +
 	"\bSessiond\x12A\n" +
 	"\x06Append\x12\x1a.sessiond.v1.AppendRequest\x1a\x1b.sessiond.v1.AppendResponse\x12>\n" +
 	"\x05Flush\x12\x19.sessiond.v1.FlushRequest\x1a\x1a.sessiond.v1.FlushResponse\x12=\n" +
@@ -1391,7 +2667,16 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\fListSessions\x12 .sessiond.v1.ListSessionsRequest\x1a!.sessiond.v1.ListSessionsResponse\x12F\n" +
 	"\n" +
 	"GetSession\x12\x1e.sessiond.v1.GetSessionRequest\x1a\x18.sessiond.v1.SessionInfo\x12A\n" +
-	"\x06Status\x12\x1a.sessiond.v1.StatusRequest\x1a\x1b.sessiond.v1.StatusResponseB?Z=github.com/sessiond/sessiond/api/proto/sessiond/v1;sessiondv1b\x06proto3"
+	"\x06Status\x12\x1a.sessiond.v1.StatusRequest\x1a\x1b.sessiond.v1.StatusResponse\x12>\n" +
+	"\x05Check\x12\x19.sessiond.v1.CheckRequest\x1a\x1a.sessiond.v1.CheckResponse\x12A\n" +
+	"\x06Repair\x12\x1a.sessiond.v1.RepairRequest\x1a\x1b.sessiond.v1.RepairResponse\x12;\n" +
+	"\x04Fork\x12\x18.sessiond.v1.ForkRequest\x1a\x19.sessiond.v1.ForkResponse\x12C\n" +
+	"\x06Rename\x12\x1a.sessiond.v1.RenameRequest\x1a\x1d.sessiond.v1.MetadataResponse\x12=\n" +
+	"\x03Tag\x12\x17.sessiond.v1.TagRequest\x1a\x1d.sessiond.v1.MetadataResponse\x12M\n" +
+	"\vSetArchived\x12\x1f.sessiond.v1.SetArchivedRequest\x1a\x1d.sessiond.v1.MetadataResponse\x12A\n" +
+	"\x06Delete\x12\x1a.sessiond.v1.DeleteRequest\x1a\x1b.sessiond.v1.DeleteResponse\x12D\n" +
+	"\aRestore\x12\x1b.sessiond.v1.RestoreRequest\x1a\x1c.sessiond.v1.RestoreResponse\x12P\n" +
+	"\vListSubkeys\x12\x1f.sessiond.v1.ListSubkeysRequest\x1a .sessiond.v1.ListSubkeysResponseB?Z=github.com/sessiond/sessiond/api/proto/sessiond/v1;sessiondv1b\x06proto3"
 
 var (
 	file_sessiond_v1_sessiond_proto_rawDescOnce sync.Once
@@ -1406,7 +2691,7 @@ func file_sessiond_v1_sessiond_proto_rawDescGZIP() []byte {
 }
 
 var file_sessiond_v1_sessiond_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(EntryOutcome)(0),            // 0: sessiond.v1.EntryOutcome
 	(*SessionRef)(nil),           // 1: sessiond.v1.SessionRef
@@ -1426,6 +2711,25 @@ var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(*GetSessionRequest)(nil),    // 15: sessiond.v1.GetSessionRequest
 	(*StatusRequest)(nil),        // 16: sessiond.v1.StatusRequest
 	(*StatusResponse)(nil),       // 17: sessiond.v1.StatusResponse
+	(*CheckRequest)(nil),         // 18: sessiond.v1.CheckRequest
+	(*Problem)(nil),              // 19: sessiond.v1.Problem
+	(*SessionCheck)(nil),         // 20: sessiond.v1.SessionCheck
+	(*CheckResponse)(nil),        // 21: sessiond.v1.CheckResponse
+	(*RepairRequest)(nil),        // 22: sessiond.v1.RepairRequest
+	(*RepairAction)(nil),         // 23: sessiond.v1.RepairAction
+	(*RepairResponse)(nil),       // 24: sessiond.v1.RepairResponse
+	(*ForkRequest)(nil),          // 25: sessiond.v1.ForkRequest
+	(*ForkResponse)(nil),         // 26: sessiond.v1.ForkResponse
+	(*RenameRequest)(nil),        // 27: sessiond.v1.RenameRequest
+	(*TagRequest)(nil),           // 28: sessiond.v1.TagRequest
+	(*SetArchivedRequest)(nil),   // 29: sessiond.v1.SetArchivedRequest
+	(*MetadataResponse)(nil),     // 30: sessiond.v1.MetadataResponse
+	(*DeleteRequest)(nil),        // 31: sessiond.v1.DeleteRequest
+	(*DeleteResponse)(nil),       // 32: sessiond.v1.DeleteResponse
+	(*RestoreRequest)(nil),       // 33: sessiond.v1.RestoreRequest
+	(*RestoreResponse)(nil),      // 34: sessiond.v1.RestoreResponse
+	(*ListSubkeysRequest)(nil),   // 35: sessiond.v1.ListSubkeysRequest
+	(*ListSubkeysResponse)(nil),  // 36: sessiond.v1.ListSubkeysResponse
 }
 var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	1,  // 0: sessiond.v1.AppendRequest.session:type_name -> sessiond.v1.SessionRef
@@ -1440,25 +2744,63 @@ var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	2,  // 9: sessiond.v1.SessionInfo.session:type_name -> sessiond.v1.ResolvedSession
 	13, // 10: sessiond.v1.ListSessionsResponse.sessions:type_name -> sessiond.v1.SessionInfo
 	1,  // 11: sessiond.v1.GetSessionRequest.session:type_name -> sessiond.v1.SessionRef
-	3,  // 12: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
-	6,  // 13: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
-	9,  // 14: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
-	9,  // 15: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
-	12, // 16: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
-	15, // 17: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
-	16, // 18: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
-	5,  // 19: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
-	8,  // 20: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
-	11, // 21: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
-	11, // 22: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
-	14, // 23: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
-	13, // 24: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
-	17, // 25: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
-	19, // [19:26] is the sub-list for method output_type
-	12, // [12:19] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	1,  // 12: sessiond.v1.CheckRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 13: sessiond.v1.SessionCheck.session:type_name -> sessiond.v1.ResolvedSession
+	19, // 14: sessiond.v1.SessionCheck.problems:type_name -> sessiond.v1.Problem
+	20, // 15: sessiond.v1.CheckResponse.sessions:type_name -> sessiond.v1.SessionCheck
+	1,  // 16: sessiond.v1.RepairRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 17: sessiond.v1.RepairResponse.session:type_name -> sessiond.v1.ResolvedSession
+	23, // 18: sessiond.v1.RepairResponse.actions:type_name -> sessiond.v1.RepairAction
+	19, // 19: sessiond.v1.RepairResponse.before:type_name -> sessiond.v1.Problem
+	19, // 20: sessiond.v1.RepairResponse.after:type_name -> sessiond.v1.Problem
+	1,  // 21: sessiond.v1.ForkRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 22: sessiond.v1.ForkResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 23: sessiond.v1.RenameRequest.session:type_name -> sessiond.v1.SessionRef
+	1,  // 24: sessiond.v1.TagRequest.session:type_name -> sessiond.v1.SessionRef
+	1,  // 25: sessiond.v1.SetArchivedRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 26: sessiond.v1.MetadataResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 27: sessiond.v1.DeleteRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 28: sessiond.v1.DeleteResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 29: sessiond.v1.RestoreRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 30: sessiond.v1.RestoreResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 31: sessiond.v1.ListSubkeysRequest.session:type_name -> sessiond.v1.SessionRef
+	3,  // 32: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
+	6,  // 33: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
+	9,  // 34: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
+	9,  // 35: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
+	12, // 36: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
+	15, // 37: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
+	16, // 38: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
+	18, // 39: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
+	22, // 40: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
+	25, // 41: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
+	27, // 42: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
+	28, // 43: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
+	29, // 44: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
+	31, // 45: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
+	33, // 46: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
+	35, // 47: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
+	5,  // 48: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
+	8,  // 49: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
+	11, // 50: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
+	11, // 51: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
+	14, // 52: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
+	13, // 53: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
+	17, // 54: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
+	21, // 55: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
+	24, // 56: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
+	26, // 57: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
+	30, // 58: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
+	30, // 59: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
+	30, // 60: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
+	32, // 61: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
+	34, // 62: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
+	36, // 63: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
+	48, // [48:64] is the sub-list for method output_type
+	32, // [32:48] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_sessiond_v1_sessiond_proto_init() }
@@ -1480,7 +2822,7 @@ func file_sessiond_v1_sessiond_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessiond_v1_sessiond_proto_rawDesc), len(file_sessiond_v1_sessiond_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,15 @@ const (
 	Sessiond_ListSessions_FullMethodName = "/sessiond.v1.Sessiond/ListSessions"
 	Sessiond_GetSession_FullMethodName   = "/sessiond.v1.Sessiond/GetSession"
 	Sessiond_Status_FullMethodName       = "/sessiond.v1.Sessiond/Status"
+	Sessiond_Check_FullMethodName        = "/sessiond.v1.Sessiond/Check"
+	Sessiond_Repair_FullMethodName       = "/sessiond.v1.Sessiond/Repair"
+	Sessiond_Fork_FullMethodName         = "/sessiond.v1.Sessiond/Fork"
+	Sessiond_Rename_FullMethodName       = "/sessiond.v1.Sessiond/Rename"
+	Sessiond_Tag_FullMethodName          = "/sessiond.v1.Sessiond/Tag"
+	Sessiond_SetArchived_FullMethodName  = "/sessiond.v1.Sessiond/SetArchived"
+	Sessiond_Delete_FullMethodName       = "/sessiond.v1.Sessiond/Delete"
+	Sessiond_Restore_FullMethodName      = "/sessiond.v1.Sessiond/Restore"
+	Sessiond_ListSubkeys_FullMethodName  = "/sessiond.v1.Sessiond/ListSubkeys"
 )
 
 // SessiondClient is the client API for Sessiond service.
@@ -56,6 +65,32 @@ type SessiondClient interface {
 	GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*SessionInfo, error)
 	// Status describes the daemon.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// Check reports the damage in one session, or in every session of a
+	// project or of all projects: torn, spliced or NUL-damaged lines, invalid
+	// UTF-8, broken parentUuid chains, tool_use blocks without their result,
+	// stray results, duplicate uuids. Files sessiond never wrote are checked
+	// too.
+	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
+	// Repair rewrites a damaged session so the official readers and the API
+	// accept it, through the session's writer, atomically, keeping the
+	// original in sessiond's state folder.
+	Repair(ctx context.Context, in *RepairRequest, opts ...grpc.CallOption) (*RepairResponse, error)
+	// Fork copies a session (up to an entry) into a new session with fresh
+	// uuids, as the official forkSession does, written atomically.
+	Fork(ctx context.Context, in *ForkRequest, opts ...grpc.CallOption) (*ForkResponse, error)
+	// Rename appends a custom-title entry.
+	Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*MetadataResponse, error)
+	// Tag appends a tag entry.
+	Tag(ctx context.Context, in *TagRequest, opts ...grpc.CallOption) (*MetadataResponse, error)
+	// SetArchived writes or clears the session's archived.json marker.
+	SetArchived(ctx context.Context, in *SetArchivedRequest, opts ...grpc.CallOption) (*MetadataResponse, error)
+	// Delete moves a session (with its subagent transcripts) to the trash in
+	// sessiond's state folder, or removes it for good with purge.
+	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
+	// Restore brings a deleted session back from the trash.
+	Restore(ctx context.Context, in *RestoreRequest, opts ...grpc.CallOption) (*RestoreResponse, error)
+	// ListSubkeys lists a session's subagent transcripts.
+	ListSubkeys(ctx context.Context, in *ListSubkeysRequest, opts ...grpc.CallOption) (*ListSubkeysResponse, error)
 }
 
 type sessiondClient struct {
@@ -154,6 +189,96 @@ func (c *sessiondClient) Status(ctx context.Context, in *StatusRequest, opts ...
 	return out, nil
 }
 
+func (c *sessiondClient) Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckResponse)
+	err := c.cc.Invoke(ctx, Sessiond_Check_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessiondClient) Repair(ctx context.Context, in *RepairRequest, opts ...grpc.CallOption) (*RepairResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RepairResponse)
+	err := c.cc.Invoke(ctx, Sessiond_Repair_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessiondClient) Fork(ctx context.Context, in *ForkRequest, opts ...grpc.CallOption) (*ForkResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForkResponse)
+	err := c.cc.Invoke(ctx, Sessiond_Fork_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessiondClient) Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*MetadataResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MetadataResponse)
+	err := c.cc.Invoke(ctx, Sessiond_Rename_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessiondClient) Tag(ctx context.Context, in *TagRequest, opts ...grpc.CallOption) (*MetadataResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MetadataResponse)
+	err := c.cc.Invoke(ctx, Sessiond_Tag_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessiondClient) SetArchived(ctx context.Context, in *SetArchivedRequest, opts ...grpc.CallOption) (*MetadataResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MetadataResponse)
+	err := c.cc.Invoke(ctx, Sessiond_SetArchived_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessiondClient) Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteResponse)
+	err := c.cc.Invoke(ctx, Sessiond_Delete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessiondClient) Restore(ctx context.Context, in *RestoreRequest, opts ...grpc.CallOption) (*RestoreResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RestoreResponse)
+	err := c.cc.Invoke(ctx, Sessiond_Restore_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessiondClient) ListSubkeys(ctx context.Context, in *ListSubkeysRequest, opts ...grpc.CallOption) (*ListSubkeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSubkeysResponse)
+	err := c.cc.Invoke(ctx, Sessiond_ListSubkeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SessiondServer is the server API for Sessiond service.
 // All implementations must embed UnimplementedSessiondServer
 // for forward compatibility.
@@ -179,6 +304,32 @@ type SessiondServer interface {
 	GetSession(context.Context, *GetSessionRequest) (*SessionInfo, error)
 	// Status describes the daemon.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// Check reports the damage in one session, or in every session of a
+	// project or of all projects: torn, spliced or NUL-damaged lines, invalid
+	// UTF-8, broken parentUuid chains, tool_use blocks without their result,
+	// stray results, duplicate uuids. Files sessiond never wrote are checked
+	// too.
+	Check(context.Context, *CheckRequest) (*CheckResponse, error)
+	// Repair rewrites a damaged session so the official readers and the API
+	// accept it, through the session's writer, atomically, keeping the
+	// original in sessiond's state folder.
+	Repair(context.Context, *RepairRequest) (*RepairResponse, error)
+	// Fork copies a session (up to an entry) into a new session with fresh
+	// uuids, as the official forkSession does, written atomically.
+	Fork(context.Context, *ForkRequest) (*ForkResponse, error)
+	// Rename appends a custom-title entry.
+	Rename(context.Context, *RenameRequest) (*MetadataResponse, error)
+	// Tag appends a tag entry.
+	Tag(context.Context, *TagRequest) (*MetadataResponse, error)
+	// SetArchived writes or clears the session's archived.json marker.
+	SetArchived(context.Context, *SetArchivedRequest) (*MetadataResponse, error)
+	// Delete moves a session (with its subagent transcripts) to the trash in
+	// sessiond's state folder, or removes it for good with purge.
+	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)
+	// Restore brings a deleted session back from the trash.
+	Restore(context.Context, *RestoreRequest) (*RestoreResponse, error)
+	// ListSubkeys lists a session's subagent transcripts.
+	ListSubkeys(context.Context, *ListSubkeysRequest) (*ListSubkeysResponse, error)
 	mustEmbedUnimplementedSessiondServer()
 }
 
@@ -209,6 +360,33 @@ func (UnimplementedSessiondServer) GetSession(context.Context, *GetSessionReques
 }
 func (UnimplementedSessiondServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedSessiondServer) Check(context.Context, *CheckRequest) (*CheckResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Check not implemented")
+}
+func (UnimplementedSessiondServer) Repair(context.Context, *RepairRequest) (*RepairResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Repair not implemented")
+}
+func (UnimplementedSessiondServer) Fork(context.Context, *ForkRequest) (*ForkResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Fork not implemented")
+}
+func (UnimplementedSessiondServer) Rename(context.Context, *RenameRequest) (*MetadataResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Rename not implemented")
+}
+func (UnimplementedSessiondServer) Tag(context.Context, *TagRequest) (*MetadataResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Tag not implemented")
+}
+func (UnimplementedSessiondServer) SetArchived(context.Context, *SetArchivedRequest) (*MetadataResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetArchived not implemented")
+}
+func (UnimplementedSessiondServer) Delete(context.Context, *DeleteRequest) (*DeleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Delete not implemented")
+}
+func (UnimplementedSessiondServer) Restore(context.Context, *RestoreRequest) (*RestoreResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Restore not implemented")
+}
+func (UnimplementedSessiondServer) ListSubkeys(context.Context, *ListSubkeysRequest) (*ListSubkeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSubkeys not implemented")
 }
 func (UnimplementedSessiondServer) mustEmbedUnimplementedSessiondServer() {}
 func (UnimplementedSessiondServer) testEmbeddedByValue()                  {}
@@ -343,6 +521,168 @@ func _Sessiond_Status_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Sessiond_Check_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessiondServer).Check(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sessiond_Check_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessiondServer).Check(ctx, req.(*CheckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Sessiond_Repair_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RepairRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessiondServer).Repair(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sessiond_Repair_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessiondServer).Repair(ctx, req.(*RepairRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Sessiond_Fork_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessiondServer).Fork(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sessiond_Fork_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessiondServer).Fork(ctx, req.(*ForkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Sessiond_Rename_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenameRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessiondServer).Rename(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sessiond_Rename_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessiondServer).Rename(ctx, req.(*RenameRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Sessiond_Tag_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TagRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessiondServer).Tag(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sessiond_Tag_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessiondServer).Tag(ctx, req.(*TagRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Sessiond_SetArchived_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetArchivedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessiondServer).SetArchived(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sessiond_SetArchived_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessiondServer).SetArchived(ctx, req.(*SetArchivedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Sessiond_Delete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessiondServer).Delete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sessiond_Delete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessiondServer).Delete(ctx, req.(*DeleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Sessiond_Restore_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RestoreRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessiondServer).Restore(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sessiond_Restore_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessiondServer).Restore(ctx, req.(*RestoreRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Sessiond_ListSubkeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSubkeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessiondServer).ListSubkeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sessiond_ListSubkeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessiondServer).ListSubkeys(ctx, req.(*ListSubkeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Sessiond_ServiceDesc is the grpc.ServiceDesc for Sessiond service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -369,6 +709,42 @@ var Sessiond_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Sessiond_Status_Handler,
+		},
+		{
+			MethodName: "Check",
+			Handler:    _Sessiond_Check_Handler,
+		},
+		{
+			MethodName: "Repair",
+			Handler:    _Sessiond_Repair_Handler,
+		},
+		{
+			MethodName: "Fork",
+			Handler:    _Sessiond_Fork_Handler,
+		},
+		{
+			MethodName: "Rename",
+			Handler:    _Sessiond_Rename_Handler,
+		},
+		{
+			MethodName: "Tag",
+			Handler:    _Sessiond_Tag_Handler,
+		},
+		{
+			MethodName: "SetArchived",
+			Handler:    _Sessiond_SetArchived_Handler,
+		},
+		{
+			MethodName: "Delete",
+			Handler:    _Sessiond_Delete_Handler,
+		},
+		{
+			MethodName: "Restore",
+			Handler:    _Sessiond_Restore_Handler,
+		},
+		{
+			MethodName: "ListSubkeys",
+			Handler:    _Sessiond_ListSubkeys_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

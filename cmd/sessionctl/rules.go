@@ -1,0 +1,332 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
+)
+
+func checkCmd(g *globals) *cobra.Command {
+	var sf sessionFlags
+	var all bool
+	c := &cobra.Command{
+		Use:   "check [UUID | --all [--cwd DIR]]",
+		Short: "Report damage in transcripts (exit 0 clean, 1 damaged, 2 could not check)",
+		Long: "Reports torn, spliced or NUL-damaged lines, invalid UTF-8 and lone surrogates, broken\n" +
+			"parentUuid chains, tool_use blocks without their tool_result, stray results and duplicate\n" +
+			"uuids, with line numbers. Works on sessions sessiond never wrote too.",
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if all == (len(args) == 1) {
+				return usageErr("give a session id or --all")
+			}
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var resp *sessiondv1.CheckResponse
+			if all {
+				resp, err = c.CheckAll(cmd.Context(), sf.session(""))
+			} else {
+				resp, err = c.Check(cmd.Context(), sf.session(args[0]))
+			}
+			if err != nil {
+				return exitWith(2, err)
+			}
+			if g.json {
+				if err := g.printJSON(resp); err != nil {
+					return err
+				}
+			} else {
+				damaged := 0
+				for _, s := range resp.GetSessions() {
+					path := s.GetSession().GetPath()
+					if len(s.GetProblems()) == 0 {
+						if !all {
+							fmt.Fprintf(g.out, "%s: clean (%d lines)\n", path, s.GetLines())
+						}
+						continue
+					}
+					damaged++
+					for _, p := range s.GetProblems() {
+						ids := ""
+						if len(p.GetIds()) > 0 {
+							ids = " [" + strings.Join(p.GetIds(), ", ") + "]"
+						}
+						fmt.Fprintf(g.out, "%s:%d: %s: %s%s\n", path, p.GetLine(), p.GetKind(), p.GetMessage(), ids)
+					}
+				}
+				if all {
+					fmt.Fprintf(g.out, "%d transcripts checked, %d damaged\n", len(resp.GetSessions()), damaged)
+				}
+			}
+			if !resp.GetClean() {
+				return exitError{1}
+			}
+			return nil
+		},
+	}
+	sf.add(c)
+	c.Flags().BoolVar(&all, "all", false, "check every transcript (of the project given by --cwd/--project, else of all projects)")
+	return c
+}
+
+func repairCmd(g *globals) *cobra.Command {
+	var sf sessionFlags
+	var dry bool
+	c := &cobra.Command{
+		Use:   "repair UUID [--dry-run]",
+		Short: "Repair a damaged session so it can be resumed (the original is kept)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp, err := c.Repair(cmd.Context(), sf.session(args[0]), dry)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(resp)
+			}
+			path := resp.GetSession().GetPath()
+			if !resp.GetChanged() {
+				fmt.Fprintf(g.out, "%s: nothing to repair\n", path)
+				return nil
+			}
+			for _, a := range resp.GetActions() {
+				fmt.Fprintf(g.out, "line %d: %s: %s\n", a.GetLine(), a.GetKind(), a.GetDetail())
+				for _, l := range splitLines(a.GetBefore()) {
+					fmt.Fprintf(g.out, "- %s\n", l)
+				}
+				for _, l := range splitLines(a.GetAfter()) {
+					fmt.Fprintf(g.out, "+ %s\n", l)
+				}
+			}
+			if dry {
+				fmt.Fprintf(g.out, "dry run: %d changes planned for %s; nothing was written\n", len(resp.GetActions()), path)
+				return nil
+			}
+			fmt.Fprintf(g.out, "repaired %s (%d changes); the original is kept at %s\n", path, len(resp.GetActions()), resp.GetBackupPath())
+			for _, p := range resp.GetAfter() {
+				fmt.Fprintf(g.out, "still present: line %d: %s: %s\n", p.GetLine(), p.GetKind(), p.GetMessage())
+			}
+			return nil
+		},
+	}
+	sf.add(c)
+	c.Flags().BoolVar(&dry, "dry-run", false, "print the plan, change nothing")
+	return c
+}
+
+func splitLines(b []byte) []string {
+	if len(b) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
+func forkCmd(g *globals) *cobra.Command {
+	var sf sessionFlags
+	var upTo, title, newID string
+	c := &cobra.Command{
+		Use:   "fork UUID [--up-to ENTRY_UUID] [--title T]",
+		Short: "Copy a session into a new one, as the official forkSession does",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp, err := c.Fork(cmd.Context(), sf.session(args[0]), upTo, title, newID)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(resp)
+			}
+			fmt.Fprintf(g.out, "forked into %s (%d entries, title %q)\n%s\n", resp.GetSession().GetSessionId(), resp.GetEntries(), resp.GetTitle(), resp.GetSession().GetPath())
+			return nil
+		},
+	}
+	sf.add(c)
+	c.Flags().StringVar(&upTo, "up-to", "", "keep entries up to and including this entry uuid")
+	c.Flags().StringVar(&title, "title", "", "title of the fork")
+	c.Flags().StringVar(&newID, "new-id", "", "id of the new session (default: a random UUID)")
+	return c
+}
+
+func renameCmd(g *globals) *cobra.Command {
+	var sf sessionFlags
+	c := &cobra.Command{
+		Use:   "rename UUID TITLE",
+		Short: "Set a session's title (appends a custom-title entry)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp, err := c.Rename(cmd.Context(), sf.session(args[0]), args[1])
+			if err != nil {
+				return err
+			}
+			return g.done(resp, "renamed %s", resp.GetSession().GetSessionId())
+		},
+	}
+	sf.add(c)
+	return c
+}
+
+func tagCmd(g *globals) *cobra.Command {
+	var sf sessionFlags
+	var clear bool
+	c := &cobra.Command{
+		Use:   "tag UUID TAG | tag --clear UUID",
+		Short: "Tag a session (appends a tag entry)",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tag := ""
+			switch {
+			case clear && len(args) == 1:
+			case !clear && len(args) == 2:
+				tag = args[1]
+			default:
+				return usageErr("give a session id and a tag, or --clear and a session id")
+			}
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp, err := c.Tag(cmd.Context(), sf.session(args[0]), tag)
+			if err != nil {
+				return err
+			}
+			return g.done(resp, "tagged %s", resp.GetSession().GetSessionId())
+		},
+	}
+	sf.add(c)
+	c.Flags().BoolVar(&clear, "clear", false, "remove the tag")
+	return c
+}
+
+func archiveCmd(g *globals, archived bool) *cobra.Command {
+	var sf sessionFlags
+	use, short := "archive UUID", "Mark a session archived (it stays listed, marked)"
+	if !archived {
+		use, short = "unarchive UUID", "Clear a session's archived mark"
+	}
+	c := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp, err := c.SetArchived(cmd.Context(), sf.session(args[0]), archived)
+			if err != nil {
+				return err
+			}
+			return g.done(resp, "%s %s", strings.Fields(use)[0]+"d", resp.GetSession().GetSessionId())
+		},
+	}
+	sf.add(c)
+	return c
+}
+
+func deleteCmd(g *globals) *cobra.Command {
+	var sf sessionFlags
+	var purge bool
+	c := &cobra.Command{
+		Use:   "delete UUID [--purge]",
+		Short: "Move a session (with its subagents) to the trash, or remove it for good",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp, err := c.Delete(cmd.Context(), sf.session(args[0]), purge)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(resp)
+			}
+			if purge {
+				fmt.Fprintf(g.out, "removed %s for good\n", resp.GetSession().GetPath())
+			} else {
+				fmt.Fprintf(g.out, "moved %s to %s (sessionctl restore %s brings it back)\n", resp.GetSession().GetPath(), resp.GetTrashPath(), resp.GetSession().GetSessionId())
+			}
+			return nil
+		},
+	}
+	sf.add(c)
+	c.Flags().BoolVar(&purge, "purge", false, "remove for good instead of moving to the trash")
+	return c
+}
+
+func restoreCmd(g *globals) *cobra.Command {
+	var sf sessionFlags
+	c := &cobra.Command{
+		Use:   "restore UUID",
+		Short: "Bring a deleted session back from the trash",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp, err := c.Restore(cmd.Context(), sf.session(args[0]))
+			if err != nil {
+				return err
+			}
+			return g.done(resp, "restored %s", resp.GetSession().GetPath())
+		},
+	}
+	sf.add(c)
+	return c
+}
+
+func subkeysCmd(g *globals) *cobra.Command {
+	var sf sessionFlags
+	c := &cobra.Command{
+		Use:   "subkeys UUID",
+		Short: "List a session's subagent transcripts",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			subs, err := c.Subkeys(cmd.Context(), sf.session(args[0]))
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(&sessiondv1.ListSubkeysResponse{Subkeys: subs})
+			}
+			for _, s := range subs {
+				fmt.Fprintln(g.out, s)
+			}
+			return nil
+		},
+	}
+	sf.add(c)
+	return c
+}

@@ -1,0 +1,186 @@
+// Package index keeps the listing metadata of every main session in memory
+// (title, summary, first prompt, counts, damage), so listing thousands of
+// sessions reads no transcript. The writers feed it the lines they store;
+// files changed behind sessiond's back are noticed by their stat stamp and
+// rescanned.
+package index
+
+import (
+	"bytes"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/transcript"
+)
+
+// Stamp identifies the state of a session's files: when it differs from
+// the one recorded, someone else changed them.
+type Stamp struct {
+	CanonSize, CanonMtime     int64
+	JournalSize, JournalMtime int64
+}
+
+// Entry is what the index knows of one session.
+type Entry struct {
+	Key       layout.Key
+	Sum       transcript.Summary
+	Entries   uint64
+	Bytes     uint64
+	Malformed uint64
+	TornTail  bool
+	// LastPromptMs is the timestamp of the last real user prompt: an
+	// archived session in which someone prompted later is not archived any
+	// more (the official rule).
+	LastPromptMs int64
+	Stamp        Stamp
+	ModifiedMs   int64
+	// Owned entries are kept current by the session's open writer; their
+	// stamp is not checked.
+	Owned bool
+}
+
+// Damaged reports whether the session has lines the readers will skip.
+func (e *Entry) Damaged() bool { return e.Malformed > 0 || e.TornTail }
+
+// AddValid feeds a line already known to be a valid entry (one sessiond
+// just validated and stored), skipping the classification.
+func (e *Entry) AddValid(line []byte) {
+	e.Entries++
+	e.Bytes += uint64(len(line)) + 1
+	e.TornTail = false
+	e.Sum.AddLine(line, true)
+	if ts, ok := promptTime(line); ok && ts > e.LastPromptMs {
+		e.LastPromptMs = ts
+	}
+}
+
+// Add feeds one line (without its newline) to the entry.
+func (e *Entry) Add(line []byte, hasNewline bool) {
+	e.Entries++
+	e.Bytes += uint64(len(line))
+	if hasNewline {
+		e.Bytes++
+		e.TornTail = false
+	} else {
+		e.TornTail = true
+	}
+	// The summary sees every line: its tail window is counted in bytes.
+	e.Sum.AddLine(line, hasNewline)
+	if kind, _ := transcript.ClassifyLine(line); kind != "" {
+		e.Malformed++
+		return
+	}
+	if ts, ok := promptTime(line); ok && ts > e.LastPromptMs {
+		e.LastPromptMs = ts
+	}
+}
+
+// promptTime returns the timestamp of a user line that is a real prompt
+// (not a tool result, not meta).
+func promptTime(line []byte) (int64, bool) {
+	if !bytes.HasPrefix(line, []byte(`{"`)) || !bytes.Contains(line, []byte(`"user"`)) || bytes.Contains(line, []byte(`"tool_result"`)) {
+		return 0, false
+	}
+	if t, _ := transcript.TopLevelString(line, "type"); t != "user" {
+		return 0, false
+	}
+	if bytes.Contains(line, []byte(`"isMeta":true`)) || bytes.Contains(line, []byte(`"isCompactSummary":true`)) {
+		return 0, false
+	}
+	ts, ok := transcript.TopLevelString(line, "timestamp")
+	if !ok {
+		return 0, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return 0, false
+	}
+	return t.UnixMilli(), true
+}
+
+// Index is safe for concurrent use.
+type Index struct {
+	mu      sync.Mutex
+	entries map[layout.Key]*Entry
+	ready   chan struct{}
+	once    sync.Once
+}
+
+// New returns an empty index; Ready must be called once it holds the
+// sessions found at start.
+func New() *Index {
+	return &Index{entries: make(map[layout.Key]*Entry), ready: make(chan struct{})}
+}
+
+// MarkReady says the initial scan is complete.
+func (ix *Index) MarkReady() { ix.once.Do(func() { close(ix.ready) }) }
+
+// Ready is closed once the initial scan is complete.
+func (ix *Index) Ready() <-chan struct{} { return ix.ready }
+
+// Put replaces key's entry with a copy of e. An entry computed from the
+// files (not owned) never replaces one a live writer owns: the writer has
+// seen lines the files may not show yet.
+func (ix *Index) Put(e Entry) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if old, ok := ix.entries[e.Key]; ok && old.Owned && !e.Owned {
+		return
+	}
+	ix.entries[e.Key] = &e
+}
+
+// Release stores the final entry of a writer that closes: from now on the
+// files are the truth, checked by stamp.
+func (ix *Index) Release(e Entry) {
+	e.Owned = false
+	ix.mu.Lock()
+	ix.entries[e.Key] = &e
+	ix.mu.Unlock()
+}
+
+// Get returns a copy of key's entry.
+func (ix *Index) Get(key layout.Key) (Entry, bool) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	e, ok := ix.entries[key]
+	if !ok {
+		return Entry{}, false
+	}
+	return *e, true
+}
+
+// Delete forgets key.
+func (ix *Index) Delete(key layout.Key) {
+	ix.mu.Lock()
+	delete(ix.entries, key)
+	ix.mu.Unlock()
+}
+
+// Update applies fn to key's entry when it exists, under the index's lock;
+// it reports whether it did.
+func (ix *Index) Update(key layout.Key, fn func(*Entry)) bool {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	e, ok := ix.entries[key]
+	if ok {
+		fn(e)
+	}
+	return ok
+}
+
+// Keys lists the indexed keys of one project (or all), sorted.
+func (ix *Index) Keys(projectKey string) []layout.Key {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	keys := make([]layout.Key, 0, len(ix.entries))
+	for k := range ix.entries {
+		if projectKey == "" || k.ProjectKey == projectKey {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	return keys
+}
