@@ -1,0 +1,493 @@
+package transcript
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+)
+
+// sdkInfo is the SDK's SDKSessionInfo, as the goldens record it.
+type sdkInfo struct {
+	SessionID   string `json:"sessionId"`
+	Summary     string `json:"summary"`
+	FileSize    int64  `json:"fileSize"`
+	CustomTitle string `json:"customTitle"`
+	FirstPrompt string `json:"firstPrompt"`
+	GitBranch   string `json:"gitBranch"`
+	Cwd         string `json:"cwd"`
+	Tag         string `json:"tag"`
+	CreatedAt   int64  `json:"createdAt"`
+}
+
+type summaryGolden struct {
+	SDKVersion string `json:"sdkVersion"`
+	SessionID  string `json:"sessionId"`
+	Cases      []struct {
+		Input     string       `json:"input"`
+		SessionID string       `json:"sessionId"`
+		Variant   string       `json:"variant"`
+		Ops       [][2]*string `json:"ops"`
+		Suffix    string       `json:"suffix"`
+		Info      *sdkInfo     `json:"info"`
+		Listed    bool         `json:"listed"`
+		List      *sdkInfo     `json:"list"`
+	} `json:"cases"`
+	Meta struct {
+		Titles []metaGolden `json:"titles"`
+		Tags   []metaGolden `json:"tags"`
+	} `json:"meta"`
+}
+
+type metaGolden struct {
+	Input *string `json:"input"`
+	Line  string  `json:"line"`
+	Error string  `json:"error"`
+}
+
+func readSummaryGolden(t *testing.T) *summaryGolden {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "summary", "goldens.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g summaryGolden
+	if err := json.Unmarshal(data, &g); err != nil {
+		t.Fatal(err)
+	}
+	return &g
+}
+
+// infoOf is what the SDK would report for s.
+func infoOf(s *Summary, sid string, size int64) *sdkInfo {
+	if !s.Listed() {
+		return nil
+	}
+	cwd := s.Cwd
+	if cwd == "" {
+		cwd = "<project>"
+	}
+	return &sdkInfo{
+		SessionID: sid, Summary: s.Display(), FileSize: size, CustomTitle: s.Title, FirstPrompt: s.FirstPrompt,
+		GitBranch: s.GitBranch, Cwd: cwd, Tag: s.Tag, CreatedAt: s.CreatedAt,
+	}
+}
+
+func streamSummary(data []byte) Summary {
+	var s Summary
+	sc := NewLineScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		s.AddLine(sc.Line(), sc.HasNewline())
+	}
+	return s
+}
+
+func headTail(data []byte) (head, tail []byte) {
+	if len(data) <= liteWindow {
+		return data, nil
+	}
+	return data[:liteWindow], data[len(data)-liteWindow:]
+}
+
+// TestSummaryGoldens compares Summary, streaming and head/tail, with what
+// getSessionInfo and listSessions reported for the same file, as it is and
+// with renameSession / tagSession lines appended; those appended lines must
+// be CustomTitleLine's and TagLine's.
+func TestSummaryGoldens(t *testing.T) {
+	goldens(t)
+	g := readSummaryGolden(t)
+	fixtures, _ := filepath.Glob(filepath.Join(fixtureDir, "*.jsonl"))
+	if len(fixtures) == 0 {
+		t.Fatalf("no fixtures in %s: the real transcripts from /work/shared/fixtures are needed", fixtureDir)
+	}
+	covered := map[string]bool{}
+	for _, c := range g.Cases {
+		covered[strings.TrimPrefix(c.Input, "fixture:")] = true
+	}
+	for _, f := range fixtures {
+		if !covered[filepath.Base(f)] {
+			t.Errorf("fixture %s has no summary golden: run go test -run Golden -update", filepath.Base(f))
+		}
+	}
+	for _, c := range g.Cases {
+		t.Run(c.Input+"/"+c.Variant, func(t *testing.T) {
+			data := append(goldenInput(t, "summary", c.Input), c.Suffix...)
+
+			// The appended lines are ours.
+			var want []byte
+			for _, op := range c.Ops {
+				switch arg := op[1]; *op[0] {
+				case "rename":
+					title, err := NormalizeTitle(*arg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want = append(append(want, CustomTitleLine(c.SessionID, title)...), '\n')
+				case "tag":
+					tag := ""
+					if arg != nil {
+						var err error
+						if tag, err = NormalizeTag(*arg); err != nil {
+							t.Fatal(err)
+						}
+					}
+					want = append(append(want, TagLine(c.SessionID, tag)...), '\n')
+				}
+			}
+			if string(want) != c.Suffix {
+				t.Errorf("appended lines:\n%s\nSDK:\n%s", want, c.Suffix)
+			}
+
+			if (c.Info != nil) != c.Listed || (c.List != nil) != c.Listed {
+				t.Fatalf("golden: getSessionInfo %v, listed %v", c.Info, c.Listed)
+			}
+			if c.List != nil && *c.List != *c.Info {
+				t.Errorf("golden: listSessions %+v, getSessionInfo %+v", *c.List, *c.Info)
+			}
+			size := int64(len(data))
+			s := streamSummary(data)
+			if got := infoOf(&s, c.SessionID, size); !equalInfo(got, c.Info) {
+				t.Errorf("streaming: %s\nSDK:       %s", showInfo(got), showInfo(c.Info))
+			}
+			h := SummaryFromHeadTail(headTail(data))
+			if got := infoOf(&h, c.SessionID, size); !equalInfo(got, c.Info) {
+				t.Errorf("head/tail: %s\nSDK:       %s", showInfo(got), showInfo(c.Info))
+			}
+		})
+	}
+}
+
+func equalInfo(a, b *sdkInfo) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func showInfo(i *sdkInfo) string {
+	if i == nil {
+		return "not listed"
+	}
+	b, _ := json.Marshal(i)
+	return string(b)
+}
+
+// TestSummaryStreamingMatchesHeadTail checks, on every input cut after
+// many of its lines, that the streaming Summary is exactly the lite
+// reader's view of the file so far: head and tail windows included.
+func TestSummaryStreamingMatchesHeadTail(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join(fixtureDir, "*.jsonl"))
+	if len(files) == 0 {
+		t.Fatalf("no fixtures in %s", fixtureDir)
+	}
+	synth, _ := filepath.Glob(filepath.Join("testdata", "*", "synthetic", "*.jsonl"))
+	for _, f := range append(files, synth...) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s Summary
+		sc := NewLineScanner(bytes.NewReader(data))
+		n := 0
+		for sc.Scan() {
+			s.AddLine(sc.Line(), sc.HasNewline())
+			n++
+			end := sc.Offset() + int64(len(sc.Line()))
+			if sc.HasNewline() {
+				end++
+			}
+			if n > 40 && n%7 != 0 && end != int64(len(data)) {
+				continue
+			}
+			want := SummaryFromHeadTail(headTail(data[:end]))
+			if !sameSummary(&s, &want) {
+				t.Fatalf("%s after line %d (%d bytes):\nstreaming %+v\nhead/tail %+v", filepath.Base(f), n, end, s.fields(), want.fields())
+			}
+		}
+	}
+}
+
+func (s *Summary) fields() string {
+	return fmt.Sprintf("title=%q custom=%q ai=%q last=%q hint=%q first=%q branch=%q cwd=%q tag=%q created=%d side=%v display=%q fork=%q",
+		s.Title, s.CustomTitle, s.AITitle, s.LastPrompt, s.SummaryHint, s.FirstPrompt, s.GitBranch, s.Cwd, s.Tag, s.CreatedAt,
+		s.IsSidechain, s.Display(), s.forkTitle())
+}
+
+func sameSummary(a, b *Summary) bool { return a.fields() == b.fields() }
+
+// TestSummaryWindows exercises the window edges on made-up files.
+func TestSummaryWindows(t *testing.T) {
+	sid := "0f0f0f0f-1111-4222-8333-444444444444"
+	prompt := `{"type":"user","uuid":"u1","timestamp":"2026-01-01T00:00:00Z","gitBranch":"main","cwd":"/w","message":{"role":"user","content":"hello"}}`
+	filler := func(n int) string {
+		return `{"type":"assistant","uuid":"f","message":{"content":[{"type":"text","text":"` + strings.Repeat("x", n) + `"}]}}`
+	}
+	title := string(CustomTitleLine(sid, "Named"))
+	tests := []struct {
+		name  string
+		lines []string
+		check func(s *Summary) string
+	}{
+		{"title at the end", []string{prompt, title}, func(s *Summary) string { return s.Title }},
+		{"title pushed out of the tail", []string{prompt, filler(70000), title, filler(70000)}, func(s *Summary) string { return s.Title + "|" + s.Display() }},
+		{"title in the head", []string{prompt, title, filler(70000), filler(70000)}, func(s *Summary) string { return s.Title }},
+		{"tag cleared", []string{prompt, string(TagLine(sid, "a")), string(TagLine(sid, ""))}, func(s *Summary) string { return "[" + s.Tag + "]" }},
+		{"tag pushed out", []string{prompt, string(TagLine(sid, "a")), filler(70000)}, func(s *Summary) string { return "[" + s.Tag + "]" }},
+		{"prompt beyond the head", []string{filler(70000), prompt}, func(s *Summary) string { return fmt.Sprint(s.FirstPrompt, "|", s.Listed()) }},
+	}
+	want := []string{"Named", "|hello", "Named", "[]", "[]", "|false"}
+	for i, tt := range tests {
+		data := []byte(strings.Join(tt.lines, "\n") + "\n")
+		s := streamSummary(data)
+		if got := tt.check(&s); got != want[i] {
+			t.Errorf("%s: %q, want %q", tt.name, got, want[i])
+		}
+		h := SummaryFromHeadTail(headTail(data))
+		if got := tt.check(&h); got != want[i] {
+			t.Errorf("%s (head/tail): %q, want %q", tt.name, got, want[i])
+		}
+	}
+}
+
+func TestSummarySidecar(t *testing.T) {
+	data := []byte(`{"type":"user","uuid":"u1","message":{"role":"user","content":"hello"}}` + "\n" +
+		`{"type":"custom-title","customTitle":"Head","sessionId":"s"}` + "\n" + strings.Repeat(`{"type":"x","pad":"`+strings.Repeat("y", 1000)+`"}`+"\n", 140))
+	s := streamSummary(data)
+	if s.Title != "Head" {
+		t.Fatalf("title %q", s.Title)
+	}
+	s.SetSidecarTitle(ParseTitleSidecar([]byte(`{"customTitle":"  From\tsidecar\u200b!  ","other":1}`)))
+	if s.Title != "From sidecar !" || s.Display() != "From sidecar !" {
+		t.Errorf("with sidecar: %q / %q", s.Title, s.Display())
+	}
+	for _, bad := range []string{``, `[]`, `{"customTitle":3}`, `{"customTitle":null}`, `{"CustomTitle":"x"}`} {
+		if got := ParseTitleSidecar([]byte(bad)); got != "" {
+			t.Errorf("ParseTitleSidecar(%s) = %q", bad, got)
+		}
+	}
+	if got := ParseTitleSidecar([]byte(`{"customTitle":"` + strings.Repeat("é", 300) + `"}`)); got != strings.Repeat("é", 200) {
+		t.Errorf("long sidecar title: %d runes", len([]rune(got)))
+	}
+}
+
+func TestJSDateParse(t *testing.T) {
+	t.Setenv("TZ", "UTC")
+	local := time.Local
+	time.Local = time.UTC
+	defer func() { time.Local = local }()
+	tests := map[string]int64{
+		"2026-02-10T21:11:56.906Z":      1770757916906,
+		"2026-02-10T21:11:56.9069999Z":  1770757916906,
+		"2026-02-10T21:11:56Z":          1770757916000,
+		"2026-02-10T21:11Z":             1770757860000,
+		"2026-02-10":                    1770681600000,
+		"2026-02":                       1769904000000,
+		"2026":                          1767225600000,
+		"2026-02-10T21:11:56.906+01:00": 1770754316906,
+		"2026-02-10T21:11:56.906":       1770757916906,
+		"2026-02-10t21:11:56z":          1770757916000,
+		"2026-02-10T24:00:00Z":          1770768000000,
+		"2026-02-30T00:00:00Z":          1772409600000,
+		"+002026-02-10T21:11:56.906Z":   1770757916906,
+		"2026-02-10T21:11:56.906+0100":  1770754316906,
+	}
+	for in, want := range tests {
+		if got, ok := jsDateParse(in); !ok || got != want {
+			t.Errorf("jsDateParse(%q) = %d, %v; want %d", in, got, ok, want)
+		}
+	}
+	for _, in := range []string{"x", "", "2026-02-10T21:11:56.Z", "2026-02-10T21:11:60Z", " 2026-02-10T21:11:56Z", "2026-13-01", "-000000-01-01"} {
+		if got, ok := jsDateParse(in); ok {
+			t.Errorf("jsDateParse(%q) = %d, want NaN", in, got)
+		}
+	}
+}
+
+// TestMetaGoldens compares CustomTitleLine and TagLine with the lines
+// renameSession and tagSession append, and NormalizeTitle / NormalizeTag
+// with what they refuse.
+func TestMetaGoldens(t *testing.T) {
+	goldens(t)
+	g := readSummaryGolden(t)
+	sid := g.SessionID
+	for _, c := range g.Meta.Titles {
+		title := *c.Input
+		norm, err := NormalizeTitle(title)
+		if c.Error != "" {
+			if !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Errorf("NormalizeTitle(%q) = %q, %v; the SDK refuses it: %s", title, norm, err, c.Error)
+			}
+			continue
+		}
+		// The encoding matches for every title the SDK takes...
+		if got := string(CustomTitleLine(sid, jsTrim(title))); got != c.Line {
+			t.Errorf("CustomTitleLine(%q):\n got %s\nwant %s", title, got, c.Line)
+		}
+		// ...and sessiond refuses only control characters on top.
+		if hasControl(title) != (err != nil) {
+			t.Errorf("NormalizeTitle(%q) = %q, %v", title, norm, err)
+		}
+		if err == nil && norm != jsTrim(title) {
+			t.Errorf("NormalizeTitle(%q) = %q", title, norm)
+		}
+	}
+	for _, c := range g.Meta.Tags {
+		if c.Input == nil { // tagSession(id, null): clear
+			if got := string(TagLine(sid, "")); got != c.Line {
+				t.Errorf("TagLine(clear):\n got %s\nwant %s", got, c.Line)
+			}
+			continue
+		}
+		tag := *c.Input
+		norm, err := NormalizeTag(tag)
+		if c.Error != "" || tag == "" {
+			if tag == "" {
+				if err != nil || norm != "" {
+					t.Errorf("NormalizeTag(\"\") = %q, %v; want the clearing tag", norm, err)
+				}
+				continue
+			}
+			if !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Errorf("NormalizeTag(%q) = %q, %v; the SDK refuses it: %s", tag, norm, err, c.Error)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("NormalizeTag(%q): %v", tag, err)
+			continue
+		}
+		if got := string(TagLine(sid, norm)); got != c.Line {
+			t.Errorf("TagLine(%q):\n got %s\nwant %s", tag, got, c.Line)
+		}
+	}
+}
+
+// hasControl reports whether s, trimmed, has a character sessiond refuses
+// in titles and tags.
+func hasControl(s string) bool {
+	for _, r := range jsTrim(s) {
+		if r < 0x20 || (r >= 0x7f && r <= 0x9f) || r == 0x2028 || r == 0x2029 {
+			return true
+		}
+	}
+	return false
+}
+
+func TestNormalizeTitleAndTag(t *testing.T) {
+	for _, bad := range []string{"", "  ", "a\nb", "a\rb", "a\u2028b", "x\x00", strings.Repeat("a", MaxTitleLength+1), "\xff"} {
+		if _, err := NormalizeTitle(bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("NormalizeTitle(%q): %v", bad, err)
+		}
+	}
+	if got, err := NormalizeTitle(strings.Repeat("é", MaxTitleLength)); err != nil || got == "" {
+		t.Errorf("NormalizeTitle(200 runes): %v", err)
+	}
+	for _, bad := range []string{" ", "\u200b", "a\nb", strings.Repeat("b", MaxTitleLength+1), "\xff"} {
+		if _, err := NormalizeTag(bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("NormalizeTag(%q): %v", bad, err)
+		}
+	}
+	for in, want := range map[string]string{"\ufb01nal": "final", "a\u200bb": "ab", "caf\u0065\u0301": "caf\u00e9", "\uff21": "A", "plain ascii\u007f": ""} {
+		got, err := NormalizeTag(in)
+		if want == "" {
+			if err == nil {
+				t.Errorf("NormalizeTag(%q) = %q, want an error", in, got)
+			}
+			continue
+		}
+		if err != nil || got != want {
+			t.Errorf("NormalizeTag(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if got := string(TagLine("s", "x")); !strings.HasPrefix(got, `{"type":"tag"`) {
+		t.Errorf("TagLine does not start with {\"type\":\"tag\": %s", got)
+	}
+}
+
+func TestAppendJSString(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain":              `"plain"`,
+		"q\"b\\":             `"q\"b\\"`,
+		"\b\f\n\r\t\x01\x1f": `"\b\f\n\r\t\u0001\u001f"`,
+		"\x7f\u2028<&>é🎉":    "\"\x7f\u2028<&>é🎉\"",
+		"bad\xff\xe2\x82x":   "\"bad\uFFFD\uFFFDx\"",
+	} {
+		if got := string(appendJSString(nil, in)); got != want {
+			t.Errorf("appendJSString(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// FuzzSummaryWindows shrinks the lite reader's windows to a few bytes and
+// checks that the streaming Summary sees, after every line, exactly what the
+// head/tail reader sees in the windows of the file so far.
+func FuzzSummaryWindows(f *testing.F) {
+	sid := "0f0f0f0f-1111-4222-8333-444444444444"
+	f.Add([]byte(`{"type":"user","timestamp":"2026-01-01T00:00:00Z","gitBranch":"main","cwd":"/w","message":{"content":"hi"}}`+"\n"+
+		string(CustomTitleLine(sid, "T"))+"\n"+`{"type":"ai-title","aiTitle":"A"}`+"\n"+string(TagLine(sid, "x"))+"\n"), uint8(40))
+	f.Add([]byte(`{"gitBranch":"a\`+"\n"+`"gitBranch":"b"}`+"\n"+`{"type":"user","gitBranch":"c`), uint8(10))
+	f.Add([]byte(`{"type":"assistant","x":"torn{"type":"custom-title","customTitle":"S"}`+"\n"+`{"type": "tag", "tag": "t"}`), uint8(20))
+	f.Add([]byte(`{"type":"relocated","relocatedCwd":"/r"}`+"\n"+`{"lastPrompt":"p","summary":"s"}`+"\n"+`{"type":"user","message":{"content":[{"type":"text","text":"<command-name>/x</command-name>"},{"type":"image"}]}}`), uint8(0))
+	if data, err := os.ReadFile(filepath.Join("testdata", "summary", "synthetic", "torn-splice.jsonl")); err == nil {
+		f.Add(data, uint8(100))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, w uint8) {
+		old := liteWindow
+		liteWindow = 8 + int(w)
+		defer func() { liteWindow = old }()
+		var s Summary
+		sc := NewLineScanner(bytes.NewReader(data))
+		for n := 1; sc.Scan(); n++ {
+			s.AddLine(sc.Line(), sc.HasNewline())
+			end := sc.Offset() + int64(len(sc.Line()))
+			if sc.HasNewline() {
+				end++
+			}
+			want := SummaryFromHeadTail(headTail(data[:end]))
+			if !sameSummary(&s, &want) && !gitBranchDiverges(&s, &want, data[:end]) {
+				t.Fatalf("window %d, after line %d (%d bytes):\nstreaming %s\nhead/tail %s", liteWindow, n, end, s.fields(), want.fields())
+			}
+		}
+	})
+}
+
+// gitBranchDiverges reports the one difference Summary documents: the
+// SDK's scan for "gitBranch" values starting inside a value that a scan of
+// the whole file read (only possible in damaged lines) finds an occurrence
+// the whole-file scan does not.
+func gitBranchDiverges(s, want *Summary, data []byte) bool {
+	a, b := *s, *want
+	a.GitBranch, b.GitBranch = "", ""
+	a.parts.gitTail, b.parts.gitTail = "", ""
+	if !sameSummary(&a, &b) || len(data) <= liteWindow {
+		return false
+	}
+	start := len(data) - liteWindow
+	got, _ := scGitBranch.lastOf(data[start:])
+	whole, best := "", -1
+	for _, p := range scGitBranch.pats {
+		for i := 0; i <= len(data); {
+			o := bytes.Index(data[i:], p)
+			if o < 0 {
+				break
+			}
+			o += i
+			e := textValueEnd(data, o+len(p))
+			if e < 0 {
+				break
+			}
+			if o >= start && o > best {
+				best, whole = o, textValue(data[o+len(p):e])
+			}
+			i = e + 1
+		}
+	}
+	return got != whole
+}
