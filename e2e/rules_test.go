@@ -449,3 +449,70 @@ func TestForeignAppendRace(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionctlSessionOperations: the lifecycle commands through the CLI.
+func TestSessionctlSessionOperations(t *testing.T) {
+	d := newDaemon(t)
+	d.start()
+	cwd := t.TempDir()
+	b := fixture(t, "marot__spotter__short.jsonl")
+	sid := sessionIDOf(t, b)
+	if _, errOut, code := d.ctl(string(b), "append", "--cwd", cwd, "--session", sid); code != 0 {
+		t.Fatal(errOut)
+	}
+	// A subagent transcript of this session (the fixture's, moved over).
+	sub := bytes.ReplaceAll(fixture(t, "marot__spotter__8463c716-a2ea-4c14-9efa-87158ebd9f20__subagents__agent-acompact-f46190.jsonl"),
+		[]byte("8463c716-a2ea-4c14-9efa-87158ebd9f20"), []byte(sid))
+	if _, errOut, code := d.ctl(string(sub), "append", "--cwd", cwd, "--session", sid, "--subpath", "subagents/agent-acompact-f46190"); code != 0 {
+		t.Fatal(errOut)
+	}
+	run := func(want string, args ...string) string {
+		t.Helper()
+		out, errOut, code := d.ctl("", args...)
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("sessionctl %v: exit %d, out %q, err %q; want %q", args, code, out, errOut, want)
+		}
+		return out
+	}
+	run("clean", "check", sid)
+	run("clean", "check", sid, "--subpath", "subagents/agent-acompact-f46190")
+	run("0 damaged", "check", "--all", "--cwd", cwd)
+	run("subagents/agent-acompact-f46190", "subkeys", sid)
+	run("renamed", "rename", sid, "My session")
+	run("tagged", "tag", sid, "wip")
+	run("archived", "archive", sid)
+	out := run("My session", "list", "--cwd", cwd)
+	if !strings.Contains(out, "archived") || !strings.Contains(out, "#wip") {
+		t.Fatalf("list does not mark archive and tag:\n%s", out)
+	}
+	if out := run("", "list", "--cwd", cwd, "--exclude-archived"); strings.Contains(out, sid) {
+		t.Fatalf("--exclude-archived still lists it:\n%s", out)
+	}
+	run("unarchived", "unarchive", sid)
+	out = run("forked into", "fork", sid, "--title", "Branch")
+	forkID := strings.Fields(out)[2]
+	run("Branch", "list", "--cwd", cwd)
+	run(forkID, "list", "--cwd", cwd, "--continue") // the newest
+	if out := run("", "list", "--cwd", cwd, "--limit", "1"); !strings.Contains(out, "1 of 2") {
+		t.Fatalf("paging:\n%s", out)
+	}
+	run("moved", "delete", sid)
+	if _, errOut, code := d.ctl("", "show", sid); code == 0 || !strings.Contains(errOut, "not found") {
+		t.Fatalf("deleted session still shown: %s", errOut)
+	}
+	run("restored", "restore", sid)
+	run("clean", "check", sid, "--subpath", "subagents/agent-acompact-f46190") // subagents came back too
+	run("removed", "delete", forkID, "--purge")
+	if _, errOut, code := d.ctl("", "restore", forkID); code == 0 || !strings.Contains(errOut, "not found") {
+		t.Fatalf("restore of a purged session: %d %s", code, errOut)
+	}
+	if _, errOut, code := d.ctl("", "fork", sid, "--up-to", uuid.NewString()); code == 0 || !strings.Contains(errOut, "not found") {
+		t.Fatalf("fork up to an unknown entry: %d %s", code, errOut)
+	}
+	if _, errOut, code := d.ctl("", "rename", sid, "  "); code == 0 || !strings.Contains(errOut, "non-empty") {
+		t.Fatalf("empty title: %d %s", code, errOut)
+	}
+	if _, errOut, code := d.ctl("", "check", uuid.NewString()); code != 2 || !strings.Contains(errOut, "not found") {
+		t.Fatalf("check of an unknown session: exit %d %s", code, errOut)
+	}
+}
