@@ -174,7 +174,7 @@ func blockInfo(line []byte, el byteSpan, typ uint8) (btype, id string) {
 type chainNode struct {
 	entryRecord
 	line, off int64 // where the entry is in the input
-	piece     int32 // the output line it is (repair), or its number among entry lines (check)
+	piece     int32 // the output line it becomes (repair only)
 	parent    int32 // a node index, parentNone or parentMissing
 	// external: a sidechain entry at the head of the file whose parent is
 	// in another transcript (see resolve).

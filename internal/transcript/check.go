@@ -69,6 +69,12 @@ type CheckOptions struct {
 // they keep (duplicate uuids, broken parentUuid chains, unexplained roots,
 // unpaired tool calls), in line order.
 //
+// The chain is judged as the official readers see it: a line they skip is
+// not in it, so one lost line can also show as a dangling parent, and as
+// tool results that answer nothing. Lines whose only damage is invalid
+// UTF-8 or lone surrogates stay in the chain: readers decode those (the
+// API is what refuses them).
+//
 // Memory stays bounded by about twice the longest line (the LineScanner's
 // buffer) plus a small record per entry: uuid, parent, line, tool ids.
 // Nothing of an entry's content is kept.
@@ -138,7 +144,7 @@ func (c *checker) line(line []byte, off int64, newline bool) {
 			work = stripNULs(line)
 		}
 		if completesTorn(torn, work) {
-			c.rep.Problems[c.tornProblem].Message += fmt.Sprintf(" The record cut short at its start continues on line %d; repair joins the two.", n)
+			c.rep.Problems[c.tornProblem].Message += fmt.Sprintf("; the record cut short at its start continues on line %d, and repair joins the two", n)
 			c.rep.Problems[i].Message = fmt.Sprintf("line %d is the rest of the record cut short on line %d (another writer's record landed in between); readers skip both parts; repair joins them into one line", n, c.tornLine)
 			return
 		}
@@ -154,7 +160,7 @@ func (c *checker) entry(r entryRecord, n, off int64) {
 		c.add(Problem{Line: n, Offset: off, Kind: KindSessionMismatch, IDs: []string{r.sessionID},
 			Message: fmt.Sprintf("line %d has sessionId %q but the file is session %q: the entry was written to the wrong file or copied from another session; move it to its own session (repair leaves it)", n, r.sessionID, c.opt.SessionID)})
 	}
-	if first, dup := c.g.add(r, n, off, int32(c.rep.Entries-1)); dup {
+	if first, dup := c.g.add(r, n, off, -1); dup {
 		c.add(Problem{Line: n, Offset: off, Kind: KindDuplicateUUID, IDs: []string{r.uuid},
 			Message: fmt.Sprintf("line %d repeats uuid %s of line %d: readers keep one copy, so the chain can fork or loop; repair keeps the first copy and drops this line", n, r.uuid, first)})
 	}
@@ -220,7 +226,7 @@ func lineMessage(v lineVerdict, n int64, newline bool) string {
 	what := map[string]string{
 		KindNUL:           "readers skip it; repair removes the NUL bytes and keeps what is left if it is an entry",
 		KindTorn:          "a record cut short, as a writer killed mid-append leaves it; readers skip it; repair drops it",
-		KindSpliced:       "writers that did not take turns; readers skip the whole line; repair puts each whole record on a line of its own and drops pieces cut short",
+		KindSpliced:       "as writers that do not take turns leave it; readers skip the whole line; repair puts each whole record on a line of its own and drops pieces cut short",
 		KindInvalidUTF8:   "sessiond and the API refuse it; repair replaces each invalid byte with U+FFFD",
 		KindLoneSurrogate: "JSON parsers accept it but the API rejects the request; repair replaces it with \\ufffd",
 	}[v.kind]

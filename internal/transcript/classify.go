@@ -189,7 +189,9 @@ type lineSegment struct {
 // the total is capped, so a hostile line stays linear.
 func splitRecords(data []byte, pos int) []lineSegment {
 	var segs []lineSegment
-	budget := 64*len(data) + 1<<20
+	// Real lines nest about ten deep, so the objects a search tries add
+	// up to a few times the line; a hostile one stops at the budget.
+	budget := 16*len(data) + 1<<20
 	for pos < len(data) {
 		if data[pos] == '{' {
 			if end, _, err := parseValue(data, pos, true); err == nil {
@@ -204,10 +206,8 @@ func splitRecords(data []byte, pos int) []lineSegment {
 			_, _, err := parseValue(data[:next], pos, true)
 			sg.torn = err != nil && err.eof
 		}
-		// Whitespace before the next record is not part of the damage.
-		for sg.end > sg.start+1 && isSpace(data[sg.end-1]) {
-			sg.end--
-		}
+		// Whitespace before the next record stays in the segment: in a
+		// record cut inside a string it is content the join needs.
 		segs = append(segs, sg)
 		pos = next
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"sort"
 	"strconv"
 	"time"
 
@@ -217,13 +219,39 @@ type forkEntry struct {
 	logicalStr bool
 	// source is the queued command's source_uuid (Np), "" if none.
 	source string
+	// What the chain builder ($p, NMe) looks at.
+	parentSet   bool     // parentUuid is truthy
+	msgID       string   // an assistant's message.id
+	toolUses    []string // an assistant's tool_use ids
+	toolResults []string // the tool_use_ids of the tool_result blocks of message.content
+	sourceTool  string   // sourceToolAssistantUUID
+	agentID     string   // agentId as raw JSON, "" when absent
+	sidechain   string   // isSidechain as raw JSON (a falsy value), "false" when absent or null
+	teamName    bool     // teamName is truthy
+	isMeta      bool     // isMeta is truthy
+	briefing    bool     // an attachment of type fork_briefing
+	fbUser      bool     // a user entry with a tool_result block (FB, when it has a parent)
+	timestamp   string
 	// Compact boundaries (system / compact_boundary) only:
 	boundary  bool
 	rewind    bool   // Yj: a boundary written by rewinding (durationMs 0, anchored at itself)
 	anchor    string // p_(e).anchorUuid when it is a string
 	hasAnchor bool
 	preserved []string // Yh: preservedMessages.uuids, preservedSegment head and tail
+	// The relinking $p does around the boundary: preservedMessages
+	// (relinkUUIDs from relinkAnchor) else preservedSegment (head, anchor,
+	// tail); see relink.
+	relinkKind                          uint8
+	relinkUUIDs                         []string
+	relinkAnchor, relinkHead, relinkTail string
 }
+
+// Relinking kinds.
+const (
+	relinkNone uint8 = iota
+	relinkMessages
+	relinkSegment
+)
 
 // forkIndex is the first pass over the source.
 type forkIndex struct {
@@ -285,8 +313,12 @@ func (ix *forkIndex) add(n int, obj jsObject, sessionID string) {
 		}
 		e := forkEntry{line: n, uuid: id, kind: kind}
 		e.parent, _ = obj.str("parentUuid")
+		if v, ok := obj.get("parentUuid"); ok {
+			e.parentSet = jsTruthy(v)
+		}
 		e.logical, e.logicalStr = obj.str("logicalParentUuid")
 		e.source = queuedSource(obj, typ)
+		e.chainInfo(obj, typ)
 		if sub, _ := obj.str("subtype"); kind == forkSystem && sub == "compact_boundary" {
 			e.boundary = true
 			e.compactInfo(obj)
@@ -429,6 +461,81 @@ func (e *forkEntry) compactInfo(obj jsObject) {
 	if d, ok := cm.get("durationMs"); ok && jsIsZero(d) && e.hasAnchor && e.anchor == e.uuid {
 		e.rewind = true
 	}
+	// $p: compactMetadata?.preservedMessages, if truthy, else
+	// preservedSegment. (The SDK throws when a truthy preservedMessages has
+	// no uuids array; Fork relinks nothing then.)
+	switch {
+	case hasPM && jsTruthy(pm):
+		pmo := jsObjectOf(pm)
+		u, _ := pmo.get("uuids")
+		if len(u) == 0 || u[0] != '[' {
+			return
+		}
+		all := true
+		var uuids []string
+		jsEachElement(u, func(el []byte) bool {
+			s, ok := jsStringValue(el)
+			all = all && ok
+			uuids = append(uuids, s)
+			return ok
+		})
+		if all && len(uuids) > 0 {
+			e.relinkKind, e.relinkUUIDs = relinkMessages, uuids
+			e.relinkAnchor, _ = pmo.str("anchorUuid")
+		}
+	case hasPS && jsTruthy(ps):
+		pso := jsObjectOf(ps)
+		e.relinkKind = relinkSegment
+		e.relinkHead, _ = pso.str("headUuid")
+		e.relinkAnchor, _ = pso.str("anchorUuid")
+		e.relinkTail, _ = pso.str("tailUuid")
+	}
+}
+
+// chainInfo records what the chain builder needs of an entry.
+func (e *forkEntry) chainInfo(obj jsObject, typ string) {
+	msg := obj.object("message")
+	if typ == "assistant" && msg != nil {
+		e.msgID, _ = msg.str("id")
+	}
+	if c, ok := msg.get("content"); ok && c[0] == '[' {
+		jsEachElement(c, func(el []byte) bool {
+			b := jsObjectOf(el)
+			switch t, _ := b.str("type"); t {
+			case "tool_use":
+				if id, ok := b.str("id"); ok && typ == "assistant" {
+					e.toolUses = append(e.toolUses, id)
+				}
+			case "tool_result":
+				if id, ok := b.str("tool_use_id"); ok {
+					e.toolResults = append(e.toolResults, id)
+				}
+				if typ == "user" {
+					e.fbUser = true
+				}
+			}
+			return true
+		})
+	}
+	e.sourceTool, _ = obj.str("sourceToolAssistantUUID")
+	if v, ok := obj.get("agentId"); ok {
+		e.agentID = string(v)
+	}
+	e.sidechain = "false"
+	if v, ok := obj.get("isSidechain"); ok && !bytes.Equal(v, litNull) {
+		e.sidechain = string(v)
+	}
+	if v, ok := obj.get("teamName"); ok {
+		e.teamName = jsTruthy(v)
+	}
+	if v, ok := obj.get("isMeta"); ok {
+		e.isMeta = jsTruthy(v)
+	}
+	if typ == "attachment" {
+		t, _ := obj.object("attachment").str("type")
+		e.briefing = t == "fork_briefing"
+	}
+	e.timestamp, _ = obj.str("timestamp")
 }
 
 // zj is Zj: a compact boundary a compaction wrote (not a rewind).
@@ -466,27 +573,23 @@ func (ix *forkIndex) plan(upTo string) (*forkPlan, error) {
 		sel[i] = &ix.entries[i]
 	}
 	var target string
+	var stripped map[*forkEntry]bool
 	if upTo != "" {
-		b := -1
-		for i, e := range sel {
-			if e.uuid == upTo {
-				b = i
-				break
-			}
-		}
-		if b < 0 {
-			for i, e := range sel {
-				if e.source == upTo {
-					b = i
-					break
-				}
-			}
-		}
+		b := cutIndex(sel, upTo)
 		if b < 0 {
 			return nil, fmt.Errorf("message %s not found in the session: %w", upTo, errdefs.ErrNotFound)
 		}
 		target = sel[b].uuid
 		sel = uue(sel[:b+1])
+		for _, e := range sel {
+			if e.zj() && e.hasAnchor && e.anchor == target {
+				if stripped == nil {
+					stripped = map[*forkEntry]bool{}
+				}
+				stripped[e] = true
+			}
+		}
+		sel = hue(sel, stripped)
 	}
 
 	p := &forkPlan{known: make(map[string]*forkEntry, len(sel)), message: make(map[string]bool, len(sel))}
@@ -500,7 +603,7 @@ func (ix *forkIndex) plan(upTo string) (*forkPlan, error) {
 		if e.kind == forkProgress {
 			continue
 		}
-		o := forkOut{e: e, strip: upTo != "" && e.zj() && e.hasAnchor && e.anchor == target}
+		o := forkOut{e: e, strip: stripped[e]}
 		o.parent, o.hasParent = p.parentOf(e)
 		p.out = append(p.out, o)
 	}
@@ -610,6 +713,522 @@ func stringIn(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// cutIndex finds where a fork up to upTo ends: the entry with that uuid (or
+// whose queued command has that source_uuid) first on the conversation
+// chain resumed from the latest leaf and after it, else anywhere in o. -1
+// when there is none.
+func cutIndex(o []*forkEntry, upTo string) int {
+	first := make(map[string]int, len(o))
+	for i, e := range o {
+		if _, ok := first[e.uuid]; !ok {
+			first[e.uuid] = i
+		}
+	}
+	chain, _ := buildChain(o, false, nil)
+	last := -1
+	for _, e := range chain {
+		if i, ok := first[e.uuid]; ok && i > last {
+			last = i
+		}
+	}
+	h := append(chain[:len(chain):len(chain)], o[last+1:]...)
+	if i := findMessage(h, upTo); i >= 0 {
+		if j, ok := first[h[i].uuid]; ok {
+			return j
+		}
+		return -1
+	}
+	return findMessage(o, upTo)
+}
+
+// findMessage is NT: the index of the first entry with uuid id, else of the
+// first whose queued command has source_uuid id, else -1.
+func findMessage(list []*forkEntry, id string) int {
+	for i, e := range list {
+		if e.uuid == id {
+			return i
+		}
+	}
+	for i, e := range list {
+		if e.source == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// forkNode is an entry as the chain builder sees it: its parent may be
+// relinked around a compaction.
+type forkNode struct {
+	e          *forkEntry
+	parent     string // "" when null or not a string
+	parentTrue bool   // the parent is truthy
+}
+
+// buildChain is $p: the conversation a resume would load from list. The
+// leaf is the latest entry (by position) that no other entry names as
+// parent and that is not a progress entry, a team member's or a fork
+// briefing, from which a user or assistant message is reachable; the
+// chain runs from that message up to the root, after the parents of the
+// messages a compaction preserved are relinked; then NMe adds the siblings
+// of split assistant messages and their tool results. terminal is the leaf
+// (nil when the chain was found by the fallback over all leaves). forked
+// says the entries are seen as the fork writes them: without team names
+// and sourceToolAssistantUUID. stripped marks boundaries whose preserved
+// metadata the fork drops.
+func buildChain(list []*forkEntry, forked bool, stripped map[*forkEntry]bool) (chain []*forkEntry, terminal *forkEntry) {
+	order := make([]string, 0, len(list))
+	n := make(map[string]*forkNode, len(list))
+	for _, e := range list {
+		if nd, ok := n[e.uuid]; ok {
+			*nd = forkNode{e, e.parent, e.parentSet}
+		} else {
+			order = append(order, e.uuid)
+			n[e.uuid] = &forkNode{e, e.parent, e.parentSet}
+		}
+	}
+	relink := func(nd *forkNode, parent string) { nd.parent, nd.parentTrue = parent, parent != "" }
+	for _, id := range order {
+		e := n[id].e
+		if !e.boundary || stripped[e] {
+			continue
+		}
+		switch e.relinkKind {
+		case relinkMessages:
+			ok := true
+			for _, w := range e.relinkUUIDs {
+				if n[w] == nil {
+					ok = false
+					break
+				}
+			}
+			if !ok {
+				continue
+			}
+			c := e.relinkAnchor
+			for _, w := range e.relinkUUIDs {
+				relink(n[w], c)
+				c = w
+			}
+			first, last := e.relinkUUIDs[0], e.relinkUUIDs[len(e.relinkUUIDs)-1]
+			for _, w := range order {
+				if nd := n[w]; e.relinkAnchor != "" && nd.parent == e.relinkAnchor && w != first {
+					relink(nd, last)
+				}
+			}
+		case relinkSegment:
+			if nd := n[e.relinkHead]; nd != nil && e.relinkHead != "" {
+				relink(nd, e.relinkAnchor)
+			}
+			for _, w := range order {
+				if nd := n[w]; e.relinkAnchor != "" && nd.parent == e.relinkAnchor && w != e.relinkHead {
+					relink(nd, e.relinkTail)
+				}
+			}
+		}
+	}
+	pos := make(map[string]int, len(list)) // the last position of each uuid
+	for i, e := range list {
+		pos[e.uuid] = i
+	}
+	parentOf := func(nd *forkNode) *forkNode {
+		if nd.parent == "" {
+			return nil
+		}
+		return n[nd.parent]
+	}
+	message := func(nd *forkNode) bool { return nd.e.kind == forkUser || nd.e.kind == forkAssistant }
+	named := map[string]bool{}      // parents of any entry
+	namedLeaf := map[string]bool{}  // parents of leaf candidates
+	candidate := func(nd *forkNode) bool {
+		e := nd.e
+		return !(e.teamName && !forked) && e.kind != forkProgress && !e.briefing
+	}
+	for _, id := range order {
+		nd := n[id]
+		if nd.parent != "" {
+			named[nd.parent] = true
+			if candidate(nd) {
+				namedLeaf[nd.parent] = true
+			}
+		}
+	}
+	var leaves []*forkNode
+	for _, id := range order {
+		if nd := n[id]; candidate(nd) && !namedLeaf[id] {
+			leaves = append(leaves, nd)
+		}
+	}
+	sort.SliceStable(leaves, func(i, j int) bool { return pos[leaves[i].e.uuid] > pos[leaves[j].e.uuid] })
+	var found, leaf *forkNode
+	done := map[string]bool{}
+	for _, h := range leaves {
+		var walked []string
+		seen := map[string]bool{}
+		for c := h; c != nil && !done[c.e.uuid] && !seen[c.e.uuid]; c = parentOf(c) {
+			if message(c) {
+				found, leaf = c, h
+				break
+			}
+			seen[c.e.uuid] = true
+			walked = append(walked, c.e.uuid)
+		}
+		if found != nil {
+			break
+		}
+		for _, id := range walked {
+			done[id] = true
+		}
+	}
+	m := found
+	if m == nil {
+		var hs []*forkNode
+		for _, id := range order {
+			if named[id] {
+				continue
+			}
+			seen := map[string]bool{}
+			for a := n[id]; a != nil && !seen[a.e.uuid]; a = parentOf(a) {
+				seen[a.e.uuid] = true
+				if message(a) {
+					hs = append(hs, a)
+					break
+				}
+			}
+		}
+		if len(hs) == 0 {
+			return nil, nil
+		}
+		latest := func(l []*forkNode) *forkNode {
+			best := l[0]
+			for _, x := range l[1:] {
+				if pos[x.e.uuid] > pos[best.e.uuid] {
+					best = x
+				}
+			}
+			return best
+		}
+		var real []*forkNode
+		for _, c := range hs {
+			if !(c.e.teamName && !forked) && !c.e.isMeta {
+				real = append(real, c)
+			}
+		}
+		if len(real) > 0 {
+			m = latest(real)
+		} else {
+			m = latest(hs)
+		}
+	}
+	var g []*forkNode
+	in := map[string]bool{}
+	for c := n[m.e.uuid]; c != nil && !in[c.e.uuid]; c = parentOf(c) {
+		in[c.e.uuid] = true
+		g = append(g, c)
+	}
+	for i, j := 0, len(g)-1; i < j; i, j = i+1, j-1 {
+		g[i], g[j] = g[j], g[i]
+	}
+	if m == found {
+		terminal = leaf.e
+	}
+	return siblings(n, order, g, in, forked), terminal
+}
+
+// siblings is NMe: after each assistant message of the chain, the pieces of
+// the same API message (same message.id) that are not on the chain, and
+// the tool results that answer it but hang elsewhere.
+func siblings(n map[string]*forkNode, order []string, t []*forkNode, in map[string]bool, forked bool) []*forkEntry {
+	out := func(l []*forkNode) []*forkEntry {
+		r := make([]*forkEntry, len(l))
+		for i, nd := range l {
+			r[i] = nd.e
+		}
+		return r
+	}
+	var r []*forkNode
+	for _, b := range t {
+		if b.e.kind == forkAssistant {
+			r = append(r, b)
+		}
+	}
+	if len(r) == 0 {
+		return out(t)
+	}
+	lastOf := map[string]*forkNode{}
+	for _, b := range r {
+		if b.e.msgID != "" {
+			lastOf[b.e.msgID] = b
+		}
+	}
+	byMsg := map[string][]*forkNode{}
+	toolUse := map[string]*forkNode{} // nil: ambiguous
+	var results []*forkNode
+	for _, id := range order {
+		b := n[id]
+		if c := b.e.msgID; c != "" && b.e.kind == forkAssistant {
+			byMsg[c] = append(byMsg[c], b)
+			for _, x := range b.e.toolUses {
+				if w, seen := toolUse[x]; !seen || (w != nil && w.e.msgID == c) {
+					toolUse[x] = b
+				} else {
+					toolUse[x] = nil
+				}
+			}
+		} else if b.e.fbUser && b.parentTrue {
+			results = append(results, b)
+		}
+	}
+	children := map[string][]*forkNode{}
+	edges := map[[2]string]bool{}
+	edge := func(parent string, c *forkNode) {
+		k := [2]string{parent, c.e.uuid}
+		if !edges[k] {
+			edges[k] = true
+			children[parent] = append(children[parent], c)
+		}
+	}
+	same := func(b, c *forkNode) bool {
+		if !forked && b.e.sidechain != c.e.sidechain {
+			return false
+		}
+		return b.e.agentID == c.e.agentID && (b.e.agentID == "" || (b.e.agentID[0] != '{' && b.e.agentID[0] != '['))
+	}
+	for _, b := range results {
+		edge(b.parent, b)
+		if st := b.e.sourceTool; !forked && st != "" && st != b.parent {
+			if c := n[st]; c != nil && same(b, c) {
+				edge(c.e.uuid, b)
+			}
+		}
+		for _, a := range b.e.toolResults {
+			if x := toolUse[a]; x != nil && same(b, x) {
+				edge(x.e.uuid, b)
+			}
+		}
+	}
+	answered := map[string]bool{}
+	for _, b := range t {
+		for _, id := range b.e.toolResults {
+			answered[id] = true
+		}
+	}
+	var index map[string]int
+	position := func(b *forkNode) int {
+		if index == nil {
+			index = make(map[string]int, len(order))
+			for i, id := range order {
+				index[id] = i
+			}
+		}
+		if i, ok := index[b.e.uuid]; ok {
+			return i
+		}
+		return math.MaxInt
+	}
+	done := map[string]bool{}
+	after := map[string][]*forkNode{}
+	total := 0
+	for _, b := range r {
+		c := b.e.msgID
+		if c == "" || done[c] {
+			continue
+		}
+		done[c] = true
+		pieces := byMsg[c]
+		if pieces == nil {
+			pieces = []*forkNode{b}
+		}
+		ids := map[string]bool{}
+		for _, m := range pieces {
+			ids[m.e.uuid] = true
+		}
+		var w, p, f []*forkNode
+		for _, m := range pieces {
+			if !in[m.e.uuid] {
+				w = append(w, m)
+			}
+		}
+		seen := map[string]bool{}
+		for _, m := range pieces {
+			for _, x := range children[m.e.uuid] {
+				if in[x.e.uuid] || seen[x.e.uuid] {
+					continue
+				}
+				seen[x.e.uuid] = true
+				if ids[x.parent] {
+					p = append(p, x)
+				} else {
+					f = append(f, x)
+				}
+			}
+		}
+		if len(f) > 0 {
+			have := make(map[string]bool, len(answered))
+			for k := range answered {
+				have[k] = true
+			}
+			for _, x := range p {
+				for _, id := range x.e.toolResults {
+					have[id] = true
+				}
+			}
+			sort.SliceStable(f, func(i, j int) bool { return position(f[i]) < position(f[j]) })
+			for _, x := range f {
+				useful := false
+				for _, id := range x.e.toolResults {
+					if u := toolUse[id]; !have[id] && u != nil && ids[u.e.uuid] {
+						useful = true
+						break
+					}
+				}
+				if !useful {
+					continue
+				}
+				for _, id := range x.e.toolResults {
+					have[id] = true
+				}
+				p = append(p, x)
+			}
+		}
+		if len(w) == 0 && len(p) == 0 {
+			continue
+		}
+		byTime := func(l []*forkNode) {
+			sort.SliceStable(l, func(i, j int) bool { return l[i].e.timestamp < l[j].e.timestamp })
+		}
+		byTime(w)
+		byTime(p)
+		add := append(w, p...)
+		for _, x := range add {
+			in[x.e.uuid] = true
+		}
+		total += len(add)
+		after[lastOf[c].e.uuid] = add
+	}
+	if total == 0 {
+		return out(t)
+	}
+	var e []*forkNode
+	for _, b := range t {
+		e = append(e, b)
+		e = append(e, after[b.e.uuid]...)
+	}
+	return out(e)
+}
+
+// hue is HUe: after a cut, it leaves out the branches that a resume of the
+// fork would otherwise pick instead of the one ending at the cut (their
+// leaves come later), and the compactions behind which the conversation
+// was rewound; what stays on the cut's own chain is kept.
+func hue(e []*forkEntry, stripped map[*forkEntry]bool) []*forkEntry {
+	if len(e) == 0 {
+		return e
+	}
+	t := e[len(e)-1]
+	synthetic := &forkEntry{uuid: "\x00fork-leaf", parent: t.uuid, parentSet: t.uuid != "", kind: forkSystem, sidechain: "false"}
+	r, _ := buildChain(append(e[:len(e):len(e)], synthetic), true, stripped)
+	index := make(map[string]int, len(e)) // first position
+	byUUID := make(map[string]*forkEntry, len(e))
+	for i, x := range e {
+		if _, ok := index[x.uuid]; !ok {
+			index[x.uuid] = i
+		}
+		byUUID[x.uuid] = x
+	}
+	if len(r) == 0 {
+		return e
+	}
+	start, ok := index[r[0].uuid]
+	if !ok {
+		return e
+	}
+	onChain := make(map[string]bool, len(r))
+	for _, x := range r {
+		onChain[x.uuid] = true
+	}
+	live := map[string]bool{}
+	walk := func(id string) {
+		for f := byUUID[id]; f != nil && !live[f.uuid]; {
+			live[f.uuid] = true
+			if f.parent == "" {
+				break
+			}
+			f = byUUID[f.parent]
+		}
+	}
+	walk(t.uuid)
+	for _, x := range r {
+		walk(x.uuid)
+	}
+	leftOut := map[string]bool{}
+	cv := func(x *forkEntry) bool {
+		i, ok := index[x.uuid]
+		if !ok {
+			i = start
+		}
+		return !live[x.uuid] && i >= start
+	}
+	leave := func(x *forkEntry) {
+		for s := byUUID[x.uuid]; s != nil && cv(s) && !leftOut[s.uuid]; {
+			leftOut[s.uuid] = true
+			if s.parent == "" {
+				break
+			}
+			s = byUUID[s.parent]
+		}
+		for _, s := range e {
+			if s.parent != "" && leftOut[s.parent] {
+				leftOut[s.uuid] = true
+			}
+		}
+	}
+	for _, p := range e {
+		if !p.boundary || !cv(p) {
+			continue
+		}
+		keeps := false
+		if !stripped[p] {
+			for _, f := range p.preserved {
+				if live[f] {
+					keeps = true
+					break
+				}
+			}
+		}
+		if !keeps {
+			leave(p)
+		}
+	}
+	for {
+		rest := make([]*forkEntry, 0, len(e))
+		for _, x := range e {
+			if !leftOut[x.uuid] {
+				rest = append(rest, x)
+			}
+		}
+		f, terminal := buildChain(rest, true, stripped)
+		same := len(f) == len(onChain)
+		for _, x := range f {
+			same = same && onChain[x.uuid]
+		}
+		if same || terminal == nil || !cv(terminal) {
+			break
+		}
+		leave(terminal)
+	}
+	if len(leftOut) == 0 {
+		return e
+	}
+	kept := make([]*forkEntry, 0, len(e))
+	for _, x := range e {
+		if !leftOut[x.uuid] {
+			kept = append(kept, x)
+		}
+	}
+	return kept
 }
 
 // forkWriter is the second pass.

@@ -141,9 +141,9 @@ type fixer struct {
 	actions []Action
 	// torn is a record cut short at the start of the previous line (a
 	// copy), which this line may complete.
-	torn              []byte
-	tornLine, tornOff int64
-	tornLast          bool // torn was the whole last line of the file
+	torn     []byte
+	tornLine int64
+	tornLast bool // torn was the whole last line of the file
 }
 
 func (f *fixer) act(line int64, kind, detail string, before, after []byte) {
@@ -188,17 +188,18 @@ func (f *fixer) line(raw []byte, n, off int64, newline bool, emit func(outPiece)
 	if bytes.HasPrefix(work[s:], utf8BOM) {
 		nb := make([]byte, 0, len(work)-len(utf8BOM))
 		nb = append(append(nb, work[:s]...), work[s+len(utf8BOM):]...)
-		f.act(n, ActionStripBOM, "removed a UTF-8 byte order mark", work, nb)
 		work = nb
 		if s, e = trimWS(work); s == e {
+			f.act(n, ActionDrop, "the line held only a UTF-8 byte order mark", raw, nil)
 			f.dropTorn(torn)
 			return
 		}
+		f.act(n, ActionStripBOM, "removed a UTF-8 byte order mark", raw, nb)
 	}
 	if work[s] == '{' {
 		if end, _, err := parseValue(work[:e], s, true); err == nil && end == e {
 			f.dropTorn(torn)
-			f.entry(work, work[s:e], n, off, newline, emit)
+			f.entry(work, n, off, newline, emit)
 			return
 		}
 	}
@@ -212,14 +213,14 @@ func (f *fixer) line(raw []byte, n, off int64, newline bool, emit func(outPiece)
 	if torn != nil && completesTorn(torn, work) {
 		joined := append(bytes.Clone(torn), work[:e]...)
 		f.act(n, ActionJoin, fmt.Sprintf("this line is the rest of the record cut short on line %d: joined them into one line", f.tornLine), raw, joined)
-		f.entry(joined, joined, n, off, true, emit)
+		f.entry(joined, n, off, true, emit)
 		return
 	}
 	f.dropTorn(torn)
 	if whole == 0 {
 		if len(segs) == 1 && segs[0].torn {
 			// Whether it is dropped depends on the next line.
-			f.torn, f.tornLine, f.tornOff, f.tornLast = bytes.Clone(work[segs[0].start:segs[0].end]), n, off, !newline
+			f.torn, f.tornLine, f.tornLast = bytes.Clone(work[segs[0].start:segs[0].end]), n, !newline
 			return
 		}
 		f.act(n, ActionDrop, classifyLine(work).detail, raw, nil)
@@ -238,7 +239,7 @@ func (f *fixer) line(raw []byte, n, off int64, newline bool, emit func(outPiece)
 				notes = append(notes, fmt.Sprintf("dropped the record at bytes %d-%d, which is not a valid entry", sg.start, sg.end-1))
 			}
 		case i == 0 && sg.torn:
-			f.torn, f.tornLine, f.tornOff, f.tornLast = bytes.Clone(b), n, off, false
+			f.torn, f.tornLine, f.tornLast = bytes.Clone(b), n, false
 			notes = append(notes, fmt.Sprintf("the record cut short at bytes %d-%d is completed from the next line if it holds the rest, else dropped", sg.start, sg.end-1))
 		case sg.torn:
 			notes = append(notes, fmt.Sprintf("dropped a record cut short at bytes %d-%d", sg.start, sg.end-1))
@@ -256,9 +257,9 @@ func (f *fixer) line(raw []byte, n, off int64, newline bool, emit func(outPiece)
 	}
 }
 
-// entry emits a line that is one JSON object as far as grammar goes; obj is
-// the object within it (line may have whitespace around it, kept).
-func (f *fixer) entry(line, obj []byte, n, off int64, newline bool, emit func(outPiece)) {
+// entry emits a line that is one JSON object as far as grammar goes
+// (whitespace around it is kept).
+func (f *fixer) entry(line []byte, n, off int64, newline bool, emit func(outPiece)) {
 	out := line
 	if fx := fixEncoding(line, true); fx.out != nil {
 		f.act(n, ActionReplaceInvalid, encodingDetail(fx.stats), line, fx.out)
@@ -360,6 +361,10 @@ type repairPlan struct {
 	holders  map[int32]*resultHolder // assistant entries synthetic entries copy fields from
 }
 
+// parentSynthetic marks, among parent links, a link to an inserted entry
+// (which has no node); its uuid is in repairPlan.reparent.
+const parentSynthetic = -3
+
 // parentEdit is a new parentUuid ("" = null) and why.
 type parentEdit struct {
 	uuid, why string
@@ -408,17 +413,23 @@ func (p *repairPlan) links() {
 	g.resolve()
 	parent := g.parents()
 	why := make(map[int32]string)
+	because := func(i int32, reason string) { // a link can be mended twice
+		if why[i] != "" {
+			reason = why[i] + "; then " + reason
+		}
+		why[i] = reason
+	}
 	l := newChainLinker(g, parent)
 	for i := range g.nodes {
 		if g.dangling(i) {
 			parent[i] = l.pick(int32(i))
-			why[int32(i)] = fmt.Sprintf("its parent %s is not in the file", g.nodes[i].parentID)
+			because(int32(i), fmt.Sprintf("its parent %s is not in the file", g.nodes[i].parentID))
 		}
 	}
 	for _, cyc := range parentCycles(parent) {
 		e := cyc[0]
 		parent[e] = l.pick(e)
-		why[e] = fmt.Sprintf("its parent link closed a cycle of %d entries", len(cyc))
+		because(e, fmt.Sprintf("its parent link closed a cycle of %d entries", len(cyc)))
 	}
 
 	pr := pairTools(g, parent)
@@ -442,7 +453,7 @@ func (p *repairPlan) links() {
 			q = parent[q]
 		}
 		if q != parent[i] {
-			why[int32(i)] = fmt.Sprintf("its parent (line %d) held only stray tool results and was dropped", g.nodes[parent[i]].line)
+			because(int32(i), fmt.Sprintf("its parent (line %d) held only stray tool results and was dropped", g.nodes[parent[i]].line))
 			parent[i] = q
 		}
 	}
@@ -465,9 +476,9 @@ func (p *repairPlan) links() {
 		tail[x] = s.uuid
 	})
 	if len(tail) > 0 {
-		// member reports whether c is part of the turn that ends at x:
+		// inTurn reports whether c is part of the turn that ends at x:
 		// an assistant entry of it or a result answering it.
-		objMember := func(c, x int32) bool {
+		inTurn := func(c, x int32) bool {
 			t := pr.turnOf[x]
 			if t < 0 {
 				t = pr.answers[x]
@@ -479,16 +490,16 @@ func (p *repairPlan) links() {
 			if x < 0 || p.dropped[i] {
 				continue
 			}
-			if last, ok := tail[x]; ok && !objMember(int32(i), x) {
-				parent[i] = -3 // a synthetic entry; see below
-				why[int32(i)] = fmt.Sprintf("a tool_result was inserted after its parent (line %d)", g.nodes[x].line)
+			if last, ok := tail[x]; ok && !inTurn(int32(i), x) {
+				parent[i] = parentSynthetic
+				because(int32(i), fmt.Sprintf("a tool_result was inserted after its parent (line %d)", g.nodes[x].line))
 				p.setRelink(int32(i), last)
 			}
 		}
 	}
 
 	for i := range parent {
-		if parent[i] == g.nodes[i].parent || parent[i] == -3 {
+		if parent[i] == g.nodes[i].parent || parent[i] == parentSynthetic || p.dropped[i] {
 			continue
 		}
 		uuid := ""
