@@ -105,17 +105,27 @@ type ForkResult struct {
 // Claude Code CLI knows how to carry over; an UpTo not in the session wraps
 // errdefs.ErrNotFound. Read and write errors are returned as they are.
 //
-// Where the SDK's fork differs, deliberately or not:
-//   - UpTo is looked up in file order; the SDK first looks on the resumed
-//     conversation chain, which only matters when a uuid is both an entry
-//     off that chain and the source_uuid of a queued command on it.
-//   - After cutting at UpTo, the SDK also leaves out branches abandoned by
-//     rewinding behind a compaction (HUe); Fork keeps them. Cuts next to a
-//     compaction (ending before a compact boundary written after the last
-//     message, UUe, and the boundary metadata dropped when cutting at its
-//     anchor, FUe) are done as the SDK does them.
-//   - A parentUuid whose chain of progress entries loops is null where the
-//     SDK would point it at a progress entry it does not copy.
+// A fork up to UpTo ends where forkSession ends it: at the first entry
+// with that uuid (or queued-command source_uuid) on the conversation chain
+// a resume would load, or after it, else anywhere; before a compact
+// boundary written after the last message, and before the messages that
+// compaction summarised (UUe); with the preserved-message metadata of a
+// boundary anchored at the cut dropped (FUe); and without the branches a
+// resume of the fork would pick instead of the cut's own, which come
+// later in the file (HUe). The chain is found as the SDK finds it ($p:
+// latest leaf, compaction relinking, split assistant messages and their
+// tool results).
+//
+// Where Fork differs from forkSession:
+//   - Values are kept as written (see above) where the SDK re-spells them.
+//   - A parentUuid whose chain of progress entries loops is null, where
+//     the SDK points it at a progress entry it does not copy.
+//   - Sessions with data-flow or derived-from records are refused.
+//   - Malformed metadata the SDK would crash on (a truthy
+//     preservedMessages without a uuids array) is ignored; values of
+//     unexpected JSON types (a numeric parentUuid, an object agentId...)
+//     are treated as absent; timestamps are ordered by their bytes, where
+//     the SDK uses localeCompare (the same order for ISO 8601 times).
 func Fork(src io.Reader, dst io.Writer, opt ForkOptions) (ForkResult, error) {
 	if err := checkSDKSessionID("source session id", opt.SessionID); err != nil {
 		return ForkResult{}, err
@@ -241,8 +251,8 @@ type forkEntry struct {
 	// The relinking $p does around the boundary: preservedMessages
 	// (relinkUUIDs from relinkAnchor) else preservedSegment (head, anchor,
 	// tail); see relink.
-	relinkKind                          uint8
-	relinkUUIDs                         []string
+	relinkKind                           uint8
+	relinkUUIDs                          []string
 	relinkAnchor, relinkHead, relinkTail string
 }
 
@@ -422,7 +432,8 @@ func queuedCommand(obj jsObject, typ string) jsObject {
 	return nil
 }
 
-// compactInfo reads what UUe needs of a compact boundary: p_, Yh and Yj.
+// compactInfo reads what the cut (UUe, FUe, HUe) and the chain builder
+// ($p) need of a compact boundary: p_, Yh, Yj and the relinking.
 func (e *forkEntry) compactInfo(obj jsObject) {
 	cm := obj.object("compactMetadata")
 	if cm == nil {
@@ -840,8 +851,8 @@ func buildChain(list []*forkEntry, forked bool, stripped map[*forkEntry]bool) (c
 		return n[nd.parent]
 	}
 	message := func(nd *forkNode) bool { return nd.e.kind == forkUser || nd.e.kind == forkAssistant }
-	named := map[string]bool{}      // parents of any entry
-	namedLeaf := map[string]bool{}  // parents of leaf candidates
+	named := map[string]bool{}     // parents of any entry
+	namedLeaf := map[string]bool{} // parents of leaf candidates
 	candidate := func(nd *forkNode) bool {
 		e := nd.e
 		return !(e.teamName && !forked) && e.kind != forkProgress && !e.briefing
@@ -1596,6 +1607,7 @@ func jsParseObject(data []byte) (obj jsObject, isObj, ok bool) {
 		s.ws()
 		return jsObject{}, true, s.pos == len(data)
 	}
+	var seen map[string]int
 	for {
 		if s.pos >= len(data) || data[s.pos] != '"' {
 			return nil, false, false
@@ -1621,10 +1633,30 @@ func jsParseObject(data []byte) (obj jsObject, isObj, ok bool) {
 			return nil, false, false
 		}
 		val := data[vs:s.pos]
-		if i := obj.index(key); i >= 0 {
+		i := -1
+		switch {
+		case seen != nil:
+			if j, ok := seen[key]; ok {
+				i = j
+			}
+		case len(obj) >= 16: // many members: look keys up in a map from now on
+			seen = make(map[string]int, 2*len(obj))
+			for j, m := range obj {
+				seen[m.key] = j
+			}
+			if j, ok := seen[key]; ok {
+				i = j
+			}
+		default:
+			i = obj.index(key)
+		}
+		if i >= 0 {
 			obj[i].val = val
 		} else {
 			obj = append(obj, jsMember{key: key, rawKey: rawKey, val: val})
+			if seen != nil {
+				seen[key] = len(obj) - 1
+			}
 		}
 		s.ws()
 		if s.pos >= len(data) {

@@ -110,27 +110,62 @@ func readForkGolden(t *testing.T) *forkGolden {
 	return &g
 }
 
-var uuidRe = regexp.MustCompile(`[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`)
+// uuidAt reports whether a UUID (8-4-4-4-12 hex digits, either case)
+// starts at b[i], as /[0-9a-fA-F]{8}-...-[0-9a-fA-F]{12}/ would match there.
+func uuidAt(b []byte, i int) bool {
+	if i+36 > len(b) {
+		return false
+	}
+	for j, c := range b[i : i+36] {
+		switch j {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// eachUUID calls fn with the start of each UUID in b, leftmost first and
+// not overlapping, as a global regular expression search finds them.
+func eachUUID(b []byte, fn func(i int)) {
+	for i := 0; i+36 <= len(b); {
+		if uuidAt(b, i) {
+			fn(i)
+			i += 36
+			continue
+		}
+		i++
+	}
+}
 
 // normalizeFork renames the uuids of out that src does not have to
 // <new-N>, in order of first appearance, as gen.mjs does.
 func normalizeFork(out, src []byte) []byte {
 	known := map[string]bool{}
-	for _, m := range uuidRe.FindAll(src, -1) {
-		known[string(m)] = true
-	}
+	eachUUID(src, func(i int) { known[string(src[i:i+36])] = true })
 	names := map[string]string{}
-	return uuidRe.ReplaceAllFunc(out, func(m []byte) []byte {
-		if known[string(m)] {
-			return m
+	var b []byte
+	last := 0
+	eachUUID(out, func(i int) {
+		m := string(out[i : i+36])
+		if known[m] {
+			return
 		}
-		n, ok := names[string(m)]
+		n, ok := names[m]
 		if !ok {
 			n = fmt.Sprintf("<new-%d>", len(names)+1)
-			names[string(m)] = n
+			names[m] = n
 		}
-		return []byte(n)
+		b = append(append(b, out[last:i]...), n...)
+		last = i + 36
 	})
+	return append(b, out[last:]...)
 }
 
 const forkNewSession = "5e551011-aaaa-4bbb-8ccc-000000000000"
@@ -290,7 +325,10 @@ func TestForkProperties(t *testing.T) {
 	for name, src := range forkSources(t) {
 		ids := messageIDs(src)
 		cuts := []string{""}
-		if len(ids) > 0 {
+		switch {
+		case len(ids) > 0 && len(src) > 256<<10: // keep the test quick
+			cuts = append(cuts, ids[len(ids)/3])
+		case len(ids) > 0:
 			cuts = append(cuts, ids[0], ids[len(ids)/3], ids[len(ids)-1])
 		}
 		for _, upTo := range cuts {
@@ -648,4 +686,119 @@ func FuzzFork(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestForkRandomGoldens compares Fork, and Summary, with forkSession and
+// getSessionInfo on the small random transcripts of testdata/fork/random.json.gz.
+func TestForkRandomGoldens(t *testing.T) {
+	goldens(t)
+	f, err := os.Open(filepath.Join("testdata", "fork", "random.json.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Cases []struct {
+			Text string `json:"text"`
+			Opts struct {
+				UpTo  string `json:"upToMessageId"`
+				Title string `json:"title"`
+			} `json:"opts"`
+			Fork  string   `json:"fork"`
+			Error string   `json:"error"`
+			Info  *sdkInfo `json:"info"`
+		} `json:"cases"`
+	}
+	if err := json.NewDecoder(zr).Decode(&g); err != nil {
+		t.Fatal(err)
+	}
+	const sid = "0f0f0f0f-1111-4222-8333-444444444444"
+	for i, c := range g.Cases {
+		src := []byte(c.Text)
+		var out bytes.Buffer
+		_, err := Fork(bytes.NewReader(src), &out, testForkOptions(sid, c.Opts.UpTo, c.Opts.Title))
+		switch {
+		case c.Error != "" && err == nil:
+			t.Errorf("case %d: the SDK failed (%s), Fork did not", i, c.Error)
+		case c.Error == "" && err != nil:
+			t.Errorf("case %d: %v", i, err)
+		case c.Error == "":
+			got := normalizeFork(out.Bytes(), src)
+			want := renumberNew(nullDangling([]byte(c.Fork)))
+			if !bytes.Equal(got, want) {
+				t.Errorf("case %d (up to %q):\n got %s\nwant %s\ninput:\n%s", i, c.Opts.UpTo, got, want, src)
+			}
+		}
+		s := streamSummary(src)
+		if got := infoOf(&s, sid, int64(len(src))); !equalInfo(got, c.Info) {
+			t.Errorf("case %d: summary %s\n SDK %s", i, showInfo(got), showInfo(c.Info))
+		}
+	}
+}
+
+// renumberNew renames the <new-N> placeholders of a normalized fork in
+// order of first appearance again (after nullDangling removed some).
+func renumberNew(b []byte) []byte {
+	names := map[string]string{}
+	return newRe.ReplaceAllFunc(b, func(m []byte) []byte {
+		n, ok := names[string(m)]
+		if !ok {
+			n = fmt.Sprintf("<new-%d>", len(names)+1)
+			names[string(m)] = n
+		}
+		return []byte(n)
+	})
+}
+
+var newRe = regexp.MustCompile(`<new-[0-9]+>`)
+
+// nullDangling sets to null the parentUuids of a fork that name no entry
+// of it: where a chain of progress entries loops, the SDK points an entry at
+// a progress entry it does not copy, and Fork writes null (see Fork).
+func nullDangling(out []byte) []byte {
+	lines := bytes.Split(bytes.TrimSuffix(out, []byte("\n")), []byte("\n"))
+	ids := map[string]bool{}
+	for _, l := range lines {
+		o, _, _ := jsParseObject(l)
+		if id, ok := o.str("uuid"); ok {
+			ids[id] = true
+		}
+	}
+	var b []byte
+	for _, l := range lines {
+		o, _, _ := jsParseObject(l)
+		if p, ok := o.str("parentUuid"); ok && !ids[p] {
+			l = o.set("parentUuid", litNull).appendTo(nil)
+		}
+		b = append(append(b, l...), '\n')
+	}
+	return b
+}
+
+func BenchmarkFork(b *testing.B) {
+	src, err := os.ReadFile(filepath.Join(fixtureDir, "jimmc414__cctrace__main.jsonl"))
+	if err != nil {
+		b.Skip(err)
+	}
+	b.SetBytes(int64(len(src)))
+	for b.Loop() {
+		if _, err := Fork(bytes.NewReader(src), io.Discard, testForkOptions("132b2f66-ee5f-4000-8000-000000000000", "", "")); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkSummaryAdd(b *testing.B) {
+	src, err := os.ReadFile(filepath.Join(fixtureDir, "jimmc414__cctrace__main.jsonl"))
+	if err != nil {
+		b.Skip(err)
+	}
+	b.SetBytes(int64(len(src)))
+	for b.Loop() {
+		streamSummary(src)
+	}
 }

@@ -143,10 +143,15 @@ func newTextField(key string) *textField {
 }
 
 var (
-	scTimestamp = newTextField("timestamp")
-	scGitBranch = newTextField("gitBranch")
-	scCwd       = newTextField("cwd")
+	scTimestamp   = newTextField("timestamp")
+	scGitBranch   = newTextField("gitBranch")
+	scCwd         = newTextField("cwd")
+	scEntrypoint  = newTextField("entrypoint")
+	scSessionKind = newTextField("sessionKind")
 )
+
+// patParentKey marks the line pF reads sessionKind from.
+var patParentKey = []byte(`"parentUuid":`)
 
 // textValueEnd returns the index of the quote that ends the value starting at
 // i, skipping the byte after each backslash, or -1.
@@ -550,17 +555,26 @@ func eachTextLine(text []byte, fn func(line []byte) bool) {
 // title never to be lost should append it again (or keep the sidecar), not
 // report a title the official tools do not show.
 //
-// The streaming reader keeps at most the first 64 KiB of the file plus, per
-// field, the last value seen and where; it never needs the whole file.
+// The streaming reader keeps, per field, the value seen last (or first) and
+// where: a few hundred bytes whatever the size of the file (up to 64 KiB
+// more while a value cut by a torn line waits for its closing quote).
 // Remaining differences with the SDK, all in damaged or exotic input:
-//   - a kR (gitBranch) value that spans a line break (a torn line followed
-//     by a newline) is read through the break as the SDK does, but an
-//     occurrence that starts exactly at the quote closing such a value is
-//     skipped even when the SDK's tail window starts inside that value;
+//   - a kR (gitBranch, entrypoint) value that spans a line break (a torn
+//     line followed by a newline) is read through the break as the SDK
+//     does, but an occurrence that starts exactly at the quote closing such
+//     a value is skipped even when the SDK's tail window starts inside that
+//     value;
 //   - invalid UTF-8 becomes U+FFFD as Node.js decodes it, but lone UTF-16
 //     surrogate escapes (\ud800) become U+FFFD, where JavaScript keeps them;
 //   - CreatedAt understands the ISO 8601 forms Date.parse specifies, not the
 //     legacy formats V8 also guesses at.
+//
+// Summary covers what the transcript itself says. A listing also looks
+// outside it, which is the caller's to do: the custom-title.json sidecar
+// (SetSidecarTitle), <session-id>/archived.json (archived), the file's
+// mtime and size, the project path when Cwd is empty, and it hides a
+// session whose tail has a continued-in record naming a session that
+// exists, and one whose cwd belongs to another project with the same key.
 //
 // The zero Summary is ready for Add. A copy shares its stream state.
 type Summary struct {
@@ -600,6 +614,12 @@ type Summary struct {
 	// IsSidechain says that the first line contains "isSidechain":true:
 	// listings skip such files (subagent transcripts).
 	IsSidechain bool
+	// Programmatic says that the session was started through an SDK (its
+	// first "entrypoint" in the head window, else its last in the tail
+	// window, is sdk-cli, sdk-ts or sdk-py) or is a daemon's (the
+	// sessionKind of the head's first line with a parentUuid is daemon or
+	// daemon-worker): listSessions({includeProgrammatic: false}) skips it.
+	Programmatic bool
 
 	parts summaryParts
 	st    *summaryStream
@@ -625,6 +645,11 @@ type summaryParts struct {
 	tag          string
 	timestamp    string
 	timestampSet bool
+	entryHead    string
+	entryHeadSet bool
+	entryTail    string
+	entryTailSet bool
+	kind         string // sessionKind as pF reads it
 }
 
 // Display is what listSessions shows as summary: Title, else LastPrompt,
@@ -696,6 +721,11 @@ func (s *Summary) resolve() {
 	s.GitBranch = orString(p.gitTail, p.gitHead)
 	s.Cwd = orString(p.relocatedCwd, p.cwdHead)
 	s.Tag = p.tag
+	entry := p.entryTail
+	if p.entryHeadSet {
+		entry = p.entryHead
+	}
+	s.Programmatic = entry == "sdk-cli" || entry == "sdk-ts" || entry == "sdk-py" || p.kind == "daemon" || p.kind == "daemon-worker"
 	s.CreatedAt = 0
 	if p.timestampSet {
 		if ms, ok := jsDateParse(p.timestamp); ok {
@@ -755,6 +785,17 @@ func SummaryFromHeadTail(head, tail []byte) Summary {
 	p.gitTail, _ = scGitBranch.lastOf(tail)
 	p.gitHead, _ = scGitBranch.first(head)
 	p.cwdHead, _ = scCwd.first(head)
+	p.entryHead, p.entryHeadSet = scEntrypoint.first(head)
+	p.entryTail, p.entryTailSet = scEntrypoint.lastOf(tail)
+	kindText := head
+	eachTextLine(head, func(line []byte) bool {
+		if bytes.Contains(line, patParentKey) {
+			kindText = line
+			return false
+		}
+		return true
+	})
+	p.kind, _ = scSessionKind.first(kindText)
 	s.resolve()
 	return s
 }
@@ -764,17 +805,17 @@ type summaryStream struct {
 	size  int64 // bytes so far
 	lines int
 
-	// The head window as far as it has been read, and the head lookups.
-	head             []byte
-	stored, shown    promptScan
-	ts, gitHd, cwdHd headText
+	// The head window's lookups.
+	stored, shown                     promptScan
+	ts, gitHd, cwdHd, entryHd, kindHd headText
+	kindLine                          bool // the head's first line with a parentUuid has been seen
 
 	// The tail lookups: for each, the last value seen and where the
 	// record holding it starts; it is in the tail window when that is at
 	// or after the window's start.
 	tailCT, tailAI, tag, lastPrompt, summary, relocated tailValue
-	git                                                 [2]lastTextScan
-	gitBest                                             tailValue
+	git, entry                                          [2]lastTextScan
+	gitBest, entryBest                                  tailValue
 }
 
 type tailValue struct {
@@ -796,8 +837,10 @@ func (s *Summary) AddLine(line []byte, newline bool) {
 	if st == nil {
 		st = &summaryStream{shown: promptScan{shown: true}}
 		st.ts.field, st.gitHd.field, st.cwdHd.field = scTimestamp, scGitBranch, scCwd
+		st.entryHd.field, st.kindHd.field = scEntrypoint, scSessionKind
 		for i := range st.git {
 			st.git[i].pat = scGitBranch.pats[i]
+			st.entry[i].pat = scEntrypoint.pats[i]
 		}
 		s.st = st
 	}
@@ -828,16 +871,24 @@ func (s *Summary) AddLine(line []byte, newline bool) {
 		if p.media == "" {
 			p.media = mediaOf(vis)
 		}
-		st.head = append(st.head, vis...)
-		if newline && end < window {
-			st.head = append(st.head, '\n')
+		for _, h := range []*headText{&st.ts, &st.gitHd, &st.cwdHd, &st.entryHd, &st.kindHd} {
+			h.feed(vis)
+			if newline && end < window {
+				h.feed(summaryNewline)
+			}
 		}
-		st.ts.update(st.head)
-		st.gitHd.update(st.head)
-		st.cwdHd.update(st.head)
 		p.timestamp, p.timestampSet = st.ts.result()
 		p.gitHead, _ = st.gitHd.result()
 		p.cwdHead, _ = st.cwdHd.result()
+		p.entryHead, p.entryHeadSet = st.entryHd.result()
+		switch {
+		case st.kindLine:
+		case bytes.Contains(vis, patParentKey):
+			st.kindLine = true
+			p.kind, _ = scSessionKind.first(vis)
+		default:
+			p.kind, _ = st.kindHd.result()
+		}
 	}
 
 	// The tail window's lookups, for any line.
@@ -854,8 +905,10 @@ func (s *Summary) AddLine(line []byte, newline bool) {
 	}
 	for i := range st.git {
 		st.git[i].scan(line, start, &st.gitBest)
+		st.entry[i].scan(line, start, &st.entryBest)
 		if newline {
 			st.git[i].scan(summaryNewline, end, &st.gitBest)
+			st.entry[i].scan(summaryNewline, end, &st.entryBest)
 		}
 	}
 
@@ -864,9 +917,6 @@ func (s *Summary) AddLine(line []byte, newline bool) {
 		st.size++
 	}
 	st.lines++
-	if st.size >= window {
-		st.head = nil // the head window is complete: its lookups are settled
-	}
 
 	tailStart := max(0, st.size-window)
 	in := func(v tailValue) (string, bool) {
@@ -883,55 +933,74 @@ func (s *Summary) AddLine(line []byte, newline bool) {
 	p.summaryHint, _ = in(st.summary)
 	p.relocatedCwd, _ = in(st.relocated)
 	p.gitTail, _ = in(st.gitBest)
+	p.entryTail, p.entryTailSet = in(st.entryBest)
 	s.resolve()
 }
 
 var summaryNewline = []byte{'\n'}
 
-// headText is sc over the head window as it grows: per pattern, the first
-// occurrence and, once read, its value.
+// headText is sc over the head window as it grows, chunk by chunk (a
+// pattern never spans chunks: they are lines and their newlines): per
+// pattern, the first occurrence and its value as far as it has been read.
 type headText struct {
 	field *textField
 	pat   [2]struct {
-		from int // searched up to here (no occurrence before)
-		occ  int // -1: not found yet
-		val  string
-		done bool // the value ended
+		found bool   // the first occurrence has been seen
+		done  bool   // its value ended
+		val   []byte // the value so far
+		skip  bool   // the value so far ends with a backslash
+		long  bool   // the value is longer than the window: it never ends in it
 	}
-	started bool
 }
 
-func (h *headText) update(head []byte) {
-	if !h.started {
-		h.started = true
-		h.pat[0].occ, h.pat[1].occ = -1, -1
-	}
+func (h *headText) feed(chunk []byte) {
 	for i := range h.pat {
 		p := &h.pat[i]
-		pat := h.field.pats[i]
 		if p.done {
 			continue
 		}
-		if p.occ < 0 {
-			from := max(0, p.from-len(pat)+1)
-			j := bytes.Index(head[from:], pat)
-			if j < 0 {
-				p.from = len(head)
+		j := 0
+		if !p.found {
+			o := bytes.Index(chunk, h.field.pats[i])
+			if o < 0 {
 				continue
 			}
-			p.occ = from + j
+			p.found = true
+			j = o + len(h.field.pats[i])
 		}
-		s := p.occ + len(pat)
-		if e := textValueEnd(head, s); e >= 0 {
-			p.val, p.done = textValue(head[s:e]), true
+		from := j
+		if p.skip && j < len(chunk) {
+			p.skip = false
+			j++
 		}
+		for j < len(chunk) && chunk[j] != '"' {
+			if chunk[j] == '\\' {
+				if j+1 == len(chunk) {
+					p.skip = true
+				}
+				j += 2
+				continue
+			}
+			j++
+		}
+		if j >= len(chunk) {
+			if !p.long {
+				p.val = append(p.val, chunk[from:]...)
+				if len(p.val) > liteWindow {
+					p.long, p.val = true, nil
+				}
+			}
+			continue
+		}
+		p.val = append(p.val, chunk[from:j]...)
+		p.done = true
 	}
 }
 
 func (h *headText) result() (string, bool) {
 	for _, p := range h.pat {
 		if p.done {
-			return p.val, true
+			return textValue(p.val), true
 		}
 	}
 	return "", false

@@ -90,6 +90,9 @@ func (m *Manager) entryFor(ctx context.Context, key layout.Key) (index.Entry, er
 	}
 	stamp, mod := m.stamp(key)
 	e := index.Entry{Key: key}
+	if key.Subpath == "" {
+		e.Sum.SetSidecarTitle(m.titleSidecar(key))
+	}
 	err := m.view(ctx, key, func(r io.Reader, _ int) error {
 		sc := transcript.NewLineScanner(r)
 		for sc.Scan() {

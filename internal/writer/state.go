@@ -236,6 +236,7 @@ func (st *state) scanCanonical() error {
 	st.canonExists = false
 	if st.key.Subpath == "" {
 		st.ent = &index.Entry{Key: st.key, Owned: true}
+		st.ent.Sum.SetSidecarTitle(st.m.titleSidecar(st.key))
 	}
 	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {

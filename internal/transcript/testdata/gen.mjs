@@ -19,6 +19,8 @@
 //                          fork's new uuids renamed <new-N> in order of first
 //                          appearance, its keys, and the fields a fork edits
 //                          (kept small: the outputs themselves are megabytes)
+//   fork/random.json.gz    forkSession and getSessionInfo on small random
+//                          transcripts (inputs included)
 //   summary/goldens.json   getSessionInfo / listSessions for each input, as
 //                          is and with renameSession / tagSession lines
 //                          appended (their bytes are recorded), plus the
@@ -96,16 +98,21 @@ async function withSession(sid, buf, fn) {
 const FIELDS = ['type', 'subtype', 'uuid', 'parentUuid', 'logicalParentUuid', 'sessionId', 'timestamp', 'isSidechain',
   'requestSessionId', 'forkedFrom', 'customTitle'];
 
-// forkRecords describes a fork's output line by line.
-function forkRecords(out, src) {
+// normalizeNew renames the uuids of out that src does not have (the ones
+// the fork made) <new-N>, in order of first appearance.
+function normalizeNew(out, src) {
   const known = new Set(src.toString('utf8').match(UUID_RE) ?? []);
   const names = new Map();
-  const norm = out.replace(UUID_RE, (u) => {
+  return out.replace(UUID_RE, (u) => {
     if (known.has(u)) return u;
     if (!names.has(u)) names.set(u, `<new-${names.size + 1}>`);
     return names.get(u);
   });
-  const lines = norm.split('\n');
+}
+
+// forkRecords describes a fork's output line by line.
+function forkRecords(out, src) {
+  const lines = normalizeNew(out, src).split('\n');
   if (lines.at(-1) !== '') throw new Error('fork output does not end with a newline');
   return lines.slice(0, -1).map((l) => {
     const o = JSON.parse(l);
@@ -299,6 +306,11 @@ function summarySynthetic() {
     'timestamps': jsonl({ type: 'queue-operation', operation: 'enqueue', timestamp: '2026-02-10T21:11:56.906+01:00', sessionId: SID }, userMsg(1, null, 'p')),
     'sidechain-first': jsonl({ ...userMsg(1, null, 'side'), isSidechain: true }, userMsg(2, u(1), 'main')),
     'nothing': jsonl(asstMsg(1, null, 'only an assistant')),
+    'sdk-entrypoint': jsonl({ type: 'queue-operation', operation: 'enqueue', sessionId: SID }, userMsg(1, null, 'from the SDK', { entrypoint: 'sdk-ts' })),
+    'cli-then-sdk': jsonl(userMsg(1, null, 'cli first', { entrypoint: 'cli' }), asstMsg(2, u(1), 'ok', { entrypoint: 'sdk-py' })),
+    'late-sdk': jsonl(userMsg(1, null, 'no entrypoint in the head'), asstMsg(2, u(1), 'ok', { entrypoint: 'sdk-cli' })),
+    'daemon': jsonl({ type: 'queue-operation', operation: 'enqueue', sessionId: SID, sessionKind: 'interactive' }, userMsg(1, null, 'daemon work', { sessionKind: 'daemon-worker' })),
+    'kind-no-parent': jsonl({ type: 'queue-operation', operation: 'enqueue', sessionId: SID, sessionKind: 'daemon' }, { type: 'last-prompt', lastPrompt: 'lp', sessionId: SID }),
   };
   // Big files: the head and tail windows are 64 KiB.
   const head = [userMsg(1, null, 'big session prompt'), { type: 'custom-title', customTitle: 'Head title', sessionId: SID }, { type: 'ai-title', aiTitle: 'Head AI', sessionId: SID }];
@@ -325,6 +337,136 @@ function summarySynthetic() {
     jsonl(pad(6, u(5), 65536 - 1400)),
   ]);
   return out;
+}
+
+// ---- random transcripts ----
+//
+// Small transcripts made at random (a fixed seed, so the file is
+// reproducible) with what makes forks and listings hard: branches,
+// duplicate uuids, progress chains and loops, sidechain entries, compact
+// boundaries with preserved segments, queued commands, split assistant
+// messages and their tool results, torn lines. For each, the SDK's fork
+// (with a cut in most) and getSessionInfo.
+
+function randomTranscripts(count, seed) {
+  const rnd = () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  const pick = (a) => a[Math.floor(rnd() * a.length)];
+  const out = [];
+  for (let k = 0; k < count; k++) {
+    const n = 1 + Math.floor(rnd() * 25);
+    const lines = [];
+    const ids = [];
+    const anyId = (d) => (ids.length ? pick(ids) : d);
+    for (let i = 1; i <= n; i++) {
+      const id = ids.length && rnd() < 0.04 ? pick(ids) : u(i);
+      const parent = rnd() < 0.15 ? null : rnd() < 0.1 ? u(900 + i) : anyId(null);
+      const t = pick(['user', 'user', 'assistant', 'assistant', 'progress', 'progress', 'system', 'system', 'attachment',
+        'file-history-snapshot', 'custom-title', 'ai-title', 'tag', 'summary', 'last-prompt', 'relocated', 'queue-operation']);
+      const common = () => {
+        const c = { parentUuid: parent };
+        if (rnd() < 0.9) c.isSidechain = rnd() < 0.12;
+        c.sessionId = rnd() < 0.9 ? SID : OTHER;
+        c.cwd = '/w';
+        c.gitBranch = pick(['main', 'dev', 'x"y']);
+        return c;
+      };
+      let o;
+      switch (t) {
+        case 'user':
+          o = { ...common(), type: 'user', message: { role: 'user', content: pick(['hello ' + i, [{ type: 'text', text: 'blocks ' + i }],
+            [{ type: 'tool_result', tool_use_id: 'tu' + Math.floor(rnd() * 4), content: 'r' }],
+            [{ type: 'tool_result', tool_use_id: 'tu' + Math.floor(rnd() * 4), content: 'r' }, { type: 'tool_result', tool_use_id: 'tu' + Math.floor(rnd() * 4), content: 'r' }],
+            '<command-name>/c' + i + '</command-name>', 'x'.repeat(250)]) } };
+          if (rnd() < 0.2) o.isMeta = true;
+          if (rnd() < 0.1) o.isCompactSummary = true;
+          if (rnd() < 0.3) o.sourceToolAssistantUUID = anyId(u(1));
+          if (rnd() < 0.1) o.agentId = pick(['a1', 'a2']);
+          break;
+        case 'assistant':
+          o = { ...common(), type: 'assistant', message: { id: 'm' + Math.floor(rnd() * 6), content: rnd() < 0.5 ? [{ type: 'text', text: 'answer ' + i }] : [{ type: 'tool_use', id: 'tu' + Math.floor(rnd() * 4), name: 'Bash', input: {} }] } };
+          if (rnd() < 0.3) o.requestSessionId = pick([SID, 'other']);
+          if (rnd() < 0.2) o.forkedFrom = { sessionId: 'ff', messageUuid: u(1) };
+          if (rnd() < 0.1) o.agentId = pick(['a1', 'a2']);
+          if (rnd() < 0.05) o.teamName = 'team';
+          break;
+        case 'progress':
+          o = { ...common(), type: 'progress', data: {} };
+          break;
+        case 'system':
+          o = { ...common(), type: 'system', subtype: pick(['compact_boundary', 'compact_boundary', 'local_command', 'model_refusal_fallback', 'voice_call_talk']) };
+          if (o.subtype === 'compact_boundary') {
+            if (rnd() < 0.7) o.parentUuid = null;
+            o.logicalParentUuid = anyId(null);
+            const cm = { trigger: 'auto' };
+            if (rnd() < 0.5) cm.preservedSegment = { headUuid: anyId(u(1)), anchorUuid: rnd() < 0.3 ? id : anyId(u(2)), tailUuid: anyId(u(3)) };
+            if (rnd() < 0.3) cm.preservedMessages = { anchorUuid: rnd() < 0.3 ? id : anyId(u(2)), uuids: ids.slice(-2), allUuids: ids.slice(-3) };
+            if (rnd() < 0.3) cm.durationMs = 0;
+            if (rnd() < 0.3) cm.runningTurnSends = [anyId(u(1))];
+            if (rnd() < 0.3) cm.postTokens = 5;
+            o.compactMetadata = cm;
+          }
+          if (o.subtype === 'voice_call_talk') o.fold = { command: { type: 'queued_command', source_uuid: anyId(u(77)) } };
+          break;
+        case 'attachment':
+          o = { ...common(), type: 'attachment', attachment: rnd() < 0.1 ? { type: 'fork_briefing' } : rnd() < 0.5
+            ? { type: 'queued_command', prompt: 'q', source_uuid: rnd() < 0.5 ? anyId(u(800 + i)) : u(800 + i) }
+            : { type: 'deferred_tools_record', nameOnlyAnnouncements: [...ids.slice(-2), 'Tool'] } };
+          break;
+        case 'file-history-snapshot': lines.push(JSON.stringify({ type: t, messageId: u(i), snapshot: { timestamp: '2026-01-01T00:00:00.000Z' } })); continue;
+        case 'custom-title': lines.push(JSON.stringify({ type: t, customTitle: pick(['T' + i, '']), sessionId: SID })); continue;
+        case 'ai-title': lines.push(JSON.stringify({ type: t, aiTitle: 'AI' + i, sessionId: SID })); continue;
+        case 'tag': lines.push(JSON.stringify({ type: t, tag: pick(['tag' + i, '']), sessionId: SID })); continue;
+        case 'summary': lines.push(JSON.stringify({ type: t, summary: 'S' + i, leafUuid: u(1) })); continue;
+        case 'last-prompt': lines.push(JSON.stringify({ type: t, lastPrompt: 'LP' + i, sessionId: SID })); continue;
+        case 'relocated': lines.push(JSON.stringify({ type: t, relocatedCwd: '/r' + i, sessionId: pick([SID, OTHER]) })); continue;
+        case 'queue-operation': lines.push(JSON.stringify({ type: t, operation: 'enqueue', timestamp: `2026-01-01T00:00:0${i % 10}Z`, sessionId: SID })); continue;
+      }
+      o.uuid = id;
+      if (rnd() < 0.9) o.timestamp = `2026-03-01T10:00:${String(i % 60).padStart(2, '0')}.000Z`;
+      if (rnd() < 0.1) { o.teamName = 't'; o.slug = 's'; }
+      ids.push(id);
+      let line = JSON.stringify(o);
+      if (rnd() < 0.04) line = line.slice(0, Math.floor(rnd() * line.length));
+      lines.push(line);
+    }
+    const text = lines.join('\n') + (rnd() < 0.9 ? '\n' : '');
+    const opts = {};
+    if (rnd() < 0.75) opts.upToMessageId = rnd() < 0.8 && ids.length ? pick(ids) : u(800 + Math.floor(rnd() * n));
+    if (rnd() < 0.2) opts.title = ' T ';
+    out.push({ text, opts });
+  }
+  return out;
+}
+
+async function genRandom() {
+  const cases = [];
+  for (const { text, opts } of randomTranscripts(400, 20240611)) {
+    const buf = Buffer.from(text);
+    const rec = { text, opts };
+    await withSession(SID, buf, async (dir, file, pdir) => {
+      try {
+        const r = await sdk.forkSession(SID, { dir, ...opts });
+        rec.fork = normalizeNew(fs.readFileSync(path.join(pdir, `${r.sessionId}.jsonl`), 'utf8'), buf);
+        fs.rmSync(path.join(pdir, `${r.sessionId}.jsonl`));
+      } catch (e) {
+        rec.error = e.message;
+      }
+      const info = await sdk.getSessionInfo(SID, { dir });
+      if (info) {
+        delete info.lastModified;
+        if (info.cwd === dir) info.cwd = '<project>';
+      }
+      rec.info = info ?? null;
+    });
+    cases.push(rec);
+  }
+  fs.writeFileSync(path.join(here, 'fork', 'random.json.gz'), zlib.gzipSync(JSON.stringify({ sdkVersion, cases }), { level: 9 }));
+  console.log(`random: ${cases.length} cases`);
 }
 
 // ---- fork goldens ----
@@ -386,12 +528,16 @@ async function info(sid, buf) {
   return withSession(sid, buf, async (dir) => {
     const one = await sdk.getSessionInfo(sid, { dir });
     const list = await sdk.listSessions({ dir });
+    const human = await sdk.listSessions({ dir, includeProgrammatic: false });
     const strip = (x) => {
       if (!x) return null;
       const { lastModified, ...rest } = x;
       return rest;
     };
-    return { projectPath: dir, info: strip(one), listed: list.some((x) => x.sessionId === sid), list: strip(list.find((x) => x.sessionId === sid)) };
+    return {
+      projectPath: dir, info: strip(one), listed: list.some((x) => x.sessionId === sid), list: strip(list.find((x) => x.sessionId === sid)),
+      listedHuman: human.some((x) => x.sessionId === sid),
+    };
   });
 }
 
@@ -412,7 +558,7 @@ async function genSummary() {
       const r = await info(sid, full);
       // The project path is a temporary folder: record it as a marker.
       const fix = (x) => x && { ...x, cwd: x.cwd === r.projectPath ? '<project>' : x.cwd };
-      cases.push({ input, sessionId: sid, variant, ops, suffix, info: fix(r.info), listed: r.listed, list: fix(r.list) });
+      cases.push({ input, sessionId: sid, variant, ops, suffix, info: fix(r.info), listed: r.listed, listedHuman: r.listedHuman, list: fix(r.list) });
     }
   }
   const meta = { titles: [], tags: [] };
@@ -431,4 +577,5 @@ async function genSummary() {
 }
 
 await genFork();
+await genRandom();
 await genSummary();
