@@ -114,7 +114,7 @@ func codeName(c codes.Code) string {
 	case codes.PermissionDenied:
 		return "permission denied"
 	case codes.ResourceExhausted:
-		return "out of space"
+		return "resource exhausted"
 	case codes.DataLoss:
 		return "damaged data"
 	default:

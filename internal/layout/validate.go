@@ -30,7 +30,8 @@ const (
 // ValidateProjectKey accepts a project key given directly: one safe folder
 // name. It must be non-empty, at most 255 bytes of valid UTF-8, contain no
 // '/', '\\', NUL or other control character, and be neither "." nor ".."
-// nor start with '.'. Keys derived by ProjectKeyFromCwd always pass.
+// nor start with '.', nor begin or end with whitespace (so "", "   " and
+// " -home-me-p" are all refused). Keys derived by ProjectKeyFromCwd always pass.
 func ValidateProjectKey(key string) error {
 	const want = "want one folder name such as \"-home-me-project\" (the working directory with every character outside [A-Za-z0-9] replaced by '-')"
 	switch {
@@ -50,6 +51,12 @@ func ValidateProjectKey(key string) error {
 	}
 	if r, i := firstControl(key); i >= 0 {
 		return invalidf("project key %s contains the control character %U at byte %d; NUL and other control characters are not accepted", quote(key), r, i)
+	}
+	if t := strings.TrimFunc(key, unicode.IsSpace); t != key {
+		if t == "" {
+			return invalidf("project key %s is only whitespace; %s", quote(key), want)
+		}
+		return invalidf("project key %s begins or ends with whitespace, which no working directory produces and file managers hide; %s", quote(key), want)
 	}
 	return nil
 }

@@ -177,6 +177,11 @@ var projectKeyCases = []validatorCase{
 	{in: "a\u009bb", wantErr: "control character U+009B"},
 	{in: "\xff\xfe", wantErr: "not valid UTF-8"},
 	{in: strings.Repeat("k", 256), wantErr: "256 bytes long; at most 255"},
+	{in: " ", wantErr: "is only whitespace"},
+	{in: "   ", wantErr: "is only whitespace"},
+	{in: "\u00a0\u3000", wantErr: "is only whitespace"},
+	{in: " -home-me-p", wantErr: "begins or ends with whitespace"},
+	{in: "-home-me-p ", wantErr: "begins or ends with whitespace"},
 }
 
 func TestValidateProjectKey(t *testing.T) {

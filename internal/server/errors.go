@@ -3,12 +3,14 @@ package server
 import (
 	"context"
 	"errors"
+	"syscall"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/layout"
 )
 
 // ReasonNotProcessed is the ErrorInfo reason on an UNAVAILABLE answer given
@@ -27,7 +29,31 @@ func toStatus(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	return status.Error(codeOf(err), err.Error())
+	msg := err.Error()
+	switch {
+	case outOfDescriptors(err):
+		msg += "; sessiond has run out of file descriptors (too many sessions or connections open at once): retry once the load drops, or raise its limit (ulimit -n, or LimitNOFILE= in its systemd unit)"
+	case diskFull(err):
+		msg += "; the disk holding sessiond's files is full: free some space on it, then retry"
+	case errors.Is(err, syscall.ELOOP):
+		msg += "; a symbolic link sits where sessiond keeps one of its files, and sessiond never follows links: replace it with the real file, or remove it"
+	}
+	return status.Error(codeOf(err), msg)
+}
+
+// outOfDescriptors reports whether err comes from the process (EMFILE) or
+// the system (ENFILE) running out of file descriptors: a passing shortage,
+// not a broken disk.
+func outOfDescriptors(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}
+
+// diskFull reports whether err says the disk (or the user's quota) is
+// full: classified as errdefs.ErrNoSpace, or a raw ENOSPC/EDQUOT that a
+// code path passed up without classifying it (a fork's temp copy, for
+// instance), which must not become INTERNAL.
+func diskFull(err error) bool {
+	return errors.Is(err, errdefs.ErrNoSpace) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 func codeOf(err error) codes.Code {
@@ -42,9 +68,13 @@ func codeOf(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, errdefs.ErrAlreadyExists):
 		return codes.AlreadyExists
-	case errors.Is(err, errdefs.ErrAmbiguous):
+	case errors.Is(err, errdefs.ErrAmbiguous), errors.Is(err, layout.ErrUnsafePath):
 		return codes.FailedPrecondition
-	case errors.Is(err, errdefs.ErrNoSpace):
+	case errors.Is(err, syscall.ELOOP):
+		// An open with O_NOFOLLOW met a link planted on disk: the request
+		// is fine, the disk needs a human.
+		return codes.FailedPrecondition
+	case diskFull(err), outOfDescriptors(err):
 		return codes.ResourceExhausted
 	case errors.Is(err, errdefs.ErrUnavailable):
 		return codes.Unavailable

@@ -101,6 +101,9 @@ func (s *Server) Fork(ctx context.Context, req *sessiondv1.ForkRequest) (*sessio
 		if err := layout.ValidateSessionID(id); err != nil {
 			return nil, fmt.Errorf("new session id: %w", err)
 		}
+		if err := s.info.layout().CheckOnDisk(layout.Key{ProjectKey: k.ProjectKey, SessionID: id}); err != nil {
+			return nil, fmt.Errorf("fork target: %w", err)
+		}
 	}
 	o, err := s.m.Fork(ctx, k, req.GetUpToUuid(), req.GetTitle(), req.GetNewSessionId())
 	if err != nil {
@@ -189,6 +192,9 @@ func (s *Server) Restore(ctx context.Context, req *sessiondv1.RestoreRequest) (*
 		}
 	}
 	k := layout.Key{ProjectKey: pk, SessionID: ref.GetSessionId(), Subpath: ref.GetSubpath()}
+	if err := s.info.layout().CheckOnDisk(k); err != nil {
+		return nil, err
+	}
 	if err := s.m.Restore(ctx, k); err != nil {
 		return nil, err
 	}

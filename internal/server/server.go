@@ -97,8 +97,21 @@ func isHealth(method string) bool {
 
 // resolve turns a wire SessionRef into a Key. Without a project the id is
 // looked up in every project; needProject refuses that (appends create
-// sessions, so they must say where).
+// sessions, so they must say where). A key whose files or folders on disk
+// run through a symbolic link is refused (see layout.CheckOnDisk): no
+// request may read or write outside the root and state folders.
 func (s *Server) resolve(ref *sessiondv1.SessionRef, needProject bool) (layout.Key, error) {
+	k, err := s.resolveRef(ref, needProject)
+	if err != nil {
+		return k, err
+	}
+	if err := s.info.layout().CheckOnDisk(k); err != nil {
+		return k, err
+	}
+	return k, nil
+}
+
+func (s *Server) resolveRef(ref *sessiondv1.SessionRef, needProject bool) (layout.Key, error) {
 	if ref == nil {
 		return layout.Key{}, fmt.Errorf("session is required: %w", errdefs.ErrInvalidArgument)
 	}

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
@@ -90,6 +91,10 @@ type Manager struct {
 	// busy holds the sessions whose files delete or restore is moving; no
 	// writer of theirs may start meanwhile. Guarded by mu.
 	busy map[family]string
+	// intents holds the deletes and restores that were interrupted and
+	// must be finished before their sessions take writers again. Guarded
+	// by mu.
+	intents map[family]*intent
 
 	ix        *index.Index
 	indexOnce sync.Once
@@ -100,6 +105,8 @@ func New(cfg Config) (*Manager, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	// Folders are made durable once per process, not at every compaction.
+	cfg.FS = fsys.Remembering(cfg.FS)
 	return &Manager{cfg: cfg, log: cfg.Logger, sessions: make(map[layout.Key]*session), ix: index.New()}, nil
 }
 
@@ -116,6 +123,9 @@ func (m *Manager) acquire(key layout.Key) (*session, error) {
 	}
 	if why, ok := m.busy[familyOf(key)]; ok {
 		return nil, fmt.Errorf("session %s/%s is being %s; retry: %w", key.ProjectKey, key.SessionID, why, errdefs.ErrUnavailable)
+	}
+	if in := m.intents[familyOf(key)]; in != nil {
+		return nil, fmt.Errorf("session %s/%s: an interrupted %s must finish first; retry the %s: %w", key.ProjectKey, key.SessionID, in.Op, in.Op, errdefs.ErrUnavailable)
 	}
 	s := m.sessions[key]
 	if s == nil {
@@ -332,6 +342,12 @@ func (m *Manager) journaledKeys() ([]layout.Key, error) {
 		if d.IsDir() || !strings.HasSuffix(path, ".wal") {
 			return nil
 		}
+		if !d.Type().IsRegular() {
+			// A link or other oddity planted among the journals is never
+			// followed; the session it names is refused when addressed.
+			m.log.Warn("ignoring a journal that is not a regular file", zap.String("path", path))
+			return nil
+		}
 		if k, ok := m.cfg.Layout.ParseJournalPath(path); ok {
 			set[k] = true
 		} else {
@@ -364,6 +380,16 @@ type RecoverReport struct {
 // others are not held back by it.
 func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 	var rep RecoverReport
+	m.sweepTemps()
+	m.sweepJournalTemps()
+	// Interrupted deletes and restores first: their sessions must be
+	// whole in one place before anything replays into them.
+	for _, err := range m.finishIntents() {
+		rep.Failed = append(rep.Failed, err)
+		m.mu.Lock()
+		m.recoveryErrs = append(m.recoveryErrs, err.Error())
+		m.mu.Unlock()
+	}
 	keys, err := m.journaledKeys()
 	if err != nil {
 		return rep, err
@@ -386,30 +412,62 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 		rep.Keys = append(rep.Keys, k)
 		m.stats.recovered.Add(1)
 	}
-	m.sweepTemps()
 	return rep, nil
 }
 
-// sweepTemps removes the compaction and fork temp files a crash left in the
-// project folders. It runs at start, before any writer could be making one.
+// sweepJournalTemps removes the temp files of journal generations a crash
+// cut short. A writer sweeps its own when it opens, but a crash during the
+// very first generation of a session leaves a temp file and no journal, so
+// no writer of that session is ever opened by recovery to sweep it. Temp
+// files of sessions with a live writer are left alone: that writer may be
+// creating one right now.
+func (m *Manager) sweepJournalTemps() {
+	dir := m.cfg.Layout.JournalDir()
+	walk(m.cfg.FS, dir, func(path string, d fs.DirEntry) error {
+		name := d.Name()
+		i := strings.Index(name, layout.JournalExt+".tmp-")
+		if !d.Type().IsRegular() || i <= 0 {
+			return nil
+		}
+		k, ok := m.cfg.Layout.ParseJournalPath(filepath.Join(filepath.Dir(path), name[:i+len(layout.JournalExt)]))
+		if ok && m.IsActive(k) {
+			return nil
+		}
+		if err := m.cfg.FS.Remove(path); err == nil {
+			m.log.Info("removed a temp file left by a crash", zap.String("file", path))
+		}
+		return nil
+	})
+}
+
+// sweepTemps removes the temp files a crash left in the project folders
+// and the session folders below them (compaction, repair and fork temps;
+// archive marks being replaced) and in the kept copies of repaired
+// originals. It runs first thing in Recover, which runs at start before
+// sessiond serves: no writer can be making one.
 func (m *Manager) sweepTemps() {
 	L := m.cfg.Layout
-	projects, _ := m.cfg.FS.ReadDir(L.ProjectsDir())
-	for _, p := range projects {
-		if !p.IsDir() {
-			continue
-		}
-		dir := L.ProjectDir(p.Name())
-		ents, _ := m.cfg.FS.ReadDir(dir)
-		for _, e := range ents {
-			n := e.Name()
-			if e.Type().IsRegular() && strings.HasPrefix(n, ".") && strings.Contains(n, ".compact-") && strings.HasSuffix(n, ".tmp") {
-				if err := m.cfg.FS.Remove(filepath.Join(dir, n)); err == nil {
-					m.log.Info("removed a temp file left by a crash", zap.String("file", filepath.Join(dir, n)))
-				}
+	sweep := func(root string, match func(string) bool) {
+		walk(m.cfg.FS, root, func(path string, d fs.DirEntry) error {
+			if !d.Type().IsRegular() || !match(d.Name()) {
+				return nil
 			}
-		}
+			if err := m.cfg.FS.Remove(path); err == nil {
+				m.log.Info("removed a temp file left by a crash", zap.String("file", path))
+			}
+			return nil
+		})
 	}
+	sweep(L.ProjectsDir(), func(n string) bool {
+		return strings.HasPrefix(n, ".") && strings.Contains(n, ".compact-") && strings.HasSuffix(n, ".tmp") ||
+			strings.HasPrefix(n, archiveTempPrefix)
+	})
+	sweep(filepath.Join(L.StateDir, "repairs"), func(n string) bool {
+		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, layout.TranscriptExt+".tmp")
+	})
+	sweep(m.intentDir(), func(n string) bool {
+		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".json.tmp")
+	})
 }
 
 // Close stops taking requests, lets every writer finish what is queued,

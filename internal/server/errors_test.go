@@ -1,0 +1,55 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/layout"
+)
+
+// TestToStatus: the error kinds become the documented codes, and the
+// messages of the shortages a user can act on say what to do.
+func TestToStatus(t *testing.T) {
+	emfile := &os.PathError{Op: "open", Path: "/s/journal/p/x.wal", Err: syscall.EMFILE}
+	eloop := &os.PathError{Op: "open", Path: "/r/projects/p/x.jsonl", Err: syscall.ELOOP}
+	cases := []struct {
+		err  error
+		code codes.Code
+		frag string
+	}{
+		{fmt.Errorf("bad: %w", errdefs.ErrInvalidArgument), codes.InvalidArgument, "bad"},
+		{fmt.Errorf("big: %w", errdefs.ErrTooLarge), codes.InvalidArgument, "big"},
+		{fmt.Errorf("x: %w", errdefs.ErrNotFound), codes.NotFound, "x"},
+		{fmt.Errorf("x: %w", errdefs.ErrAlreadyExists), codes.AlreadyExists, "x"},
+		{fmt.Errorf("x: %w", errdefs.ErrAmbiguous), codes.FailedPrecondition, "x"},
+		{fmt.Errorf("link: %w", layout.ErrUnsafePath), codes.FailedPrecondition, "link"},
+		{fmt.Errorf("x: %w", errdefs.ErrUnavailable), codes.Unavailable, "x"},
+		{errdefs.FromIO(syscall.ENOSPC), codes.ResourceExhausted, "no space"},
+		{fmt.Errorf("open journal: %w", errdefs.FromIO(emfile)), codes.ResourceExhausted, "run out of file descriptors"},
+		{fmt.Errorf("open: %w", &os.PathError{Op: "open", Path: "/x", Err: syscall.ENFILE}), codes.ResourceExhausted, "raise its limit"},
+		{fmt.Errorf("open: %w", errdefs.FromIO(eloop)), codes.FailedPrecondition, "never follows links"},
+		{fmt.Errorf("x: %w", errdefs.ErrCorrupt), codes.DataLoss, "x"},
+		{errdefs.FromIO(syscall.EIO), codes.Internal, "input/output error"},
+		{fmt.Errorf("x: %w", context.Canceled), codes.Canceled, "x"},
+		{errors.New("plain"), codes.Internal, "plain"},
+		{status.Error(codes.PermissionDenied, "kept"), codes.PermissionDenied, "kept"},
+	}
+	for _, c := range cases {
+		st, _ := status.FromError(toStatus(c.err))
+		if st.Code() != c.code || !strings.Contains(st.Message(), c.frag) {
+			t.Errorf("toStatus(%v) = %v %q, want %v with %q", c.err, st.Code(), st.Message(), c.code, c.frag)
+		}
+	}
+	if toStatus(nil) != nil {
+		t.Error("toStatus(nil) is not nil")
+	}
+}
