@@ -32,6 +32,10 @@ var (
 	// ErrIO: the disk refused an operation; the writer that hit it failed
 	// and will reopen from what is on disk.
 	ErrIO = errors.New("i/o error")
+	// ErrUnsafePath: something on disk where a session's file or folder
+	// belongs is a symbolic link or the wrong kind of file; sessiond never
+	// follows or overwrites it, and a human must move it away.
+	ErrUnsafePath = errors.New("unsafe path on disk")
 )
 
 // Is reports whether err is of the given kind.
@@ -62,7 +66,7 @@ func (k *kinded) Error() string   { return k.err.Error() }
 func (k *kinded) Unwrap() []error { return []error{k.kind, k.err} }
 
 var kinds = []error{ErrInvalidArgument, ErrNotFound, ErrAlreadyExists, ErrAmbiguous,
-	ErrUnavailable, ErrNoSpace, ErrTooLarge, ErrCorrupt, ErrIO}
+	ErrUnavailable, ErrNoSpace, ErrTooLarge, ErrCorrupt, ErrIO, ErrUnsafePath}
 
 func kindOf(err error) error {
 	for _, k := range kinds {

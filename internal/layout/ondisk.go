@@ -2,7 +2,9 @@ package layout
 
 import (
 	"errors"
+
 	"fmt"
+	"github.com/sessiond/sessiond/internal/errdefs"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,7 +16,7 @@ import (
 // one of a key's files or folders belongs is a symbolic link, or not the
 // kind of file it must be. The request itself may be fine; the disk needs a
 // human (the server reports it as FAILED_PRECONDITION).
-var ErrUnsafePath = errors.New("unsafe path on disk")
+var ErrUnsafePath = errdefs.ErrUnsafePath
 
 // CheckOnDisk looks (with lstat, never following a link) at every path
 // sessiond derives from k below the projects folder and below the journal

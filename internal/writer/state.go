@@ -150,8 +150,15 @@ func (st *state) open() error {
 		if ok {
 			// The last compaction renamed its file into place before the
 			// journal was replaced: everything journaled is already there.
+			// But a process killed between that rename and its folder
+			// sync leaves the rename in the page cache only: make it
+			// durable before the journal, the only other copy of the
+			// entries, is replaced.
 			if st.canon.size > rec.Compacted.Size {
 				st.log.Warn("another program appended to the transcript after sessiond's last compaction; its lines are kept")
+			}
+			if err := st.syncCanonical(); err != nil {
+				return err
 			}
 			st.publish()
 			return st.newGeneration()
@@ -195,7 +202,7 @@ func (st *state) open() error {
 func (st *state) checkPath() error {
 	fi, err := st.fs.Lstat(st.canonPath)
 	if err == nil && !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file (%s); sessiond never writes through links or over folders: %w", st.canonPath, fi.Mode().Type(), errdefs.ErrInvalidArgument)
+		return fmt.Errorf("%s is not a regular file (%s); sessiond never writes through links or over folders: move it away: %w", st.canonPath, fi.Mode().Type(), errdefs.ErrUnsafePath)
 	}
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("inspect %s: %w", st.canonPath, errdefs.FromIO(err))
@@ -302,6 +309,28 @@ func (st *state) hasPrefix(fp fingerprint) (bool, error) {
 		return false, fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
 	}
 	return t == fp.tail, nil
+}
+
+// syncCanonical makes the canonical file as this process sees it durable:
+// its content and its name. It runs before a journal generation whose
+// entries the file is believed to hold is dropped, because what the page
+// cache shows (a rename by a killed process, lines another program never
+// synced) may not be on disk yet.
+func (st *state) syncCanonical() error {
+	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	err = f.Sync()
+	f.Close()
+	if err == nil {
+		err = st.fs.SyncDir(st.dir)
+	}
+	if err != nil {
+		st.failed = err
+		return fmt.Errorf("sync %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	return nil
 }
 
 func tailCRC(r io.ReaderAt, size int64) (uint32, error) {
@@ -476,6 +505,12 @@ func (st *state) compact(reason string) error {
 			return err
 		}
 		if len(st.pending) == 0 {
+			// Every journaled entry is in the file now, written there by
+			// another program that may not have synced it: make it
+			// durable before dropping the journal.
+			if err := st.syncCanonical(); err != nil {
+				return err
+			}
 			return st.newGeneration()
 		}
 	}

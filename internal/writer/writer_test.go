@@ -630,7 +630,7 @@ func TestSymlinkAtSessionPathRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := m.Append(context.Background(), k, [][]byte{entry("")})
-	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "not a regular file") {
+	if !errors.Is(err, errdefs.ErrUnsafePath) || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("want a refusal naming the link, got %v", err)
 	}
 	if b, _ := os.ReadFile(target); len(b) != 0 {
