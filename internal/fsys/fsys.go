@@ -11,6 +11,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -87,37 +89,115 @@ type osFile struct{ *os.File }
 
 func (f *osFile) Sync() error { return datasync(f.File) }
 
-// MkdirAll creates dir and any missing parents with perm, syncing each
-// parent whose entries changed so the new folders survive a crash. A path
-// component that exists but is not a folder (a symlink included) is an error.
+// MkdirAll creates dir and any missing parents with perm, and makes every
+// folder on the path durable: it syncs the parent of each folder it
+// creates, and also of each folder it finds, because a folder that exists
+// is not necessarily durable (its creator may have been killed before
+// syncing its parent, a sync of the parent may have failed, or another
+// program made it without syncing), and files made durable inside a folder
+// whose own entry is not are lost with it. On an FS wrapped by Remembering
+// each folder found is synced once per process, not on every call. A path
+// component that exists but is not a folder (a symlink included) is an
+// error.
 func MkdirAll(fsys FS, dir string, perm fs.FileMode) error {
 	dir = filepath.Clean(dir)
-	fi, err := fsys.Lstat(dir)
-	if err == nil {
-		if !fi.IsDir() {
-			return fmt.Errorf("%s exists and is not a folder", dir)
+	memo, _ := fsys.(*memoFS)
+	if memo != nil && memo.known(dir) {
+		// Known durable; still check it was not removed behind our back.
+		if fi, err := fsys.Lstat(dir); err == nil && fi.IsDir() {
+			return nil
 		}
-		return nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return err
+		memo.forget(dir)
 	}
 	parent := filepath.Dir(dir)
+	fi, err := fsys.Lstat(dir)
+	switch {
+	case err == nil && !fi.IsDir():
+		return fmt.Errorf("%s exists and is not a folder", dir)
+	case err == nil:
+		if parent != dir {
+			if err := MkdirAll(fsys, parent, perm); err != nil {
+				return err
+			}
+			if err := fsys.SyncDir(parent); err != nil {
+				return err
+			}
+		}
+		memo.mark(dir)
+		return nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
 	if parent != dir {
 		if err := MkdirAll(fsys, parent, perm); err != nil {
 			return err
 		}
 	}
 	if err := fsys.Mkdir(dir, perm); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			fi, serr := fsys.Lstat(dir)
-			if serr == nil && fi.IsDir() {
-				return nil
-			}
+		if !errors.Is(err, fs.ErrExist) {
+			return err
 		}
+		if fi, serr := fsys.Lstat(dir); serr != nil || !fi.IsDir() {
+			return err
+		}
+		// Made meanwhile by someone else: still sync it below.
+	}
+	if err := fsys.SyncDir(parent); err != nil {
 		return err
 	}
-	return fsys.SyncDir(parent)
+	memo.mark(dir)
+	return nil
+}
+
+// Remembering wraps f so that MkdirAll syncs the parent of a folder it
+// finds only the first time in this process, then remembers the folder as
+// durable (RemoveAll and Move forget what they take away). Without it every
+// MkdirAll call syncs every folder of the path.
+func Remembering(f FS) FS {
+	if m, ok := f.(*memoFS); ok {
+		return m
+	}
+	return &memoFS{FS: f, durable: map[string]bool{}}
+}
+
+// memoFS is an FS that remembers the folders this process made durable.
+type memoFS struct {
+	FS
+	mu      sync.Mutex
+	durable map[string]bool
+}
+
+func (m *memoFS) known(dir string) bool {
+	if m == nil {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.durable[dir]
+}
+
+func (m *memoFS) mark(dir string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.durable[dir] = true
+	m.mu.Unlock()
+}
+
+// forget drops dir and everything below it.
+func (m *memoFS) forget(dir string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	prefix := dir + string(filepath.Separator)
+	for d := range m.durable {
+		if d == dir || strings.HasPrefix(d, prefix) {
+			delete(m.durable, d)
+		}
+	}
 }
 
 // WriteFileAtomic makes path hold exactly what write produces, or leaves it
@@ -177,6 +257,9 @@ func RemoveAll(fsys FS, path string) error {
 			}
 		}
 	}
+	if memo, ok := fsys.(*memoFS); ok && fi.IsDir() {
+		memo.forget(filepath.Clean(path))
+	}
 	if err := fsys.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
@@ -190,6 +273,9 @@ func RemoveAll(fsys FS, path string) error {
 func Move(fsys FS, src, dst string) error {
 	if err := MkdirAll(fsys, filepath.Dir(dst), 0o700); err != nil {
 		return err
+	}
+	if memo, ok := fsys.(*memoFS); ok {
+		memo.forget(filepath.Clean(src))
 	}
 	err := fsys.Rename(src, dst)
 	if err == nil {

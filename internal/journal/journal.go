@@ -60,6 +60,17 @@ type Options struct {
 	// MaxRecord is the largest record payload, in bytes, that may be
 	// written or read back; 0 means DefaultMaxRecord.
 	MaxRecord int
+	// DurableEnd, for Open, is where the last write this process saw
+	// synced ended in generation DurableGeneration, as DurableEnd reported
+	// it after a failure. When the file is that generation and longer,
+	// Open treats everything past DurableEnd as a torn tail and cuts it:
+	// those bytes were never acknowledged, and after a failed sync they
+	// may sit in the page cache only (Linux marks pages whose writeback
+	// failed clean, so no later sync writes them). Appending after them
+	// would leave a hole on disk, followed by valid records, which
+	// recovery after a power loss would have to call corruption.
+	DurableEnd        int64
+	DurableGeneration uint64
 }
 
 func (o Options) maxRecord() (int, error) {
@@ -245,11 +256,28 @@ func (j *Journal) write(b []byte, what string) error {
 	}
 	if err != nil {
 		j.failed = errdefs.FromIO(fmt.Errorf("journal %s: %s: %s of %d bytes at offset %d: %w", j.path, what, op, len(b), j.end, err))
+		// Cut the failed write off right away, best effort: after a
+		// failed sync its pages may look written while never reaching
+		// the disk, and whoever opens the file next (this process, or the
+		// next one should this one die) must not append after them. The
+		// journal stays failed either way; DurableEnd tells the reopen
+		// where to cut if this does not work.
+		if terr := j.f.Truncate(j.end); terr == nil {
+			_ = j.f.Sync()
+		}
 		return j.failed
 	}
 	j.end += int64(len(b))
 	return nil
 }
+
+// Err returns the failure that made the journal unusable, or nil.
+func (j *Journal) Err() error { return j.failed }
+
+// DurableEnd returns the journal's generation and the offset where its
+// last successfully synced write ended. After a failure, pass them as
+// Options.DurableEnd and DurableGeneration to the Open that resumes it.
+func (j *Journal) DurableEnd() (generation uint64, end int64) { return j.hdr.Generation, j.end }
 
 // ReadEntry returns the payload at s, checked against its checksum. buf is
 // used if it is large enough.

@@ -41,7 +41,21 @@ func Open(fs fsys.FS, path string, opt Options) (*Journal, *Recovery, error) {
 		f.Close()
 		return nil, nil, errdefs.FromIO(fmt.Errorf("open journal %s: %w", path, err))
 	}
-	res, err := scan(f, st.Size(), maxRecord)
+	// What lies past the last write known synced is a tail to cut (see
+	// Options.DurableEnd), whatever it looks like: scan up to it only, as
+	// long as the file is still that generation.
+	size, limit := st.Size(), st.Size()
+	if opt.DurableGeneration != 0 && opt.DurableEnd >= 0 && opt.DurableEnd < size {
+		limit = opt.DurableEnd
+	}
+	res, err := scan(f, limit, maxRecord)
+	if err == nil && limit < size && (res.damage == 0 || res.rec.Header.Generation != opt.DurableGeneration) {
+		limit = size
+		res, err = scan(f, size, maxRecord)
+	}
+	if err == nil && res.damage < 0 {
+		res.rec.TruncatedBytes = size - res.rec.End
+	}
 	if err != nil {
 		f.Close()
 		if errors.As(err, new(unsupportedVersionError)) {
@@ -127,7 +141,10 @@ type walk struct {
 // Errors are failed reads or an unsupported version; damage is reported in
 // the result.
 func scan(r io.ReaderAt, size int64, maxRecord int) (*scanResult, error) {
-	w := newWindow(r, size, windowSize)
+	// No reach goes past the end of the file, so a small journal needs no
+	// more than its size: most journals are a few hundred bytes, and a
+	// writer opens one every time it starts.
+	w := newWindow(r, size, int(min(max(size, frameHeaderSize), windowSize)))
 	res := &scanResult{damage: -1, proof: -1}
 	hdr, end, err := readHeaderRecord(w, maxRecord)
 	if err != nil {

@@ -91,6 +91,10 @@ type Manager struct {
 	// busy holds the sessions whose files delete or restore is moving; no
 	// writer of theirs may start meanwhile. Guarded by mu.
 	busy map[family]string
+	// durableEnds holds, for sessions whose journal failed a write or a
+	// sync, where its last synced write ended: the next writer cuts the
+	// journal back to it before appending. Guarded by mu.
+	durableEnds map[layout.Key]durableEnd
 	// intents holds the deletes and restores that were interrupted and
 	// must be finished before their sessions take writers again. Guarded
 	// by mu.
@@ -98,6 +102,37 @@ type Manager struct {
 
 	ix        *index.Index
 	indexOnce sync.Once
+}
+
+// durableEnd is a journal generation and the end of its last synced write.
+type durableEnd struct {
+	generation uint64
+	end        int64
+}
+
+func (m *Manager) noteDurableEnd(k layout.Key, d durableEnd) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.durableEnds == nil {
+		m.durableEnds = make(map[layout.Key]durableEnd)
+	}
+	m.durableEnds[k] = d
+}
+
+func (m *Manager) durableEnd(k layout.Key) (durableEnd, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, ok := m.durableEnds[k]
+	return d, ok
+}
+
+// forgetDurableEnd drops the note once a journal was reopened with it.
+func (m *Manager) forgetDurableEnd(k layout.Key, d durableEnd) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.durableEnds[k] == d {
+		delete(m.durableEnds, k)
+	}
 }
 
 // New returns a Manager. It creates the state folder if needed.

@@ -211,13 +211,14 @@ type spooled struct {
 func spool(r io.Reader) (*spooled, error) {
 	f, err := os.CreateTemp("", "sessiond-dryrun-*")
 	if err != nil {
-		return nil, err
+		return nil, errdefs.FromIO(err)
 	}
 	os.Remove(f.Name())
 	n, err := io.Copy(f, r)
 	if err != nil {
 		f.Close()
-		return nil, err
+		// A failed read of the session is the disk's error, and says so.
+		return nil, errdefs.FromIO(err)
 	}
 	return &spooled{f, n}, nil
 }
@@ -345,7 +346,9 @@ func (m *Manager) Fork(ctx context.Context, src layout.Key, upTo, title, newID s
 	if err := dst.Validate(); err != nil {
 		return ForkOutcome{}, err
 	}
-	if m.existsOnDisk(dst) {
+	if ok, err := m.existsOnDiskErr(dst); err != nil {
+		return ForkOutcome{}, err
+	} else if ok {
 		return ForkOutcome{}, fmt.Errorf("session %s already exists; a fork never overwrites: %w", dst, errdefs.ErrAlreadyExists)
 	}
 	out := ForkOutcome{Key: dst}
@@ -377,7 +380,9 @@ func (m *Manager) Fork(ctx context.Context, src layout.Key, upTo, title, newID s
 		defer tmp.Close()
 		res, err := transcript.Fork(io.NewSectionReader(data, 0, data.size), tmp, transcript.ForkOptions{SessionID: src.SessionID, NewSessionID: newID, UpTo: upTo, Title: title, SidecarTitle: m.titleSidecar(src)})
 		if err != nil {
-			return fmt.Errorf("fork %s: %w", src, err)
+			// Fork's own refusals carry their kind; a failed write of the
+			// temp file is the disk's, and a full disk must say so.
+			return fmt.Errorf("fork %s: %w", src, errdefs.FromIO(err))
 		}
 		if err := tmp.Sync(); err != nil {
 			return fmt.Errorf("fork: %w", errdefs.FromIO(err))
@@ -416,6 +421,10 @@ func (m *Manager) AppendMetadata(ctx context.Context, key layout.Key, line []byt
 	return err
 }
 
+// archiveTempPrefix starts the temp file name of an archive mark being
+// written; Recover sweeps what a crash leaves of them.
+const archiveTempPrefix = ".archived.json.tmp-"
+
 // ArchiveMarkerPath is where the official tools keep a session's archived
 // mark.
 func (m *Manager) ArchiveMarkerPath(key layout.Key) string {
@@ -438,7 +447,7 @@ func (m *Manager) SetArchived(ctx context.Context, key layout.Key, archived bool
 			return fmt.Errorf("create %s: %w", dir, errdefs.FromIO(err))
 		}
 		body := fmt.Sprintf(`{"archived":%v,"at":%q}`, archived, time.Now().UTC().Format("2006-01-02T15:04:05.000Z"))
-		err := fsys.WriteFileAtomic(st.fs, path, ".archived.json.tmp-"+uuid.NewString()[:8], 0o600, func(w io.Writer) error {
+		err := fsys.WriteFileAtomic(st.fs, path, archiveTempPrefix+uuid.NewString()[:8], 0o600, func(w io.Writer) error {
 			_, err := io.WriteString(w, body)
 			return err
 		})
@@ -541,6 +550,13 @@ func (m *Manager) Subkeys(key layout.Key) ([]string, error) {
 // archive mark) when key is a main session, or one subagent transcript
 // (with its .meta.json sidecar). Pending entries are compacted first, so
 // the trash holds everything that was acknowledged.
+//
+// The session's files are several names, which no single rename moves at
+// once, so the moves are first recorded in a durable intent (see intent):
+// a crash or a failing disk midway never leaves the session half in place
+// and half in the trash for good. The next Delete or Restore of the
+// session, or the next start, finishes the moves; until then the session
+// refuses writers.
 func (m *Manager) Delete(ctx context.Context, key layout.Key, purge bool) (string, error) {
 	if err := key.Validate(); err != nil {
 		return "", err
@@ -550,6 +566,12 @@ func (m *Manager) Delete(ctx context.Context, key layout.Key, purge bool) (strin
 		return "", err
 	}
 	defer unlock()
+	if done, err := m.finishPending(key); err != nil {
+		return "", err
+	} else if done != nil && done.Op != opRestore && done.Subpath == key.Subpath && (done.Op == opPurge) == purge {
+		// This very delete was interrupted before; it is done now.
+		return done.Trash, nil
+	}
 	L, FS := m.cfg.Layout, m.cfg.FS
 	var moves [][2]string // what to move (or remove), relative to the trash entry
 	var journals []string
@@ -568,6 +590,8 @@ func (m *Manager) Delete(ctx context.Context, key layout.Key, purge bool) (strin
 	for _, mv := range moves {
 		if _, err := FS.Lstat(mv[0]); err == nil {
 			found = true
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("delete %s: %w", key, errdefs.FromIO(err))
 		}
 	}
 	if _, err := FS.Lstat(journals[0]); err == nil {
@@ -584,28 +608,30 @@ func (m *Manager) Delete(ctx context.Context, key layout.Key, purge bool) (strin
 			return "", err
 		}
 	}
-	trash := ""
-	if !purge {
-		trash = filepath.Join(L.StateDir, "trash", key.ProjectKey, key.SessionID+"-"+time.Now().UTC().Format("20060102T150405.000000000Z"))
+	in := &intent{Op: opDelete, ProjectKey: key.ProjectKey, SessionID: key.SessionID, Subpath: key.Subpath}
+	if purge {
+		in.Op = opPurge
+	} else {
+		in.Trash = filepath.Join(L.StateDir, "trash", key.ProjectKey, key.SessionID+"-"+time.Now().UTC().Format("20060102T150405.000000000Z"))
 		if key.Subpath != "" {
-			trash += "-" + strings.ReplaceAll(key.Subpath, "/", "_")
+			in.Trash += "-" + strings.ReplaceAll(key.Subpath, "/", "_")
 		}
 	}
 	for _, mv := range moves {
 		if _, err := FS.Lstat(mv[0]); errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		if purge {
-			err = fsys.RemoveAll(FS, mv[0])
-		} else {
-			err = fsys.Move(FS, mv[0], filepath.Join(trash, mv[1]))
+		dst := ""
+		if !purge {
+			dst = filepath.Join(in.Trash, mv[1])
 		}
-		if err != nil {
-			return "", fmt.Errorf("delete %s: %w", mv[0], errdefs.FromIO(err))
-		}
+		in.Moves = append(in.Moves, [2]string{mv[0], dst})
 	}
-	m.log.Info("deleted session", zap.Stringer("session", key), zap.Bool("purge", purge), zap.String("trash", trash))
-	return trash, nil
+	if err := m.runIntent(in); err != nil {
+		return "", fmt.Errorf("delete %s: %w", key, err)
+	}
+	m.log.Info("deleted session", zap.Stringer("session", key), zap.Bool("purge", purge), zap.String("trash", in.Trash))
+	return in.Trash, nil
 }
 
 // dropJournal removes a journal (file or folder of subagent journals)
@@ -619,6 +645,20 @@ func (m *Manager) dropJournal(path string) error {
 		return errdefs.FromIO(err)
 	}
 	if fi.IsDir() {
+		// A folder of subagent journals: each may hold entries its
+		// transcript lacks (a writer whose shutdown compaction failed, a
+		// journal no writer reopened since a crash). Compact every one
+		// into its transcript, which the delete then moves, before any
+		// is removed.
+		err := walk(m.cfg.FS, path, func(p string, d fs.DirEntry) error {
+			if d.IsDir() || !strings.HasSuffix(p, layout.JournalExt) {
+				return nil
+			}
+			return m.dropJournal(p)
+		})
+		if err != nil {
+			return errdefs.FromIO(err) // keeps the kind dropJournal gave, else the disk's
+		}
 		return errdefs.FromIO(fsys.RemoveAll(m.cfg.FS, path))
 	}
 	if k, ok := m.cfg.Layout.ParseJournalPath(path); ok {
@@ -647,7 +687,8 @@ func (m *Manager) flushLocked(key layout.Key) (FlushResult, error) {
 }
 
 // Restore brings back the newest trashed copy of key's session. It refuses
-// when a session with that id exists again.
+// when a session with that id exists again. Like Delete, it records its
+// moves in a durable intent first, so it is never left half done.
 func (m *Manager) Restore(ctx context.Context, key layout.Key) error {
 	if err := key.Validate(); err != nil {
 		return err
@@ -655,30 +696,43 @@ func (m *Manager) Restore(ctx context.Context, key layout.Key) error {
 	if key.Subpath != "" {
 		return fmt.Errorf("restore brings back whole sessions; restore %s/%s: %w", key.ProjectKey, key.SessionID, errdefs.ErrInvalidArgument)
 	}
-	entry, err := m.newestTrash(key)
-	if err != nil {
-		return err
-	}
 	unlock, err := m.lockFamily(key, "restored")
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	if done, err := m.finishPending(key); err != nil {
+		return err
+	} else if done != nil && done.Op == opRestore {
+		return nil // this very restore was interrupted before; it is done now
+	}
+	entry, err := m.newestTrash(key)
+	if err != nil {
+		return err
+	}
 	L, FS := m.cfg.Layout, m.cfg.FS
-	if m.existsOnDisk(key) {
+	if ok, err := m.existsOnDiskErr(key); err != nil {
+		return err
+	} else if ok {
 		return fmt.Errorf("session %s exists again; delete or move it before restoring: %w", key, errdefs.ErrAlreadyExists)
 	}
+	if _, err := FS.Lstat(L.SessionDir(key)); err == nil {
+		return fmt.Errorf("session folder %s exists again; move it away before restoring: %w", L.SessionDir(key), errdefs.ErrAlreadyExists)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("restore %s: %w", key, errdefs.FromIO(err))
+	}
+	in := &intent{Op: opRestore, ProjectKey: key.ProjectKey, SessionID: key.SessionID, Trash: entry}
 	for _, mv := range [][2]string{{key.SessionID + ".jsonl", L.TranscriptPath(key)}, {key.SessionID, L.SessionDir(key)}} {
 		src := filepath.Join(entry, mv[0])
 		if _, err := FS.Lstat(src); errors.Is(err, fs.ErrNotExist) {
 			continue
+		} else if err != nil {
+			return fmt.Errorf("restore %s: %w", key, errdefs.FromIO(err))
 		}
-		if err := fsys.Move(FS, src, mv[1]); err != nil {
-			return fmt.Errorf("restore %s: %w", mv[1], errdefs.FromIO(err))
-		}
+		in.Moves = append(in.Moves, [2]string{src, mv[1]})
 	}
-	if err := fsys.RemoveAll(FS, entry); err != nil {
-		return fmt.Errorf("clear trash entry %s: %w", entry, errdefs.FromIO(err))
+	if err := m.runIntent(in); err != nil {
+		return fmt.Errorf("restore %s: %w", key, err)
 	}
 	return nil
 }

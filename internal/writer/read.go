@@ -2,8 +2,10 @@ package writer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
@@ -75,17 +77,31 @@ func (st *state) snapshot() (*snapshot, error) {
 }
 
 // existsOnDisk reports whether key has a canonical file or a journal, so
-// reads of unknown sessions fail without starting a writer.
+// reads of unknown sessions fail without starting a writer. A failed Lstat
+// says nothing about existence: then it answers yes, so the operation runs
+// and reports the disk's error instead of "not found".
 func (m *Manager) existsOnDisk(key layout.Key) bool {
+	ok, err := m.existsOnDiskErr(key)
+	return ok || err != nil
+}
+
+// existsOnDiskErr is existsOnDisk for callers that must tell "no" from
+// "could not look": a refusal because the session exists must not be the
+// answer to a failing disk.
+func (m *Manager) existsOnDiskErr(key layout.Key) (bool, error) {
 	if m.IsActive(key) {
-		return true
+		return true, nil
 	}
 	for _, p := range []string{m.cfg.Layout.TranscriptPath(key), m.cfg.Layout.JournalPath(key)} {
-		if _, err := m.cfg.FS.Lstat(p); err == nil {
-			return true
+		_, err := m.cfg.FS.Lstat(p)
+		switch {
+		case err == nil:
+			return true, nil
+		case !errors.Is(err, fs.ErrNotExist):
+			return false, fmt.Errorf("session %s: %w", key, errdefs.FromIO(err))
 		}
 	}
-	return false
+	return false, nil
 }
 
 // ReadOptions select what Read serves.

@@ -113,12 +113,23 @@ func (st *state) open() error {
 		return err
 	}
 	st.removeStaleTemps()
-	j, rec, err := journal.Open(st.fs, st.jpath, journal.Options{MaxRecord: st.cfg.MaxEntryBytes + 1024})
+	opt := journal.Options{MaxRecord: st.cfg.MaxEntryBytes + 1024}
+	// After a failed write or sync, the journal may show records that never
+	// reached the disk: cut back to what was last synced (see
+	// journal.Options.DurableEnd).
+	cut, hasCut := st.m.durableEnd(st.key)
+	if hasCut {
+		opt.DurableGeneration, opt.DurableEnd = cut.generation, cut.end
+	}
+	j, rec, err := journal.Open(st.fs, st.jpath, opt)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		j = nil
 	case err != nil:
 		return fmt.Errorf("open journal of %s: %w", st.key, err)
+	}
+	if hasCut {
+		st.m.forgetDurableEnd(st.key, cut)
 	}
 	if err := st.scanCanonical(); err != nil {
 		if j != nil {
@@ -684,7 +695,9 @@ func (st *state) writeTemp(path string, src io.ReaderAt) (fingerprint, error) {
 			return fingerprint{}, err
 		}
 	}
-	w := bufio.NewWriterSize(tmp, 1<<20)
+	// A buffer no larger than what is written: a 1 MiB buffer for every
+	// compaction of a small session is pure garbage.
+	w := bufio.NewWriterSize(tmp, int(min(max(st.pendingBytes+1, 4096), 1<<20)))
 	if !st.canonEndsNL {
 		// A torn last line written by someone else stays its own line.
 		w.WriteByte('\n')
@@ -753,6 +766,10 @@ func (st *state) notifyChange() {
 
 func (st *state) closeFiles() {
 	if st.j != nil {
+		if st.j.Err() != nil {
+			gen, end := st.j.DurableEnd()
+			st.m.noteDurableEnd(st.key, durableEnd{gen, end})
+		}
 		st.j.Close()
 		st.j = nil
 	}

@@ -1,0 +1,179 @@
+package fsys_test
+
+import (
+	"fmt"
+	"io"
+	"math/rand"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
+)
+
+// crashSeeds is how many random crashes each crash point gets on top of
+// the synced-only one.
+const crashSeeds = 8
+
+// forEachCrash runs setup then op on a fresh CrashFS, crashing at every
+// operation op makes, and calls check on the synced-only and the random
+// results. done says whether op returned success before the crash.
+func forEachCrash(t *testing.T, setup func(c *fstest.CrashFS), op func(c fsys.FS) error, check func(after *fstest.CrashFS, done bool) string) int {
+	t.Helper()
+	points := 0
+	for i := int64(1); ; i++ {
+		c := fstest.NewCrashFS()
+		setup(c)
+		c.CrashAt(c.Ops() + i)
+		done := op(c) == nil
+		if crashed, _ := c.Crashed(); !crashed {
+			if !done {
+				t.Fatal("the operation failed without a crash")
+			}
+			return points
+		}
+		for seed := int64(-1); seed < crashSeeds; seed++ {
+			var rng *rand.Rand
+			if seed >= 0 {
+				rng = rand.New(rand.NewSource(seed))
+			}
+			points++
+			if msg := check(c.CrashClone(rng), done); msg != "" {
+				_, ev := c.Crashed()
+				t.Fatalf("crash at %v (seed %d): %s", ev, seed, msg)
+			}
+		}
+	}
+}
+
+func read(c *fstest.CrashFS, p string) string {
+	b, err := c.ReadFile(p)
+	if err != nil {
+		return "<missing>"
+	}
+	return string(b)
+}
+
+func TestWriteFileAtomicCrash(t *testing.T) {
+	setup := func(c *fstest.CrashFS) {
+		if err := c.WriteFile("/d/target", []byte("old content\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := forEachCrash(t, setup, func(c fsys.FS) error {
+		return fsys.WriteFileAtomic(c, "/d/target", ".target.tmp", 0o600, func(w io.Writer) error {
+			for i := 0; i < 3; i++ {
+				if _, err := fmt.Fprintf(w, "new part %d\n", i); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}, func(after *fstest.CrashFS, done bool) string {
+		got := read(after, "/d/target")
+		const newer = "new part 0\nnew part 1\nnew part 2\n"
+		if got != newer && (done || got != "old content\n") {
+			return fmt.Sprintf("target holds %q (done %v)", got, done)
+		}
+		return ""
+	})
+	t.Logf("crash points checked: %d", n)
+}
+
+func TestMkdirAllCrash(t *testing.T) {
+	n := forEachCrash(t, func(c *fstest.CrashFS) {}, func(c fsys.FS) error {
+		return fsys.MkdirAll(c, "/a/b/c", 0o700)
+	}, func(after *fstest.CrashFS, done bool) string {
+		if fi, err := after.Stat("/a/b/c"); done && (err != nil || !fi.IsDir()) {
+			return fmt.Sprintf("MkdirAll returned but /a/b/c is gone: %v", err)
+		}
+		return ""
+	})
+	t.Logf("crash points checked: %d", n)
+}
+
+// Moving a tree never loses it: at every point one whole copy is reachable
+// at the source or the target, and after Move returns it is at the target.
+func TestMoveCrash(t *testing.T) {
+	tree := []string{"/src/s/f1", "/src/s/sub/f2"}
+	setup := func(c *fstest.CrashFS) {
+		for _, p := range tree {
+			c.WriteFile(p, []byte(p), 0o600)
+		}
+	}
+	whole := func(c *fstest.CrashFS, root string) bool {
+		for _, p := range tree {
+			q := strings.Replace(p, "/src/s", root, 1)
+			if read(c, q) != p {
+				return false
+			}
+		}
+		return true
+	}
+	n := forEachCrash(t, setup, func(c fsys.FS) error {
+		return fsys.Move(c, "/src/s", "/trash/x/s")
+	}, func(after *fstest.CrashFS, done bool) string {
+		atSrc, atDst := whole(after, "/src/s"), whole(after, "/trash/x/s")
+		switch {
+		case done && !atDst:
+			return fmt.Sprintf("Move returned but the target is not whole: %q", after.Walk("/"))
+		case done && atSrc:
+			return fmt.Sprintf("Move returned but the source is still there: %q", after.Walk("/"))
+		case !atSrc && !atDst:
+			return fmt.Sprintf("the tree is lost: %q", after.Walk("/"))
+		}
+		return ""
+	})
+	t.Logf("crash points checked: %d", n)
+}
+
+func TestRemoveAllCrash(t *testing.T) {
+	setup := func(c *fstest.CrashFS) {
+		c.WriteFile("/d/x/f", []byte("f"), 0o600)
+		c.WriteFile("/d/x/g/h", []byte("h"), 0o600)
+	}
+	n := forEachCrash(t, setup, func(c fsys.FS) error {
+		return fsys.RemoveAll(c, "/d/x")
+	}, func(after *fstest.CrashFS, done bool) string {
+		if got := after.Walk("/d"); done && !slices.Equal(got, []string{"/d/"}) {
+			return fmt.Sprintf("RemoveAll returned but %q remain", got)
+		}
+		return ""
+	})
+	t.Logf("crash points checked: %d", n)
+}
+
+// Every failure of WriteFileAtomic leaves the target as it was and no temp
+// file behind.
+func TestWriteFileAtomicFaults(t *testing.T) {
+	for _, errno := range fstest.Errors {
+		for i := int64(1); ; i++ {
+			c := fstest.NewCrashFS()
+			c.WriteFile("/d/target", []byte("old"), 0o600)
+			ff := fstest.NewFaultFS(c)
+			ff.Inject(fstest.Fault{Nth: i, Err: errno, Short: true})
+			err := fsys.WriteFileAtomic(ff, "/d/target", ".t.tmp", 0o600, func(w io.Writer) error {
+				_, err := w.Write([]byte("new"))
+				return err
+			})
+			if len(ff.Fired()) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				break
+			}
+			if err == nil {
+				t.Fatalf("%v at op %d: no error", errno, i)
+			}
+			got := read(c, "/d/target")
+			// A failed folder sync comes after the rename: either is fine.
+			if got != "old" && !(got == "new" && ff.Fired()[0].Op == fstest.OpSyncDir) {
+				t.Fatalf("%v at %v: target %q", errno, ff.Fired()[0], got)
+			}
+			if w := c.Walk("/d"); slices.Contains(w, "/d/.t.tmp") && ff.Fired()[0].Op != fstest.OpRemove {
+				t.Fatalf("%v at %v: temp file left: %q", errno, ff.Fired()[0], w)
+			}
+		}
+	}
+}

@@ -1,0 +1,226 @@
+package writer
+
+// Crash tests: every workload is run once per operation it makes, with the
+// disk losing power at that operation (fstest.CrashFS.CrashAt); the disk a
+// power loss leaves is then recovered by a new Manager and checked (see
+// world.verify), once as synced-only and once per random seed (part of the
+// unsynced writes kept, torn anywhere).
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
+)
+
+// randomSeeds is how many random crashes each crash point gets on top of
+// the synced-only one.
+func randomSeeds() int64 {
+	if testing.Short() {
+		return 2
+	}
+	return 5
+}
+
+type crashCounts struct{ points, synced, random int }
+
+// crashEveryOp runs wl crashing at each of its operations in turn and
+// verifies every disk left behind.
+func crashEveryOp(t *testing.T, wl *workload) crashCounts {
+	var n crashCounts
+	for i := int64(1); ; i++ {
+		c := fstest.NewCrashFS()
+		if wl.setup != nil {
+			wl.setup(c)
+		}
+		c.CrashAt(c.Ops() + i)
+		w := newWorld(t, wl, c, nil)
+		wl.run(w)
+		w.stop()
+		crashed, ev := c.Crashed()
+		if !crashed {
+			// The workload made fewer than i operations: every point is
+			// covered. It must have succeeded in full.
+			for _, cl := range w.calls {
+				if cl.err != nil {
+					t.Fatalf("%s failed without a crash or fault: %v", cl.what, cl.err)
+				}
+			}
+			if probs := w.verify(c.KillClone(), true); len(probs) > 0 {
+				t.Fatalf("without a crash:\n%s", strings.Join(probs, "\n"))
+			}
+			return n
+		}
+		n.points++
+		for seed := int64(-1); seed < randomSeeds(); seed++ {
+			var v *fstest.CrashFS
+			if seed < 0 {
+				v = c.CrashClone(nil)
+				n.synced++
+			} else {
+				v = c.CrashClone(seedRNG(seed))
+				n.random++
+			}
+			if probs := w.verify(v, true); len(probs) > 0 {
+				t.Fatalf("%s: power loss at %v, %s:\n%s\n\ncalls: %s\n\ndisk after the crash:\n%s",
+					wl.name, ev, seedName(seed), strings.Join(probs, "\n"), w.callLog(), c.CrashClone(nil).Dump())
+			}
+		}
+	}
+}
+
+func seedName(seed int64) string {
+	if seed < 0 {
+		return "synced data only"
+	}
+	return fmt.Sprintf("random crash seed %d", seed)
+}
+
+func (w *world) callLog() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var b strings.Builder
+	last, repeats := "", 0
+	for _, c := range w.calls {
+		s := fmt.Sprintf("%s: %v", c.what, c.err)
+		if len(c.faults) > 0 {
+			s += fmt.Sprintf(" (faults %v)", c.faults)
+		}
+		if s == last {
+			repeats++
+			continue
+		}
+		if repeats > 0 {
+			fmt.Fprintf(&b, " (%d more times)", repeats)
+		}
+		fmt.Fprintf(&b, "\n  %s", s)
+		last, repeats = s, 0
+	}
+	if repeats > 0 {
+		fmt.Fprintf(&b, " (%d more times)", repeats)
+	}
+	return b.String()
+}
+
+// TestCrashEveryOperation is the exhaustive crash test of every workload.
+func TestCrashEveryOperation(t *testing.T) {
+	var total crashCounts
+	for _, wl := range allWorkloads() {
+		t.Run(wl.name, func(t *testing.T) {
+			n := crashEveryOp(t, wl)
+			summary(t, "crash points checked: %d operations, %d disks (synced-only) + %d (random, %d seeds)",
+				n.points, n.synced, n.random, randomSeeds())
+			total.points += n.points
+			total.synced += n.synced
+			total.random += n.random
+		})
+	}
+	summary(t, "crash points checked: %d (synced-only) + %d (random, %d seeds), over %d operations",
+		total.synced, total.random, randomSeeds(), total.points)
+}
+
+// persistencePoints runs fn on a copy of c with a trace and returns the
+// crash points worth trying: the first operation, each operation right
+// after one that changes what is durable (a sync, a folder sync, a rename
+// or a link), and one past the end. Between two of them a power loss
+// leaves the same durable state (CrashMonkey's observation), so the rest
+// add little but time.
+func persistencePoints(c *fstest.CrashFS, fn func(c *fstest.CrashFS)) []int64 {
+	probe := c.KillClone()
+	var kinds []fstest.Op
+	probe.Trace(func(ev fstest.Event) { kinds = append(kinds, ev.Op) })
+	fn(probe)
+	points := []int64{1}
+	for i, k := range kinds {
+		switch k {
+		case fstest.OpSync, fstest.OpSyncDir, fstest.OpRename, fstest.OpLink:
+			points = append(points, int64(i+2))
+		}
+	}
+	return points
+}
+
+// recoverWith runs a Manager's Recover on c and stops it as a crash would.
+func (w *world) recoverWith(c *fstest.CrashFS) {
+	m := newCrashManager(w.t, c, w.wl)
+	m.Recover(w.ctx)
+	ww := &world{m: m}
+	ww.stop()
+}
+
+// crashDuringRecovery crashes wl at each persistence point, then crashes
+// the recovery of what that left at each of its persistence points, and
+// verifies what the second crash leaves. The first crash is either a power
+// loss or a killed process (kill -9: the page cache survives, so the
+// recovery sees writes that are not durable yet and must make what it
+// relies on durable before acting on it). A recovery that completes is
+// followed by a power loss too: what Recover returns must be on disk.
+func crashDuringRecovery(t *testing.T, wl *workload) (n crashCounts) {
+	ref := fstest.NewCrashFS()
+	if wl.setup != nil {
+		wl.setup(ref)
+	}
+	base := ref.Ops()
+	outer := persistencePoints(ref, func(c *fstest.CrashFS) {
+		w := newWorld(t, wl, c, nil)
+		wl.run(w)
+		w.stop()
+	})
+	for _, i := range outer {
+		c := fstest.NewCrashFS()
+		if wl.setup != nil {
+			wl.setup(c)
+		}
+		c.CrashAt(base + i)
+		w := newWorld(t, wl, c, nil)
+		wl.run(w)
+		w.stop()
+		_, ev := c.Crashed()
+		for _, first := range []string{"kill -9", "power loss"} {
+			var left *fstest.CrashFS
+			if first == "kill -9" {
+				left = c.KillClone()
+			} else {
+				left = c.CrashClone(nil)
+			}
+			for _, j := range persistencePoints(left, w.recoverWith) {
+				d := left.KillClone()
+				d.CrashAt(j)
+				w.recoverWith(d)
+				_, ev2 := d.Crashed()
+				n.points++
+				for seed := int64(-1); seed < 1; seed++ {
+					var v *fstest.CrashFS
+					if seed < 0 {
+						v = d.CrashClone(nil)
+						n.synced++
+					} else {
+						v = d.CrashClone(seedRNG(seed + j))
+						n.random++
+					}
+					if probs := w.verify(v, false); len(probs) > 0 {
+						t.Fatalf("%s: %s at %v, then a power loss during recovery at %v, %s:\n%s\n\ncalls: %s\n\ndisk before the recovery:\n%s",
+							wl.name, first, ev, ev2, seedName(seed), strings.Join(probs, "\n"), w.callLog(), left.Dump())
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
+// TestCrashDuringRecovery is workload (f): recovery itself crashes.
+func TestCrashDuringRecovery(t *testing.T) {
+	var total crashCounts
+	for _, wl := range []*workload{wlCompaction(), wlRepair(), wlFork(), wlDeleteRestore()} {
+		t.Run(wl.name, func(t *testing.T) {
+			n := crashDuringRecovery(t, wl)
+			summary(t, "recovery crash points checked: %d, %d disks (synced-only) + %d (random)", n.points, n.synced, n.random)
+			total.points += n.points
+			total.synced += n.synced
+			total.random += n.random
+		})
+	}
+	summary(t, "recovery crash points checked: %d (synced-only) + %d (random), over %d crashes of a recovery", total.synced, total.random, total.points)
+}

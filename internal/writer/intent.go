@@ -1,0 +1,325 @@
+package writer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/layout"
+)
+
+// Intent operations.
+const (
+	opDelete  = "delete"
+	opPurge   = "purge"
+	opRestore = "restore"
+)
+
+// intent is a delete, purge or restore written down, durably, before it
+// moves anything. A session is several names (its transcript, its session
+// folder, a subagent's sidecar) that no single rename moves together, so
+// without it a crash or a failing disk midway would leave the session half
+// in place and half in the trash. Every step is idempotent, so whoever
+// finds the intent (the next Delete or Restore of the session, or Recover
+// at the next start) runs it again to the end and only then removes it.
+// Meanwhile the session refuses writers: one could otherwise recreate a
+// file the intent is about to move.
+type intent struct {
+	Op         string `json:"op"`
+	ProjectKey string `json:"project_key"`
+	SessionID  string `json:"session_id"`
+	Subpath    string `json:"subpath,omitempty"`
+	// Trash is the trash entry a delete fills, or the one a restore
+	// empties and removes.
+	Trash string `json:"trash,omitempty"`
+	// Moves are [from, to] pairs; an empty to removes from (purge).
+	Moves [][2]string `json:"moves"`
+
+	path string // where the intent is stored
+}
+
+func (in *intent) key() layout.Key {
+	return layout.Key{ProjectKey: in.ProjectKey, SessionID: in.SessionID, Subpath: in.Subpath}
+}
+
+func (m *Manager) intentDir() string { return filepath.Join(m.cfg.Layout.StateDir, "intents") }
+
+// runIntent records in durably, then carries it out. If carrying it out
+// fails, the intent stays pending (on disk and in m.intents) until it is
+// finished.
+func (m *Manager) runIntent(in *intent) error {
+	if err := m.writeIntent(in); err != nil {
+		return err
+	}
+	return m.finishIntent(in)
+}
+
+func (m *Manager) writeIntent(in *intent) error {
+	FS, dir := m.cfg.FS, m.intentDir()
+	if err := fsys.MkdirAll(FS, dir, 0o700); err != nil {
+		return fmt.Errorf("record the %s: %w", in.Op, errdefs.FromIO(err))
+	}
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	name := uuid.NewString() + ".json"
+	in.path = filepath.Join(dir, name)
+	err = fsys.WriteFileAtomic(FS, in.path, "."+name+".tmp", 0o600, func(w io.Writer) error {
+		_, err := w.Write(body)
+		return err
+	})
+	if err != nil {
+		// The rename may have happened even though a later step failed:
+		// then the intent will be found and carried out, so it must be
+		// pending already.
+		if _, serr := FS.Lstat(in.path); !errors.Is(serr, fs.ErrNotExist) {
+			m.setPending(in)
+		}
+		return fmt.Errorf("record the %s: %w", in.Op, errdefs.FromIO(err))
+	}
+	return nil
+}
+
+func (m *Manager) setPending(in *intent) {
+	m.mu.Lock()
+	if m.intents == nil {
+		m.intents = make(map[family]*intent)
+	}
+	m.intents[familyOf(in.key())] = in
+	m.mu.Unlock()
+}
+
+// pendingIntent returns the unfinished intent of k's session, if any.
+func (m *Manager) pendingIntent(k layout.Key) *intent {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.intents[familyOf(k)]
+}
+
+// finishPending finishes the pending intent of k's session, if there is
+// one, and returns it. The caller holds the family lock.
+func (m *Manager) finishPending(k layout.Key) (*intent, error) {
+	in := m.pendingIntent(k)
+	if in == nil {
+		return nil, nil
+	}
+	if err := m.finishIntent(in); err != nil {
+		return in, fmt.Errorf("an interrupted %s of %s could not be finished: %w", in.Op, in.key(), err)
+	}
+	m.log.Info("finished an interrupted operation", zap.String("op", in.Op), zap.Stringer("session", in.key()))
+	return in, nil
+}
+
+// finishIntent carries out every step of in that is not done yet, makes
+// all of it durable, then removes the intent.
+func (m *Manager) finishIntent(in *intent) error {
+	m.setPending(in)
+	for _, mv := range in.Moves {
+		if err := m.redoMove(mv[0], mv[1]); err != nil {
+			return err
+		}
+	}
+	if in.Op == opRestore && in.Trash != "" {
+		if err := fsys.RemoveAll(m.cfg.FS, in.Trash); err != nil {
+			return fmt.Errorf("clear trash entry %s: %w", in.Trash, errdefs.FromIO(err))
+		}
+	}
+	if err := m.cfg.FS.Remove(in.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return errdefs.FromIO(err)
+	}
+	if err := m.cfg.FS.SyncDir(filepath.Dir(in.path)); err != nil {
+		return errdefs.FromIO(err)
+	}
+	m.mu.Lock()
+	if m.intents[familyOf(in.key())] == in {
+		delete(m.intents, familyOf(in.key()))
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+// redoMove moves from to to (removes from when to is ""), or makes durable
+// what an earlier attempt already did.
+func (m *Manager) redoMove(from, to string) error {
+	FS := m.cfg.FS
+	// syncParents makes a move or removal seen here durable: an earlier
+	// attempt that crashed may have renamed without syncing, and what the
+	// page cache shows is not yet on disk.
+	syncParents := func() error {
+		for _, p := range []string{to, from} {
+			if p == "" {
+				continue
+			}
+			err := FS.SyncDir(filepath.Dir(p))
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return errdefs.FromIO(err)
+			}
+		}
+		return nil
+	}
+	sfi, err := FS.Lstat(from)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return syncParents() // moved (or removed) already
+	case err != nil:
+		return errdefs.FromIO(err)
+	case to == "":
+		return errdefs.FromIO(fsys.RemoveAll(FS, from))
+	}
+	dfi, err := FS.Lstat(to)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return errdefs.FromIO(fsys.Move(FS, from, to))
+	case err != nil:
+		return errdefs.FromIO(err)
+	}
+	// Both names exist: the rename reached the target's folder, but the
+	// crash came before the source's folder was synced, so both name one
+	// file. Drop the old name only when that is provably so.
+	if !sfi.Mode().IsRegular() || !dfi.Mode().IsRegular() {
+		return fmt.Errorf("both %s and %s exist; left for a human to merge: %w", from, to, errdefs.ErrAlreadyExists)
+	}
+	same, err := sameContent(FS, from, to)
+	if err != nil {
+		return errdefs.FromIO(err)
+	}
+	if !same {
+		return fmt.Errorf("both %s and %s exist with different content; left for a human to merge: %w", from, to, errdefs.ErrAlreadyExists)
+	}
+	if err := FS.Remove(from); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return errdefs.FromIO(err)
+	}
+	return syncParents()
+}
+
+// sameContent compares two files byte by byte.
+func sameContent(FS fsys.FS, a, b string) (bool, error) {
+	fa, err := FS.OpenFile(a, os.O_RDONLY, 0)
+	if err != nil {
+		return false, err
+	}
+	defer fa.Close()
+	fb, err := FS.OpenFile(b, os.O_RDONLY, 0)
+	if err != nil {
+		return false, err
+	}
+	defer fb.Close()
+	ba, bb := make([]byte, 64<<10), make([]byte, 64<<10)
+	for {
+		na, erra := io.ReadFull(fa, ba)
+		nb, errb := io.ReadFull(fb, bb)
+		if !bytes.Equal(ba[:na], bb[:nb]) {
+			return false, nil
+		}
+		ea := errors.Is(erra, io.EOF) || errors.Is(erra, io.ErrUnexpectedEOF)
+		eb := errors.Is(errb, io.EOF) || errors.Is(errb, io.ErrUnexpectedEOF)
+		switch {
+		case erra != nil && !ea:
+			return false, erra
+		case errb != nil && !eb:
+			return false, errb
+		case ea || eb:
+			return ea && eb, nil
+		}
+	}
+}
+
+// finishIntents runs, at start, every intent a crash left unfinished. It
+// returns the ones that could not be finished (their sessions keep
+// refusing writers).
+func (m *Manager) finishIntents() []error {
+	FS, dir := m.cfg.FS, m.intentDir()
+	ents, err := FS.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return []error{fmt.Errorf("list interrupted deletes and restores in %s: %w", dir, errdefs.FromIO(err))}
+	}
+	var errs []error
+	synced := false
+	for _, e := range ents {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".json") {
+			continue
+		}
+		// A process killed right after writing an intent may have left it
+		// in the page cache only; acting on it before it is durable would
+		// let a power loss take it away halfway through its moves.
+		if !synced {
+			if err := FS.SyncDir(dir); err != nil {
+				return []error{fmt.Errorf("sync %s: %w", dir, errdefs.FromIO(err))}
+			}
+			synced = true
+		}
+		in, err := m.readIntent(filepath.Join(dir, name))
+		if err == nil {
+			err = m.finishIntent(in)
+		}
+		if err != nil {
+			m.log.Error("an interrupted delete or restore could not be finished", zap.String("intent", name), zap.Error(err))
+			errs = append(errs, fmt.Errorf("intent %s: %w", name, err))
+			continue
+		}
+		m.log.Info("finished an interrupted operation", zap.String("op", in.Op), zap.Stringer("session", in.key()))
+	}
+	return errs
+}
+
+// readIntent loads and checks an intent file. Every path in it must lie
+// inside the transcripts root or the state folder: the file is trusted no
+// further than that.
+func (m *Manager) readIntent(path string) (*intent, error) {
+	f, err := m.cfg.FS.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, errdefs.FromIO(err)
+	}
+	defer f.Close()
+	body, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	if err == nil {
+		err = f.Sync() // see finishIntents: durable before acted on
+	}
+	if err != nil {
+		return nil, errdefs.FromIO(err)
+	}
+	in := &intent{path: path}
+	if err := json.Unmarshal(body, in); err != nil {
+		return nil, fmt.Errorf("unreadable: %v: %w", err, errdefs.ErrCorrupt)
+	}
+	if err := in.key().Validate(); err != nil {
+		return nil, err
+	}
+	if in.Op != opDelete && in.Op != opPurge && in.Op != opRestore {
+		return nil, fmt.Errorf("unknown operation %q: %w", in.Op, errdefs.ErrCorrupt)
+	}
+	inside := func(p string) bool {
+		for _, root := range []string{m.cfg.Layout.ProjectsDir(), m.cfg.Layout.StateDir} {
+			if strings.HasPrefix(p, root+string(filepath.Separator)) && filepath.Clean(p) == p {
+				return true
+			}
+		}
+		return false
+	}
+	if in.Trash != "" && !inside(in.Trash) {
+		return nil, fmt.Errorf("trash entry %s lies outside sessiond's folders: %w", in.Trash, errdefs.ErrCorrupt)
+	}
+	for _, mv := range in.Moves {
+		if !inside(mv[0]) || mv[1] != "" && !inside(mv[1]) || mv[1] == "" && in.Op != opPurge {
+			return nil, fmt.Errorf("move %q lies outside sessiond's folders: %w", mv, errdefs.ErrCorrupt)
+		}
+	}
+	m.setPending(in)
+	return in, nil
+}
