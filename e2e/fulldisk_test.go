@@ -667,8 +667,9 @@ func TestFullDiskFork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := bytes.Count(data, []byte("\n")); n != 20 {
-		t.Errorf("the fork holds %d lines, want 20", n)
+	// 20 entries plus the custom-title line forkSession appends.
+	if n := bytes.Count(data, []byte("\n")); n != 21 || !bytes.Contains(data, []byte(`{"type":"custom-title"`)) {
+		t.Errorf("the fork holds %d lines, want the 20 entries and its custom-title line", n)
 	}
 }
 

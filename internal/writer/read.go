@@ -89,7 +89,10 @@ func (m *Manager) existsOnDisk(key layout.Key) bool {
 // "could not look": a refusal because the session exists must not be the
 // answer to a failing disk.
 func (m *Manager) existsOnDiskErr(key layout.Key) (bool, error) {
-	if m.IsActive(key) {
+	m.mu.Lock()
+	s := m.sessions[key]
+	m.mu.Unlock()
+	if s != nil && s.hasContent.Load() {
 		return true, nil
 	}
 	for _, p := range []string{m.cfg.Layout.TranscriptPath(key), m.cfg.Layout.JournalPath(key)} {

@@ -3,6 +3,7 @@ package writer
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -44,6 +45,11 @@ type session struct {
 	// Follow streams: they only keep the writer from retiring when idle.
 	refs      int
 	followers int
+
+	// hasContent mirrors the writer's state.exists() after each request,
+	// so "does this session exist" needs no round trip: a writer started
+	// for a fork that failed must not make the session look created.
+	hasContent atomic.Bool
 }
 
 func newSession(m *Manager, key layout.Key) *session {
@@ -87,9 +93,11 @@ func (s *session) run() {
 		select {
 		case r := <-s.reqs:
 			st.commit(s.group(r))
+			s.hasContent.Store(st.exists())
 			touch()
 		case c := <-s.ctrl:
 			c.err = c.op(st)
+			s.hasContent.Store(st.exists())
 			close(c.done)
 			touch()
 		case <-idle.C:
@@ -100,6 +108,7 @@ func (s *session) run() {
 			}
 			if time.Since(lastActive) >= cfg.IdleRetire && st.failed == nil {
 				if s.m.tryRemove(s, false) {
+					st.dropEmptyJournal()
 					st.closeFiles()
 					st.release()
 					st.notifyChange()
@@ -122,6 +131,8 @@ func (s *session) run() {
 			if st.failed == nil {
 				if err := st.compact("shutdown"); err != nil {
 					log.Error("shutdown compaction failed; the journal keeps the entries for the next start", zap.Error(err))
+				} else {
+					st.dropEmptyJournal()
 				}
 			}
 			s.exit(st, fmt.Errorf("sessiond is shutting down: %w", errdefs.ErrUnavailable))
@@ -132,7 +143,7 @@ func (s *session) run() {
 		}
 		if st.failed != nil {
 			log.Error("session writer failed; it will reopen from disk on the next request", zap.Error(st.failed))
-			s.exit(st, &notProcessed{fmt.Errorf("session writer failed and is reopening (%v); retry: %w", st.failed, errdefs.ErrUnavailable)})
+			s.exit(st, &notProcessed{fmt.Errorf("session writer failed and is reopening (%w); retry: %w", st.failed, errdefs.ErrUnavailable)})
 			return
 		}
 	}

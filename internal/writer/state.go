@@ -734,6 +734,19 @@ func (st *state) writeTemp(path string, src io.ReaderAt) (fingerprint, error) {
 	return fingerprint{fi.Size(), tail}, nil
 }
 
+// dropEmptyJournal removes the journal of a session that has nothing
+// pending as its writer closes: recovery at start then opens only sessions
+// with something to replay, instead of every session ever written.
+func (st *state) dropEmptyJournal() {
+	if st.j == nil || len(st.pending) > 0 || st.failed != nil {
+		return
+	}
+	st.closeFiles()
+	if err := st.fs.Remove(st.jpath); err == nil {
+		st.fs.SyncDir(filepath.Dir(st.jpath))
+	}
+}
+
 // publish hands a copy of the listing entry to the index.
 func (st *state) publish() {
 	if st.ent != nil {
