@@ -177,3 +177,58 @@ func TestWriteFileAtomicFaults(t *testing.T) {
 		}
 	}
 }
+
+// Regression: MkdirAll trusted a folder that existed, although its entry
+// may never have been made durable (the sync of its parent failed, its
+// creator was killed first, or another program made it without syncing).
+// Files synced below such a folder were lost with it at a power loss.
+func TestMkdirAllSyncsExistingFolders(t *testing.T) {
+	c := fstest.NewCrashFS()
+	if err := c.Mkdir("/a", 0o700); err != nil { // never synced into "/"
+		t.Fatal(err)
+	}
+	if err := fsys.MkdirAll(c, "/a/b", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if w := c.CrashClone(nil).Walk("/"); !slices.Equal(w, []string{"/", "/a/", "/a/b/"}) {
+		t.Fatalf("after a power loss: %q, want /a/b durable", w)
+	}
+}
+
+// Remembering makes the syncs of existing folders happen once per
+// process, and forgets folders that RemoveAll or Move take away.
+func TestRememberingSyncsOnce(t *testing.T) {
+	c := fstest.NewCrashFS()
+	ff := fstest.NewFaultFS(c)
+	r := fsys.Remembering(ff)
+	if fsys.Remembering(r) != r {
+		t.Fatal("Remembering wrapped twice")
+	}
+	if err := fsys.MkdirAll(r, "/a/b/c", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	before := ff.OpsOf(fstest.OpSyncDir)
+	if err := fsys.MkdirAll(r, "/a/b/c", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if n := ff.OpsOf(fstest.OpSyncDir) - before; n != 0 {
+		t.Fatalf("a second MkdirAll of a known folder synced %d folders", n)
+	}
+	if err := fsys.RemoveAll(r, "/a/b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fsys.MkdirAll(r, "/a/b/c", 0o700); err != nil {
+		t.Fatalf("MkdirAll after RemoveAll: %v", err)
+	}
+	if w := c.CrashClone(nil).Walk("/a"); !slices.Equal(w, []string{"/a/", "/a/b/", "/a/b/c/"}) {
+		t.Fatalf("after a power loss: %q", w)
+	}
+	// Without the memo every call syncs the whole path.
+	before = ff.OpsOf(fstest.OpSyncDir)
+	if err := fsys.MkdirAll(ff, "/a/b/c", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if n := ff.OpsOf(fstest.OpSyncDir) - before; n != 3 {
+		t.Fatalf("MkdirAll without the memo synced %d folders, want 3 (/, /a, /a/b)", n)
+	}
+}

@@ -74,6 +74,21 @@
 // that write had been synced and acknowledged. Nothing on disk can tell the
 // two apart; Recovery.TruncatedBytes reports the cut.
 //
+// # Failed writes
+//
+// The reasoning above needs every write to follow a synced one. A write
+// or sync that fails breaks that: Linux marks the pages of a failed
+// writeback clean, so the failed records stay readable in the page cache
+// while never reaching the disk, and no later sync writes them. Records
+// appended after them would sit behind a hole once the power goes, and
+// Open would rightly call that corruption. So a failed Append or
+// MarkCompacted cuts the file back to the end of the last synced write at
+// once (best effort) and fails the journal for good; DurableEnd reports
+// that end, and the Open that resumes the journal takes it as
+// Options.DurableEnd and cuts whatever lies past it as a torn tail,
+// however valid it looks. (A process that dies after a failed sync whose
+// cut also failed takes that end with it; the next process cannot tell.)
+//
 // Corrupt files are renamed to "<path>.corrupt-<unix-nanos>" and Open returns
 // an error wrapping errdefs.ErrCorrupt. Torn tails are cut back to the end of
 // the last valid Header, Commit or Compacted record. Either way Open syncs

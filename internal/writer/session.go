@@ -188,6 +188,9 @@ func (s *session) drain(st *state) {
 // still queued or about to be queued with err, until no caller holds a
 // reference. Only then can the goroutine end without stranding anyone.
 func (s *session) exit(st *state, err error) {
+	// Before anyone can reach a new writer of this session: if the journal
+	// failed, the new writer must know where to cut it back to.
+	st.noteJournalFailure()
 	s.m.tryRemove(s, true)
 	// Wake followers now: they move on to a fresh writer.
 	st.notifyChange()

@@ -184,6 +184,7 @@ func (st *state) open() error {
 		st.log.Info("another program appended to the transcript; journaled entries will follow its lines")
 	}
 	var buf []byte
+	dropped := false
 	for _, b := range rec.Batches {
 		for _, sp := range b.Entries {
 			line, err := j.ReadEntry(sp, buf)
@@ -192,6 +193,7 @@ func (st *state) open() error {
 			}
 			if id, ok := transcript.TopLevelString(line, "uuid"); ok && id != "" {
 				if st.ids.has(id) {
+					dropped = true
 					buf = line[:0]
 					continue
 				}
@@ -202,6 +204,15 @@ func (st *state) open() error {
 				st.ent.Add(line, true)
 			}
 			buf = line[:0]
+		}
+	}
+	if dropped {
+		// Journaled entries were dropped because the file already holds
+		// them, written there by another program that may never have
+		// synced them; the journal may go once nothing is pending, so the
+		// file must be durable first.
+		if err := st.syncCanonical(); err != nil {
+			return err
 		}
 	}
 	st.publish()
@@ -779,12 +790,19 @@ func (st *state) notifyChange() {
 
 func (st *state) closeFiles() {
 	if st.j != nil {
-		if st.j.Err() != nil {
-			gen, end := st.j.DurableEnd()
-			st.m.noteDurableEnd(st.key, durableEnd{gen, end})
-		}
+		st.noteJournalFailure()
 		st.j.Close()
 		st.j = nil
+	}
+}
+
+// noteJournalFailure records, when the journal failed a write or a sync,
+// where its last synced write ended, for the next writer of the session
+// (see journal.Options.DurableEnd).
+func (st *state) noteJournalFailure() {
+	if st.j != nil && st.j.Err() != nil {
+		gen, end := st.j.DurableEnd()
+		st.m.noteDurableEnd(st.key, durableEnd{gen, end})
 	}
 }
 
