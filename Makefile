@@ -5,7 +5,7 @@ PROTOC_VERSION := libprotoc 3.21.12
 PROTO_DIR := api/proto
 PROTO_FILES := $(shell find $(PROTO_DIR) -name '*.proto' | sort)
 
-.PHONY: all build test tools proto proto-check vet fmt-check fuzz fuzz-short clean
+.PHONY: all build test tools proto proto-check vet fmt-check fuzz fuzz-short bench clean
 
 all: build
 
@@ -67,6 +67,12 @@ fuzz:
 test: tools proto-check fmt-check vet
 	SESSIOND_REQUIRE_SDK=1 $(GO) test -race -count=1 -timeout 30m ./...
 	$(MAKE) fuzz-short
+
+# bench runs the load tool's suite against a freshly built daemon, with the
+# baselines measured in the same run (see BENCHMARKS.md). Not part of test.
+bench:
+	$(GO) build -o bin/ ./cmd/sessiond ./cmd/sessiond-bench
+	bin/sessiond-bench --sessiond bin/sessiond --suite --inproc --verify $(BENCHFLAGS)
 
 clean:
 	rm -rf bin .bin

@@ -1,0 +1,93 @@
+// Command sessiond-bench measures sessiond under load, next to the
+// baselines it is judged against, measured in the same run on the same
+// disk. See internal/bench and BENCHMARKS.md.
+//
+//	sessiond-bench --sessiond bin/sessiond --suite          # the scenarios and targets
+//	sessiond-bench --clients 64 --sessions 1 --size 1KiB --duration 10s --baselines
+//	sessiond-bench --socket $SESSIOND_SOCKET --size dist:agent --entries 100000
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sessiond/sessiond/internal/bench"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "sessiond-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var cfg bench.Config
+	var jsonOut bool
+	var scenarios, sessiondArgs string
+	flag.StringVar(&cfg.Socket, "socket", "", "socket of a running sessiond (default: $SESSIOND_SOCKET, else sessiond's default)")
+	flag.StringVar(&cfg.Sessiond, "sessiond", "", "sessiond binary to start on a temp folder instead of using a running one")
+	flag.StringVar(&sessiondArgs, "sessiond-args", "", "extra flags for the started sessiond, space-separated")
+	flag.StringVar(&cfg.Dir, "dir", "", "work folder (default: a temp folder; next to sessiond's state folder when using a running one)")
+	flag.BoolVar(&cfg.Keep, "keep", false, "keep the work folder, and the sessions written to a running sessiond")
+	flag.StringVar(&cfg.Target, "target", bench.TargetDaemon, "single run: daemon, inproc (internal/writer in-process), inproc-daemon (internal/daemon in-process, over gRPC), ceiling, naive or nosync")
+	flag.IntVar(&cfg.Clients, "clients", 64, "concurrent clients (C)")
+	flag.IntVar(&cfg.Sessions, "sessions", 1, "sessions the clients write to (S); client i writes to session i mod S")
+	flag.StringVar(&cfg.Size, "size", "1KiB", "entry size: bytes (200..1MiB, e.g. 1KiB) or dist:agent")
+	flag.BoolVar(&cfg.Baselines, "baselines", true, "single run: also measure (a) O_APPEND+fsync, (b) O_APPEND and (c) the journal alone")
+	flag.BoolVar(&cfg.Suite, "suite", false, "run the issue's scenarios and print each target's PASS/FAIL")
+	flag.StringVar(&scenarios, "scenarios", "", "with --suite: comma-separated subset of "+strings.Join(bench.AllScenarios, ","))
+	flag.BoolVar(&cfg.InProc, "inproc", false, "with --suite: add an in-process internal/writer run next to each sessiond run")
+	flag.DurationVar(&cfg.Duration, "duration", 10*time.Second, "measurement time per run")
+	flag.Int64Var(&cfg.Entries, "entries", 0, "measured entries per run, instead of --duration")
+	flag.Uint64Var(&cfg.Seed, "seed", 0, "random seed (0: time-based)")
+	flag.BoolVar(&cfg.Verify, "verify", false, "after each run, check the files hold exactly the acknowledged entries")
+	flag.IntVar(&cfg.MaxConns, "conns", 0, "cap on gRPC connections to sessiond (0: one per client)")
+	flag.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the bench process over each in-process run (--target inproc or inproc-daemon, or --suite --inproc)")
+	flag.BoolVar(&jsonOut, "json", false, "print the report as JSON instead of tables")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	if scenarios != "" {
+		cfg.Scenarios = strings.Split(scenarios, ",")
+	}
+	if sessiondArgs != "" {
+		cfg.SessiondArgs = strings.Fields(sessiondArgs)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	out := os.Stdout
+	var tables io.Writer = out
+	if jsonOut {
+		tables = nil
+	}
+	commit := bench.GitCommit(".")
+	if !jsonOut {
+		fmt.Fprintf(out, "sessiond-bench %s  commit %s\n", time.Now().Format(time.RFC3339), commit)
+	}
+	rep, err := bench.Run(ctx, cfg, tables)
+	if rep != nil {
+		rep.Commit = commit
+		if jsonOut {
+			if jerr := bench.WriteJSON(out, rep); jerr != nil {
+				return jerr
+			}
+		} else {
+			fmt.Fprintln(out)
+			bench.WriteHeader(out, rep)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return rep.Failed()
+}

@@ -1,0 +1,238 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// buildSessiond builds ./cmd/sessiond into a temp folder.
+func buildSessiond(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "sessiond")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/sessiond/sessiond/cmd/sessiond")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build sessiond: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestRunAgainstRealDaemon runs the tool's code path for a short while
+// against a real sessiond and checks that what it reports is consistent
+// with what is on disk. It measures nothing: no figure is compared with a
+// target here.
+func TestRunAgainstRealDaemon(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs sessiond")
+	}
+	bin := buildSessiond(t)
+	dir := t.TempDir()
+	const clients, sessions = 4, 2
+	cfg := Config{
+		Sessiond: bin, Dir: dir, Keep: true, Verify: true, Baselines: true,
+		Clients: clients, Sessions: sessions, Size: "1KiB", Duration: 1500 * time.Millisecond,
+		Seed: 42, Log: io.Discard,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out strings.Builder
+	rep, err := Run(ctx, cfg, &out)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, out.String())
+	}
+	if err := rep.Failed(); err != nil {
+		t.Fatalf("report: %v\n%s", err, out.String())
+	}
+	if !rep.Daemon.Started || rep.Daemon.Pid == 0 || rep.Daemon.Root == "" {
+		t.Fatalf("daemon info %+v", rep.Daemon)
+	}
+	if len(rep.Scenarios) != 1 {
+		t.Fatalf("%d scenarios, want 1", len(rep.Scenarios))
+	}
+	byTarget := map[string][]*Result{}
+	for _, r := range rep.Scenarios[0].Results {
+		byTarget[r.Target] = append(byTarget[r.Target], r)
+		// Common consistency.
+		if r.Entries == 0 || r.Seconds <= 0 || r.EntriesPerSec <= 0 || r.MBPerSec <= 0 {
+			t.Errorf("%s: nothing measured: %+v", r.Label, r)
+		}
+		if r.Bytes != r.Entries*1025 {
+			t.Errorf("%s: %d bytes for %d entries of 1 KiB", r.Label, r.Bytes, r.Entries)
+		}
+		l := r.Latency
+		if !(l.P50 > 0 && l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.Max && l.Mean > 0) {
+			t.Errorf("%s: latencies inconsistent: %+v", r.Label, l)
+		}
+		if r.WarmupEntries != clients || r.TotalAcked != r.Entries+r.WarmupEntries {
+			t.Errorf("%s: %d acknowledged in all, %d measured, %d warm-up", r.Label, r.TotalAcked, r.Entries, r.WarmupEntries)
+		}
+		if r.Verified == nil || !*r.Verified {
+			t.Errorf("%s: not verified: %s", r.Label, r.VerifyError)
+		}
+		if r.Target != TargetDaemon && r.RatioToNaive == 0 {
+			t.Errorf("%s: no ratio to (a)", r.Label)
+		}
+	}
+	for _, tg := range []string{TargetNaive, TargetNoSync, TargetCeiling, TargetDaemon} {
+		if len(byTarget[tg]) == 0 {
+			t.Fatalf("no %s run in %v", tg, rep.Scenarios[0].Results)
+		}
+	}
+
+	// sessiond's own counters agree with what the clients saw.
+	d := byTarget[TargetDaemon][0]
+	if d.Clients != clients || d.Sessions != sessions {
+		t.Errorf("daemon run: %d clients, %d sessions", d.Clients, d.Sessions)
+	}
+	if d.StoredEntries != d.Entries || d.Appends != d.Entries {
+		t.Errorf("daemon: %d entries acknowledged, Status says %d stored in %d appends", d.Entries, d.StoredEntries, d.Appends)
+	}
+	if d.Syncs == 0 || d.Syncs > d.Entries || d.EntriesPerSync < 1 {
+		t.Errorf("daemon: %d syncs for %d entries (batch %.2f)", d.Syncs, d.Entries, d.EntriesPerSync)
+	}
+	if !strings.HasPrefix(d.CPUOf, "sessiond pid") || d.CPUSeconds <= 0 || d.PeakRSSBytes <= 0 {
+		t.Errorf("daemon process figures: cpu %v s of %q, peak RSS %d", d.CPUSeconds, d.CPUOf, d.PeakRSSBytes)
+	}
+	for _, c := range byTarget[TargetCeiling] {
+		if c.StoredEntries != c.Entries || c.Syncs == 0 || c.Syncs > c.Entries {
+			t.Errorf("%s: %d acknowledged, %d journaled in %d syncs", c.Label, c.Entries, c.StoredEntries, c.Syncs)
+		}
+	}
+
+	// Independently of the tool's own verify: the canonical files hold
+	// every acknowledged entry, whole lines of the right size.
+	canon, _ := filepath.Glob(filepath.Join(rep.Daemon.Root, "projects", "*", "*.jsonl"))
+	if len(canon) != sessions {
+		t.Fatalf("%d canonical files, want %d: %v", len(canon), sessions, canon)
+	}
+	var lines uint64
+	for _, p := range canon {
+		lines += checkLines(t, p, 1024)
+	}
+	if lines != d.TotalAcked {
+		t.Errorf("canonical files hold %d entries, %d acknowledged", lines, d.TotalAcked)
+	}
+
+	// The baselines' files: one per client, whole 1 KiB lines, as many as
+	// acknowledged.
+	for _, tg := range []string{TargetNaive, TargetNoSync} {
+		r := byTarget[tg][0]
+		files, _ := filepath.Glob(filepath.Join(dir, "*-"+r.ID, "client-*.jsonl"))
+		if len(files) != clients {
+			t.Fatalf("%s: %d files, want %d", r.Label, len(files), clients)
+		}
+		var n uint64
+		for _, f := range files {
+			fi, err := os.Stat(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := checkLines(t, f, 1024)
+			if uint64(fi.Size()) != k*1025 {
+				t.Errorf("%s: %d bytes for %d lines of 1 KiB", f, fi.Size(), k)
+			}
+			n += k
+		}
+		if n != r.TotalAcked {
+			t.Errorf("%s: files hold %d lines, %d acknowledged", r.Label, n, r.TotalAcked)
+		}
+	}
+	if !strings.Contains(out.String(), "sessiond, 4 clients -> 2 sessions") {
+		t.Errorf("table lacks the sessiond run:\n%s", out.String())
+	}
+}
+
+// checkLines returns the number of lines of path, each a JSON object of
+// size bytes.
+func checkLines(t *testing.T, path string, size int) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) == 0 || b[len(b)-1] != '\n' {
+		t.Fatalf("%s: empty or ends without a newline", path)
+	}
+	var n uint64
+	for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		if len(line) != size || !json.Valid([]byte(line)) {
+			t.Fatalf("%s line %d: %d bytes, valid JSON %v", path, n+1, len(line), json.Valid([]byte(line)))
+		}
+		n++
+	}
+	return n
+}
+
+func TestInProcTarget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes files for a second")
+	}
+	cfg := Config{Target: TargetInProc, Clients: 3, Sessions: 3, Size: "dist:agent", Duration: time.Second,
+		Verify: true, Seed: 7, Log: io.Discard, CPUProfile: filepath.Join(t.TempDir(), "cpu.pprof")}
+	rep, err := Run(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Failed(); err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Scenarios[0].Results[0]
+	if r.Entries == 0 || r.StoredEntries != r.Entries || r.Syncs == 0 {
+		t.Errorf("in-process: %d acknowledged, %d stored, %d syncs", r.Entries, r.StoredEntries, r.Syncs)
+	}
+	if fi, err := os.Stat(cfg.CPUProfile); err != nil || fi.Size() == 0 {
+		t.Errorf("no CPU profile written: %v", err)
+	}
+}
+
+func TestEntriesHaveTheirSize(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, size := range []int{MinEntry, 1000, 1024, 4096, 65536, MaxEntry} {
+		e := appendEntry(nil, size, newUUID(r), newUUID(r), 7)
+		if len(e) != size {
+			t.Errorf("entry of %d bytes is %d", size, len(e))
+		}
+		var v map[string]any
+		if err := json.Unmarshal(e, &v); err != nil {
+			t.Errorf("size %d: %v", size, err)
+		}
+	}
+	d, err := ParseSize("dist:agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10000 {
+		if n := d.Size(r); n < MinEntry || n > MaxEntry {
+			t.Fatalf("dist:agent drew %d", n)
+		}
+	}
+	for spec, want := range map[string]int{"1KiB": 1024, "200": 200, "200B": 200, "1MiB": 1 << 20, "4KB": 4000} {
+		s, err := ParseSize(spec)
+		if err != nil || s.Size(r) != want {
+			t.Errorf("ParseSize(%q) = %v, %v; want %d", spec, s, err, want)
+		}
+	}
+	for _, bad := range []string{"100", "2MiB", "x", "dist:nope", "-1"} {
+		if _, err := ParseSize(bad); err == nil {
+			t.Errorf("ParseSize(%q) accepted", bad)
+		}
+	}
+}
+
+func TestLatencyPercentiles(t *testing.T) {
+	ns := make([]int64, 100)
+	for i := range ns {
+		ns[i] = int64(100-i) * 1000 // 100..1 us, unsorted
+	}
+	l := latencyOf(ns)
+	if l.P50 != 50 || l.P90 != 90 || l.P99 != 99 || l.Max != 100 || l.Mean != 50.5 {
+		t.Errorf("latencyOf = %+v", l)
+	}
+}
