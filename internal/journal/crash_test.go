@@ -65,7 +65,7 @@ func crashWorkload(c *fstest.CrashFS) (sent [][]string, acked int, marked bool) 
 // returns every acknowledged batch, in order, plus at most batches that
 // were sent after them.
 func TestCrashEveryOperation(t *testing.T) {
-	const seeds = 40
+	const seeds = 200
 	points, disks := 0, 0
 	for i := int64(1); ; i++ {
 		c := fstest.NewCrashFS()

@@ -8,7 +8,9 @@ package writer
 
 import (
 	"fmt"
+	"hash/crc32"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
@@ -106,16 +108,22 @@ func (w *world) callLog() string {
 // TestCrashEveryOperation is the exhaustive crash test of every workload.
 func TestCrashEveryOperation(t *testing.T) {
 	var total crashCounts
-	for _, wl := range allWorkloads() {
-		t.Run(wl.name, func(t *testing.T) {
-			n := crashEveryOp(t, wl)
-			summary(t, "crash points checked: %d operations, %d disks (synced-only) + %d (random, %d seeds)",
-				n.points, n.synced, n.random, randomSeeds())
-			total.points += n.points
-			total.synced += n.synced
-			total.random += n.random
-		})
-	}
+	var mu sync.Mutex
+	t.Run("workloads", func(t *testing.T) {
+		for _, wl := range allWorkloads() {
+			t.Run(wl.name, func(t *testing.T) {
+				t.Parallel() // independent disks and Managers; CPU-bound
+				n := crashEveryOp(t, wl)
+				summary(t, "crash points checked: %d operations, %d disks (synced-only) + %d (random, %d seeds)",
+					n.points, n.synced, n.random, randomSeeds())
+				mu.Lock()
+				total.points += n.points
+				total.synced += n.synced
+				total.random += n.random
+				mu.Unlock()
+			})
+		}
+	})
 	summary(t, "crash points checked: %d (synced-only) + %d (random, %d seeds), over %d operations",
 		total.synced, total.random, randomSeeds(), total.points)
 }
@@ -127,13 +135,30 @@ func TestCrashEveryOperation(t *testing.T) {
 // leaves the same durable state (CrashMonkey's observation), so the rest
 // add little but time.
 func persistencePoints(c *fstest.CrashFS, fn func(c *fstest.CrashFS)) []int64 {
+	return persistencePointsFrom(c, fn, nil)
+}
+
+// persistencePointsFrom is persistencePoints from the first operation
+// from selects on (from nil: from the start).
+func persistencePointsFrom(c *fstest.CrashFS, fn func(c *fstest.CrashFS), from func(fstest.Event) bool) []int64 {
 	probe := c.KillClone()
-	var kinds []fstest.Op
-	probe.Trace(func(ev fstest.Event) { kinds = append(kinds, ev.Op) })
+	var evs []fstest.Event
+	probe.Trace(func(ev fstest.Event) { evs = append(evs, ev) })
 	fn(probe)
-	points := []int64{1}
-	for i, k := range kinds {
-		switch k {
+	var points []int64
+	started := from == nil
+	if started {
+		points = append(points, 1)
+	}
+	for i, ev := range evs {
+		if !started && from(ev) {
+			started = true
+			points = append(points, int64(i+1))
+		}
+		if !started {
+			continue
+		}
+		switch ev.Op {
 		case fstest.OpSync, fstest.OpSyncDir, fstest.OpRename, fstest.OpLink:
 			points = append(points, int64(i+2))
 		}
@@ -167,6 +192,7 @@ func crashDuringRecovery(t *testing.T, wl *workload) (n crashCounts) {
 		wl.run(w)
 		w.stop()
 	})
+	seen := map[string]bool{}
 	for _, i := range outer {
 		c := fstest.NewCrashFS()
 		if wl.setup != nil {
@@ -184,6 +210,13 @@ func crashDuringRecovery(t *testing.T, wl *workload) (n crashCounts) {
 			} else {
 				left = c.CrashClone(nil)
 			}
+			// Several first crashes leave the very same disk, with the same
+			// entries acknowledged: recovering it again proves nothing new.
+			key := fmt.Sprintf("%s|%d|%s", first, w.ackedTotal(), diskFingerprint(left))
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
 			for _, j := range persistencePoints(left, w.recoverWith) {
 				d := left.KillClone()
 				d.CrashAt(j)
@@ -217,17 +250,44 @@ func crashDuringRecovery(t *testing.T, wl *workload) (n crashCounts) {
 	return n
 }
 
+// diskFingerprint describes everything on c that a recovery can depend
+// on: every path and its content, what a power loss would keep of it, and
+// how much of it is pending.
+func diskFingerprint(c *fstest.CrashFS) string {
+	var b strings.Builder
+	for _, v := range []*fstest.CrashFS{c, c.CrashClone(nil)} {
+		for _, p := range v.Walk("/") {
+			data, _ := v.ReadFile(p)
+			fmt.Fprintf(&b, "%s %x\n", p, crc32.ChecksumIEEE(data))
+		}
+	}
+	b.WriteString(c.Dump())
+	return b.String()
+}
+
+func (w *world) ackedTotal() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ackN
+}
+
 // TestCrashDuringRecovery is workload (f): recovery itself crashes.
 func TestCrashDuringRecovery(t *testing.T) {
 	var total crashCounts
-	for _, wl := range []*workload{wlCompaction(), wlRepair(), wlFork(), wlDeleteRestore()} {
-		t.Run(wl.name, func(t *testing.T) {
-			n := crashDuringRecovery(t, wl)
-			summary(t, "recovery crash points checked: %d, %d disks (synced-only) + %d (random)", n.points, n.synced, n.random)
-			total.points += n.points
-			total.synced += n.synced
-			total.random += n.random
-		})
-	}
+	var mu sync.Mutex
+	t.Run("workloads", func(t *testing.T) {
+		for _, wl := range []*workload{wlCompaction(), wlRepair(), wlFork(), wlDeleteRestore()} {
+			t.Run(wl.name, func(t *testing.T) {
+				t.Parallel()
+				n := crashDuringRecovery(t, wl)
+				summary(t, "recovery crash points checked: %d, %d disks (synced-only) + %d (random)", n.points, n.synced, n.random)
+				mu.Lock()
+				total.points += n.points
+				total.synced += n.synced
+				total.random += n.random
+				mu.Unlock()
+			})
+		}
+	})
 	summary(t, "recovery crash points checked: %d (synced-only) + %d (random), over %d crashes of a recovery", total.synced, total.random, total.points)
 }

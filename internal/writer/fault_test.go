@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -32,9 +33,11 @@ type faultKind struct {
 // faultKinds are the ways a disk fails. A failed sync loses the unsynced
 // writes for good, as Linux does (the page stays readable, marked clean).
 var faultKinds = []faultKind{
-	{"EIO", func(n int64) fstest.Fault {
+	// EIO at every operation, reads (Read, ReadAt, Stat, Lstat, ReadDir)
+	// included: every write and sync is among them too.
+	{"EIO, reads included", func(n int64) fstest.Fault {
 		return fstest.Fault{Nth: n, Err: syscall.EIO, LoseUnsynced: true}
-	}, errdefs.ErrIO, false},
+	}, errdefs.ErrIO, true},
 	{"ENOSPC, short write", func(n int64) fstest.Fault {
 		return fstest.Fault{Nth: n, Err: syscall.ENOSPC, Short: true}
 	}, errdefs.ErrNoSpace, false},
@@ -44,9 +47,6 @@ var faultKinds = []faultKind{
 	{"dead disk from then on", func(n int64) fstest.Fault {
 		return fstest.Fault{Nth: n, Err: syscall.EIO, Sticky: true, LoseUnsynced: true}
 	}, errdefs.ErrIO, false},
-	{"EIO, reads included", func(n int64) fstest.Fault {
-		return fstest.Fault{Nth: n, Err: syscall.EIO, LoseUnsynced: true}
-	}, errdefs.ErrIO, true},
 }
 
 type faultCounts struct{ points, absorbed int }
@@ -188,19 +188,124 @@ func (w *world) worksAgain() []string {
 // workload.
 func TestFaultEveryOperation(t *testing.T) {
 	var total faultCounts
-	for _, wl := range allWorkloads() {
-		t.Run(wl.name, func(t *testing.T) {
-			var sub faultCounts
-			for _, kind := range faultKinds {
-				n := faultEveryOp(t, wl, kind)
-				sub.points += n.points
-				sub.absorbed += n.absorbed
-				t.Logf("%s: %d fault points (%d absorbed without an error)", kind.name, n.points, n.absorbed)
-			}
-			summary(t, "fault points checked: %d (%d kinds; %d absorbed harmlessly)", sub.points, len(faultKinds), sub.absorbed)
-			total.points += sub.points
-			total.absorbed += sub.absorbed
-		})
-	}
+	var mu sync.Mutex
+	t.Run("workloads", func(t *testing.T) {
+		for _, wl := range allWorkloads() {
+			t.Run(wl.name, func(t *testing.T) {
+				t.Parallel() // independent disks and Managers; CPU-bound
+				var sub faultCounts
+				for _, kind := range faultKinds {
+					n := faultEveryOp(t, wl, kind)
+					sub.points += n.points
+					sub.absorbed += n.absorbed
+					t.Logf("%s: %d fault points (%d absorbed without an error)", kind.name, n.points, n.absorbed)
+				}
+				summary(t, "fault points checked: %d (%d kinds; %d absorbed harmlessly)", sub.points, len(faultKinds), sub.absorbed)
+				mu.Lock()
+				total.points += sub.points
+				total.absorbed += sub.absorbed
+				mu.Unlock()
+			})
+		}
+	})
 	summary(t, "fault points checked: %d (%d kinds of fault at every operation; %d absorbed harmlessly)", total.points, len(faultKinds), total.absorbed)
+}
+
+// TestFaultDuringRecovery fails each operation (reads included) of a
+// recovery in turn: a
+// power loss at each persistence point of a workload, then a Recover on a
+// disk that fails one operation. The failing Recover may give up on a
+// session (and must say so with the disk's error), but once the disk is
+// healthy a second Recover in the same process recovers everything, and
+// a power loss after that loses nothing.
+func TestFaultDuringRecovery(t *testing.T) {
+	var total, absorbed int
+	var mu sync.Mutex
+	t.Run("workloads", func(t *testing.T) {
+		// The delete workload from its delete on: what comes before it is
+		// the compaction workload's ground.
+		intents := func(ev fstest.Event) bool { return strings.Contains(ev.Path, "/intents") }
+		for _, c := range []struct {
+			wl   *workload
+			from func(fstest.Event) bool
+		}{{wlCompaction(), nil}, {wlDeleteRestore(), intents}} {
+			wl := c.wl
+			t.Run(wl.name, func(t *testing.T) {
+				t.Parallel()
+				n, a := faultDuringRecovery(t, wl, c.from)
+				summary(t, "recovery fault points checked: %d (%d absorbed harmlessly)", n, a)
+				mu.Lock()
+				total += n
+				absorbed += a
+				mu.Unlock()
+			})
+		}
+	})
+	summary(t, "recovery fault points checked: %d (%d absorbed harmlessly)", total, absorbed)
+}
+
+func faultDuringRecovery(t *testing.T, wl *workload, from func(fstest.Event) bool) (points, absorbed int) {
+	ref := fstest.NewCrashFS()
+	if wl.setup != nil {
+		wl.setup(ref)
+	}
+	base := ref.Ops()
+	outer := persistencePointsFrom(ref, func(c *fstest.CrashFS) {
+		w := newWorld(t, wl, c, nil)
+		wl.run(w)
+		w.stop()
+	}, from)
+	for _, i := range outer {
+		c := fstest.NewCrashFS()
+		if wl.setup != nil {
+			wl.setup(c)
+		}
+		c.CrashAt(base + i)
+		w := newWorld(t, wl, c, nil)
+		wl.run(w)
+		w.stop()
+		_, ev := c.Crashed()
+		left := c.CrashClone(nil)
+		for j := int64(1); ; j++ {
+			d := left.KillClone()
+			ff := fstest.NewFaultFS(d)
+			ff.CountReads(true) // every operation, reads included
+			ff.Inject(fstest.Fault{Nth: j, Err: syscall.EIO, LoseUnsynced: true})
+			m := newCrashManager(t, ff, wl)
+			rep, err := m.Recover(w.ctx)
+			fired := ff.Fired()
+			if len(fired) == 0 {
+				closeQuietly(m)
+				break
+			}
+			points++
+			var probs []string
+			if err != nil && !errors.Is(err, errdefs.ErrIO) {
+				probs = append(probs, fmt.Sprintf("Recover failed with %v, not an i/o error", err))
+			}
+			for _, f := range rep.Failed {
+				if !errors.Is(f, errdefs.ErrIO) {
+					probs = append(probs, fmt.Sprintf("Recover gave up on a session with %v, not an i/o error", f))
+				}
+			}
+			if err == nil && len(rep.Failed) == 0 {
+				absorbed++
+			}
+			ff.Clear()
+			rep, err = m.Recover(w.ctx)
+			if err != nil || len(rep.Failed) > 0 {
+				probs = append(probs, fmt.Sprintf("second Recover on a healthy disk: %v %v", err, rep.Failed))
+			}
+			abortManager(m)
+			d.Crash()
+			if len(probs) == 0 {
+				probs = w.verify(d.CrashClone(nil), true)
+			}
+			if len(probs) > 0 {
+				t.Fatalf("%s: power loss at %v, then recovery with EIO at %v:\n%s\n\ncalls: %s\n\ndisk before the recovery:\n%s",
+					wl.name, ev, fired[0], strings.Join(probs, "\n"), w.callLog(), left.Dump())
+			}
+		}
+	}
+	return points, absorbed
 }

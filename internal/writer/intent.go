@@ -220,16 +220,17 @@ func sameContent(FS fsys.FS, a, b string) (bool, error) {
 	for {
 		na, erra := io.ReadFull(fa, ba)
 		nb, errb := io.ReadFull(fb, bb)
-		if !bytes.Equal(ba[:na], bb[:nb]) {
-			return false, nil
-		}
 		ea := errors.Is(erra, io.EOF) || errors.Is(erra, io.ErrUnexpectedEOF)
 		eb := errors.Is(errb, io.EOF) || errors.Is(errb, io.ErrUnexpectedEOF)
+		// A failed read first: it proves nothing about the content, and
+		// "different" would leave the session for a human for nothing.
 		switch {
 		case erra != nil && !ea:
 			return false, erra
 		case errb != nil && !eb:
 			return false, errb
+		case !bytes.Equal(ba[:na], bb[:nb]):
+			return false, nil
 		case ea || eb:
 			return ea && eb, nil
 		}

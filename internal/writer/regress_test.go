@@ -482,3 +482,22 @@ func TestSmallCompactionAllocatesLittle(t *testing.T) {
 		t.Fatalf("an append and flush of a tiny session allocates %d KiB", per>>10)
 	}
 }
+
+// Bug: finishing an interrupted move compares the two copies of a file
+// that both exist; a failed read was taken for different content, so the
+// session was left "for a human to merge" instead of failing with the
+// disk's error and being finished on the next try.
+func TestSameContentReadErrorIsNoConflict(t *testing.T) {
+	c := fstest.NewCrashFS()
+	c.WriteFile("/a", []byte("same"), 0o600)
+	c.WriteFile("/b", []byte("same"), 0o600)
+	ff := fstest.NewFaultFS(c)
+	ff.CountReads(true)
+	if same, err := sameContent(ff, "/a", "/b"); !same || err != nil {
+		t.Fatalf("same files: %v %v", same, err)
+	}
+	ff.Inject(fstest.Fault{Op: fstest.OpRead, Path: func(p string) bool { return p == "/b" }, Err: syscall.EIO})
+	if same, err := sameContent(ff, "/a", "/b"); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("with a failing read: same %v, err %v; want the read error", same, err)
+	}
+}

@@ -621,26 +621,42 @@ func applyOps(buf []byte, ops []fileOp) []byte {
 	return buf
 }
 
+// sector is the unit a disk writes atomically in tear's sector mode.
+const sector = 512
+
 // tear applies a random part of the write o to buf, as a power cut in the
 // middle of its writeback leaves it: a prefix of any length, a prefix with
 // the rest of a file extension zero-filled (the size reached the disk, the
-// data did not), or the end of the write without its beginning (pages
-// written back out of order).
+// data did not), the end of the write without its beginning (pages written
+// back out of order), or any subset of its 512-byte sectors with the file
+// extended to the write's end (holes anywhere).
 func tear(buf []byte, o fileOp, rng *rand.Rand) []byte {
 	if o.trunc {
 		return buf
 	}
+	end := o.off + int64(len(o.data))
 	t := rng.Intn(len(o.data) + 1)
-	switch rng.Intn(3) {
+	switch rng.Intn(4) {
 	case 0:
 		return writeAt(buf, o.data[:t], o.off)
 	case 1:
-		if end := o.off + int64(len(o.data)); end > int64(len(buf)) {
+		if end > int64(len(buf)) {
 			buf = resize(buf, end)
 		}
 		return writeAt(buf, o.data[:t], o.off)
-	default:
+	case 2:
 		return writeAt(buf, o.data[t:], o.off+int64(t))
+	default:
+		if end > int64(len(buf)) {
+			buf = resize(buf, end)
+		}
+		for s := o.off / sector * sector; s < end; s += sector {
+			lo, hi := max(s, o.off), min(s+sector, end)
+			if rng.Intn(2) == 0 {
+				buf = writeAt(buf, o.data[lo-o.off:hi-o.off], lo)
+			}
+		}
+		return buf
 	}
 }
 
