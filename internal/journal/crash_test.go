@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -177,4 +178,32 @@ func flat(b [][]string) []string {
 		out = append(out, x...)
 	}
 	return out
+}
+
+// Performance regression: Open allocated a 256 KiB read window whatever
+// the journal's size, and a writer opens its journal every time it starts.
+func TestOpenSmallJournalAllocatesLittle(t *testing.T) {
+	c := fstest.NewCrashFS()
+	c.WriteFile("/state/journal/keep", nil, 0o600) // the folder
+	j, err := Create(c, crashPath, testHeader(0), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, j, []string{"a", "b"})
+	j.Close()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	const rounds = 20
+	for i := 0; i < rounds; i++ {
+		j, _, err := Open(c, crashPath, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.Close()
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / rounds; per > 64<<10 {
+		t.Fatalf("opening a %d-byte journal allocates %d KiB", j.Size(), per>>10)
+	}
 }

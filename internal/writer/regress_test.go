@@ -501,3 +501,42 @@ func TestSameContentReadErrorIsNoConflict(t *testing.T) {
 		t.Fatalf("with a failing read: same %v, err %v; want the read error", same, err)
 	}
 }
+
+// A purge (delete without trash) crashed at any operation leaves the
+// session whole or gone, never half: the intent covers removals too.
+func TestPurgeCrashEveryOperation(t *testing.T) {
+	points := 0
+	for i := int64(1); ; i++ {
+		c := fstest.NewCrashFS()
+		deleteFixture(t, c)
+		c.CrashAt(c.Ops() + i)
+		m := newCrashManager(t, c, nil)
+		_, err := m.Delete(bg, kDel, true)
+		abortManager(m)
+		if crashed, _ := c.Crashed(); !crashed {
+			if err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		points++
+		_, ev := c.Crashed()
+		for seed := int64(-1); seed < 3; seed++ {
+			v := c.CrashClone(nil)
+			if seed >= 0 {
+				v = c.CrashClone(seedRNG(seed))
+			}
+			m := newCrashManager(t, v, nil)
+			if rep, err := m.Recover(bg); err != nil || len(rep.Failed) > 0 {
+				t.Fatalf("crash at %v: Recover: %v %v", ev, err, rep.Failed)
+			}
+			closeManager(t, m)
+			p := sessionPlaces(v)
+			whole := len(p) == 1 && p[0].trash == "" && p[0].main && p[0].sub && p[0].archived
+			if len(p) != 0 && !whole {
+				t.Fatalf("crash at %v (seed %d): purge left %v", ev, seed, p)
+			}
+		}
+	}
+	t.Logf("crash points checked: %d", points)
+}

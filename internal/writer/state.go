@@ -340,6 +340,9 @@ func (st *state) hasPrefix(fp fingerprint) (bool, error) {
 // synced) may not be on disk yet.
 func (st *state) syncCanonical() error {
 	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // nothing to rely on, nothing to make durable
+	}
 	if err != nil {
 		return fmt.Errorf("sync %s: %w", st.canonPath, errdefs.FromIO(err))
 	}

@@ -6,10 +6,11 @@
 //     folder, what SyncDir made durable and which entry changes came after.
 //     CrashClone returns the filesystem a power loss would leave: only what
 //     was synced, or (with a random source) that plus a random part of the
-//     rest, with writes torn at any byte. CrashAt stops the filesystem at a
-//     chosen operation, so a test can enumerate every crash point of a
-//     workload. KillClone returns what a new process sees after kill -9:
-//     everything, synced or not, still at risk of a later power loss.
+//     rest, with writes torn at any byte or missing whole sectors. CrashAt
+//     stops the filesystem at a chosen operation, so a test can enumerate
+//     every crash point of a workload. KillClone returns what a new process
+//     sees after kill -9: everything, synced or not, still at risk of a
+//     later power loss.
 //   - FaultFS wraps any FS and fails chosen operations: the Nth operation,
 //     the Nth of a kind, or those on chosen paths, with EIO, ENOSPC, EROFS or
 //     any error, optionally as a short write, once or from then on.
