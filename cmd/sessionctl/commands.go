@@ -65,12 +65,7 @@ func statusCmd(g *globals) *cobra.Command {
 		Use:   "status",
 		Short: "Show the daemon's state and counters",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client.Client) error {
 			st, err := c.Status(cmd.Context())
 			if err != nil {
 				return err
@@ -98,7 +93,7 @@ func statusCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "RECOVERY FAILED\t%s\n", e)
 			}
 			return w.Flush()
-		},
+		}),
 	}
 }
 
@@ -116,18 +111,13 @@ func appendCmd(g *globals) *cobra.Command {
 			"Lines are sent in batches of up to 16 MiB; each batch is stored atomically.\n" +
 			"Entries whose uuid the session already holds are reported as duplicates.",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client.Client) error {
 			if id == "" {
 				return fmt.Errorf("--session is required")
 			}
 			if sf.cwd == "" && sf.project == "" {
 				return fmt.Errorf("--cwd (or --project) is required: sessiond files the session under that project")
 			}
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			s := sf.session(id)
 			var batch [][]byte
 			size := 0
@@ -166,7 +156,7 @@ func appendCmd(g *globals) *cobra.Command {
 				}
 			}
 			return send()
-		},
+		}),
 	}
 	sf.add(c)
 	c.Flags().StringVar(&id, "session", "", "the session id (a UUID)")
@@ -199,16 +189,12 @@ func flushCmd(g *globals) *cobra.Command {
 		Use:   "flush [UUID | --all]",
 		Short: "Compact journaled entries into the canonical transcript files",
 		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			if all == (len(args) == 1) {
 				return fmt.Errorf("give a session id or --all")
 			}
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			var resp *sessiondv1.FlushResponse
+			var err error
 			if all {
 				resp, err = c.FlushAll(cmd.Context())
 			} else {
@@ -227,7 +213,7 @@ func flushCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(g.out, "%s: %d entries compacted, %s\n", s.GetSession().GetPath(), s.GetCompactedEntries(), humanBytes(s.GetCanonicalBytes()))
 			}
 			return nil
-		},
+		}),
 	}
 	sf.add(c)
 	c.Flags().BoolVar(&all, "all", false, "flush every session")
@@ -240,12 +226,7 @@ func listCmd(g *globals) *cobra.Command {
 		Use:   "list [--cwd DIR | --project KEY] [--limit N --offset N] [--continue]",
 		Short: "List sessions, newest first",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client.Client) error {
 			infos, total, err := c.ListSessions(cmd.Context(), opt)
 			if err != nil {
 				return err
@@ -287,7 +268,7 @@ func listCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(g.out, "(%d of %d; --offset %d for more)\n", len(infos), total, int(opt.Offset)+len(infos))
 			}
 			return nil
-		},
+		}),
 	}
 	c.Flags().StringVar(&opt.Cwd, "cwd", "", "only the project of this working directory")
 	c.Flags().StringVar(&opt.ProjectKey, "project", "", "only this project key")
@@ -305,12 +286,7 @@ func infoCmd(g *globals) *cobra.Command {
 		Use:   "info UUID",
 		Short: "Describe one session",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			in, err := c.Info(cmd.Context(), sf.session(args[0]))
 			if err != nil {
 				return err
@@ -334,7 +310,7 @@ func infoCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(w, "modified\t%s\n", time.UnixMilli(in.GetModifiedMs()).Format(time.RFC3339))
 			fmt.Fprintf(w, "open\t%v\n", in.GetActive())
 			return w.Flush()
-		},
+		}),
 	}
 	sf.add(c)
 	return c
@@ -347,16 +323,11 @@ func showCmd(g *globals) *cobra.Command {
 		Use:   "show UUID",
 		Short: "Print a session's JSONL, journaled entries included",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			w := bufio.NewWriterSize(g.out, 1<<20)
 			defer w.Flush()
 			return c.Read(cmd.Context(), sf.session(args[0]), client.ReadOptions{From: from}, g.entryPrinter(w))
-		},
+		}),
 	}
 	sf.add(c)
 	c.Flags().Uint64Var(&from, "from", 0, "first entry index to print")
@@ -371,12 +342,7 @@ func tailCmd(g *globals) *cobra.Command {
 		Use:   "tail [-f] [-n N] UUID",
 		Short: "Print a session's last entries, and with -f every new one",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			opt := client.ReadOptions{Tail: n}
 			if n == 0 {
 				// -n 0: nothing old, only what follows.
@@ -392,7 +358,7 @@ func tailCmd(g *globals) *cobra.Command {
 				return c.Follow(cmd.Context(), sf.session(args[0]), opt, print)
 			}
 			return c.Read(cmd.Context(), sf.session(args[0]), opt, print)
-		},
+		}),
 	}
 	sf.add(c)
 	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new entries until interrupted")

@@ -66,6 +66,20 @@ type globals struct {
 
 func (g *globals) dial() (*client.Client, error) { return client.Dial(g.socket) }
 
+// withClient adapts a command body that needs a connection to the daemon:
+// it dials (lazily: nothing is sent before the first call) and closes
+// afterwards.
+func (g *globals) withClient(fn func(cmd *cobra.Command, args []string, c *client.Client) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, err := g.dial()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return fn(cmd, args, c)
+	}
+}
+
 func newRoot(in io.Reader, out, errOut io.Writer) *cobra.Command {
 	g := &globals{in: in, out: out}
 	root := &cobra.Command{

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
+	"github.com/sessiond/sessiond/client"
 )
 
 func checkCmd(g *globals) *cobra.Command {
@@ -19,16 +20,12 @@ func checkCmd(g *globals) *cobra.Command {
 			"parentUuid chains, tool_use blocks without their tool_result, stray results and duplicate\n" +
 			"uuids, with line numbers. Works on sessions sessiond never wrote too.",
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			if all == (len(args) == 1) {
 				return usageErr("give a session id or --all")
 			}
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			var resp *sessiondv1.CheckResponse
+			var err error
 			if all {
 				resp, err = c.CheckAll(cmd.Context(), sf.session(""))
 			} else {
@@ -68,7 +65,7 @@ func checkCmd(g *globals) *cobra.Command {
 				return exitError{1}
 			}
 			return nil
-		},
+		}),
 	}
 	sf.add(c)
 	c.Flags().BoolVar(&all, "all", false, "check every transcript (of the project given by --cwd/--project, else of all projects)")
@@ -82,12 +79,7 @@ func repairCmd(g *globals) *cobra.Command {
 		Use:   "repair UUID [--dry-run]",
 		Short: "Repair a damaged session so it can be resumed (the original is kept)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			resp, err := c.Repair(cmd.Context(), sf.session(args[0]), dry)
 			if err != nil {
 				return err
@@ -118,7 +110,7 @@ func repairCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(g.out, "still present: line %d: %s: %s\n", p.GetLine(), p.GetKind(), p.GetMessage())
 			}
 			return nil
-		},
+		}),
 	}
 	sf.add(c)
 	c.Flags().BoolVar(&dry, "dry-run", false, "print the plan, change nothing")
@@ -139,12 +131,7 @@ func forkCmd(g *globals) *cobra.Command {
 		Use:   "fork UUID [--up-to ENTRY_UUID] [--title T]",
 		Short: "Copy a session into a new one, as the official forkSession does",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			resp, err := c.Fork(cmd.Context(), sf.session(args[0]), upTo, title, newID)
 			if err != nil {
 				return err
@@ -154,7 +141,7 @@ func forkCmd(g *globals) *cobra.Command {
 			}
 			fmt.Fprintf(g.out, "forked into %s (%d entries, title %q)\n%s\n", resp.GetSession().GetSessionId(), resp.GetEntries(), resp.GetTitle(), resp.GetSession().GetPath())
 			return nil
-		},
+		}),
 	}
 	sf.add(c)
 	c.Flags().StringVar(&upTo, "up-to", "", "keep entries up to and including this entry uuid")
@@ -169,18 +156,13 @@ func renameCmd(g *globals) *cobra.Command {
 		Use:   "rename UUID TITLE",
 		Short: "Set a session's title (appends a custom-title entry)",
 		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			resp, err := c.Rename(cmd.Context(), sf.session(args[0]), args[1])
 			if err != nil {
 				return err
 			}
 			return g.done(resp, "renamed %s", resp.GetSession().GetSessionId())
-		},
+		}),
 	}
 	sf.add(c)
 	return c
@@ -193,7 +175,7 @@ func tagCmd(g *globals) *cobra.Command {
 		Use:   "tag UUID TAG | tag --clear UUID",
 		Short: "Tag a session (appends a tag entry)",
 		Args:  cobra.RangeArgs(1, 2),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			tag := ""
 			switch {
 			case clear && len(args) == 1:
@@ -202,17 +184,12 @@ func tagCmd(g *globals) *cobra.Command {
 			default:
 				return usageErr("give a session id and a tag, or --clear and a session id")
 			}
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			resp, err := c.Tag(cmd.Context(), sf.session(args[0]), tag)
 			if err != nil {
 				return err
 			}
 			return g.done(resp, "tagged %s", resp.GetSession().GetSessionId())
-		},
+		}),
 	}
 	sf.add(c)
 	c.Flags().BoolVar(&clear, "clear", false, "remove the tag")
@@ -229,18 +206,13 @@ func archiveCmd(g *globals, archived bool) *cobra.Command {
 		Use:   use,
 		Short: short,
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			resp, err := c.SetArchived(cmd.Context(), sf.session(args[0]), archived)
 			if err != nil {
 				return err
 			}
 			return g.done(resp, "%s %s", strings.Fields(use)[0]+"d", resp.GetSession().GetSessionId())
-		},
+		}),
 	}
 	sf.add(c)
 	return c
@@ -253,12 +225,7 @@ func deleteCmd(g *globals) *cobra.Command {
 		Use:   "delete UUID [--purge]",
 		Short: "Move a session (with its subagents) to the trash, or remove it for good",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			resp, err := c.Delete(cmd.Context(), sf.session(args[0]), purge)
 			if err != nil {
 				return err
@@ -272,7 +239,7 @@ func deleteCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(g.out, "moved %s to %s (sessionctl restore %s brings it back)\n", resp.GetSession().GetPath(), resp.GetTrashPath(), resp.GetSession().GetSessionId())
 			}
 			return nil
-		},
+		}),
 	}
 	sf.add(c)
 	c.Flags().BoolVar(&purge, "purge", false, "remove for good instead of moving to the trash")
@@ -285,18 +252,13 @@ func restoreCmd(g *globals) *cobra.Command {
 		Use:   "restore UUID",
 		Short: "Bring a deleted session back from the trash",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			resp, err := c.Restore(cmd.Context(), sf.session(args[0]))
 			if err != nil {
 				return err
 			}
 			return g.done(resp, "restored %s", resp.GetSession().GetPath())
-		},
+		}),
 	}
 	sf.add(c)
 	return c
@@ -308,12 +270,7 @@ func subkeysCmd(g *globals) *cobra.Command {
 		Use:   "subkeys UUID",
 		Short: "List a session's subagent transcripts",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			subs, err := c.Subkeys(cmd.Context(), sf.session(args[0]))
 			if err != nil {
 				return err
@@ -325,7 +282,7 @@ func subkeysCmd(g *globals) *cobra.Command {
 				fmt.Fprintln(g.out, s)
 			}
 			return nil
-		},
+		}),
 	}
 	sf.add(c)
 	return c
