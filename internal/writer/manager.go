@@ -239,41 +239,20 @@ func (m *Manager) Append(ctx context.Context, key layout.Key, raw [][]byte) (*Ap
 		total += len(e.Line) + 1
 	}
 	m.stats.appends.Add(1)
-	req := &appendReq{entries: entries, bytes: total, done: make(chan struct{})}
-	for attempt := 0; ; attempt++ {
-		s, err := m.acquire(key)
-		if err != nil {
-			return nil, err
-		}
-		sent := false
+	req := &appendReq{reply: newReply(), entries: entries, bytes: total}
+	err := m.submit(ctx, key, &req.reply, func(s *session) bool {
 		select {
 		case s.reqs <- req:
-			sent = true
+			return true
 		case <-s.exited:
 		case <-ctx.Done():
 		}
-		m.release(s)
-		if !sent {
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("append to %s not queued: %w", key, ctx.Err())
-			}
-			if attempt > 3 {
-				return nil, fmt.Errorf("session %s writer keeps failing: %w", key, errdefs.ErrUnavailable)
-			}
-			continue
-		}
-		// Once queued the request will be answered: the writer either
-		// commits it or fails it. Waiting for the answer even when ctx ends
-		// keeps the caller from guessing whether it was stored.
-		<-req.done
-		var np *notProcessed
-		if errors.As(req.err, &np) && attempt < 3 {
-			req.done = make(chan struct{})
-			req.err = nil
-			continue
-		}
-		return req.res, req.err
+		return false
+	})
+	if err != nil {
+		return nil, err
 	}
+	return req.res, nil
 }
 
 // do runs op on key's writer goroutine and waits for it.
@@ -281,37 +260,47 @@ func (m *Manager) do(ctx context.Context, key layout.Key, op func(*state) error)
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	c := &ctrlReq{op: op, done: make(chan struct{})}
+	c := &ctrlReq{reply: newReply(), op: op}
+	return m.submit(ctx, key, &c.reply, func(s *session) bool {
+		select {
+		case s.ctrl <- c:
+			return true
+		case <-s.exited:
+		case <-ctx.Done():
+		}
+		return false
+	})
+}
+
+// submit hands a request to key's live writer with enqueue (which reports
+// whether the writer took it) and waits for the answer. A writer that was
+// exiting answers without looking at the request; it is then tried again on
+// a fresh writer. Once queued, a request is always answered: the caller
+// waits even when ctx ends, so it never has to guess whether it was stored.
+func (m *Manager) submit(ctx context.Context, key layout.Key, r *reply, enqueue func(*session) bool) error {
 	for attempt := 0; ; attempt++ {
 		s, err := m.acquire(key)
 		if err != nil {
 			return err
 		}
-		sent := false
-		select {
-		case s.ctrl <- c:
-			sent = true
-		case <-s.exited:
-		case <-ctx.Done():
-		}
+		sent := enqueue(s)
 		m.release(s)
 		if !sent {
-			if ctx.Err() != nil {
-				return ctx.Err()
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("request for %s not queued: %w", key, err)
 			}
 			if attempt > 3 {
 				return fmt.Errorf("session %s writer keeps failing: %w", key, errdefs.ErrUnavailable)
 			}
 			continue
 		}
-		<-c.done
+		<-r.done
 		var np *notProcessed
-		if errors.As(c.err, &np) && attempt < 3 {
-			c.done = make(chan struct{})
-			c.err = nil
+		if errors.As(r.err, &np) && attempt < 3 {
+			*r = newReply()
 			continue
 		}
-		return c.err
+		return r.err
 	}
 }
 

@@ -13,18 +13,24 @@ import (
 	"github.com/sessiond/sessiond/internal/transcript"
 )
 
+// reply is how the writer answers a request: it sets err and closes done.
+type reply struct {
+	err  error
+	done chan struct{}
+}
+
+func newReply() reply { return reply{done: make(chan struct{})} }
+
 type appendReq struct {
+	reply
 	entries []transcript.Entry
 	bytes   int
 	res     *AppendResult
-	err     error
-	done    chan struct{}
 }
 
 type ctrlReq struct {
-	op   func(*state) error
-	err  error
-	done chan struct{}
+	reply
+	op func(*state) error
 }
 
 // session is the handle callers use to reach one writer goroutine.
