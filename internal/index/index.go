@@ -29,7 +29,10 @@ type Entry struct {
 	Entries   uint64
 	Bytes     uint64
 	Malformed uint64
-	TornTail  bool
+	// Pending counts the entries journaled but not yet in the canonical
+	// file.
+	Pending  uint64
+	TornTail bool
 	// LastPromptMs is the timestamp of the last real user prompt: an
 	// archived session in which someone prompted later is not archived any
 	// more (the official rule).

@@ -93,7 +93,8 @@ func (m *Manager) entryFor(ctx context.Context, key layout.Key) (index.Entry, er
 	if key.Subpath == "" {
 		e.Sum.SetSidecarTitle(m.titleSidecar(key))
 	}
-	err := m.view(ctx, key, func(r io.Reader, _ int) error {
+	err := m.view(ctx, key, func(r io.Reader, pending int) error {
+		e.Pending = uint64(pending)
 		sc := transcript.NewLineScanner(r)
 		for sc.Scan() {
 			e.Add(sc.Line(), sc.HasNewline())
@@ -147,7 +148,7 @@ func (m *Manager) infoFrom(key layout.Key, e index.Entry) Info {
 		Key: key, Path: m.cfg.Layout.TranscriptPath(key),
 		Title: e.Sum.Title, Summary: e.Sum.Display(), FirstPrompt: e.Sum.FirstPrompt, Cwd: e.Sum.Cwd,
 		GitBranch: e.Sum.GitBranch, Tag: e.Sum.Tag, Sidechain: e.Sum.IsSidechain,
-		Damaged: e.Damaged(), Entries: e.Entries, Bytes: e.Bytes, Malformed: e.Malformed,
+		Damaged: e.Damaged(), Entries: e.Entries, Bytes: e.Bytes, Malformed: e.Malformed, Pending: e.Pending,
 		ModifiedMs: e.ModifiedMs, CreatedMs: e.Sum.CreatedAt, Active: m.IsActive(key),
 	}
 	if key.Subpath == "" {
@@ -168,11 +169,7 @@ func (m *Manager) Info(ctx context.Context, key layout.Key) (Info, error) {
 	if err != nil {
 		return Info{Key: key}, err
 	}
-	in := m.infoFrom(key, e)
-	if m.IsActive(key) {
-		m.do(ctx, key, func(st *state) error { in.Pending = uint64(len(st.pending)); return nil })
-	}
-	return in, nil
+	return m.infoFrom(key, e), nil
 }
 
 // ListOptions select and page a listing.

@@ -395,7 +395,6 @@ type RecoverReport struct {
 	Sessions int     // journals replayed
 	Entries  uint64  // entries moved into canonical files
 	Failed   []error // sessions that could not be recovered (their journals are kept)
-	Keys     []layout.Key
 }
 
 // Recover replays every journal left on disk into its canonical file, so
@@ -433,7 +432,6 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 		}
 		rep.Sessions++
 		rep.Entries += r.CompactedEntries
-		rep.Keys = append(rep.Keys, k)
 		m.stats.recovered.Add(1)
 	}
 	return rep, nil

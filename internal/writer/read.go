@@ -271,12 +271,3 @@ func (r *reader) serve(sn *snapshot) error {
 	}
 	return r.flush()
 }
-
-// Exists reports whether key has been written (a canonical file or
-// journaled entries).
-func (m *Manager) Exists(key layout.Key) bool {
-	if err := key.Validate(); err != nil {
-		return false
-	}
-	return m.existsOnDisk(key)
-}

@@ -448,6 +448,12 @@ func (st *state) commit(group []*appendReq) {
 			return
 		}
 	}
+	if len(batches) > 0 && st.ent != nil {
+		// Before the acks: a caller that lists right after its append
+		// must see it.
+		st.ent.ModifiedMs = time.Now().UnixMilli()
+		st.publish()
+	}
 	total := st.totalEntries()
 	for _, r := range group {
 		for _, res := range r.res.Results {
@@ -461,10 +467,6 @@ func (st *state) commit(group []*appendReq) {
 		close(r.done)
 	}
 	if len(batches) > 0 {
-		if st.ent != nil {
-			st.ent.ModifiedMs = time.Now().UnixMilli()
-			st.publish()
-		}
 		st.notifyChange()
 		if st.sizeDue() {
 			if err := st.compact("size"); err != nil {
@@ -616,6 +618,7 @@ func (st *state) compact(reason string) error {
 			return err
 		}
 	}
+	st.publish()
 	st.notifyChange()
 	return nil
 }
@@ -764,6 +767,7 @@ func (st *state) dropEmptyJournal() {
 // publish hands a copy of the listing entry to the index.
 func (st *state) publish() {
 	if st.ent != nil {
+		st.ent.Pending = uint64(len(st.pending))
 		st.m.ix.Put(*st.ent)
 	}
 }

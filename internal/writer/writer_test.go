@@ -760,3 +760,27 @@ func TestFollowSurvivesWriterFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestInfoCountsPending: the listing entry says how many entries wait in
+// the journal, and compaction brings that to zero.
+func TestInfoCountsPending(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	defer closeManager(t, m)
+	k := newKey()
+	ctx := context.Background()
+	if _, err := m.Append(ctx, k, [][]byte{entry(""), entry(uuid.NewString())}); err != nil {
+		t.Fatal(err)
+	}
+	in, err := m.Info(ctx, k)
+	if err != nil || in.Pending != 2 || in.Entries != 2 {
+		t.Fatalf("before flush: %+v %v", in, err)
+	}
+	if _, err := m.Flush(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	in, err = m.Info(ctx, k)
+	if err != nil || in.Pending != 0 || in.Entries != 2 {
+		t.Fatalf("after flush: %+v %v", in, err)
+	}
+}
