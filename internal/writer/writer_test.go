@@ -21,6 +21,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
 )
 
@@ -782,5 +783,70 @@ func TestInfoCountsPending(t *testing.T) {
 	in, err = m.Info(ctx, k)
 	if err != nil || in.Pending != 0 || in.Entries != 2 {
 		t.Fatalf("after flush: %+v %v", in, err)
+	}
+}
+
+// TestListingReadsNoTranscriptTwice: once indexed, listing sessions no
+// writer holds opens none of their transcripts; a file changed behind
+// sessiond's back is read again.
+func TestListingReadsNoTranscriptTwice(t *testing.T) {
+	e := newEnv(t)
+	ff := fstest.NewFaultFS(fsys.OS)
+	e.fs = ff
+	m := e.manager()
+	defer closeManager(t, m)
+	ctx := context.Background()
+	var keys []layout.Key
+	for i := 0; i < 5; i++ {
+		k := newKey()
+		keys = append(keys, k)
+		path := e.lay.TranscriptPath(k)
+		os.MkdirAll(filepath.Dir(path), 0o700)
+		if err := os.WriteFile(path, append(entry(uuid.NewString(), "n", fmt.Sprint(i)), '\n'), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	opened := map[string]int{}
+	ff.Trace(func(ev fstest.Event) {
+		if ev.Op == fstest.OpOpen && strings.HasSuffix(ev.Path, ".jsonl") {
+			mu.Lock()
+			opened[ev.Path]++
+			mu.Unlock()
+		}
+	})
+	list := func() {
+		t.Helper()
+		infos, total, err := m.List(ctx, ListOptions{ProjectKey: project})
+		if err != nil || total != 5 || len(infos) != 5 {
+			t.Fatalf("list: %d %d %v", total, len(infos), err)
+		}
+	}
+	list()
+	mu.Lock()
+	first := len(opened)
+	opened = map[string]int{}
+	mu.Unlock()
+	if first != 5 {
+		t.Fatalf("first listing opened %d transcripts, want the 5 to index", first)
+	}
+	list()
+	mu.Lock()
+	if len(opened) != 0 {
+		t.Fatalf("second listing opened %v; the index should have served it", opened)
+	}
+	mu.Unlock()
+	// A foreign append changes the stamp: that one file is read again.
+	f, _ := os.OpenFile(e.lay.TranscriptPath(keys[2]), os.O_APPEND|os.O_WRONLY, 0)
+	f.Write(append(entry(""), '\n'))
+	f.Close()
+	list()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(opened) != 1 || opened[e.lay.TranscriptPath(keys[2])] == 0 {
+		t.Fatalf("after a foreign append the listing opened %v, want only the changed file", opened)
+	}
+	if in, _ := m.Info(ctx, keys[2]); in.Entries != 2 {
+		t.Fatalf("the rescanned entry counts %d entries, want 2", in.Entries)
 	}
 }
