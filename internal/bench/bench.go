@@ -79,6 +79,13 @@ type Config struct {
 	// several such runs the run's id is added to the name.
 	CPUProfile string
 
+	// Scale shrinks the extra scenarios' sizes (1, the default: the
+	// issue's sizes). See Env.Scale.
+	Scale float64
+	// SDKDir holds node_modules with the official TypeScript SDK, for the
+	// listing scenario (default: e2e/sdk under the current folder).
+	SDKDir string
+
 	Log io.Writer // progress (default os.Stderr)
 }
 
@@ -117,8 +124,13 @@ type DaemonInfo struct {
 type Scenario struct {
 	Name    string    `json:"name"`
 	Title   string    `json:"title"`
-	Results []*Result `json:"results"`
-	Checks  []Check   `json:"targets,omitempty"`
+	Results []*Result `json:"results,omitempty"`
+	// Table holds the measurements of the scenarios that are not
+	// throughput runs (see extra.go).
+	Table  *Table   `json:"table,omitempty"`
+	Checks []Check  `json:"targets,omitempty"`
+	Notes  []string `json:"notes,omitempty"`
+	Error  string   `json:"error,omitempty"`
 }
 
 // Check is one target of the issue, measured.
@@ -139,7 +151,8 @@ const (
 )
 
 // AllScenarios lists the suite's scenarios in the order they run.
-var AllScenarios = []string{ScenarioParallel, ScenarioSequential, ScenarioSessions}
+var AllScenarios = []string{ScenarioParallel, ScenarioSequential, ScenarioSessions,
+	ScenarioCompaction, ScenarioRecovery, ScenarioMemory, ScenarioListing}
 
 type runSpec struct {
 	id, label, target string
@@ -249,19 +262,32 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		cfg.Size = "1KiB"
 	}
 	var defs []scenarioDef
+	var extras []extraDef
 	if cfg.Suite {
 		want := map[string]bool{}
 		for _, s := range cfg.Scenarios {
 			want[s] = true
 		}
+		all := len(want) == 0
 		for _, d := range suiteDefs(cfg.InProc) {
-			if len(want) == 0 || want[d.name] {
+			if all || want[d.name] {
 				defs = append(defs, d)
 				delete(want, d.name)
 			}
 		}
+		for _, n := range extraNames() {
+			if all || want[n] {
+				d, _ := lookupExtra(n)
+				extras = append(extras, d)
+				delete(want, n)
+			}
+		}
 		for s := range want {
 			return nil, fmt.Errorf("unknown scenario %q (known: %s)", s, strings.Join(AllScenarios, ", "))
+		}
+		if len(extras) > 0 && cfg.Sessiond == "" {
+			return nil, fmt.Errorf("scenarios %s start their own sessiond: pass --sessiond PATH (or --scenarios %s,%s,%s)",
+				extraList(extras), ScenarioParallel, ScenarioSequential, ScenarioSessions)
 		}
 	} else {
 		if cfg.Target != TargetDaemon && cfg.Target != TargetInProc && cfg.Target != TargetInProcDaemon && cfg.Target != TargetCeiling &&
@@ -450,13 +476,74 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		rep.Scenarios = append(rep.Scenarios, sc)
 		WriteScenario(out, sc)
 	}
+	for _, x := range extras {
+		if ctx.Err() != nil {
+			return rep, ctx.Err()
+		}
+		sc, err := runExtra(ctx, cfg, dir, x, seedRng.Uint64())
+		if err != nil {
+			fmt.Fprintf(cfg.Log, "[%s] FAILED: %v\n", x.name, err)
+		}
+		rep.Scenarios = append(rep.Scenarios, sc)
+		WriteScenario(out, sc)
+	}
 	return rep, nil
+}
+
+func extraList(xs []extraDef) string {
+	var names []string
+	for _, x := range xs {
+		names = append(names, x.name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// runExtra runs one extra scenario in its own folder under dir.
+func runExtra(ctx context.Context, cfg Config, dir string, x extraDef, seed uint64) (*Scenario, error) {
+	sdir := filepath.Join(dir, "extra-"+x.name)
+	if err := os.MkdirAll(sdir, 0o700); err != nil {
+		return &Scenario{Name: x.name, Title: x.title, Error: err.Error()}, err
+	}
+	if !cfg.Keep {
+		defer os.RemoveAll(sdir)
+	}
+	sdk := cfg.SDKDir
+	if sdk == "" {
+		sdk = "e2e/sdk"
+	}
+	if abs, err := filepath.Abs(sdk); err == nil {
+		sdk = abs
+	}
+	scale := cfg.Scale
+	if scale <= 0 {
+		scale = 1
+	}
+	env := &Env{Sessiond: cfg.Sessiond, SessiondArgs: cfg.SessiondArgs, Dir: sdir, Log: cfg.Log, Seed: seed,
+		Verify: cfg.Verify, Scale: scale, SDKDir: sdk}
+	fmt.Fprintf(cfg.Log, "[%s] %s\n", x.name, x.title)
+	sc, err := x.run(ctx, env)
+	if sc == nil {
+		sc = &Scenario{Name: x.name, Title: x.title}
+	}
+	if sc.Name == "" {
+		sc.Name = x.name
+	}
+	if sc.Title == "" {
+		sc.Title = x.title
+	}
+	if err != nil {
+		sc.Error = err.Error()
+	}
+	return sc, err
 }
 
 // Failed reports whether any run failed or did not verify.
 func (r *Report) Failed() error {
 	var errs []error
 	for _, s := range r.Scenarios {
+		if s.Error != "" {
+			errs = append(errs, fmt.Errorf("%s: %s", s.Name, s.Error))
+		}
 		for _, x := range s.Results {
 			if x.Error != "" {
 				errs = append(errs, fmt.Errorf("%s / %s: %s", s.Name, x.Label, x.Error))
@@ -571,6 +658,19 @@ func orDash(s string) string {
 // WriteScenario prints one scenario as a table.
 func WriteScenario(w io.Writer, sc *Scenario) {
 	fmt.Fprintf(w, "\n== %s: %s ==\n", sc.Name, sc.Title)
+	if sc.Results == nil {
+		if sc.Table != nil {
+			writeTable(w, sc.Table)
+		}
+		for _, n := range sc.Notes {
+			fmt.Fprintf(w, "- %s\n", n)
+		}
+		writeChecks(w, sc.Checks)
+		if sc.Error != "" {
+			fmt.Fprintf(w, "ERROR %s\n", sc.Error)
+		}
+		return
+	}
 	fmt.Fprintf(w, "%-46s %10s %7s %8s %8s %8s %8s %8s %6s %7s %7s %7s %7s %7s\n",
 		"run", "entries/s", "MB/s", "p50 us", "p90 us", "p99 us", "max us", "syncs", "batch", "cpu s", "rss MB", "/(a)", "/(c)", "/(b)")
 	for _, r := range sc.Results {
@@ -601,7 +701,12 @@ func WriteScenario(w io.Writer, sc *Scenario) {
 			}
 		}
 	}
-	for _, c := range sc.Checks {
+	writeChecks(w, sc.Checks)
+	fmt.Fprintf(w, "(cpu s: sessiond's user+sys during the run; * = the bench process itself, load generator included)\n")
+}
+
+func writeChecks(w io.Writer, checks []Check) {
+	for _, c := range checks {
 		verdict := "FAIL"
 		if c.Pass {
 			verdict = "PASS"
@@ -612,7 +717,6 @@ func WriteScenario(w io.Writer, sc *Scenario) {
 		}
 		fmt.Fprintf(w, "target %-40s %s: %.1f %s vs %.1f%s\n", c.Target, verdict, c.Value, c.Unit, c.Limit, note)
 	}
-	fmt.Fprintf(w, "(cpu s: sessiond's user+sys during the run; * = the bench process itself, load generator included)\n")
 }
 
 func ratio(x float64) string {
