@@ -52,15 +52,17 @@ func (s Session) ref() *sessiondv1.SessionRef {
 
 // Client talks to one sessiond.
 type Client struct {
-	conn *grpc.ClientConn
-	api  sessiondv1.SessiondClient
-	opts options
+	conn    *grpc.ClientConn
+	api     sessiondv1.SessiondClient
+	opts    options
+	streams streamPool
 }
 
 type options struct {
 	attempts   int
 	backoff    time.Duration
 	maxMessage int
+	unary      bool
 }
 
 // Option configures a Client.
@@ -76,6 +78,11 @@ func WithRetry(attempts int, backoff time.Duration) Option {
 // WithMaxMessageBytes sets the largest message sent or received (default
 // 64 MiB, the daemon's default).
 func WithMaxMessageBytes(n int) Option { return func(o *options) { o.maxMessage = n } }
+
+// WithUnaryAppend makes Append use one unary call per append instead of
+// the pooled AppendStream streams (to compare the two, or for a proxy
+// that does not pass bidirectional streams).
+func WithUnaryAppend() Option { return func(o *options) { o.unary = true } }
 
 // Dial connects to the daemon at socket (DefaultSocket() when empty). The
 // connection is made lazily; a daemon that is not running shows up as an
@@ -103,7 +110,10 @@ func Dial(socket string, opts ...Option) (*Client, error) {
 }
 
 // Close closes the connection.
-func (c *Client) Close() error { return c.conn.Close() }
+func (c *Client) Close() error {
+	c.streams.closeAll()
+	return c.conn.Close()
+}
 
 // Conn exposes the connection (for the health service, for instance).
 func (c *Client) Conn() *grpc.ClientConn { return c.conn }
@@ -124,7 +134,7 @@ func (c *Client) Append(ctx context.Context, s Session, entries ...[]byte) (*ses
 	}
 	backoff := c.opts.backoff
 	for attempt := 1; ; attempt++ {
-		resp, err := c.api.Append(ctx, req)
+		resp, err := c.appendOnce(ctx, req)
 		if err == nil {
 			return resp, nil
 		}

@@ -232,3 +232,44 @@ func TestKill9UnderLoad(t *testing.T) {
 		t.Fatalf("temp files left: %v", entries)
 	}
 }
+
+// TestDrainEndsIdleAppendStreams: the Go client keeps AppendStream streams
+// open between appends. SIGTERM must end them at once (not wait out
+// --shutdown-timeout), and an append with a uuid made on the client across
+// the restart is stored exactly once.
+func TestDrainEndsIdleAppendStreams(t *testing.T) {
+	d := newDaemon(t, "--shutdown-timeout", "60s")
+	d.start()
+	c := d.client(client.WithRetry(12, 100*time.Millisecond))
+	defer c.Close()
+	ctx := context.Background()
+	s := client.Session{Cwd: t.TempDir(), ID: uuid.NewString()}
+	// Several idle streams in the client's pool.
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.Append(ctx, s, []byte(`{"type":"user","uuid":"`+uuid.NewString()+`"}`)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	start := time.Now()
+	if code := d.stop(syscall.SIGTERM, 50*time.Second); code != 0 {
+		t.Fatalf("exit %d\n%s", code, d.log.String())
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Fatalf("drain took %v: idle append streams held it up to the shutdown timeout", took)
+	}
+	d.start()
+	id := uuid.NewString()
+	resp, err := c.Append(ctx, s, []byte(`{"type":"user","uuid":"`+id+`"}`))
+	if err != nil {
+		t.Fatalf("append on the old client after a restart: %v", err)
+	}
+	if resp.GetEntries() != 5 {
+		t.Fatalf("session holds %d entries, want 5", resp.GetEntries())
+	}
+}

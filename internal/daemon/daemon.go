@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"time"
 
 	"go.uber.org/zap"
@@ -96,6 +97,10 @@ func Run(ctx context.Context, cfg Config) error {
 		grpc.ChainStreamInterceptor(uidStream, drainStream),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
+		// A fixed pool of goroutines serves the streams instead of one
+		// new goroutine per call, whose stack grows afresh each time.
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		grpc.SharedWriteBuffer(true),
 	)
 	srv.Register(g)
 

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
 )
@@ -92,4 +93,17 @@ func notProcessed() error {
 		return d.Err()
 	}
 	return st.Err()
+}
+
+// appendError carries err, as toStatus would answer it, inside an
+// AppendStream response: a refused request does not end the stream.
+func appendError(err error) *sessiondv1.AppendError {
+	st := status.Convert(toStatus(err))
+	out := &sessiondv1.AppendError{Code: int32(st.Code()), Message: st.Message()}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			out.Reason = info.GetReason()
+		}
+	}
+	return out
 }

@@ -7,6 +7,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"sync/atomic"
 	"time"
@@ -172,7 +173,9 @@ func (i Info) layout() layout.Layout { return layout.Layout{Root: i.Root, StateD
 
 // Append implements sessiond.v1.Sessiond.
 func (s *Server) Append(ctx context.Context, req *sessiondv1.AppendRequest) (*sessiondv1.AppendResponse, error) {
-	k, err := s.resolve(req.GetSession(), true)
+	// The writer checks the key's paths for links (once per live writer,
+	// see writer.Manager.Append), so resolveRef, not resolve.
+	k, err := s.resolveRef(req.GetSession(), true)
 	if err != nil {
 		return nil, err
 	}
@@ -192,6 +195,65 @@ func (s *Server) Append(ctx context.Context, req *sessiondv1.AppendRequest) (*se
 		out.Results[i] = er
 	}
 	return out, nil
+}
+
+// AppendStream implements sessiond.v1.Sessiond: Append for each request of
+// the stream, answered in order. A refused request is answered with its
+// error and the stream goes on.
+//
+// Requests are received on a goroutine of their own so that a drain can
+// end a stream waiting for its next request: the drain answers UNAVAILABLE
+// with NOT_PROCESSED, which is true of any request received but not yet
+// handled (a request being handled is finished and answered first).
+func (s *Server) AppendStream(stream grpc.BidiStreamingServer[sessiondv1.AppendRequest, sessiondv1.AppendStreamResponse]) error {
+	ctx := stream.Context()
+	type received struct {
+		req *sessiondv1.AppendRequest
+		err error
+	}
+	in := make(chan received)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			select {
+			case in <- received{req, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		var r received
+		select {
+		case <-s.streams.Done():
+			return notProcessed()
+		case <-ctx.Done():
+			return ctx.Err()
+		case r = <-in:
+		}
+		if r.err == io.EOF {
+			return nil
+		}
+		if r.err != nil {
+			return r.err
+		}
+		if s.draining.Load() {
+			return notProcessed()
+		}
+		out := &sessiondv1.AppendStreamResponse{}
+		resp, err := s.Append(ctx, r.req)
+		if err != nil {
+			out.Error = appendError(err)
+		} else {
+			out.Response = resp
+		}
+		if err := stream.Send(out); err != nil {
+			return err
+		}
+	}
 }
 
 // Flush implements sessiond.v1.Sessiond.

@@ -221,7 +221,8 @@ func (m *Manager) tryRemove(s *session, force bool) bool {
 }
 
 // Append validates entries and stores them atomically in key's session.
-// Validation happens here, in the caller's goroutine, so the CPU work of
+// A key whose files or folders run through a symbolic link is refused
+// (errdefs.ErrUnsafePath), checked once per live writer. Validation happens here, in the caller's goroutine, so the CPU work of
 // many callers runs in parallel and the writer only deduplicates and
 // writes.
 func (m *Manager) Append(ctx context.Context, key layout.Key, raw [][]byte) (*AppendResult, error) {
@@ -238,9 +239,18 @@ func (m *Manager) Append(ctx context.Context, key layout.Key, raw [][]byte) (*Ap
 		entries[i] = e
 		total += len(e.Line) + 1
 	}
+	checked := m.pathChecked(key)
+	if !checked {
+		if err := m.cfg.Layout.CheckOnDisk(key); err != nil {
+			return nil, err
+		}
+	}
 	m.stats.appends.Add(1)
 	req := &appendReq{reply: newReply(), entries: entries, bytes: total}
 	err := m.submit(ctx, key, &req.reply, func(s *session) bool {
+		if !checked {
+			s.pathChecked.Store(true)
+		}
 		select {
 		case s.reqs <- req:
 			return true
@@ -253,6 +263,15 @@ func (m *Manager) Append(ctx context.Context, key layout.Key, raw [][]byte) (*Ap
 		return nil, err
 	}
 	return req.res, nil
+}
+
+// pathChecked reports whether key has a live writer whose paths an
+// earlier Append already checked for symbolic links.
+func (m *Manager) pathChecked(key layout.Key) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.sessions[key]
+	return s != nil && s.pathChecked.Load()
 }
 
 // do runs op on key's writer goroutine and waits for it.

@@ -307,6 +307,124 @@ func (x *AppendRequest) GetEntries() [][]byte {
 	return nil
 }
 
+// One answer on an AppendStream: exactly one of response and error is set.
+type AppendStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What Append would have returned.
+	Response *AppendResponse `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	// Why the request was refused, as Append's error would have said it.
+	Error         *AppendError `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendStreamResponse) Reset() {
+	*x = AppendStreamResponse{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendStreamResponse) ProtoMessage() {}
+
+func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendStreamResponse.ProtoReflect.Descriptor instead.
+func (*AppendStreamResponse) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AppendStreamResponse) GetResponse() *AppendResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *AppendStreamResponse) GetError() *AppendError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+type AppendError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The gRPC status code (google.rpc.Code numbering).
+	Code    int32  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// The ErrorInfo reason when the daemon gives one (NOT_PROCESSED: the
+	// request was not looked at, so retrying it cannot duplicate anything).
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendError) Reset() {
+	*x = AppendError{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendError) ProtoMessage() {}
+
+func (x *AppendError) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendError.ProtoReflect.Descriptor instead.
+func (*AppendError) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AppendError) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *AppendError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *AppendError) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type EntryResult struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Outcome EntryOutcome           `protobuf:"varint,1,opt,name=outcome,proto3,enum=sessiond.v1.EntryOutcome" json:"outcome,omitempty"`
@@ -323,7 +441,7 @@ type EntryResult struct {
 
 func (x *EntryResult) Reset() {
 	*x = EntryResult{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[3]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -335,7 +453,7 @@ func (x *EntryResult) String() string {
 func (*EntryResult) ProtoMessage() {}
 
 func (x *EntryResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[3]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -348,7 +466,7 @@ func (x *EntryResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntryResult.ProtoReflect.Descriptor instead.
 func (*EntryResult) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{3}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EntryResult) GetOutcome() EntryOutcome {
@@ -392,7 +510,7 @@ type AppendResponse struct {
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[4]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +522,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[4]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +535,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{4}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AppendResponse) GetSession() *ResolvedSession {
@@ -453,7 +571,7 @@ type FlushRequest struct {
 
 func (x *FlushRequest) Reset() {
 	*x = FlushRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[5]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -465,7 +583,7 @@ func (x *FlushRequest) String() string {
 func (*FlushRequest) ProtoMessage() {}
 
 func (x *FlushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[5]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -478,7 +596,7 @@ func (x *FlushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushRequest.ProtoReflect.Descriptor instead.
 func (*FlushRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{5}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FlushRequest) GetSession() *SessionRef {
@@ -508,7 +626,7 @@ type FlushedSession struct {
 
 func (x *FlushedSession) Reset() {
 	*x = FlushedSession{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[6]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +638,7 @@ func (x *FlushedSession) String() string {
 func (*FlushedSession) ProtoMessage() {}
 
 func (x *FlushedSession) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[6]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +651,7 @@ func (x *FlushedSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushedSession.ProtoReflect.Descriptor instead.
 func (*FlushedSession) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{6}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FlushedSession) GetSession() *ResolvedSession {
@@ -566,7 +684,7 @@ type FlushResponse struct {
 
 func (x *FlushResponse) Reset() {
 	*x = FlushResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[7]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +696,7 @@ func (x *FlushResponse) String() string {
 func (*FlushResponse) ProtoMessage() {}
 
 func (x *FlushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[7]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +709,7 @@ func (x *FlushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResponse.ProtoReflect.Descriptor instead.
 func (*FlushResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{7}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FlushResponse) GetSessions() []*FlushedSession {
@@ -614,7 +732,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[8]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +744,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[8]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +757,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{8}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReadRequest) GetSession() *SessionRef {
@@ -675,7 +793,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[9]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +805,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[9]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +818,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{9}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Entry) GetIndex() uint64 {
@@ -726,7 +844,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[10]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +856,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[10]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +869,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{10}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReadResponse) GetEntries() []*Entry {
@@ -786,7 +904,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[11]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +916,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[11]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +929,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{11}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListSessionsRequest) GetProject() isListSessionsRequest_Project {
@@ -924,7 +1042,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[12]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +1054,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[12]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +1067,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{12}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SessionInfo) GetSession() *ResolvedSession {
@@ -1083,7 +1201,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[13]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1213,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[13]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1226,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{13}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -1134,7 +1252,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[14]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1146,7 +1264,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[14]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1159,7 +1277,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{14}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetSessionRequest) GetSession() *SessionRef {
@@ -1177,7 +1295,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[15]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1307,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[15]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1320,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{15}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{17}
 }
 
 type StatusResponse struct {
@@ -1234,7 +1352,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[16]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1246,7 +1364,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[16]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1259,7 +1377,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{16}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatusResponse) GetVersion() string {
@@ -1394,7 +1512,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[17]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1524,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[17]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1537,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{17}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CheckRequest) GetSession() *SessionRef {
@@ -1456,7 +1574,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[18]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1468,7 +1586,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[18]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1481,7 +1599,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{18}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Problem) GetLine() uint64 {
@@ -1531,7 +1649,7 @@ type SessionCheck struct {
 
 func (x *SessionCheck) Reset() {
 	*x = SessionCheck{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[19]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1661,7 @@ func (x *SessionCheck) String() string {
 func (*SessionCheck) ProtoMessage() {}
 
 func (x *SessionCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[19]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1674,7 @@ func (x *SessionCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCheck.ProtoReflect.Descriptor instead.
 func (*SessionCheck) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{19}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SessionCheck) GetSession() *ResolvedSession {
@@ -1598,7 +1716,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1728,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1741,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{20}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CheckResponse) GetSessions() []*SessionCheck {
@@ -1651,7 +1769,7 @@ type RepairRequest struct {
 
 func (x *RepairRequest) Reset() {
 	*x = RepairRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1781,7 @@ func (x *RepairRequest) String() string {
 func (*RepairRequest) ProtoMessage() {}
 
 func (x *RepairRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1794,7 @@ func (x *RepairRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRequest.ProtoReflect.Descriptor instead.
 func (*RepairRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{21}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RepairRequest) GetSession() *SessionRef {
@@ -1708,7 +1826,7 @@ type RepairAction struct {
 
 func (x *RepairAction) Reset() {
 	*x = RepairAction{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +1838,7 @@ func (x *RepairAction) String() string {
 func (*RepairAction) ProtoMessage() {}
 
 func (x *RepairAction) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +1851,7 @@ func (x *RepairAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairAction.ProtoReflect.Descriptor instead.
 func (*RepairAction) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{22}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RepairAction) GetLine() uint64 {
@@ -1788,7 +1906,7 @@ type RepairResponse struct {
 
 func (x *RepairResponse) Reset() {
 	*x = RepairResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +1918,7 @@ func (x *RepairResponse) String() string {
 func (*RepairResponse) ProtoMessage() {}
 
 func (x *RepairResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +1931,7 @@ func (x *RepairResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairResponse.ProtoReflect.Descriptor instead.
 func (*RepairResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{23}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RepairResponse) GetSession() *ResolvedSession {
@@ -1875,7 +1993,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2005,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2018,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{24}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ForkRequest) GetSession() *SessionRef {
@@ -1942,7 +2060,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1954,7 +2072,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1967,7 +2085,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{25}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ForkResponse) GetSession() *ResolvedSession {
@@ -2001,7 +2119,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2013,7 +2131,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2026,7 +2144,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{26}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RenameRequest) GetSession() *SessionRef {
@@ -2054,7 +2172,7 @@ type TagRequest struct {
 
 func (x *TagRequest) Reset() {
 	*x = TagRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2184,7 @@ func (x *TagRequest) String() string {
 func (*TagRequest) ProtoMessage() {}
 
 func (x *TagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2197,7 @@ func (x *TagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagRequest.ProtoReflect.Descriptor instead.
 func (*TagRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{27}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TagRequest) GetSession() *SessionRef {
@@ -2106,7 +2224,7 @@ type SetArchivedRequest struct {
 
 func (x *SetArchivedRequest) Reset() {
 	*x = SetArchivedRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2236,7 @@ func (x *SetArchivedRequest) String() string {
 func (*SetArchivedRequest) ProtoMessage() {}
 
 func (x *SetArchivedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2249,7 @@ func (x *SetArchivedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetArchivedRequest.ProtoReflect.Descriptor instead.
 func (*SetArchivedRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{28}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetArchivedRequest) GetSession() *SessionRef {
@@ -2157,7 +2275,7 @@ type MetadataResponse struct {
 
 func (x *MetadataResponse) Reset() {
 	*x = MetadataResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2169,7 +2287,7 @@ func (x *MetadataResponse) String() string {
 func (*MetadataResponse) ProtoMessage() {}
 
 func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2182,7 +2300,7 @@ func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataResponse.ProtoReflect.Descriptor instead.
 func (*MetadataResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{29}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MetadataResponse) GetSession() *ResolvedSession {
@@ -2203,7 +2321,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2215,7 +2333,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2228,7 +2346,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{30}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteRequest) GetSession() *SessionRef {
@@ -2256,7 +2374,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +2386,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2399,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{31}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteResponse) GetSession() *ResolvedSession {
@@ -2307,7 +2425,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2437,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2450,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{32}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RestoreRequest) GetSession() *SessionRef {
@@ -2351,7 +2469,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2363,7 +2481,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2376,7 +2494,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{33}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RestoreResponse) GetSession() *ResolvedSession {
@@ -2395,7 +2513,7 @@ type ListSubkeysRequest struct {
 
 func (x *ListSubkeysRequest) Reset() {
 	*x = ListSubkeysRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2525,7 @@ func (x *ListSubkeysRequest) String() string {
 func (*ListSubkeysRequest) ProtoMessage() {}
 
 func (x *ListSubkeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2538,7 @@ func (x *ListSubkeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubkeysRequest.ProtoReflect.Descriptor instead.
 func (*ListSubkeysRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{34}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListSubkeysRequest) GetSession() *SessionRef {
@@ -2440,7 +2558,7 @@ type ListSubkeysResponse struct {
 
 func (x *ListSubkeysResponse) Reset() {
 	*x = ListSubkeysResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2570,7 @@ func (x *ListSubkeysResponse) String() string {
 func (*ListSubkeysResponse) ProtoMessage() {}
 
 func (x *ListSubkeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2583,7 @@ func (x *ListSubkeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubkeysResponse.ProtoReflect.Descriptor instead.
 func (*ListSubkeysResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{35}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListSubkeysResponse) GetSubkeys() []string {
@@ -2498,7 +2616,14 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x04path\x18\x04 \x01(\tR\x04path\"\\\n" +
 	"\rAppendRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x18\n" +
-	"\aentries\x18\x02 \x03(\fR\aentries\"\x80\x01\n" +
+	"\aentries\x18\x02 \x03(\fR\aentries\"\x7f\n" +
+	"\x14AppendStreamResponse\x127\n" +
+	"\bresponse\x18\x01 \x01(\v2\x1b.sessiond.v1.AppendResponseR\bresponse\x12.\n" +
+	"\x05error\x18\x02 \x01(\v2\x18.sessiond.v1.AppendErrorR\x05error\"S\n" +
+	"\vAppendError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x80\x01\n" +
 	"\vEntryResult\x123\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x19.sessiond.v1.EntryOutcomeR\aoutcome\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x14\n" +
@@ -2658,9 +2783,10 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\fEntryOutcome\x12\x1d\n" +
 	"\x19ENTRY_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ENTRY_OUTCOME_STORED\x10\x01\x12\x1b\n" +
-	"\x17ENTRY_OUTCOME_DUPLICATE\x10\x022\xdb\b\n" +
+	"\x17ENTRY_OUTCOME_DUPLICATE\x10\x022\xae\t\n" +
 	"\bSessiond\x12A\n" +
-	"\x06Append\x12\x1a.sessiond.v1.AppendRequest\x1a\x1b.sessiond.v1.AppendResponse\x12>\n" +
+	"\x06Append\x12\x1a.sessiond.v1.AppendRequest\x1a\x1b.sessiond.v1.AppendResponse\x12Q\n" +
+	"\fAppendStream\x12\x1a.sessiond.v1.AppendRequest\x1a!.sessiond.v1.AppendStreamResponse(\x010\x01\x12>\n" +
 	"\x05Flush\x12\x19.sessiond.v1.FlushRequest\x1a\x1a.sessiond.v1.FlushResponse\x12=\n" +
 	"\x04Read\x12\x18.sessiond.v1.ReadRequest\x1a\x19.sessiond.v1.ReadResponse0\x01\x12?\n" +
 	"\x06Follow\x12\x18.sessiond.v1.ReadRequest\x1a\x19.sessiond.v1.ReadResponse0\x01\x12S\n" +
@@ -2691,116 +2817,122 @@ func file_sessiond_v1_sessiond_proto_rawDescGZIP() []byte {
 }
 
 var file_sessiond_v1_sessiond_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(EntryOutcome)(0),            // 0: sessiond.v1.EntryOutcome
 	(*SessionRef)(nil),           // 1: sessiond.v1.SessionRef
 	(*ResolvedSession)(nil),      // 2: sessiond.v1.ResolvedSession
 	(*AppendRequest)(nil),        // 3: sessiond.v1.AppendRequest
-	(*EntryResult)(nil),          // 4: sessiond.v1.EntryResult
-	(*AppendResponse)(nil),       // 5: sessiond.v1.AppendResponse
-	(*FlushRequest)(nil),         // 6: sessiond.v1.FlushRequest
-	(*FlushedSession)(nil),       // 7: sessiond.v1.FlushedSession
-	(*FlushResponse)(nil),        // 8: sessiond.v1.FlushResponse
-	(*ReadRequest)(nil),          // 9: sessiond.v1.ReadRequest
-	(*Entry)(nil),                // 10: sessiond.v1.Entry
-	(*ReadResponse)(nil),         // 11: sessiond.v1.ReadResponse
-	(*ListSessionsRequest)(nil),  // 12: sessiond.v1.ListSessionsRequest
-	(*SessionInfo)(nil),          // 13: sessiond.v1.SessionInfo
-	(*ListSessionsResponse)(nil), // 14: sessiond.v1.ListSessionsResponse
-	(*GetSessionRequest)(nil),    // 15: sessiond.v1.GetSessionRequest
-	(*StatusRequest)(nil),        // 16: sessiond.v1.StatusRequest
-	(*StatusResponse)(nil),       // 17: sessiond.v1.StatusResponse
-	(*CheckRequest)(nil),         // 18: sessiond.v1.CheckRequest
-	(*Problem)(nil),              // 19: sessiond.v1.Problem
-	(*SessionCheck)(nil),         // 20: sessiond.v1.SessionCheck
-	(*CheckResponse)(nil),        // 21: sessiond.v1.CheckResponse
-	(*RepairRequest)(nil),        // 22: sessiond.v1.RepairRequest
-	(*RepairAction)(nil),         // 23: sessiond.v1.RepairAction
-	(*RepairResponse)(nil),       // 24: sessiond.v1.RepairResponse
-	(*ForkRequest)(nil),          // 25: sessiond.v1.ForkRequest
-	(*ForkResponse)(nil),         // 26: sessiond.v1.ForkResponse
-	(*RenameRequest)(nil),        // 27: sessiond.v1.RenameRequest
-	(*TagRequest)(nil),           // 28: sessiond.v1.TagRequest
-	(*SetArchivedRequest)(nil),   // 29: sessiond.v1.SetArchivedRequest
-	(*MetadataResponse)(nil),     // 30: sessiond.v1.MetadataResponse
-	(*DeleteRequest)(nil),        // 31: sessiond.v1.DeleteRequest
-	(*DeleteResponse)(nil),       // 32: sessiond.v1.DeleteResponse
-	(*RestoreRequest)(nil),       // 33: sessiond.v1.RestoreRequest
-	(*RestoreResponse)(nil),      // 34: sessiond.v1.RestoreResponse
-	(*ListSubkeysRequest)(nil),   // 35: sessiond.v1.ListSubkeysRequest
-	(*ListSubkeysResponse)(nil),  // 36: sessiond.v1.ListSubkeysResponse
+	(*AppendStreamResponse)(nil), // 4: sessiond.v1.AppendStreamResponse
+	(*AppendError)(nil),          // 5: sessiond.v1.AppendError
+	(*EntryResult)(nil),          // 6: sessiond.v1.EntryResult
+	(*AppendResponse)(nil),       // 7: sessiond.v1.AppendResponse
+	(*FlushRequest)(nil),         // 8: sessiond.v1.FlushRequest
+	(*FlushedSession)(nil),       // 9: sessiond.v1.FlushedSession
+	(*FlushResponse)(nil),        // 10: sessiond.v1.FlushResponse
+	(*ReadRequest)(nil),          // 11: sessiond.v1.ReadRequest
+	(*Entry)(nil),                // 12: sessiond.v1.Entry
+	(*ReadResponse)(nil),         // 13: sessiond.v1.ReadResponse
+	(*ListSessionsRequest)(nil),  // 14: sessiond.v1.ListSessionsRequest
+	(*SessionInfo)(nil),          // 15: sessiond.v1.SessionInfo
+	(*ListSessionsResponse)(nil), // 16: sessiond.v1.ListSessionsResponse
+	(*GetSessionRequest)(nil),    // 17: sessiond.v1.GetSessionRequest
+	(*StatusRequest)(nil),        // 18: sessiond.v1.StatusRequest
+	(*StatusResponse)(nil),       // 19: sessiond.v1.StatusResponse
+	(*CheckRequest)(nil),         // 20: sessiond.v1.CheckRequest
+	(*Problem)(nil),              // 21: sessiond.v1.Problem
+	(*SessionCheck)(nil),         // 22: sessiond.v1.SessionCheck
+	(*CheckResponse)(nil),        // 23: sessiond.v1.CheckResponse
+	(*RepairRequest)(nil),        // 24: sessiond.v1.RepairRequest
+	(*RepairAction)(nil),         // 25: sessiond.v1.RepairAction
+	(*RepairResponse)(nil),       // 26: sessiond.v1.RepairResponse
+	(*ForkRequest)(nil),          // 27: sessiond.v1.ForkRequest
+	(*ForkResponse)(nil),         // 28: sessiond.v1.ForkResponse
+	(*RenameRequest)(nil),        // 29: sessiond.v1.RenameRequest
+	(*TagRequest)(nil),           // 30: sessiond.v1.TagRequest
+	(*SetArchivedRequest)(nil),   // 31: sessiond.v1.SetArchivedRequest
+	(*MetadataResponse)(nil),     // 32: sessiond.v1.MetadataResponse
+	(*DeleteRequest)(nil),        // 33: sessiond.v1.DeleteRequest
+	(*DeleteResponse)(nil),       // 34: sessiond.v1.DeleteResponse
+	(*RestoreRequest)(nil),       // 35: sessiond.v1.RestoreRequest
+	(*RestoreResponse)(nil),      // 36: sessiond.v1.RestoreResponse
+	(*ListSubkeysRequest)(nil),   // 37: sessiond.v1.ListSubkeysRequest
+	(*ListSubkeysResponse)(nil),  // 38: sessiond.v1.ListSubkeysResponse
 }
 var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	1,  // 0: sessiond.v1.AppendRequest.session:type_name -> sessiond.v1.SessionRef
-	0,  // 1: sessiond.v1.EntryResult.outcome:type_name -> sessiond.v1.EntryOutcome
-	2,  // 2: sessiond.v1.AppendResponse.session:type_name -> sessiond.v1.ResolvedSession
-	4,  // 3: sessiond.v1.AppendResponse.results:type_name -> sessiond.v1.EntryResult
-	1,  // 4: sessiond.v1.FlushRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 5: sessiond.v1.FlushedSession.session:type_name -> sessiond.v1.ResolvedSession
-	7,  // 6: sessiond.v1.FlushResponse.sessions:type_name -> sessiond.v1.FlushedSession
-	1,  // 7: sessiond.v1.ReadRequest.session:type_name -> sessiond.v1.SessionRef
-	10, // 8: sessiond.v1.ReadResponse.entries:type_name -> sessiond.v1.Entry
-	2,  // 9: sessiond.v1.SessionInfo.session:type_name -> sessiond.v1.ResolvedSession
-	13, // 10: sessiond.v1.ListSessionsResponse.sessions:type_name -> sessiond.v1.SessionInfo
-	1,  // 11: sessiond.v1.GetSessionRequest.session:type_name -> sessiond.v1.SessionRef
-	1,  // 12: sessiond.v1.CheckRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 13: sessiond.v1.SessionCheck.session:type_name -> sessiond.v1.ResolvedSession
-	19, // 14: sessiond.v1.SessionCheck.problems:type_name -> sessiond.v1.Problem
-	20, // 15: sessiond.v1.CheckResponse.sessions:type_name -> sessiond.v1.SessionCheck
-	1,  // 16: sessiond.v1.RepairRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 17: sessiond.v1.RepairResponse.session:type_name -> sessiond.v1.ResolvedSession
-	23, // 18: sessiond.v1.RepairResponse.actions:type_name -> sessiond.v1.RepairAction
-	19, // 19: sessiond.v1.RepairResponse.before:type_name -> sessiond.v1.Problem
-	19, // 20: sessiond.v1.RepairResponse.after:type_name -> sessiond.v1.Problem
-	1,  // 21: sessiond.v1.ForkRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 22: sessiond.v1.ForkResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 23: sessiond.v1.RenameRequest.session:type_name -> sessiond.v1.SessionRef
-	1,  // 24: sessiond.v1.TagRequest.session:type_name -> sessiond.v1.SessionRef
-	1,  // 25: sessiond.v1.SetArchivedRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 26: sessiond.v1.MetadataResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 27: sessiond.v1.DeleteRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 28: sessiond.v1.DeleteResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 29: sessiond.v1.RestoreRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 30: sessiond.v1.RestoreResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 31: sessiond.v1.ListSubkeysRequest.session:type_name -> sessiond.v1.SessionRef
-	3,  // 32: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
-	6,  // 33: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
-	9,  // 34: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
-	9,  // 35: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
-	12, // 36: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
-	15, // 37: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
-	16, // 38: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
-	18, // 39: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
-	22, // 40: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
-	25, // 41: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
-	27, // 42: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
-	28, // 43: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
-	29, // 44: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
-	31, // 45: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
-	33, // 46: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
-	35, // 47: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
-	5,  // 48: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
-	8,  // 49: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
-	11, // 50: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
-	11, // 51: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
-	14, // 52: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
-	13, // 53: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
-	17, // 54: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
-	21, // 55: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
-	24, // 56: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
-	26, // 57: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
-	30, // 58: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
-	30, // 59: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
-	30, // 60: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
-	32, // 61: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
-	34, // 62: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
-	36, // 63: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
-	48, // [48:64] is the sub-list for method output_type
-	32, // [32:48] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	7,  // 1: sessiond.v1.AppendStreamResponse.response:type_name -> sessiond.v1.AppendResponse
+	5,  // 2: sessiond.v1.AppendStreamResponse.error:type_name -> sessiond.v1.AppendError
+	0,  // 3: sessiond.v1.EntryResult.outcome:type_name -> sessiond.v1.EntryOutcome
+	2,  // 4: sessiond.v1.AppendResponse.session:type_name -> sessiond.v1.ResolvedSession
+	6,  // 5: sessiond.v1.AppendResponse.results:type_name -> sessiond.v1.EntryResult
+	1,  // 6: sessiond.v1.FlushRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 7: sessiond.v1.FlushedSession.session:type_name -> sessiond.v1.ResolvedSession
+	9,  // 8: sessiond.v1.FlushResponse.sessions:type_name -> sessiond.v1.FlushedSession
+	1,  // 9: sessiond.v1.ReadRequest.session:type_name -> sessiond.v1.SessionRef
+	12, // 10: sessiond.v1.ReadResponse.entries:type_name -> sessiond.v1.Entry
+	2,  // 11: sessiond.v1.SessionInfo.session:type_name -> sessiond.v1.ResolvedSession
+	15, // 12: sessiond.v1.ListSessionsResponse.sessions:type_name -> sessiond.v1.SessionInfo
+	1,  // 13: sessiond.v1.GetSessionRequest.session:type_name -> sessiond.v1.SessionRef
+	1,  // 14: sessiond.v1.CheckRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 15: sessiond.v1.SessionCheck.session:type_name -> sessiond.v1.ResolvedSession
+	21, // 16: sessiond.v1.SessionCheck.problems:type_name -> sessiond.v1.Problem
+	22, // 17: sessiond.v1.CheckResponse.sessions:type_name -> sessiond.v1.SessionCheck
+	1,  // 18: sessiond.v1.RepairRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 19: sessiond.v1.RepairResponse.session:type_name -> sessiond.v1.ResolvedSession
+	25, // 20: sessiond.v1.RepairResponse.actions:type_name -> sessiond.v1.RepairAction
+	21, // 21: sessiond.v1.RepairResponse.before:type_name -> sessiond.v1.Problem
+	21, // 22: sessiond.v1.RepairResponse.after:type_name -> sessiond.v1.Problem
+	1,  // 23: sessiond.v1.ForkRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 24: sessiond.v1.ForkResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 25: sessiond.v1.RenameRequest.session:type_name -> sessiond.v1.SessionRef
+	1,  // 26: sessiond.v1.TagRequest.session:type_name -> sessiond.v1.SessionRef
+	1,  // 27: sessiond.v1.SetArchivedRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 28: sessiond.v1.MetadataResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 29: sessiond.v1.DeleteRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 30: sessiond.v1.DeleteResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 31: sessiond.v1.RestoreRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 32: sessiond.v1.RestoreResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 33: sessiond.v1.ListSubkeysRequest.session:type_name -> sessiond.v1.SessionRef
+	3,  // 34: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
+	3,  // 35: sessiond.v1.Sessiond.AppendStream:input_type -> sessiond.v1.AppendRequest
+	8,  // 36: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
+	11, // 37: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
+	11, // 38: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
+	14, // 39: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
+	17, // 40: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
+	18, // 41: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
+	20, // 42: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
+	24, // 43: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
+	27, // 44: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
+	29, // 45: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
+	30, // 46: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
+	31, // 47: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
+	33, // 48: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
+	35, // 49: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
+	37, // 50: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
+	7,  // 51: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
+	4,  // 52: sessiond.v1.Sessiond.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
+	10, // 53: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
+	13, // 54: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
+	13, // 55: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
+	16, // 56: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
+	15, // 57: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
+	19, // 58: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
+	23, // 59: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
+	26, // 60: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
+	28, // 61: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
+	32, // 62: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
+	32, // 63: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
+	32, // 64: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
+	34, // 65: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
+	36, // 66: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
+	38, // 67: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
+	51, // [51:68] is the sub-list for method output_type
+	34, // [34:51] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_sessiond_v1_sessiond_proto_init() }
@@ -2812,7 +2944,7 @@ func file_sessiond_v1_sessiond_proto_init() {
 		(*SessionRef_Cwd)(nil),
 		(*SessionRef_ProjectKey)(nil),
 	}
-	file_sessiond_v1_sessiond_proto_msgTypes[11].OneofWrappers = []any{
+	file_sessiond_v1_sessiond_proto_msgTypes[13].OneofWrappers = []any{
 		(*ListSessionsRequest_Cwd)(nil),
 		(*ListSessionsRequest_ProjectKey)(nil),
 	}
@@ -2822,7 +2954,7 @@ func file_sessiond_v1_sessiond_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessiond_v1_sessiond_proto_rawDesc), len(file_sessiond_v1_sessiond_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Sessiond_Append_FullMethodName       = "/sessiond.v1.Sessiond/Append"
+	Sessiond_AppendStream_FullMethodName = "/sessiond.v1.Sessiond/AppendStream"
 	Sessiond_Flush_FullMethodName        = "/sessiond.v1.Sessiond/Flush"
 	Sessiond_Read_FullMethodName         = "/sessiond.v1.Sessiond/Read"
 	Sessiond_Follow_FullMethodName       = "/sessiond.v1.Sessiond/Follow"
@@ -51,6 +52,12 @@ type SessiondClient interface {
 	// already holds are acknowledged as duplicates and not written again, so
 	// a caller may retry a batch safely.
 	Append(ctx context.Context, in *AppendRequest, opts ...grpc.CallOption) (*AppendResponse, error)
+	// AppendStream is Append over one long-lived stream, for clients that
+	// append often: each request is answered, in order, by one response
+	// once its entries are durable, or by the error that refused it (the
+	// stream goes on). It saves the cost of a new HTTP/2 stream per call,
+	// which is most of an Append's cost on the daemon.
+	AppendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendRequest, AppendStreamResponse], error)
 	// Flush compacts the journal of one session, or of every session, into
 	// the canonical JSONL files.
 	Flush(ctx context.Context, in *FlushRequest, opts ...grpc.CallOption) (*FlushResponse, error)
@@ -111,6 +118,19 @@ func (c *sessiondClient) Append(ctx context.Context, in *AppendRequest, opts ...
 	return out, nil
 }
 
+func (c *sessiondClient) AppendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendRequest, AppendStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[0], Sessiond_AppendStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[AppendRequest, AppendStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessiond_AppendStreamClient = grpc.BidiStreamingClient[AppendRequest, AppendStreamResponse]
+
 func (c *sessiondClient) Flush(ctx context.Context, in *FlushRequest, opts ...grpc.CallOption) (*FlushResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(FlushResponse)
@@ -123,7 +143,7 @@ func (c *sessiondClient) Flush(ctx context.Context, in *FlushRequest, opts ...gr
 
 func (c *sessiondClient) Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[0], Sessiond_Read_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[1], Sessiond_Read_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +162,7 @@ type Sessiond_ReadClient = grpc.ServerStreamingClient[ReadResponse]
 
 func (c *sessiondClient) Follow(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[1], Sessiond_Follow_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[2], Sessiond_Follow_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -290,6 +310,12 @@ type SessiondServer interface {
 	// already holds are acknowledged as duplicates and not written again, so
 	// a caller may retry a batch safely.
 	Append(context.Context, *AppendRequest) (*AppendResponse, error)
+	// AppendStream is Append over one long-lived stream, for clients that
+	// append often: each request is answered, in order, by one response
+	// once its entries are durable, or by the error that refused it (the
+	// stream goes on). It saves the cost of a new HTTP/2 stream per call,
+	// which is most of an Append's cost on the daemon.
+	AppendStream(grpc.BidiStreamingServer[AppendRequest, AppendStreamResponse]) error
 	// Flush compacts the journal of one session, or of every session, into
 	// the canonical JSONL files.
 	Flush(context.Context, *FlushRequest) (*FlushResponse, error)
@@ -342,6 +368,9 @@ type UnimplementedSessiondServer struct{}
 
 func (UnimplementedSessiondServer) Append(context.Context, *AppendRequest) (*AppendResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Append not implemented")
+}
+func (UnimplementedSessiondServer) AppendStream(grpc.BidiStreamingServer[AppendRequest, AppendStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method AppendStream not implemented")
 }
 func (UnimplementedSessiondServer) Flush(context.Context, *FlushRequest) (*FlushResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Flush not implemented")
@@ -426,6 +455,13 @@ func _Sessiond_Append_Handler(srv interface{}, ctx context.Context, dec func(int
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Sessiond_AppendStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SessiondServer).AppendStream(&grpc.GenericServerStream[AppendRequest, AppendStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessiond_AppendStreamServer = grpc.BidiStreamingServer[AppendRequest, AppendStreamResponse]
 
 func _Sessiond_Flush_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(FlushRequest)
@@ -748,6 +784,12 @@ var Sessiond_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "AppendStream",
+			Handler:       _Sessiond_AppendStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
 		{
 			StreamName:    "Read",
 			Handler:       _Sessiond_Read_Handler,
