@@ -43,8 +43,8 @@ func TestRecoveryScenario(t *testing.T) {
 	perSession := int64(recoveryTotalBytes / recoverySessions)
 
 	// The table: two sequential reads, the journals, the recovery, the
-	// daemon's own Recover time and the append phase.
-	if sc.Table == nil || len(sc.Table.Rows) != 6 {
+	// daemon's own Recover time, the write baseline and the append phase.
+	if sc.Table == nil || len(sc.Table.Rows) != 7 {
 		t.Fatalf("table %+v", sc.Table)
 	}
 	rows := map[string][]string{}
@@ -61,12 +61,12 @@ func TestRecoveryScenario(t *testing.T) {
 	}
 	// Every byte read or replayed is a journal byte or a copy of that
 	// size: the same MB figure in the rows that read the journals.
-	rec, seq, jr := rows["sessiond recovery:"], rows["sequential read,"], rows["read the"]
-	if rec == nil || seq == nil || jr == nil {
+	rec, seq, jr, wr := rows["sessiond recovery:"], rows["sequential read,"], rows["read the"], rows["write +"]
+	if rec == nil || seq == nil || jr == nil || wr == nil || rows["of which"] == nil || rows["append phase"] == nil {
 		t.Fatalf("missing rows in %v", sc.Table.Rows)
 	}
-	if rec[1] != seq[1] || rec[1] != jr[1] {
-		t.Errorf("MB replayed %s, sequential file %s, journals read %s: want equal", rec[1], seq[1], jr[1])
+	if rec[1] != seq[1] || rec[1] != jr[1] || rec[1] != wr[1] {
+		t.Errorf("MB replayed %s, sequential file %s, journals read %s, written %s: want equal", rec[1], seq[1], jr[1], wr[1])
 	}
 	if mb, _ := strconv.ParseFloat(rec[1], 64); mb*1e6 < float64(sessions*perSession) {
 		t.Errorf("%s MB of journals for %d sessions of %d bytes", rec[1], sessions, perSession)
