@@ -41,6 +41,7 @@ func run() error {
 		maxMessage      = flag.Int("max-message-bytes", 64<<20, "largest gRPC message (an append batch) accepted")
 		idleCompact     = flag.Duration("idle-compact", writer.DefaultIdleCompact, "compact a session after this long without appends")
 		idleRetire      = flag.Duration("idle-retire", writer.DefaultIdleRetire, "close a session's files after this long without activity")
+		minCompact      = flag.Int64("min-compact-bytes", writer.DefaultMinCompactBytes, "compact a session once its journal holds this many bytes of entries and at least as many as its transcript (benchmarks raise it to keep large journals)")
 		logFormat       = flag.String("log-format", "auto", "auto (console on a terminal, else JSON), console or json")
 		logLevel        = flag.String("log-level", "info", "debug, info, warn or error")
 		showVersion     = flag.Bool("version", false, "print the version and exit")
@@ -79,7 +80,8 @@ func run() error {
 	return daemon.Run(ctx, daemon.Config{
 		Socket: *socketPath, Root: *rootDir, StateDir: *stateDir,
 		ShutdownTimeout: *shutdownTimeout, MaxMessageBytes: *maxMessage, Version: version(),
-		Writer: writer.Config{MaxEntryBytes: *maxEntry, IdleCompact: *idleCompact, IdleRetire: *idleRetire},
+		Writer: writer.Config{MaxEntryBytes: *maxEntry, IdleCompact: *idleCompact, IdleRetire: *idleRetire,
+			MinCompactBytes: *minCompact},
 		Logger: log,
 	})
 }

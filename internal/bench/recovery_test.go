@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRecoveryScenario runs the recovery scenario at a tiny scale against a
+// real sessiond: a few sessions of the full per-session size, SIGKILL,
+// restart. It checks what the scenario claims about the files, never a
+// speed.
+func TestRecoveryScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs sessiond")
+	}
+	bin := buildSessiond(t)
+	dir := t.TempDir()
+	cfg := Config{Sessiond: bin, Dir: dir, Keep: true, Verify: true, Suite: true,
+		Scenarios: []string{ScenarioRecovery}, Scale: 0.004, Seed: 11, Log: io.Discard}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var out strings.Builder
+	rep, err := Run(ctx, cfg, &out)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, out.String())
+	}
+	if err := rep.Failed(); err != nil {
+		t.Fatalf("report: %v\n%s", err, out.String())
+	}
+	if len(rep.Scenarios) != 1 || rep.Scenarios[0].Name != ScenarioRecovery {
+		t.Fatalf("scenarios %+v", rep.Scenarios)
+	}
+	sc := rep.Scenarios[0]
+	const sessions = 4 // 1000 * 0.004
+	perSession := int64(recoveryTotalBytes / recoverySessions)
+
+	// The table: two sequential reads, the journals, the recovery, the
+	// daemon's own Recover time, the write baseline and the append phase.
+	if sc.Table == nil || len(sc.Table.Rows) != 7 {
+		t.Fatalf("table %+v", sc.Table)
+	}
+	rows := map[string][]string{}
+	for _, r := range sc.Table.Rows {
+		if len(r) != len(sc.Table.Columns) {
+			t.Fatalf("row %q has %d cells, %d columns", r, len(r), len(sc.Table.Columns))
+		}
+		rows[strings.Fields(r[0])[0]+" "+strings.Fields(r[0])[1]] = r
+		for _, cell := range r[1:4] {
+			if v, err := strconv.ParseFloat(strings.TrimSuffix(cell, "%"), 64); err != nil || v <= 0 {
+				t.Errorf("row %q: cell %q not a positive figure", r[0], cell)
+			}
+		}
+	}
+	// Every byte read or replayed is a journal byte or a copy of that
+	// size: the same MB figure in the rows that read the journals.
+	rec, seq, jr, wr := rows["sessiond recovery:"], rows["sequential read,"], rows["read the"], rows["write +"]
+	if rec == nil || seq == nil || jr == nil || wr == nil || rows["of which"] == nil || rows["append phase"] == nil {
+		t.Fatalf("missing rows in %v", sc.Table.Rows)
+	}
+	if rec[1] != seq[1] || rec[1] != jr[1] || rec[1] != wr[1] {
+		t.Errorf("MB replayed %s, sequential file %s, journals read %s, written %s: want equal", rec[1], seq[1], jr[1], wr[1])
+	}
+	if mb, _ := strconv.ParseFloat(rec[1], 64); mb*1e6 < float64(sessions*perSession) {
+		t.Errorf("%s MB of journals for %d sessions of %d bytes", rec[1], sessions, perSession)
+	}
+	if rec[2] != strconv.Itoa(sessions) || jr[2] != strconv.Itoa(sessions) {
+		t.Errorf("journal files: recovery %s, read %s; want %d", rec[2], jr[2], sessions)
+	}
+	if len(sc.Checks) != 1 || sc.Checks[0].Value <= 0 || sc.Checks[0].Limit != 50 || sc.Checks[0].Unit != "%" {
+		t.Errorf("checks %+v", sc.Checks)
+	}
+	if !strings.Contains(strings.Join(sc.Notes, "\n"), "Verified: yes: 4 sessions") {
+		t.Errorf("notes do not say verified: %q", sc.Notes)
+	}
+
+	// Independently of the scenario's own hash check: each canonical file
+	// holds whole, distinct entries of the session, at least the
+	// per-session size, and no journal still holds them.
+	ddir := filepath.Join(dir, "extra-"+ScenarioRecovery, "daemon")
+	canon, _ := filepath.Glob(filepath.Join(ddir, "root", "projects", "*", "*.jsonl"))
+	if len(canon) != sessions {
+		t.Fatalf("%d canonical files, want %d", len(canon), sessions)
+	}
+	for _, p := range canon {
+		sid := strings.TrimSuffix(filepath.Base(p), ".jsonl")
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		var size, seq int64
+		r := bufio.NewReaderSize(f, 2<<20)
+		for {
+			line, err := r.ReadBytes('\n')
+			if err == io.EOF {
+				if len(line) != 0 {
+					t.Errorf("%s: torn last line", p)
+				}
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			size += int64(len(line))
+			var e struct {
+				UUID      string `json:"uuid"`
+				SessionID string `json:"sessionId"`
+				Seq       int64  `json:"seq"`
+			}
+			if err := json.Unmarshal(line, &e); err != nil {
+				t.Fatalf("%s: line %d: %v", p, seq+1, err)
+			}
+			if e.SessionID != sid || e.Seq != seq || seen[e.UUID] {
+				t.Fatalf("%s: line %d: session %s, seq %d, uuid %s seen before %v", p, seq+1, e.SessionID, e.Seq, e.UUID, seen[e.UUID])
+			}
+			seen[e.UUID] = true
+			seq++
+		}
+		f.Close()
+		if size < perSession {
+			t.Errorf("%s: %d bytes, want at least %d", p, size, perSession)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "extra-"+ScenarioRecovery, "sequential.bin")); !os.IsNotExist(err) {
+		t.Errorf("the baseline file was left behind: %v", err)
+	}
+}
