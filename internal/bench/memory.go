@@ -624,7 +624,6 @@ func memReads(ctx context.Context, env *Env, sz memSizes, emptyRSS int64, sc *Sc
 	if err != nil {
 		return err
 	}
-	c.Close()
 	if p, err = startDaemon(ctx, env.Sessiond, dir, env.SessiondArgs); err != nil {
 		return err
 	}
@@ -633,6 +632,7 @@ func memReads(ctx context.Context, env *Env, sz memSizes, emptyRSS int64, sc *Sc
 	if err != nil {
 		return err
 	}
+	defer c.Close()
 	infos, _, err := c.ListSessions(ctx, client.ListOptions{ProjectKey: project})
 	if err != nil || len(infos) != 2 {
 		return fmt.Errorf("the restarted daemon lists %d sessions in %s, 2 on disk (%v)", len(infos), project, err)
