@@ -342,3 +342,20 @@ func copyTree(fsys FS, src, dst string) error {
 	}
 	return fsys.SyncDir(filepath.Dir(dst))
 }
+
+// CopyRange appends n bytes of src, from offset off, to dst at its current
+// offset. Between two files of the real filesystem it lets the kernel copy
+// (copy_file_range on Linux: the bytes never pass through sessiond, and a
+// filesystem that can share extents shares them); otherwise, and for the
+// test filesystems, it reads and writes. Compaction copies the whole
+// canonical file each time, so this is most of its cost.
+func CopyRange(dst, src File, off, n int64) (int64, error) {
+	d, dok := dst.(*osFile)
+	s, sok := src.(*osFile)
+	if dok && sok {
+		if done, err, handled := copyRange(d.File, s.File, off, n); handled {
+			return done, err
+		}
+	}
+	return io.Copy(dst, io.NewSectionReader(src, off, n))
+}

@@ -1,6 +1,7 @@
 package fsys
 
 import (
+	"io"
 	"os"
 	"syscall"
 
@@ -23,4 +24,26 @@ func datasync(f *os.File) error {
 			return nil
 		}
 	}
+}
+
+// copyRange copies with copy_file_range. handled is false when the kernel
+// or the filesystem cannot (nothing was copied then), so the caller reads
+// and writes instead.
+func copyRange(dst, src *os.File, off, n int64) (done int64, err error, handled bool) {
+	for done < n {
+		roff := off + done
+		c, err := unix.CopyFileRange(int(src.Fd()), &roff, int(dst.Fd()), nil, int(min(n-done, 1<<30)), 0)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil && done == 0 && (err == unix.EXDEV || err == unix.ENOSYS || err == unix.EOPNOTSUPP || err == unix.EINVAL):
+			return 0, nil, false
+		case err != nil:
+			return done, &os.PathError{Op: "copy_file_range", Path: dst.Name(), Err: err}, true
+		case c == 0:
+			return done, &os.PathError{Op: "copy_file_range", Path: src.Name(), Err: io.ErrUnexpectedEOF}, true
+		}
+		done += int64(c)
+	}
+	return done, nil, true
 }

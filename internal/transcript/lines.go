@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 )
 
 // initialLineBuffer is the LineScanner's first buffer size; it doubles only
@@ -14,13 +15,19 @@ const initialLineBuffer = 64 << 10
 // line length limit (real transcripts have single lines of 12 MB), yet its
 // memory stays bounded by about twice the longest line: the buffer holds at
 // most the current line plus what one read brought in, and grows by doubling
-// only when one line fills it.
+// only when one line fills it. Reading a file (NewLineScannerAt), it looks
+// ahead for the end of a line that does not fit and grows once to that
+// size, so its buffer is about the longest line, not twice it, and no chain
+// of outgrown buffers is left for the garbage collector.
 //
 // Lines are returned as they are on disk: a '\r' before the '\n' stays part
 // of the line, and empty lines are returned too.
 type LineScanner struct {
 	r   io.Reader
+	ra  io.ReaderAt // the same stream, by offset; nil when unknown
 	buf []byte
+	// probe is the look-ahead buffer used with ra.
+	probe []byte
 	// buf[start:end] is read but not yet returned; buf[start:searched]
 	// is known to hold no '\n', so a long line is searched only once
 	// however many reads it takes.
@@ -38,6 +45,44 @@ type LineScanner struct {
 // NewLineScanner returns a LineScanner reading r.
 func NewLineScanner(r io.Reader) *LineScanner {
 	return &LineScanner{r: r}
+}
+
+// NewLineScannerAt returns a LineScanner reading ra from offset 0 to its
+// end (a file, or a section of one).
+func NewLineScannerAt(ra io.ReaderAt) *LineScanner {
+	sr := io.NewSectionReader(ra, 0, math.MaxInt64)
+	return &LineScanner{r: sr, ra: sr}
+}
+
+// lookAhead returns how many bytes the partial line buf[start:end] needs in
+// all, its newline included, by reading ahead with ra (to the end of the
+// input for a last line without newline); 0 without ra or on a read error
+// (the reads that follow report it).
+func (s *LineScanner) lookAhead() int {
+	if s.ra == nil {
+		return 0
+	}
+	if s.probe == nil {
+		s.probe = make([]byte, 64<<10)
+	}
+	lineStart := s.base + int64(s.start)
+	pos := s.base + int64(s.end)
+	for {
+		n, err := s.ra.ReadAt(s.probe, pos)
+		if n < 0 || n > len(s.probe) {
+			return 0
+		}
+		if i := bytes.IndexByte(s.probe[:n], '\n'); i >= 0 {
+			return int(pos + int64(i) + 1 - lineStart)
+		}
+		pos += int64(n)
+		switch {
+		case err == io.EOF:
+			return int(pos - lineStart)
+		case err != nil || n == 0:
+			return 0
+		}
+	}
 }
 
 // Scan advances to the next line. It returns false at the end of the input
@@ -107,7 +152,15 @@ func (s *LineScanner) fill() {
 		s.start = 0
 	}
 	if s.end == len(s.buf) {
-		buf := make([]byte, max(2*len(s.buf), initialLineBuffer))
+		size := max(2*len(s.buf), initialLineBuffer)
+		if len(s.buf) > 0 {
+			if need := s.lookAhead(); need > len(s.buf) {
+				// One byte more, so the read that completes the line
+				// does not find the buffer full.
+				size = need + 1
+			}
+		}
+		buf := make([]byte, size)
 		copy(buf, s.buf[:s.end])
 		s.buf = buf
 	}

@@ -173,3 +173,55 @@ func TestLineScannerNoProgress(t *testing.T) {
 		t.Fatalf("Err() = %v, want io.ErrNoProgress", s.Err())
 	}
 }
+
+// TestLineScannerAtSizesBufferToLine: reading a file by offset, the
+// scanner returns exactly what NewLineScanner does (torn last line
+// included), and a long line grows the buffer once, to about the line,
+// instead of doubling past it.
+func TestLineScannerAtSizesBufferToLine(t *testing.T) {
+	const long = 12<<20 + 123
+	big := bytes.Repeat([]byte("x"), long)
+	var in []byte
+	in = append(in, "{\"first\":1}\n"...)
+	in = append(in, big...)
+	in = append(in, '\n')
+	in = append(in, "{\"short\":2}\r\n"...)
+	in = append(in, big[:long/3]...)
+	in = append(in, '\n')
+	in = append(in, big[:long/2]...) // torn, longer than the buffer
+	want := scanAll(t, bytes.NewReader(in))
+
+	s := NewLineScannerAt(bytes.NewReader(in))
+	var got []scannedLine
+	grown := 0
+	last := 0
+	for s.Scan() {
+		got = append(got, scannedLine{string(s.Line()), s.Offset(), s.HasNewline()})
+		if cap(s.buf) != last {
+			grown++
+			last = cap(s.buf)
+		}
+		if cap(s.buf) > len(s.Line())+initialLineBuffer && cap(s.buf) > long+initialLineBuffer {
+			t.Fatalf("line %d of %d bytes: buffer %d bytes, over the longest line + 64 KiB", len(got), len(s.Line()), cap(s.buf))
+		}
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d lines, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("line %d: %d bytes at %d newline %v; want %d bytes at %d newline %v", i,
+				len(got[i].text), got[i].off, got[i].newline, len(want[i].text), want[i].off, want[i].newline)
+		}
+	}
+	if cap(s.buf) > long+initialLineBuffer {
+		t.Fatalf("buffer ended at %d bytes for a longest line of %d", cap(s.buf), long)
+	}
+	// 64 KiB, then straight to the 12 MB line.
+	if grown > 2 {
+		t.Fatalf("buffer grew %d times; want 2 (first fill, then once to the long line)", grown)
+	}
+}

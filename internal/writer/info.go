@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
@@ -95,7 +96,7 @@ func (m *Manager) entryFor(ctx context.Context, key layout.Key) (index.Entry, er
 	}
 	err := m.view(ctx, key, func(r io.Reader, pending int) error {
 		e.Pending = uint64(pending)
-		sc := transcript.NewLineScanner(r)
+		sc := lineScanner(r)
 		for sc.Scan() {
 			e.Add(sc.Line(), sc.HasNewline())
 		}
@@ -349,4 +350,14 @@ func (m *Manager) Find(sessionID, subpath string) ([]layout.Key, error) {
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].ProjectKey < keys[j].ProjectKey })
 	return keys, nil
+}
+
+// lineScanner scans r. A file handed over whole (view's path for a session
+// without journal) is scanned by offset, so a huge line costs one buffer
+// of its size (see transcript.NewLineScannerAt).
+func lineScanner(r io.Reader) *transcript.LineScanner {
+	if f, ok := r.(fsys.File); ok {
+		return transcript.NewLineScannerAt(f)
+	}
+	return transcript.NewLineScanner(r)
 }

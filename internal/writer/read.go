@@ -21,8 +21,15 @@ type Entry struct {
 	Data  []byte
 }
 
-// sendBytes is how much a reader gathers before handing entries on.
-const sendBytes = 1 << 20
+// sendBytes bounds what a reader gathers before handing entries on: just
+// under 1 MiB with the message's framing, so the gRPC message of a batch
+// fits the largest buffer size grpc-go pools and reuses.
+const sendBytes = 1<<20 - 16<<10
+
+// bigLine is the size from which a line is sent on its own, straight
+// from the scanner's buffer: copying it into a batch would double the
+// memory a huge line costs (a 12 MB line exists in real transcripts).
+const bigLine = 256 << 10
 
 // snapshot is a consistent view of a session taken on its writer
 // goroutine. It holds its own file handles: compaction replaces files by
@@ -114,7 +121,8 @@ type ReadOptions struct {
 	Follow bool   // keep serving new entries until ctx ends
 }
 
-// Read serves key's entries to send, in order, in groups. With Follow it
+// Read serves key's entries to send, in order, in groups. The entries'
+// Data are only valid until send returns (their memory is reused). With Follow it
 // then waits for new entries and serves them as they are acknowledged,
 // until ctx ends (which is then not an error).
 func (m *Manager) Read(ctx context.Context, key layout.Key, opt ReadOptions, send func([]Entry) error) error {
@@ -200,26 +208,51 @@ type reader struct {
 	hintIdx uint64
 	hintOff int64
 	send    func([]Entry) error
-	batch   []Entry
-	bytes   int
+	// The batch being gathered: its lines back to back in arena, entry i
+	// ending at ends[i] with index idx[i].
+	arena []byte
+	idx   []uint64
+	ends  []int
+	batch []Entry
 }
 
+// emit hands on the entry at idx. data is only valid during the call (it
+// may be the scanner's buffer): small lines are copied into the batch's
+// arena, which is reused from batch to batch; a big line goes out alone,
+// uncopied. Both rely on send being done with a batch when it returns
+// (the server's send marshals the message before Send returns).
 func (r *reader) emit(idx uint64, data []byte) error {
-	r.batch = append(r.batch, Entry{Index: idx, Data: append([]byte(nil), data...)})
-	r.bytes += len(data)
-	if r.bytes >= sendBytes {
-		return r.flush()
+	if len(data) >= bigLine {
+		if err := r.flush(); err != nil {
+			return err
+		}
+		return r.send([]Entry{{Index: idx, Data: data}})
 	}
+	if len(r.arena)+len(data) > sendBytes {
+		if err := r.flush(); err != nil {
+			return err
+		}
+	}
+	r.arena = append(r.arena, data...)
+	r.idx = append(r.idx, idx)
+	r.ends = append(r.ends, len(r.arena))
 	return nil
 }
 
 func (r *reader) flush() error {
-	if len(r.batch) == 0 {
+	if len(r.idx) == 0 {
 		return nil
 	}
+	// Entries are cut from the arena only now: appending to it may have
+	// moved it.
+	r.batch = r.batch[:0]
+	start := 0
+	for i, end := range r.ends {
+		r.batch = append(r.batch, Entry{Index: r.idx[i], Data: r.arena[start:end:end]})
+		start = end
+	}
 	err := r.send(r.batch)
-	r.batch = nil
-	r.bytes = 0
+	r.arena, r.idx, r.ends = r.arena[:0], r.idx[:0], r.ends[:0]
 	return err
 }
 
@@ -229,7 +262,7 @@ func (r *reader) serve(sn *snapshot) error {
 		if r.lineage == sn.lineage && r.hintIdx == r.next && r.hintOff <= sn.canonSize {
 			idx, off = r.hintIdx, r.hintOff
 		}
-		sc := transcript.NewLineScanner(io.NewSectionReader(sn.canon, off, sn.canonSize-off))
+		sc := transcript.NewLineScannerAt(io.NewSectionReader(sn.canon, off, sn.canonSize-off))
 		for idx < sn.canonEntries && sc.Scan() {
 			if idx >= r.next {
 				if err := r.emit(idx, sc.Line()); err != nil {

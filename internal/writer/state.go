@@ -276,7 +276,7 @@ func (st *state) scanCanonical() error {
 	}
 	defer f.Close()
 	st.canonExists = true
-	sc := transcript.NewLineScanner(f)
+	sc := transcript.NewLineScannerAt(f)
 	var size int64
 	for sc.Scan() {
 		line := sc.Line()
@@ -701,14 +701,14 @@ func (st *state) absorbForeign() error {
 
 // writeTemp writes the current canonical content plus the pending entries
 // to path and syncs it.
-func (st *state) writeTemp(path string, src io.ReaderAt) (fingerprint, error) {
+func (st *state) writeTemp(path string, src fsys.File) (fingerprint, error) {
 	tmp, err := st.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fingerprint{}, err
 	}
 	defer tmp.Close()
 	if src != nil {
-		if _, err := io.Copy(tmp, io.NewSectionReader(src, 0, st.canon.size)); err != nil {
+		if _, err := fsys.CopyRange(tmp, src, 0, st.canon.size); err != nil {
 			return fingerprint{}, err
 		}
 	}

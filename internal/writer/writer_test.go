@@ -534,6 +534,8 @@ func TestReadAndFollow(t *testing.T) {
 	go func() {
 		done <- m.Read(fctx, k, ReadOptions{From: 4, Follow: true}, func(es []Entry) error {
 			for _, e := range es {
+				// Data is only valid during the call.
+				e.Data = bytes.Clone(e.Data)
 				followed <- e
 			}
 			return nil
@@ -850,5 +852,78 @@ func TestListingReadsNoTranscriptTwice(t *testing.T) {
 	}
 	if in, _ := m.Info(ctx, keys[2]); in.Entries != 2 {
 		t.Fatalf("the rescanned entry counts %d entries, want 2", in.Entries)
+	}
+}
+
+// TestReadBatchesAndBigLines: a read crossing many batches, with lines from
+// a few bytes to several MiB, from the canonical file and from the journal,
+// comes back whole and in order; no batch goes over sendBytes unless it is
+// one big line on its own, and big lines are never batched with others.
+func TestReadBatchesAndBigLines(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	defer closeManager(t, m)
+	ctx := context.Background()
+	k := newKey()
+	sizes := []int{10, 3 << 20, 200, bigLine, bigLine - 1, 5000}
+	var want [][]byte
+	appendAll := func(rounds int) {
+		for r := 0; r < rounds; r++ {
+			for i, n := range sizes {
+				b := entry("", "i", fmt.Sprint(len(want)), "pad", strings.Repeat("y", n+i))
+				want = append(want, b)
+				if _, err := m.Append(ctx, k, [][]byte{b}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	appendAll(3)
+	if _, err := m.Flush(ctx, k); err != nil { // these now come from the canonical file
+		t.Fatal(err)
+	}
+	appendAll(2) // and these from the journal
+	for i := 0; i < 3000; i++ {
+		b := entry("", "i", fmt.Sprint(len(want)), "pad", strings.Repeat("z", 700))
+		want = append(want, b)
+		if _, err := m.Append(ctx, k, [][]byte{b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got [][]byte
+	batches := 0
+	err := m.Read(ctx, k, ReadOptions{}, func(es []Entry) error {
+		batches++
+		total := 0
+		for _, e := range es {
+			if e.Index != uint64(len(got)) {
+				return fmt.Errorf("entry %d served as %d", len(got), e.Index)
+			}
+			got = append(got, bytes.Clone(e.Data))
+			total += len(e.Data)
+		}
+		if len(es) > 1 && total > sendBytes {
+			return fmt.Errorf("a batch of %d entries holds %d bytes, over %d", len(es), total, sendBytes)
+		}
+		for _, e := range es {
+			if len(es) > 1 && len(e.Data) >= bigLine {
+				return fmt.Errorf("a %d-byte line batched with %d others", len(e.Data), len(es)-1)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("read %d entries, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("entry %d differs (%d bytes, want %d)", i, len(got[i]), len(want[i]))
+		}
+	}
+	if batches < 10 {
+		t.Fatalf("%d batches for %d entries: the batch limit did not apply", batches, len(want))
 	}
 }
