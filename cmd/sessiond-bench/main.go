@@ -22,6 +22,8 @@ import (
 )
 
 func main() {
+	// The bench re-executes itself as the (e) echo server.
+	bench.MaybeServeEcho()
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "sessiond-bench:", err)
 		os.Exit(1)
@@ -31,13 +33,14 @@ func main() {
 func run() error {
 	var cfg bench.Config
 	var jsonOut bool
+	var markdown string
 	var scenarios, sessiondArgs string
 	flag.StringVar(&cfg.Socket, "socket", "", "socket of a running sessiond (default: $SESSIOND_SOCKET, else sessiond's default)")
 	flag.StringVar(&cfg.Sessiond, "sessiond", "", "sessiond binary to start on a temp folder instead of using a running one")
 	flag.StringVar(&sessiondArgs, "sessiond-args", "", "extra flags for the started sessiond, space-separated")
 	flag.StringVar(&cfg.Dir, "dir", "", "work folder (default: a temp folder; next to sessiond's state folder when using a running one)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the work folder, and the sessions written to a running sessiond")
-	flag.StringVar(&cfg.Target, "target", bench.TargetDaemon, "single run: daemon, inproc (internal/writer in-process), inproc-daemon (internal/daemon in-process, over gRPC), ceiling, naive or nosync")
+	flag.StringVar(&cfg.Target, "target", bench.TargetDaemon, "single run: daemon, inproc (internal/writer in-process), inproc-daemon (internal/daemon in-process, over gRPC), ceiling, naive, nosync or echo (gRPC alone)")
 	flag.IntVar(&cfg.Clients, "clients", 64, "concurrent clients (C)")
 	flag.IntVar(&cfg.Sessions, "sessions", 1, "sessions the clients write to (S); client i writes to session i mod S")
 	flag.StringVar(&cfg.Size, "size", "1KiB", "entry size: bytes (200..1MiB, e.g. 1KiB) or dist:agent")
@@ -53,6 +56,7 @@ func run() error {
 	flag.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the bench process over each in-process run (--target inproc or inproc-daemon, or --suite --inproc)")
 	flag.Float64Var(&cfg.Scale, "scale", 1, "with --suite: shrink the compaction, recovery, memory and listing scenarios' sizes (1: the issue's sizes)")
 	flag.StringVar(&cfg.SDKDir, "sdk-dir", "e2e/sdk", "folder whose node_modules holds the official TypeScript SDK (listing scenario)")
+	flag.StringVar(&markdown, "markdown", "", "rewrite the results section of this markdown file (BENCHMARKS.md) with the report")
 	flag.BoolVar(&jsonOut, "json", false, "print the report as JSON instead of tables")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -88,8 +92,20 @@ func run() error {
 			bench.WriteHeader(out, rep)
 		}
 	}
+	if rep != nil && markdown != "" && err == nil {
+		if merr := bench.UpdateMarkdown(markdown, rep, commandLine()); merr != nil {
+			return merr
+		}
+		fmt.Fprintf(os.Stderr, "wrote the results into %s\n", markdown)
+	}
 	if err != nil {
 		return err
 	}
 	return rep.Failed()
+}
+
+// commandLine is how the tool was run, for the report (the binary as
+// named on the command line, the flags as given).
+func commandLine() string {
+	return strings.Join(os.Args, " ")
 }

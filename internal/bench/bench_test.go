@@ -236,3 +236,27 @@ func TestLatencyPercentiles(t *testing.T) {
 		t.Errorf("latencyOf = %+v", l)
 	}
 }
+
+// TestEchoTarget runs the (e) transport baseline: the test binary serves
+// as the echo server (TestMain), and every acknowledged append must have
+// reached it.
+func TestEchoTarget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server process")
+	}
+	cfg := Config{Dir: t.TempDir(), Target: TargetEcho, Verify: true, Clients: 3, Sessions: 1, Size: "1KiB",
+		Duration: 500 * time.Millisecond, Seed: 7, Log: io.Discard}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rep, err := Run(ctx, cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Failed(); err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Scenarios[0].Results[0]
+	if r.Target != TargetEcho || r.Entries == 0 || r.Verified == nil || !*r.Verified || !strings.HasPrefix(r.CPUOf, "echo server") {
+		t.Fatalf("echo run: %+v", r)
+	}
+}

@@ -1,0 +1,211 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+
+	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
+	"github.com/sessiond/sessiond/client"
+)
+
+// TargetEcho is the transport alone: the same client, socket type and gRPC
+// settings as sessiond, against a server process that answers every append
+// at once and stores nothing. It is what any gRPC daemon on this machine
+// costs before it does any work, so the targets that compare sessiond with
+// the bare journal can be read as "transport + sessiond's own work".
+const TargetEcho = "echo"
+
+// EchoSocketEnv, when set, makes the bench binary (or the bench package's
+// test binary) serve as the echo server on that socket instead of running.
+const EchoSocketEnv = "SESSIOND_BENCH_ECHO_SOCKET"
+
+// MaybeServeEcho serves as the echo server and exits when EchoSocketEnv is
+// set; otherwise it returns at once.
+func MaybeServeEcho() {
+	sock := os.Getenv(EchoSocketEnv)
+	if sock == "" {
+		return
+	}
+	if err := serveEcho(sock); err != nil {
+		fmt.Fprintln(os.Stderr, "echo server:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+type echoServer struct {
+	sessiondv1.UnimplementedSessiondServer
+	appends, entries atomic.Uint64
+}
+
+// answer builds the response sessiond would give, so both ends marshal
+// the same amount.
+func (e *echoServer) answer(req *sessiondv1.AppendRequest) *sessiondv1.AppendResponse {
+	e.appends.Add(1)
+	n := e.entries.Add(uint64(len(req.GetEntries())))
+	out := &sessiondv1.AppendResponse{Entries: n, Results: make([]*sessiondv1.EntryResult, len(req.GetEntries())),
+		Session: &sessiondv1.ResolvedSession{SessionId: req.GetSession().GetSessionId(), ProjectKey: req.GetSession().GetProjectKey()}}
+	for i, en := range req.GetEntries() {
+		out.Results[i] = &sessiondv1.EntryResult{Outcome: sessiondv1.EntryOutcome_ENTRY_OUTCOME_STORED, Index: n - uint64(len(req.GetEntries())-i), Size: uint64(len(en))}
+	}
+	return out
+}
+
+func (e *echoServer) Append(_ context.Context, req *sessiondv1.AppendRequest) (*sessiondv1.AppendResponse, error) {
+	return e.answer(req), nil
+}
+
+func (e *echoServer) AppendStream(st grpc.BidiStreamingServer[sessiondv1.AppendRequest, sessiondv1.AppendStreamResponse]) error {
+	for {
+		req, err := st.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := st.Send(&sessiondv1.AppendStreamResponse{Response: e.answer(req)}); err != nil {
+			return err
+		}
+	}
+}
+
+func (e *echoServer) Status(context.Context, *sessiondv1.StatusRequest) (*sessiondv1.StatusResponse, error) {
+	return &sessiondv1.StatusResponse{Pid: int32(os.Getpid()), Appends: e.appends.Load(), EntriesStored: e.entries.Load()}, nil
+}
+
+// Flush and Delete are what the bench's settle and cleanup call: nothing
+// to do.
+func (e *echoServer) Flush(context.Context, *sessiondv1.FlushRequest) (*sessiondv1.FlushResponse, error) {
+	return &sessiondv1.FlushResponse{}, nil
+}
+
+func serveEcho(sock string) error {
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return err
+	}
+	// The options sessiond's gRPC server uses (internal/daemon).
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20),
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))), grpc.SharedWriteBuffer(true))
+	sessiondv1.RegisterSessiondServer(g, &echoServer{})
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	go func() { <-sig; g.Stop() }()
+	return g.Serve(ln)
+}
+
+// echoDriver runs the echo server as a child process and drives it with
+// the sessiond client, one connection per client as for sessiond.
+type echoDriver struct {
+	dir   string
+	cmd   *exec.Cmd
+	pid   int
+	conns []*client.Client
+	w     *workload
+}
+
+func (d *echoDriver) open(ctx context.Context, w *workload) error {
+	d.w = w
+	if err := os.MkdirAll(d.dir, 0o700); err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	sock := filepath.Join(d.dir, "echo.sock")
+	d.cmd = exec.Command(exe)
+	d.cmd.Env = append(os.Environ(), EchoSocketEnv+"="+sock)
+	d.cmd.Stderr = os.Stderr
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := d.cmd.Start(); err != nil {
+		return fmt.Errorf("start the echo server: %w", err)
+	}
+	d.pid = d.cmd.Process.Pid
+	for range w.clients {
+		c, err := client.Dial(sock, client.WithRetry(1, 0))
+		if err != nil {
+			return err
+		}
+		d.conns = append(d.conns, c)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := d.conns[0].Status(ctx); err == nil {
+			return nil
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("echo server not answering: %w", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (d *echoDriver) append(ctx context.Context, c, s int, line []byte) error {
+	_, err := d.conns[c].Append(ctx, client.Session{ProjectKey: d.w.projectKey, ID: d.w.sessionIDs[s]}, line)
+	return err
+}
+
+func (d *echoDriver) counters(ctx context.Context) (counters, error) {
+	st, err := d.conns[0].Status(ctx)
+	if err != nil {
+		return counters{}, err
+	}
+	c := counters{entries: st.GetEntriesStored(), appends: st.GetAppends(), pid: d.pid, cpuOf: fmt.Sprintf("echo server pid %d", d.pid)}
+	if cpu, err := procCPU(d.pid); err == nil {
+		c.cpu, c.cpuOK = cpu, true
+	}
+	return c, nil
+}
+
+func (d *echoDriver) settle(context.Context) error { return nil }
+
+// verify checks the server saw exactly the acknowledged entries (nothing
+// is stored, so that is all there is to check).
+func (d *echoDriver) verify(ctx context.Context, t *tally) error {
+	st, err := d.conns[0].Status(ctx)
+	if err != nil {
+		return err
+	}
+	var acked uint64
+	for _, a := range t.perClient {
+		acked += a.entries
+	}
+	if st.GetEntriesStored() != acked {
+		return fmt.Errorf("echo server received %d entries, %d acknowledged", st.GetEntriesStored(), acked)
+	}
+	return nil
+}
+
+func (d *echoDriver) close(context.Context) error {
+	var errs []error
+	for _, c := range d.conns {
+		errs = append(errs, c.Close())
+	}
+	if d.cmd != nil && d.cmd.Process != nil {
+		d.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- d.cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			d.cmd.Process.Kill()
+			<-done
+			errs = append(errs, errors.New("echo server did not stop on SIGTERM"))
+		}
+	}
+	return errors.Join(errs...)
+}
