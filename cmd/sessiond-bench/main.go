@@ -40,7 +40,7 @@ func run() error {
 	flag.StringVar(&sessiondArgs, "sessiond-args", "", "extra flags for the started sessiond, space-separated")
 	flag.StringVar(&cfg.Dir, "dir", "", "work folder (default: a temp folder; next to sessiond's state folder when using a running one)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the work folder, and the sessions written to a running sessiond")
-	flag.StringVar(&cfg.Target, "target", bench.TargetDaemon, "single run: daemon, inproc (internal/writer in-process), inproc-daemon (internal/daemon in-process, over gRPC), ceiling, naive, nosync or echo (gRPC alone)")
+	flag.StringVar(&cfg.Target, "target", bench.TargetDaemon, "single run: daemon, inproc (internal/writer in-process), inproc-daemon (internal/daemon in-process, over gRPC), ceiling, naive, nosync, echo (gRPC alone) or echo-sync (gRPC + fdatasync per request)")
 	flag.IntVar(&cfg.Clients, "clients", 64, "concurrent clients (C)")
 	flag.IntVar(&cfg.Sessions, "sessions", 1, "sessions the clients write to (S); client i writes to session i mod S")
 	flag.StringVar(&cfg.Size, "size", "1KiB", "entry size: bytes (200..1MiB, e.g. 1KiB) or dist:agent")

@@ -259,4 +259,16 @@ func TestEchoTarget(t *testing.T) {
 	if r.Target != TargetEcho || r.Entries == 0 || r.Verified == nil || !*r.Verified || !strings.HasPrefix(r.CPUOf, "echo server") {
 		t.Fatalf("echo run: %+v", r)
 	}
+	// (f): the same, and the server's file holds every acknowledged entry.
+	cfg.Target = TargetEchoSync
+	cfg.Dir = t.TempDir()
+	if rep, err = Run(ctx, cfg, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Failed(); err != nil {
+		t.Fatal(err)
+	}
+	if r := rep.Scenarios[0].Results[0]; r.Target != TargetEchoSync || r.Entries == 0 || r.Verified == nil || !*r.Verified {
+		t.Fatalf("echo-sync run: %+v", r)
+	}
 }

@@ -11,10 +11,12 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
@@ -28,6 +30,16 @@ import (
 // the bare journal can be read as "transport + sessiond's own work".
 const TargetEcho = "echo"
 
+// TargetEchoSync is the echo server that also writes each request's
+// entries to a file and fdatasyncs it before answering (no group commit):
+// the least any daemon that acknowledges durable appends over this
+// transport can cost, one client at a time.
+const TargetEchoSync = "echo-sync"
+
+// echoSyncEnv, with EchoSocketEnv, names the file the echo server syncs
+// into.
+const echoSyncEnv = "SESSIOND_BENCH_ECHO_SYNC_FILE"
+
 // EchoSocketEnv, when set, makes the bench binary (or the bench package's
 // test binary) serve as the echo server on that socket instead of running.
 const EchoSocketEnv = "SESSIOND_BENCH_ECHO_SOCKET"
@@ -39,7 +51,7 @@ func MaybeServeEcho() {
 	if sock == "" {
 		return
 	}
-	if err := serveEcho(sock); err != nil {
+	if err := serveEcho(sock, os.Getenv(echoSyncEnv)); err != nil {
 		fmt.Fprintln(os.Stderr, "echo server:", err)
 		os.Exit(1)
 	}
@@ -49,6 +61,26 @@ func MaybeServeEcho() {
 type echoServer struct {
 	sessiondv1.UnimplementedSessiondServer
 	appends, entries atomic.Uint64
+
+	mu   sync.Mutex
+	sync *os.File // when set, each request is written and fdatasynced here first
+	buf  []byte
+}
+
+func (e *echoServer) store(req *sessiondv1.AppendRequest) error {
+	if e.sync == nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.buf = e.buf[:0]
+	for _, en := range req.GetEntries() {
+		e.buf = append(append(e.buf, en...), '\n')
+	}
+	if _, err := e.sync.Write(e.buf); err != nil {
+		return err
+	}
+	return unix.Fdatasync(int(e.sync.Fd()))
 }
 
 // answer builds the response sessiond would give, so both ends marshal
@@ -65,6 +97,9 @@ func (e *echoServer) answer(req *sessiondv1.AppendRequest) *sessiondv1.AppendRes
 }
 
 func (e *echoServer) Append(_ context.Context, req *sessiondv1.AppendRequest) (*sessiondv1.AppendResponse, error) {
+	if err := e.store(req); err != nil {
+		return nil, err
+	}
 	return e.answer(req), nil
 }
 
@@ -75,6 +110,9 @@ func (e *echoServer) AppendStream(st grpc.BidiStreamingServer[sessiondv1.AppendR
 			return nil
 		}
 		if err != nil {
+			return err
+		}
+		if err := e.store(req); err != nil {
 			return err
 		}
 		if err := st.Send(&sessiondv1.AppendStreamResponse{Response: e.answer(req)}); err != nil {
@@ -93,7 +131,16 @@ func (e *echoServer) Flush(context.Context, *sessiondv1.FlushRequest) (*sessiond
 	return &sessiondv1.FlushResponse{}, nil
 }
 
-func serveEcho(sock string) error {
+func serveEcho(sock, syncFile string) error {
+	srv := &echoServer{}
+	if syncFile != "" {
+		f, err := os.OpenFile(syncFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		srv.sync = f
+	}
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		return err
@@ -101,7 +148,7 @@ func serveEcho(sock string) error {
 	// The options sessiond's gRPC server uses (internal/daemon).
 	g := grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20),
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))), grpc.SharedWriteBuffer(true))
-	sessiondv1.RegisterSessiondServer(g, &echoServer{})
+	sessiondv1.RegisterSessiondServer(g, srv)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
 	go func() { <-sig; g.Stop() }()
@@ -112,6 +159,7 @@ func serveEcho(sock string) error {
 // the sessiond client, one connection per client as for sessiond.
 type echoDriver struct {
 	dir   string
+	sync  bool // TargetEchoSync
 	cmd   *exec.Cmd
 	pid   int
 	conns []*client.Client
@@ -130,6 +178,9 @@ func (d *echoDriver) open(ctx context.Context, w *workload) error {
 	sock := filepath.Join(d.dir, "echo.sock")
 	d.cmd = exec.Command(exe)
 	d.cmd.Env = append(os.Environ(), EchoSocketEnv+"="+sock)
+	if d.sync {
+		d.cmd.Env = append(d.cmd.Env, echoSyncEnv+"="+filepath.Join(d.dir, "echo.jsonl"))
+	}
 	d.cmd.Stderr = os.Stderr
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := d.cmd.Start(); err != nil {
@@ -186,6 +237,15 @@ func (d *echoDriver) verify(ctx context.Context, t *tally) error {
 	}
 	if st.GetEntriesStored() != acked {
 		return fmt.Errorf("echo server received %d entries, %d acknowledged", st.GetEntriesStored(), acked)
+	}
+	if d.sync {
+		n, err := countLines(filepath.Join(d.dir, "echo.jsonl"))
+		if err != nil {
+			return err
+		}
+		if n.entries != acked {
+			return fmt.Errorf("echo server's file holds %d lines, %d acknowledged", n.entries, acked)
+		}
 	}
 	return nil
 }
