@@ -73,7 +73,7 @@ test: tools proto-check fmt-check vet
 
 # bench runs the load tool's whole suite against a freshly built daemon,
 # with the baselines measured in the same run, and rewrites the results
-# section of BENCHMARKS.md. Not part of test. About 8 minutes on 2 cores.
+# section of BENCHMARKS.md. Not part of test. About 6 minutes on 2 cores.
 bench: sdk
 	$(GO) build -o bin/ ./cmd/sessiond ./cmd/sessiond-bench ./cmd/sessionctl
 	bin/sessiond-bench --sessiond bin/sessiond --suite --inproc --verify --markdown BENCHMARKS.md $(BENCHFLAGS)

@@ -686,7 +686,7 @@ func orDash(s string) string {
 
 // WriteScenario prints one scenario as a table.
 func WriteScenario(w io.Writer, sc *Scenario) {
-	fmt.Fprintf(w, "\n== %s: %s ==\n", sc.Name, sc.Title)
+	fmt.Fprintf(w, "\n== %s: %s ==\n", sc.Name, strings.TrimPrefix(sc.Title, sc.Name+": "))
 	if sc.Results == nil {
 		if sc.Table != nil {
 			writeTable(w, sc.Table)

@@ -78,7 +78,7 @@ func WriteMarkdown(w io.Writer, rep *Report, command string) {
 		}
 	}
 	for _, sc := range rep.Scenarios {
-		fmt.Fprintf(w, "\n### %s: %s\n\n", sc.Name, mdCell(sc.Title))
+		fmt.Fprintf(w, "\n### %s: %s\n\n", sc.Name, mdCell(strings.TrimPrefix(sc.Title, sc.Name+": ")))
 		if sc.Results != nil {
 			writeResultsMD(w, sc)
 		}
