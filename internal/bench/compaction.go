@@ -422,16 +422,7 @@ func compactionRun(ctx context.Context, env *Env) (_ *compactionResult, _ *Scena
 // the daemon's writes over the whole phase.
 func measureLife(ctx context.Context, env *Env, s *compSession, pid int, sockRead *atomic.Uint64, n int) (lifeResult, error) {
 	var r lifeResult
-	st0, err := s.api.Status(ctx, &sessiondv1.StatusRequest{})
-	if err != nil {
-		return r, err
-	}
-	io0, err := readProcIO(pid)
-	if err != nil {
-		return r, err
-	}
-	sock0 := sockRead.Load()
-	cpu0, err := procCPU(pid)
+	before, err := takeDaemonSnap(ctx, s, pid, sockRead)
 	if err != nil {
 		return r, err
 	}
@@ -446,21 +437,12 @@ func measureLife(ctx context.Context, env *Env, s *compSession, pid int, sockRea
 	}
 	r.FlushSeconds = time.Since(tf).Seconds()
 	r.Seconds = time.Since(t0).Seconds()
-	// Status before /proc: its answer is a socket write both figures
-	// then include.
-	st1, err := s.api.Status(ctx, &sessiondv1.StatusRequest{})
+	after, err := takeDaemonSnap(ctx, s, pid, sockRead)
 	if err != nil {
 		return r, err
 	}
-	io1, err := readProcIO(pid)
-	if err != nil {
-		return r, err
-	}
-	sock1 := sockRead.Load()
-	cpu1, err := procCPU(pid)
-	if err != nil {
-		return r, err
-	}
+	st0, st1, io0, io1 := before.st, after.st, before.io, after.io
+	sock0, sock1, cpu0, cpu1 := before.sock, after.sock, before.cpu, after.cpu
 	r.Entries, r.Appends, r.Appended = s.entries, s.appends, s.bytes
 	r.WChar, r.WriteBytes, r.CancelledBytes = io1.wchar-io0.wchar, io1.writeBytes-io0.writeBytes, io1.cancelled-io0.cancelled
 	r.SocketBytes = sock1 - sock0
@@ -479,6 +461,32 @@ func measureLife(ctx context.Context, env *Env, s *compSession, pid int, sockRea
 		}
 	}
 	return r, nil
+}
+
+// daemonSnap is what measureLife reads from the daemon before and after.
+type daemonSnap struct {
+	st   *sessiondv1.StatusResponse
+	io   procIO
+	sock uint64
+	cpu  time.Duration
+}
+
+// takeDaemonSnap reads Status before /proc: its answer is a socket write
+// that the /proc figures then include.
+func takeDaemonSnap(ctx context.Context, s *compSession, pid int, sockRead *atomic.Uint64) (daemonSnap, error) {
+	var d daemonSnap
+	var err error
+	if d.st, err = s.api.Status(ctx, &sessiondv1.StatusRequest{}); err != nil {
+		return d, err
+	}
+	if d.io, err = readProcIO(pid); err != nil {
+		return d, err
+	}
+	d.sock = sockRead.Load()
+	if d.cpu, err = procCPU(pid); err != nil {
+		return d, err
+	}
+	return d, nil
 }
 
 // measureOneCompaction grows the session to big bytes, then compRounds
