@@ -31,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
 )
 
@@ -576,20 +577,20 @@ func (r *Report) Failed() error {
 	return errors.Join(errs...)
 }
 
-func statusOf(ctx context.Context, socket string) (interface {
-	GetPid() int32
-	GetVersion() string
-	GetStateDir() string
-	GetRoot() string
-}, error) {
+// statusOf asks the sessiond at socket for its Status.
+func statusOf(ctx context.Context, socket string) (*sessiondv1.StatusResponse, error) {
 	c, err := client.Dial(socket, client.WithRetry(1, 0))
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return c.Status(cctx)
+	st, err := c.Status(cctx)
+	if err != nil {
+		return nil, fmt.Errorf("status of sessiond at %s: %w", socket, err)
+	}
+	return st, nil
 }
 
 func sameFS(a, b string) error {

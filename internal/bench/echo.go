@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -21,6 +20,7 @@ import (
 
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
+	"github.com/sessiond/sessiond/internal/daemon"
 )
 
 // TargetEcho is the transport alone: the same client, socket type and gRPC
@@ -145,9 +145,7 @@ func serveEcho(sock, syncFile string) error {
 	if err != nil {
 		return err
 	}
-	// The options sessiond's gRPC server uses (internal/daemon).
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20),
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))), grpc.SharedWriteBuffer(true))
+	g := grpc.NewServer(daemon.TransportOptions(64 << 20)...)
 	sessiondv1.RegisterSessiondServer(g, srv)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)

@@ -170,9 +170,12 @@ func appendEntry(dst []byte, size int, sessionID, uuid string, seq uint64) []byt
 	dst = append(dst, role...)
 	dst = append(dst, `","content":"`...)
 	const tail = `"}}`
-	pad := size - (len(dst) - start) - len(tail)
-	if pad > 0 {
-		dst = append(dst, filler[:pad]...)
+	// Sizes above MaxEntry (the memory scenario's huge lines) repeat the
+	// filler.
+	for pad := size - (len(dst) - start) - len(tail); pad > 0; {
+		k := min(pad, len(filler))
+		dst = append(dst, filler[:k]...)
+		pad -= k
 	}
 	return append(dst, tail...)
 }

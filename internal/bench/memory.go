@@ -116,7 +116,7 @@ func memSessions(ctx context.Context, env *Env, sz memSizes, sc *Scenario) (empt
 	// Let the start-up allocations (index warm-up goroutine, gRPC server)
 	// settle so the baseline is what an idle daemon holds.
 	time.Sleep(300 * time.Millisecond)
-	emptyRSS, emptyHWM, err := memStatus(p.cmd.Process.Pid)
+	emptyRSS, emptyHWM, err := procMem(p.cmd.Process.Pid)
 	if stopErr := p.stop(30 * time.Second); err == nil {
 		err = stopErr
 	}
@@ -180,7 +180,7 @@ func memSessions(ctx context.Context, env *Env, sz memSizes, sc *Scenario) (empt
 		return 0, fmt.Errorf("the daemon lists %d sessions, %d on disk", len(infos), sz.known)
 	}
 	indexed := time.Since(t0)
-	knownRSS, knownHWM, err := memStatus(pid)
+	knownRSS, knownHWM, err := procMem(pid)
 	if err != nil {
 		return 0, err
 	}
@@ -236,7 +236,7 @@ func memSessions(ctx context.Context, env *Env, sz memSizes, sc *Scenario) (empt
 	if err != nil {
 		return 0, err
 	}
-	activeRSS, activeHWM, err := memStatus(pid)
+	activeRSS, activeHWM, err := procMem(pid)
 	if err != nil {
 		return 0, err
 	}
@@ -351,7 +351,7 @@ func memWriteTranscript(root string, key layout.Key, size int64, largest int, ta
 		if left := size - f.bytes - 1; int64(n) > left || left-int64(n) < MinEntry+1 {
 			n = int(left) // the last line fills the file exactly
 		}
-		line = memAppendEntry(line[:0], n, key.SessionID, newUUID(rng), f.lines)
+		line = appendEntry(line[:0], n, key.SessionID, newUUID(rng), f.lines)
 		line = append(line, '\n')
 		if _, err := w.Write(line); err != nil {
 			return nil, err
@@ -370,24 +370,6 @@ func memWriteTranscript(root string, key layout.Key, size int64, largest int, ta
 	}
 	copy(f.sum[:], h.Sum(nil))
 	return f, out.Close()
-}
-
-// memAppendEntry is appendEntry for any size, MaxEntry and above included:
-// the message content is padded with repeated filler.
-func memAppendEntry(dst []byte, size int, sessionID, uuid string, seq uint64) []byte {
-	if size <= MaxEntry {
-		return appendEntry(dst, size, sessionID, uuid, seq)
-	}
-	start := len(dst)
-	dst = appendEntry(dst, 0, sessionID, uuid, seq) // the skeleton, content empty
-	const tail = `"}}`
-	dst = dst[:len(dst)-len(tail)]
-	for pad := size - (len(dst) - start) - len(tail); pad > 0; {
-		k := min(pad, len(filler))
-		dst = append(dst, filler[:k]...)
-		pad -= k
-	}
-	return append(dst, tail...)
 }
 
 // memSink counts (and with verify, hashes) what a reader is served.
@@ -465,7 +447,7 @@ func memReads(ctx context.Context, env *Env, sz memSizes, emptyRSS int64, sc *Sc
 		return fmt.Errorf("the daemon lists %d sessions in %s, 1 on disk (%v)", len(infos), project, err)
 	}
 	time.Sleep(200 * time.Millisecond)
-	base, baseHWM, err := memStatus(pid)
+	base, baseHWM, err := procMem(pid)
 	if err != nil {
 		return err
 	}
@@ -478,7 +460,7 @@ func memReads(ctx context.Context, env *Env, sz memSizes, emptyRSS int64, sc *Sc
 	// freed but the Go runtime has not yet returned to the system counts
 	// there, so it is shown too.
 	measure := func(fn func() error) (rss, hwm, growth, cum int64, err error) {
-		before, _, err := memStatus(pid)
+		before, _, err := procMem(pid)
 		if err != nil {
 			return 0, 0, 0, 0, err
 		}
@@ -488,7 +470,7 @@ func memReads(ctx context.Context, env *Env, sz memSizes, emptyRSS int64, sc *Sc
 		if err := fn(); err != nil {
 			return 0, 0, 0, 0, err
 		}
-		rss, hwm, err = memStatus(pid)
+		rss, hwm, err = procMem(pid)
 		return rss, hwm, hwm - before, hwm - base, err
 	}
 	read := func(f *memFile, opt client.ReadOptions) (*memSink, error) {
@@ -650,7 +632,7 @@ func memReads(ctx context.Context, env *Env, sz memSizes, emptyRSS int64, sc *Sc
 			return fmt.Errorf("the large transcript is listed with %d entries, %d bytes; it holds %d, %d", in.GetEntries(), in.GetBytes(), big.lines, big.bytes)
 		}
 	}
-	rss, hwm, err = memStatus(p.cmd.Process.Pid)
+	rss, hwm, err = procMem(p.cmd.Process.Pid)
 	if err != nil {
 		return err
 	}
@@ -737,7 +719,7 @@ func memRunPeak(ctx context.Context, out io.Writer, name string, args ...string)
 	for {
 		// VmHWM only grows, so the last sample before the exit is the
 		// peak but for the final instants.
-		if _, hwm, err := memStatus(cmd.Process.Pid); err == nil {
+		if _, hwm, err := procMem(cmd.Process.Pid); err == nil {
 			peak = max(peak, hwm)
 		}
 		select {
@@ -765,35 +747,4 @@ func memSessionctl(ctx context.Context, env *Env) (string, error) {
 		return "", fmt.Errorf("no sessionctl next to %s, and building it failed: %w: %s", env.Sessiond, err, bytes.TrimSpace(b))
 	}
 	return out, nil
-}
-
-// memStatus returns pid's current and peak resident set sizes (VmRSS and
-// VmHWM of /proc/<pid>/status) in bytes.
-func memStatus(pid int) (rss, hwm int64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	found := 0
-	for _, line := range bytes.Split(b, []byte{'\n'}) {
-		var dst *int64
-		var rest []byte
-		if v, ok := bytes.CutPrefix(line, []byte("VmRSS:")); ok {
-			dst, rest = &rss, v
-		} else if v, ok := bytes.CutPrefix(line, []byte("VmHWM:")); ok {
-			dst, rest = &hwm, v
-		} else {
-			continue
-		}
-		var kb int64
-		if _, err := fmt.Sscan(string(rest), &kb); err != nil {
-			return 0, 0, fmt.Errorf("/proc/%d/status: %q: %w", pid, line, err)
-		}
-		*dst = kb << 10
-		found++
-	}
-	if found != 2 {
-		return 0, 0, fmt.Errorf("/proc/%d/status: no VmRSS or VmHWM", pid)
-	}
-	return rss, hwm, nil
 }

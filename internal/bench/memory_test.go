@@ -149,7 +149,7 @@ func TestMemoryTranscript(t *testing.T) {
 		}
 	}
 	for _, n := range []int{MaxEntry + 1, 3 * MaxEntry} {
-		if e := memAppendEntry(nil, n, key.SessionID, newUUID(rng), 1); len(e) != n || !json.Valid(e) {
+		if e := appendEntry(nil, n, key.SessionID, newUUID(rng), 1); len(e) != n || !json.Valid(e) {
 			t.Errorf("entry of %d bytes: got %d, valid %v", n, len(e), json.Valid(e))
 		}
 	}

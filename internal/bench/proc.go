@@ -28,10 +28,19 @@ type daemonProc struct {
 // startDaemon runs bin on dir (socket, root, state and log inside it) and
 // waits until it answers Status.
 func startDaemon(ctx context.Context, bin, dir string, extra []string) (*daemonProc, error) {
+	p, _, err := launchDaemon(ctx, bin, dir, extra, 30*time.Second)
+	return p, err
+}
+
+// launchDaemon is startDaemon waiting up to ready for the first answered
+// Status (a large recovery runs before it), and returning the time from
+// exec to that answer. Flags in extra come after the defaults, so they
+// win (--log-level info, say).
+func launchDaemon(ctx context.Context, bin, dir string, extra []string, ready time.Duration) (*daemonProc, time.Duration, error) {
 	p := &daemonProc{socket: filepath.Join(dir, "sessiond.sock"), dir: dir, exited: make(chan struct{})}
 	log, err := os.OpenFile(filepath.Join(dir, "sessiond.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	args := append([]string{
 		"--socket", p.socket,
@@ -43,21 +52,22 @@ func startDaemon(ctx context.Context, bin, dir string, extra []string) (*daemonP
 	p.cmd.Stdout, p.cmd.Stderr = log, log
 	// The daemon dies with the tool, so an interrupted run leaves none.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	start := time.Now()
 	if err := p.cmd.Start(); err != nil {
 		log.Close()
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+		return nil, 0, fmt.Errorf("start %s: %w", bin, err)
 	}
 	go func() {
 		p.err = p.cmd.Wait()
 		log.Close()
 		close(p.exited)
 	}()
-	if err := p.waitReady(ctx, 30*time.Second); err != nil {
+	if err := p.waitReady(ctx, ready); err != nil {
 		p.cmd.Process.Kill()
 		<-p.exited
-		return nil, fmt.Errorf("%w (log: %s)", err, filepath.Join(dir, "sessiond.log"))
+		return nil, 0, fmt.Errorf("%w (log: %s)", err, filepath.Join(dir, "sessiond.log"))
 	}
-	return p, nil
+	return p, time.Since(start), nil
 }
 
 func (p *daemonProc) waitReady(ctx context.Context, timeout time.Duration) error {
@@ -139,22 +149,43 @@ func procCPU(pid int) (time.Duration, error) {
 
 // procHWM returns pid's peak resident set size (VmHWM) in bytes.
 func procHWM(pid int) (int64, error) {
+	_, hwm, err := procMem(pid)
+	return hwm, err
+}
+
+// procMem returns pid's current and peak resident set sizes (VmRSS and
+// VmHWM) in bytes.
+func procMem(pid int) (rss, hwm int64, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	found := 0
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			f := strings.Fields(v)
-			if len(f) >= 1 {
-				kb, err := strconv.ParseInt(f[0], 10, 64)
-				if err == nil {
-					return kb << 10, nil
-				}
-			}
+		var dst *int64
+		var rest string
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			dst, rest = &rss, v
+		} else if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			dst, rest = &hwm, v
+		} else {
+			continue
 		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			return 0, 0, fmt.Errorf("/proc/%d/status: %q", pid, line)
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/%d/status: %q: %w", pid, line, err)
+		}
+		*dst = kb << 10
+		found++
 	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
+	if found != 2 {
+		return 0, 0, fmt.Errorf("/proc/%d/status: no VmRSS or VmHWM", pid)
+	}
+	return rss, hwm, nil
 }
 
 // resetHWM resets pid's VmHWM to its current RSS (Linux >= 4.0), so the

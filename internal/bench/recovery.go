@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -126,7 +125,7 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 		sent += s.bytes
 		sentEntries += s.entries
 	}
-	st, err := statusOf2(ctx, p.socket)
+	st, err := statusOf(ctx, p.socket)
 	if err != nil {
 		return sc, err
 	}
@@ -184,7 +183,7 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 	env.Logf("[recovery] restarting sessiond on %.0f MB of journals", float64(jbytes)/1e6)
 	// Info level: the daemon logs how long Recover itself took.
 	rargs := append(append([]string{}, args...), "--log-level", "info")
-	p2, recTime, err := restartDaemon(ctx, env.Sessiond, ddir, rargs)
+	p2, recTime, err := launchDaemon(ctx, env.Sessiond, ddir, rargs, recoveryStartTimeout)
 	if err != nil {
 		return sc, fmt.Errorf("restart: %w", err)
 	}
@@ -193,7 +192,7 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 	// waiting on the disk.
 	recCPU, recCPUErr := procCPU(p.cmd.Process.Pid)
 	inDaemon, inDaemonOK := recoveryTook(filepath.Join(ddir, "sessiond.log"))
-	st, err = statusOf2(ctx, p.socket)
+	st, err = statusOf(ctx, p.socket)
 	if err != nil {
 		return sc, err
 	}
@@ -274,29 +273,6 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 		cpuNote,
 		"Verified: "+verified+".")
 	return sc, nil
-}
-
-// statusOf2 is the full Status (statusOf exposes only a few fields).
-func statusOf2(ctx context.Context, socket string) (interface {
-	GetCompactions() uint64
-	GetCompactedBytes() uint64
-	GetEntriesStored() uint64
-	GetJournalBytes() uint64
-	GetRecoveredSessions() uint64
-	GetRecoveryErrors() []string
-}, error) {
-	c, err := client.Dial(socket, client.WithRetry(1, 0))
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	st, err := c.Status(cctx)
-	if err != nil {
-		return nil, fmt.Errorf("status of sessiond at %s: %w", socket, err)
-	}
-	return st, nil
 }
 
 // recoveryFill appends to n sessions until each holds perSession bytes,
@@ -516,42 +492,6 @@ func readCold(paths ...string) (timedRead, error) {
 	}
 	t.elapsed = time.Since(start)
 	return t, nil
-}
-
-// restartDaemon starts sessiond on dir like startDaemon, but waits as long
-// as a large recovery may take, and returns the time from exec to the first
-// answered Status.
-func restartDaemon(ctx context.Context, bin, dir string, extra []string) (*daemonProc, time.Duration, error) {
-	p := &daemonProc{socket: filepath.Join(dir, "sessiond.sock"), dir: dir, exited: make(chan struct{})}
-	log, err := os.OpenFile(filepath.Join(dir, "sessiond.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, 0, err
-	}
-	args := append([]string{
-		"--socket", p.socket,
-		"--root", filepath.Join(dir, "root"),
-		"--state-dir", filepath.Join(dir, "state"),
-		"--log-format", "json",
-	}, extra...)
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Stdout, p.cmd.Stderr = log, log
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	start := time.Now()
-	if err := p.cmd.Start(); err != nil {
-		log.Close()
-		return nil, 0, fmt.Errorf("start %s: %w", bin, err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		log.Close()
-		close(p.exited)
-	}()
-	if err := p.waitReady(ctx, recoveryStartTimeout); err != nil {
-		p.cmd.Process.Kill()
-		<-p.exited
-		return nil, 0, fmt.Errorf("%w (log: %s)", err, filepath.Join(dir, "sessiond.log"))
-	}
-	return p, time.Since(start), nil
 }
 
 // recoveryTook reads, from sessiond's JSON log, how long its last Recover

@@ -91,17 +91,11 @@ func Run(ctx context.Context, cfg Config) error {
 		StateDir: cfg.StateDir, Started: start})
 	uidUnary, uidStream := socket.SameUserInterceptors(uint32(os.Getuid()))
 	drainUnary, drainStream := srv.Interceptors()
-	g := grpc.NewServer(
+	g := grpc.NewServer(append(TransportOptions(cfg.MaxMessageBytes),
 		grpc.Creds(socket.PeerCredentials()),
 		grpc.ChainUnaryInterceptor(uidUnary, drainUnary),
 		grpc.ChainStreamInterceptor(uidStream, drainStream),
-		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
-		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
-		// A fixed pool of goroutines serves the streams instead of one
-		// new goroutine per call, whose stack grows afresh each time.
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
-		grpc.SharedWriteBuffer(true),
-	)
+	)...)
 	srv.Register(g)
 
 	serveErr := make(chan error, 1)
@@ -167,4 +161,17 @@ func listen(path string) (net.Listener, bool, error) {
 		return nil, false, err
 	}
 	return ln, false, nil
+}
+
+// TransportOptions are the gRPC server settings that shape sessiond's
+// per-call cost; the load tool's transport baseline uses the same ones.
+func TransportOptions(maxMessageBytes int) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(maxMessageBytes),
+		grpc.MaxSendMsgSize(maxMessageBytes),
+		// A fixed pool of goroutines serves the streams instead of one
+		// new goroutine per call, whose stack grows afresh each time.
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		grpc.SharedWriteBuffer(true),
+	}
 }
