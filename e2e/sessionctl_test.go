@@ -439,3 +439,54 @@ func TestDamagedJournalAtStart(t *testing.T) {
 		t.Fatal("the log does not mention the damage")
 	}
 }
+
+// TestReadBigLinesOverGRPC: the daemon sends lines of 256 KiB and more
+// straight from its read buffer, which it then reuses; that is only right
+// if each message is fully encoded before Send returns. Big and small
+// lines, from the canonical file and from the journal, must come back
+// byte for byte through the real daemon.
+func TestReadBigLinesOverGRPC(t *testing.T) {
+	d := newDaemon(t)
+	d.start()
+	c := d.client()
+	defer c.Close()
+	ctx := context.Background()
+	s := client.Session{Cwd: t.TempDir(), ID: uuid.NewString()}
+	var want []string
+	add := func(n int, fill string) {
+		line := `{"type":"user","uuid":"` + uuid.NewString() + `","pad":"` + strings.Repeat(fill, n) + `"}`
+		want = append(want, line)
+		if _, err := c.Append(ctx, s, []byte(line)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, fill := range []string{"a", "b", "c", "d"} {
+		add(300<<10+i, fill)
+		add(50, fill)
+		add(2<<20, fill)
+		add(1000, fill)
+	}
+	if _, err := c.Flush(ctx, s); err != nil { // the above now come from the canonical file
+		t.Fatal(err)
+	}
+	for _, fill := range []string{"e", "f"} {
+		add(1<<20, fill)
+		add(10, fill)
+	}
+	var got []string
+	err := c.Read(ctx, s, client.ReadOptions{}, func(e *sessiondv1.Entry) error {
+		got = append(got, string(e.GetData()))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("read %d entries, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("entry %d: %d bytes starting %.40q, want %d bytes starting %.40q", i, len(got[i]), got[i], len(want[i]), want[i])
+		}
+	}
+}
