@@ -86,6 +86,9 @@ func statusCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(w, "journal syncs\t%d (%s)\n", st.GetJournalSyncs(), humanBytes(st.GetJournalBytes()))
 			fmt.Fprintf(w, "compactions\t%d (%s written)\n", st.GetCompactions(), humanBytes(st.GetCompactedBytes()))
 			fmt.Fprintf(w, "recovered at start\t%d sessions\n", st.GetRecoveredSessions())
+			if n := st.GetReplayPending(); n > 0 {
+				fmt.Fprintf(w, "replaying\t%d sessions still to move from their journals into their transcripts (served meanwhile)\n", n)
+			}
 			if st.GetDraining() {
 				fmt.Fprintf(w, "state\tdraining\n")
 			}

@@ -42,9 +42,11 @@ func TestRecoveryScenario(t *testing.T) {
 	const sessions = 4 // 1000 * 0.004
 	perSession := int64(recoveryTotalBytes / recoverySessions)
 
-	// The table: two sequential reads, the journals, the recovery, the
-	// daemon's own Recover time, the write baseline and the append phase.
-	if sc.Table == nil || len(sc.Table.Rows) != 7 {
+	// The table: two sequential reads, the journals, the recovery to
+	// serving and the daemon's own check time, the recovery to every
+	// transcript current and the daemon's own replay time, the write
+	// baseline and the append phase.
+	if sc.Table == nil || len(sc.Table.Rows) != 9 {
 		t.Fatalf("table %+v", sc.Table)
 	}
 	rows := map[string][]string{}
@@ -62,8 +64,13 @@ func TestRecoveryScenario(t *testing.T) {
 	// Every byte read or replayed is a journal byte or a copy of that
 	// size: the same MB figure in the rows that read the journals.
 	rec, seq, jr, wr := rows["sessiond recovery:"], rows["sequential read,"], rows["read the"], rows["write +"]
-	if rec == nil || seq == nil || jr == nil || wr == nil || rows["of which"] == nil || rows["append phase"] == nil {
+	full := rows["exec ->"]
+	if rec == nil || seq == nil || jr == nil || wr == nil || full == nil || rows["of which"] == nil || rows["append phase"] == nil {
 		t.Fatalf("missing rows in %v", sc.Table.Rows)
+	}
+	// Serving comes first, every transcript current after it.
+	if a, _ := strconv.ParseFloat(rec[3], 64); a > mustFloat(t, full[3]) || full[1] != rec[1] {
+		t.Errorf("serving after %s s of %s MB, transcripts current after %s s of %s MB", rec[3], rec[1], full[3], full[1])
 	}
 	if rec[1] != seq[1] || rec[1] != jr[1] || rec[1] != wr[1] {
 		t.Errorf("MB replayed %s, sequential file %s, journals read %s, written %s: want equal", rec[1], seq[1], jr[1], wr[1])
@@ -132,4 +139,13 @@ func TestRecoveryScenario(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "extra-"+ScenarioRecovery, "sequential.bin")); !os.IsNotExist(err) {
 		t.Errorf("the baseline file was left behind: %v", err)
 	}
+}
+
+func mustFloat(t *testing.T, s string) float64 {
+	t.Helper()
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Fatalf("%q is not a number", s)
+	}
+	return v
 }

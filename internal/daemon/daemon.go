@@ -75,16 +75,19 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer ln.Close()
 
-	// Recover before serving: the canonical files must be whole and current
-	// before anyone reads them; clients that connect meanwhile wait.
+	// Check every journal before serving (clients that connect meanwhile
+	// wait): a torn tail is cut and every record read back against its
+	// checksum, so what is served is what was acknowledged. The entries are
+	// served from the journals; moving them into the canonical files, for
+	// the official readers, runs once serving has started.
 	start := time.Now()
-	rep, err := m.Recover(ctx)
+	rep, replay, err := m.CheckJournals(ctx)
 	if err != nil {
 		m.Close(context.Background())
 		return fmt.Errorf("recovery: %w", err)
 	}
-	if rep.Sessions > 0 || len(rep.Failed) > 0 {
-		log.Info("recovered journals", zap.Int("sessions", rep.Sessions), zap.Uint64("entries", rep.Entries),
+	if rep.Checked > 0 || len(rep.Failed) > 0 {
+		log.Info("checked journals", zap.Int("journals", rep.Checked), zap.Int64("bytes", rep.Bytes),
 			zap.Int("failed", len(rep.Failed)), zap.Duration("took", time.Since(start)))
 	}
 	srv := server.New(m, log, server.Info{Version: cfg.Version, Socket: cfg.Socket, Root: cfg.Root,
@@ -100,6 +103,18 @@ func Run(ctx context.Context, cfg Config) error {
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- g.Serve(ln) }()
+	replayed := make(chan struct{})
+	if len(replay) == 0 {
+		close(replayed)
+	} else {
+		go func() {
+			defer close(replayed)
+			t := time.Now()
+			r := m.Replay(ctx, replay)
+			log.Info("replayed journals into their transcripts", zap.Int("sessions", r.Sessions),
+				zap.Uint64("entries", r.Entries), zap.Int("failed", len(r.Failed)), zap.Duration("took", time.Since(t)))
+		}()
+	}
 	// Index the sessions already on disk (written before sessiond, or by
 	// other programs), so the first listing is as fast as the next.
 	go func() {
@@ -136,9 +151,17 @@ func Run(ctx context.Context, cfg Config) error {
 		g.Stop()
 		<-stopped
 	}
+	// The replay stops at the session it is on (ctx is done); what it did
+	// not reach stays journaled for the next start.
+	select {
+	case <-replayed:
+	case <-time.After(time.Until(deadline)):
+	}
 	closeCtx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	if err := m.Close(closeCtx); err != nil {
+	err = m.Close(closeCtx)
+	<-replayed
+	if err != nil {
 		log.Error("shutdown incomplete", zap.Error(err))
 		return errors.Join(runErr, err)
 	}

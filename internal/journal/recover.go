@@ -67,7 +67,7 @@ func Open(fs fsys.FS, path string, opt Options) (*Journal, *Recovery, error) {
 		f.Close()
 		return nil, nil, quarantine(fs, path, res)
 	}
-	j, err := resume(fs, f, path, maxRecord, res)
+	j, err := resume(fs, f, path, maxRecord, res, !opt.NoFolderSync)
 	if err != nil {
 		f.Close()
 		return nil, nil, err
@@ -77,7 +77,7 @@ func Open(fs fsys.FS, path string, opt Options) (*Journal, *Recovery, error) {
 
 // resume makes the scanned state durable and positions the file for
 // appending.
-func resume(fs fsys.FS, f fsys.File, path string, maxRecord int, res *scanResult) (*Journal, error) {
+func resume(fs fsys.FS, f fsys.File, path string, maxRecord int, res *scanResult, syncFolder bool) (*Journal, error) {
 	rec := &res.rec
 	if rec.TruncatedBytes > 0 {
 		if err := f.Truncate(rec.End); err != nil {
@@ -90,7 +90,9 @@ func resume(fs fsys.FS, f fsys.File, path string, maxRecord int, res *scanResult
 	if err := f.Sync(); err != nil {
 		return nil, errdefs.FromIO(fmt.Errorf("sync journal %s: %w", path, err))
 	}
-	if err := fs.SyncDir(filepath.Dir(path)); err != nil {
+	if !syncFolder {
+		// The caller syncs the folder (Options.NoFolderSync).
+	} else if err := fs.SyncDir(filepath.Dir(path)); err != nil {
 		return nil, errdefs.FromIO(fmt.Errorf("sync folder of journal %s: %w", path, err))
 	}
 	if _, err := f.Seek(rec.End, io.SeekStart); err != nil {

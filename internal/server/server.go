@@ -377,6 +377,6 @@ func (s *Server) Status(ctx context.Context, _ *sessiondv1.StatusRequest) (*sess
 		ActiveSessions: uint32(st.ActiveSessions), Appends: st.Appends, EntriesStored: st.EntriesStored,
 		EntriesDuplicate: st.EntriesDuplicate, JournalSyncs: st.JournalSyncs, JournalBytes: st.JournalBytes,
 		Compactions: st.Compactions, CompactedBytes: st.CompactedBytes, RecoveredSessions: st.RecoveredSessions,
-		Draining: s.draining.Load(), RecoveryErrors: st.RecoveryErrors,
+		Draining: s.draining.Load(), RecoveryErrors: st.RecoveryErrors, ReplayPending: st.ReplayPending,
 	}, nil
 }

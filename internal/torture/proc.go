@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sessiond/sessiond/client"
 )
 
 // proc is one sessiond process.
@@ -130,5 +132,33 @@ func (p *proc) waitServing(ctx context.Context, socket string, timeout time.Dura
 		if err != nil && !errors.Is(cctx.Err(), context.DeadlineExceeded) {
 			time.Sleep(2 * time.Millisecond)
 		}
+	}
+}
+
+// waitReplayed waits until the daemon, already serving, has moved every
+// journal found at start into its transcript (Status replay_pending 0),
+// and returns the time since the process started: only then must the
+// files hold every acknowledged entry.
+func (p *proc) waitReplayed(ctx context.Context, socket string, timeout time.Duration) (time.Duration, error) {
+	cl, err := client.Dial(socket, client.WithRetry(1, 0))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	deadline := time.Now().Add(timeout)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		st, err := cl.Status(cctx)
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("status: %w", err)
+		}
+		if st.GetReplayPending() == 0 {
+			return time.Since(p.started), nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("%d journals still to replay after %v", st.GetReplayPending(), timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

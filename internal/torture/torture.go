@@ -223,6 +223,7 @@ type Report struct {
 	BytesVerified    uint64            `json:"bytes_verified"`
 	ErrorCodes       map[string]uint64 `json:"append_error_codes,omitempty"`
 	Recovery         Durations         `json:"recovery"`           // process start to health SERVING
+	Replay           Durations         `json:"replay,omitempty"`   // process start to every journal replayed (ModeKill)
 	Shutdown         Durations         `json:"shutdown,omitempty"` // SIGTERM to exit (ModeTerm and the final stop)
 	DurationSeconds  float64           `json:"duration_seconds"`
 	Lost             uint64            `json:"lost"`
@@ -234,6 +235,7 @@ type Report struct {
 	Failures         []string          `json:"failures,omitempty"` // the first problems, in words
 	failuresDropped  int
 	recoveryTimes    []time.Duration
+	replayTimes      []time.Duration
 	shutdownTimes    []time.Duration
 	ambiguousPresent map[string]bool
 }
@@ -270,6 +272,9 @@ func (r *Report) String() string {
 		r.AppendsOK, r.AppendsFailed, r.ErrorCodes, r.Flushes, r.FlushesFailed, r.RecoveryKills, r.SessionsRotated)
 	fmt.Fprintf(&b, "  verified %d times: %d lines, %.1f MiB\n", r.Verifications, r.LinesVerified, float64(r.BytesVerified)/(1<<20))
 	fmt.Fprintf(&b, "  recovery (start to SERVING): n=%d p50 %.1fms p99 %.1fms max %.1fms\n", r.Recovery.N, r.Recovery.P50, r.Recovery.P99, r.Recovery.Max)
+	if r.Replay.N > 0 {
+		fmt.Fprintf(&b, "  replay (start to every transcript current): n=%d p50 %.1fms p99 %.1fms max %.1fms\n", r.Replay.N, r.Replay.P50, r.Replay.P99, r.Replay.Max)
+	}
 	if r.Shutdown.N > 0 {
 		fmt.Fprintf(&b, "  shutdown (SIGTERM to exit): n=%d p50 %.1fms p99 %.1fms max %.1fms\n", r.Shutdown.N, r.Shutdown.P50, r.Shutdown.P99, r.Shutdown.Max)
 	}
@@ -454,7 +459,16 @@ func (r *runner) cycle(ctx context.Context, n int) error {
 		if err := r.start(ctx, true); err != nil {
 			return err
 		}
-		what = fmt.Sprintf("kill -9 after %v, recovered in %v", wait.Round(time.Millisecond), r.rep.recoveryTimes[len(r.rep.recoveryTimes)-1].Round(time.Millisecond))
+		// The daemon serves the entries from its journals at once; the
+		// files hold them once the replay is done.
+		replayed, err := r.cur.waitReplayed(ctx, r.socket, r.cfg.StartTimeout)
+		if err != nil {
+			r.rep.fail("cycle %d: after kill -9 and restart: %v (log: %s)", n, err, r.logPath)
+			return nil
+		}
+		r.rep.replayTimes = append(r.rep.replayTimes, replayed)
+		what = fmt.Sprintf("kill -9 after %v, serving in %v, replayed in %v", wait.Round(time.Millisecond),
+			r.rep.recoveryTimes[len(r.rep.recoveryTimes)-1].Round(time.Millisecond), replayed.Round(time.Millisecond))
 		r.verify(fmt.Sprintf("cycle %d after kill -9 and restart", n))
 	case ModeTerm:
 		code, took, err := r.cur.terminate(r.cfg.ShutdownTimeout + r.cfg.ShutdownSlack)
@@ -550,6 +564,7 @@ func (r *runner) rotate(ctx context.Context) error {
 // finish computes the summaries.
 func (r *runner) finish() {
 	r.rep.Recovery = summarize(r.rep.recoveryTimes)
+	r.rep.Replay = summarize(r.rep.replayTimes)
 	r.rep.Shutdown = summarize(r.rep.shutdownTimes)
 	r.rep.DurationSeconds = time.Since(r.started).Seconds()
 	r.rep.AmbiguousStored = uint64(len(r.rep.ambiguousPresent))

@@ -816,6 +816,11 @@ type summaryStream struct {
 	tailCT, tailAI, tag, lastPrompt, summary, relocated tailValue
 	git, entry                                          [2]lastTextScan
 	gitBest, entryBest                                  tailValue
+
+	// floor is the size the caller promised the transcript will reach
+	// (ExpectAtLeast); skipped counts the lines it saved a search of.
+	floor   int64
+	skipped int
 }
 
 type tailValue struct {
@@ -833,20 +838,22 @@ func (s *Summary) Add(line []byte) { s.AddLine(line, true) }
 // LineScanner.HasNewline). The file's size, which decides where the tail
 // window starts, is the bytes fed so far.
 func (s *Summary) AddLine(line []byte, newline bool) {
-	st := s.st
-	if st == nil {
-		st = &summaryStream{shown: promptScan{shown: true}}
-		st.ts.field, st.gitHd.field, st.cwdHd.field = scTimestamp, scGitBranch, scCwd
-		st.entryHd.field, st.kindHd.field = scEntrypoint, scSessionKind
-		for i := range st.git {
-			st.git[i].pat = scGitBranch.pats[i]
-			st.entry[i].pat = scEntrypoint.pats[i]
-		}
-		s.st = st
-	}
+	st := s.stream()
 	start := st.size
 	end := start + int64(len(line))
 	window := int64(liteWindow)
+	if start >= window && end+1 <= st.floor-window && !st.tailPending() {
+		// Wholly between the head window and where the tail window will
+		// start: nothing in it can be found by the lite reader.
+		st.skipped++
+		st.size = end
+		if newline {
+			st.size++
+		}
+		st.lines++
+		s.settle()
+		return
+	}
 
 	// The head window: whole lines, and the part of the one that crosses
 	// its end.
@@ -917,8 +924,58 @@ func (s *Summary) AddLine(line []byte, newline bool) {
 		st.size++
 	}
 	st.lines++
+	s.settle()
+}
 
-	tailStart := max(0, st.size-window)
+// stream returns the state kept between lines, creating it on first use.
+func (s *Summary) stream() *summaryStream {
+	st := s.st
+	if st == nil {
+		st = &summaryStream{shown: promptScan{shown: true}}
+		st.ts.field, st.gitHd.field, st.cwdHd.field = scTimestamp, scGitBranch, scCwd
+		st.entryHd.field, st.kindHd.field = scEntrypoint, scSessionKind
+		for i := range st.git {
+			st.git[i].pat = scGitBranch.pats[i]
+			st.entry[i].pat = scEntrypoint.pats[i]
+		}
+		s.st = st
+	}
+	return st
+}
+
+// ExpectAtLeast promises that the lines fed from now on will bring the
+// transcript to at least n bytes (counted as AddLine counts them) before
+// the summary is next relied on. A line that will then lie wholly before
+// the tail window and after the head window is only counted, not searched:
+// a reader that knows the file's size up front (a scan, a journal replay)
+// pays for the two windows, not for the whole file.
+//
+// Skipping cannot change the result for lines that are JSON: a tail
+// pattern's value then always ends on its own line. A malformed line can
+// leave one open, which in a full scan swallows the text after it; no line
+// is skipped while a value is open, but a skipped malformed line is not
+// searched, so the value it would open is missed. The lite reader, which
+// starts its search at the tail window, never sees that value either.
+func (s *Summary) ExpectAtLeast(n int64) {
+	st := s.stream()
+	st.floor = max(st.floor, n)
+}
+
+// tailPending reports whether a tail pattern's value runs past the last
+// line fed.
+func (st *summaryStream) tailPending() bool {
+	for i := range st.git {
+		if st.git[i].pending || st.entry[i].pending {
+			return true
+		}
+	}
+	return false
+}
+
+// settle recomputes the fields after a line: the tail window moved.
+func (s *Summary) settle() {
+	st := s.st
+	tailStart := max(0, st.size-int64(liteWindow))
 	in := func(v tailValue) (string, bool) {
 		if v.ok && v.at >= tailStart {
 			return v.val, true

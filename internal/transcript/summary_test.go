@@ -501,3 +501,75 @@ func gitBranchDiverges(s, want *Summary, data []byte) bool {
 	}
 	return got != whole
 }
+
+// TestSummaryExpectAtLeast checks that a summary told the file's size up
+// front skips lines and still ends exactly where the lite reader's view of
+// the whole file is, for every fixture, at the real window and at a small
+// one (which makes nearly every line skippable), and with a promise below
+// the real size.
+func TestSummaryExpectAtLeast(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join(fixtureDir, "*.jsonl"))
+	if len(files) == 0 {
+		t.Fatalf("no fixtures in %s", fixtureDir)
+	}
+	synth, _ := filepath.Glob(filepath.Join("testdata", "*", "synthetic", "*.jsonl"))
+	files = append(files, synth...)
+	old := liteWindow
+	defer func() { liteWindow = old }()
+	for _, window := range []int{old, 4096} {
+		liteWindow = window
+		skipped := 0
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := SummaryFromHeadTail(headTail(data))
+			for _, promise := range []int64{int64(len(data)), int64(len(data)) / 2} {
+				var s Summary
+				s.ExpectAtLeast(promise)
+				sc := NewLineScanner(bytes.NewReader(data))
+				for sc.Scan() {
+					s.AddLine(sc.Line(), sc.HasNewline())
+				}
+				if !sameSummary(&s, &want) {
+					t.Fatalf("window %d, %s, promised %d of %d bytes:\nskipping  %+v\nhead/tail %+v",
+						window, filepath.Base(f), promise, len(data), s.fields(), want.fields())
+				}
+				skipped += s.st.skipped
+			}
+		}
+		if skipped == 0 {
+			t.Errorf("window %d: no line of %d files was skipped", window, len(files))
+		}
+	}
+}
+
+// TestSummaryExpectAtLeastTornValue: a malformed line (starting in the
+// head window, so it is searched) leaves a git branch value open; the line
+// after it, where the value ends, is searched too, as in a scan without
+// the promise, and only then do lines get skipped.
+func TestSummaryExpectAtLeastTornValue(t *testing.T) {
+	old := liteWindow
+	liteWindow = 256
+	defer func() { liteWindow = old }()
+	filler := `{"type":"assistant","uuid":"f","message":{"content":"` + strings.Repeat("x", 300) + `"}}`
+	short := `{"type":"user","message":{"content":"` + strings.Repeat("s", 150) + `"}}`
+	lines := []string{short, `{"gitBranch":"open` + strings.Repeat("y", 100), filler, filler, filler, filler}
+	data := []byte(strings.Join(lines, "\n") + "\n")
+	var plain, hinted Summary
+	hinted.ExpectAtLeast(int64(len(data)))
+	sc := NewLineScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		plain.AddLine(sc.Line(), true)
+		hinted.AddLine(sc.Line(), true)
+	}
+	if !sameSummary(&plain, &hinted) {
+		t.Fatalf("with the promise %+v\nwithout      %+v", hinted.fields(), plain.fields())
+	}
+	// Not skipped: the first two (the head window holds their starts), the
+	// one that closes the open value, the last one (tail window).
+	if hinted.st.skipped != len(lines)-4 {
+		t.Fatalf("skipped %d of %d lines, want %d", hinted.st.skipped, len(lines), len(lines)-4)
+	}
+}

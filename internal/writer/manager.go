@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/index"
+	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
 )
@@ -67,11 +69,15 @@ type Stats struct {
 	Compactions       uint64
 	CompactedBytes    uint64
 	RecoveredSessions uint64
-	RecoveryErrors    []string
+	// ReplayPending counts the journals found at start whose entries are
+	// not in their canonical files yet (see Replay).
+	ReplayPending  uint64
+	RecoveryErrors []string
 }
 
 type counters struct {
 	appends, stored, duplicate, syncs, journalBytes, compactions, compactedBytes, recovered atomic.Uint64
+	replayPending                                                                           atomic.Int64
 }
 
 // Manager hands out session writers and keeps track of them.
@@ -411,16 +417,42 @@ func (m *Manager) journaledKeys() ([]layout.Key, error) {
 
 // RecoverReport tells what Recover did.
 type RecoverReport struct {
-	Sessions int     // journals replayed
+	Checked  int     // journals checked (and torn tails cut) before serving
+	Bytes    int64   // their size
+	Pending  int     // of those, journals left to replay into their transcripts
+	Sessions int     // journals replayed into their transcripts
 	Entries  uint64  // entries moved into canonical files
 	Failed   []error // sessions that could not be recovered (their journals are kept)
 }
 
-// Recover replays every journal left on disk into its canonical file, so
-// that after a crash the files official readers see are whole and current.
-// A session that cannot be recovered is reported and left for a human; the
-// others are not held back by it.
+// Recover brings every journal left on disk back: CheckJournals, then
+// Replay. When it returns, the files official readers see are whole and
+// current.
 func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
+	rep, keys, err := m.CheckJournals(ctx)
+	if err != nil {
+		return rep, err
+	}
+	r := m.Replay(ctx, keys)
+	rep.Sessions, rep.Entries = r.Sessions, r.Entries
+	rep.Failed = append(rep.Failed, r.Failed...)
+	return rep, ctx.Err()
+}
+
+// checkWorkers is how many journals CheckJournals reads at once: the work
+// is reading and checksumming, so more reads in flight than cores keep
+// the disk busy.
+const checkWorkers = 8
+
+// CheckJournals is the part of recovery that must finish before sessiond
+// serves. It finishes interrupted deletes and restores, removes temp files
+// a crash left, and opens every journal once: every record is read and
+// checked against its checksum, a torn tail is cut, a corrupt journal is
+// moved aside (reported in Stats().RecoveryErrors), and the journal and
+// its folder are synced, so what is served from now on is durable. The
+// entries are then served from the journals; Replay moves them into the
+// canonical files. It returns the sessions to replay.
+func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Key, error) {
 	var rep RecoverReport
 	m.sweepTemps()
 	m.sweepJournalTemps()
@@ -428,32 +460,152 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 	// whole in one place before anything replays into them.
 	for _, err := range m.finishIntents() {
 		rep.Failed = append(rep.Failed, err)
-		m.mu.Lock()
-		m.recoveryErrs = append(m.recoveryErrs, err.Error())
-		m.mu.Unlock()
+		m.noteRecoveryError(err.Error())
 	}
 	keys, err := m.journaledKeys()
 	if err != nil {
-		return rep, err
+		return rep, nil, err
 	}
-	for _, k := range keys {
-		if err := ctx.Err(); err != nil {
-			return rep, err
-		}
-		r, err := m.Flush(ctx, k)
-		if err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
-			m.log.Error("recovery of a session failed; its journal is kept", zap.Stringer("session", k), zap.Error(err))
-			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", k, err))
-			m.mu.Lock()
-			m.recoveryErrs = append(m.recoveryErrs, fmt.Sprintf("%s: %v", k, err))
-			m.mu.Unlock()
+	ok := make([]bool, len(keys))
+	sizes := make([]int64, len(keys))
+	errs := make([]error, len(keys))
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	for range min(checkWorkers, len(keys)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(keys) || ctx.Err() != nil {
+					return
+				}
+				ok[i], sizes[i], errs[i] = m.checkJournal(keys[i])
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return rep, nil, err
+	}
+	var todo []layout.Key
+	folders := make(map[string]bool)
+	for i, k := range keys {
+		if errs[i] != nil {
+			m.log.Error("recovery of a session failed; its journal is kept", zap.Stringer("session", k), zap.Error(errs[i]))
+			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", k, errs[i]))
+			m.noteRecoveryError(fmt.Sprintf("%s: %v", k, errs[i]))
 			continue
 		}
-		rep.Sessions++
-		rep.Entries += r.CompactedEntries
-		m.stats.recovered.Add(1)
+		if !ok[i] {
+			continue
+		}
+		rep.Checked++
+		rep.Bytes += sizes[i]
+		todo = append(todo, k)
+		folders[filepath.Dir(m.cfg.Layout.JournalPath(k))] = true
 	}
-	return rep, nil
+	// The journals were opened without their folder sync: one per folder.
+	for dir := range folders {
+		if err := m.cfg.FS.SyncDir(dir); err != nil {
+			return rep, nil, fmt.Errorf("sync journal folder %s: %w", dir, errdefs.FromIO(err))
+		}
+	}
+	rep.Pending = len(todo)
+	m.stats.replayPending.Store(int64(len(todo)))
+	return rep, todo, nil
+}
+
+// checkJournal opens key's journal once (see CheckJournals). ok is false
+// when there is nothing to replay: no journal, or a live writer owns it
+// (the writer replayed it as it opened).
+func (m *Manager) checkJournal(key layout.Key) (ok bool, size int64, err error) {
+	m.mu.Lock()
+	_, live := m.sessions[key]
+	m.mu.Unlock()
+	if live {
+		return true, 0, nil
+	}
+	opt := journal.Options{MaxRecord: m.cfg.MaxEntryBytes + 1024, NoFolderSync: true}
+	cut, hasCut := m.durableEnd(key)
+	if hasCut {
+		opt.DurableGeneration, opt.DurableEnd = cut.generation, cut.end
+	}
+	j, rec, err := journal.Open(m.cfg.FS, m.cfg.Layout.JournalPath(key), opt)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, 0, nil
+	case err != nil:
+		return false, 0, fmt.Errorf("open journal: %w", err)
+	}
+	if hasCut {
+		m.forgetDurableEnd(key, cut)
+	}
+	if rec.TruncatedBytes > 0 {
+		m.log.Warn("journal had a torn tail (entries never acknowledged); truncated",
+			zap.Stringer("session", key), zap.Int64("bytes", rec.TruncatedBytes))
+	}
+	size = j.Size()
+	return true, size, j.Close()
+}
+
+// ReplayReport tells what Replay did.
+type ReplayReport struct {
+	Sessions int
+	Entries  uint64
+	Failed   []error
+}
+
+// Replay moves the entries of the journals CheckJournals checked into
+// their canonical files, a few sessions at a time. sessiond serves
+// meanwhile: the entries are served from the journals until then, and a
+// session an agent writes to is replayed by its own writer first.
+// Stats().ReplayPending counts down to zero.
+func (m *Manager) Replay(ctx context.Context, keys []layout.Key) ReplayReport {
+	var (
+		mu  sync.Mutex
+		rep ReplayReport
+		wg  sync.WaitGroup
+	)
+	next := atomic.Int64{}
+	for range min(max(2, runtime.GOMAXPROCS(0)), len(keys)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(keys) || ctx.Err() != nil {
+					return
+				}
+				k := keys[i]
+				r, err := m.Flush(ctx, k)
+				m.stats.replayPending.Add(-1)
+				mu.Lock()
+				switch {
+				case err != nil && (errdefs.Is(err, errdefs.ErrNotFound) || ctx.Err() != nil):
+					// Gone meanwhile, or sessiond is stopping: the
+					// journal stays for the next start.
+				case err != nil:
+					m.log.Error("recovery of a session failed; its journal is kept", zap.Stringer("session", k), zap.Error(err))
+					rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", k, err))
+					m.noteRecoveryError(fmt.Sprintf("%s: %v", k, err))
+				default:
+					rep.Sessions++
+					rep.Entries += r.CompactedEntries
+					m.stats.recovered.Add(1)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return rep
+}
+
+func (m *Manager) noteRecoveryError(msg string) {
+	m.mu.Lock()
+	m.recoveryErrs = append(m.recoveryErrs, msg)
+	m.mu.Unlock()
 }
 
 // sweepJournalTemps removes the temp files of journal generations a crash
@@ -557,6 +709,7 @@ func (m *Manager) Stats() Stats {
 		Compactions:       m.stats.compactions.Load(),
 		CompactedBytes:    m.stats.compactedBytes.Load(),
 		RecoveredSessions: m.stats.recovered.Load(),
+		ReplayPending:     uint64(max(0, m.stats.replayPending.Load())),
 	}
 }
 

@@ -183,28 +183,13 @@ func (st *state) open() error {
 	} else if st.canon.size > base.size {
 		st.log.Info("another program appended to the transcript; journaled entries will follow its lines")
 	}
-	var buf []byte
-	dropped := false
+	var spans []journal.Span
 	for _, b := range rec.Batches {
-		for _, sp := range b.Entries {
-			line, err := j.ReadEntry(sp, buf)
-			if err != nil {
-				return fmt.Errorf("read journal of %s: %w", st.key, errdefs.FromIO(err))
-			}
-			if id, ok := transcript.TopLevelString(line, "uuid"); ok && id != "" {
-				if st.ids.has(id) {
-					dropped = true
-					buf = line[:0]
-					continue
-				}
-				st.ids.add(id)
-			}
-			st.addPending(sp, len(line))
-			if st.ent != nil {
-				st.ent.Add(line, true)
-			}
-			buf = line[:0]
-		}
+		spans = append(spans, b.Entries...)
+	}
+	dropped, err := st.replay(spans)
+	if err != nil {
+		return err
 	}
 	if dropped {
 		// Journaled entries were dropped because the file already holds
@@ -217,6 +202,41 @@ func (st *state) open() error {
 	}
 	st.publish()
 	return nil
+}
+
+// replay makes the journaled entries at spans pending after the canonical
+// file's lines, dropping those whose uuid the session already holds, and
+// reports whether it dropped any. It reads the journal twice, in large
+// chunks: the first pass decides which entries stay, which fixes the size
+// the transcript will have; the listing summary, told that size, then
+// only searches the lines that can fall in its head and tail windows.
+func (st *state) replay(spans []journal.Span) (dropped bool, err error) {
+	keep := make([]journal.Span, 0, len(spans))
+	size := st.canon.size
+	err = st.j.ReadEntries(spans, func(i int, line []byte) error {
+		if id, ok := transcript.TopLevelString(line, "uuid"); ok && id != "" {
+			if st.ids.has(id) {
+				dropped = true
+				return nil
+			}
+			st.ids.add(id)
+		}
+		keep = append(keep, spans[i])
+		st.addPending(spans[i], len(line))
+		size += int64(len(line)) + 1
+		return nil
+	})
+	if err == nil && st.ent != nil {
+		st.ent.Sum.ExpectAtLeast(size)
+		err = st.j.ReadEntries(keep, func(_ int, line []byte) error {
+			st.ent.Add(line, true)
+			return nil
+		})
+	}
+	if err != nil {
+		return false, fmt.Errorf("read journal of %s: %w", st.key, errdefs.FromIO(err))
+	}
+	return dropped, nil
 }
 
 // checkPath refuses a canonical path that is not a regular file: a
@@ -276,6 +296,13 @@ func (st *state) scanCanonical() error {
 	}
 	defer f.Close()
 	st.canonExists = true
+	if st.ent != nil {
+		// Lines come in whole up to at least the size seen now (a
+		// program appending meanwhile only adds to it).
+		if fi, err := f.Stat(); err == nil {
+			st.ent.Sum.ExpectAtLeast(fi.Size())
+		}
+	}
 	sc := transcript.NewLineScannerAt(f)
 	var size int64
 	for sc.Scan() {
@@ -674,25 +701,13 @@ func (st *state) absorbForeign() error {
 	}
 	st.pending = nil
 	st.pendingBytes = 0
-	var buf []byte
-	for _, p := range pending {
-		line, err := st.j.ReadEntry(p.span, buf)
-		if err != nil {
-			st.failed = err
-			return fmt.Errorf("read journal of %s: %w", st.key, errdefs.FromIO(err))
-		}
-		if id, ok := transcript.TopLevelString(line, "uuid"); ok && id != "" {
-			if st.ids.has(id) {
-				buf = line[:0]
-				continue
-			}
-			st.ids.add(id)
-		}
-		st.addPending(p.span, p.size)
-		if st.ent != nil {
-			st.ent.Add(line, true)
-		}
-		buf = line[:0]
+	spans := make([]journal.Span, len(pending))
+	for i, p := range pending {
+		spans[i] = p.span
+	}
+	if _, err := st.replay(spans); err != nil {
+		st.failed = err
+		return err
 	}
 	st.lineage = st.m.lineage.Add(1)
 	st.publish()
@@ -719,17 +734,16 @@ func (st *state) writeTemp(path string, src fsys.File) (fingerprint, error) {
 		// A torn last line written by someone else stays its own line.
 		w.WriteByte('\n')
 	}
-	var buf []byte
-	for _, p := range st.pending {
-		line, err := st.j.ReadEntry(p.span, buf)
-		if err != nil {
-			return fingerprint{}, err
-		}
-		buf = line[:0]
+	spans := make([]journal.Span, len(st.pending))
+	for i, p := range st.pending {
+		spans[i] = p.span
+	}
+	err = st.j.ReadEntries(spans, func(_ int, line []byte) error {
 		w.Write(line)
-		if err := w.WriteByte('\n'); err != nil {
-			return fingerprint{}, err
-		}
+		return w.WriteByte('\n')
+	})
+	if err != nil {
+		return fingerprint{}, err
 	}
 	if err := w.Flush(); err != nil {
 		return fingerprint{}, err

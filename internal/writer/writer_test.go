@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -925,5 +926,85 @@ func TestReadBatchesAndBigLines(t *testing.T) {
 	}
 	if batches < 10 {
 		t.Fatalf("%d batches for %d entries: the batch limit did not apply", batches, len(want))
+	}
+}
+
+// TestCheckJournalsServesBeforeReplay: after CheckJournals alone (what
+// sessiond does before it serves) every acknowledged entry is read back
+// from the journals and listed, with the canonical files not yet written;
+// Replay then moves them there, counting ReplayPending down. A damaged
+// journal is reported by CheckJournals and left out of the replay.
+func TestCheckJournalsServesBeforeReplay(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	ctx := context.Background()
+	keys := []layout.Key{newKey(), newKey(), newKey(), newKey()}
+	want := map[layout.Key][]string{}
+	for i, k := range keys {
+		for b := 0; b <= i; b++ {
+			lines := [][]byte{entry(uuid.NewString(), "n", fmt.Sprint(b)), entry(uuid.NewString())}
+			if _, err := m.Append(ctx, k, lines); err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range lines {
+				want[k] = append(want[k], string(l))
+			}
+		}
+	}
+	crash(t, m)
+	// Damage the last journal in its middle: corruption, not a torn tail.
+	bad := keys[3]
+	jp := e.lay.JournalPath(bad)
+	data, err := os.ReadFile(jp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0x55
+	if err := os.WriteFile(jp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	m = e.manager()
+	defer closeManager(t, m)
+	rep, todo, err := m.CheckJournals(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Checked != 3 || len(todo) != 3 || len(rep.Failed) != 1 || !errdefs.Is(rep.Failed[0], errdefs.ErrCorrupt) {
+		t.Fatalf("check: %+v, %d to replay", rep, len(todo))
+	}
+	if st := m.Stats(); st.ReplayPending != 3 || len(st.RecoveryErrors) != 1 || st.RecoveredSessions != 0 {
+		t.Fatalf("stats after the check: %+v", st)
+	}
+	for _, k := range keys[:3] {
+		if _, err := os.Stat(e.lay.TranscriptPath(k)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s: transcript written before the replay (%v)", k, err)
+		}
+		var got []string
+		err := m.Read(ctx, k, ReadOptions{}, func(es []Entry) error {
+			for _, x := range es {
+				got = append(got, string(x.Data))
+			}
+			return nil
+		})
+		if err != nil || strings.Join(got, "\n") != strings.Join(want[k], "\n") {
+			t.Fatalf("%s read before the replay: %d entries (%v), want %d", k, len(got), err, len(want[k]))
+		}
+		info, err := m.Info(ctx, k)
+		if err != nil || info.Entries != uint64(len(want[k])) {
+			t.Fatalf("%s listed before the replay: %+v, %v", k, info, err)
+		}
+	}
+	r := m.Replay(ctx, todo)
+	if r.Sessions != 3 || len(r.Failed) != 0 {
+		t.Fatalf("replay: %+v", r)
+	}
+	if st := m.Stats(); st.ReplayPending != 0 || st.RecoveredSessions != 3 {
+		t.Fatalf("stats after the replay: %+v", st)
+	}
+	for _, k := range keys[:3] {
+		if got := e.canonicalLines(k); strings.Join(got, "\n") != strings.Join(want[k], "\n") {
+			t.Fatalf("%s after the replay: %d lines, want %d", k, len(got), len(want[k]))
+		}
 	}
 }

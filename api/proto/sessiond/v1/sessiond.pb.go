@@ -1340,14 +1340,20 @@ type StatusResponse struct {
 	JournalBytes     uint64 `protobuf:"varint,12,opt,name=journal_bytes,json=journalBytes,proto3" json:"journal_bytes,omitempty"`
 	Compactions      uint64 `protobuf:"varint,13,opt,name=compactions,proto3" json:"compactions,omitempty"`
 	CompactedBytes   uint64 `protobuf:"varint,14,opt,name=compacted_bytes,json=compactedBytes,proto3" json:"compacted_bytes,omitempty"`
-	// Sessions replayed from their journals when the daemon started.
+	// Sessions replayed from their journals into their transcripts since
+	// the daemon started.
 	RecoveredSessions uint64 `protobuf:"varint,15,opt,name=recovered_sessions,json=recoveredSessions,proto3" json:"recovered_sessions,omitempty"`
 	Draining          bool   `protobuf:"varint,16,opt,name=draining,proto3" json:"draining,omitempty"`
 	// Sessions whose journal could not be replayed at start (a damaged
 	// journal is kept aside; the message says where). Empty when all is well.
 	RecoveryErrors []string `protobuf:"bytes,17,rep,name=recovery_errors,json=recoveryErrors,proto3" json:"recovery_errors,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Journals found at start whose entries are not in their transcripts
+	// yet. sessiond checks every journal before it serves, then serves the
+	// entries from the journals while it replays them into the transcripts;
+	// official readers see them all once this is 0.
+	ReplayPending uint64 `protobuf:"varint,18,opt,name=replay_pending,json=replayPending,proto3" json:"replay_pending,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1497,6 +1503,13 @@ func (x *StatusResponse) GetRecoveryErrors() []string {
 		return x.RecoveryErrors
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetReplayPending() uint64 {
+	if x != nil {
+		return x.ReplayPending
+	}
+	return 0
 }
 
 type CheckRequest struct {
@@ -2688,7 +2701,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x05total\x18\x02 \x01(\rR\x05total\"F\n" +
 	"\x11GetSessionRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\"\x0f\n" +
-	"\rStatusRequest\"\xc4\x04\n" +
+	"\rStatusRequest\"\xeb\x04\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x1d\n" +
@@ -2708,7 +2721,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x0fcompacted_bytes\x18\x0e \x01(\x04R\x0ecompactedBytes\x12-\n" +
 	"\x12recovered_sessions\x18\x0f \x01(\x04R\x11recoveredSessions\x12\x1a\n" +
 	"\bdraining\x18\x10 \x01(\bR\bdraining\x12'\n" +
-	"\x0frecovery_errors\x18\x11 \x03(\tR\x0erecoveryErrors\"S\n" +
+	"\x0frecovery_errors\x18\x11 \x03(\tR\x0erecoveryErrors\x12%\n" +
+	"\x0ereplay_pending\x18\x12 \x01(\x04R\rreplayPending\"S\n" +
 	"\fCheckRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\"u\n" +
