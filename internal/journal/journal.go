@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
@@ -307,6 +308,8 @@ func (j *Journal) ReadEntry(s Span, buf []byte) ([]byte, error) {
 // readChunk is how much of the file ReadEntries reads at a time.
 const readChunk = 1 << 20
 
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, readChunk); return &b }}
+
 // ReadEntries calls fn with the payload of each span in turn, each checked
 // against its checksum, reading the file in large sequential chunks rather
 // than one read per entry. Spans must be in file order, as Open and Append
@@ -316,7 +319,17 @@ func (j *Journal) ReadEntries(spans []Span, fn func(i int, payload []byte) error
 	if err := j.usable(); err != nil {
 		return err
 	}
-	w := newWindow(j.f, j.end, int(min(j.end, readChunk)))
+	n := int(min(j.end, readChunk))
+	var w *window
+	if n == readChunk {
+		// Replay and compaction read every journal of a thousand
+		// sessions: the chunk buffers are shared, not garbage.
+		bp := chunkPool.Get().(*[]byte)
+		defer chunkPool.Put(bp)
+		w = &window{r: j.f, size: j.end, buf: *bp}
+	} else {
+		w = newWindow(j.f, j.end, n)
+	}
 	var big []byte
 	last := int64(0)
 	for i, s := range spans {

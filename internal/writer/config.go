@@ -40,8 +40,8 @@ type Config struct {
 	IdleCompact time.Duration
 	IdleFloor   int64
 	IdleRatio   float64
-	// IdleRetire: after this long without activity a writer applies the
-	// idle rule once more, closes its files and exits.
+	// IdleRetire: after this long without activity a writer compacts
+	// whatever the idle rule left pending, closes its files and exits.
 	IdleRetire time.Duration
 }
 

@@ -118,7 +118,17 @@ func (s *session) run() {
 				}
 			}
 			if time.Since(lastActive) >= cfg.IdleRetire && st.failed == nil {
-				if s.m.tryRemove(s, false) {
+				// Whatever the idle rule left pending goes into the file
+				// now: once the writer is gone nothing would move it there
+				// until the session is written again (official readers
+				// would see a stale file for good). One rewrite per
+				// retirement bounds what this costs.
+				if len(st.pending) > 0 {
+					if err := st.compact("retire"); err != nil {
+						log.Warn("compaction before retiring failed; the journal keeps the entries", zap.Error(err))
+					}
+				}
+				if st.failed == nil && s.m.tryRemove(s, false) {
 					st.dropEmptyJournal()
 					st.closeFiles()
 					st.release()

@@ -229,7 +229,12 @@ func (st *state) replay(spans []journal.Span) (dropped bool, err error) {
 	if err == nil && st.ent != nil {
 		st.ent.Sum.ExpectAtLeast(size)
 		err = st.j.ReadEntries(keep, func(_ int, line []byte) error {
-			st.ent.Add(line, true)
+			// Journaled entries passed the transcript rules when they
+			// were appended (AddValid, as the writer fed them then).
+			// The one exception, lines another program appended during
+			// a compaction's rename (rescue), counts as whole until the
+			// next compaction's rescan of the file.
+			st.ent.AddValid(line)
 			return nil
 		})
 	}

@@ -597,6 +597,54 @@ func TestIdleCompactionAndRetire(t *testing.T) {
 	}
 }
 
+// TestRetireCompactsWhatIdleLeft: the idle rule leaves a small tail of a
+// large file in the journal (rewriting the file for it would cost too
+// much), but a writer that retires moves it into the file: official
+// readers must not see a stale transcript for as long as nobody writes to
+// the session again.
+func TestRetireCompactsWhatIdleLeft(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.IdleCompact = 20 * time.Millisecond
+	e.cfg.IdleRetire = 300 * time.Millisecond
+	e.cfg.IdleFloor = 4 << 10
+	m := e.manager()
+	defer closeManager(t, m)
+	k := newKey()
+	ctx := context.Background()
+	big := [][]byte{}
+	for i := 0; i < 64; i++ {
+		big = append(big, entry(uuid.NewString(), "p", strings.Repeat("x", 1000)))
+	}
+	if _, err := m.Append(ctx, k, big); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Flush(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	// 1 entry against a 64 KiB file: under 1/16 of it, so idle does not
+	// compact it.
+	if _, err := m.Append(ctx, k, [][]byte{entry(uuid.NewString())}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := len(e.canonicalLines(k)); n != 64 || !m.IsActive(k) {
+		t.Fatalf("before retiring: %d lines, active %v; want the tail still journaled", n, m.IsActive(k))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for m.IsActive(k) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if m.IsActive(k) {
+		t.Fatal("idle writer did not retire")
+	}
+	if n := len(e.canonicalLines(k)); n != 65 {
+		t.Fatalf("after retiring: %d lines, want 65", n)
+	}
+	if _, err := os.Stat(e.lay.JournalPath(k)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("journal left after retiring with nothing pending: %v", err)
+	}
+}
+
 // TestLinearCompactionCost: with the size trigger alone, bytes written by
 // compactions stay within a constant factor of the bytes appended.
 func TestLinearCompactionCost(t *testing.T) {
