@@ -469,22 +469,9 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 	ok := make([]bool, len(keys))
 	sizes := make([]int64, len(keys))
 	errs := make([]error, len(keys))
-	next := atomic.Int64{}
-	var wg sync.WaitGroup
-	for range min(checkWorkers, len(keys)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(keys) || ctx.Err() != nil {
-					return
-				}
-				ok[i], sizes[i], errs[i] = m.checkJournal(keys[i])
-			}
-		}()
-	}
-	wg.Wait()
+	parallel(ctx, checkWorkers, len(keys), func(i int) {
+		ok[i], sizes[i], errs[i] = m.checkJournal(keys[i])
+	})
 	if err := ctx.Err(); err != nil {
 		return rep, nil, err
 	}
@@ -565,41 +552,49 @@ func (m *Manager) Replay(ctx context.Context, keys []layout.Key) ReplayReport {
 	var (
 		mu  sync.Mutex
 		rep ReplayReport
-		wg  sync.WaitGroup
 	)
-	next := atomic.Int64{}
-	for range min(max(2, runtime.GOMAXPROCS(0)), len(keys)) {
+	parallel(ctx, max(2, runtime.GOMAXPROCS(0)), len(keys), func(i int) {
+		k := keys[i]
+		r, err := m.Flush(ctx, k)
+		m.stats.replayPending.Add(-1)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil && (errdefs.Is(err, errdefs.ErrNotFound) || ctx.Err() != nil):
+			// Gone meanwhile, or sessiond is stopping: the journal stays
+			// for the next start.
+		case err != nil:
+			m.log.Error("recovery of a session failed; its journal is kept", zap.Stringer("session", k), zap.Error(err))
+			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", k, err))
+			m.noteRecoveryError(fmt.Sprintf("%s: %v", k, err))
+		default:
+			rep.Sessions++
+			rep.Entries += r.CompactedEntries
+			m.stats.recovered.Add(1)
+		}
+	})
+	return rep
+}
+
+// parallel calls fn(i) for i in [0, n) on up to workers goroutines, and
+// stops handing out indexes once ctx ends.
+func parallel(ctx context.Context, workers, n int, fn func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(workers, n) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= len(keys) || ctx.Err() != nil {
+				if i >= n || ctx.Err() != nil {
 					return
 				}
-				k := keys[i]
-				r, err := m.Flush(ctx, k)
-				m.stats.replayPending.Add(-1)
-				mu.Lock()
-				switch {
-				case err != nil && (errdefs.Is(err, errdefs.ErrNotFound) || ctx.Err() != nil):
-					// Gone meanwhile, or sessiond is stopping: the
-					// journal stays for the next start.
-				case err != nil:
-					m.log.Error("recovery of a session failed; its journal is kept", zap.Stringer("session", k), zap.Error(err))
-					rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", k, err))
-					m.noteRecoveryError(fmt.Sprintf("%s: %v", k, err))
-				default:
-					rep.Sessions++
-					rep.Entries += r.CompactedEntries
-					m.stats.recovered.Add(1)
-				}
-				mu.Unlock()
+				fn(i)
 			}
 		}()
 	}
 	wg.Wait()
-	return rep
 }
 
 func (m *Manager) noteRecoveryError(msg string) {
