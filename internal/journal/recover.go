@@ -90,10 +90,10 @@ func resume(fs fsys.FS, f fsys.File, path string, maxRecord int, res *scanResult
 	if err := f.Sync(); err != nil {
 		return nil, errdefs.FromIO(fmt.Errorf("sync journal %s: %w", path, err))
 	}
-	if !syncFolder {
-		// The caller syncs the folder (Options.NoFolderSync).
-	} else if err := fs.SyncDir(filepath.Dir(path)); err != nil {
-		return nil, errdefs.FromIO(fmt.Errorf("sync folder of journal %s: %w", path, err))
+	if syncFolder { // else the caller does (Options.NoFolderSync)
+		if err := fs.SyncDir(filepath.Dir(path)); err != nil {
+			return nil, errdefs.FromIO(fmt.Errorf("sync folder of journal %s: %w", path, err))
+		}
 	}
 	if _, err := f.Seek(rec.End, io.SeekStart); err != nil {
 		return nil, errdefs.FromIO(fmt.Errorf("seek journal %s: %w", path, err))

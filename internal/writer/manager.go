@@ -419,7 +419,6 @@ func (m *Manager) journaledKeys() ([]layout.Key, error) {
 type RecoverReport struct {
 	Checked  int     // journals checked (and torn tails cut) before serving
 	Bytes    int64   // their size
-	Pending  int     // of those, journals left to replay into their transcripts
 	Sessions int     // journals replayed into their transcripts
 	Entries  uint64  // entries moved into canonical files
 	Failed   []error // sessions that could not be recovered (their journals are kept)
@@ -498,7 +497,6 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 			return rep, nil, fmt.Errorf("sync journal folder %s: %w", dir, errdefs.FromIO(err))
 		}
 	}
-	rep.Pending = len(todo)
 	m.stats.replayPending.Store(int64(len(todo)))
 	return rep, todo, nil
 }
@@ -513,20 +511,12 @@ func (m *Manager) checkJournal(key layout.Key) (ok bool, size int64, err error) 
 	if live {
 		return true, 0, nil
 	}
-	opt := journal.Options{MaxRecord: m.cfg.MaxEntryBytes + 1024, NoFolderSync: true}
-	cut, hasCut := m.durableEnd(key)
-	if hasCut {
-		opt.DurableGeneration, opt.DurableEnd = cut.generation, cut.end
-	}
-	j, rec, err := journal.Open(m.cfg.FS, m.cfg.Layout.JournalPath(key), opt)
+	j, rec, err := m.openJournal(key, true)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return false, 0, nil
 	case err != nil:
 		return false, 0, fmt.Errorf("open journal: %w", err)
-	}
-	if hasCut {
-		m.forgetDurableEnd(key, cut)
 	}
 	if rec.TruncatedBytes > 0 {
 		m.log.Warn("journal had a torn tail (entries never acknowledged); truncated",
@@ -534,6 +524,30 @@ func (m *Manager) checkJournal(key layout.Key) (ok bool, size int64, err error) 
 	}
 	size = j.Size()
 	return true, size, j.Close()
+}
+
+// journalOptions are the options every journal of this manager is created
+// and opened with.
+func (m *Manager) journalOptions() journal.Options {
+	return journal.Options{MaxRecord: m.cfg.MaxEntryBytes + 1024}
+}
+
+// openJournal opens key's journal (journal.Open), first cutting it back to
+// where its last synced write ended if a writer of this process saw a
+// write or sync of it fail (see journal.Options.DurableEnd). With
+// noFolderSync the caller syncs the journal's folder itself.
+func (m *Manager) openJournal(key layout.Key, noFolderSync bool) (*journal.Journal, *journal.Recovery, error) {
+	opt := m.journalOptions()
+	opt.NoFolderSync = noFolderSync
+	cut, hasCut := m.durableEnd(key)
+	if hasCut {
+		opt.DurableGeneration, opt.DurableEnd = cut.generation, cut.end
+	}
+	j, rec, err := journal.Open(m.cfg.FS, m.cfg.Layout.JournalPath(key), opt)
+	if hasCut && (err == nil || errors.Is(err, fs.ErrNotExist)) {
+		m.forgetDurableEnd(key, cut)
+	}
+	return j, rec, err
 }
 
 // ReplayReport tells what Replay did.
@@ -546,7 +560,9 @@ type ReplayReport struct {
 // Replay moves the entries of the journals CheckJournals checked into
 // their canonical files, a few sessions at a time. sessiond serves
 // meanwhile: the entries are served from the journals until then, and a
-// session an agent writes to is replayed by its own writer first.
+// session written to meanwhile opens its writer (which loads the journal)
+// and takes its appends after them; its turn here compacts them all
+// through that writer.
 // Stats().ReplayPending counts down to zero.
 func (m *Manager) Replay(ctx context.Context, keys []layout.Key) ReplayReport {
 	var (

@@ -113,23 +113,14 @@ func (st *state) open() error {
 		return err
 	}
 	st.removeStaleTemps()
-	opt := journal.Options{MaxRecord: st.cfg.MaxEntryBytes + 1024}
 	// After a failed write or sync, the journal may show records that never
-	// reached the disk: cut back to what was last synced (see
-	// journal.Options.DurableEnd).
-	cut, hasCut := st.m.durableEnd(st.key)
-	if hasCut {
-		opt.DurableGeneration, opt.DurableEnd = cut.generation, cut.end
-	}
-	j, rec, err := journal.Open(st.fs, st.jpath, opt)
+	// reached the disk: openJournal cuts back to what was last synced.
+	j, rec, err := st.m.openJournal(st.key, false)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		j = nil
 	case err != nil:
 		return fmt.Errorf("open journal of %s: %w", st.key, err)
-	}
-	if hasCut {
-		st.m.forgetDurableEnd(st.key, cut)
 	}
 	if err := st.scanCanonical(); err != nil {
 		if j != nil {
@@ -282,7 +273,12 @@ func (st *state) removeStaleTemps() {
 
 // scanCanonical reads the canonical file once: its line count, the uuids
 // it holds, whether it ends in a whole line, and its fingerprint.
-func (st *state) scanCanonical() error {
+func (st *state) scanCanonical() error { return st.scanCanonicalPromising(true) }
+
+// scanCanonicalPromising is scanCanonical; with promise, the listing
+// summary is told the file's size first, so it only searches the lines
+// that can fall in its windows (transcript.Summary.ExpectAtLeast).
+func (st *state) scanCanonicalPromising(promise bool) error {
 	st.ids = newIDSet()
 	st.canonEntries = 0
 	st.canonEndsNL = true
@@ -301,11 +297,11 @@ func (st *state) scanCanonical() error {
 	}
 	defer f.Close()
 	st.canonExists = true
-	if st.ent != nil {
-		// Lines come in whole up to at least the size seen now (a
-		// program appending meanwhile only adds to it).
+	var promised int64
+	if st.ent != nil && promise {
 		if fi, err := f.Stat(); err == nil {
-			st.ent.Sum.ExpectAtLeast(fi.Size())
+			promised = fi.Size()
+			st.ent.Sum.ExpectAtLeast(promised)
 		}
 	}
 	sc := transcript.NewLineScannerAt(f)
@@ -328,6 +324,13 @@ func (st *state) scanCanonical() error {
 	}
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	if size < promised {
+		// The file shrank during the scan (another program rewrote it):
+		// the promise was false and the summary may have skipped lines of
+		// its tail window. Scan again, searching every line.
+		st.log.Warn("the transcript shrank while it was read; reading it again", zap.Int64("was", promised), zap.Int64("read", size))
+		return st.scanCanonicalPromising(false)
 	}
 	tail, err := tailCRC(f, size)
 	if err != nil {
@@ -416,7 +419,7 @@ func (st *state) newGeneration() error {
 	j, err := journal.Create(st.fs, st.jpath, journal.Header{
 		ProjectKey: st.key.ProjectKey, SessionID: st.key.SessionID, Subpath: st.key.Subpath,
 		BaseSize: st.canon.size, BaseTail: st.canon.tail,
-	}, journal.Options{MaxRecord: st.cfg.MaxEntryBytes + 1024})
+	}, st.m.journalOptions())
 	if err != nil {
 		return fmt.Errorf("start journal of %s: %w", st.key, errdefs.FromIO(err))
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/transcript"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -1043,6 +1044,13 @@ func TestCheckJournalsServesBeforeReplay(t *testing.T) {
 			t.Fatalf("%s listed before the replay: %+v, %v", k, info, err)
 		}
 	}
+	// An agent writes to a session before its turn in the replay: the new
+	// entry follows the journaled ones.
+	late := entry(uuid.NewString(), "n", "late")
+	if _, err := m.Append(ctx, keys[1], [][]byte{late}); err != nil {
+		t.Fatal(err)
+	}
+	want[keys[1]] = append(want[keys[1]], string(late))
 	r := m.Replay(ctx, todo)
 	if r.Sessions != 3 || len(r.Failed) != 0 {
 		t.Fatalf("replay: %+v", r)
@@ -1054,5 +1062,65 @@ func TestCheckJournalsServesBeforeReplay(t *testing.T) {
 		if got := e.canonicalLines(k); strings.Join(got, "\n") != strings.Join(want[k], "\n") {
 			t.Fatalf("%s after the replay: %d lines, want %d", k, len(got), len(want[k]))
 		}
+	}
+}
+
+// shrinkFS makes every transcript look 1 MiB longer to Stat on an open
+// file than it is, as if another program had cut it during the read.
+type shrinkFS struct{ fsys.FS }
+
+func (s shrinkFS) OpenFile(name string, flag int, perm os.FileMode) (fsys.File, error) {
+	f, err := s.FS.OpenFile(name, flag, perm)
+	if err != nil || !strings.HasSuffix(name, ".jsonl") {
+		return f, err
+	}
+	return shrinkFile{f}, nil
+}
+
+type shrinkFile struct{ fsys.File }
+
+type grownInfo struct{ fs.FileInfo }
+
+func (g grownInfo) Size() int64 { return g.FileInfo.Size() + 1<<20 }
+
+func (f shrinkFile) Stat() (fs.FileInfo, error) {
+	fi, err := f.File.Stat()
+	if err != nil {
+		return nil, err
+	}
+	return grownInfo{fi}, nil
+}
+
+// TestScanCanonicalShrunkFile: a writer that scans a transcript which
+// turns out shorter than its size said (cut meanwhile) scans it again, so
+// the listing summary, told the larger size, still finds the title in the
+// tail window.
+func TestScanCanonicalShrunkFile(t *testing.T) {
+	e := newEnv(t)
+	k := newKey()
+	var b bytes.Buffer
+	for i := 0; i < 200; i++ {
+		b.Write(entry(uuid.NewString(), "p", strings.Repeat("x", 1000)))
+		b.WriteByte('\n')
+	}
+	b.Write(transcript.CustomTitleLine(k.SessionID, "Shrunk"))
+	b.WriteByte('\n')
+	path := e.lay.TranscriptPath(k)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.fs = shrinkFS{fsys.OS}
+	m := e.manager()
+	defer closeManager(t, m)
+	// A writer scans the file as it opens.
+	if _, err := m.Append(context.Background(), k, [][]byte{entry(uuid.NewString())}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := m.Info(context.Background(), k)
+	if err != nil || info.Title != "Shrunk" || info.Entries != 202 {
+		t.Fatalf("info %+v, %v; want the title and 202 entries", info, err)
 	}
 }
