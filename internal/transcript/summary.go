@@ -74,11 +74,23 @@ var (
 )
 
 // line returns the value DR finds on one line. at is where, in line, the
-// record holding it starts: 0, or the start of a record appended to a torn
-// line that the older mode recovered.
+// record holding it starts: after the JSON whitespace leading the line, or
+// the start of a record appended to a torn line that the older mode
+// recovered. A window starting at or before at sees the same value.
 func (f *drField) line(line []byte) (val string, at int, ok bool) {
+	val, at, ok, _ = f.lineDamaged(line)
+	return val, at, ok
+}
+
+// lineDamaged is line, and also reports whether the line has the patterns
+// DR looks for but is not JSON. Only such a line can read differently when
+// a window starts inside it: a proper suffix of a JSON line never parses
+// as an object (its brackets no longer balance), but a suffix of a damaged
+// one can, and DR then takes that instead of the record the whole line
+// yields.
+func (f *drField) lineDamaged(line []byte) (val string, at int, ok, damaged bool) {
 	if !bytes.Contains(line, f.keyPat) {
-		return "", 0, false
+		return "", 0, false, false
 	}
 	if f.typPats != nil {
 		found := false
@@ -89,18 +101,23 @@ func (f *drField) line(line []byte) (val string, at int, ok bool) {
 			}
 		}
 		if !found {
-			return "", 0, false
+			return "", 0, false, false
 		}
 	}
 	val, ok, parsed := f.eval(line)
-	if !parsed && f.older {
+	if parsed {
+		s := scanner{data: line}
+		s.ws()
+		return val, s.pos, ok, false
+	}
+	if f.older {
 		d := bytes.LastIndex(line, f.splice)
 		if d > 0 && !strings.ContainsRune(":,[", rune(line[d-1])) {
 			val, ok, _ = f.eval(line[d:])
 			at = d
 		}
 	}
-	return val, at, ok
+	return val, at, ok, true
 }
 
 // eval is eF: JSON.parse(text), then the string member key of an object of
@@ -557,7 +574,10 @@ func eachTextLine(text []byte, fn func(line []byte) bool) {
 //
 // The streaming reader keeps, per field, the value seen last (or first) and
 // where: a few hundred bytes whatever the size of the file (up to 64 KiB
-// more while a value cut by a torn line waits for its closing quote).
+// more while a value cut by a torn line waits for its closing quote, and up
+// to two windows' worth while lines that are not JSON but have a tail
+// field's patterns are near the tail window, since the window may start
+// inside one of them and read it from there).
 // Remaining differences with the SDK, all in damaged or exotic input:
 //   - a kR (gitBranch, entrypoint) value that spans a line break (a torn
 //     line followed by a newline) is read through the break as the SDK
@@ -821,6 +841,27 @@ type summaryStream struct {
 	// (ExpectAtLeast); skipped counts the lines it saved a search of.
 	floor   int64
 	skipped int
+
+	// damaged are the lines, in the tail window or crossing its start,
+	// that have a tail pattern but are not JSON (drField.lineDamaged): the
+	// SDK reads the one the window starts in from the window's start.
+	damaged []damagedLine
+}
+
+// tailFields are the DR lookups of the tail window, in the order of
+// tailValues.
+var tailFields = [...]*drField{drCustomTitle, drAITitle, drTag, drLastPrompt, drSummary, drRelocated}
+
+// tailValues returns the values of tailFields, in their order.
+func (st *summaryStream) tailValues() [len(tailFields)]*tailValue {
+	return [...]*tailValue{&st.tailCT, &st.tailAI, &st.tag, &st.lastPrompt, &st.summary, &st.relocated}
+}
+
+// damagedLine is a line that may read differently from inside: it spans
+// [start, end) of the file, and tail is its last bytes (at most a window).
+type damagedLine struct {
+	start, end int64
+	tail       []byte
 }
 
 type tailValue struct {
@@ -899,16 +940,19 @@ func (s *Summary) AddLine(line []byte, newline bool) {
 	}
 
 	// The tail window's lookups, for any line.
-	for _, t := range []struct {
-		f *drField
-		v *tailValue
-	}{
-		{drCustomTitle, &st.tailCT}, {drAITitle, &st.tailAI}, {drTag, &st.tag},
-		{drLastPrompt, &st.lastPrompt}, {drSummary, &st.summary}, {drRelocated, &st.relocated},
-	} {
-		if v, at, ok := t.f.line(line); ok {
-			*t.v = tailValue{v, start + int64(at), true}
+	damaged := false
+	for i, f := range tailFields {
+		v, at, ok, dmg := f.lineDamaged(line)
+		if ok {
+			*st.tailValues()[i] = tailValue{v, start + int64(at), true}
 		}
+		damaged = damaged || dmg
+	}
+	if damaged {
+		// Kept while it can still be the line the tail window starts in:
+		// its last window's worth of bytes is all the window can hold.
+		keep := line[max(0, len(line)-liteWindow):]
+		st.damaged = append(st.damaged, damagedLine{start: start, end: end, tail: bytes.Clone(keep)})
 	}
 	for i := range st.git {
 		st.git[i].scan(line, start, &st.gitBest)
@@ -982,16 +1026,66 @@ func (s *Summary) settle() {
 		}
 		return "", false
 	}
+	var vals [len(tailFields)]struct {
+		s  string
+		ok bool
+	}
+	for i, v := range st.tailValues() {
+		vals[i].s, vals[i].ok = in(*v)
+	}
+	if frag, end, ok := st.fragment(tailStart); ok {
+		// The window starts inside a damaged line and what it holds of it
+		// starts an object: DR reads that object where the whole line gave
+		// another value or none. A value from a later line still wins.
+		for i, v := range st.tailValues() {
+			if !v.ok || v.at < end {
+				vals[i].s, _, vals[i].ok = tailFields[i].line(frag)
+			}
+		}
+	}
 	p := &s.parts
-	p.tailCT, p.tailCTSet = in(st.tailCT)
-	p.tailAI, _ = in(st.tailAI)
-	p.tag, _ = in(st.tag)
-	p.lastPrompt, _ = in(st.lastPrompt)
-	p.summaryHint, _ = in(st.summary)
-	p.relocatedCwd, _ = in(st.relocated)
+	p.tailCT, p.tailCTSet = vals[0].s, vals[0].ok
+	p.tailAI = vals[1].s
+	p.tag = vals[2].s
+	p.lastPrompt = vals[3].s
+	p.summaryHint = vals[4].s
+	p.relocatedCwd = vals[5].s
 	p.gitTail, _ = in(st.gitBest)
 	p.entryTail, p.entryTailSet = in(st.entryBest)
 	s.resolve()
+}
+
+// fragment returns the part of a damaged line that the tail window,
+// starting at tailStart, holds when the window starts inside that line and
+// the part starts an object, and where the line ends. It first forgets the
+// damaged lines that ended before the window.
+//
+// Only a part starting with '{' (after whitespace) can read differently
+// from the whole line: a part that does not parse falls back to the same
+// appended record the whole line yields (in the window when that record
+// starts in it, which settle already checks), and one that parses as
+// another JSON value holds no record.
+func (st *summaryStream) fragment(tailStart int64) (frag []byte, end int64, ok bool) {
+	i := 0
+	for i < len(st.damaged) && st.damaged[i].end <= tailStart {
+		i++
+	}
+	if i > 0 {
+		st.damaged = append(st.damaged[:0], st.damaged[i:]...)
+	}
+	if len(st.damaged) == 0 || st.damaged[0].start >= tailStart {
+		return nil, 0, false
+	}
+	d := st.damaged[0]
+	frag = d.tail[tailStart-(d.end-int64(len(d.tail))):]
+	j := 0
+	for j < len(frag) && isSpace(frag[j]) {
+		j++
+	}
+	if j == len(frag) || frag[j] != '{' {
+		return nil, 0, false
+	}
+	return frag, d.end, true
 }
 
 var summaryNewline = []byte{'\n'}

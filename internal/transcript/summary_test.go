@@ -445,6 +445,13 @@ func FuzzSummaryWindows(f *testing.F) {
 	f.Add([]byte(`{"gitBranch":"a\`+"\n"+`"gitBranch":"b"}`+"\n"+`{"type":"user","gitBranch":"c`), uint8(10))
 	f.Add([]byte(`{"type":"assistant","x":"torn{"type":"custom-title","customTitle":"S"}`+"\n"+`{"type": "tag", "tag": "t"}`), uint8(20))
 	f.Add([]byte(`{"type":"relocated","relocatedCwd":"/r"}`+"\n"+`{"lastPrompt":"p","summary":"s"}`+"\n"+`{"type":"user","message":{"content":[{"type":"text","text":"<command-name>/x</command-name>"},{"type":"image"}]}}`), uint8(0))
+	// The tail window starts inside a damaged line, just after the '[': the
+	// object it then starts with parses, where the whole line yields nothing
+	// (the record follows a '[' and is not taken as appended).
+	f.Add([]byte(`[{"type":"tag","tag":"0"}`+"\n"), uint8(17))
+	f.Add([]byte(`{"type":"user"}`+"\n"+`x{"type":"tag","tag":"1","n":{"type":"tag","tag":"2"}}`+"\n"+`{"a":1}`+"\n"), uint8(54))
+	// The tail window starts in the whitespace before a JSON line's object.
+	f.Add([]byte(`   {"type":"tag","tag":"0"}`), uint8(17))
 	if data, err := os.ReadFile(filepath.Join("testdata", "summary", "synthetic", "torn-splice.jsonl")); err == nil {
 		f.Add(data, uint8(100))
 	}
