@@ -848,6 +848,67 @@ type summaryStream struct {
 	damaged []damagedLine
 }
 
+// tailKeys are the keys the tail window's lookups search for, as `"key":`
+// (a DR field's pattern, the start of a kR one); tailKeyBit numbers them.
+var tailKeys = [...]string{"customTitle", "aiTitle", "tag", "lastPrompt", "summary", "relocatedCwd", "gitBranch", "entrypoint"}
+
+func tailKeyBit(key string) uint16 {
+	for i, k := range tailKeys {
+		if k == key {
+			return 1 << i
+		}
+	}
+	panic("transcript: " + key + " is not a tail key")
+}
+
+// tailKeysIn returns the tailKeyBits of the keys that occur in line as
+// `"key":`: exactly the lines on which bytes.Contains would find the
+// pattern, for the price of one pass over the line's colons instead of a
+// search per key.
+func tailKeysIn(line []byte) (keys uint16) {
+	for i := 0; ; {
+		j := bytes.IndexByte(line[i:], ':')
+		if j < 0 {
+			return keys
+		}
+		j += i
+		i = j + 1
+		if j == 0 || line[j-1] != '"' {
+			continue
+		}
+		before := line[:j-1]
+		for b, k := range tailKeys {
+			n := len(k)
+			if len(before) > n && before[len(before)-n-1] == '"' && string(before[len(before)-n:]) == k {
+				keys |= 1 << b
+				// For the kR keys, which of textField's two patterns.
+				if k == "gitBranch" || k == "entrypoint" {
+					after := line[j+1:]
+					switch {
+					case len(after) > 0 && after[0] == '"':
+						keys |= textPatBit(k, 0)
+					case len(after) > 1 && after[0] == ' ' && after[1] == '"':
+						keys |= textPatBit(k, 1)
+					}
+				}
+			}
+		}
+	}
+}
+
+// textPatBit is the bit tailKeysIn sets when a line has the kR key's i-th
+// pattern (textField.pats: `"key":"`, `"key": "`); these bits follow the
+// keys' own.
+func textPatBit(key string, i int) uint16 {
+	switch key {
+	case "gitBranch":
+		return 1 << (len(tailKeys) + i)
+	case "entrypoint":
+		return 1 << (len(tailKeys) + 2 + i)
+	}
+	panic("transcript: " + key + " is not a kR key")
+}
+
 // tailFields are the DR lookups of the tail window, in the order of
 // tailValues.
 var tailFields = [...]*drField{drCustomTitle, drAITitle, drTag, drLastPrompt, drSummary, drRelocated}
@@ -939,9 +1000,14 @@ func (s *Summary) AddLine(line []byte, newline bool) {
 		}
 	}
 
-	// The tail window's lookups, for any line.
+	// The tail window's lookups, for any line. One pass finds which of
+	// their keys the line has at all; most lines have none.
+	keys := tailKeysIn(line)
 	damaged := false
 	for i, f := range tailFields {
+		if keys&tailKeyBit(f.key) == 0 {
+			continue
+		}
 		v, at, ok, dmg := f.lineDamaged(line)
 		if ok {
 			*st.tailValues()[i] = tailValue{v, start + int64(at), true}
@@ -954,12 +1020,21 @@ func (s *Summary) AddLine(line []byte, newline bool) {
 		keep := line[max(0, len(line)-liteWindow):]
 		st.damaged = append(st.damaged, damagedLine{start: start, end: end, tail: bytes.Clone(keep)})
 	}
-	for i := range st.git {
-		st.git[i].scan(line, start, &st.gitBest)
-		st.entry[i].scan(line, start, &st.entryBest)
-		if newline {
-			st.git[i].scan(summaryNewline, end, &st.gitBest)
-			st.entry[i].scan(summaryNewline, end, &st.entryBest)
+	for _, t := range []struct {
+		scans *[2]lastTextScan
+		best  *tailValue
+		key   string
+	}{{&st.git, &st.gitBest, "gitBranch"}, {&st.entry, &st.entryBest, "entrypoint"}} {
+		for i := range t.scans {
+			k := &t.scans[i]
+			// Without an occurrence on the line, only a value left open by
+			// an earlier line can change anything.
+			if k.pending || keys&textPatBit(t.key, i) != 0 {
+				k.scan(line, start, t.best)
+			}
+			if newline && k.pending {
+				k.scan(summaryNewline, end, t.best)
+			}
 		}
 	}
 

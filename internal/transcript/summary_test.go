@@ -580,3 +580,44 @@ func TestSummaryExpectAtLeastTornValue(t *testing.T) {
 		t.Fatalf("skipped %d of %d lines, want %d", hinted.st.skipped, len(lines), len(lines)-4)
 	}
 }
+
+// TestTailKeysIn checks the one-pass key finder against a search per
+// pattern, on every line of the fixtures and on lines made to sit on its
+// edges.
+func TestTailKeysIn(t *testing.T) {
+	lines := [][]byte{
+		[]byte(`"tag":`), []byte(`x"tag":`), []byte(`""tag":`), []byte(`"xtag":"`), []byte(`tag":`), []byte(`"tag"`),
+		[]byte(`{"gitBranch":"`), []byte(`{"gitBranch": "`), []byte(`{"gitBranch":  "`), []byte(`"gitBranch":`),
+		[]byte(`"entrypoint":"x","entrypoint": "y"`), []byte(`::"summary"::"summary":`), []byte(`:`), nil,
+	}
+	fixtures, _ := filepath.Glob(filepath.Join(fixtureDir, "*.jsonl"))
+	if len(fixtures) == 0 {
+		t.Fatalf("no fixtures in %s", fixtureDir)
+	}
+	for _, f := range fixtures {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, bytes.Split(data, []byte("\n"))...)
+	}
+	for _, line := range lines {
+		var want uint16
+		for _, k := range tailKeys {
+			if bytes.Contains(line, []byte(`"`+k+`":`)) {
+				want |= tailKeyBit(k)
+			}
+		}
+		for _, f := range []*textField{scGitBranch, scEntrypoint} {
+			key := strings.TrimSuffix(strings.TrimPrefix(string(f.pats[0]), `"`), `":"`)
+			for i, p := range f.pats {
+				if bytes.Contains(line, p) {
+					want |= textPatBit(key, i)
+				}
+			}
+		}
+		if got := tailKeysIn(line); got != want {
+			t.Fatalf("tailKeysIn(%.200q) = %012b, want %012b", line, got, want)
+		}
+	}
+}
