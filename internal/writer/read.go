@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -259,8 +260,18 @@ func (r *reader) flush() error {
 func (r *reader) serve(sn *snapshot) error {
 	if r.next < sn.canonEntries && sn.canon != nil {
 		idx, off := uint64(0), int64(0)
-		if r.lineage == sn.lineage && r.hintIdx == r.next && r.hintOff <= sn.canonSize {
+		switch {
+		case r.lineage == sn.lineage && r.hintIdx == r.next && r.hintOff <= sn.canonSize:
 			idx, off = r.hintIdx, r.hintOff
+		case r.next > sn.canonEntries-r.next:
+			// Nearer the end than the start (a tail, a follower resuming
+			// late): count the lines back from the end instead of reading
+			// the whole file up to them.
+			o, err := lineStartFromEnd(sn.canon, sn.canonSize, sn.canonEndsNL, sn.canonEntries-r.next)
+			if err != nil {
+				return fmt.Errorf("read transcript: %w", errdefs.FromIO(err))
+			}
+			idx, off = r.next, o
 		}
 		sc := transcript.NewLineScannerAt(io.NewSectionReader(sn.canon, off, sn.canonSize-off))
 		for idx < sn.canonEntries && sc.Scan() {
@@ -303,4 +314,45 @@ func (r *reader) serve(sn *snapshot) error {
 		r.next = sn.canonEntries + uint64(len(sn.pending))
 	}
 	return r.flush()
+}
+
+// backChunk is what lineStartFromEnd reads at a time.
+const backChunk = 64 << 10
+
+// lineStartFromEnd returns where, in the first size bytes of f, the line
+// that has k lines after it starts (k >= 1, and at most the number of
+// lines), counting as the canonical scan does: every '\n' ends a line, and
+// the last line may lack one (endsNL false).
+func lineStartFromEnd(f io.ReaderAt, size int64, endsNL bool, k uint64) (int64, error) {
+	// The start we want follows the (k+1)-th '\n' from the end, or the
+	// k-th when the last line has none; the file's start when there are
+	// not that many.
+	want := k
+	if endsNL {
+		want++
+	}
+	buf := make([]byte, backChunk)
+	for end := size; end > 0; {
+		start := max(0, end-backChunk)
+		n, err := f.ReadAt(buf[:end-start], start)
+		if n < int(end-start) {
+			if err == nil || errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, fmt.Errorf("read back from %d: %w", end, err)
+		}
+		chunk := buf[:n]
+		for i := len(chunk); ; {
+			j := bytes.LastIndexByte(chunk[:i], '\n')
+			if j < 0 {
+				break
+			}
+			if want--; want == 0 {
+				return start + int64(j) + 1, nil
+			}
+			i = j
+		}
+		end = start
+	}
+	return 0, nil
 }
