@@ -228,9 +228,9 @@ func (m *Manager) tryRemove(s *session, force bool) bool {
 
 // Append validates entries and stores them atomically in key's session.
 // A key whose files or folders run through a symbolic link is refused
-// (errdefs.ErrUnsafePath), checked once per live writer. Validation happens here, in the caller's goroutine, so the CPU work of
-// many callers runs in parallel and the writer only deduplicates and
-// writes.
+// (errdefs.ErrUnsafePath), checked once per live writer. Validation
+// happens here, in the caller's goroutine, so the CPU work of many callers
+// runs in parallel and the writer only deduplicates and writes.
 func (m *Manager) Append(ctx context.Context, key layout.Key, raw [][]byte) (*AppendResult, error) {
 	if err := key.Validate(); err != nil {
 		return nil, err
@@ -282,10 +282,16 @@ func (m *Manager) pathChecked(key layout.Key) bool {
 
 // do runs op on key's writer goroutine and waits for it.
 func (m *Manager) do(ctx context.Context, key layout.Key, op func(*state) error) error {
+	return m.doRetire(ctx, key, false, op)
+}
+
+// doRetire is do; with retire, the writer retires after op if it can (see
+// ctrlReq.retire).
+func (m *Manager) doRetire(ctx context.Context, key layout.Key, retire bool, op func(*state) error) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	c := &ctrlReq{reply: newReply(), op: op}
+	c := &ctrlReq{reply: newReply(), op: op, retire: retire}
 	return m.submit(ctx, key, &c.reply, func(s *session) bool {
 		select {
 		case s.ctrl <- c:
@@ -331,6 +337,12 @@ func (m *Manager) submit(ctx context.Context, key layout.Key, r *reply, enqueue 
 
 // Flush compacts key's journal into its canonical file.
 func (m *Manager) Flush(ctx context.Context, key layout.Key) (FlushResult, error) {
+	return m.flush(ctx, key, false)
+}
+
+// flush is Flush; with retire, the writer then retires unless someone else
+// is using it.
+func (m *Manager) flush(ctx context.Context, key layout.Key, retire bool) (FlushResult, error) {
 	var res FlushResult
 	if err := key.Validate(); err != nil {
 		return res, err
@@ -338,7 +350,7 @@ func (m *Manager) Flush(ctx context.Context, key layout.Key) (FlushResult, error
 	if !m.existsOnDisk(key) {
 		return res, fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
 	}
-	err := m.do(ctx, key, func(st *state) error {
+	err := m.doRetire(ctx, key, retire, func(st *state) error {
 		if !st.exists() {
 			return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
 		}
@@ -562,7 +574,9 @@ type ReplayReport struct {
 // meanwhile: the entries are served from the journals until then, and a
 // session written to meanwhile opens its writer (which loads the journal)
 // and takes its appends after them; its turn here compacts them all
-// through that writer.
+// through that writer. A writer nobody else uses retires once its session
+// is replayed, so a start after a crash does not leave one writer (and
+// its open files) per journal until the idle retirement.
 // Stats().ReplayPending counts down to zero.
 func (m *Manager) Replay(ctx context.Context, keys []layout.Key) ReplayReport {
 	var (
@@ -571,7 +585,7 @@ func (m *Manager) Replay(ctx context.Context, keys []layout.Key) ReplayReport {
 	)
 	parallel(ctx, max(2, runtime.GOMAXPROCS(0)), len(keys), func(i int) {
 		k := keys[i]
-		r, err := m.Flush(ctx, k)
+		r, err := m.flush(ctx, k, true)
 		m.stats.replayPending.Add(-1)
 		mu.Lock()
 		defer mu.Unlock()

@@ -31,6 +31,10 @@ type appendReq struct {
 type ctrlReq struct {
 	reply
 	op func(*state) error
+	// retire asks the writer to retire right after op when nobody else
+	// uses it and op left nothing pending (recovery's replay: a writer it
+	// opened would otherwise hold its files until the idle retirement).
+	retire bool
 }
 
 // session is the handle callers use to reach one writer goroutine.
@@ -109,8 +113,13 @@ func (s *session) run() {
 		case c := <-s.ctrl:
 			c.err = c.op(st)
 			s.hasContent.Store(st.exists())
-			close(c.done)
 			touch()
+			// Retired before the answer: the caller finds it gone.
+			if c.retire && c.err == nil && len(st.pending) == 0 && s.retire(st) {
+				close(c.done)
+				return
+			}
+			close(c.done)
 		case <-idle.C:
 			if st.failed == nil && st.idleDue() {
 				if err := st.compact("idle"); err != nil {
@@ -128,11 +137,7 @@ func (s *session) run() {
 						log.Warn("compaction before retiring failed; the journal keeps the entries", zap.Error(err))
 					}
 				}
-				if st.failed == nil && s.m.tryRemove(s, false) {
-					st.dropEmptyJournal()
-					st.closeFiles()
-					st.release()
-					st.notifyChange()
+				if s.retire(st) {
 					return
 				}
 			}
@@ -168,6 +173,20 @@ func (s *session) run() {
 			return
 		}
 	}
+}
+
+// retire ends the writer when it is healthy and nobody holds or queues
+// for it: the next request opens a new one from disk. It reports whether
+// the writer is gone.
+func (s *session) retire(st *state) bool {
+	if st.failed != nil || !s.m.tryRemove(s, false) {
+		return false
+	}
+	st.dropEmptyJournal()
+	st.closeFiles()
+	st.release()
+	st.notifyChange()
+	return true
 }
 
 // group takes first plus whatever else is queued, up to the group byte cap.
