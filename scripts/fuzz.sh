@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # fuzz.sh DURATION: runs every fuzz target of the module for DURATION each.
 #
-# Go 1.26's fuzzing coordinator can report a bare "context deadline
-# exceeded" when -fuzztime ends while a worker is busy (go.dev/issue/75804,
-# fixed in Go 1.27): no input failed and none is written. A target that
+# Go 1.26's fuzzing coordinator (internal/fuzz, CoordinateFuzzing) can
+# report a bare "context deadline exceeded" when -fuzztime ends: its stop
+# function only ignores the deadline when the workers' child context is
+# already cancelled, and the parent's Done channel closes before that
+# happens. No input failed and none is written. A target that
 # fails that way, and only that way, is run once more; any other failure,
 # and a second one, fails the run. A real finding always prints "Failing
 # input written to" and fails again on every run.
@@ -26,7 +28,7 @@ for t in $targets; do
 		[ $rc -eq 0 ] && break
 		if [ $attempt -eq 1 ] && grep -q '^    context deadline exceeded$' <<<"$out" &&
 			! grep -q 'Failing input written to' <<<"$out"; then
-			echo "fuzz.sh: $name stopped on Go's coordinator deadline race (go.dev/issue/75804), no failing input; running it again"
+			echo "fuzz.sh: $name stopped on Go's fuzzing coordinator deadline race, no failing input; running it again"
 			continue
 		fi
 		exit $rc
