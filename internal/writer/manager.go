@@ -87,8 +87,11 @@ type Manager struct {
 
 	mu       sync.Mutex
 	sessions map[layout.Key]*session
-	closing  bool
-	wg       sync.WaitGroup
+	// leaving are writers out of sessions whose goroutine has not ended
+	// yet: a new writer of the same key waits for the old one.
+	leaving map[layout.Key]*session
+	closing bool
+	wg      sync.WaitGroup
 
 	lineage atomic.Uint64
 	stats   counters
@@ -148,7 +151,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	// Folders are made durable once per process, not at every compaction.
 	cfg.FS = fsys.Remembering(cfg.FS)
-	return &Manager{cfg: cfg, log: cfg.Logger, sessions: make(map[layout.Key]*session), ix: index.New()}, nil
+	return &Manager{cfg: cfg, log: cfg.Logger, sessions: make(map[layout.Key]*session), leaving: make(map[layout.Key]*session), ix: index.New()}, nil
 }
 
 // Config returns the configuration in force (defaults applied).
@@ -171,6 +174,9 @@ func (m *Manager) acquire(key layout.Key) (*session, error) {
 	s := m.sessions[key]
 	if s == nil {
 		s = newSession(m, key)
+		if old := m.leaving[key]; old != nil {
+			s.prev = old.exited
+		}
 		m.sessions[key] = s
 		m.wg.Add(1)
 		go s.run()
@@ -222,8 +228,19 @@ func (m *Manager) tryRemove(s *session, force bool) bool {
 	}
 	if m.sessions[s.key] == s {
 		delete(m.sessions, s.key)
+		m.leaving[s.key] = s
 	}
 	return true
+}
+
+// exited is the last thing a writer goroutine does.
+func (m *Manager) exited(s *session) {
+	m.mu.Lock()
+	if m.leaving[s.key] == s {
+		delete(m.leaving, s.key)
+	}
+	m.mu.Unlock()
+	close(s.exited)
 }
 
 // Append validates entries and stores them atomically in key's session.

@@ -319,10 +319,11 @@ func (r *reader) serve(sn *snapshot) error {
 // backChunk is what lineStartFromEnd reads at a time.
 const backChunk = 64 << 10
 
-// lineStartFromEnd returns where, in the first size bytes of f, the line
-// that has k lines after it starts (k >= 1, and at most the number of
-// lines), counting as the canonical scan does: every '\n' ends a line, and
-// the last line may lack one (endsNL false).
+// lineStartFromEnd returns where, in the first size bytes of f, the k-th
+// line from the end starts (k >= 1, and at most the number of lines; k = 1
+// is the last line), counting as the canonical scan does: every '\n' ends
+// a line, and the last line may lack one (endsNL false). A file shorter
+// than size is an error: the snapshot said how long it is.
 func lineStartFromEnd(f io.ReaderAt, size int64, endsNL bool, k uint64) (int64, error) {
 	// The start we want follows the (k+1)-th '\n' from the end, or the
 	// k-th when the last line has none; the file's start when there are
@@ -331,7 +332,7 @@ func lineStartFromEnd(f io.ReaderAt, size int64, endsNL bool, k uint64) (int64, 
 	if endsNL {
 		want++
 	}
-	buf := make([]byte, backChunk)
+	buf := make([]byte, min(size, backChunk))
 	for end := size; end > 0; {
 		start := max(0, end-backChunk)
 		n, err := f.ReadAt(buf[:end-start], start)

@@ -44,9 +44,14 @@ type session struct {
 	reqs chan *appendReq
 	ctrl chan *ctrlReq
 
-	stopCh    chan struct{} // Close: finish, compact, exit
-	abortCh   chan struct{} // Close ran out of time: exit now
-	exited    chan struct{} // closed when the goroutine is gone
+	stopCh  chan struct{} // Close: finish, compact, exit
+	abortCh chan struct{} // Close ran out of time: exit now
+	exited  chan struct{} // closed when the goroutine is gone
+	// prev is the exited channel of the writer this one replaces, when
+	// that one had left the sessions map but was still finishing (closing
+	// or removing its files, releasing its index entry): this writer
+	// touches the session's files only after it.
+	prev      <-chan struct{}
 	stopOnce  sync.Once
 	abortOnce sync.Once
 
@@ -86,7 +91,13 @@ func (s *session) abort() { s.abortOnce.Do(func() { close(s.abortCh) }) }
 // files while it lives.
 func (s *session) run() {
 	defer s.m.wg.Done()
-	defer close(s.exited)
+	defer s.m.exited(s)
+	if s.prev != nil {
+		// The predecessor may be removing the journal this writer would
+		// open: writing into a file unlinked after it was opened would
+		// lose acknowledged entries at the next crash.
+		<-s.prev
+	}
 	log := s.m.log.With(zap.Stringer("session", s.key))
 	st := newState(s.m, s.key, log)
 	if err := st.open(); err != nil {
