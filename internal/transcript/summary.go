@@ -76,7 +76,9 @@ var (
 // line returns the value DR finds on one line. at is where, in line, the
 // record holding it starts: after the JSON whitespace leading the line, or
 // the start of a record appended to a torn line that the older mode
-// recovered. A window starting at or before at sees the same value.
+// recovered. For a JSON line, a window starting at or before at sees the
+// same value and one starting after it sees none; a damaged line's part
+// can read otherwise (see summaryStream.fragment).
 func (f *drField) line(line []byte) (val string, at int, ok bool) {
 	val, at, ok, _ = f.lineDamaged(line)
 	return val, at, ok
@@ -922,6 +924,7 @@ func (st *summaryStream) tailValues() [len(tailFields)]*tailValue {
 // [start, end) of the file, and tail is its last bytes (at most a window).
 type damagedLine struct {
 	start, end int64
+	keys       uint16 // tailKeysIn of the whole line
 	tail       []byte
 }
 
@@ -1018,7 +1021,7 @@ func (s *Summary) AddLine(line []byte, newline bool) {
 		// Kept while it can still be the line the tail window starts in:
 		// its last window's worth of bytes is all the window can hold.
 		keep := line[max(0, len(line)-liteWindow):]
-		st.damaged = append(st.damaged, damagedLine{start: start, end: end, tail: bytes.Clone(keep)})
+		st.damaged = append(st.damaged, damagedLine{start: start, end: end, keys: keys, tail: bytes.Clone(keep)})
 	}
 	for _, t := range []struct {
 		scans *[2]lastTextScan
@@ -1108,12 +1111,12 @@ func (s *Summary) settle() {
 	for i, v := range st.tailValues() {
 		vals[i].s, vals[i].ok = in(*v)
 	}
-	if frag, end, ok := st.fragment(tailStart); ok {
-		// The window starts inside a damaged line and what it holds of it
-		// starts an object: DR reads that object where the whole line gave
-		// another value or none. A value from a later line still wins.
+	if frag, end, keys, ok := st.fragment(tailStart); ok {
+		// The window starts inside a damaged line: DR reads what the
+		// window holds of it. A value from a later line still wins, and a
+		// key the whole line lacks is not in its part either.
 		for i, v := range st.tailValues() {
-			if !v.ok || v.at < end {
+			if keys&tailKeyBit(tailFields[i].key) != 0 && (!v.ok || v.at < end) {
 				vals[i].s, _, vals[i].ok = tailFields[i].line(frag)
 			}
 		}
@@ -1130,17 +1133,17 @@ func (s *Summary) settle() {
 	s.resolve()
 }
 
-// fragment returns the part of a damaged line that the tail window,
-// starting at tailStart, holds when the window starts inside that line and
-// the part starts an object, and where the line ends. It first forgets the
+// fragment returns, when the tail window starting at tailStart starts
+// inside a damaged line, the part of that line the window holds, where the
+// line ends and which tail keys the whole line has. It first forgets the
 // damaged lines that ended before the window.
 //
-// Only a part starting with '{' (after whitespace) can read differently
-// from the whole line: a part that does not parse falls back to the same
-// appended record the whole line yields (in the window when that record
-// starts in it, which settle already checks), and one that parses as
-// another JSON value holds no record.
-func (st *summaryStream) fragment(tailStart int64) (frag []byte, end int64, ok bool) {
+// DR reads that part as a line of its own: its patterns, its parse, its
+// appended record. The part may lack a key the whole line has (so no
+// value), or parse as an object the whole line does not hold (another
+// value), so settle evaluates it as it is rather than reasoning from the
+// whole line's result.
+func (st *summaryStream) fragment(tailStart int64) (frag []byte, end int64, keys uint16, ok bool) {
 	i := 0
 	for i < len(st.damaged) && st.damaged[i].end <= tailStart {
 		i++
@@ -1149,18 +1152,10 @@ func (st *summaryStream) fragment(tailStart int64) (frag []byte, end int64, ok b
 		st.damaged = append(st.damaged[:0], st.damaged[i:]...)
 	}
 	if len(st.damaged) == 0 || st.damaged[0].start >= tailStart {
-		return nil, 0, false
+		return nil, 0, 0, false
 	}
 	d := st.damaged[0]
-	frag = d.tail[tailStart-(d.end-int64(len(d.tail))):]
-	j := 0
-	for j < len(frag) && isSpace(frag[j]) {
-		j++
-	}
-	if j == len(frag) || frag[j] != '{' {
-		return nil, 0, false
-	}
-	return frag, d.end, true
+	return d.tail[tailStart-(d.end-int64(len(d.tail))):], d.end, d.keys, true
 }
 
 var summaryNewline = []byte{'\n'}

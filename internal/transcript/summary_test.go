@@ -450,6 +450,10 @@ func FuzzSummaryWindows(f *testing.F) {
 	// (the record follows a '[' and is not taken as appended).
 	f.Add([]byte(`[{"type":"tag","tag":"0"}`+"\n"), uint8(17))
 	f.Add([]byte(`{"type":"user"}`+"\n"+`x{"type":"tag","tag":"1","n":{"type":"tag","tag":"2"}}`+"\n"+`{"a":1}`+"\n"), uint8(54))
+	// The tail window starts after the only "tag": of a damaged line, whose
+	// appended record spells its key "tag" :, so the window's part has no
+	// pattern to find.
+	f.Add([]byte(`{"type":"user"}`+"\n"+`"tag": x{"type":"tag","tag" :"v"}`+"\n"), uint8(22))
 	// The tail window starts in the whitespace before a JSON line's object.
 	f.Add([]byte(`   {"type":"tag","tag":"0"}`), uint8(17))
 	if data, err := os.ReadFile(filepath.Join("testdata", "summary", "synthetic", "torn-splice.jsonl")); err == nil {
