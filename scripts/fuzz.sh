@@ -18,16 +18,18 @@ targets=$(grep -rl --include='*_test.go' '^func Fuzz' . | sort |
 	xargs -r grep -H -o '^func Fuzz[A-Za-z0-9_]*' | sed 's/:func /:/')
 [ -n "$targets" ] || { echo "fuzz.sh: no fuzz targets found" >&2; exit 1; }
 
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
 for t in $targets; do
 	dir=$(dirname "${t%%:*}") name=${t##*:}
 	for attempt in 1 2; do
 		echo "fuzz $name in $dir for $duration"
-		out=$("$go" test -run='^$' -fuzz="^$name\$" -fuzztime="$duration" "./$dir" 2>&1)
-		rc=$?
-		printf '%s\n' "$out"
+		"$go" test -run='^$' -fuzz="^$name\$" -fuzztime="$duration" "./$dir" 2>&1 | tee "$log"
+		rc=${PIPESTATUS[0]}
 		[ $rc -eq 0 ] && break
-		if [ $attempt -eq 1 ] && grep -q '^    context deadline exceeded$' <<<"$out" &&
-			! grep -q 'Failing input written to' <<<"$out"; then
+		if [ $attempt -eq 1 ] && grep -q '^    context deadline exceeded$' "$log" &&
+			! grep -q 'Failing input written to' "$log"; then
 			echo "fuzz.sh: $name stopped on Go's fuzzing coordinator deadline race, no failing input; running it again"
 			continue
 		fi
