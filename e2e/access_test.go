@@ -480,32 +480,7 @@ func TestAccessSymlinksNeverFollowed(t *testing.T) {
 		l.name += " (journal link planted)"
 		cases = append(cases, l)
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			if tc.setup != nil {
-				tc.setup(t)
-			}
-			before := snapTrees(t, d.root, d.state, outside)
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err := tc.call(cctx)
-			cancel()
-			st, _ := status.FromError(err)
-			t.Logf("%v: %s", st.Code(), st.Message())
-			if st.Code() != tc.code {
-				t.Errorf("got %v %q, want code %v", st.Code(), st.Message(), tc.code)
-			}
-			for _, frag := range tc.msg {
-				if !strings.Contains(st.Message(), frag) {
-					t.Errorf("message %q lacks %q", st.Message(), frag)
-				}
-			}
-			waitIdle(t, d, api, 0, 10*time.Second)
-			requireAlive(t, d)
-			if diffs := snapDiff(before, snapTrees(t, d.root, d.state, outside), nil); len(diffs) > 0 {
-				t.Errorf("the disk changed:\n  %s", strings.Join(diffs, "\n  "))
-			}
-		})
-	}
+	runHostileCases(t, ctx, d, api, cases, 10*time.Second, outside)
 }
 
 // TestAccessPathTricksStayInside sends path tricks in every string field

@@ -535,13 +535,26 @@ func TestHostileInputs(t *testing.T) {
 		t.Fatalf("only %d cases", len(cases))
 	}
 	waitIdle(t, d, api, 0, 10*time.Second)
+	runHostileCases(t, ctx, d, api, cases, 20*time.Second, outside)
+	if ents, _ := os.ReadDir(outside); len(ents) > 0 {
+		t.Fatalf("files were written outside the root through the symlink: %v", ents)
+	}
+}
+
+// runHostileCases runs each case against d, each call within timeout: it
+// must end with the case's code and message fragments, leave the daemon
+// alive with every writer retired, and change nothing under d's root, d's
+// state folder or the extra folders but what the case touches.
+func runHostileCases(t *testing.T, ctx context.Context, d *daemon, api sessiondv1.SessiondClient, cases []hostileCase, timeout time.Duration, extra ...string) {
+	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(t)
 			}
-			before := snapTrees(t, d.root, d.state, outside)
-			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			roots := append([]string{d.root, d.state}, extra...)
+			before := snapTrees(t, roots...)
+			cctx, cancel := context.WithTimeout(ctx, timeout)
 			err := tc.call(cctx)
 			cancel()
 			st, _ := status.FromError(err)
@@ -558,16 +571,13 @@ func TestHostileInputs(t *testing.T) {
 			// either: compare once they have all retired.
 			waitIdle(t, d, api, 0, 10*time.Second)
 			requireAlive(t, d)
-			if diffs := snapDiff(before, snapTrees(t, d.root, d.state, outside), underAny(tc.touches...)); len(diffs) > 0 {
+			if diffs := snapDiff(before, snapTrees(t, roots...), underAny(tc.touches...)); len(diffs) > 0 {
 				t.Errorf("the disk changed:\n  %s", strings.Join(diffs, "\n  "))
 			}
 			if tc.check != nil {
 				tc.check(t)
 			}
 		})
-	}
-	if ents, _ := os.ReadDir(outside); len(ents) > 0 {
-		t.Fatalf("files were written outside the root through the symlink: %v", ents)
 	}
 }
 
