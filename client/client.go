@@ -102,6 +102,10 @@ func Dial(socket string, opts ...Option) (*Client, error) {
 	conn, err := grpc.NewClient("unix://"+abs,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.maxMessage), grpc.MaxCallSendMsgSize(o.maxMessage)),
+		// Fixed windows: no bandwidth-estimation pings on every other
+		// message (see daemon.TransportOptions).
+		grpc.WithStaticStreamWindowSize(layout.StreamWindow),
+		grpc.WithStaticConnWindowSize(layout.ConnWindow),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("dial sessiond at %s: %w", abs, err)
