@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -74,6 +75,11 @@ func run() error {
 		return err
 	}
 	defer log.Sync()
+	_, userProcs := os.LookupEnv("GOMAXPROCS")
+	if n := daemon.Procs(runtime.GOMAXPROCS(0), userProcs); n != runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(n)
+	}
+	log.Debug("scheduler", zap.Int("gomaxprocs", runtime.GOMAXPROCS(0)), zap.Int("cpus", runtime.NumCPU()), zap.Bool("gomaxprocs_from_env", userProcs))
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
