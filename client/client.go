@@ -84,6 +84,10 @@ func WithMaxMessageBytes(n int) Option { return func(o *options) { o.maxMessage 
 // that does not pass bidirectional streams).
 func WithUnaryAppend() Option { return func(o *options) { o.unary = true } }
 
+// clientWindow is the client's HTTP/2 receive window, per stream and per
+// connection.
+const clientWindow = 1 << 20
+
 // Dial connects to the daemon at socket (DefaultSocket() when empty). The
 // connection is made lazily; a daemon that is not running shows up as an
 // UNAVAILABLE error on the first call.
@@ -102,10 +106,13 @@ func Dial(socket string, opts ...Option) (*Client, error) {
 	conn, err := grpc.NewClient("unix://"+abs,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.maxMessage), grpc.MaxCallSendMsgSize(o.maxMessage)),
-		// Fixed windows: no bandwidth-estimation pings on every other
-		// message (see daemon.TransportOptions).
-		grpc.WithStaticStreamWindowSize(layout.StreamWindow),
-		grpc.WithStaticConnWindowSize(layout.ConnWindow),
+		// Fixed windows: no bandwidth-estimation ping on every call (see
+		// internal/daemon.TransportOptions). These are what the daemon may
+		// send ahead of the caller reading it, so they are small: reading
+		// a 200 MB transcript must cost about its longest line, not the
+		// window (a window of 8 MiB added 8 MiB to sessionctl show).
+		grpc.WithStaticStreamWindowSize(clientWindow),
+		grpc.WithStaticConnWindowSize(clientWindow),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("dial sessiond at %s: %w", abs, err)

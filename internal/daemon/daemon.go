@@ -198,13 +198,14 @@ func TransportOptions(maxMessageBytes int) []grpc.ServerOption {
 		grpc.SharedWriteBuffer(true),
 		// Fixed flow-control windows. With the default dynamic windows
 		// grpc-go pings the peer to estimate the bandwidth-delay product
-		// whenever data arrives and no such ping is out; on a local socket
-		// with small appends that is a PING and its ACK (frames, a wake-up
-		// and a write on each side) for about every other message, and the
-		// estimate never settles. 20% more appends per second with 64
-		// clients (BENCHMARKS.md). The sizes are what the dynamic windows
-		// grow to anyway, so a large entry is not slowed down.
-		grpc.StaticStreamWindowSize(layout.StreamWindow),
-		grpc.StaticConnWindowSize(layout.ConnWindow),
+		// whenever data arrives and no such ping is out: on a local socket
+		// that is a PING and its ACK (frames, a wake-up and a write on each
+		// side) on every call. About 20% more appends per second with 64
+		// clients (BENCHMARKS.md). These are the daemon's receive windows,
+		// so they bound what a client may send ahead of sessiond reading
+		// it: as large as the dynamic windows grow, so a large entry is not
+		// slowed. The client sets its own, small ones (client.Dial).
+		grpc.StaticStreamWindowSize(8 << 20),
+		grpc.StaticConnWindowSize(16 << 20),
 	}
 }

@@ -10,13 +10,6 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// Fixed HTTP/2 flow-control windows, the same on the daemon's side
-// (daemon.TransportOptions says why they are fixed) and the client's.
-const (
-	StreamWindow = 8 << 20
-	ConnWindow   = 16 << 20
-)
-
 // Environment variables the defaults read.
 const (
 	EnvRoot            = "SESSIOND_ROOT"
