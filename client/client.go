@@ -170,7 +170,7 @@ func notProcessed(err error) bool {
 		return false
 	}
 	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == "NOT_PROCESSED" {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == sessiondv1.ErrorDomain && info.GetReason() == sessiondv1.ReasonNotProcessed {
 			return true
 		}
 	}

@@ -166,7 +166,7 @@ func (c *Client) appendOn(ctx context.Context, s *appendStream, req *sessiondv1.
 	if e := out.GetError(); e != nil {
 		st := status.New(codes.Code(e.GetCode()), e.GetMessage())
 		if e.GetReason() != "" {
-			if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: e.GetReason(), Domain: "sessiond"}); derr == nil {
+			if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: e.GetReason(), Domain: sessiondv1.ErrorDomain}); derr == nil {
 				st = d
 			}
 		}

@@ -218,3 +218,27 @@ func TestAppendStreamCallContext(t *testing.T) {
 		t.Fatalf("%d streams opened, want 2 (the interrupted one is not reused)", f.opened.Load())
 	}
 }
+
+// Only sessiond's own NOT_PROCESSED detail makes a call safe to retry: the
+// same reason from another domain (a proxy, another service) does not.
+func TestNotProcessedMatchesDomainAndReason(t *testing.T) {
+	for _, c := range []struct {
+		domain, reason string
+		want           bool
+	}{
+		{"sessiond", "NOT_PROCESSED", true},
+		{"example.com", "NOT_PROCESSED", false},
+		{"sessiond", "OTHER", false},
+	} {
+		st, err := status.New(codes.Unavailable, "x").WithDetails(&errdetails.ErrorInfo{Domain: c.domain, Reason: c.reason})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := notProcessed(st.Err()); got != c.want {
+			t.Errorf("domain %q reason %q: notProcessed = %v, want %v", c.domain, c.reason, got, c.want)
+		}
+	}
+	if notProcessed(status.Error(codes.Unavailable, "no details")) {
+		t.Error("an error without details counted as not processed")
+	}
+}

@@ -14,14 +14,6 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 )
 
-// ReasonNotProcessed is the ErrorInfo reason on an UNAVAILABLE answer given
-// before a request was looked at (the daemon is draining). A client may
-// retry such a request even when its entries carry no uuid.
-const ReasonNotProcessed = "NOT_PROCESSED"
-
-// ErrorDomain is the ErrorInfo domain of sessiond's error details.
-const ErrorDomain = "sessiond"
-
 // toStatus is the one place where sessiond's error kinds become gRPC codes.
 func toStatus(err error) error {
 	if err == nil {
@@ -89,7 +81,7 @@ func codeOf(err error) codes.Code {
 // notProcessed is the answer to a call that arrives while draining.
 func notProcessed() error {
 	st := status.New(codes.Unavailable, "sessiond is shutting down and takes no new requests; retry once it is back")
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonNotProcessed, Domain: ErrorDomain}); err == nil {
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: sessiondv1.ReasonNotProcessed, Domain: sessiondv1.ErrorDomain}); err == nil {
 		return d.Err()
 	}
 	return st.Err()

@@ -1,0 +1,13 @@
+package sessiondv1
+
+// Error details are part of the wire contract: sessiond attaches a
+// google.rpc.ErrorInfo with this domain to the errors that need one, and
+// clients in any language match on the domain and reason.
+const (
+	// ErrorDomain is the ErrorInfo domain of sessiond's error details.
+	ErrorDomain = "sessiond"
+	// ReasonNotProcessed is the ErrorInfo reason on an UNAVAILABLE answer
+	// given before a request was looked at (the daemon is draining). A
+	// client may retry such a request even when its entries carry no uuid.
+	ReasonNotProcessed = "NOT_PROCESSED"
+)
