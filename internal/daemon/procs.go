@@ -11,10 +11,9 @@ package daemon
 // gRPC readers that would bring their next appends) without a P while the
 // CPUs sit idle. With 1,000 sessions written at once on 2 CPUs, 8 Ps gave
 // about 1.7 times the appends per second of 2, with no loss for one busy
-// session (BENCHMARKS.md); 16 gave no more. The extra Ps cost a few per-P
-// caches; they never run more threads than there is work for. The bound
-// keeps a large machine from getting hundreds of Ps (and as many GC
-// workers).
+// session (BENCHMARKS.md); 16 gave no more. A P with nothing to run costs
+// only its per-P caches. The bound keeps a large machine from getting
+// hundreds of Ps (and a GC sized for them).
 func Procs(def int, userSet bool) int {
 	if userSet || def < 1 {
 		return def
