@@ -512,14 +512,19 @@ func memReads(ctx context.Context, env *Env, sz memSizes, emptyRSS int64, sc *Sc
 		return peak, err
 	}
 
-	// The baselines: the same steps on the small transcript.
-	sRSS, sHWM, sGrowth, _, err := measure(func() error {
-		s, err := read(small, client.ReadOptions{})
-		if err == nil {
-			err = verified(s, small)
+	// readWhole reads f from its start and checks every byte.
+	readWhole := func(f *memFile) func() error {
+		return func() error {
+			s, err := read(f, client.ReadOptions{})
+			if err == nil {
+				err = verified(s, f)
+			}
+			return err
 		}
-		return err
-	})
+	}
+
+	// The baselines: the same steps on the small transcript.
+	sRSS, sHWM, sGrowth, _, err := measure(readWhole(small))
 	if err != nil {
 		return err
 	}
@@ -555,13 +560,7 @@ func memReads(ctx context.Context, env *Env, sz memSizes, emptyRSS int64, sc *Sc
 	label := fmt.Sprintf("%.0f MB", float64(big.bytes)/1e6)
 
 	t0 = time.Now()
-	rss, hwm, growth, cum, err := measure(func() error {
-		s, err := read(big, client.ReadOptions{})
-		if err == nil {
-			err = verified(s, big)
-		}
-		return err
-	})
+	rss, hwm, growth, cum, err := measure(readWhole(big))
 	if err != nil {
 		return err
 	}
