@@ -42,6 +42,10 @@ type Entry struct {
 	// Owned entries are kept current by the session's open writer; their
 	// stamp is not checked.
 	Owned bool
+	// Absent marks an owned entry whose writer has nothing on disk yet (no
+	// transcript, nothing journaled: its first append was refused), so
+	// that a listing does not show a session no reader can open.
+	Absent bool
 }
 
 // Damaged reports whether the session has lines the readers will skip.

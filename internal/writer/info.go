@@ -65,6 +65,9 @@ func (m *Manager) entryFor(ctx context.Context, key layout.Key) (index.Entry, er
 	if key.Subpath == "" {
 		if e, ok := m.ix.Get(key); ok {
 			if e.Owned {
+				if e.Absent {
+					return index.Entry{}, fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+				}
 				return e, nil
 			}
 			if st, _ := m.stamp(key); st == e.Stamp && st != (index.Stamp{}) {

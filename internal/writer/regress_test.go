@@ -540,3 +540,103 @@ func TestPurgeCrashEveryOperation(t *testing.T) {
 	}
 	t.Logf("crash points checked: %d", points)
 }
+
+// Bug (CI, TestHostileDescriptorExhaustion): a daemon out of descriptors
+// refused a new session's first append after journal.Create had renamed
+// the journal into place (its folder sync or its reopen failed), and the
+// header-only journal stayed. Every listing then opened a writer for that
+// session, needing more descriptors, and the listing failed with
+// ResourceExhausted. Now a refused first append leaves nothing behind,
+// whichever descriptor-taking operation failed.
+func TestRefusedFirstAppendLeavesNoJournal(t *testing.T) {
+	k := fixedKey(1, "")
+	jdir := path.Dir(crashLayout.JournalPath(k))
+	for _, op := range []fstest.Op{fstest.OpOpen, fstest.OpSyncDir} {
+		for n := int64(1); ; n++ {
+			c := fstest.NewCrashFS()
+			ff := fstest.NewFaultFS(c)
+			m := newCrashManager(t, ff, nil)
+			ff.Inject(fstest.Fault{Op: op, Nth: n, Err: syscall.EMFILE})
+			first := line(k, "00000000-0000-4000-8000-000000000001", "first try")
+			_, err := m.Append(bg, k, [][]byte{[]byte(first)})
+			fired := ff.Fired()
+			ff.Clear()
+			if len(fired) == 0 {
+				closeManager(t, m)
+				if n == 1 {
+					t.Fatalf("the first append makes no %v at all", op)
+				}
+				break
+			}
+			where := fmt.Sprintf("EMFILE at %v", fired[0])
+			want := first
+			if err != nil {
+				if !errors.Is(err, syscall.EMFILE) {
+					t.Fatalf("%s: the append failed with %v, which hides the errno the server maps to ResourceExhausted", where, err)
+				}
+				ents, _ := c.ReadDir(jdir)
+				for _, e := range ents {
+					if strings.HasPrefix(e.Name(), k.SessionID) {
+						t.Fatalf("%s: the refused append left %s in the journal folder:\n%s", where, e.Name(), c.Dump())
+					}
+				}
+				if infos, _, err := m.List(bg, ListOptions{}); err != nil || len(infos) != 0 {
+					t.Fatalf("%s: listing after the refused append: %v %v; want no session", where, infos, err)
+				}
+				want = line(k, "00000000-0000-4000-8000-000000000002", "second try")
+				mustAppendTo(t, m, k, want)
+			}
+			abortManager(m)
+			if got := recoverAndRead(t, c.CrashClone(nil), k); got != want+"\n" {
+				t.Fatalf("%s (append error %v): after a power loss the transcript is %q, want the acknowledged entry alone", where, err, got)
+			}
+		}
+	}
+}
+
+// A compaction that finds every journaled entry already written to the
+// transcript by another program starts a new journal generation. When
+// that journal.Create failed after renaming the new journal over the old
+// one, the writer kept its handle on the old, now unlinked, journal and
+// acknowledged the next append through it: a power loss lost it. Now the
+// failure fails the writer, which reopens from disk.
+func TestFailedNewGenerationAfterForeignLinesReopens(t *testing.T) {
+	for _, op := range []fstest.Op{fstest.OpSyncDir, fstest.OpOpen} {
+		t.Run(op.String(), func(t *testing.T) {
+			c := fstest.NewCrashFS()
+			ff := fstest.NewFaultFS(c)
+			k := fixedKey(4, "")
+			m := newCrashManager(t, ff, nil)
+			mustAppendTo(t, m, k, line(k, "00000000-0000-4000-8000-000000000001", "first"))
+			if _, err := m.Flush(bg, k); err != nil {
+				t.Fatal(err)
+			}
+			dup := line(k, "00000000-0000-4000-8000-000000000002", "sent both ways")
+			mustAppendTo(t, m, k, dup)
+			f, err := c.OpenFile(crashLayout.TranscriptPath(k), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Write([]byte(dup + "\n"))
+			f.Sync()
+			f.Close()
+			// The new generation's folder sync, or its reopen: both come
+			// after the rename.
+			wal := func(p string) bool {
+				return p == crashLayout.JournalPath(k) || p == path.Dir(crashLayout.JournalPath(k))
+			}
+			ff.Inject(fstest.Fault{Op: op, Path: wal, Err: syscall.EIO})
+			if _, err := m.Flush(bg, k); !errors.Is(err, errdefs.ErrIO) {
+				t.Fatalf("flush with a failing new journal: %v (faults %v)", err, ff.Fired())
+			}
+			ff.Clear()
+			after := line(k, "00000000-0000-4000-8000-000000000003", "after the failure")
+			mustAppendTo(t, m, k, after)
+			abortManager(m)
+			got := recoverAndRead(t, c.CrashClone(nil), k)
+			if !strings.Contains(got, after) || strings.Count(got, dup) != 1 {
+				t.Fatalf("after a power loss the transcript is %q; want the entry acknowledged after the failure, and the shared one once", got)
+			}
+		})
+	}
+}

@@ -421,7 +421,18 @@ func (st *state) newGeneration() error {
 		BaseSize: st.canon.size, BaseTail: st.canon.tail,
 	}, st.m.journalOptions())
 	if err != nil {
-		return fmt.Errorf("start journal of %s: %w", st.key, errdefs.FromIO(err))
+		err = fmt.Errorf("start journal of %s: %w", st.key, errdefs.FromIO(err))
+		if st.j != nil {
+			// Create may have renamed the new journal over the old one
+			// before it failed, leaving this writer's handle on an
+			// unlinked file: an entry appended through it would vanish at
+			// the next crash. Only a reopen from disk knows which journal
+			// is there.
+			st.failed = err
+		} else {
+			st.discardNewJournal()
+		}
+		return err
 	}
 	if st.j != nil {
 		st.j.Close()
@@ -786,10 +797,28 @@ func (st *state) dropEmptyJournal() {
 	}
 }
 
+// discardNewJournal removes what a failed first journal.Create may have
+// left at the journal's path: a header and no entry, since a writer
+// without a journal found none when it opened. Left there, the refused
+// append would leave a session behind that every listing opens a writer
+// (and its files) to look at, however short of descriptors the daemon is.
+// If the removal fails too, the next writer to open the session finds the
+// empty journal and drops it when it retires.
+func (st *state) discardNewJournal() {
+	err := st.fs.Remove(st.jpath)
+	if err == nil {
+		err = st.fs.SyncDir(filepath.Dir(st.jpath))
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		st.log.Warn("cannot remove the journal a refused append started; the next writer drops it", zap.Error(err))
+	}
+}
+
 // publish hands a copy of the listing entry to the index.
 func (st *state) publish() {
 	if st.ent != nil {
 		st.ent.Pending = uint64(len(st.pending))
+		st.ent.Absent = !st.exists()
 		st.m.ix.Put(*st.ent)
 	}
 }
