@@ -22,8 +22,9 @@ import (
 )
 
 func main() {
-	// The bench re-executes itself as the (e) echo server.
-	bench.MaybeServeEcho()
+	// The bench re-executes itself as the (e)/(f) echo server and the (g)
+	// raw server.
+	bench.MaybeServe()
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "sessiond-bench:", err)
 		os.Exit(1)
@@ -40,7 +41,7 @@ func run() error {
 	flag.StringVar(&sessiondArgs, "sessiond-args", "", "extra flags for the started sessiond, space-separated")
 	flag.StringVar(&cfg.Dir, "dir", "", "work folder (default: a temp folder; next to sessiond's state folder when using a running one)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the work folder, and the sessions written to a running sessiond")
-	flag.StringVar(&cfg.Target, "target", bench.TargetDaemon, "single run: daemon, inproc (internal/writer in-process), inproc-daemon (internal/daemon in-process, over gRPC), ceiling, naive, nosync, echo (gRPC alone) or echo-sync (gRPC + fdatasync per request)")
+	flag.StringVar(&cfg.Target, "target", bench.TargetDaemon, "single run: daemon, inproc (internal/writer in-process), inproc-daemon (internal/daemon in-process, over gRPC), ceiling, naive, nosync, echo (gRPC alone), echo-sync (gRPC + fdatasync per request) or raw-sync (a plain socket + fdatasync per request, no gRPC)")
 	flag.IntVar(&cfg.Clients, "clients", 64, "concurrent clients (C)")
 	flag.IntVar(&cfg.Sessions, "sessions", 1, "sessions the clients write to (S); client i writes to session i mod S")
 	flag.StringVar(&cfg.Size, "size", "1KiB", "entry size: bytes (200..1MiB, e.g. 1KiB) or dist:agent")

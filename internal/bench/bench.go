@@ -186,6 +186,7 @@ func suiteDefs(inproc bool) []scenarioDef {
 	seq := with(base(1),
 		runSpec{"e", "(e) gRPC round trip alone: echo server, no disk (info)", TargetEcho, 1, 1},
 		runSpec{"f", "(f) echo server + write + fdatasync per request (info)", TargetEchoSync, 1, 1},
+		runSpec{"g", "(g) (f) without gRPC: plain socket, write + fdatasync, 1-byte answer (info)", TargetRawSync, 1, 1},
 		runSpec{"d", "sessiond, 1 client", TargetDaemon, 1, 1})
 	ses := with(base(1000),
 		runSpec{"cJ", "(c) 1000 journals, one committer each (info)", TargetCeiling, 1000, 1000},
@@ -222,7 +223,10 @@ func suiteDefs(inproc bool) []scenarioDef {
 				ch.Note += fmt.Sprintf("; the gRPC round trip alone, (e), p50 %.0f us", e.Latency.P50)
 			}
 			if f := by["f"]; ok(f) {
-				ch.Note += fmt.Sprintf("; the least durable daemon, (f), p50 %.0f us", f.Latency.P50)
+				ch.Note += fmt.Sprintf("; the least durable gRPC daemon, (f), p50 %.0f us", f.Latency.P50)
+			}
+			if g := by["g"]; ok(g) {
+				ch.Note += fmt.Sprintf("; the same without gRPC, (g), p50 %.0f us", g.Latency.P50)
 			}
 			return []Check{ch}
 		}},
@@ -310,7 +314,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		}
 	} else {
 		if cfg.Target != TargetDaemon && cfg.Target != TargetInProc && cfg.Target != TargetInProcDaemon && cfg.Target != TargetCeiling &&
-			cfg.Target != TargetNaive && cfg.Target != TargetNoSync && cfg.Target != TargetEcho && cfg.Target != TargetEchoSync {
+			cfg.Target != TargetNaive && cfg.Target != TargetNoSync && cfg.Target != TargetEcho && cfg.Target != TargetEchoSync && cfg.Target != TargetRawSync {
 			return nil, fmt.Errorf("unknown target %q", cfg.Target)
 		}
 		if cfg.Sessions > cfg.Clients {
@@ -327,7 +331,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 			}
 		}
 		label := map[string]string{TargetDaemon: "sessiond", TargetInProc: "writer in-process (no gRPC)", TargetInProcDaemon: "daemon.Run in-process (gRPC)",
-			TargetCeiling: "(c) journal group commit", TargetNaive: "(a) O_APPEND+fsync", TargetNoSync: "(b) O_APPEND, no fsync", TargetEcho: "(e) gRPC echo, no disk", TargetEchoSync: "(f) gRPC echo + fdatasync"}[cfg.Target]
+			TargetCeiling: "(c) journal group commit", TargetNaive: "(a) O_APPEND+fsync", TargetNoSync: "(b) O_APPEND, no fsync", TargetEcho: "(e) gRPC echo, no disk", TargetEchoSync: "(f) gRPC echo + fdatasync",
+			TargetRawSync: "(g) plain socket + fdatasync"}[cfg.Target]
 		runs = append(runs, runSpec{"t", fmt.Sprintf("%s, %d clients -> %d sessions", label, cfg.Clients, cfg.Sessions), cfg.Target, cfg.Clients, cfg.Sessions})
 		defs = []scenarioDef{{name: "custom", title: fmt.Sprintf("%d clients, %d sessions, %s", cfg.Clients, cfg.Sessions, cfg.Size), runs: runs}}
 	}
@@ -460,6 +465,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 				}
 			case TargetEcho, TargetEchoSync:
 				d = &echoDriver{dir: runDir, sync: rs.target == TargetEchoSync}
+			case TargetRawSync:
+				d = &rawDriver{dir: runDir}
 			case TargetDaemon:
 				d = &daemonDriver{socket: socket, resetHWM: proc != nil, maxConns: cfg.MaxConns, purge: proc == nil && !cfg.Keep}
 			}

@@ -271,4 +271,31 @@ func TestEchoTarget(t *testing.T) {
 	if r := rep.Scenarios[0].Results[0]; r.Target != TargetEchoSync || r.Entries == 0 || r.Verified == nil || !*r.Verified {
 		t.Fatalf("echo-sync run: %+v", r)
 	}
+	// (g): the same without gRPC.
+	cfg.Target = TargetRawSync
+	cfg.Dir = t.TempDir()
+	if rep, err = Run(ctx, cfg, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Failed(); err != nil {
+		t.Fatal(err)
+	}
+	if r := rep.Scenarios[0].Results[0]; r.Target != TargetRawSync || r.Entries == 0 || r.Verified == nil || !*r.Verified || !strings.HasPrefix(r.CPUOf, "raw server") {
+		t.Fatalf("raw-sync run: %+v", r)
+	}
+}
+
+// TestRawVerifyCountsLines: the raw target's check fails when the server's
+// file does not hold exactly the acknowledged entries.
+func TestRawVerifyCountsLines(t *testing.T) {
+	d := &rawDriver{dir: t.TempDir()}
+	if err := os.WriteFile(d.file(), []byte("{\"a\":1}\n{\"a\":2}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for acked, ok := range map[uint64]bool{1: false, 2: true, 3: false} {
+		err := d.verify(context.Background(), &tally{perClient: []acc{{entries: acked}}})
+		if (err == nil) != ok {
+			t.Errorf("%d acknowledged, 2 lines on disk: verify said %v", acked, err)
+		}
+	}
 }

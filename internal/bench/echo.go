@@ -44,9 +44,11 @@ const echoSyncEnv = "SESSIOND_BENCH_ECHO_SYNC_FILE"
 // test binary) serve as the echo server on that socket instead of running.
 const EchoSocketEnv = "SESSIOND_BENCH_ECHO_SOCKET"
 
-// MaybeServeEcho serves as the echo server and exits when EchoSocketEnv is
-// set; otherwise it returns at once.
-func MaybeServeEcho() {
+// MaybeServe serves as the echo server (EchoSocketEnv) or the raw server
+// of TargetRawSync, and exits, when the bench re-executed itself as one;
+// otherwise it returns at once.
+func MaybeServe() {
+	maybeServeRaw()
 	sock := os.Getenv(EchoSocketEnv)
 	if sock == "" {
 		return

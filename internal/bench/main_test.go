@@ -5,9 +5,9 @@ import (
 	"testing"
 )
 
-// TestMain lets the test binary serve as the (e) echo server, as the bench
-// binary does (the echo driver re-executes its own binary).
+// TestMain lets the test binary serve as the echo and raw servers, as the
+// bench binary does (their drivers re-execute their own binary).
 func TestMain(m *testing.M) {
-	MaybeServeEcho()
+	MaybeServe()
 	os.Exit(m.Run())
 }
