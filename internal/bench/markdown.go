@@ -117,7 +117,7 @@ func writeResultsMD(w io.Writer, sc *Scenario) {
 		if r.Syncs > 0 {
 			syncs, batch = fmt.Sprint(r.Syncs), fmt.Sprintf("%.1f", r.EntriesPerSync)
 		}
-		if strings.HasPrefix(r.CPUOf, "sessiond") || strings.HasPrefix(r.CPUOf, "echo") {
+		if strings.HasPrefix(r.CPUOf, "sessiond") || strings.HasPrefix(r.CPUOf, "echo") || strings.HasPrefix(r.CPUOf, "raw") {
 			cpu = fmt.Sprintf("%.1f", r.CPUSeconds)
 		}
 		if r.PeakRSSBytes > 0 {
