@@ -239,13 +239,24 @@ func (d *echoDriver) verify(ctx context.Context, t *tally) error {
 		return fmt.Errorf("echo server received %d entries, %d acknowledged", st.GetEntriesStored(), acked)
 	}
 	if d.sync {
-		n, err := countLines(filepath.Join(d.dir, "echo.jsonl"))
-		if err != nil {
-			return err
-		}
-		if n.entries != acked {
-			return fmt.Errorf("echo server's file holds %d lines, %d acknowledged", n.entries, acked)
-		}
+		return fileHoldsAcked(filepath.Join(d.dir, "echo.jsonl"), "echo server", t)
+	}
+	return nil
+}
+
+// fileHoldsAcked checks that the file a server child wrote holds exactly
+// the acknowledged entries, one line each.
+func fileHoldsAcked(path, who string, t *tally) error {
+	var acked uint64
+	for _, a := range t.perClient {
+		acked += a.entries
+	}
+	n, err := countLines(path)
+	if err != nil {
+		return err
+	}
+	if n.entries != acked {
+		return fmt.Errorf("%s's file holds %d lines, %d acknowledged", who, n.entries, acked)
 	}
 	return nil
 }
@@ -255,17 +266,27 @@ func (d *echoDriver) close(context.Context) error {
 	for _, c := range d.conns {
 		errs = append(errs, c.Close())
 	}
-	if d.cmd != nil && d.cmd.Process != nil {
-		d.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- d.cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			d.cmd.Process.Kill()
-			<-done
-			errs = append(errs, errors.New("echo server did not stop on SIGTERM"))
-		}
+	return errors.Join(append(errs, stopServer(d.cmd, "echo server"))...)
+}
+
+// stopServer ends a server child the bench started: SIGTERM, then SIGKILL
+// if it has not exited within 10 s. A non-zero exit is an error.
+func stopServer(cmd *exec.Cmd, name string) error {
+	if cmd == nil || cmd.Process == nil {
+		return nil
 	}
-	return errors.Join(errs...)
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("%s did not stop on SIGTERM", name)
+	}
 }

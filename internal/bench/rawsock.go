@@ -233,18 +233,7 @@ func (d *rawDriver) settle(context.Context) error { return nil }
 
 // verify checks the server's file holds exactly the acknowledged entries.
 func (d *rawDriver) verify(_ context.Context, t *tally) error {
-	var acked uint64
-	for _, a := range t.perClient {
-		acked += a.entries
-	}
-	n, err := countLines(d.file())
-	if err != nil {
-		return err
-	}
-	if n.entries != acked {
-		return fmt.Errorf("raw server's file holds %d lines, %d acknowledged", n.entries, acked)
-	}
-	return nil
+	return fileHoldsAcked(d.file(), "raw server", t)
 }
 
 func (d *rawDriver) close(context.Context) error {
@@ -252,20 +241,5 @@ func (d *rawDriver) close(context.Context) error {
 	for _, c := range d.conns {
 		errs = append(errs, c.Close())
 	}
-	if d.cmd != nil && d.cmd.Process != nil {
-		d.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- d.cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				errs = append(errs, fmt.Errorf("raw server: %w", err))
-			}
-		case <-time.After(10 * time.Second):
-			d.cmd.Process.Kill()
-			<-done
-			errs = append(errs, errors.New("raw server did not stop on SIGTERM"))
-		}
-	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, stopServer(d.cmd, "raw server"))...)
 }
