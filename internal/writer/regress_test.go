@@ -640,3 +640,33 @@ func TestFailedNewGenerationAfterForeignLinesReopens(t *testing.T) {
 		})
 	}
 }
+
+// The fallback discardNewJournal's comment promises: when the removal of a
+// refused first append's journal fails too, the header-only journal stays,
+// lists as nothing, and the next writer to open the session drops it.
+func TestRefusedFirstAppendJournalDroppedLater(t *testing.T) {
+	c := fstest.NewCrashFS()
+	ff := fstest.NewFaultFS(c)
+	k := fixedKey(5, "")
+	wal := crashLayout.JournalPath(k)
+	m := newCrashManager(t, ff, nil)
+	// The folder sync after the rename fails, and so does the removal.
+	ff.Inject(fstest.Fault{Op: fstest.OpSyncDir, Path: func(p string) bool { return p == path.Dir(wal) }, Err: syscall.EMFILE, Sticky: true})
+	ff.Inject(fstest.Fault{Op: fstest.OpRemove, Path: func(p string) bool { return p == wal }, Err: syscall.EIO})
+	if _, err := m.Append(bg, k, [][]byte{[]byte(line(k, "", "refused"))}); !errors.Is(err, syscall.EMFILE) {
+		t.Fatalf("append with a failing folder sync: %v", err)
+	}
+	ff.Clear()
+	if _, err := c.Lstat(wal); err != nil {
+		t.Fatalf("the failed removal should have left the journal: %v", err)
+	}
+	closeManager(t, m)
+	m = newCrashManager(t, ff, nil)
+	if infos, _, err := m.List(bg, ListOptions{}); err != nil || len(infos) != 0 {
+		t.Fatalf("listing with the leftover journal: %v %v; want no session", infos, err)
+	}
+	closeManager(t, m)
+	if _, err := c.Lstat(wal); err == nil {
+		t.Fatalf("the writer that opened the leftover journal did not drop it:\n%s", c.Dump())
+	}
+}

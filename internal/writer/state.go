@@ -803,7 +803,7 @@ func (st *state) dropEmptyJournal() {
 // append would leave a session behind that every listing opens a writer
 // (and its files) to look at, however short of descriptors the daemon is.
 // If the removal fails too, the next writer to open the session finds the
-// empty journal and drops it when it retires.
+// empty journal and drops it when it retires or stops.
 func (st *state) discardNewJournal() {
 	err := st.fs.Remove(st.jpath)
 	if err == nil {

@@ -581,13 +581,7 @@ func TestIdleCompactionAndRetire(t *testing.T) {
 	if _, err := m.Append(context.Background(), k, [][]byte{entry("")}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for m.IsActive(k) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if m.IsActive(k) {
-		t.Fatal("idle writer did not retire")
-	}
+	waitRetired(t, m, k)
 	if n := len(e.canonicalLines(k)); n != 1 {
 		t.Fatalf("idle compaction: %d lines", n)
 	}
@@ -595,6 +589,18 @@ func TestIdleCompactionAndRetire(t *testing.T) {
 	res, err := m.Append(context.Background(), k, [][]byte{entry("")})
 	if err != nil || res.Entries != 2 {
 		t.Fatalf("append after retire: %+v %v", res, err)
+	}
+}
+
+// waitRetired waits (10 s at most) for k's idle writer to retire.
+func waitRetired(t *testing.T, m *Manager, k layout.Key) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for m.IsActive(k) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if m.IsActive(k) {
+		t.Fatal("idle writer did not retire")
 	}
 }
 
@@ -631,13 +637,7 @@ func TestRetireCompactsWhatIdleLeft(t *testing.T) {
 	if n := len(e.canonicalLines(k)); n != 64 || !m.IsActive(k) {
 		t.Fatalf("before retiring: %d lines, active %v; want the tail still journaled", n, m.IsActive(k))
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for m.IsActive(k) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if m.IsActive(k) {
-		t.Fatal("idle writer did not retire")
-	}
+	waitRetired(t, m, k)
 	if n := len(e.canonicalLines(k)); n != 65 {
 		t.Fatalf("after retiring: %d lines, want 65", n)
 	}
