@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -23,7 +24,21 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
+// gcPercent is sessionctl's GOGC unless the user sets one. show and tail
+// hold a long line up to three times while it passes through (gRPC's
+// receive buffers, the message's bytes, the output buffer), and with Go's
+// default of 100 the heap may grow to twice that before a collection: a
+// show of a transcript with an 8 MiB line peaked 35-47 MiB above a small
+// one's, against the 48 MiB the memory target allows (BENCHMARKS.md).
+// At 25 it measured 27 MiB (at 50, 35 MiB), for a show about 1.4 times
+// as long (1.0 s for 200 MB against 0.7 s): memory is what a reader of
+// huge transcripts runs out of first.
+const gcPercent = 25
+
 func main() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(gcPercent)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRoot(os.Stdin, os.Stdout, os.Stderr).ExecuteContext(ctx)
 	stop()
