@@ -308,7 +308,12 @@ func (m *Manager) doRetire(ctx context.Context, key layout.Key, retire bool, op 
 	if err := key.Validate(); err != nil {
 		return err
 	}
+	// A retiring request takes the caller's reference to the writer
+	// along: the writer drops it when it takes the request, so that its
+	// retirement does not depend on whether this goroutine got round to
+	// releasing it yet.
 	c := &ctrlReq{reply: newReply(), op: op, retire: retire}
+	c.passRef = retire
 	return m.submit(ctx, key, &c.reply, func(s *session) bool {
 		select {
 		case s.ctrl <- c:
@@ -319,6 +324,10 @@ func (m *Manager) doRetire(ctx context.Context, key layout.Key, retire bool, op 
 		return false
 	})
 }
+
+// testHookQueued, when set by a test, runs in submit between queueing a
+// request and releasing the caller's reference to the writer.
+var testHookQueued atomic.Pointer[func()]
 
 // submit hands a request to key's live writer with enqueue (which reports
 // whether the writer took it) and waits for the answer. A writer that was
@@ -332,7 +341,12 @@ func (m *Manager) submit(ctx context.Context, key layout.Key, r *reply, enqueue 
 			return err
 		}
 		sent := enqueue(s)
-		m.release(s)
+		if h := testHookQueued.Load(); h != nil {
+			(*h)()
+		}
+		if !sent || !r.passRef {
+			m.release(s)
+		}
 		if !sent {
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("request for %s not queued: %w", key, err)
@@ -345,7 +359,9 @@ func (m *Manager) submit(ctx context.Context, key layout.Key, r *reply, enqueue 
 		<-r.done
 		var np *notProcessed
 		if errors.As(r.err, &np) && attempt < 3 {
+			pass := r.passRef
 			*r = newReply()
+			r.passRef = pass
 			continue
 		}
 		return r.err

@@ -16,6 +16,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
@@ -668,5 +671,36 @@ func TestRefusedFirstAppendJournalDroppedLater(t *testing.T) {
 	closeManager(t, m)
 	if _, err := c.Lstat(wal); err == nil {
 		t.Fatalf("the writer that opened the leftover journal did not drop it:\n%s", c.Dump())
+	}
+}
+
+// TestRetiringFlushRetiresAtOnce: recovery's replay flushes each session
+// with retire set, so that the writers it opens do not hold their files
+// until the idle retirement. The caller's own reference to the writer used
+// to be released only after it queued the flush, so a writer that ran the
+// flush first saw itself still referenced and stayed (CI caught
+// TestCheckJournalsServesBeforeReplay with one writer left). The flush
+// must find the writer gone every time.
+func TestRetiringFlushRetiresAtOnce(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	defer closeManager(t, m)
+	ctx := context.Background()
+	k := newKey()
+	// The caller is slow to go on after queueing (as a loaded machine
+	// makes it): the writer runs the flush first.
+	slow := func() { time.Sleep(20 * time.Millisecond) }
+	testHookQueued.Store(&slow)
+	defer testHookQueued.Store(nil)
+	for i := range 20 {
+		if _, err := m.Append(ctx, k, [][]byte{entry(uuid.NewString(), "n", fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.flush(ctx, k, true); err != nil {
+			t.Fatal(err)
+		}
+		if m.IsActive(k) {
+			t.Fatalf("round %d: the writer is still active after a retiring flush", i)
+		}
 	}
 }

@@ -17,6 +17,10 @@ import (
 type reply struct {
 	err  error
 	done chan struct{}
+	// passRef: the caller's reference to the writer (session.refs) went
+	// into the queue with the request; whoever takes the request out of
+	// the queue drops it (session.took).
+	passRef bool
 }
 
 func newReply() reply { return reply{done: make(chan struct{})} }
@@ -122,6 +126,7 @@ func (s *session) run() {
 			s.hasContent.Store(st.exists())
 			touch()
 		case c := <-s.ctrl:
+			s.took(&c.reply)
 			c.err = c.op(st)
 			s.hasContent.Store(st.exists())
 			touch()
@@ -200,6 +205,15 @@ func (s *session) retire(st *state) bool {
 	return true
 }
 
+// took drops the reference a request brought along (reply.passRef); every
+// place that takes a request out of the queue calls it, or the writer
+// could never again find itself unreferenced.
+func (s *session) took(r *reply) {
+	if r.passRef {
+		s.m.release(s)
+	}
+}
+
 // group takes first plus whatever else is queued, up to the group byte cap.
 func (s *session) group(first *appendReq) []*appendReq {
 	g := []*appendReq{first}
@@ -224,6 +238,7 @@ func (s *session) drain(st *state) {
 		case r := <-s.reqs:
 			st.commit(s.group(r))
 		case c := <-s.ctrl:
+			s.took(&c.reply)
 			c.err = c.op(st)
 			close(c.done)
 		default:
@@ -252,6 +267,7 @@ func (s *session) exit(st *state, err error) {
 				r.err = err
 				close(r.done)
 			case c := <-s.ctrl:
+				s.took(&c.reply)
 				c.err = err
 				close(c.done)
 			default:
