@@ -168,6 +168,8 @@ type scenarioDef struct {
 	name, title string
 	runs        []runSpec
 	checks      func(by map[string]*Result) []Check
+	// awake names the runs measured with workload.awake.
+	awake map[string]bool
 }
 
 func suiteDefs(inproc bool) []scenarioDef {
@@ -187,7 +189,11 @@ func suiteDefs(inproc bool) []scenarioDef {
 		runSpec{"e", "(e) gRPC round trip alone: echo server, no disk (info)", TargetEcho, 1, 1},
 		runSpec{"f", "(f) echo server + write + fdatasync per request (info)", TargetEchoSync, 1, 1},
 		runSpec{"g", "(g) (f) without gRPC: plain socket, write + fdatasync, 1-byte answer (info)", TargetRawSync, 1, 1},
-		runSpec{"d", "sessiond, 1 client", TargetDaemon, 1, 1})
+		runSpec{"d", "sessiond, 1 client", TargetDaemon, 1, 1},
+		// Diagnosis of the gap between (f) and (g): the same runs with
+		// the client's CPU kept from going idle (keepAwake).
+		runSpec{"fA", "(f) with the client's CPU kept awake (info)", TargetEchoSync, 1, 1},
+		runSpec{"dA", "sessiond, 1 client, the client's CPU kept awake (info)", TargetDaemon, 1, 1})
 	ses := with(base(1000),
 		runSpec{"cJ", "(c) 1000 journals, one committer each (info)", TargetCeiling, 1000, 1000},
 		runSpec{"d1", "sessiond, 1000 clients -> 1 session", TargetDaemon, 1000, 1},
@@ -211,7 +217,7 @@ func suiteDefs(inproc bool) []scenarioDef {
 				cs[1].Note = fmt.Sprintf("the gRPC transport alone, (e), reaches %.0f%% of (c)", e.EntriesPerSec/c.EntriesPerSec*100)
 			}
 			return cs
-		}},
+		}, nil},
 		{ScenarioSequential, "one client, sequential appends, 1 KiB", seq, func(by map[string]*Result) []Check {
 			d, c := by["d"], by["c"]
 			if !ok(d, c) {
@@ -228,15 +234,18 @@ func suiteDefs(inproc bool) []scenarioDef {
 			if g := by["g"]; ok(g) {
 				ch.Note += fmt.Sprintf("; the same without gRPC, (g), p50 %.0f us", g.Latency.P50)
 			}
+			if fA, dA := by["fA"], by["dA"]; ok(fA, dA) {
+				ch.Note += fmt.Sprintf("; with the client's CPU kept awake, (f) p50 %.0f us and sessiond p50 %.0f us", fA.Latency.P50, dA.Latency.P50)
+			}
 			return []Check{ch}
-		}},
+		}, map[string]bool{"fA": true, "dA": true}},
 		{ScenarioSessions, "1000 sessions written at once vs one session, 1000 clients, 1 KiB", ses, func(by map[string]*Result) []Check {
 			d, d1 := by["d"], by["d1"]
 			if !ok(d, d1) {
 				return nil
 			}
 			return []Check{check("1000 sessions >= 80% of 1 session", d.EntriesPerSec/d1.EntriesPerSec*100, 80, "%", true)}
-		}},
+		}, nil},
 	}
 }
 
@@ -436,7 +445,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 				return rep, ctx.Err()
 			}
 			w := &workload{clients: rs.clients, sessions: rs.sessions, size: sizer, duration: cfg.Duration,
-				entries: cfg.Entries, seed: seedRng.Uint64(), verify: cfg.Verify}
+				entries: cfg.Entries, seed: seedRng.Uint64(), verify: cfg.Verify, awake: def.awake[rs.id]}
 			w.projectKey = fmt.Sprintf("-sessiond-bench-%08x", seedRng.Uint32())
 			for range w.sessions {
 				w.sessionIDs = append(w.sessionIDs, newUUID(seedRng))

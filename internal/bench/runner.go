@@ -25,6 +25,9 @@ type workload struct {
 	sessionIDs []string
 	verify     bool
 	cpuProfile string // write a CPU profile of the bench process over the measurement
+	// awake keeps one of the bench process's threads busy over the
+	// measurement (keepAwake): a diagnosis, not a way to run clients.
+	awake bool
 }
 
 // Latency holds percentiles in microseconds.
@@ -72,7 +75,8 @@ type Result struct {
 	RatioToCeiling float64 `json:"ratio_to_c,omitempty"`
 	RatioToNoSync  float64 `json:"ratio_to_b,omitempty"`
 	ProfileFile    string  `json:"cpu_profile,omitempty"`
-	TotalAcked     uint64  `json:"total_acknowledged"` // warm-up included: what verify compares with
+	TotalAcked     uint64  `json:"total_acknowledged"`          // warm-up included: what verify compares with
+	ClientAwake    bool    `json:"client_kept_awake,omitempty"` // measured with keepAwake (a diagnosis)
 }
 
 type clientOut struct {
@@ -221,6 +225,11 @@ func run(ctx context.Context, d driver, w *workload, r *Result) (err error) {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 		r.ProfileFile = w.cpuProfile
+	}
+	if w.awake {
+		stop := keepAwake()
+		defer stop()
+		r.ClientAwake = true
 	}
 	t0 := time.Now()
 	deadline = t0.Add(w.duration)
