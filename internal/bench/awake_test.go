@@ -5,18 +5,17 @@ import (
 	"io"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
 
 func cpuTime(t *testing.T) time.Duration {
 	t.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		t.Fatal(err)
+	d, ok := selfCPU()
+	if !ok {
+		t.Fatal("getrusage failed")
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
 }
 
 // TestKeepAwake: the spinner burns CPU while it runs (that is its whole
