@@ -407,7 +407,10 @@ func (m *Manager) FlushAll(ctx context.Context) ([]FlushResult, error) {
 	var out []FlushResult
 	var errs []error
 	for _, k := range keys {
-		r, err := m.Flush(ctx, k)
+		// A writer opened only for this retires after it, as in a
+		// listing: thousands of journals must not mean thousands of
+		// writers holding their files until the idle retirement.
+		r, err := m.flush(ctx, k, !m.IsActive(k))
 		if err != nil {
 			if errdefs.Is(err, errdefs.ErrNotFound) {
 				continue

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"runtime"
@@ -702,5 +703,63 @@ func TestRetiringFlushRetiresAtOnce(t *testing.T) {
 		if m.IsActive(k) {
 			t.Fatalf("round %d: the writer is still active after a retiring flush", i)
 		}
+	}
+}
+
+// TestListingRetiresWritersItOpens: a listing (and FlushAll) meets journals
+// left behind by writers whose last compaction failed. It opened a writer
+// for each and left it to the idle retirement, so a daemon with a few
+// hundred such sessions ran out of file descriptors on its next listing
+// (TestHostileDescriptorExhaustion failed in CI). Each writer opened only
+// for this now moves its journal into the file and retires; a writer
+// someone was already using stays.
+func TestListingRetiresWritersItOpens(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		walk func(m *Manager) error
+	}{
+		{"List", func(m *Manager) error { _, _, err := m.List(bg, ListOptions{}); return err }},
+		{"FlushAll", func(m *Manager) error { _, err := m.FlushAll(bg); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			m := e.manager()
+			keys := make([]layout.Key, 20)
+			want := map[layout.Key]string{}
+			for i := range keys {
+				keys[i] = newKey()
+				want[keys[i]] = string(entry(uuid.NewString(), "i", fmt.Sprint(i)))
+				mustAppendTo(t, m, keys[i], want[keys[i]])
+			}
+			crash(t, m) // the journals stay, nothing compacted them
+			m = e.manager()
+			defer closeManager(t, m)
+			live := newKey()
+			mustAppendTo(t, m, live, string(entry(uuid.NewString())))
+
+			if err := tc.walk(m); err != nil {
+				t.Fatal(err)
+			}
+			if st := m.Stats(); st.ActiveSessions != 1 || !m.IsActive(live) {
+				t.Fatalf("after the walk %d writers are open (want only the one in use before it, still open: %v)", st.ActiveSessions, m.IsActive(live))
+			}
+			for _, k := range keys {
+				if got := e.canonicalLines(k); len(got) != 1 || got[0] != want[k] {
+					t.Fatalf("%s on disk: %q, want its one entry", k, got)
+				}
+				if _, err := os.Stat(e.lay.JournalPath(k)); !errors.Is(err, fs.ErrNotExist) {
+					t.Fatalf("journal of %s after its writer retired: %v, want none", k, err)
+				}
+			}
+			infos, _, err := m.List(bg, ListOptions{})
+			if err != nil || len(infos) != len(keys)+1 {
+				t.Fatalf("listing after the walk: %d sessions, %v", len(infos), err)
+			}
+			for _, in := range infos {
+				if in.Key != live && (in.Entries != 1 || in.Pending != 0) {
+					t.Fatalf("%s listed with %d entries, %d pending; want 1, 0", in.Key, in.Entries, in.Pending)
+				}
+			}
+		})
 	}
 }
