@@ -17,7 +17,6 @@ import (
 	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
-	"go.uber.org/zap"
 )
 
 // Info describes one session.
@@ -81,22 +80,10 @@ func (m *Manager) entryFor(ctx context.Context, key layout.Key) (index.Entry, er
 		// A writer indexes its session as it opens; make sure one runs.
 		// One opened only for this (a journal left behind by a writer
 		// whose last compaction failed) moves the journal into the file
-		// and retires at once: a listing walks every such session, and
-		// writers left to the idle retirement would hold their files
-		// meanwhile, hundreds of them, until the daemon runs out of
-		// descriptors (it did, in TestHostileDescriptorExhaustion).
-		opened := !m.IsActive(key)
-		err := m.doRetire(ctx, key, opened, func(st *state) error {
+		// and retires at once (retireIfOpened).
+		err := m.doRetire(ctx, key, retireIfOpened, func(st *state) error {
 			if !st.exists() {
 				return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
-			}
-			if opened {
-				if err := st.compact("index"); err != nil {
-					// The listing does not depend on it: the entries are
-					// counted as pending, and the writer stays until the
-					// idle retirement tries again.
-					st.log.Warn("compaction of a left-behind journal failed", zap.Error(err))
-				}
 			}
 			st.publish()
 			return nil

@@ -223,7 +223,7 @@ func (m *Manager) unfollow(s *session) {
 func (m *Manager) tryRemove(s *session, force bool) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !force && (s.refs > 0 || s.followers > 0 || len(s.reqs) > 0 || len(s.ctrl) > 0) {
+	if !force && m.inUseLocked(s) {
 		return false
 	}
 	if m.sessions[s.key] == s {
@@ -231,6 +231,18 @@ func (m *Manager) tryRemove(s *session, force bool) bool {
 		m.leaving[s.key] = s
 	}
 	return true
+}
+
+// inUse reports whether someone holds, follows or queues for s: a writer
+// in use cannot retire.
+func (m *Manager) inUse(s *session) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.inUseLocked(s)
+}
+
+func (m *Manager) inUseLocked(s *session) bool {
+	return s.refs > 0 || s.followers > 0 || len(s.reqs) > 0 || len(s.ctrl) > 0
 }
 
 // exited is the last thing a writer goroutine does.
@@ -299,12 +311,12 @@ func (m *Manager) pathChecked(key layout.Key) bool {
 
 // do runs op on key's writer goroutine and waits for it.
 func (m *Manager) do(ctx context.Context, key layout.Key, op func(*state) error) error {
-	return m.doRetire(ctx, key, false, op)
+	return m.doRetire(ctx, key, stay, op)
 }
 
-// doRetire is do; with retire, the writer retires after op if it can (see
-// ctrlReq.retire).
-func (m *Manager) doRetire(ctx context.Context, key layout.Key, retire bool, op func(*state) error) error {
+// doRetire is do; retire says whether the writer then retires at once
+// (see retireMode).
+func (m *Manager) doRetire(ctx context.Context, key layout.Key, retire retireMode, op func(*state) error) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
@@ -313,7 +325,7 @@ func (m *Manager) doRetire(ctx context.Context, key layout.Key, retire bool, op 
 	// retirement does not depend on whether this goroutine got round to
 	// releasing it yet.
 	c := &ctrlReq{reply: newReply(), op: op, retire: retire}
-	c.passRef = retire
+	c.passRef = retire != stay
 	return m.submit(ctx, key, &c.reply, func(s *session) bool {
 		select {
 		case s.ctrl <- c:
@@ -370,12 +382,12 @@ func (m *Manager) submit(ctx context.Context, key layout.Key, r *reply, enqueue 
 
 // Flush compacts key's journal into its canonical file.
 func (m *Manager) Flush(ctx context.Context, key layout.Key) (FlushResult, error) {
-	return m.flush(ctx, key, false)
+	return m.flush(ctx, key, stay)
 }
 
-// flush is Flush; with retire, the writer then retires unless someone else
-// is using it.
-func (m *Manager) flush(ctx context.Context, key layout.Key, retire bool) (FlushResult, error) {
+// flush is Flush; retire says whether the writer then retires at once
+// (see retireMode).
+func (m *Manager) flush(ctx context.Context, key layout.Key, retire retireMode) (FlushResult, error) {
 	var res FlushResult
 	if err := key.Validate(); err != nil {
 		return res, err
@@ -407,10 +419,7 @@ func (m *Manager) FlushAll(ctx context.Context) ([]FlushResult, error) {
 	var out []FlushResult
 	var errs []error
 	for _, k := range keys {
-		// A writer opened only for this retires after it, as in a
-		// listing: thousands of journals must not mean thousands of
-		// writers holding their files until the idle retirement.
-		r, err := m.flush(ctx, k, !m.IsActive(k))
+		r, err := m.flush(ctx, k, retireIfOpened)
 		if err != nil {
 			if errdefs.Is(err, errdefs.ErrNotFound) {
 				continue
@@ -621,7 +630,7 @@ func (m *Manager) Replay(ctx context.Context, keys []layout.Key) ReplayReport {
 	)
 	parallel(ctx, max(2, runtime.GOMAXPROCS(0)), len(keys), func(i int) {
 		k := keys[i]
-		r, err := m.flush(ctx, k, true)
+		r, err := m.flush(ctx, k, retireIfDone)
 		m.stats.replayPending.Add(-1)
 		mu.Lock()
 		defer mu.Unlock()

@@ -45,8 +45,10 @@ func (m *Manager) view(ctx context.Context, key layout.Key, fn func(r io.Reader,
 		defer f.Close()
 		return fn(f, 0)
 	}
+	// A writer opened for this (a journal left behind) retires after it:
+	// CheckAll views every session.
 	var sn *snapshot
-	err := m.do(ctx, key, func(st *state) error {
+	err := m.doRetire(ctx, key, retireIfOpened, func(st *state) error {
 		var err error
 		sn, err = st.snapshot()
 		return err

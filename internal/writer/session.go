@@ -34,12 +34,32 @@ type appendReq struct {
 
 type ctrlReq struct {
 	reply
-	op func(*state) error
-	// retire asks the writer to retire right after op when nobody else
-	// uses it and op left nothing pending (recovery's replay: a writer it
-	// opened would otherwise hold its files until the idle retirement).
-	retire bool
+	op     func(*state) error
+	retire retireMode
 }
+
+// retireMode says whether a writer retires right after a control request
+// instead of at its idle retirement. Either way it retires only when
+// nobody else uses it (no reference, follower or queued request).
+type retireMode uint8
+
+const (
+	// stay: the writer lives on until its idle retirement.
+	stay retireMode = iota
+	// retireIfDone: retire when op succeeded and left nothing pending
+	// (recovery's replay: a writer it opened, or one a read opened before
+	// the replay got to it, would otherwise hold its files until the idle
+	// retirement).
+	retireIfDone
+	// retireIfOpened: retire when the writer was opened for this request,
+	// whatever op returned; what is pending is compacted first and stays
+	// in the journal if that fails. For walks over every session (the
+	// listing, FlushAll, CheckAll): they meet the journals writers left
+	// when their last compaction failed, and writers kept until the idle
+	// retirement would hold hundreds of files at once, until the daemon
+	// ran out of descriptors (it did, in TestHostileDescriptorExhaustion).
+	retireIfOpened
+)
 
 // session is the handle callers use to reach one writer goroutine.
 type session struct {
@@ -119,19 +139,23 @@ func (s *session) run() {
 		lastActive = time.Now()
 		idle.Reset(cfg.IdleCompact)
 	}
+	fresh := true // no request served yet: opened for the first one
 	for {
 		select {
 		case r := <-s.reqs:
+			fresh = false
 			st.commit(s.group(r))
 			s.hasContent.Store(st.exists())
 			touch()
 		case c := <-s.ctrl:
 			s.took(&c.reply)
+			opened := fresh
+			fresh = false
 			c.err = c.op(st)
 			s.hasContent.Store(st.exists())
 			touch()
 			// Retired before the answer: the caller finds it gone.
-			if c.retire && c.err == nil && len(st.pending) == 0 && s.retire(st) {
+			if s.retireAfter(st, c, opened) {
 				close(c.done)
 				return
 			}
@@ -203,6 +227,30 @@ func (s *session) retire(st *state) bool {
 	st.release()
 	st.notifyChange()
 	return true
+}
+
+// retireAfter retires the writer after control request c when c asks
+// for it (c.retire) and the writer can; it reports whether it is gone.
+func (s *session) retireAfter(st *state, c *ctrlReq, opened bool) bool {
+	switch c.retire {
+	case retireIfDone:
+		return c.err == nil && len(st.pending) == 0 && s.retire(st)
+	case retireIfOpened:
+		if !opened || st.failed != nil || s.m.inUse(s) {
+			return false
+		}
+		if len(st.pending) > 0 {
+			// As the idle retirement does: once the writer is gone
+			// nothing moves the entries into the file until the session
+			// is written again.
+			if err := st.compact("retire"); err != nil {
+				st.log.Warn("compaction before retiring failed; the journal keeps the entries", zap.Error(err))
+			}
+			st.publish()
+		}
+		return s.retire(st)
+	}
+	return false
 }
 
 // took drops the reference a request brought along (reply.passRef); every

@@ -1167,7 +1167,7 @@ func TestNewWriterWaitsForTheRetiringOne(t *testing.T) {
 	}
 	flushed := make(chan error, 1)
 	go func() {
-		_, err := m.flush(ctx, k, true) // as the replay does
+		_, err := m.flush(ctx, k, retireIfDone) // as the replay does
 		flushed <- err
 	}()
 	<-bfs.entered // retired, and removing its empty journal
