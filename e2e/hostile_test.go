@@ -258,6 +258,11 @@ func TestHostileInputs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A subagent transcript: a title or tag for it must be refused, not
+	// appended to it.
+	if _, err := api.Append(ctx, &sessiondv1.AppendRequest{Session: bySub(existing, "subagents/agent-a1"), Entries: [][]byte{entry(uuid.NewString())}}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := api.Flush(ctx, &sessiondv1.FlushRequest{All: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -454,6 +459,14 @@ func TestHostileInputs(t *testing.T) {
 			_, err := api.SetArchived(ctx, &sessiondv1.SetArchivedRequest{Session: byCwd(unknown), Archived: true})
 			return err
 		}, code: codes.NotFound, msg: []string{unknown, "not found"}},
+		{name: "rename a subagent transcript", call: func(ctx context.Context) error {
+			_, err := api.Rename(ctx, &sessiondv1.RenameRequest{Session: bySub(existing, "subagents/agent-a1"), Title: "t"})
+			return err
+		}, code: codes.InvalidArgument, msg: []string{"whole session", "subagents/agent-a1"}},
+		{name: "tag a subagent transcript", call: func(ctx context.Context) error {
+			_, err := api.Tag(ctx, &sessiondv1.TagRequest{Session: bySub(existing, "subagents/agent-a1"), Tag: "t"})
+			return err
+		}, code: codes.InvalidArgument, msg: []string{"whole session", "subagents/agent-a1"}},
 		{name: "delete unknown", call: func(ctx context.Context) error {
 			_, err := api.Delete(ctx, &sessiondv1.DeleteRequest{Session: byCwd(unknown)})
 			return err

@@ -502,6 +502,19 @@ func TestSessionctlSessionOperations(t *testing.T) {
 	}
 	run("restored", "restore", sid)
 	run("clean", "check", sid, "--subpath", "subagents/agent-acompact-f46190") // subagents came back too
+	// A subagent transcript deleted on its own comes back with the
+	// command the delete prints.
+	out = run("sessionctl restore "+sid+" --subpath subagents/agent-acompact-f46190", "delete", sid, "--subpath", "subagents/agent-acompact-f46190")
+	if _, errOut, code := d.ctl("", "check", sid, "--subpath", "subagents/agent-acompact-f46190"); code == 0 || !strings.Contains(errOut, "not found") {
+		t.Fatalf("deleted subagent still checked: %d %s", code, errOut)
+	}
+	hint := out[strings.Index(out, "(sessionctl ")+len("(sessionctl ") : strings.LastIndex(out, " brings it back")]
+	run("restored", strings.Fields(hint)...)
+	run("clean", "check", sid, "--subpath", "subagents/agent-acompact-f46190")
+	// Titles and tags belong to the whole session.
+	if _, errOut, code := d.ctl("", "rename", sid, "x", "--subpath", "subagents/agent-acompact-f46190"); code == 0 || !strings.Contains(errOut, "whole session") {
+		t.Fatalf("rename of a subagent transcript: %d %s", code, errOut)
+	}
 	run("removed", "delete", forkID, "--purge")
 	if _, errOut, code := d.ctl("", "restore", forkID); code == 0 || !strings.Contains(errOut, "not found") {
 		t.Fatalf("restore of a purged session: %d %s", code, errOut)

@@ -236,7 +236,11 @@ func deleteCmd(g *globals) *cobra.Command {
 			if purge {
 				fmt.Fprintf(g.out, "removed %s for good\n", resp.GetSession().GetPath())
 			} else {
-				fmt.Fprintf(g.out, "moved %s to %s (sessionctl restore %s brings it back)\n", resp.GetSession().GetPath(), resp.GetTrashPath(), resp.GetSession().GetSessionId())
+				how := resp.GetSession().GetSessionId()
+				if sub := resp.GetSession().GetSubpath(); sub != "" {
+					how += " --subpath " + sub
+				}
+				fmt.Fprintf(g.out, "moved %s to %s (sessionctl restore %s brings it back)\n", resp.GetSession().GetPath(), resp.GetTrashPath(), how)
 			}
 			return nil
 		}),
@@ -249,8 +253,8 @@ func deleteCmd(g *globals) *cobra.Command {
 func restoreCmd(g *globals) *cobra.Command {
 	var sf sessionFlags
 	c := &cobra.Command{
-		Use:   "restore UUID",
-		Short: "Bring a deleted session back from the trash",
+		Use:   "restore UUID [--subpath SUBPATH]",
+		Short: "Bring a deleted session (or a subagent transcript deleted on its own) back from the trash",
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			resp, err := c.Restore(cmd.Context(), sf.session(args[0]))

@@ -181,9 +181,12 @@ func (s *Server) Restore(ctx context.Context, req *sessiondv1.RestoreRequest) (*
 	}
 	if pk == "" {
 		// A deleted session is found in the trash, not among the projects.
-		projects := s.m.TrashedProjects(ref.GetSessionId())
+		projects := s.m.TrashedProjects(ref.GetSessionId(), ref.GetSubpath())
 		switch len(projects) {
 		case 0:
+			if sub := ref.GetSubpath(); sub != "" {
+				return nil, fmt.Errorf("no deleted subagent transcript %s of session %s in the trash (only one deleted on its own is there; a whole session's comes back with it): %w", sub, ref.GetSessionId(), errdefs.ErrNotFound)
+			}
 			return nil, fmt.Errorf("no deleted session %s in the trash: %w", ref.GetSessionId(), errdefs.ErrNotFound)
 		case 1:
 			pk = projects[0]

@@ -416,6 +416,11 @@ func (m *Manager) AppendMetadata(ctx context.Context, key layout.Key, line []byt
 	if err := key.Validate(); err != nil {
 		return err
 	}
+	if key.Subpath != "" {
+		// The official readers take a session's title and tag from its
+		// main transcript only: in a subagent's it would change nothing.
+		return fmt.Errorf("a title or tag applies to a whole session, not to the subagent transcript %s: %w", key.Subpath, errdefs.ErrInvalidArgument)
+	}
 	if !m.existsOnDisk(key) {
 		return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
 	}
@@ -616,7 +621,7 @@ func (m *Manager) Delete(ctx context.Context, key layout.Key, purge bool) (strin
 	} else {
 		in.Trash = filepath.Join(L.StateDir, "trash", key.ProjectKey, key.SessionID+"-"+time.Now().UTC().Format("20060102T150405.000000000Z"))
 		if key.Subpath != "" {
-			in.Trash += "-" + strings.ReplaceAll(key.Subpath, "/", "_")
+			in.Trash += "-" + trashSubpath(key.Subpath)
 		}
 	}
 	for _, mv := range moves {
@@ -695,9 +700,6 @@ func (m *Manager) Restore(ctx context.Context, key layout.Key) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	if key.Subpath != "" {
-		return fmt.Errorf("restore brings back whole sessions; restore %s/%s: %w", key.ProjectKey, key.SessionID, errdefs.ErrInvalidArgument)
-	}
 	unlock, err := m.lockFamily(key, "restored")
 	if err != nil {
 		return err
@@ -705,7 +707,7 @@ func (m *Manager) Restore(ctx context.Context, key layout.Key) error {
 	defer unlock()
 	if done, err := m.finishPending(key); err != nil {
 		return err
-	} else if done != nil && done.Op == opRestore {
+	} else if done != nil && done.Op == opRestore && done.Subpath == key.Subpath {
 		return nil // this very restore was interrupted before; it is done now
 	}
 	entry, err := m.newestTrash(key)
@@ -718,13 +720,28 @@ func (m *Manager) Restore(ctx context.Context, key layout.Key) error {
 	} else if ok {
 		return fmt.Errorf("session %s exists again; delete or move it before restoring: %w", key, errdefs.ErrAlreadyExists)
 	}
-	if _, err := FS.Lstat(L.SessionDir(key)); err == nil {
-		return fmt.Errorf("session folder %s exists again; move it away before restoring: %w", L.SessionDir(key), errdefs.ErrAlreadyExists)
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("restore %s: %w", key, errdefs.FromIO(err))
+	// What Delete moved into the trash entry, and where it goes back.
+	var moves [][2]string
+	if key.Subpath == "" {
+		if _, err := FS.Lstat(L.SessionDir(key)); err == nil {
+			return fmt.Errorf("session folder %s exists again; move it away before restoring: %w", L.SessionDir(key), errdefs.ErrAlreadyExists)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("restore %s: %w", key, errdefs.FromIO(err))
+		}
+		moves = [][2]string{{key.SessionID + ".jsonl", L.TranscriptPath(key)}, {key.SessionID, L.SessionDir(key)}}
+	} else {
+		p := L.TranscriptPath(key)
+		rel := filepath.Join(key.SessionID, key.Subpath)
+		meta := strings.TrimSuffix(p, ".jsonl") + ".meta.json"
+		if _, err := FS.Lstat(meta); err == nil {
+			return fmt.Errorf("%s exists again; move it away before restoring: %w", meta, errdefs.ErrAlreadyExists)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("restore %s: %w", key, errdefs.FromIO(err))
+		}
+		moves = [][2]string{{rel + ".jsonl", p}, {rel + ".meta.json", meta}}
 	}
-	in := &intent{Op: opRestore, ProjectKey: key.ProjectKey, SessionID: key.SessionID, Trash: entry}
-	for _, mv := range [][2]string{{key.SessionID + ".jsonl", L.TranscriptPath(key)}, {key.SessionID, L.SessionDir(key)}} {
+	in := &intent{Op: opRestore, ProjectKey: key.ProjectKey, SessionID: key.SessionID, Subpath: key.Subpath, Trash: entry}
+	for _, mv := range moves {
 		src := filepath.Join(entry, mv[0])
 		if _, err := FS.Lstat(src); errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -739,13 +756,18 @@ func (m *Manager) Restore(ctx context.Context, key layout.Key) error {
 	return nil
 }
 
-// TrashedProjects lists the projects whose trash holds sessionID.
-func (m *Manager) TrashedProjects(sessionID string) []string {
+// trashSubpath is how a lone subagent's subpath ends its trash entry's
+// name.
+func trashSubpath(subpath string) string { return strings.ReplaceAll(subpath, "/", "_") }
+
+// TrashedProjects lists the projects whose trash holds sessionID (or,
+// with a subpath, that subagent transcript of it, deleted on its own).
+func (m *Manager) TrashedProjects(sessionID, subpath string) []string {
 	root := filepath.Join(m.cfg.Layout.StateDir, "trash")
 	projects, _ := m.cfg.FS.ReadDir(root)
 	var out []string
 	for _, p := range projects {
-		k := layout.Key{ProjectKey: p.Name(), SessionID: sessionID}
+		k := layout.Key{ProjectKey: p.Name(), SessionID: sessionID, Subpath: subpath}
 		if _, err := m.newestTrash(k); err == nil {
 			out = append(out, p.Name())
 		}
@@ -762,12 +784,24 @@ func (m *Manager) newestTrash(key layout.Key) (string, error) {
 	var names []string
 	for _, e := range ents {
 		n := e.Name()
-		// <sid>-<time>, not <sid>-<time>-<subpath> (a lone subagent).
-		if e.IsDir() && strings.HasPrefix(n, key.SessionID+"-") && !strings.Contains(n[len(key.SessionID)+1:], "-") {
+		if !e.IsDir() || !strings.HasPrefix(n, key.SessionID+"-") {
+			continue
+		}
+		// A whole session's entry is <sid>-<time>, a lone subagent's
+		// <sid>-<time>-<subpath with / as _> (Delete; the time has no
+		// "-"), and the names sort by time.
+		time, sub, lone := strings.Cut(n[len(key.SessionID)+1:], "-")
+		if time == "" {
+			continue
+		}
+		if key.Subpath == "" && !lone || key.Subpath != "" && lone && sub == trashSubpath(key.Subpath) {
 			names = append(names, n)
 		}
 	}
 	if len(names) == 0 {
+		if key.Subpath != "" {
+			return "", fmt.Errorf("no deleted subagent transcript %s of session %s in the trash of project %s (only one deleted on its own is there; a whole session's comes back with it): %w", key.Subpath, key.SessionID, key.ProjectKey, errdefs.ErrNotFound)
+		}
 		return "", fmt.Errorf("no deleted session %s in the trash of project %s: %w", key.SessionID, key.ProjectKey, errdefs.ErrNotFound)
 	}
 	sort.Strings(names)

@@ -978,3 +978,119 @@ func TestWalksRaceAppends(t *testing.T) {
 		}
 	}
 }
+
+// TestReadKeepsModifiedTime: a writer opened to read a session (show,
+// check, info) published it as modified at time 0 until its next append,
+// so the listing put it last and --continue picked an older session.
+func TestReadKeepsModifiedTime(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	old, recent := newKey(), newKey()
+	mustAppendTo(t, m, old, string(entry(uuid.NewString())))
+	mustAppendTo(t, m, recent, string(entry(uuid.NewString())))
+	closeManager(t, m)
+	then := time.Now().Add(-2 * time.Hour).Truncate(time.Millisecond)
+	if err := os.Chtimes(e.lay.TranscriptPath(old), then, then); err != nil {
+		t.Fatal(err)
+	}
+	m = e.manager()
+	defer closeManager(t, m)
+	// The writer opens for the read and stays (a live writer, as after
+	// show or tail).
+	if err := m.Read(bg, recent, ReadOptions{}, func([]Entry) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !m.IsActive(recent) {
+		t.Fatal("the read opened no writer: the test proves nothing")
+	}
+	infos, _, err := m.List(bg, ListOptions{})
+	if err != nil || len(infos) != 2 {
+		t.Fatalf("listing: %d sessions, %v", len(infos), err)
+	}
+	if infos[0].Key != recent || infos[1].Key != old {
+		t.Fatalf("listed %s then %s; want the recently written one first", infos[0].Key, infos[1].Key)
+	}
+	fi, err := os.Stat(e.lay.TranscriptPath(recent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := infos[0].ModifiedMs, fi.ModTime().UnixMilli(); got != want {
+		t.Fatalf("the session being read is listed as modified at %d, want its file's %d", got, want)
+	}
+	if got := infos[1].ModifiedMs; got != then.UnixMilli() {
+		t.Fatalf("the old session is listed as modified at %d, want %d", got, then.UnixMilli())
+	}
+	if cont, _, err := m.List(bg, ListOptions{Continue: true}); err != nil || len(cont) != 1 || cont[0].Key != recent {
+		t.Fatalf("--continue picks %v (%v), want %s", cont, err, recent)
+	}
+}
+
+// TestRestoreLoneSubagent: a subagent transcript deleted on its own went
+// to the trash with a hint that restore would bring it back, but restore
+// refused subpaths and looked only for whole sessions. It now brings it
+// back (its sidecar too), and refuses when the transcript exists again.
+func TestRestoreLoneSubagent(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	defer closeManager(t, m)
+	main := newKey()
+	sub := main
+	sub.Subpath = "subagents/agent-a1"
+	mainLine, subLine := string(entry(uuid.NewString())), string(entry(uuid.NewString(), "n", "sub"))
+	mustAppendTo(t, m, main, mainLine)
+	mustAppendTo(t, m, sub, subLine)
+	if _, err := m.FlushAll(bg); err != nil {
+		t.Fatal(err)
+	}
+	meta := strings.TrimSuffix(e.lay.TranscriptPath(sub), ".jsonl") + ".meta.json"
+	if err := os.WriteFile(meta, []byte(`{"agentType":"x"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing of it in the trash yet.
+	if err := m.Restore(bg, sub); !errdefs.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "subagents/agent-a1") {
+		t.Fatalf("restore before any delete: %v, want not found naming the subagent", err)
+	}
+	if got := m.TrashedProjects(main.SessionID, sub.Subpath); len(got) != 0 {
+		t.Fatalf("trashed projects before the delete: %v", got)
+	}
+	if _, err := m.Delete(bg, sub, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(e.lay.TranscriptPath(sub)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("subagent transcript after its delete: %v", err)
+	}
+	// The whole session is not in the trash: only its subagent is.
+	if got := m.TrashedProjects(main.SessionID, ""); len(got) != 0 {
+		t.Fatalf("the main session is reported in the trash of %v", got)
+	}
+	if got := m.TrashedProjects(main.SessionID, sub.Subpath); len(got) != 1 || got[0] != project {
+		t.Fatalf("trashed projects of the subagent: %v, want [%s]", got, project)
+	}
+	if err := m.Restore(bg, sub); err != nil {
+		t.Fatalf("restore of the subagent: %v", err)
+	}
+	if got := e.canonicalLines(sub); len(got) != 1 || got[0] != subLine {
+		t.Fatalf("restored subagent holds %q", got)
+	}
+	if b, err := os.ReadFile(meta); err != nil || string(b) != `{"agentType":"x"}` {
+		t.Fatalf("restored sidecar: %q, %v", b, err)
+	}
+	if got := e.canonicalLines(main); len(got) != 1 || got[0] != mainLine {
+		t.Fatalf("main transcript after the subagent's round trip: %q", got)
+	}
+	if ents, err := os.ReadDir(filepath.Join(e.lay.StateDir, "trash", project)); err != nil || len(ents) != 0 {
+		t.Fatalf("trash after the restore: %v, %v; want it empty", ents, err)
+	}
+	// Deleted again, then written again: restore refuses to overwrite.
+	if _, err := m.Delete(bg, sub, false); err != nil {
+		t.Fatal(err)
+	}
+	mustAppendTo(t, m, sub, string(entry(uuid.NewString(), "n", "new")))
+	if err := m.Restore(bg, sub); !errdefs.Is(err, errdefs.ErrAlreadyExists) {
+		t.Fatalf("restore over a subagent written again: %v, want already exists", err)
+	}
+	// A whole session's restore still ignores lone subagents' entries.
+	if err := m.Restore(bg, main); !errdefs.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("restore of the main session, never deleted: %v, want not found", err)
+	}
+}

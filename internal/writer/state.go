@@ -287,6 +287,10 @@ func (st *state) scanCanonicalPromising(promise bool) error {
 	if st.key.Subpath == "" {
 		st.ent = &index.Entry{Key: st.key, Owned: true}
 		st.ent.Sum.SetSidecarTitle(st.m.titleSidecar(st.key))
+		// Until the next append the session was last modified when its
+		// files were: a writer opened to read it must not list it as
+		// modified in 1970 (sorted last, and never what --continue picks).
+		_, st.ent.ModifiedMs = st.m.stamp(st.key)
 	}
 	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
