@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"syscall"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -30,6 +31,8 @@ func toStatus(err error) error {
 		msg += "; the disk holding sessiond's files is full: free some space on it, then retry"
 	case errors.Is(err, syscall.ELOOP):
 		msg += "; a symbolic link sits where sessiond keeps one of its files, and sessiond never follows links: replace it with the real file, or remove it"
+	case errors.Is(err, fs.ErrPermission):
+		msg += "; sessiond is not allowed to change that path (its owner or mode, an immutable flag, or a read-only mount): give the user sessiond runs as write access to it, then retry"
 	}
 	return status.Error(codeOf(err), msg)
 }
@@ -63,9 +66,11 @@ func codeOf(err error) codes.Code {
 		return codes.AlreadyExists
 	case errors.Is(err, errdefs.ErrAmbiguous), errors.Is(err, layout.ErrUnsafePath):
 		return codes.FailedPrecondition
-	case errors.Is(err, syscall.ELOOP):
-		// An open with O_NOFOLLOW met a link planted on disk: the request
-		// is fine, the disk needs a human.
+	case errors.Is(err, syscall.ELOOP), errors.Is(err, fs.ErrPermission):
+		// An open with O_NOFOLLOW met a link planted on disk, or the disk
+		// refused sessiond access (EACCES, EPERM): the request is fine,
+		// the disk needs a human. (Refusing a caller of another uid is
+		// PermissionDenied, decided where the caller is checked.)
 		return codes.FailedPrecondition
 	case diskFull(err), outOfDescriptors(err):
 		return codes.ResourceExhausted

@@ -37,6 +37,8 @@ func TestToStatus(t *testing.T) {
 		{fmt.Errorf("open journal: %w", errdefs.FromIO(emfile)), codes.ResourceExhausted, "run out of file descriptors"},
 		{fmt.Errorf("open: %w", &os.PathError{Op: "open", Path: "/x", Err: syscall.ENFILE}), codes.ResourceExhausted, "raise its limit"},
 		{fmt.Errorf("open: %w", errdefs.FromIO(eloop)), codes.FailedPrecondition, "never follows links"},
+		{fmt.Errorf("compact: %w", errdefs.FromIO(&os.PathError{Op: "open", Path: "/r/p/.x.tmp", Err: syscall.EPERM})), codes.FailedPrecondition, "give the user sessiond runs as write access"},
+		{fmt.Errorf("create: %w", errdefs.FromIO(&os.PathError{Op: "open", Path: "/r/p", Err: syscall.EACCES})), codes.FailedPrecondition, "not allowed to change that path"},
 		{fmt.Errorf("x: %w", errdefs.ErrCorrupt), codes.DataLoss, "x"},
 		{errdefs.FromIO(syscall.EIO), codes.Internal, "input/output error"},
 		{fmt.Errorf("x: %w", context.Canceled), codes.Canceled, "x"},
