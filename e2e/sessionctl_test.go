@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -488,5 +490,39 @@ func TestReadBigLinesOverGRPC(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("entry %d: %d bytes starting %.40q, want %d bytes starting %.40q", i, len(got[i]), got[i], len(want[i]), want[i])
 		}
+	}
+}
+
+// TestSessionctlUsageErrors: a mistake in the command line exits 2 with a
+// message, whichever part of it is wrong, so that a script never reads a
+// typo as a result (check's 1 means "damaged"). Nothing needs a daemon:
+// the mistake is found before sessionctl dials.
+func TestSessionctlUsageErrors(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "none.sock")
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"check"}, "give a session id or --all"},
+		{[]string{"check", "--all", uuid.NewString()}, "give a session id or --all"},
+		{[]string{"check", uuid.NewString(), uuid.NewString()}, "accepts at most 1 arg"},
+		{[]string{"show"}, "accepts 1 arg"},
+		{[]string{"list", "--limit", "-1"}, "--limit"},
+		{[]string{"list", "--no-such-flag"}, "unknown flag"},
+		{[]string{"no-such-command"}, `unknown command "no-such-command"`},
+	} {
+		cmd := exec.Command(filepath.Join(bins, "sessionctl"), append([]string{"--socket", sock}, tc.args...)...)
+		var errOut bytes.Buffer
+		cmd.Stderr = &errOut
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(errOut.String(), tc.msg) {
+			t.Errorf("sessionctl %v: %v, stderr %q; want exit 2 saying %q", tc.args, err, errOut.String(), tc.msg)
+		}
+	}
+	// Without arguments it shows its help, successfully.
+	out, err := exec.Command(filepath.Join(bins, "sessionctl"), "--socket", sock).Output()
+	if err != nil || !bytes.Contains(out, []byte("Available Commands")) {
+		t.Errorf("sessionctl alone: %v, %q", err, out)
 	}
 }

@@ -68,8 +68,9 @@ func (e codedError) Unwrap() error { return e.err }
 
 func exitWith(code int, err error) error { return codedError{code, err} }
 
-// usageErr is a mistake in the command line.
-func usageErr(msg string) error { return errors.New(msg) }
+// usageErr is a mistake in the command line: exit status 2, so that a
+// script never reads a typo as a result (check's 1 means damaged).
+func usageErr(msg string) error { return exitWith(2, errors.New(msg)) }
 
 // globals are the flags every command shares.
 type globals struct {
@@ -111,6 +112,26 @@ func newRoot(in io.Reader, out, errOut io.Writer) *cobra.Command {
 	root.AddCommand(statusCmd(g), appendCmd(g), flushCmd(g), listCmd(g), showCmd(g), tailCmd(g), infoCmd(g),
 		checkCmd(g), repairCmd(g), forkCmd(g), renameCmd(g), tagCmd(g), archiveCmd(g, true), archiveCmd(g, false),
 		deleteCmd(g), restoreCmd(g), subkeysCmd(g))
+	// Wrong arguments and flags are usage errors too, wherever cobra
+	// finds them.
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exitWith(2, err) })
+	for _, c := range root.Commands() {
+		if args := c.Args; args != nil {
+			c.Args = func(c *cobra.Command, a []string) error {
+				if err := args(c, a); err != nil {
+					return exitWith(2, err)
+				}
+				return nil
+			}
+		}
+	}
+	root.Args = cobra.ArbitraryArgs
+	root.RunE = func(c *cobra.Command, a []string) error {
+		if len(a) > 0 {
+			return usageErr(fmt.Sprintf("unknown command %q; sessionctl --help lists them", a[0]))
+		}
+		return c.Help()
+	}
 	return root
 }
 
