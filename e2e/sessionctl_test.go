@@ -526,3 +526,26 @@ func TestSessionctlUsageErrors(t *testing.T) {
 		t.Errorf("sessionctl alone: %v, %q", err, out)
 	}
 }
+
+// TestSessiondRefusesNonPositiveFlags: a size or duration of zero or less
+// used to start sessiond quietly with the default instead; it is refused
+// with the flag's name, and nothing starts.
+func TestSessiondRefusesNonPositiveFlags(t *testing.T) {
+	for _, tc := range [][]string{
+		{"--max-entry-bytes", "-5"}, {"--max-message-bytes", "0"}, {"--idle-compact", "-1s"},
+		{"--idle-retire", "0s"}, {"--shutdown-timeout", "-3s"}, {"--min-compact-bytes", "0"},
+	} {
+		dir := t.TempDir()
+		sock := filepath.Join(dir, "s.sock")
+		cmd := exec.Command(filepath.Join(bins, "sessiond"), append([]string{"--socket", sock,
+			"--root", filepath.Join(dir, "root"), "--state-dir", filepath.Join(dir, "state")}, tc...)...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || !strings.Contains(string(out), tc[0]+" must be greater than zero") {
+			t.Errorf("sessiond %v: %v, %q; want a refusal naming %s", tc, err, out, tc[0])
+		}
+		if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("sessiond %v left a socket: %v", tc, err)
+		}
+	}
+}

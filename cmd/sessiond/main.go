@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -54,6 +55,20 @@ func run() error {
 	if *showVersion {
 		fmt.Println(version())
 		return nil
+	}
+	// Zero or less would quietly mean the default further down: refuse
+	// it here, where the user can be told which flag it was.
+	for _, f := range []struct {
+		name string
+		ok   bool
+	}{
+		{"--shutdown-timeout", *shutdownTimeout > 0}, {"--max-entry-bytes", *maxEntry > 0},
+		{"--max-message-bytes", *maxMessage > 0}, {"--idle-compact", *idleCompact > 0},
+		{"--idle-retire", *idleRetire > 0}, {"--min-compact-bytes", *minCompact > 0},
+	} {
+		if !f.ok {
+			return fmt.Errorf("%s must be greater than zero (%s); leave it out for the default", f.name, flag.Lookup(strings.TrimPrefix(f.name, "--")).Value)
+		}
 	}
 	if *rootDir == "" {
 		return fmt.Errorf("no transcripts root: %v; pass --root", rootErr)
