@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -476,6 +477,17 @@ func TestSessionctlSessionOperations(t *testing.T) {
 	}
 	run("clean", "check", sid)
 	run("clean", "check", sid, "--subpath", "subagents/agent-acompact-f46190")
+	// A relative --cwd means one below sessionctl's working directory.
+	rel := exec.Command(filepath.Join(bins, "sessionctl"), "--socket", d.socket, "list", "--cwd", filepath.Base(cwd))
+	rel.Dir = filepath.Dir(cwd)
+	if out, err := rel.CombinedOutput(); err != nil || !strings.Contains(string(out), sid) {
+		t.Fatalf("list --cwd %s from %s: %v\n%s", filepath.Base(cwd), rel.Dir, err, out)
+	}
+	rel = exec.Command(filepath.Join(bins, "sessionctl"), "--socket", d.socket, "check", sid, "--cwd", ".")
+	rel.Dir = cwd
+	if out, err := rel.CombinedOutput(); err != nil || !strings.Contains(string(out), "clean") {
+		t.Fatalf("check --cwd . from %s: %v\n%s", cwd, err, out)
+	}
 	run("0 damaged", "check", "--all", "--cwd", cwd)
 	run("subagents/agent-acompact-f46190", "subkeys", sid)
 	run("renamed", "rename", sid, "My session")
@@ -489,10 +501,16 @@ func TestSessionctlSessionOperations(t *testing.T) {
 		t.Fatalf("--exclude-archived still lists it:\n%s", out)
 	}
 	run("unarchived", "unarchive", sid)
+	run("cleared the tag of "+sid, "tag", "--clear", sid)
+	if out := run("", "list", "--cwd", cwd); strings.Contains(out, "#wip") {
+		t.Fatalf("the tag is still listed after tag --clear:\n%s", out)
+	}
 	out = run("forked into", "fork", sid, "--title", "Branch")
 	forkID := strings.Fields(out)[2]
 	run("Branch", "list", "--cwd", cwd)
-	run(forkID, "list", "--cwd", cwd, "--continue") // the newest
+	if out := run(forkID, "list", "--cwd", cwd, "--continue"); strings.Contains(out, "for more") { // the newest, alone
+		t.Fatalf("--continue offers more pages:\n%s", out)
+	}
 	if out := run("", "list", "--cwd", cwd, "--limit", "1"); !strings.Contains(out, "1 of 2") {
 		t.Fatalf("paging:\n%s", out)
 	}

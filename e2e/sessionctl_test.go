@@ -143,7 +143,6 @@ func TestSessionctlWalkthrough(t *testing.T) {
 	}{
 		{`{"a":`, []string{"append", "--cwd", cwd, "--session", sid}, "invalid input: entry 1 of 1"},
 		{`[1]`, []string{"append", "--cwd", cwd, "--session", sid}, "not an object"},
-		{`{}`, []string{"append", "--cwd", "relative/dir", "--session", sid}, "absolute"},
 		{`{}`, []string{"append", "--session", sid}, "--cwd"},
 		{`{}`, []string{"append", "--cwd", cwd, "--session", "not-a-uuid"}, "UUID"},
 		{``, []string{"show", uuid.NewString()}, "not found"},
@@ -510,6 +509,9 @@ func TestSessionctlUsageErrors(t *testing.T) {
 		{[]string{"list", "--limit", "-1"}, "--limit"},
 		{[]string{"list", "--no-such-flag"}, "unknown flag"},
 		{[]string{"no-such-command"}, `unknown command "no-such-command"`},
+		{[]string{"flush"}, "give a session id or --all"},
+		{[]string{"tag", uuid.NewString(), " "}, "the tag is empty; to remove a session's tag, use tag --clear"},
+		{[]string{"flush", "--all", "--cwd", "/tmp"}, "--all flushes every session of every project"},
 	} {
 		cmd := exec.Command(filepath.Join(bins, "sessionctl"), append([]string{"--socket", sock}, tc.args...)...)
 		var errOut bytes.Buffer

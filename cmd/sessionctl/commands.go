@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -57,7 +58,20 @@ func (f *sessionFlags) add(c *cobra.Command) {
 }
 
 func (f *sessionFlags) session(id string) client.Session {
-	return client.Session{Cwd: f.cwd, ProjectKey: f.project, ID: id, Subpath: f.subpath}
+	return client.Session{Cwd: absCwd(f.cwd), ProjectKey: f.project, ID: id, Subpath: f.subpath}
+}
+
+// absCwd makes a relative --cwd absolute against sessionctl's own working
+// directory, as a user typing it means: the daemon has no working
+// directory of the caller to resolve it against, and refuses it.
+func absCwd(cwd string) string {
+	if cwd == "" || filepath.IsAbs(cwd) {
+		return cwd
+	}
+	if abs, err := filepath.Abs(cwd); err == nil {
+		return abs
+	}
+	return cwd // the daemon's refusal says what is wrong with it
 }
 
 func statusCmd(g *globals) *cobra.Command {
@@ -194,7 +208,10 @@ func flushCmd(g *globals) *cobra.Command {
 		Args:  cobra.MaximumNArgs(1),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			if all == (len(args) == 1) {
-				return fmt.Errorf("give a session id or --all")
+				return usageErr("give a session id or --all")
+			}
+			if all && sf != (sessionFlags{}) {
+				return usageErr("--all flushes every session of every project; --cwd, --project and --subpath name one session, give its id instead")
 			}
 			var resp *sessiondv1.FlushResponse
 			var err error
@@ -230,6 +247,7 @@ func listCmd(g *globals) *cobra.Command {
 		Short: "List sessions, newest first",
 		Args:  cobra.NoArgs,
 		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client.Client) error {
+			opt.Cwd = absCwd(opt.Cwd)
 			infos, total, err := c.ListSessions(cmd.Context(), opt)
 			if err != nil {
 				return err
@@ -267,7 +285,9 @@ func listCmd(g *globals) *cobra.Command {
 			if err := w.Flush(); err != nil {
 				return err
 			}
-			if int(opt.Offset)+len(infos) < int(total) {
+			// --continue shows one session by design: the others are not
+			// a further page of it.
+			if !opt.Continue && int(opt.Offset)+len(infos) < int(total) {
 				fmt.Fprintf(g.out, "(%d of %d; --offset %d for more)\n", len(infos), total, int(opt.Offset)+len(infos))
 			}
 			return nil

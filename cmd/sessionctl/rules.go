@@ -181,12 +181,20 @@ func tagCmd(g *globals) *cobra.Command {
 			case clear && len(args) == 1:
 			case !clear && len(args) == 2:
 				tag = args[1]
+				if strings.TrimSpace(tag) == "" {
+					// The API reads an empty tag as "clear": say so
+					// rather than clear by accident.
+					return usageErr("the tag is empty; to remove a session's tag, use tag --clear UUID")
+				}
 			default:
 				return usageErr("give a session id and a tag, or --clear and a session id")
 			}
 			resp, err := c.Tag(cmd.Context(), sf.session(args[0]), tag)
 			if err != nil {
 				return err
+			}
+			if clear {
+				return g.done(resp, "cleared the tag of %s", resp.GetSession().GetSessionId())
 			}
 			return g.done(resp, "tagged %s", resp.GetSession().GetSessionId())
 		}),
