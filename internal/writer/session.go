@@ -53,11 +53,12 @@ const (
 	retireIfDone
 	// retireIfOpened: retire when the writer was opened for this request,
 	// whatever op returned; what is pending is compacted first and stays
-	// in the journal if that fails. For walks over every session (the
-	// listing, FlushAll, CheckAll): they meet the journals writers left
-	// when their last compaction failed, and writers kept until the idle
-	// retirement would hold hundreds of files at once, until the daemon
-	// ran out of descriptors (it did, in TestHostileDescriptorExhaustion).
+	// in the journal if that fails. For walks over every session (List
+	// and Info, FlushAll, CheckAll and fork's source through view): they
+	// meet the journals writers left when their last compaction failed,
+	// and writers kept until the idle retirement would hold hundreds of
+	// files at once, until the daemon ran out of descriptors (it did, in
+	// TestHostileDescriptorExhaustion).
 	retireIfOpened
 )
 
