@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"strings"
 	"syscall"
 	"time"
 
@@ -62,12 +61,12 @@ func run() error {
 		name string
 		ok   bool
 	}{
-		{"--shutdown-timeout", *shutdownTimeout > 0}, {"--max-entry-bytes", *maxEntry > 0},
-		{"--max-message-bytes", *maxMessage > 0}, {"--idle-compact", *idleCompact > 0},
-		{"--idle-retire", *idleRetire > 0}, {"--min-compact-bytes", *minCompact > 0},
+		{"shutdown-timeout", *shutdownTimeout > 0}, {"max-entry-bytes", *maxEntry > 0},
+		{"max-message-bytes", *maxMessage > 0}, {"idle-compact", *idleCompact > 0},
+		{"idle-retire", *idleRetire > 0}, {"min-compact-bytes", *minCompact > 0},
 	} {
 		if !f.ok {
-			return fmt.Errorf("%s must be greater than zero (%s); leave it out for the default", f.name, flag.Lookup(strings.TrimPrefix(f.name, "--")).Value)
+			return fmt.Errorf("--%s must be greater than zero (%s); leave it out for the default", f.name, flag.Lookup(f.name).Value)
 		}
 	}
 	if *rootDir == "" {

@@ -168,23 +168,14 @@ type echoDriver struct {
 
 func (d *echoDriver) open(ctx context.Context, w *workload) error {
 	d.w = w
-	if err := os.MkdirAll(d.dir, 0o700); err != nil {
-		return err
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	sock := filepath.Join(d.dir, "echo.sock")
-	d.cmd = exec.Command(exe)
-	d.cmd.Env = append(os.Environ(), EchoSocketEnv+"="+sock)
+	env := []string{EchoSocketEnv + "=" + sock}
 	if d.sync {
-		d.cmd.Env = append(d.cmd.Env, echoSyncEnv+"="+filepath.Join(d.dir, "echo.jsonl"))
+		env = append(env, echoSyncEnv+"="+filepath.Join(d.dir, "echo.jsonl"))
 	}
-	d.cmd.Stderr = os.Stderr
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := d.cmd.Start(); err != nil {
-		return fmt.Errorf("start the echo server: %w", err)
+	var err error
+	if d.cmd, err = startSelf("echo server", d.dir, env...); err != nil {
+		return err
 	}
 	d.pid = d.cmd.Process.Pid
 	for range w.clients {
@@ -267,6 +258,26 @@ func (d *echoDriver) close(context.Context) error {
 		errs = append(errs, c.Close())
 	}
 	return errors.Join(append(errs, stopServer(d.cmd, "echo server"))...)
+}
+
+// startSelf starts this binary again as a helper server (MaybeServe picks
+// the role from env), in dir, killed if the bench process dies.
+func startSelf(role, dir string, env ...string) (*exec.Cmd, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start the %s: %w", role, err)
+	}
+	return cmd, nil
 }
 
 // stopServer ends a server child the bench started: SIGTERM, then SIGKILL

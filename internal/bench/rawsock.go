@@ -166,20 +166,10 @@ type rawDriver struct {
 func (d *rawDriver) file() string { return filepath.Join(d.dir, "raw.jsonl") }
 
 func (d *rawDriver) open(ctx context.Context, w *workload) error {
-	if err := os.MkdirAll(d.dir, 0o700); err != nil {
-		return err
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	sock := filepath.Join(d.dir, "raw.sock")
-	d.cmd = exec.Command(exe)
-	d.cmd.Env = append(os.Environ(), rawSocketEnv+"="+sock, rawFileEnv+"="+d.file())
-	d.cmd.Stderr = os.Stderr
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := d.cmd.Start(); err != nil {
-		return fmt.Errorf("start the raw server: %w", err)
+	var err error
+	if d.cmd, err = startSelf("raw server", d.dir, rawSocketEnv+"="+sock, rawFileEnv+"="+d.file()); err != nil {
+		return err
 	}
 	d.pid = d.cmd.Process.Pid
 	deadline := time.Now().Add(10 * time.Second)

@@ -184,10 +184,7 @@ func (s *Server) Restore(ctx context.Context, req *sessiondv1.RestoreRequest) (*
 		projects := s.m.TrashedProjects(ref.GetSessionId(), ref.GetSubpath())
 		switch len(projects) {
 		case 0:
-			if sub := ref.GetSubpath(); sub != "" {
-				return nil, fmt.Errorf("no deleted subagent transcript %s of session %s in the trash (only one deleted on its own is there; a whole session's comes back with it): %w", sub, ref.GetSessionId(), errdefs.ErrNotFound)
-			}
-			return nil, fmt.Errorf("no deleted session %s in the trash: %w", ref.GetSessionId(), errdefs.ErrNotFound)
+			return nil, writer.NotInTrash(layout.Key{SessionID: ref.GetSessionId(), Subpath: ref.GetSubpath()})
 		case 1:
 			pk = projects[0]
 		default:

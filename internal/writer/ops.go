@@ -756,6 +756,19 @@ func (m *Manager) Restore(ctx context.Context, key layout.Key) error {
 	return nil
 }
 
+// NotInTrash is the error for a restore that finds nothing to restore;
+// key.ProjectKey may be empty (no project's trash holds it).
+func NotInTrash(key layout.Key) error {
+	where := "the trash"
+	if key.ProjectKey != "" {
+		where += " of project " + key.ProjectKey
+	}
+	if key.Subpath != "" {
+		return fmt.Errorf("no deleted subagent transcript %s of session %s in %s (only one deleted on its own is there; a whole session's comes back with it): %w", key.Subpath, key.SessionID, where, errdefs.ErrNotFound)
+	}
+	return fmt.Errorf("no deleted session %s in %s: %w", key.SessionID, where, errdefs.ErrNotFound)
+}
+
 // trashSubpath is how a lone subagent's subpath ends its trash entry's
 // name.
 func trashSubpath(subpath string) string { return strings.ReplaceAll(subpath, "/", "_") }
@@ -787,22 +800,17 @@ func (m *Manager) newestTrash(key layout.Key) (string, error) {
 		if !e.IsDir() || !strings.HasPrefix(n, key.SessionID+"-") {
 			continue
 		}
-		// A whole session's entry is <sid>-<time>, a lone subagent's
-		// <sid>-<time>-<subpath with / as _> (Delete; the time has no
-		// "-"), and the names sort by time.
-		time, sub, lone := strings.Cut(n[len(key.SessionID)+1:], "-")
-		if time == "" {
+		// A whole session's entry is <sid>-<stamp>, a lone subagent's
+		// <sid>-<stamp>-<subpath with / as _> (Delete; the stamp has no
+		// "-"), and the names sort by stamp.
+		stamp, sub, lone := strings.Cut(n[len(key.SessionID)+1:], "-")
+		if stamp == "" || lone != (key.Subpath != "") || lone && sub != trashSubpath(key.Subpath) {
 			continue
 		}
-		if key.Subpath == "" && !lone || key.Subpath != "" && lone && sub == trashSubpath(key.Subpath) {
-			names = append(names, n)
-		}
+		names = append(names, n)
 	}
 	if len(names) == 0 {
-		if key.Subpath != "" {
-			return "", fmt.Errorf("no deleted subagent transcript %s of session %s in the trash of project %s (only one deleted on its own is there; a whole session's comes back with it): %w", key.Subpath, key.SessionID, key.ProjectKey, errdefs.ErrNotFound)
-		}
-		return "", fmt.Errorf("no deleted session %s in the trash of project %s: %w", key.SessionID, key.ProjectKey, errdefs.ErrNotFound)
+		return "", NotInTrash(key)
 	}
 	sort.Strings(names)
 	return filepath.Join(dir, names[len(names)-1]), nil
