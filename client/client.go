@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -59,6 +60,7 @@ type Client struct {
 }
 
 type options struct {
+	dial       func(ctx context.Context, socket string) (net.Conn, error) // tests replace it
 	attempts   int
 	backoff    time.Duration
 	maxMessage int
@@ -92,7 +94,7 @@ const clientWindow = 1 << 20
 // connection is made lazily; a daemon that is not running shows up as an
 // UNAVAILABLE error on the first call.
 func Dial(socket string, opts ...Option) (*Client, error) {
-	o := options{attempts: 6, backoff: 200 * time.Millisecond, maxMessage: 64 << 20}
+	o := options{dial: dialTrusted, attempts: 6, backoff: 200 * time.Millisecond, maxMessage: 64 << 20}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -103,7 +105,13 @@ func Dial(socket string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("socket path %q: %w", socket, err)
 	}
+	d := &dialer{socket: abs, connect: o.dial}
 	conn, err := grpc.NewClient("unix://"+abs,
+		// Every connection goes through the trust check: a socket served
+		// by another user is refused before gRPC writes a byte to it.
+		grpc.WithContextDialer(d.dial),
+		grpc.WithChainUnaryInterceptor(d.unary),
+		grpc.WithChainStreamInterceptor(d.stream),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.maxMessage), grpc.MaxCallSendMsgSize(o.maxMessage)),
 		// Fixed windows: no bandwidth-estimation ping on every call (see

@@ -52,6 +52,12 @@ func main() {
 		if errors.As(err, &ce) {
 			code, err = ce.code, ce.err
 		}
+		var ue *client.UntrustedSocketError
+		if errors.As(err, &ue) {
+			// Its own status whatever the command (check's 2 included):
+			// a script must not take it for a call it may retry.
+			code, err = exitUntrusted, ue
+		}
 		fmt.Fprintln(os.Stderr, "sessionctl:", explain(err))
 		os.Exit(code)
 	}
@@ -67,6 +73,10 @@ func (e codedError) Error() string { return e.err.Error() }
 func (e codedError) Unwrap() error { return e.err }
 
 func exitWith(code int, err error) error { return codedError{code, err} }
+
+// exitUntrusted is the exit status when the socket is served by another
+// user: sessionctl refused it and sent nothing.
+const exitUntrusted = 3
 
 // usageErr is a mistake in the command line: exit status 2, so that a
 // script never reads a typo as a result (check's 1 means damaged).
@@ -99,15 +109,23 @@ func (g *globals) withClient(fn func(cmd *cobra.Command, args []string, c *clien
 func newRoot(in io.Reader, out, errOut io.Writer) *cobra.Command {
 	g := &globals{in: in, out: out}
 	root := &cobra.Command{
-		Use:           "sessionctl",
-		Short:         "Administer sessiond, the agent session transcript daemon",
+		Use:   "sessionctl",
+		Short: "Administer sessiond, the agent session transcript daemon",
+		Long: `Administer sessiond, the agent session transcript daemon.
+
+sessionctl talks to the daemon at --socket (default below) and trusts it only
+when the kernel says the process serving it is you or root; any other socket
+is refused before anything is sent.
+
+Exit status: 0 success; 1 an error (check: damage found); 2 a mistake in the
+command line (check: could not check); 3 the socket is served by another user.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetIn(in)
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.PersistentFlags().StringVar(&g.socket, "socket", client.DefaultSocket(), "sessiond's socket (env SESSIOND_SOCKET)")
+	root.PersistentFlags().StringVar(&g.socket, "socket", client.DefaultSocket(), "sessiond's socket (env SESSIOND_SOCKET); one served by another user is refused, exit status 3")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print machine-readable JSON")
 	root.AddCommand(statusCmd(g), appendCmd(g), flushCmd(g), listCmd(g), showCmd(g), tailCmd(g), infoCmd(g),
 		checkCmd(g), repairCmd(g), forkCmd(g), renameCmd(g), tagCmd(g), archiveCmd(g, true), archiveCmd(g, false),
@@ -137,6 +155,11 @@ func newRoot(in io.Reader, out, errOut io.Writer) *cobra.Command {
 
 // explain turns an error into a sentence a user can act on.
 func explain(err error) string {
+	var de *client.DialError
+	var ue *client.UntrustedSocketError
+	if errors.As(err, &de) || errors.As(err, &ue) {
+		return err.Error()
+	}
 	st, ok := status.FromError(err)
 	if !ok {
 		return err.Error()

@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"runtime"
+	"syscall"
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
@@ -41,14 +43,78 @@ func DefaultStateDir(getenv func(string) string) (string, error) {
 	return defaultStateDir(orOSGetenv(getenv), userHomeDir)
 }
 
-// DefaultSocket is the daemon's Unix socket: $SESSIOND_SOCKET as given,
-// else $XDG_RUNTIME_DIR/sessiond/sessiond.sock (when absolute), else
-// /tmp/sessiond-<uid>/sessiond.sock. The last one is in a shared folder:
-// whoever creates the socket folder must check that it is a real folder
-// owned by the user with mode 0700 before trusting it. getenv as for
-// DefaultRoot.
+// DefaultSocket is the daemon's Unix socket, the first of:
+//
+//   - $SESSIOND_SOCKET as given;
+//   - $XDG_RUNTIME_DIR/sessiond/sessiond.sock (when absolute);
+//   - on Linux, /run/user/<uid>/sessiond/sessiond.sock when that runtime
+//     folder exists and is private to the user (logind makes it; cron and
+//     ssh sessions without XDG_RUNTIME_DIR then find the systemd unit's
+//     socket);
+//   - on macOS, $TMPDIR/sessiond/sessiond.sock (the per-user temp folder);
+//   - <state folder>/run/sessiond.sock, the state folder as DefaultStateDir
+//     finds it from the environment, when the path fits a socket address;
+//   - /tmp/sessiond-<uid>/sessiond.sock.
+//
+// Every choice but the last is a folder only the user controls. The last is
+// in a folder anyone may create first: the daemon refuses a socket folder it
+// does not own, and clients refuse a socket served by another user
+// (internal/socket.DialTrusted). getenv as for DefaultRoot.
 func DefaultSocket(getenv func(string) string) string {
-	return defaultSocket(orOSGetenv(getenv), os.Getuid())
+	return defaultSocket(socketPlatform{
+		getenv: orOSGetenv(getenv), uid: os.Getuid(), goos: runtime.GOOS,
+		home: userHomeDir, private: privateFolder,
+	})
+}
+
+// MaxSocketPath is the longest Unix socket path the kernel accepts:
+// sun_path minus the NUL that macOS insists on (Linux would take one byte
+// more).
+const MaxSocketPath = len(syscall.RawSockaddrUnix{}.Path) - 1
+
+// socketPlatform is what DefaultSocket reads besides the environment.
+type socketPlatform struct {
+	getenv  func(string) string
+	uid     int
+	goos    string
+	home    func() (string, error)
+	private func(dir string, uid int) bool
+}
+
+func defaultSocket(p socketPlatform) string {
+	const name = "sessiond.sock"
+	if v := p.getenv(EnvSocket); v != "" {
+		return v
+	}
+	if v := p.getenv(envXDGRuntimeDir); filepath.IsAbs(v) {
+		return filepath.Join(v, "sessiond", name)
+	}
+	fits := func(path string) bool { return len(path) <= MaxSocketPath }
+	switch p.goos {
+	case "linux":
+		if dir := fmt.Sprintf("/run/user/%d", p.uid); p.private(dir, p.uid) {
+			return filepath.Join(dir, "sessiond", name)
+		}
+	case "darwin":
+		if v := p.getenv("TMPDIR"); filepath.IsAbs(v) && fits(filepath.Join(v, "sessiond", name)) {
+			return filepath.Join(v, "sessiond", name)
+		}
+	}
+	if st, err := defaultStateDir(p.getenv, p.home); err == nil && fits(filepath.Join(st, "run", name)) {
+		return filepath.Join(st, "run", name)
+	}
+	return filepath.Join("/tmp", fmt.Sprintf("sessiond-%d", p.uid), name)
+}
+
+// privateFolder reports whether dir is a real folder (not a symlink) owned
+// by uid that nobody else may enter.
+func privateFolder(dir string, uid int) bool {
+	fi, err := os.Lstat(dir)
+	if err != nil || !fi.IsDir() || fi.Mode().Perm()&0o077 != 0 {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == uid
 }
 
 func defaultRoot(getenv func(string) string, home func() (string, error)) (string, error) {
@@ -84,16 +150,6 @@ func defaultStateDir(getenv func(string) string, home func() (string, error)) (s
 		return "", err
 	}
 	return filepath.Join(h, ".local", "state", "sessiond"), nil
-}
-
-func defaultSocket(getenv func(string) string, uid int) string {
-	if v := getenv(EnvSocket); v != "" {
-		return v
-	}
-	if v := getenv(envXDGRuntimeDir); filepath.IsAbs(v) {
-		return filepath.Join(v, "sessiond", "sessiond.sock")
-	}
-	return filepath.Join("/tmp", fmt.Sprintf("sessiond-%d", uid), "sessiond.sock")
 }
 
 // absFromEnv reads a folder from the environment: unset or empty is not an

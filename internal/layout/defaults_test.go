@@ -2,7 +2,6 @@ package layout
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -86,23 +85,77 @@ func checkDefault(t *testing.T, got string, err error, want, wantErr string) {
 }
 
 func TestDefaultSocket(t *testing.T) {
+	long := "/" + strings.Repeat("d", MaxSocketPath) // no socket fits under it
+	privateRun := func(dir string, uid int) bool { return dir == "/run/user/1000" && uid == 1000 }
+	nonePrivate := func(string, int) bool { return false }
 	cases := []struct {
-		env  map[string]string
-		want string
+		name    string
+		goos    string
+		env     map[string]string
+		home    func() (string, error)
+		private func(string, int) bool
+		want    string
 	}{
-		{map[string]string{"SESSIOND_SOCKET": "/run/s.sock", "XDG_RUNTIME_DIR": "/run/user/1000"}, "/run/s.sock"},
-		{map[string]string{"XDG_RUNTIME_DIR": "/run/user/1000"}, "/run/user/1000/sessiond/sessiond.sock"},
-		{map[string]string{"XDG_RUNTIME_DIR": "run"}, "/tmp/sessiond-1000/sessiond.sock"},
-		{map[string]string{}, "/tmp/sessiond-1000/sessiond.sock"},
+		{"SESSIOND_SOCKET wins", "linux", map[string]string{"SESSIOND_SOCKET": "/run/s.sock", "XDG_RUNTIME_DIR": "/run/user/1000"}, noHome, privateRun, "/run/s.sock"},
+		{"XDG_RUNTIME_DIR", "linux", map[string]string{"XDG_RUNTIME_DIR": "/run/user/1000", "HOME": "/h"}, noHome, nonePrivate, "/run/user/1000/sessiond/sessiond.sock"},
+		{"logind's runtime folder without XDG_RUNTIME_DIR (cron, ssh)", "linux", map[string]string{"HOME": "/h"}, noHome, privateRun, "/run/user/1000/sessiond/sessiond.sock"},
+		{"relative XDG_RUNTIME_DIR is ignored", "linux", map[string]string{"XDG_RUNTIME_DIR": "run", "HOME": "/h"}, noHome, nonePrivate, "/h/.local/state/sessiond/run/sessiond.sock"},
+		{"state folder from HOME", "linux", map[string]string{"HOME": "/home/me"}, noHome, nonePrivate, "/home/me/.local/state/sessiond/run/sessiond.sock"},
+		{"state folder from XDG_STATE_HOME", "linux", map[string]string{"XDG_STATE_HOME": "/s", "HOME": "/h"}, noHome, nonePrivate, "/s/sessiond/run/sessiond.sock"},
+		{"state folder from SESSIOND_STATE_DIR", "linux", map[string]string{"SESSIOND_STATE_DIR": "/var/lib/sd", "HOME": "/h"}, noHome, nonePrivate, "/var/lib/sd/run/sessiond.sock"},
+		{"state folder from the user database", "linux", map[string]string{}, homeIs("/var/lib/me", nil), nonePrivate, "/var/lib/me/.local/state/sessiond/run/sessiond.sock"},
+		{"state folder too deep for a socket: /tmp", "linux", map[string]string{"SESSIOND_STATE_DIR": long}, noHome, nonePrivate, "/tmp/sessiond-1000/sessiond.sock"},
+		{"no home at all: /tmp", "linux", map[string]string{}, noHome, nonePrivate, "/tmp/sessiond-1000/sessiond.sock"},
+		{"macOS: the per-user TMPDIR", "darwin", map[string]string{"TMPDIR": "/var/folders/ab/cd/T/", "HOME": "/Users/me"}, noHome, privateRun, "/var/folders/ab/cd/T/sessiond/sessiond.sock"},
+		{"macOS without TMPDIR: the state folder", "darwin", map[string]string{"HOME": "/Users/me"}, noHome, privateRun, "/Users/me/.local/state/sessiond/run/sessiond.sock"},
+		{"macOS TMPDIR too deep: the state folder", "darwin", map[string]string{"TMPDIR": long, "HOME": "/Users/me"}, noHome, nonePrivate, "/Users/me/.local/state/sessiond/run/sessiond.sock"},
+		{"Linux ignores TMPDIR (often the shared /tmp)", "linux", map[string]string{"TMPDIR": "/tmp", "HOME": "/h"}, noHome, nonePrivate, "/h/.local/state/sessiond/run/sessiond.sock"},
 	}
 	for _, c := range cases {
-		if got := defaultSocket(envOf(c.env), 1000); got != c.want {
-			t.Errorf("defaultSocket(%v) = %q, want %q", c.env, got, c.want)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			got := defaultSocket(socketPlatform{getenv: envOf(c.env), uid: 1000, goos: c.goos, home: c.home, private: c.private})
+			if got != c.want {
+				t.Errorf("defaultSocket(%v on %s) = %q, want %q", c.env, c.goos, got, c.want)
+			}
+		})
 	}
-	want := fmt.Sprintf("/tmp/sessiond-%d/sessiond.sock", os.Getuid())
-	if got := DefaultSocket(envOf(nil)); got != want {
-		t.Errorf("DefaultSocket(empty env) = %q, want %q", got, want)
+	t.Run("real process", func(t *testing.T) {
+		dir := t.TempDir()
+		if got, want := DefaultSocket(envOf(map[string]string{"SESSIOND_STATE_DIR": dir})), dir+"/run/sessiond.sock"; got != want && !strings.HasPrefix(got, "/run/user/") {
+			t.Errorf("DefaultSocket = %q, want %q", got, want)
+		}
+	})
+}
+
+// TestPrivateFolder: only a real folder owned by the user with no access
+// for others is private.
+func TestPrivateFolder(t *testing.T) {
+	base := t.TempDir()
+	mk := func(name string, mode os.FileMode) string {
+		p := base + "/" + name
+		if err := os.Mkdir(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	own := os.Getuid()
+	priv := mk("priv", 0o700)
+	open := mk("open", 0o755)
+	link := base + "/link"
+	if err := os.Symlink(priv, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		dir  string
+		uid  int
+		want bool
+	}{{priv, own, true}, {open, own, false}, {link, own, false}, {priv, own + 1, false}, {base + "/missing", own, false}} {
+		if got := privateFolder(c.dir, c.uid); got != c.want {
+			t.Errorf("privateFolder(%s, %d) = %v, want %v", c.dir, c.uid, got, c.want)
+		}
 	}
 }
 

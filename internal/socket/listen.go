@@ -12,15 +12,15 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sessiond/sessiond/internal/layout"
 )
 
 // ErrAlreadyRunning is wrapped by Listen's error when another process already
 // serves (or is starting to serve) on the socket path.
 var ErrAlreadyRunning = errors.New("sessiond already running")
 
-// maxPathLen is the longest socket path the kernel accepts: sun_path minus
-// the NUL that macOS insists on (Linux would take one byte more).
-const maxPathLen = len(syscall.RawSockaddrUnix{}.Path) - 1
+const maxPathLen = layout.MaxSocketPath
 
 // probeTimeout bounds the dial that tells a live socket from a stale one.
 // Connecting to a Unix socket does not wait for the peer to accept, so this
