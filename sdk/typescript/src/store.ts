@@ -1,0 +1,581 @@
+// SessiondStore: the Claude Agent SDK's SessionStore over sessiond's gRPC API.
+
+import { createHash, randomUUID } from "node:crypto";
+import { homedir } from "node:os";
+import { join } from "node:path";
+
+import { Metadata, status as Status, type CallOptions, type ClientReadableStream } from "@grpc/grpc-js";
+import {
+  foldSessionSummary,
+  type SessionKey,
+  type SessionStore,
+  type SessionStoreEntry,
+  type SessionSummaryEntry,
+} from "@anthropic-ai/claude-agent-sdk";
+
+import { Connection } from "./channel.js";
+import { isServiceError, REASON_SUMMARY_CONFLICT, SessiondError, toSessiondError } from "./errors.js";
+import type {
+  AppendRequest,
+  AppendResponse,
+  Entry,
+  ListSessionsResponse,
+  ListSubkeysResponse,
+  ListSummariesResponse,
+  ReadResponse,
+  SessiondClient,
+  SessionRef,
+  SessionSummary,
+} from "./gen/sessiond/v1/sessiond.js";
+import { defaultSocketPath, SocketMissingError, UntrustedSocketError } from "./socket.js";
+
+/** Options of {@link SessiondStore}. */
+export interface SessiondStoreOptions {
+  /** The daemon's socket. Default: the same as sessionctl's ({@link defaultSocketPath}). */
+  socketPath?: string;
+  /**
+   * The CLAUDE_CONFIG_DIR of the agent whose transcripts this store mirrors
+   * (sent with every append: sessiond refuses to mirror an agent that writes
+   * into sessiond's own root). Default, read at each append:
+   * process.env.CLAUDE_CONFIG_DIR, else ~/.claude. Set it when you give the
+   * agent its config dir through query()'s `env` option instead of
+   * process.env.
+   */
+  agentConfigDir?: string;
+  /** Deadline of one attempt of a call, in ms (default 15 000). */
+  callTimeoutMs?: number;
+  /** Deadline of one attempt of load(), which streams the whole transcript, in ms (default 120 000). */
+  loadTimeoutMs?: number;
+  /**
+   * Pauses between attempts of a call that failed UNAVAILABLE or
+   * DEADLINE_EXCEEDED, in ms; one more attempt than pauses. Default
+   * [500, 2500, 7000]: four attempts over about 10 s, enough to ride out a
+   * daemon restart. An append is retried with the same batch id, so the
+   * daemon stores it once.
+   */
+  retryDelaysMs?: number[];
+  /**
+   * No retry starts once this many ms passed since the call began (default
+   * 50 000, under the SDK's 60 s append timeout, after which the SDK stops
+   * waiting and does not retry).
+   */
+  retryBudgetMs?: number;
+  /**
+   * Largest request sent in one Append, in bytes of entries (default 48 MiB,
+   * under the daemon's 64 MiB --max-message-bytes). A bigger batch is sent
+   * as several appends, each atomic, in order.
+   */
+  maxRequestBytes?: number;
+}
+
+/** Most bytes of a summary the daemon accepts (SummaryUpdate.data). */
+const MAX_SUMMARY_BYTES = 32 * 1024;
+/** Summary conflicts in a row after which an append gives up. */
+const MAX_SUMMARY_CONFLICTS = 20;
+
+type Summary = { data: Record<string, unknown>; version: number };
+/** "stale": we do not know the stored summary; fetch it before folding. */
+type SummaryCache = Map<string, Summary | "stale">;
+
+type BatchMemo = { id: string; digest: string };
+
+type ReqOpts = { op: string; timeoutMs: number };
+
+/**
+ * SessiondStore is a SessionStore (the Claude Agent SDK's pluggable
+ * transcript store) that keeps every transcript in sessiond: pass it as
+ * query()'s `sessionStore` option.
+ *
+ * It connects lazily, on the first call, and only to a socket whose folder
+ * is a real folder owned by you or root that no one else may write to
+ * (else {@link UntrustedSocketError}, never retried).
+ */
+export class SessiondStore implements SessionStore {
+  /** The socket this store talks to (absolute). */
+  readonly socketPath: string;
+
+  private readonly conn: Connection;
+  private readonly opts: Required<Omit<SessiondStoreOptions, "socketPath" | "agentConfigDir">> & { agentConfigDir?: string };
+
+  // The batch id of each entries array handed to append(). The SDK's
+  // transcript mirror retries a failed append (3 attempts) by calling
+  // append() again with the very same array object; reusing that array's
+  // batch id makes the retry of a batch the daemon did store (the answer was
+  // lost, or our own retries ran out while the daemon was restarting) an
+  // acknowledged duplicate instead of a second copy of the entries that
+  // carry no uuid. A WeakMap keeps no array alive. The id is reused only
+  // when the array still serialises to the same bytes for the same key (a
+  // caller recycling one array for new entries gets a new id), and it is
+  // forgotten once the append succeeded (a deliberate second append of the
+  // same array is a new batch).
+  private readonly batchIds = new WeakMap<SessionStoreEntry[], BatchMemo>();
+
+  // The summary this store last stored or saw per session, and its version
+  // (the daemon's compare-and-swap token).
+  private readonly summaries: SummaryCache = new Map();
+
+  // Appends to one transcript run one at a time, in call order, even when
+  // the caller does not await each before the next.
+  private readonly queues = new Map<string, Promise<unknown>>();
+
+  // Set when the daemon predates ListSummaries (UNIMPLEMENTED): appends then
+  // carry no summary and listSessionSummaries folds loaded transcripts.
+  private summariesUnsupported = false;
+
+  constructor(options: SessiondStoreOptions = {}) {
+    this.conn = new Connection(options.socketPath ?? defaultSocketPath());
+    this.socketPath = this.conn.socketPath;
+    this.opts = {
+      agentConfigDir: options.agentConfigDir,
+      callTimeoutMs: options.callTimeoutMs ?? 15_000,
+      loadTimeoutMs: options.loadTimeoutMs ?? 120_000,
+      retryDelaysMs: options.retryDelaysMs ?? [500, 2500, 7000],
+      retryBudgetMs: options.retryBudgetMs ?? 50_000,
+      maxRequestBytes: options.maxRequestBytes ?? 48 * 1024 * 1024,
+    };
+  }
+
+  /** Closes the connection (a later call opens a new one). */
+  close(): void {
+    this.conn.discard();
+  }
+
+  async append(key: SessionKey, entries: SessionStoreEntry[]): Promise<void> {
+    checkKey(key);
+    if (entries.length === 0) return;
+    const payload = entries.map(serializeEntry);
+    const batchId = this.batchIdFor(key, entries, payload);
+    await this.serialised(transcriptId(key), async () => {
+      const chunks = chunk(payload, this.opts.maxRequestBytes);
+      let start = 0;
+      for (const [i, bytes] of chunks.entries()) {
+        const part = entries.slice(start, start + bytes.length);
+        start += bytes.length;
+        // A batch too big for one request goes as several, each with an id
+        // derived from the batch's, so a retry of the whole is stored once.
+        const id = chunks.length === 1 ? batchId : `${batchId}.${i}`;
+        await this.appendBatch(key, part, bytes, id);
+      }
+    });
+    this.batchIds.delete(entries);
+  }
+
+  /**
+   * appendBatch sends one Append with batchId, folding the SDK summary onto
+   * the stored one for main transcripts; on a summary conflict it refolds
+   * onto the daemon's current summary and sends again with the same id.
+   * Exported to the tests through appendWithBatchId.
+   */
+  private async appendBatch(key: SessionKey, entries: SessionStoreEntry[], payload: Buffer[], batchId: string): Promise<AppendResponse> {
+    const main = key.subpath === undefined && !this.summariesUnsupported;
+    const sid = sessionId(key);
+    for (let conflicts = 0; ; conflicts++) {
+      let folded: Summary | undefined;
+      const req: AppendRequest = {
+        session: ref(key),
+        entries: payload,
+        batchId,
+        summary: undefined,
+        agentConfigDir: this.agentConfigDir(),
+      };
+      if (main) {
+        let prev = this.summaries.get(sid);
+        if (prev === "stale") prev = await this.fetchSummary(key);
+        const next = foldSessionSummary(
+          prev === undefined ? undefined : { sessionId: key.sessionId, mtime: 0, data: prev.data },
+          key,
+          entries,
+          { mtime: Date.now() },
+        );
+        const data = encodeSummary(next.data);
+        folded = { data: next.data, version: prev?.version ?? 0 };
+        if (!this.summariesUnsupported) req.summary = { data, expectedVersion: folded.version };
+      }
+      try {
+        const resp = await this.rpc({ op: "append", timeoutMs: this.opts.callTimeoutMs }, (c, o) =>
+          unary<AppendResponse>((cb) => c.append(req, new Metadata(), o, cb)),
+        );
+        if (main) {
+          if (resp.duplicateBatch || resp.summaryVersion === 0) {
+            // Stored earlier (its summary with it), or by a daemon that
+            // keeps no summaries: what is stored now is not what we folded.
+            this.summaries.set(sid, "stale");
+          } else {
+            this.summaries.set(sid, { data: folded!.data, version: resp.summaryVersion });
+          }
+        }
+        return resp;
+      } catch (err) {
+        if (
+          main &&
+          err instanceof SessiondError &&
+          err.code === Status.ABORTED &&
+          err.reason === REASON_SUMMARY_CONFLICT &&
+          conflicts < MAX_SUMMARY_CONFLICTS
+        ) {
+          // Another writer (another process, or this one through another
+          // store) stored a summary since ours: fold onto theirs.
+          this.summaries.set(sid, "stale");
+          continue;
+        }
+        if (main && !(err instanceof UntrustedSocketError)) this.summaries.set(sid, "stale");
+        throw err;
+      }
+    }
+  }
+
+  // fetchSummary asks the daemon for the session's current summary and
+  // caches it; undefined (version 0) when the session has none.
+  private async fetchSummary(key: SessionKey): Promise<Summary | undefined> {
+    let list: SessionSummary[];
+    try {
+      list = await this.listSummaries(key.projectKey, key.sessionId);
+    } catch (err) {
+      if (!isCode(err, Status.UNIMPLEMENTED)) throw err;
+      this.summariesUnsupported = true;
+      return undefined;
+    }
+    const s = list.find((x) => x.sessionId === key.sessionId);
+    const sid = sessionId(key);
+    if (s === undefined) {
+      this.summaries.delete(sid);
+      return undefined;
+    }
+    const got = { data: decodeSummary(s.data), version: s.version };
+    this.summaries.set(sid, got);
+    return got;
+  }
+
+  async load(key: SessionKey): Promise<SessionStoreEntry[] | null> {
+    checkKey(key);
+    let lines: Entry[];
+    try {
+      lines = await this.rpc({ op: "load", timeoutMs: this.opts.loadTimeoutMs }, (c, o) =>
+        collect(c.read({ session: ref(key), fromIndex: 0, tail: 0 }, new Metadata(), o)),
+      );
+    } catch (err) {
+      if (isCode(err, Status.NOT_FOUND)) return null;
+      throw err;
+    }
+    // A transcript without a single line was never written through the
+    // store (sessiond does not create empty transcripts): null, as for a key
+    // never written. Lines that are not one JSON object (torn by a crash of
+    // another writer, or foreign) are skipped, as the official readers skip
+    // lines that fail to parse; a transcript holding only such lines loads
+    // as [] (it exists, nothing in it is readable).
+    if (lines.length === 0) return null;
+    const out: SessionStoreEntry[] = [];
+    for (const line of lines) {
+      if (line.malformed) continue;
+      const entry = parseEntry(line.data);
+      if (entry !== undefined) out.push(entry);
+    }
+    return out;
+  }
+
+  async listSessions(projectKey: string): Promise<Array<{ sessionId: string; mtime: number }>> {
+    let resp: ListSessionsResponse;
+    try {
+      resp = await this.rpc({ op: "listSessions", timeoutMs: this.opts.callTimeoutMs }, (c, o) =>
+        unary<ListSessionsResponse>((cb) =>
+          c.listSessions({ projectKey, limit: 0, offset: 0, continue: false, excludeArchived: false }, new Metadata(), o, cb),
+        ),
+      );
+    } catch (err) {
+      if (isCode(err, Status.NOT_FOUND)) return [];
+      throw err;
+    }
+    return resp.sessions
+      .filter((s) => s.session !== undefined && s.session.subpath === "")
+      .map((s) => ({ sessionId: s.session!.sessionId, mtime: Math.floor(s.modifiedMs) }));
+  }
+
+  async listSessionSummaries(projectKey: string): Promise<SessionSummaryEntry[]> {
+    let list: SessionSummary[];
+    try {
+      list = await this.listSummaries(projectKey, "");
+    } catch (err) {
+      if (!isCode(err, Status.UNIMPLEMENTED)) throw err;
+      this.summariesUnsupported = true;
+      return this.foldSummaries(projectKey);
+    }
+    const out: SessionSummaryEntry[] = [];
+    for (const s of list) {
+      let data: Record<string, unknown>;
+      try {
+        data = decodeSummary(s.data);
+      } catch {
+        continue; // Not ours to show; the SDK falls back to load() for it.
+      }
+      out.push({ sessionId: s.sessionId, mtime: Math.floor(s.mtimeMs), data });
+    }
+    return out;
+  }
+
+  // foldSummaries computes the summaries from the transcripts, for a
+  // daemon that keeps none.
+  private async foldSummaries(projectKey: string): Promise<SessionSummaryEntry[]> {
+    const out: SessionSummaryEntry[] = [];
+    for (const s of await this.listSessions(projectKey)) {
+      const key = { projectKey, sessionId: s.sessionId };
+      const entries = await this.load(key);
+      if (entries === null) continue;
+      out.push(foldSessionSummary(undefined, key, entries, { mtime: s.mtime }));
+    }
+    return out;
+  }
+
+  private async listSummaries(projectKey: string, sessionId: string): Promise<SessionSummary[]> {
+    try {
+      const resp = await this.rpc({ op: "listSessionSummaries", timeoutMs: this.opts.callTimeoutMs }, (c, o) =>
+        unary<ListSummariesResponse>((cb) => c.listSummaries({ projectKey, sessionId }, new Metadata(), o, cb)),
+      );
+      return resp.summaries;
+    } catch (err) {
+      if (isCode(err, Status.NOT_FOUND)) return [];
+      throw err;
+    }
+  }
+
+  async delete(key: SessionKey): Promise<void> {
+    checkKey(key);
+    await this.serialised(transcriptId(key), async () => {
+      try {
+        await this.rpc({ op: "delete", timeoutMs: this.opts.callTimeoutMs }, (c, o) =>
+          unary((cb) => c.delete({ session: ref(key), purge: false }, new Metadata(), o, cb)),
+        );
+      } catch (err) {
+        if (!isCode(err, Status.NOT_FOUND)) throw err;
+      }
+    });
+    if (key.subpath === undefined) this.summaries.delete(sessionId(key));
+  }
+
+  async listSubkeys(key: { projectKey: string; sessionId: string }): Promise<string[]> {
+    try {
+      const resp = await this.rpc({ op: "listSubkeys", timeoutMs: this.opts.callTimeoutMs }, (c, o) =>
+        unary<ListSubkeysResponse>((cb) => c.listSubkeys({ session: ref({ projectKey: key.projectKey, sessionId: key.sessionId }) }, new Metadata(), o, cb)),
+      );
+      return resp.subkeys;
+    } catch (err) {
+      if (isCode(err, Status.NOT_FOUND)) return [];
+      throw err;
+    }
+  }
+
+  /**
+   * appendWithBatchId sends entries as one batch named batchId, as append()
+   * does internally (summary fold included), and returns the daemon's
+   * answer. For tests and tools that need to replay a batch exactly; agents
+   * use append().
+   */
+  async appendWithBatchId(key: SessionKey, entries: SessionStoreEntry[], batchId: string): Promise<AppendResponse> {
+    checkKey(key);
+    return this.serialised(transcriptId(key), () => this.appendBatch(key, entries, entries.map(serializeEntry), batchId));
+  }
+
+  private agentConfigDir(): string {
+    const dir = this.opts.agentConfigDir ?? (process.env.CLAUDE_CONFIG_DIR || join(homedir(), ".claude"));
+    // The SDK normalises its config dir to NFC, and so does sessiond its root.
+    return dir.normalize("NFC");
+  }
+
+  private batchIdFor(key: SessionKey, entries: SessionStoreEntry[], payload: Buffer[]): string {
+    const h = createHash("sha256");
+    h.update(transcriptId(key));
+    for (const p of payload) {
+      h.update(String(p.length));
+      h.update(":");
+      h.update(p);
+    }
+    const digest = h.digest("hex");
+    const memo = this.batchIds.get(entries);
+    if (memo !== undefined && memo.digest === digest) return memo.id;
+    const id = randomUUID();
+    this.batchIds.set(entries, { id, digest });
+    return id;
+  }
+
+  private serialised<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.queues.get(id) ?? Promise.resolve();
+    const run = prev.then(fn, fn);
+    const tail = run.catch(() => {});
+    this.queues.set(id, tail);
+    void tail.then(() => {
+      if (this.queues.get(id) === tail) this.queues.delete(id);
+    });
+    return run;
+  }
+
+  /**
+   * rpc runs one call with a deadline per attempt, retrying UNAVAILABLE and
+   * DEADLINE_EXCEEDED (and a missing socket) on a fresh channel, whose
+   * folder is checked again before it connects. An untrusted socket is
+   * never retried. Other failures become SessiondError with the daemon's
+   * message.
+   */
+  private async rpc<T>(r: ReqOpts, fn: (c: SessiondClient, o: Partial<CallOptions>) => Promise<T>): Promise<T> {
+    const started = Date.now();
+    const delays = this.opts.retryDelaysMs;
+    for (let attempt = 0; ; attempt++) {
+      let failure: unknown;
+      try {
+        const client = this.conn.client();
+        return await fn(client, { deadline: Date.now() + r.timeoutMs });
+      } catch (err) {
+        const refused = this.conn.refused();
+        if (refused !== undefined) {
+          this.conn.discard();
+          throw refused;
+        }
+        if (err instanceof UntrustedSocketError) throw err;
+        failure = err;
+      }
+      const retryable =
+        failure instanceof SocketMissingError ||
+        (isServiceError(failure) && (failure.code === Status.UNAVAILABLE || failure.code === Status.DEADLINE_EXCEEDED));
+      const delay = delays[attempt];
+      if (!retryable || delay === undefined || Date.now() - started + delay > this.opts.retryBudgetMs) {
+        throw this.describe(r.op, failure);
+      }
+      // A fresh channel for a lost connection (its folder is checked again
+      // before it connects); a deadline leaves the channel to the calls
+      // still running on it.
+      if (!isServiceError(failure) || failure.code !== Status.DEADLINE_EXCEEDED) this.conn.discard();
+      await sleep(delay);
+    }
+  }
+
+  private describe(op: string, err: unknown): unknown {
+    if (!isServiceError(err)) return err;
+    const e = toSessiondError(op, err);
+    if (err.code === Status.UNAVAILABLE && e.reason === undefined) {
+      return new SessiondError(
+        `${e.message}; is sessiond running and serving ${this.socketPath}?`,
+        e.code,
+        e.reason,
+        e.details,
+        { cause: err },
+      );
+    }
+    return e;
+  }
+}
+
+function checkKey(key: { projectKey: string; sessionId: string; subpath?: string }): void {
+  if (key.subpath === "") {
+    // On the wire an empty subpath is the main transcript: refuse it here
+    // rather than write a subagent's entries into the main transcript.
+    throw new TypeError(
+      `SessionKey.subpath is empty (session ${key.sessionId}); omit it for the main transcript, or name the subagent transcript such as "subagents/agent-abc"`,
+    );
+  }
+}
+
+function ref(key: { projectKey: string; sessionId: string; subpath?: string }): SessionRef {
+  return { projectKey: key.projectKey, sessionId: key.sessionId, subpath: key.subpath ?? "" };
+}
+
+function sessionId(key: { projectKey: string; sessionId: string }): string {
+  return JSON.stringify([key.projectKey, key.sessionId]);
+}
+
+function transcriptId(key: SessionKey): string {
+  return JSON.stringify([key.projectKey, key.sessionId, key.subpath ?? null]);
+}
+
+/**
+ * serializeEntry is JSON.stringify as UTF-8. A lone surrogate in a string
+ * comes out as the escape \udXXX (ES2019 well-formed stringify), which is
+ * valid JSON and valid UTF-8, so nothing is lost or replaced.
+ */
+function serializeEntry(entry: SessionStoreEntry, i: number): Buffer {
+  const text: string | undefined = JSON.stringify(entry);
+  if (text === undefined || entry === null || typeof entry !== "object" || Array.isArray(entry)) {
+    throw new TypeError(`entry ${i} is not a JSON object (${entry === null ? "null" : Array.isArray(entry) ? "an array" : typeof entry})`);
+  }
+  return Buffer.from(text, "utf8");
+}
+
+function parseEntry(data: Buffer): SessionStoreEntry | undefined {
+  let v: unknown;
+  try {
+    v = JSON.parse(data.toString("utf8"));
+  } catch {
+    return undefined;
+  }
+  if (v === null || typeof v !== "object" || Array.isArray(v)) return undefined;
+  return v as SessionStoreEntry;
+}
+
+function encodeSummary(data: Record<string, unknown>): Buffer {
+  let buf = Buffer.from(JSON.stringify(data), "utf8");
+  if (buf.length <= MAX_SUMMARY_BYTES) return buf;
+  // Too big for the daemon (a huge title or prompt): shorten the longest
+  // strings, rather than lose the batch or leave a stale summary. The
+  // listing shows at most a few hundred characters of any of them.
+  const copy: Record<string, unknown> = { ...data };
+  while (buf.length > MAX_SUMMARY_BYTES) {
+    let longest: string | undefined;
+    for (const [k, v] of Object.entries(copy)) {
+      if (typeof v === "string" && (longest === undefined || v.length > (copy[longest] as string).length)) longest = k;
+    }
+    const s = longest === undefined ? "" : (copy[longest] as string);
+    if (longest === undefined || s.length <= 64) break;
+    copy[longest] = s.slice(0, Math.max(64, s.length >> 1));
+    buf = Buffer.from(JSON.stringify(copy), "utf8");
+  }
+  return buf;
+}
+
+function decodeSummary(data: Buffer): Record<string, unknown> {
+  const v: unknown = JSON.parse(data.toString("utf8"));
+  if (v === null || typeof v !== "object" || Array.isArray(v)) throw new TypeError("summary is not a JSON object");
+  return v as Record<string, unknown>;
+}
+
+function chunk(payload: Buffer[], max: number): Buffer[][] {
+  const out: Buffer[][] = [];
+  let cur: Buffer[] = [];
+  let size = 0;
+  for (const p of payload) {
+    if (cur.length > 0 && size + p.length > max) {
+      out.push(cur);
+      cur = [];
+      size = 0;
+    }
+    cur.push(p);
+    size += p.length;
+  }
+  if (cur.length > 0) out.push(cur);
+  return out;
+}
+
+function isCode(err: unknown, code: Status): boolean {
+  return err instanceof SessiondError && err.code === code;
+}
+
+function unary<T>(start: (cb: (err: import("@grpc/grpc-js").ServiceError | null, resp: T) => void) => unknown): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    start((err, resp) => (err ? reject(err) : resolve(resp)));
+  });
+}
+
+function collect(stream: ClientReadableStream<ReadResponse>): Promise<Entry[]> {
+  return new Promise<Entry[]>((resolve, reject) => {
+    const out: Entry[] = [];
+    stream.on("data", (r: ReadResponse) => {
+      for (const e of r.entries) out.push(e);
+    });
+    // grpc-js ends the stream (push(null)) before it emits a failed status
+    // as 'error': only an OK status means the transcript came whole.
+    stream.on("error", reject);
+    stream.on("status", (st: { code: Status }) => {
+      if (st.code === Status.OK) resolve(out);
+    });
+  });
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
