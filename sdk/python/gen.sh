@@ -1,6 +1,7 @@
 #!/bin/sh
-# Regenerates sessiond_store/gen/ from api/proto. Run from anywhere; the
-# committed files must come out unchanged (CI runs it and checks git diff).
+# Regenerates sessiond_store/gen/ from api/proto (or writes the two files to
+# the folder given as $1, to compare). Run from anywhere; the committed files
+# must come out unchanged (tests/test_gen.py checks).
 #
 # Message code: Debian's protoc (3.21.12, package protobuf-compiler), whose
 # output works with every protobuf runtime from 3.20 on, upb included.
@@ -12,7 +13,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 proto=$(cd "$here/../../api/proto" && pwd)
 py=${PYTHON:-/usr/bin/python3}
-out="$here/sessiond_store/gen"
+out=${1:-"$here/sessiond_store/gen"}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
