@@ -282,3 +282,16 @@ def test_big_append_split_into_batches(new_store, project):
         assert await store.load(key(project, s)) == batch
 
     run(go())
+
+
+def test_one_store_across_event_loops(daemon, project):
+    """Made outside any loop (as agent options are) and used from two
+    asyncio.run calls in turn."""
+    from sessiond_store import SessiondStore
+
+    store = SessiondStore(socket_path=daemon.socket, fold=None)
+    s = sid()
+    first, second = entry("1"), entry("2")
+    run(store.append(key(project, s), [first]))
+    run(store.append(key(project, s), [second]))
+    assert run(store.load(key(project, s))) == [first, second]

@@ -1,0 +1,174 @@
+"""Session summaries: folded on each main append, stored with a
+compare-and-swap, never losing a fold to a concurrent writer."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+
+from conftest import entry, key, run, sid
+from sessiond_store import SessiondStore
+
+
+def count_fold(prev, key, entries):
+    data = dict(prev["data"]) if prev else {}
+    data["count"] = data.get("count", 0) + len(entries)
+    data["batches"] = data.get("batches", 0) + 1
+    return {"session_id": key["session_id"], "mtime": prev["mtime"] if prev else 0, "data": data}
+
+
+async def summary_of(store, project, session_id):
+    for s in await store.list_session_summaries(project):
+        if s["session_id"] == session_id:
+            return s["data"]
+    return None
+
+
+def test_second_store_folds_onto_the_first(new_store, project):
+    """Store b has never seen the session: its first append conflicts, it
+    fetches a's summary and folds onto it."""
+
+    async def go():
+        a, b = new_store(fold=count_fold), new_store(fold=count_fold)
+        s = sid()
+        await a.append(key(project, s), [entry(), entry()])
+        await b.append(key(project, s), [entry()])
+        await a.append(key(project, s), [entry()])  # a's cache is stale now
+        assert await summary_of(a, project, s) == {"count": 4, "batches": 3}
+
+    run(go())
+
+
+def test_concurrent_stores_lose_no_fold(new_store, project):
+    async def go():
+        stores = [new_store(fold=count_fold) for _ in range(2)]
+        s = sid()
+        per_store = 25
+        refetches = []
+        for st in stores:
+            original = st._current_summary
+
+            async def counted(*args, _original=original):
+                refetches.append(args)
+                return await _original(*args)
+
+            st._current_summary = counted
+
+        async def writer(store, n):
+            for i in range(per_store):
+                await store.append(key(project, s), [entry("%d-%d" % (n, i)) for _ in range(1 + i % 3)])
+
+        await asyncio.gather(*(writer(st, n) for n, st in enumerate(stores)), writer(stores[0], 2))
+        expected_entries = 3 * sum(1 + i % 3 for i in range(per_store))
+        loaded = await stores[1].load(key(project, s))
+        assert len(loaded) == expected_entries
+        assert await summary_of(stores[1], project, s) == {"count": expected_entries, "batches": 3 * per_store}
+        assert refetches, "no SUMMARY_CONFLICT happened: the test proves nothing"
+
+    run(go())
+
+
+def test_concurrent_stores_in_two_event_loops(new_store, project):
+    """Two stores in two threads (two event loops, two connections)."""
+    import threading
+
+    s = sid()
+    errors = []
+
+    def worker(n):
+        async def go():
+            store = new_store(fold=count_fold)
+            for i in range(20):
+                await store.append(key(project, s), [entry("%d-%d" % (n, i))])
+            await store.close()
+
+        try:
+            asyncio.run(go())
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+    async def check():
+        store = new_store(fold=count_fold)
+        assert await summary_of(store, project, s) == {"count": 40, "batches": 40}
+
+    run(check())
+
+
+def test_no_fold_no_summary(new_store, project):
+    async def go():
+        store = new_store(fold=None)
+        s = sid()
+        await store.append(key(project, s), [entry()])
+        assert await store.list_session_summaries(project) == []
+
+    run(go())
+
+
+def test_sdk_fold_used_when_installed(monkeypatch):
+    import sys
+    import types
+
+    fake = types.ModuleType("claude_agent_sdk")
+    fake.fold_session_summary = count_fold
+    monkeypatch.setitem(sys.modules, "claude_agent_sdk", fake)
+    assert SessiondStore(socket_path="/x/s.sock").fold is count_fold
+    assert SessiondStore(socket_path="/x/s.sock", fold=None).fold is None
+    monkeypatch.setitem(sys.modules, "claude_agent_sdk", None)  # not installed
+    assert SessiondStore(socket_path="/x/s.sock").fold is None
+
+
+def test_async_fold(new_store, project):
+    async def afold(prev, key, entries):
+        await asyncio.sleep(0)
+        return count_fold(prev, key, entries)
+
+    async def go():
+        store = new_store(fold=afold)
+        s = sid()
+        await store.append(key(project, s), [entry()])
+        await store.append(key(project, s), [entry()])
+        assert await summary_of(store, project, s) == {"count": 2, "batches": 2}
+
+    run(go())
+
+
+def test_oversized_summary_keeps_the_entries(new_store, project, caplog):
+    def huge_fold(prev, key, entries):
+        return {"session_id": key["session_id"], "mtime": 0, "data": {"pad": "x" * (40 << 10)}}
+
+    async def go():
+        store = new_store(fold=huge_fold)
+        s = sid()
+        e = entry()
+        with caplog.at_level(logging.WARNING, logger="sessiond_store"):
+            await store.append(key(project, s), [e])
+        assert await store.load(key(project, s)) == [e]
+        assert "summary" in caplog.text
+
+    run(go())
+
+
+def test_summary_after_delete_and_rewrite(new_store, project):
+    async def go():
+        store = new_store(fold=count_fold)
+        s = sid()
+        await store.append(key(project, s), [entry(), entry()])
+        await store.delete(key(project, s))
+        assert await summary_of(store, project, s) is None
+        other = new_store(fold=count_fold)
+        await other.append(key(project, s), [entry()])
+        assert await summary_of(store, project, s) == {"count": 1, "batches": 1}
+        # The first store's cache was dropped on delete: no stale fold.
+        await store.append(key(project, s), [entry()])
+        assert await summary_of(store, project, s) == {"count": 2, "batches": 2}
+
+    run(go())
