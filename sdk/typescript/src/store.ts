@@ -73,9 +73,12 @@ const MAX_SUMMARY_BYTES = 32 * 1024;
 /** Summary conflicts in a row after which an append gives up. */
 const MAX_SUMMARY_CONFLICTS = 20;
 
-type Summary = { data: Record<string, unknown>; version: number };
-/** "stale": we do not know the stored summary; fetch it before folding. */
-type SummaryCache = Map<string, Summary | "stale">;
+/**
+ * A summary and the version it is stored under (0: the session has none
+ * stored yet; data then is what to fold onto, possibly a fold of the
+ * entries the session already holds).
+ */
+type Summary = { data: Record<string, unknown> | undefined; version: number };
 
 type BatchMemo = { id: string; digest: string };
 
@@ -111,8 +114,9 @@ export class SessiondStore implements SessionStore {
   private readonly batchIds = new WeakMap<SessionStoreEntry[], BatchMemo>();
 
   // The summary this store last stored or saw per session, and its version
-  // (the daemon's compare-and-swap token).
-  private readonly summaries: SummaryCache = new Map();
+  // (the daemon's compare-and-swap token). No entry: unknown, ask the
+  // daemon before folding.
+  private readonly summaries = new Map<string, Summary>();
 
   // Appends to one transcript run one at a time, in call order, even when
   // the caller does not await each before the next.
@@ -179,16 +183,15 @@ export class SessiondStore implements SessionStore {
         agentConfigDir: this.agentConfigDir(),
       };
       if (main) {
-        let prev = this.summaries.get(sid);
-        if (prev === "stale") prev = await this.fetchSummary(key);
+        const prev = this.summaries.get(sid) ?? (await this.baseSummary(key));
         const next = foldSessionSummary(
-          prev === undefined ? undefined : { sessionId: key.sessionId, mtime: 0, data: prev.data },
+          prev.data === undefined ? undefined : { sessionId: key.sessionId, mtime: 0, data: prev.data },
           key,
           entries,
           { mtime: Date.now() },
         );
         const data = encodeSummary(next.data);
-        folded = { data: next.data, version: prev?.version ?? 0 };
+        folded = { data: next.data, version: prev.version };
         if (!this.summariesUnsupported) req.summary = { data, expectedVersion: folded.version };
       }
       try {
@@ -199,7 +202,7 @@ export class SessiondStore implements SessionStore {
           if (resp.duplicateBatch || resp.summaryVersion === 0) {
             // Stored earlier (its summary with it), or by a daemon that
             // keeps no summaries: what is stored now is not what we folded.
-            this.summaries.set(sid, "stale");
+            this.summaries.delete(sid);
           } else {
             this.summaries.set(sid, { data: folded!.data, version: resp.summaryVersion });
           }
@@ -215,35 +218,46 @@ export class SessiondStore implements SessionStore {
         ) {
           // Another writer (another process, or this one through another
           // store) stored a summary since ours: fold onto theirs.
-          this.summaries.set(sid, "stale");
+          this.summaries.delete(sid);
           continue;
         }
-        if (main && !(err instanceof UntrustedSocketError)) this.summaries.set(sid, "stale");
+        if (main) this.summaries.delete(sid);
         throw err;
       }
     }
   }
 
-  // fetchSummary asks the daemon for the session's current summary and
-  // caches it; undefined (version 0) when the session has none.
-  private async fetchSummary(key: SessionKey): Promise<Summary | undefined> {
+  // baseSummary is what the next batch of a session folds onto when this
+  // store does not know: the summary stored in the daemon; else, when the
+  // session already holds entries (written before summaries existed, or by
+  // sessionctl or the CLI itself, or stored by a batch whose answer was
+  // lost), a fold of those entries, so that the first summary stored covers
+  // the whole session and not only what this process appends.
+  private async baseSummary(key: SessionKey): Promise<Summary> {
     let list: SessionSummary[];
     try {
       list = await this.listSummaries(key.projectKey, key.sessionId);
     } catch (err) {
       if (!isCode(err, Status.UNIMPLEMENTED)) throw err;
       this.summariesUnsupported = true;
-      return undefined;
+      return { data: undefined, version: 0 };
     }
-    const s = list.find((x) => x.sessionId === key.sessionId);
-    const sid = sessionId(key);
-    if (s === undefined) {
-      this.summaries.delete(sid);
-      return undefined;
+    const stored = list.find((x) => x.sessionId === key.sessionId);
+    let data: Record<string, unknown> | undefined;
+    if (stored !== undefined) {
+      try {
+        data = decodeSummary(stored.data);
+      } catch {
+        data = undefined;
+      }
+      // Ours: fold onto it. Another SDK's (the Python fold writes
+      // snake_case keys) or not JSON: replace it with ours, folded from
+      // the transcript.
+      if (data !== undefined && !isForeignSummary(data)) return { data, version: stored.version };
     }
-    const got = { data: decodeSummary(s.data), version: s.version };
-    this.summaries.set(sid, got);
-    return got;
+    const entries = await this.load({ projectKey: key.projectKey, sessionId: key.sessionId });
+    data = entries === null || entries.length === 0 ? undefined : foldSessionSummary(undefined, key, entries).data;
+    return { data, version: stored?.version ?? 0 };
   }
 
   async load(key: SessionKey): Promise<SessionStoreEntry[] | null> {
@@ -307,6 +321,7 @@ export class SessiondStore implements SessionStore {
       } catch {
         continue; // Not ours to show; the SDK falls back to load() for it.
       }
+      if (isForeignSummary(data)) continue; // Likewise.
       out.push({ sessionId: s.sessionId, mtime: Math.floor(s.mtimeMs), data });
     }
     return out;
@@ -526,6 +541,14 @@ function encodeSummary(data: Record<string, unknown>): Buffer {
     buf = Buffer.from(JSON.stringify(copy), "utf8");
   }
   return buf;
+}
+
+// The keys the Python SDK's fold_session_summary writes; the TypeScript
+// fold writes the same fields in camelCase, and neither reads the other's.
+const PYTHON_SUMMARY_KEYS = ["is_sidechain", "created_at", "first_prompt", "first_prompt_locked", "custom_title", "ai_title", "last_prompt", "summary_hint", "git_branch", "command_fallback"];
+
+function isForeignSummary(data: Record<string, unknown>): boolean {
+  return PYTHON_SUMMARY_KEYS.some((k) => k in data);
 }
 
 function decodeSummary(data: Buffer): Record<string, unknown> {
