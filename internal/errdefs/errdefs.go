@@ -36,6 +36,14 @@ var (
 	// belongs is a symbolic link or the wrong kind of file; sessiond never
 	// follows or overwrites it, and a human must move it away.
 	ErrUnsafePath = errors.New("unsafe path on disk")
+	// ErrConflict: a compare-and-swap lost (the summary an append was
+	// folded from is not the session's any more); nothing was changed, and
+	// the caller redoes its work on the current state.
+	ErrConflict = errors.New("conflict")
+	// ErrFailedPrecondition: the request is well formed but the system is
+	// not in a state where it may be carried out (the agent's config dir is
+	// sessiond's root, for instance); a human must change the setup.
+	ErrFailedPrecondition = errors.New("failed precondition")
 )
 
 // Is reports whether err is of the given kind.

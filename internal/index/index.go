@@ -46,6 +46,27 @@ type Entry struct {
 	// transcript, nothing journaled: its first append was refused), so
 	// that a listing does not show a session no reader can open.
 	Absent bool
+	// Store is the session's SessionStore summary, if it has one.
+	Store StoreSummary
+}
+
+// StoreSummary is a session's SessionStore summary as last stored.
+type StoreSummary struct {
+	Data    []byte // opaque JSON
+	Version uint64 // 0: none
+	MtimeMs int64  // when it was stored
+	Entries uint64 // the session's line count right after
+}
+
+// StoreMtime is the summary's mtime for listSessionSummaries: the
+// session's own while no line was added after the summary (then the SDK
+// takes it as current), else when it was stored (then the SDK sees it is
+// stale and reads the session).
+func (e *Entry) StoreMtime() int64 {
+	if e.Entries == e.Store.Entries && e.ModifiedMs > e.Store.MtimeMs {
+		return e.ModifiedMs
+	}
+	return e.Store.MtimeMs
 }
 
 // Damaged reports whether the session has lines the readers will skip.

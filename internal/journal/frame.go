@@ -30,6 +30,9 @@ const (
 	// maxHeaderPayload bounds what Open reads into memory for the Header
 	// record; real headers are a few hundred bytes.
 	maxHeaderPayload = 64 << 10
+	// MaxMeta bounds a batch's Meta record, which recovery holds in memory
+	// for every batch it finds.
+	MaxMeta = 64 << 10
 	// maxWrite is the largest single write Append can describe: the
 	// position-in-write field counts 8-byte units in a uint32.
 	maxWrite = math.MaxUint32 * frameAlign
@@ -44,6 +47,7 @@ const (
 	typeEntry     recordType = 2
 	typeCommit    recordType = 3
 	typeCompacted recordType = 4
+	typeMeta      recordType = 5
 )
 
 func (t recordType) String() string {
@@ -56,6 +60,8 @@ func (t recordType) String() string {
 		return "commit"
 	case typeCompacted:
 		return "compacted"
+	case typeMeta:
+		return "meta"
 	}
 	return fmt.Sprintf("type %d", uint8(t))
 }
@@ -107,7 +113,7 @@ func parseFrameHeader(b []byte, maxRecord int) (frameHeader, error) {
 		posInWrite: binary.LittleEndian.Uint32(b[12:16]),
 	}
 	switch {
-	case h.typ < typeHeader || h.typ > typeCompacted:
+	case h.typ < typeHeader || h.typ > typeMeta:
 		return h, errRecordType
 	case b[5]|b[6]|b[7] != 0:
 		return h, errReserved

@@ -35,6 +35,9 @@ type Span struct {
 type Batch struct {
 	Seq     uint64
 	Entries []Span
+	// Meta is the batch's Meta record (what the caller said about the
+	// batch as a whole, opaque to the journal), nil when it had none.
+	Meta []byte
 }
 
 // Marker is the fingerprint of the canonical file a compaction is about to
@@ -181,11 +184,26 @@ func (j *Journal) usable() error {
 // call before anything is written; a failed write or sync fails the journal
 // for good (see Journal).
 func (j *Journal) Append(batches [][][]byte) ([][]Span, error) {
+	return j.AppendMeta(batches, nil)
+}
+
+// AppendMeta is Append with a Meta record for each batch whose metas[i] is
+// not nil (metas may be nil or shorter than batches). A Meta record goes in
+// the same write as its batch's entries, right before their Commit, so it
+// is durable exactly when the batch is; recovery returns it as Batch.Meta.
+// A batch with a Meta record must have at least one entry.
+func (j *Journal) AppendMeta(batches [][][]byte, metas [][]byte) ([][]Span, error) {
 	if err := j.usable(); err != nil {
 		return nil, err
 	}
 	if len(batches) == 0 {
 		return nil, nil
+	}
+	meta := func(i int) []byte {
+		if i < len(metas) {
+			return metas[i]
+		}
+		return nil
 	}
 	var total int64
 	entries := 0
@@ -199,6 +217,13 @@ func (j *Journal) Append(batches [][][]byte) ([][]Span, error) {
 		}
 		entries += len(b)
 		total += frameSize(commitPayloadSize)
+		if m := meta(i); m != nil {
+			if len(m) > MaxMeta || len(b) == 0 {
+				return nil, fmt.Errorf("journal %s: meta record of batch %d is %d bytes for %d entries (at most %d bytes, at least one entry): %w",
+					j.path, i, len(m), len(b), MaxMeta, errdefs.ErrInvalidArgument)
+			}
+			total += frameSize(len(m))
+		}
 	}
 	// Every frame is at least 16 bytes, so this also keeps each batch's
 	// entry count within the Commit record's uint32.
@@ -219,6 +244,9 @@ func (j *Journal) Append(batches [][][]byte) ([][]Span, error) {
 			buf = appendFrame(buf, typeEntry, e, gen, int64(len(buf)))
 		}
 		spans[i] = all[first:len(all):len(all)]
+		if m := meta(i); m != nil {
+			buf = appendFrame(buf, typeMeta, m, gen, int64(len(buf)))
+		}
 		seq++
 		c := encodeCommit(seq, len(b))
 		buf = appendFrame(buf, typeCommit, c[:], gen, int64(len(buf)))

@@ -137,6 +137,7 @@ type scanResult struct {
 type walk struct {
 	writeStart int64
 	pending    []Span // entries not yet followed by their commit
+	meta       []byte // the pending entries' meta record, if read
 }
 
 // scan checks the journal in r, whose size is size, without changing it.
@@ -220,6 +221,9 @@ func (res *scanResult) apply(w *window, st *walk, h frameHeader, off int64) erro
 	st.writeStart = start
 	switch h.typ {
 	case typeEntry:
+		if st.meta != nil {
+			return frameError("entry after the meta record of its batch")
+		}
 		st.pending = append(st.pending, Span{Off: off + frameHeaderSize, Len: int(h.length)})
 	case typeCommit:
 		if h.length != commitPayloadSize {
@@ -236,10 +240,24 @@ func (res *scanResult) apply(w *window, st *walk, h frameHeader, off int64) erro
 		if count != len(st.pending) {
 			return frameError(fmt.Sprintf("commit counts %d entries, %d precede it", count, len(st.pending)))
 		}
-		res.rec.Batches = append(res.rec.Batches, Batch{Seq: seq, Entries: st.pending})
-		st.pending = nil
+		res.rec.Batches = append(res.rec.Batches, Batch{Seq: seq, Entries: st.pending, Meta: st.meta})
+		st.pending, st.meta = nil, nil
 		res.lastSeq = seq
 		res.rec.End = off + h.size()
+	case typeMeta:
+		switch {
+		case len(st.pending) == 0:
+			return frameError("meta record with no entries before it")
+		case st.meta != nil:
+			return frameError("second meta record in one batch")
+		case h.length > MaxMeta:
+			return frameError(fmt.Sprintf("meta payload of %d bytes is over %d", h.length, MaxMeta))
+		}
+		b, err := w.at(off+frameHeaderSize, int(h.length))
+		if err != nil {
+			return err
+		}
+		st.meta = append(make([]byte, 0, len(b)), b...)
 	case typeCompacted:
 		if h.length != markerPayloadSize {
 			return frameError(fmt.Sprintf("compacted payload is %d bytes, not %d", h.length, markerPayloadSize))

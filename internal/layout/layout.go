@@ -106,6 +106,26 @@ func (l Layout) TranscriptPath(k Key) string {
 	return keyPath(l.ProjectsDir(), k, TranscriptExt)
 }
 
+// StoreExt ends the name of a transcript's SessionStore sidecar.
+const StoreExt = ".sessiond-store.json"
+
+// StorePath is where sessiond keeps what the SessionStore contract needs
+// about a transcript besides its lines (the session's summary, the ids of
+// recent batches): Root/projects/<key>/<sid>/sessiond-store.json for a main
+// transcript, inside the session folder so that deleting and restoring the
+// session moves it along, and Root/projects/<key>/<sid>/<subpath>.sessiond-store.json
+// otherwise; "" for an invalid key. Readers ignore both: neither is a
+// <uuid>.jsonl.
+func (l Layout) StorePath(k Key) string {
+	if k.Subpath == "" {
+		if d := l.SessionDir(k); d != "" {
+			return filepath.Join(d, "sessiond-store.json")
+		}
+		return ""
+	}
+	return keyPath(l.ProjectsDir(), k, StoreExt)
+}
+
 // JournalDir is StateDir/journal.
 func (l Layout) JournalDir() string { return filepath.Join(l.StateDir, journalDirName) }
 

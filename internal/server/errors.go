@@ -34,7 +34,15 @@ func toStatus(err error) error {
 	case errors.Is(err, fs.ErrPermission):
 		msg += "; sessiond is not allowed to change that path (its owner or mode, an immutable flag, or a read-only mount): give the user sessiond runs as write access to it, then retry"
 	}
-	return status.Error(codeOf(err), msg)
+	st := status.New(codeOf(err), msg)
+	if errors.Is(err, errdefs.ErrConflict) {
+		// The one conflict today: a summary folded from an old version.
+		// Clients in any language match the reason, not the text.
+		if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: sessiondv1.ReasonSummaryConflict, Domain: sessiondv1.ErrorDomain}); derr == nil {
+			return d.Err()
+		}
+	}
+	return st.Err()
 }
 
 // outOfDescriptors reports whether err comes from the process (EMFILE) or
@@ -64,7 +72,9 @@ func codeOf(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, errdefs.ErrAlreadyExists):
 		return codes.AlreadyExists
-	case errors.Is(err, errdefs.ErrAmbiguous), errors.Is(err, layout.ErrUnsafePath):
+	case errors.Is(err, errdefs.ErrConflict):
+		return codes.Aborted
+	case errors.Is(err, errdefs.ErrAmbiguous), errors.Is(err, layout.ErrUnsafePath), errors.Is(err, errdefs.ErrFailedPrecondition):
 		return codes.FailedPrecondition
 	case errors.Is(err, syscall.ELOOP), errors.Is(err, fs.ErrPermission):
 		// An open with O_NOFOLLOW met a link planted on disk, or the disk

@@ -9,9 +9,11 @@ import (
 	"syscall"
 	"testing"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
 )
@@ -40,6 +42,8 @@ func TestToStatus(t *testing.T) {
 		{fmt.Errorf("compact: %w", errdefs.FromIO(&os.PathError{Op: "open", Path: "/r/p/.x.tmp", Err: syscall.EPERM})), codes.FailedPrecondition, "give the user sessiond runs as write access"},
 		{fmt.Errorf("create: %w", errdefs.FromIO(&os.PathError{Op: "open", Path: "/r/p", Err: syscall.EACCES})), codes.FailedPrecondition, "not allowed to change that path"},
 		{fmt.Errorf("x: %w", errdefs.ErrCorrupt), codes.DataLoss, "x"},
+		{fmt.Errorf("fold again: %w", errdefs.ErrConflict), codes.Aborted, "fold again"},
+		{fmt.Errorf("setup: %w", errdefs.ErrFailedPrecondition), codes.FailedPrecondition, "setup"},
 		{errdefs.FromIO(syscall.EIO), codes.Internal, "input/output error"},
 		{fmt.Errorf("x: %w", context.Canceled), codes.Canceled, "x"},
 		{errors.New("plain"), codes.Internal, "plain"},
@@ -53,5 +57,29 @@ func TestToStatus(t *testing.T) {
 	}
 	if toStatus(nil) != nil {
 		t.Error("toStatus(nil) is not nil")
+	}
+}
+
+// TestConflictCarriesReason: a lost summary compare-and-swap is ABORTED
+// with sessiond's SUMMARY_CONFLICT ErrorInfo, which adapters match on (in
+// the unary answer and in an AppendStream's error alike); other errors
+// carry no such detail.
+func TestConflictCarriesReason(t *testing.T) {
+	err := toStatus(fmt.Errorf("summary moved on: %w", errdefs.ErrConflict))
+	st := status.Convert(err)
+	var reason, domain string
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			reason, domain = info.GetReason(), info.GetDomain()
+		}
+	}
+	if st.Code() != codes.Aborted || reason != sessiondv1.ReasonSummaryConflict || domain != sessiondv1.ErrorDomain {
+		t.Fatalf("conflict = %v, reason %q domain %q", st, reason, domain)
+	}
+	if ae := appendError(fmt.Errorf("x: %w", errdefs.ErrConflict)); ae.GetReason() != sessiondv1.ReasonSummaryConflict || ae.GetCode() != int32(codes.Aborted) {
+		t.Fatalf("AppendStream error = %+v", ae)
+	}
+	if d := status.Convert(toStatus(fmt.Errorf("x: %w", errdefs.ErrFailedPrecondition))).Details(); len(d) != 0 {
+		t.Fatalf("a failed precondition carries details %v", d)
 	}
 }

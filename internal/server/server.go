@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/transcript"
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
@@ -179,11 +181,19 @@ func (s *Server) Append(ctx context.Context, req *sessiondv1.AppendRequest) (*se
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.m.Append(ctx, k, req.GetEntries())
+	if err := s.checkAgentConfigDir(req.GetAgentConfigDir()); err != nil {
+		return nil, err
+	}
+	opt := writer.AppendOptions{BatchID: req.GetBatchId()}
+	if su := req.GetSummary(); su != nil {
+		opt.Summary = &writer.SummaryUpdate{Data: su.GetData(), ExpectedVersion: su.GetExpectedVersion()}
+	}
+	res, err := s.m.AppendBatch(ctx, k, req.GetEntries(), opt)
 	if err != nil {
 		return nil, err
 	}
-	out := &sessiondv1.AppendResponse{Session: s.resolved(k), Entries: res.Entries, Results: make([]*sessiondv1.EntryResult, len(res.Results))}
+	out := &sessiondv1.AppendResponse{Session: s.resolved(k), Entries: res.Entries, Results: make([]*sessiondv1.EntryResult, len(res.Results)),
+		DuplicateBatch: res.DuplicateBatch, SummaryVersion: res.SummaryVersion}
 	for i, r := range res.Results {
 		er := &sessiondv1.EntryResult{Uuid: r.UUID, Size: uint64(r.Size)}
 		if r.Outcome == writer.Stored {
@@ -193,6 +203,56 @@ func (s *Server) Append(ctx context.Context, req *sessiondv1.AppendRequest) (*se
 			er.Outcome = sessiondv1.EntryOutcome_ENTRY_OUTCOME_DUPLICATE
 		}
 		out.Results[i] = er
+	}
+	return out, nil
+}
+
+// checkAgentConfigDir refuses an append mirrored by an agent whose CLI
+// writes its local transcripts under sessiond's own root: the CLI and
+// sessiond would then both write each file.
+func (s *Server) checkAgentConfigDir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("agent_config_dir %q is not an absolute path: %w", dir, errdefs.ErrInvalidArgument)
+	}
+	same := filepath.Clean(dir) == filepath.Clean(s.info.Root)
+	if a, err := os.Stat(dir); err == nil {
+		if b, err := os.Stat(s.info.Root); err == nil {
+			same = os.SameFile(a, b)
+		}
+	}
+	if same {
+		return fmt.Errorf("this agent's config dir %s is sessiond's root: the Claude Code CLI writes its own copy of every transcript there before it mirrors the lines to sessiond, so two writers would share each file. "+
+			"Give the agent a config dir of its own (for example CLAUDE_CONFIG_DIR=$HOME/.cache/claude-agent; sessiond keeps the lasting copy) or run sessiond with another --root: %w",
+			dir, errdefs.ErrFailedPrecondition)
+	}
+	return nil
+}
+
+// ListSummaries implements sessiond.v1.Sessiond.
+func (s *Server) ListSummaries(ctx context.Context, req *sessiondv1.ListSummariesRequest) (*sessiondv1.ListSummariesResponse, error) {
+	var pk string
+	switch p := req.GetProject().(type) {
+	case *sessiondv1.ListSummariesRequest_Cwd:
+		key, err := layout.ProjectKeyFromCwd(p.Cwd)
+		if err != nil {
+			return nil, err
+		}
+		pk = key
+	case *sessiondv1.ListSummariesRequest_ProjectKey:
+		pk = p.ProjectKey
+	default:
+		return nil, fmt.Errorf("ListSummaries needs a project: set cwd or project_key: %w", errdefs.ErrInvalidArgument)
+	}
+	sums, err := s.m.ListSummaries(ctx, pk, req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	out := &sessiondv1.ListSummariesResponse{Summaries: make([]*sessiondv1.SessionSummary, len(sums))}
+	for i, x := range sums {
+		out.Summaries[i] = &sessiondv1.SessionSummary{SessionId: x.Key.SessionID, MtimeMs: x.ModifiedMs, Data: x.Data, Version: x.Version}
 	}
 	return out, nil
 }
@@ -311,7 +371,7 @@ func (s *Server) read(req *sessiondv1.ReadRequest, stream grpc.ServerStreamingSe
 	return s.m.Read(ctx, k, opt, func(es []writer.Entry) error {
 		resp := &sessiondv1.ReadResponse{Entries: make([]*sessiondv1.Entry, len(es))}
 		for i, e := range es {
-			resp.Entries[i] = &sessiondv1.Entry{Index: e.Index, Data: e.Data}
+			resp.Entries[i] = &sessiondv1.Entry{Index: e.Index, Data: e.Data, Malformed: !transcript.WellFormedObject(e.Data)}
 		}
 		return stream.Send(resp)
 	})

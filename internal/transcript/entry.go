@@ -16,8 +16,7 @@ type Entry struct {
 
 // Normalize validates one raw entry sent by an agent and returns it ready to
 // store. The entry must be exactly one JSON object, at most maxBytes long
-// (maxBytes <= 0 means no limit), in valid UTF-8, with no raw NUL byte, no
-// lone UTF-16 surrogate escape (\ud800-\udfff not part of a high+low pair),
+// (maxBytes <= 0 means no limit), in valid UTF-8, with no raw NUL byte,
 // objects and arrays nested at most 10000 deep (encoding/json's limit), and
 // a top-level "uuid" that, when present, is a string or null. Should "uuid"
 // appear more than once, each must be a string or null and the last one is
@@ -25,7 +24,9 @@ type Entry struct {
 //
 // Whitespace between tokens is removed, as json.Compact does; everything
 // else, key order and the bytes of every string included, is kept as sent
-// (nothing is escaped: <, >, & and U+2028 stay raw). Leading and trailing
+// (nothing is escaped: <, >, & and U+2028 stay raw). A lone UTF-16
+// surrogate escape such as \ud83d is valid JSON text, written by the CLI
+// itself, and is kept too: check reports it, repair replaces it. Leading and trailing
 // whitespace, a final newline included, is dropped.
 //
 // Errors wrap errdefs.ErrTooLarge or errdefs.ErrInvalidArgument and give the

@@ -15,6 +15,21 @@ import (
 // the scanner out of memory.
 const maxDepth = 10000
 
+// WellFormedObject reports whether line is one well-formed JSON object (what
+// JSON.parse accepts as an object), surrounding whitespace allowed. A torn
+// line, two records spliced together or a foreign line of text is not:
+// readers skip such a line, and it must never be handed to a SessionStore
+// as an entry.
+func WellFormedObject(line []byte) bool {
+	s := scanner{data: line}
+	s.ws()
+	if s.pos >= len(line) || line[s.pos] != '{' || s.value() != nil {
+		return false
+	}
+	s.ws()
+	return s.pos == len(line)
+}
+
 // TopLevelString returns the value of the string member key of the JSON
 // object line, with its escapes decoded. Only the top level is looked at:
 // the same key inside a nested value or inside a string does not count.
@@ -52,7 +67,7 @@ type scanner struct {
 	pos  int
 
 	// strict adds the transcript rules to JSON's: no raw NUL byte, valid
-	// UTF-8 everywhere, no lone UTF-16 surrogate escapes. It also makes
+	// UTF-8 everywhere. It also makes
 	// errors descriptive; a lenient scan only needs to know that it failed.
 	strict bool
 
@@ -346,19 +361,14 @@ func (s *scanner) escape(i int) (int, error) {
 	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 		return 2, nil
 	case 'u':
-		r, ok := hex4(data, i+2)
-		if !ok {
+		if _, ok := hex4(data, i+2); !ok {
 			return 0, s.badUnicodeEscape(i)
 		}
-		if !s.strict || !utf16.IsSurrogate(r) {
-			return 6, nil
-		}
-		if r < 0xDC00 && i+7 < len(data) && data[i+6] == '\\' && data[i+7] == 'u' {
-			if r2, ok := hex4(data, i+8); ok && r2 >= 0xDC00 && r2 <= 0xDFFF {
-				return 12, nil
-			}
-		}
-		return 0, s.loneSurrogate(i)
+		// A lone surrogate escape (\ud83d alone) is valid JSON text and the
+		// CLI writes such lines (JSON.stringify of a string cut inside an
+		// emoji), so an entry holding one is stored as sent: readers parse
+		// it, check reports it and repair replaces it.
+		return 6, nil
 	}
 	return 0, s.badEscape(i)
 }
@@ -581,11 +591,6 @@ func (s *scanner) badUnicodeEscape(off int) error {
 	}
 	end := off + 6
 	return invalidf(`entry is not valid JSON: escape %q at byte offset %d is not \u followed by 4 hex digits (write a literal backslash as \\)`, s.data[off:end], off)
-}
-
-func (s *scanner) loneSurrogate(off int) error {
-	return invalidf(`entry has a lone UTF-16 surrogate %s at byte offset %d (not part of a \uD800-\uDBFF + \uDC00-\uDFFF pair); the Anthropic API rejects transcripts with lone surrogates; replace it with \ufffd`,
-		s.data[off:off+6], off)
 }
 
 func (s *scanner) badUTF8(off int) error {

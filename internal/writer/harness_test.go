@@ -73,6 +73,10 @@ type world struct {
 	nextID  int
 	flags   map[string]bool // workload facts: "forked", "deleted", "restored", "repaired"...
 	facts   map[string]int  // workload numbers: how many entries a fork must copy...
+	// The store workload's sends: batch id -> batch, and summary version
+	// -> the summary sent for it.
+	storeBatches   map[string]*sent
+	storeSummaries map[uint64]string
 }
 
 // workload is a representative sequence of operations.
@@ -169,6 +173,13 @@ func (w *world) doKey(what string, key layout.Key, fn func() error) error {
 
 // append sends lines as one batch for caller and records the outcome.
 func (w *world) append(caller int, key layout.Key, lines ...string) error {
+	_, _, err := w.appendOpt(caller, key, AppendOptions{}, lines...)
+	return err
+}
+
+// appendOpt is append with SessionStore options; it also returns the
+// recorded batch and the result.
+func (w *world) appendOpt(caller int, key layout.Key, opt AppendOptions, lines ...string) (*sent, *AppendResult, error) {
 	b := &sent{key: key, lines: lines, caller: caller}
 	w.mu.Lock()
 	w.batches = append(w.batches, b)
@@ -177,8 +188,10 @@ func (w *world) append(caller int, key layout.Key, lines ...string) error {
 	for i, l := range lines {
 		raw[i] = []byte(l)
 	}
-	return w.doKey("append "+key.String(), key, func() error {
-		_, err := w.m.Append(w.ctx, key, raw)
+	var res *AppendResult
+	err := w.doKey("append "+key.String(), key, func() error {
+		var err error
+		res, err = w.m.AppendBatch(w.ctx, key, raw, opt)
 		if err == nil {
 			w.mu.Lock()
 			w.ackN++
@@ -187,6 +200,7 @@ func (w *world) append(caller int, key layout.Key, lines ...string) error {
 		}
 		return err
 	})
+	return b, res, err
 }
 
 // flush compacts key.

@@ -99,6 +99,8 @@ func (m *Manager) entryFor(ctx context.Context, key layout.Key) (index.Entry, er
 	e := index.Entry{Key: key}
 	if key.Subpath == "" {
 		e.Sum.SetSidecarTitle(m.titleSidecar(key))
+		s := readStore(m.cfg.FS, m.cfg.Layout, key, m.log)
+		e.Store = s.summary()
 	}
 	err := m.view(ctx, key, func(r io.Reader, pending int) error {
 		e.Pending = uint64(pending)
@@ -244,6 +246,60 @@ func (m *Manager) List(ctx context.Context, opt ListOptions) ([]Info, int, error
 		out = out[:opt.Limit]
 	}
 	return out, total, nil
+}
+
+// Summary is one session's SessionStore summary.
+type Summary struct {
+	Key        layout.Key
+	Data       []byte
+	Version    uint64
+	// ModifiedMs is the session's, as List reports it, while no line was
+	// added after the summary; else when the summary was stored, older.
+	ModifiedMs int64
+}
+
+// ListSummaries returns the summaries of projectKey's sessions (only
+// sessionID's when set), newest first; sessions without one are left out.
+func (m *Manager) ListSummaries(ctx context.Context, projectKey, sessionID string) ([]Summary, error) {
+	if err := layout.ValidateProjectKey(projectKey); err != nil {
+		return nil, err
+	}
+	var keys []layout.Key
+	if sessionID != "" {
+		k := layout.Key{ProjectKey: projectKey, SessionID: sessionID}
+		if err := k.Validate(); err != nil {
+			return nil, err
+		}
+		keys = []layout.Key{k}
+	} else {
+		var err error
+		if keys, err = m.mainKeys(projectKey); err != nil {
+			return nil, err
+		}
+	}
+	var out []Summary
+	for _, k := range keys {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		e, err := m.entryFor(ctx, k)
+		if errdefs.Is(err, errdefs.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if e.Store.Version > 0 {
+			out = append(out, Summary{Key: k, Data: e.Store.Data, Version: e.Store.Version, ModifiedMs: e.StoreMtime()})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].ModifiedMs != out[j].ModifiedMs {
+			return out[i].ModifiedMs > out[j].ModifiedMs
+		}
+		return out[i].Key.SessionID < out[j].Key.SessionID
+	})
+	return out, nil
 }
 
 // WarmIndex indexes every session on disk, so that the first listing is as

@@ -49,6 +49,11 @@ type Result struct {
 type AppendResult struct {
 	Results []Result
 	Entries uint64 // entries the session holds afterwards
+	// DuplicateBatch: the transcript had stored a batch with this batch
+	// id; nothing was written now.
+	DuplicateBatch bool
+	// SummaryVersion is the session's summary version afterwards.
+	SummaryVersion uint64
 }
 
 // FlushResult describes one compacted session.
@@ -261,7 +266,16 @@ func (m *Manager) exited(s *session) {
 // happens here, in the caller's goroutine, so the CPU work of many callers
 // runs in parallel and the writer only deduplicates and writes.
 func (m *Manager) Append(ctx context.Context, key layout.Key, raw [][]byte) (*AppendResult, error) {
+	return m.AppendBatch(ctx, key, raw, AppendOptions{})
+}
+
+// AppendBatch is Append with the SessionStore options: a batch id that
+// makes a resent batch a no-op, and a summary replaced with the batch.
+func (m *Manager) AppendBatch(ctx context.Context, key layout.Key, raw [][]byte, opt AppendOptions) (*AppendResult, error) {
 	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	if err := opt.validate(key); err != nil {
 		return nil, err
 	}
 	entries := make([]transcript.Entry, len(raw))
@@ -281,7 +295,7 @@ func (m *Manager) Append(ctx context.Context, key layout.Key, raw [][]byte) (*Ap
 		}
 	}
 	m.stats.appends.Add(1)
-	req := &appendReq{reply: newReply(), entries: entries, bytes: total}
+	req := &appendReq{reply: newReply(), opt: opt, entries: entries, bytes: total}
 	err := m.submit(ctx, key, &req.reply, func(s *session) bool {
 		if !checked {
 			s.pathChecked.Store(true)

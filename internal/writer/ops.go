@@ -590,7 +590,8 @@ func (m *Manager) Delete(ctx context.Context, key layout.Key, purge bool) (strin
 		p := L.TranscriptPath(key)
 		rel := filepath.Join(key.SessionID, key.Subpath)
 		moves = append(moves, [2]string{p, rel + ".jsonl"},
-			[2]string{strings.TrimSuffix(p, ".jsonl") + ".meta.json", rel + ".meta.json"})
+			[2]string{strings.TrimSuffix(p, ".jsonl") + ".meta.json", rel + ".meta.json"},
+			[2]string{L.StorePath(key), rel + layout.StoreExt})
 		journals = append(journals, L.JournalPath(key))
 	}
 	found := false
@@ -738,7 +739,7 @@ func (m *Manager) Restore(ctx context.Context, key layout.Key) error {
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("restore %s: %w", key, errdefs.FromIO(err))
 		}
-		moves = [][2]string{{rel + ".jsonl", p}, {rel + ".meta.json", meta}}
+		moves = [][2]string{{rel + ".jsonl", p}, {rel + ".meta.json", meta}, {rel + layout.StoreExt, L.StorePath(key)}}
 	}
 	in := &intent{Op: opRestore, ProjectKey: key.ProjectKey, SessionID: key.SessionID, Subpath: key.Subpath, Trash: entry}
 	for _, mv := range moves {

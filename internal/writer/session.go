@@ -27,6 +27,7 @@ func newReply() reply { return reply{done: make(chan struct{})} }
 
 type appendReq struct {
 	reply
+	opt     AppendOptions
 	entries []transcript.Entry
 	bytes   int
 	res     *AppendResult

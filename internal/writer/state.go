@@ -3,6 +3,7 @@ package writer
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -62,6 +63,8 @@ type state struct {
 	canonEndsNL  bool // false when the file ends in a torn line
 
 	ids          idSet
+	store        storeState // summary and recent batch ids (store.go)
+	storeDirty   bool       // store holds what its sidecar does not
 	pending      []pendingEntry
 	pendingBytes int64
 
@@ -113,6 +116,7 @@ func (st *state) open() error {
 		return err
 	}
 	st.removeStaleTemps()
+	st.store = readStore(st.fs, st.cfg.Layout, st.key, st.log)
 	// After a failed write or sync, the journal may show records that never
 	// reached the disk: openJournal cuts back to what was last synced.
 	j, rec, err := st.m.openJournal(st.key, false)
@@ -128,6 +132,7 @@ func (st *state) open() error {
 		}
 		return err
 	}
+	st.publishSummary()
 	st.lineage = st.m.lineage.Add(1)
 	st.opened = true
 	if j == nil {
@@ -144,6 +149,15 @@ func (st *state) open() error {
 		st.j = nil
 		return fmt.Errorf("journal %s belongs to %s/%s/%s, not %s: %w", st.jpath, h.ProjectKey, h.SessionID, h.Subpath, st.key, errdefs.ErrCorrupt)
 	}
+	var metas [][]byte
+	for _, b := range rec.Batches {
+		if b.Meta != nil {
+			metas = append(metas, b.Meta)
+		}
+	}
+	// Batch ids and summaries count whether or not the entries are still
+	// pending: newGeneration saves them before it drops this journal.
+	st.applyMetas(metas)
 	if rec.Compacted != nil {
 		ok, err := st.hasPrefix(fingerprint{rec.Compacted.Size, rec.Compacted.Tail})
 		if err != nil {
@@ -269,6 +283,9 @@ func (st *state) removeStaleTemps() {
 	sweep(st.dir, func(n string) bool { return strings.HasPrefix(n, prefix) && strings.HasSuffix(n, ".tmp") })
 	jprefix := filepath.Base(st.jpath) + ".tmp-"
 	sweep(filepath.Dir(st.jpath), func(n string) bool { return strings.HasPrefix(n, jprefix) })
+	sp := st.cfg.Layout.StorePath(st.key)
+	sprefix := storeTempPrefix(sp)
+	sweep(filepath.Dir(sp), func(n string) bool { return strings.HasPrefix(n, sprefix) && strings.HasSuffix(n, ".tmp") })
 }
 
 // scanCanonical reads the canonical file once: its line count, the uuids
@@ -417,6 +434,11 @@ func (st *state) addPending(sp journal.Span, size int) {
 // newGeneration replaces the journal with an empty one whose base is the
 // canonical file as it is now.
 func (st *state) newGeneration() error {
+	// The journal about to be replaced may be the only copy of batch ids
+	// and a summary: they go to the sidecar first.
+	if err := st.saveStore(); err != nil {
+		return err
+	}
 	if err := fsys.MkdirAll(st.fs, filepath.Dir(st.jpath), 0o700); err != nil {
 		return fmt.Errorf("create journal folder for %s: %w", st.key, errdefs.FromIO(err))
 	}
@@ -448,15 +470,40 @@ func (st *state) newGeneration() error {
 }
 
 // commit is one group commit: deduplicate, journal everything in one write
-// and one sync, then acknowledge each request.
+// and one sync, then acknowledge each request. A request whose batch id
+// the transcript already stored is answered as a duplicate batch; one whose
+// summary was folded from another version is refused alone (ErrConflict),
+// the rest of the group goes on.
 func (st *state) commit(group []*appendReq) {
+	now := time.Now()
 	seen := make(map[string]bool)
-	var batches [][][]byte
+	seenBatch := make(map[string]bool)
+	version := st.store.SummaryVersion
+	lines := st.totalEntries() // the transcript's line count as batches are added
+	var metaRecs [][]byte
+	var lineBatches [][][]byte
+	var metas []batchMeta
 	type slot struct{ req, entry int }
 	var order []slot
-	for ri, r := range group {
+	live := group[:0:0]
+	for _, r := range group {
 		r.res = &AppendResult{Results: make([]Result, len(r.entries))}
-		var lines [][]byte
+		if id := r.opt.BatchID; id != "" && (seenBatch[id] || st.store.seen(id, now)) {
+			r.res.DuplicateBatch = true
+			for ei, e := range r.entries {
+				r.res.Results[ei] = Result{Outcome: Duplicate, UUID: e.UUID, Size: len(e.Line)}
+			}
+			live = append(live, r)
+			continue
+		}
+		if s := r.opt.Summary; s != nil && s.ExpectedVersion != version {
+			r.res, r.err = nil, summaryConflict(st.key, s.ExpectedVersion, version)
+			close(r.done)
+			continue
+		}
+		ri := len(live)
+		live = append(live, r)
+		var batch [][]byte
 		for ei, e := range r.entries {
 			res := &r.res.Results[ei]
 			res.UUID = e.UUID
@@ -469,43 +516,68 @@ func (st *state) commit(group []*appendReq) {
 				seen[e.UUID] = true
 			}
 			res.Outcome = Stored
-			lines = append(lines, e.Line)
+			batch = append(batch, e.Line)
 			order = append(order, slot{ri, ei})
 		}
-		if len(lines) > 0 {
-			batches = append(batches, lines)
+		if len(batch) == 0 {
+			// Nothing stored, so no batch to remember and no summary
+			// change: the summary follows what the transcript holds.
+			continue
 		}
+		lines += uint64(len(batch))
+		m := batchMeta{BatchID: r.opt.BatchID, At: now.UnixMilli(), Entries: lines}
+		if s := r.opt.Summary; s != nil {
+			version++
+			m.Summary, m.SummaryVersion = s.Data, version
+		}
+		var rec []byte
+		if m.BatchID != "" || m.Summary != nil {
+			rec, _ = json.Marshal(m) // plain strings, numbers and checked JSON: cannot fail
+			if m.BatchID != "" {
+				seenBatch[m.BatchID] = true
+			}
+		}
+		lineBatches = append(lineBatches, batch)
+		metaRecs = append(metaRecs, rec)
+		metas = append(metas, m)
 	}
-	if len(batches) > 0 {
-		err := st.journalBatches(batches, func(i int, sp journal.Span) {
+	if len(lineBatches) > 0 {
+		err := st.journalBatches(lineBatches, metaRecs, func(i int, sp journal.Span) {
 			s := order[i]
-			res := &group[s.req].res.Results[s.entry]
+			res := &live[s.req].res.Results[s.entry]
 			res.Index = st.totalEntries()
 			if res.UUID != "" {
 				st.ids.add(res.UUID)
 			}
 			st.addPending(sp, res.Size)
 			if st.ent != nil {
-				st.ent.AddValid(group[s.req].entries[s.entry].Line)
+				st.ent.AddValid(live[s.req].entries[s.entry].Line)
 			}
 		})
 		if err != nil {
-			for _, r := range group {
+			for _, r := range live {
 				r.res = nil
 				r.err = err
 				close(r.done)
 			}
 			return
 		}
+		for i, m := range metas {
+			if metaRecs[i] != nil {
+				st.store.apply(m)
+				st.storeDirty = true
+			}
+		}
+		st.publishSummary()
 	}
-	if len(batches) > 0 && st.ent != nil {
+	if len(lineBatches) > 0 && st.ent != nil {
 		// Before the acks: a caller that lists right after its append
-		// must see it.
-		st.ent.ModifiedMs = time.Now().UnixMilli()
+		// must see it. The summaries stored now are as new as this.
+		st.ent.ModifiedMs = now.UnixMilli()
 		st.publish()
 	}
 	total := st.totalEntries()
-	for _, r := range group {
+	for _, r := range live {
 		for _, res := range r.res.Results {
 			if res.Outcome == Stored {
 				st.m.stats.stored.Add(1)
@@ -514,9 +586,10 @@ func (st *state) commit(group []*appendReq) {
 			}
 		}
 		r.res.Entries = total
+		r.res.SummaryVersion = st.store.SummaryVersion
 		close(r.done)
 	}
-	if len(batches) > 0 {
+	if len(lineBatches) > 0 {
 		st.notifyChange()
 		if st.sizeDue() {
 			if err := st.compact("size"); err != nil {
@@ -528,13 +601,13 @@ func (st *state) commit(group []*appendReq) {
 
 // journalBatches writes batches to the journal (creating it on first use)
 // and calls stored for each entry, in order, once they are durable.
-func (st *state) journalBatches(batches [][][]byte, stored func(i int, sp journal.Span)) error {
+func (st *state) journalBatches(batches [][][]byte, metas [][]byte, stored func(i int, sp journal.Span)) error {
 	if st.j == nil {
 		if err := st.newGeneration(); err != nil {
 			return err
 		}
 	}
-	spans, err := st.j.Append(batches)
+	spans, err := st.j.AppendMeta(batches, metas)
 	if err != nil {
 		st.failed = err
 		return fmt.Errorf("journal append to %s: %w", st.key, errdefs.FromIO(err))
@@ -695,7 +768,7 @@ func (st *state) rescue(data []byte) error {
 	if len(lines) == 0 {
 		return nil
 	}
-	return st.journalBatches([][][]byte{lines}, func(i int, sp journal.Span) {
+	return st.journalBatches([][][]byte{lines}, nil, func(i int, sp journal.Span) {
 		st.addPending(sp, len(lines[i]))
 		if st.ent != nil {
 			st.ent.Add(lines[i], true)

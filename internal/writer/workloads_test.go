@@ -28,10 +28,84 @@ var (
 	kRepair  = fixedKey(6, "")
 	kDel     = fixedKey(7, "")
 	kDelSub  = fixedKey(7, "subagents/agent-a")
+	kStore   = fixedKey(8, "")
 )
 
 func allWorkloads() []*workload {
-	return []*workload{wlGroupCommit(), wlCompaction(), wlFork(), wlRepair(), wlDeleteRestore()}
+	return []*workload{wlGroupCommit(), wlCompaction(), wlFork(), wlRepair(), wlDeleteRestore(), wlStore()}
+}
+
+// wlStore: SessionStore appends, as the adapters send them: uuid-less
+// entries in batches with ids, each resent once (the answer to the first
+// send lost) and each carrying the summary folded from the last one; the
+// size rule compacts between them, so batch ids and summaries move from the
+// journal to the sidecar; then a flush. After recovery every acknowledged
+// batch, resent, must store nothing, and the summary must be the last one
+// acknowledged (or a later one that reached the disk), never older.
+func wlStore() *workload {
+	return &workload{
+		name:           "store",
+		cfg:            func(c *Config) { c.MinCompactBytes = 1 },
+		appendsCompact: true,
+		probe:          []layout.Key{kStore, kBy},
+		run: func(w *world) {
+			w.storeBatches, w.storeSummaries = map[string]*sent{}, map[uint64]string{}
+			w.append(0, kBy, line(kBy, w.id(), "by0"))
+			version := uint64(0)
+			for i := 0; i < 4; i++ {
+				id, data := fmt.Sprintf("batch-%d", i), fmt.Sprintf(`{"n":%d}`, i+1)
+				w.storeSummaries[version+1] = data
+				opt := AppendOptions{BatchID: id, Summary: &SummaryUpdate{Data: []byte(data), ExpectedVersion: version}}
+				b, res, err := w.appendOpt(1, kStore, opt, line(kStore, "", fmt.Sprintf("s%d", i)), line(kStore, "", fmt.Sprintf("s%d-b", i)))
+				w.storeBatches[id] = b
+				if err != nil {
+					return
+				}
+				version = res.SummaryVersion
+				// The resend: not recorded as sent, it must store nothing.
+				raw := [][]byte{[]byte(b.lines[0]), []byte(b.lines[1])}
+				if r, err := w.m.AppendBatch(w.ctx, kStore, raw, opt); err == nil && !r.DuplicateBatch {
+					w.t.Errorf("resent batch %s stored again: %+v", id, r)
+				}
+			}
+			w.flush(kStore)
+		},
+		check: func(w *world, v *fstest.CrashFS) []string {
+			m := newCrashManager(w.t, v.KillClone(), w.wl)
+			defer closeQuietly(m)
+			if _, err := m.Recover(w.ctx); err != nil {
+				return []string{fmt.Sprintf("store check: recover: %v", err)}
+			}
+			var probs []string
+			var lastAcked uint64
+			for i := 0; i < len(w.storeBatches); i++ {
+				id := fmt.Sprintf("batch-%d", i)
+				b := w.storeBatches[id]
+				if !b.acked {
+					continue
+				}
+				lastAcked = uint64(i + 1)
+				r, err := m.AppendBatch(w.ctx, kStore, [][]byte{[]byte(b.lines[0]), []byte(b.lines[1])}, AppendOptions{BatchID: id})
+				if err != nil || !r.DuplicateBatch {
+					probs = append(probs, fmt.Sprintf("acknowledged batch %s resent after recovery: %+v, %v; want a duplicate batch", id, r, err))
+				}
+			}
+			sums, err := m.ListSummaries(w.ctx, kStore.ProjectKey, kStore.SessionID)
+			switch {
+			case err != nil:
+				probs = append(probs, fmt.Sprintf("store check: ListSummaries: %v", err))
+			case len(sums) == 0:
+				if lastAcked > 0 {
+					probs = append(probs, fmt.Sprintf("summary lost: none after recovery, version %d was acknowledged", lastAcked))
+				}
+			case sums[0].Version < lastAcked:
+				probs = append(probs, fmt.Sprintf("summary went back: version %d after recovery, %d was acknowledged", sums[0].Version, lastAcked))
+			case string(sums[0].Data) != w.storeSummaries[sums[0].Version]:
+				probs = append(probs, fmt.Sprintf("summary version %d holds %s, %s was sent for it", sums[0].Version, sums[0].Data, w.storeSummaries[sums[0].Version]))
+			}
+			return probs
+		},
+	}
 }
 
 // wlGroupCommit: four callers append concurrently to one session (entries

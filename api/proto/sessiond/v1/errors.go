@@ -11,3 +11,8 @@ const (
 	// client may retry such a request even when its entries carry no uuid.
 	ReasonNotProcessed = "NOT_PROCESSED"
 )
+
+// ReasonSummaryConflict is the ErrorInfo reason on the ABORTED answer to an
+// Append whose summary was folded from a version the session no longer
+// has: nothing was stored; fold onto the current summary and send again.
+const ReasonSummaryConflict = "SUMMARY_CONFLICT"

@@ -258,9 +258,27 @@ type AppendRequest struct {
 	Session *SessionRef            `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	// Each entry is one JSON object, as raw bytes. Whitespace is compacted;
 	// key order and string bytes are kept exactly.
-	Entries       [][]byte `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Entries [][]byte `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
+	// batch_id names this batch so that sending it again stores nothing: a
+	// retry after a lost answer (connection cut, deadline, daemon killed
+	// after its sync) is answered with duplicate_batch set. Any string of
+	// 1-128 printable ASCII bytes; a UUID is best. A transcript remembers the
+	// ids of the batches it stored for at least 10 minutes, across restarts
+	// and compactions. Two batches with equal entries and different ids (or
+	// no id) are both stored, except for entries whose uuid the transcript
+	// already holds.
+	BatchId string `protobuf:"bytes,3,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	// summary, when set, replaces the session's SessionStore summary in the
+	// same durable step as this batch (main transcripts only).
+	Summary *SummaryUpdate `protobuf:"bytes,4,opt,name=summary,proto3" json:"summary,omitempty"`
+	// agent_config_dir is the CLAUDE_CONFIG_DIR (or ~/.claude) of the agent
+	// whose CLI mirrors this batch (SessionStore adapters set it). The CLI
+	// writes its own copy of every transcript there, so when it is sessiond's
+	// root the append is refused with FAILED_PRECONDITION: two writers would
+	// share each file.
+	AgentConfigDir string `protobuf:"bytes,5,opt,name=agent_config_dir,json=agentConfigDir,proto3" json:"agent_config_dir,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AppendRequest) Reset() {
@@ -307,6 +325,88 @@ func (x *AppendRequest) GetEntries() [][]byte {
 	return nil
 }
 
+func (x *AppendRequest) GetBatchId() string {
+	if x != nil {
+		return x.BatchId
+	}
+	return ""
+}
+
+func (x *AppendRequest) GetSummary() *SummaryUpdate {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
+func (x *AppendRequest) GetAgentConfigDir() string {
+	if x != nil {
+		return x.AgentConfigDir
+	}
+	return ""
+}
+
+// SummaryUpdate is a new SessionStore summary with a compare-and-swap on
+// the one it was folded from.
+type SummaryUpdate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The summary, one JSON object, opaque to sessiond (the SDK's
+	// foldSessionSummary result). At most 32 KiB.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// The version of the summary this one was folded from (0: none yet). When
+	// the session's summary has another version, the whole append is refused
+	// with ABORTED and ErrorInfo reason SUMMARY_CONFLICT, nothing stored:
+	// fold the batch onto the current summary (ListSummaries) and send again
+	// with the same batch_id.
+	ExpectedVersion uint64 `protobuf:"varint,2,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SummaryUpdate) Reset() {
+	*x = SummaryUpdate{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SummaryUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SummaryUpdate) ProtoMessage() {}
+
+func (x *SummaryUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SummaryUpdate.ProtoReflect.Descriptor instead.
+func (*SummaryUpdate) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SummaryUpdate) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *SummaryUpdate) GetExpectedVersion() uint64 {
+	if x != nil {
+		return x.ExpectedVersion
+	}
+	return 0
+}
+
 // One answer on an AppendStream: exactly one of response and error is set.
 type AppendStreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -320,7 +420,7 @@ type AppendStreamResponse struct {
 
 func (x *AppendStreamResponse) Reset() {
 	*x = AppendStreamResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[3]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -332,7 +432,7 @@ func (x *AppendStreamResponse) String() string {
 func (*AppendStreamResponse) ProtoMessage() {}
 
 func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[3]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -345,7 +445,7 @@ func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendStreamResponse.ProtoReflect.Descriptor instead.
 func (*AppendStreamResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{3}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AppendStreamResponse) GetResponse() *AppendResponse {
@@ -376,7 +476,7 @@ type AppendError struct {
 
 func (x *AppendError) Reset() {
 	*x = AppendError{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[4]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +488,7 @@ func (x *AppendError) String() string {
 func (*AppendError) ProtoMessage() {}
 
 func (x *AppendError) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[4]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +501,7 @@ func (x *AppendError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendError.ProtoReflect.Descriptor instead.
 func (*AppendError) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{4}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AppendError) GetCode() int32 {
@@ -441,7 +541,7 @@ type EntryResult struct {
 
 func (x *EntryResult) Reset() {
 	*x = EntryResult{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[5]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +553,7 @@ func (x *EntryResult) String() string {
 func (*EntryResult) ProtoMessage() {}
 
 func (x *EntryResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[5]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +566,7 @@ func (x *EntryResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntryResult.ProtoReflect.Descriptor instead.
 func (*EntryResult) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{5}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EntryResult) GetOutcome() EntryOutcome {
@@ -503,14 +603,19 @@ type AppendResponse struct {
 	// One result per request entry, in request order.
 	Results []*EntryResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
 	// Number of entries the session holds after this append.
-	Entries       uint64 `protobuf:"varint,3,opt,name=entries,proto3" json:"entries,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Entries uint64 `protobuf:"varint,3,opt,name=entries,proto3" json:"entries,omitempty"`
+	// The transcript had already stored a batch with this batch_id: nothing
+	// was written now (every result is DUPLICATE).
+	DuplicateBatch bool `protobuf:"varint,4,opt,name=duplicate_batch,json=duplicateBatch,proto3" json:"duplicate_batch,omitempty"`
+	// The session's summary version after this append; 0 when it has none.
+	SummaryVersion uint64 `protobuf:"varint,5,opt,name=summary_version,json=summaryVersion,proto3" json:"summary_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[6]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -522,7 +627,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[6]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -535,7 +640,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{6}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AppendResponse) GetSession() *ResolvedSession {
@@ -559,6 +664,20 @@ func (x *AppendResponse) GetEntries() uint64 {
 	return 0
 }
 
+func (x *AppendResponse) GetDuplicateBatch() bool {
+	if x != nil {
+		return x.DuplicateBatch
+	}
+	return false
+}
+
+func (x *AppendResponse) GetSummaryVersion() uint64 {
+	if x != nil {
+		return x.SummaryVersion
+	}
+	return 0
+}
+
 type FlushRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The session to compact. Ignored when all is set.
@@ -571,7 +690,7 @@ type FlushRequest struct {
 
 func (x *FlushRequest) Reset() {
 	*x = FlushRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[7]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -583,7 +702,7 @@ func (x *FlushRequest) String() string {
 func (*FlushRequest) ProtoMessage() {}
 
 func (x *FlushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[7]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -596,7 +715,7 @@ func (x *FlushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushRequest.ProtoReflect.Descriptor instead.
 func (*FlushRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{7}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FlushRequest) GetSession() *SessionRef {
@@ -626,7 +745,7 @@ type FlushedSession struct {
 
 func (x *FlushedSession) Reset() {
 	*x = FlushedSession{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[8]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +757,7 @@ func (x *FlushedSession) String() string {
 func (*FlushedSession) ProtoMessage() {}
 
 func (x *FlushedSession) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[8]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +770,7 @@ func (x *FlushedSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushedSession.ProtoReflect.Descriptor instead.
 func (*FlushedSession) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{8}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FlushedSession) GetSession() *ResolvedSession {
@@ -684,7 +803,7 @@ type FlushResponse struct {
 
 func (x *FlushResponse) Reset() {
 	*x = FlushResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[9]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +815,7 @@ func (x *FlushResponse) String() string {
 func (*FlushResponse) ProtoMessage() {}
 
 func (x *FlushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[9]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +828,7 @@ func (x *FlushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResponse.ProtoReflect.Descriptor instead.
 func (*FlushResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{9}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FlushResponse) GetSessions() []*FlushedSession {
@@ -732,7 +851,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[10]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -744,7 +863,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[10]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -757,7 +876,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{10}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReadRequest) GetSession() *SessionRef {
@@ -783,6 +902,10 @@ func (x *ReadRequest) GetTail() uint32 {
 
 type Entry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when the line is not one well-formed JSON object: a torn line, or
+	// one another program wrote. data holds its bytes as they are. SessionStore
+	// adapters skip it, as the official readers skip lines that fail to parse.
+	Malformed bool `protobuf:"varint,3,opt,name=malformed,proto3" json:"malformed,omitempty"`
 	// 0-based line index in the session.
 	Index uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
 	// The line's bytes without its newline.
@@ -793,7 +916,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[11]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +928,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[11]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +941,14 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{11}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Entry) GetMalformed() bool {
+	if x != nil {
+		return x.Malformed
+	}
+	return false
 }
 
 func (x *Entry) GetIndex() uint64 {
@@ -844,7 +974,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[12]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +986,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[12]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +999,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{12}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReadResponse) GetEntries() []*Entry {
@@ -904,7 +1034,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[13]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -916,7 +1046,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[13]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -929,7 +1059,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{13}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListSessionsRequest) GetProject() isListSessionsRequest_Project {
@@ -1042,7 +1172,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[14]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1184,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[14]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1197,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{14}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SessionInfo) GetSession() *ResolvedSession {
@@ -1201,7 +1331,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[15]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1343,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[15]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1356,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{15}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -1252,7 +1382,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[16]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1394,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[16]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1407,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{16}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetSessionRequest) GetSession() *SessionRef {
@@ -1295,7 +1425,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[17]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1437,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[17]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1450,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{17}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{18}
 }
 
 type StatusResponse struct {
@@ -1358,7 +1488,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[18]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1500,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[18]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1513,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{18}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StatusResponse) GetVersion() string {
@@ -1525,7 +1655,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[19]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1537,7 +1667,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[19]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1550,7 +1680,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{19}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CheckRequest) GetSession() *SessionRef {
@@ -1587,7 +1717,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1599,7 +1729,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1612,7 +1742,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{20}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Problem) GetLine() uint64 {
@@ -1662,7 +1792,7 @@ type SessionCheck struct {
 
 func (x *SessionCheck) Reset() {
 	*x = SessionCheck{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1804,7 @@ func (x *SessionCheck) String() string {
 func (*SessionCheck) ProtoMessage() {}
 
 func (x *SessionCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1817,7 @@ func (x *SessionCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCheck.ProtoReflect.Descriptor instead.
 func (*SessionCheck) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{21}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SessionCheck) GetSession() *ResolvedSession {
@@ -1729,7 +1859,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1871,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1884,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{22}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CheckResponse) GetSessions() []*SessionCheck {
@@ -1782,7 +1912,7 @@ type RepairRequest struct {
 
 func (x *RepairRequest) Reset() {
 	*x = RepairRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +1924,7 @@ func (x *RepairRequest) String() string {
 func (*RepairRequest) ProtoMessage() {}
 
 func (x *RepairRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +1937,7 @@ func (x *RepairRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRequest.ProtoReflect.Descriptor instead.
 func (*RepairRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{23}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RepairRequest) GetSession() *SessionRef {
@@ -1839,7 +1969,7 @@ type RepairAction struct {
 
 func (x *RepairAction) Reset() {
 	*x = RepairAction{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +1981,7 @@ func (x *RepairAction) String() string {
 func (*RepairAction) ProtoMessage() {}
 
 func (x *RepairAction) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +1994,7 @@ func (x *RepairAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairAction.ProtoReflect.Descriptor instead.
 func (*RepairAction) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{24}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RepairAction) GetLine() uint64 {
@@ -1919,7 +2049,7 @@ type RepairResponse struct {
 
 func (x *RepairResponse) Reset() {
 	*x = RepairResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +2061,7 @@ func (x *RepairResponse) String() string {
 func (*RepairResponse) ProtoMessage() {}
 
 func (x *RepairResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2074,7 @@ func (x *RepairResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairResponse.ProtoReflect.Descriptor instead.
 func (*RepairResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{25}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RepairResponse) GetSession() *ResolvedSession {
@@ -2006,7 +2136,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2148,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2161,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{26}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ForkRequest) GetSession() *SessionRef {
@@ -2073,7 +2203,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2085,7 +2215,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2098,7 +2228,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{27}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ForkResponse) GetSession() *ResolvedSession {
@@ -2132,7 +2262,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2144,7 +2274,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2157,7 +2287,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{28}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RenameRequest) GetSession() *SessionRef {
@@ -2185,7 +2315,7 @@ type TagRequest struct {
 
 func (x *TagRequest) Reset() {
 	*x = TagRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2327,7 @@ func (x *TagRequest) String() string {
 func (*TagRequest) ProtoMessage() {}
 
 func (x *TagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2340,7 @@ func (x *TagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagRequest.ProtoReflect.Descriptor instead.
 func (*TagRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{29}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TagRequest) GetSession() *SessionRef {
@@ -2237,7 +2367,7 @@ type SetArchivedRequest struct {
 
 func (x *SetArchivedRequest) Reset() {
 	*x = SetArchivedRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2379,7 @@ func (x *SetArchivedRequest) String() string {
 func (*SetArchivedRequest) ProtoMessage() {}
 
 func (x *SetArchivedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2392,7 @@ func (x *SetArchivedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetArchivedRequest.ProtoReflect.Descriptor instead.
 func (*SetArchivedRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{30}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetArchivedRequest) GetSession() *SessionRef {
@@ -2288,7 +2418,7 @@ type MetadataResponse struct {
 
 func (x *MetadataResponse) Reset() {
 	*x = MetadataResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2300,7 +2430,7 @@ func (x *MetadataResponse) String() string {
 func (*MetadataResponse) ProtoMessage() {}
 
 func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2313,7 +2443,7 @@ func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataResponse.ProtoReflect.Descriptor instead.
 func (*MetadataResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{31}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *MetadataResponse) GetSession() *ResolvedSession {
@@ -2334,7 +2464,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +2476,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +2489,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{32}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteRequest) GetSession() *SessionRef {
@@ -2387,7 +2517,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2399,7 +2529,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2412,7 +2542,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{33}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeleteResponse) GetSession() *ResolvedSession {
@@ -2438,7 +2568,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2450,7 +2580,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2463,7 +2593,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{34}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RestoreRequest) GetSession() *SessionRef {
@@ -2482,7 +2612,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2494,7 +2624,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2507,7 +2637,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{35}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RestoreResponse) GetSession() *ResolvedSession {
@@ -2526,7 +2656,7 @@ type ListSubkeysRequest struct {
 
 func (x *ListSubkeysRequest) Reset() {
 	*x = ListSubkeysRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2538,7 +2668,7 @@ func (x *ListSubkeysRequest) String() string {
 func (*ListSubkeysRequest) ProtoMessage() {}
 
 func (x *ListSubkeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2551,7 +2681,7 @@ func (x *ListSubkeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubkeysRequest.ProtoReflect.Descriptor instead.
 func (*ListSubkeysRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{36}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListSubkeysRequest) GetSession() *SessionRef {
@@ -2571,7 +2701,7 @@ type ListSubkeysResponse struct {
 
 func (x *ListSubkeysResponse) Reset() {
 	*x = ListSubkeysResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2583,7 +2713,7 @@ func (x *ListSubkeysResponse) String() string {
 func (*ListSubkeysResponse) ProtoMessage() {}
 
 func (x *ListSubkeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2596,12 +2726,220 @@ func (x *ListSubkeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubkeysResponse.ProtoReflect.Descriptor instead.
 func (*ListSubkeysResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{37}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListSubkeysResponse) GetSubkeys() []string {
 	if x != nil {
 		return x.Subkeys
+	}
+	return nil
+}
+
+type ListSummariesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The project (required).
+	//
+	// Types that are valid to be assigned to Project:
+	//
+	//	*ListSummariesRequest_Cwd
+	//	*ListSummariesRequest_ProjectKey
+	Project isListSummariesRequest_Project `protobuf_oneof:"project"`
+	// When set, only this session's summary.
+	SessionId     string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSummariesRequest) Reset() {
+	*x = ListSummariesRequest{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSummariesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSummariesRequest) ProtoMessage() {}
+
+func (x *ListSummariesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSummariesRequest.ProtoReflect.Descriptor instead.
+func (*ListSummariesRequest) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ListSummariesRequest) GetProject() isListSummariesRequest_Project {
+	if x != nil {
+		return x.Project
+	}
+	return nil
+}
+
+func (x *ListSummariesRequest) GetCwd() string {
+	if x != nil {
+		if x, ok := x.Project.(*ListSummariesRequest_Cwd); ok {
+			return x.Cwd
+		}
+	}
+	return ""
+}
+
+func (x *ListSummariesRequest) GetProjectKey() string {
+	if x != nil {
+		if x, ok := x.Project.(*ListSummariesRequest_ProjectKey); ok {
+			return x.ProjectKey
+		}
+	}
+	return ""
+}
+
+func (x *ListSummariesRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type isListSummariesRequest_Project interface {
+	isListSummariesRequest_Project()
+}
+
+type ListSummariesRequest_Cwd struct {
+	Cwd string `protobuf:"bytes,1,opt,name=cwd,proto3,oneof"`
+}
+
+type ListSummariesRequest_ProjectKey struct {
+	ProjectKey string `protobuf:"bytes,2,opt,name=project_key,json=projectKey,proto3,oneof"`
+}
+
+func (*ListSummariesRequest_Cwd) isListSummariesRequest_Project() {}
+
+func (*ListSummariesRequest_ProjectKey) isListSummariesRequest_Project() {}
+
+type SessionSummary struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The session's last modification, epoch ms, on ListSessions' clock.
+	MtimeMs int64 `protobuf:"varint,2,opt,name=mtime_ms,json=mtimeMs,proto3" json:"mtime_ms,omitempty"`
+	// The summary as last stored (AppendRequest.summary.data).
+	Data          []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	Version       uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionSummary) Reset() {
+	*x = SessionSummary{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionSummary) ProtoMessage() {}
+
+func (x *SessionSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionSummary.ProtoReflect.Descriptor instead.
+func (*SessionSummary) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *SessionSummary) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionSummary) GetMtimeMs() int64 {
+	if x != nil {
+		return x.MtimeMs
+	}
+	return 0
+}
+
+func (x *SessionSummary) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *SessionSummary) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type ListSummariesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sessions of the project that have a summary, newest first.
+	Summaries     []*SessionSummary `protobuf:"bytes,1,rep,name=summaries,proto3" json:"summaries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSummariesResponse) Reset() {
+	*x = ListSummariesResponse{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSummariesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSummariesResponse) ProtoMessage() {}
+
+func (x *ListSummariesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSummariesResponse.ProtoReflect.Descriptor instead.
+func (*ListSummariesResponse) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ListSummariesResponse) GetSummaries() []*SessionSummary {
+	if x != nil {
+		return x.Summaries
 	}
 	return nil
 }
@@ -2626,10 +2964,16 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x18\n" +
 	"\asubpath\x18\x03 \x01(\tR\asubpath\x12\x12\n" +
-	"\x04path\x18\x04 \x01(\tR\x04path\"\\\n" +
+	"\x04path\x18\x04 \x01(\tR\x04path\"\xd7\x01\n" +
 	"\rAppendRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x18\n" +
-	"\aentries\x18\x02 \x03(\fR\aentries\"\x7f\n" +
+	"\aentries\x18\x02 \x03(\fR\aentries\x12\x19\n" +
+	"\bbatch_id\x18\x03 \x01(\tR\abatchId\x124\n" +
+	"\asummary\x18\x04 \x01(\v2\x1a.sessiond.v1.SummaryUpdateR\asummary\x12(\n" +
+	"\x10agent_config_dir\x18\x05 \x01(\tR\x0eagentConfigDir\"N\n" +
+	"\rSummaryUpdate\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12)\n" +
+	"\x10expected_version\x18\x02 \x01(\x04R\x0fexpectedVersion\"\x7f\n" +
 	"\x14AppendStreamResponse\x127\n" +
 	"\bresponse\x18\x01 \x01(\v2\x1b.sessiond.v1.AppendResponseR\bresponse\x12.\n" +
 	"\x05error\x18\x02 \x01(\v2\x18.sessiond.v1.AppendErrorR\x05error\"S\n" +
@@ -2641,11 +2985,13 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x19.sessiond.v1.EntryOutcomeR\aoutcome\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x04R\x04size\"\x96\x01\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\"\xe8\x01\n" +
 	"\x0eAppendResponse\x126\n" +
 	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\x122\n" +
 	"\aresults\x18\x02 \x03(\v2\x18.sessiond.v1.EntryResultR\aresults\x12\x18\n" +
-	"\aentries\x18\x03 \x01(\x04R\aentries\"S\n" +
+	"\aentries\x18\x03 \x01(\x04R\aentries\x12'\n" +
+	"\x0fduplicate_batch\x18\x04 \x01(\bR\x0eduplicateBatch\x12'\n" +
+	"\x0fsummary_version\x18\x05 \x01(\x04R\x0esummaryVersion\"S\n" +
 	"\fFlushRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\"\x9e\x01\n" +
@@ -2659,8 +3005,9 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x1d\n" +
 	"\n" +
 	"from_index\x18\x02 \x01(\x04R\tfromIndex\x12\x12\n" +
-	"\x04tail\x18\x03 \x01(\rR\x04tail\"1\n" +
-	"\x05Entry\x12\x14\n" +
+	"\x04tail\x18\x03 \x01(\rR\x04tail\"O\n" +
+	"\x05Entry\x12\x1c\n" +
+	"\tmalformed\x18\x03 \x01(\bR\tmalformed\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"<\n" +
 	"\fReadResponse\x12,\n" +
@@ -2793,11 +3140,27 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x12ListSubkeysRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\"/\n" +
 	"\x13ListSubkeysResponse\x12\x18\n" +
-	"\asubkeys\x18\x01 \x03(\tR\asubkeys*d\n" +
+	"\asubkeys\x18\x01 \x03(\tR\asubkeys\"w\n" +
+	"\x14ListSummariesRequest\x12\x12\n" +
+	"\x03cwd\x18\x01 \x01(\tH\x00R\x03cwd\x12!\n" +
+	"\vproject_key\x18\x02 \x01(\tH\x00R\n" +
+	"projectKey\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionIdB\t\n" +
+	"\aproject\"x\n" +
+	"\x0eSessionSummary\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x19\n" +
+	"\bmtime_ms\x18\x02 \x01(\x03R\amtimeMs\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\"R\n" +
+	"\x15ListSummariesResponse\x129\n" +
+	"\tsummaries\x18\x01 \x03(\v2\x1b.sessiond.v1.SessionSummaryR\tsummaries*d\n" +
 	"\fEntryOutcome\x12\x1d\n" +
 	"\x19ENTRY_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ENTRY_OUTCOME_STORED\x10\x01\x12\x1b\n" +
-	"\x17ENTRY_OUTCOME_DUPLICATE\x10\x022\xae\t\n" +
+	"\x17ENTRY_OUTCOME_DUPLICATE\x10\x022\x86\n" +
+	"\n" +
 	"\bSessiond\x12A\n" +
 	"\x06Append\x12\x1a.sessiond.v1.AppendRequest\x1a\x1b.sessiond.v1.AppendResponse\x12Q\n" +
 	"\fAppendStream\x12\x1a.sessiond.v1.AppendRequest\x1a!.sessiond.v1.AppendStreamResponse(\x010\x01\x12>\n" +
@@ -2816,7 +3179,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\vSetArchived\x12\x1f.sessiond.v1.SetArchivedRequest\x1a\x1d.sessiond.v1.MetadataResponse\x12A\n" +
 	"\x06Delete\x12\x1a.sessiond.v1.DeleteRequest\x1a\x1b.sessiond.v1.DeleteResponse\x12D\n" +
 	"\aRestore\x12\x1b.sessiond.v1.RestoreRequest\x1a\x1c.sessiond.v1.RestoreResponse\x12P\n" +
-	"\vListSubkeys\x12\x1f.sessiond.v1.ListSubkeysRequest\x1a .sessiond.v1.ListSubkeysResponseB?Z=github.com/sessiond/sessiond/api/proto/sessiond/v1;sessiondv1b\x06proto3"
+	"\vListSubkeys\x12\x1f.sessiond.v1.ListSubkeysRequest\x1a .sessiond.v1.ListSubkeysResponse\x12V\n" +
+	"\rListSummaries\x12!.sessiond.v1.ListSummariesRequest\x1a\".sessiond.v1.ListSummariesResponseB?Z=github.com/sessiond/sessiond/api/proto/sessiond/v1;sessiondv1b\x06proto3"
 
 var (
 	file_sessiond_v1_sessiond_proto_rawDescOnce sync.Once
@@ -2831,122 +3195,130 @@ func file_sessiond_v1_sessiond_proto_rawDescGZIP() []byte {
 }
 
 var file_sessiond_v1_sessiond_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_sessiond_v1_sessiond_proto_goTypes = []any{
-	(EntryOutcome)(0),            // 0: sessiond.v1.EntryOutcome
-	(*SessionRef)(nil),           // 1: sessiond.v1.SessionRef
-	(*ResolvedSession)(nil),      // 2: sessiond.v1.ResolvedSession
-	(*AppendRequest)(nil),        // 3: sessiond.v1.AppendRequest
-	(*AppendStreamResponse)(nil), // 4: sessiond.v1.AppendStreamResponse
-	(*AppendError)(nil),          // 5: sessiond.v1.AppendError
-	(*EntryResult)(nil),          // 6: sessiond.v1.EntryResult
-	(*AppendResponse)(nil),       // 7: sessiond.v1.AppendResponse
-	(*FlushRequest)(nil),         // 8: sessiond.v1.FlushRequest
-	(*FlushedSession)(nil),       // 9: sessiond.v1.FlushedSession
-	(*FlushResponse)(nil),        // 10: sessiond.v1.FlushResponse
-	(*ReadRequest)(nil),          // 11: sessiond.v1.ReadRequest
-	(*Entry)(nil),                // 12: sessiond.v1.Entry
-	(*ReadResponse)(nil),         // 13: sessiond.v1.ReadResponse
-	(*ListSessionsRequest)(nil),  // 14: sessiond.v1.ListSessionsRequest
-	(*SessionInfo)(nil),          // 15: sessiond.v1.SessionInfo
-	(*ListSessionsResponse)(nil), // 16: sessiond.v1.ListSessionsResponse
-	(*GetSessionRequest)(nil),    // 17: sessiond.v1.GetSessionRequest
-	(*StatusRequest)(nil),        // 18: sessiond.v1.StatusRequest
-	(*StatusResponse)(nil),       // 19: sessiond.v1.StatusResponse
-	(*CheckRequest)(nil),         // 20: sessiond.v1.CheckRequest
-	(*Problem)(nil),              // 21: sessiond.v1.Problem
-	(*SessionCheck)(nil),         // 22: sessiond.v1.SessionCheck
-	(*CheckResponse)(nil),        // 23: sessiond.v1.CheckResponse
-	(*RepairRequest)(nil),        // 24: sessiond.v1.RepairRequest
-	(*RepairAction)(nil),         // 25: sessiond.v1.RepairAction
-	(*RepairResponse)(nil),       // 26: sessiond.v1.RepairResponse
-	(*ForkRequest)(nil),          // 27: sessiond.v1.ForkRequest
-	(*ForkResponse)(nil),         // 28: sessiond.v1.ForkResponse
-	(*RenameRequest)(nil),        // 29: sessiond.v1.RenameRequest
-	(*TagRequest)(nil),           // 30: sessiond.v1.TagRequest
-	(*SetArchivedRequest)(nil),   // 31: sessiond.v1.SetArchivedRequest
-	(*MetadataResponse)(nil),     // 32: sessiond.v1.MetadataResponse
-	(*DeleteRequest)(nil),        // 33: sessiond.v1.DeleteRequest
-	(*DeleteResponse)(nil),       // 34: sessiond.v1.DeleteResponse
-	(*RestoreRequest)(nil),       // 35: sessiond.v1.RestoreRequest
-	(*RestoreResponse)(nil),      // 36: sessiond.v1.RestoreResponse
-	(*ListSubkeysRequest)(nil),   // 37: sessiond.v1.ListSubkeysRequest
-	(*ListSubkeysResponse)(nil),  // 38: sessiond.v1.ListSubkeysResponse
+	(EntryOutcome)(0),             // 0: sessiond.v1.EntryOutcome
+	(*SessionRef)(nil),            // 1: sessiond.v1.SessionRef
+	(*ResolvedSession)(nil),       // 2: sessiond.v1.ResolvedSession
+	(*AppendRequest)(nil),         // 3: sessiond.v1.AppendRequest
+	(*SummaryUpdate)(nil),         // 4: sessiond.v1.SummaryUpdate
+	(*AppendStreamResponse)(nil),  // 5: sessiond.v1.AppendStreamResponse
+	(*AppendError)(nil),           // 6: sessiond.v1.AppendError
+	(*EntryResult)(nil),           // 7: sessiond.v1.EntryResult
+	(*AppendResponse)(nil),        // 8: sessiond.v1.AppendResponse
+	(*FlushRequest)(nil),          // 9: sessiond.v1.FlushRequest
+	(*FlushedSession)(nil),        // 10: sessiond.v1.FlushedSession
+	(*FlushResponse)(nil),         // 11: sessiond.v1.FlushResponse
+	(*ReadRequest)(nil),           // 12: sessiond.v1.ReadRequest
+	(*Entry)(nil),                 // 13: sessiond.v1.Entry
+	(*ReadResponse)(nil),          // 14: sessiond.v1.ReadResponse
+	(*ListSessionsRequest)(nil),   // 15: sessiond.v1.ListSessionsRequest
+	(*SessionInfo)(nil),           // 16: sessiond.v1.SessionInfo
+	(*ListSessionsResponse)(nil),  // 17: sessiond.v1.ListSessionsResponse
+	(*GetSessionRequest)(nil),     // 18: sessiond.v1.GetSessionRequest
+	(*StatusRequest)(nil),         // 19: sessiond.v1.StatusRequest
+	(*StatusResponse)(nil),        // 20: sessiond.v1.StatusResponse
+	(*CheckRequest)(nil),          // 21: sessiond.v1.CheckRequest
+	(*Problem)(nil),               // 22: sessiond.v1.Problem
+	(*SessionCheck)(nil),          // 23: sessiond.v1.SessionCheck
+	(*CheckResponse)(nil),         // 24: sessiond.v1.CheckResponse
+	(*RepairRequest)(nil),         // 25: sessiond.v1.RepairRequest
+	(*RepairAction)(nil),          // 26: sessiond.v1.RepairAction
+	(*RepairResponse)(nil),        // 27: sessiond.v1.RepairResponse
+	(*ForkRequest)(nil),           // 28: sessiond.v1.ForkRequest
+	(*ForkResponse)(nil),          // 29: sessiond.v1.ForkResponse
+	(*RenameRequest)(nil),         // 30: sessiond.v1.RenameRequest
+	(*TagRequest)(nil),            // 31: sessiond.v1.TagRequest
+	(*SetArchivedRequest)(nil),    // 32: sessiond.v1.SetArchivedRequest
+	(*MetadataResponse)(nil),      // 33: sessiond.v1.MetadataResponse
+	(*DeleteRequest)(nil),         // 34: sessiond.v1.DeleteRequest
+	(*DeleteResponse)(nil),        // 35: sessiond.v1.DeleteResponse
+	(*RestoreRequest)(nil),        // 36: sessiond.v1.RestoreRequest
+	(*RestoreResponse)(nil),       // 37: sessiond.v1.RestoreResponse
+	(*ListSubkeysRequest)(nil),    // 38: sessiond.v1.ListSubkeysRequest
+	(*ListSubkeysResponse)(nil),   // 39: sessiond.v1.ListSubkeysResponse
+	(*ListSummariesRequest)(nil),  // 40: sessiond.v1.ListSummariesRequest
+	(*SessionSummary)(nil),        // 41: sessiond.v1.SessionSummary
+	(*ListSummariesResponse)(nil), // 42: sessiond.v1.ListSummariesResponse
 }
 var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	1,  // 0: sessiond.v1.AppendRequest.session:type_name -> sessiond.v1.SessionRef
-	7,  // 1: sessiond.v1.AppendStreamResponse.response:type_name -> sessiond.v1.AppendResponse
-	5,  // 2: sessiond.v1.AppendStreamResponse.error:type_name -> sessiond.v1.AppendError
-	0,  // 3: sessiond.v1.EntryResult.outcome:type_name -> sessiond.v1.EntryOutcome
-	2,  // 4: sessiond.v1.AppendResponse.session:type_name -> sessiond.v1.ResolvedSession
-	6,  // 5: sessiond.v1.AppendResponse.results:type_name -> sessiond.v1.EntryResult
-	1,  // 6: sessiond.v1.FlushRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 7: sessiond.v1.FlushedSession.session:type_name -> sessiond.v1.ResolvedSession
-	9,  // 8: sessiond.v1.FlushResponse.sessions:type_name -> sessiond.v1.FlushedSession
-	1,  // 9: sessiond.v1.ReadRequest.session:type_name -> sessiond.v1.SessionRef
-	12, // 10: sessiond.v1.ReadResponse.entries:type_name -> sessiond.v1.Entry
-	2,  // 11: sessiond.v1.SessionInfo.session:type_name -> sessiond.v1.ResolvedSession
-	15, // 12: sessiond.v1.ListSessionsResponse.sessions:type_name -> sessiond.v1.SessionInfo
-	1,  // 13: sessiond.v1.GetSessionRequest.session:type_name -> sessiond.v1.SessionRef
-	1,  // 14: sessiond.v1.CheckRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 15: sessiond.v1.SessionCheck.session:type_name -> sessiond.v1.ResolvedSession
-	21, // 16: sessiond.v1.SessionCheck.problems:type_name -> sessiond.v1.Problem
-	22, // 17: sessiond.v1.CheckResponse.sessions:type_name -> sessiond.v1.SessionCheck
-	1,  // 18: sessiond.v1.RepairRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 19: sessiond.v1.RepairResponse.session:type_name -> sessiond.v1.ResolvedSession
-	25, // 20: sessiond.v1.RepairResponse.actions:type_name -> sessiond.v1.RepairAction
-	21, // 21: sessiond.v1.RepairResponse.before:type_name -> sessiond.v1.Problem
-	21, // 22: sessiond.v1.RepairResponse.after:type_name -> sessiond.v1.Problem
-	1,  // 23: sessiond.v1.ForkRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 24: sessiond.v1.ForkResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 25: sessiond.v1.RenameRequest.session:type_name -> sessiond.v1.SessionRef
-	1,  // 26: sessiond.v1.TagRequest.session:type_name -> sessiond.v1.SessionRef
-	1,  // 27: sessiond.v1.SetArchivedRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 28: sessiond.v1.MetadataResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 29: sessiond.v1.DeleteRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 30: sessiond.v1.DeleteResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 31: sessiond.v1.RestoreRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 32: sessiond.v1.RestoreResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 33: sessiond.v1.ListSubkeysRequest.session:type_name -> sessiond.v1.SessionRef
-	3,  // 34: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
-	3,  // 35: sessiond.v1.Sessiond.AppendStream:input_type -> sessiond.v1.AppendRequest
-	8,  // 36: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
-	11, // 37: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
-	11, // 38: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
-	14, // 39: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
-	17, // 40: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
-	18, // 41: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
-	20, // 42: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
-	24, // 43: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
-	27, // 44: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
-	29, // 45: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
-	30, // 46: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
-	31, // 47: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
-	33, // 48: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
-	35, // 49: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
-	37, // 50: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
-	7,  // 51: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
-	4,  // 52: sessiond.v1.Sessiond.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
-	10, // 53: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
-	13, // 54: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
-	13, // 55: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
-	16, // 56: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
-	15, // 57: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
-	19, // 58: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
-	23, // 59: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
-	26, // 60: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
-	28, // 61: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
-	32, // 62: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
-	32, // 63: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
-	32, // 64: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
-	34, // 65: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
-	36, // 66: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
-	38, // 67: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
-	51, // [51:68] is the sub-list for method output_type
-	34, // [34:51] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	4,  // 1: sessiond.v1.AppendRequest.summary:type_name -> sessiond.v1.SummaryUpdate
+	8,  // 2: sessiond.v1.AppendStreamResponse.response:type_name -> sessiond.v1.AppendResponse
+	6,  // 3: sessiond.v1.AppendStreamResponse.error:type_name -> sessiond.v1.AppendError
+	0,  // 4: sessiond.v1.EntryResult.outcome:type_name -> sessiond.v1.EntryOutcome
+	2,  // 5: sessiond.v1.AppendResponse.session:type_name -> sessiond.v1.ResolvedSession
+	7,  // 6: sessiond.v1.AppendResponse.results:type_name -> sessiond.v1.EntryResult
+	1,  // 7: sessiond.v1.FlushRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 8: sessiond.v1.FlushedSession.session:type_name -> sessiond.v1.ResolvedSession
+	10, // 9: sessiond.v1.FlushResponse.sessions:type_name -> sessiond.v1.FlushedSession
+	1,  // 10: sessiond.v1.ReadRequest.session:type_name -> sessiond.v1.SessionRef
+	13, // 11: sessiond.v1.ReadResponse.entries:type_name -> sessiond.v1.Entry
+	2,  // 12: sessiond.v1.SessionInfo.session:type_name -> sessiond.v1.ResolvedSession
+	16, // 13: sessiond.v1.ListSessionsResponse.sessions:type_name -> sessiond.v1.SessionInfo
+	1,  // 14: sessiond.v1.GetSessionRequest.session:type_name -> sessiond.v1.SessionRef
+	1,  // 15: sessiond.v1.CheckRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 16: sessiond.v1.SessionCheck.session:type_name -> sessiond.v1.ResolvedSession
+	22, // 17: sessiond.v1.SessionCheck.problems:type_name -> sessiond.v1.Problem
+	23, // 18: sessiond.v1.CheckResponse.sessions:type_name -> sessiond.v1.SessionCheck
+	1,  // 19: sessiond.v1.RepairRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 20: sessiond.v1.RepairResponse.session:type_name -> sessiond.v1.ResolvedSession
+	26, // 21: sessiond.v1.RepairResponse.actions:type_name -> sessiond.v1.RepairAction
+	22, // 22: sessiond.v1.RepairResponse.before:type_name -> sessiond.v1.Problem
+	22, // 23: sessiond.v1.RepairResponse.after:type_name -> sessiond.v1.Problem
+	1,  // 24: sessiond.v1.ForkRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 25: sessiond.v1.ForkResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 26: sessiond.v1.RenameRequest.session:type_name -> sessiond.v1.SessionRef
+	1,  // 27: sessiond.v1.TagRequest.session:type_name -> sessiond.v1.SessionRef
+	1,  // 28: sessiond.v1.SetArchivedRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 29: sessiond.v1.MetadataResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 30: sessiond.v1.DeleteRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 31: sessiond.v1.DeleteResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 32: sessiond.v1.RestoreRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 33: sessiond.v1.RestoreResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 34: sessiond.v1.ListSubkeysRequest.session:type_name -> sessiond.v1.SessionRef
+	41, // 35: sessiond.v1.ListSummariesResponse.summaries:type_name -> sessiond.v1.SessionSummary
+	3,  // 36: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
+	3,  // 37: sessiond.v1.Sessiond.AppendStream:input_type -> sessiond.v1.AppendRequest
+	9,  // 38: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
+	12, // 39: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
+	12, // 40: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
+	15, // 41: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
+	18, // 42: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
+	19, // 43: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
+	21, // 44: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
+	25, // 45: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
+	28, // 46: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
+	30, // 47: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
+	31, // 48: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
+	32, // 49: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
+	34, // 50: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
+	36, // 51: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
+	38, // 52: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
+	40, // 53: sessiond.v1.Sessiond.ListSummaries:input_type -> sessiond.v1.ListSummariesRequest
+	8,  // 54: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
+	5,  // 55: sessiond.v1.Sessiond.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
+	11, // 56: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
+	14, // 57: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
+	14, // 58: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
+	17, // 59: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
+	16, // 60: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
+	20, // 61: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
+	24, // 62: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
+	27, // 63: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
+	29, // 64: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
+	33, // 65: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
+	33, // 66: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
+	33, // 67: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
+	35, // 68: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
+	37, // 69: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
+	39, // 70: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
+	42, // 71: sessiond.v1.Sessiond.ListSummaries:output_type -> sessiond.v1.ListSummariesResponse
+	54, // [54:72] is the sub-list for method output_type
+	36, // [36:54] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_sessiond_v1_sessiond_proto_init() }
@@ -2958,9 +3330,13 @@ func file_sessiond_v1_sessiond_proto_init() {
 		(*SessionRef_Cwd)(nil),
 		(*SessionRef_ProjectKey)(nil),
 	}
-	file_sessiond_v1_sessiond_proto_msgTypes[13].OneofWrappers = []any{
+	file_sessiond_v1_sessiond_proto_msgTypes[14].OneofWrappers = []any{
 		(*ListSessionsRequest_Cwd)(nil),
 		(*ListSessionsRequest_ProjectKey)(nil),
+	}
+	file_sessiond_v1_sessiond_proto_msgTypes[39].OneofWrappers = []any{
+		(*ListSummariesRequest_Cwd)(nil),
+		(*ListSummariesRequest_ProjectKey)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2968,7 +3344,7 @@ func file_sessiond_v1_sessiond_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessiond_v1_sessiond_proto_rawDesc), len(file_sessiond_v1_sessiond_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   38,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

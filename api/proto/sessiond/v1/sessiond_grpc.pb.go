@@ -22,23 +22,24 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Sessiond_Append_FullMethodName       = "/sessiond.v1.Sessiond/Append"
-	Sessiond_AppendStream_FullMethodName = "/sessiond.v1.Sessiond/AppendStream"
-	Sessiond_Flush_FullMethodName        = "/sessiond.v1.Sessiond/Flush"
-	Sessiond_Read_FullMethodName         = "/sessiond.v1.Sessiond/Read"
-	Sessiond_Follow_FullMethodName       = "/sessiond.v1.Sessiond/Follow"
-	Sessiond_ListSessions_FullMethodName = "/sessiond.v1.Sessiond/ListSessions"
-	Sessiond_GetSession_FullMethodName   = "/sessiond.v1.Sessiond/GetSession"
-	Sessiond_Status_FullMethodName       = "/sessiond.v1.Sessiond/Status"
-	Sessiond_Check_FullMethodName        = "/sessiond.v1.Sessiond/Check"
-	Sessiond_Repair_FullMethodName       = "/sessiond.v1.Sessiond/Repair"
-	Sessiond_Fork_FullMethodName         = "/sessiond.v1.Sessiond/Fork"
-	Sessiond_Rename_FullMethodName       = "/sessiond.v1.Sessiond/Rename"
-	Sessiond_Tag_FullMethodName          = "/sessiond.v1.Sessiond/Tag"
-	Sessiond_SetArchived_FullMethodName  = "/sessiond.v1.Sessiond/SetArchived"
-	Sessiond_Delete_FullMethodName       = "/sessiond.v1.Sessiond/Delete"
-	Sessiond_Restore_FullMethodName      = "/sessiond.v1.Sessiond/Restore"
-	Sessiond_ListSubkeys_FullMethodName  = "/sessiond.v1.Sessiond/ListSubkeys"
+	Sessiond_Append_FullMethodName        = "/sessiond.v1.Sessiond/Append"
+	Sessiond_AppendStream_FullMethodName  = "/sessiond.v1.Sessiond/AppendStream"
+	Sessiond_Flush_FullMethodName         = "/sessiond.v1.Sessiond/Flush"
+	Sessiond_Read_FullMethodName          = "/sessiond.v1.Sessiond/Read"
+	Sessiond_Follow_FullMethodName        = "/sessiond.v1.Sessiond/Follow"
+	Sessiond_ListSessions_FullMethodName  = "/sessiond.v1.Sessiond/ListSessions"
+	Sessiond_GetSession_FullMethodName    = "/sessiond.v1.Sessiond/GetSession"
+	Sessiond_Status_FullMethodName        = "/sessiond.v1.Sessiond/Status"
+	Sessiond_Check_FullMethodName         = "/sessiond.v1.Sessiond/Check"
+	Sessiond_Repair_FullMethodName        = "/sessiond.v1.Sessiond/Repair"
+	Sessiond_Fork_FullMethodName          = "/sessiond.v1.Sessiond/Fork"
+	Sessiond_Rename_FullMethodName        = "/sessiond.v1.Sessiond/Rename"
+	Sessiond_Tag_FullMethodName           = "/sessiond.v1.Sessiond/Tag"
+	Sessiond_SetArchived_FullMethodName   = "/sessiond.v1.Sessiond/SetArchived"
+	Sessiond_Delete_FullMethodName        = "/sessiond.v1.Sessiond/Delete"
+	Sessiond_Restore_FullMethodName       = "/sessiond.v1.Sessiond/Restore"
+	Sessiond_ListSubkeys_FullMethodName   = "/sessiond.v1.Sessiond/ListSubkeys"
+	Sessiond_ListSummaries_FullMethodName = "/sessiond.v1.Sessiond/ListSummaries"
 )
 
 // SessiondClient is the client API for Sessiond service.
@@ -98,6 +99,10 @@ type SessiondClient interface {
 	Restore(ctx context.Context, in *RestoreRequest, opts ...grpc.CallOption) (*RestoreResponse, error)
 	// ListSubkeys lists a session's subagent transcripts.
 	ListSubkeys(ctx context.Context, in *ListSubkeysRequest, opts ...grpc.CallOption) (*ListSubkeysResponse, error)
+	// ListSummaries returns the SessionStore summaries (see
+	// AppendRequest.summary) of one project's sessions, with the same mtime
+	// as ListSessions: what the SDKs' listSessionSummaries returns.
+	ListSummaries(ctx context.Context, in *ListSummariesRequest, opts ...grpc.CallOption) (*ListSummariesResponse, error)
 }
 
 type sessiondClient struct {
@@ -299,6 +304,16 @@ func (c *sessiondClient) ListSubkeys(ctx context.Context, in *ListSubkeysRequest
 	return out, nil
 }
 
+func (c *sessiondClient) ListSummaries(ctx context.Context, in *ListSummariesRequest, opts ...grpc.CallOption) (*ListSummariesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSummariesResponse)
+	err := c.cc.Invoke(ctx, Sessiond_ListSummaries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SessiondServer is the server API for Sessiond service.
 // All implementations must embed UnimplementedSessiondServer
 // for forward compatibility.
@@ -356,6 +371,10 @@ type SessiondServer interface {
 	Restore(context.Context, *RestoreRequest) (*RestoreResponse, error)
 	// ListSubkeys lists a session's subagent transcripts.
 	ListSubkeys(context.Context, *ListSubkeysRequest) (*ListSubkeysResponse, error)
+	// ListSummaries returns the SessionStore summaries (see
+	// AppendRequest.summary) of one project's sessions, with the same mtime
+	// as ListSessions: what the SDKs' listSessionSummaries returns.
+	ListSummaries(context.Context, *ListSummariesRequest) (*ListSummariesResponse, error)
 	mustEmbedUnimplementedSessiondServer()
 }
 
@@ -416,6 +435,9 @@ func (UnimplementedSessiondServer) Restore(context.Context, *RestoreRequest) (*R
 }
 func (UnimplementedSessiondServer) ListSubkeys(context.Context, *ListSubkeysRequest) (*ListSubkeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSubkeys not implemented")
+}
+func (UnimplementedSessiondServer) ListSummaries(context.Context, *ListSummariesRequest) (*ListSummariesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSummaries not implemented")
 }
 func (UnimplementedSessiondServer) mustEmbedUnimplementedSessiondServer() {}
 func (UnimplementedSessiondServer) testEmbeddedByValue()                  {}
@@ -719,6 +741,24 @@ func _Sessiond_ListSubkeys_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Sessiond_ListSummaries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSummariesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessiondServer).ListSummaries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sessiond_ListSummaries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessiondServer).ListSummaries(ctx, req.(*ListSummariesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Sessiond_ServiceDesc is the grpc.ServiceDesc for Sessiond service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -781,6 +821,10 @@ var Sessiond_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListSubkeys",
 			Handler:    _Sessiond_ListSubkeys_Handler,
+		},
+		{
+			MethodName: "ListSummaries",
+			Handler:    _Sessiond_ListSummaries_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,318 @@
+package writer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
+	"github.com/sessiond/sessiond/internal/layout"
+)
+
+func appendOpt(t *testing.T, m *Manager, k layout.Key, opt AppendOptions, lines ...string) (*AppendResult, error) {
+	t.Helper()
+	raw := make([][]byte, len(lines))
+	for i, l := range lines {
+		raw[i] = []byte(l)
+	}
+	return m.AppendBatch(bg, k, raw, opt)
+}
+
+func transcriptLines(t *testing.T, c *fstest.CrashFS, k layout.Key) []string {
+	t.Helper()
+	b, _ := c.ReadFile(crashLayout.TranscriptPath(k))
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
+// TestBatchIDStoredOnce: a batch resent with its id is answered as a
+// duplicate and stores nothing, even when its entries carry no uuid; the
+// same entries under another id (or none) are stored again. The ids are
+// remembered through a power loss right after the acknowledgement, through
+// the compaction that drops the journal, and through a restart.
+func TestBatchIDStoredOnce(t *testing.T) {
+	c := fstest.NewCrashFS()
+	m := newCrashManager(t, c, nil)
+	k := fixedKey(1, "")
+	entry := `{"type":"queue-operation","operation":"enqueue"}` // no uuid, as half a CLI session's lines
+	r, err := appendOpt(t, m, k, AppendOptions{BatchID: "b1"}, entry)
+	if err != nil || r.DuplicateBatch || r.Results[0].Outcome != Stored {
+		t.Fatalf("first append: %+v, %v", r, err)
+	}
+	check := func(m *Manager, what string) {
+		t.Helper()
+		r, err := appendOpt(t, m, k, AppendOptions{BatchID: "b1"}, entry)
+		if err != nil || !r.DuplicateBatch || r.Results[0].Outcome != Duplicate {
+			t.Fatalf("%s: resent batch b1 = %+v, %v; want a duplicate batch", what, r, err)
+		}
+	}
+	check(m, "same process")
+	for _, opt := range []AppendOptions{{BatchID: "b2"}, {}} {
+		if r, err := appendOpt(t, m, k, opt, entry); err != nil || r.DuplicateBatch || r.Results[0].Outcome != Stored {
+			t.Fatalf("identical batch with id %q: %+v, %v; want it stored", opt.BatchID, r, err)
+		}
+	}
+
+	// Power loss right after the acknowledgements: only what was synced.
+	abortManager(m)
+	v := c.CrashClone(nil)
+	m = newCrashManager(t, v, nil)
+	if _, err := m.Recover(bg); err != nil {
+		t.Fatal(err)
+	}
+	check(m, "after a power loss")
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	check(m, "after the compaction")
+	closeManager(t, m)
+	if _, err := v.ReadFile(crashLayout.StorePath(k)); err != nil {
+		t.Fatalf("no store sidecar after the compaction: %v", err)
+	}
+	m = newCrashManager(t, v, nil)
+	check(m, "after a restart")
+	closeManager(t, m)
+	if got := transcriptLines(t, v, k); len(got) != 3 {
+		t.Fatalf("transcript has %d lines, want 3 (b1 once, b2, no id): %q", len(got), got)
+	}
+}
+
+// TestBatchIDInvalid: a batch id must be printable ASCII of at most 128
+// bytes.
+func TestBatchIDInvalid(t *testing.T) {
+	m := newCrashManager(t, fstest.NewCrashFS(), nil)
+	defer closeManager(t, m)
+	for _, id := range []string{"has space", strings.Repeat("x", 129), "tab\there", "é"} {
+		if _, err := appendOpt(t, m, fixedKey(1, ""), AppendOptions{BatchID: id}, `{}`); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "batch_id") {
+			t.Errorf("batch id %q: %v, want an invalid argument naming batch_id", id, err)
+		}
+	}
+}
+
+// TestSummaryCompareAndSwap: a summary is stored with its batch when it was
+// folded from the session's current version, and refused with the batch
+// (nothing stored) otherwise. ListSummaries gives it with the session's
+// listing mtime; it survives a power loss, a compaction and a restart, goes
+// with a delete and comes back with a restore.
+func TestSummaryCompareAndSwap(t *testing.T) {
+	c := fstest.NewCrashFS()
+	m := newCrashManager(t, c, nil)
+	k := fixedKey(1, "")
+	sum := func(n int) *SummaryUpdate { return &SummaryUpdate{Data: []byte(fmt.Sprintf(`{"n":%d}`, n)), ExpectedVersion: uint64(n - 1)} }
+	r, err := appendOpt(t, m, k, AppendOptions{Summary: sum(1)}, `{"type":"user","uuid":"u1"}`)
+	if err != nil || r.SummaryVersion != 1 {
+		t.Fatalf("first summary: %+v, %v", r, err)
+	}
+	stale := &SummaryUpdate{Data: []byte(`{"n":99}`), ExpectedVersion: 0}
+	_, err = appendOpt(t, m, k, AppendOptions{Summary: stale}, `{"type":"user","uuid":"u2"}`)
+	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "fold onto the current summary") {
+		t.Fatalf("stale summary: %v, want a conflict", err)
+	}
+	if r, err := appendOpt(t, m, k, AppendOptions{Summary: sum(2)}, `{"type":"user","uuid":"u3"}`); err != nil || r.SummaryVersion != 2 {
+		t.Fatalf("second summary: %+v, %v", r, err)
+	}
+	// A subagent transcript has no summary of its own and leaves the
+	// session's alone.
+	sub := fixedKey(1, "subagents/agent-a1")
+	if _, err := appendOpt(t, m, sub, AppendOptions{Summary: sum(3)}, `{"isSidechain":true}`); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("summary on a subpath: %v, want invalid argument", err)
+	}
+	if _, err := appendOpt(t, m, sub, AppendOptions{}, `{"isSidechain":true}`); err != nil {
+		t.Fatal(err)
+	}
+	want := func(m *Manager, what string, data string, version uint64) {
+		t.Helper()
+		sums, err := m.ListSummaries(bg, k.ProjectKey, "")
+		if err != nil {
+			t.Fatalf("%s: ListSummaries: %v", what, err)
+		}
+		if data == "" {
+			if len(sums) != 0 {
+				t.Fatalf("%s: summaries %+v, want none", what, sums)
+			}
+			return
+		}
+		if len(sums) != 1 || string(sums[0].Data) != data || sums[0].Version != version || sums[0].Key != k {
+			t.Fatalf("%s: summaries %+v, want %s at version %d", what, sums, data, version)
+		}
+		infos, _, err := m.List(bg, ListOptions{ProjectKey: k.ProjectKey})
+		if err != nil || len(infos) != 1 || infos[0].ModifiedMs != sums[0].ModifiedMs {
+			t.Fatalf("%s: List %+v (%v) disagrees with the summary's mtime %d", what, infos, err, sums[0].ModifiedMs)
+		}
+	}
+	want(m, "live", `{"n":2}`, 2)
+	if got := transcriptLines(t, c, k); len(got) != 0 && !(len(got) == 1 && got[0] == "") {
+		// Nothing compacted yet (IdleCompact is an hour); the refused
+		// batch must not be in the journal either: checked after recovery.
+		t.Logf("transcript before compaction: %q", got)
+	}
+
+	abortManager(m)
+	v := c.CrashClone(nil)
+	m = newCrashManager(t, v, nil)
+	if _, err := m.Recover(bg); err != nil {
+		t.Fatal(err)
+	}
+	want(m, "after a power loss", `{"n":2}`, 2)
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	closeManager(t, m)
+	if got := transcriptLines(t, v, k); len(got) != 2 || strings.Contains(strings.Join(got, ""), "u2") {
+		t.Fatalf("transcript %q: want u1 and u3, not the refused u2", got)
+	}
+	m = newCrashManager(t, v, nil)
+	defer closeManager(t, m)
+	want(m, "after a restart", `{"n":2}`, 2)
+	if sums, err := m.ListSummaries(bg, k.ProjectKey, k.SessionID); err != nil || len(sums) != 1 {
+		t.Fatalf("one session's summary: %+v, %v", sums, err)
+	}
+	if sums, err := m.ListSummaries(bg, "-other-project", ""); err != nil || len(sums) != 0 {
+		t.Fatalf("another project's summaries: %+v, %v", sums, err)
+	}
+	if _, err := m.Delete(bg, k, false); err != nil {
+		t.Fatal(err)
+	}
+	want(m, "after delete", "", 0)
+	if err := m.Restore(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	want(m, "after restore", `{"n":2}`, 2)
+}
+
+// TestSummaryFoldsNeverLost: two appenders folding onto one session's
+// summary with compare-and-swap (as two agent processes' adapters do) lose
+// no fold: the final count is every entry stored.
+func TestSummaryFoldsNeverLost(t *testing.T) {
+	m := newCrashManager(t, fstest.NewCrashFS(), nil)
+	defer closeManager(t, m)
+	k := fixedKey(1, "")
+	const per = 40
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for w := 0; w < 2; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				for {
+					sums, err := m.ListSummaries(bg, k.ProjectKey, k.SessionID)
+					if err != nil {
+						errs <- err
+						return
+					}
+					n, version := 0, uint64(0)
+					if len(sums) == 1 {
+						var s struct{ N int }
+						json.Unmarshal(sums[0].Data, &s)
+						n, version = s.N, sums[0].Version
+					}
+					_, err = m.AppendBatch(bg, k, [][]byte{[]byte(`{"type":"x"}`)}, AppendOptions{
+						Summary: &SummaryUpdate{Data: []byte(fmt.Sprintf(`{"n":%d}`, n+1)), ExpectedVersion: version}})
+					if errors.Is(err, errdefs.ErrConflict) {
+						continue // another appender won: refold
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+					break
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	sums, err := m.ListSummaries(bg, k.ProjectKey, "")
+	if err != nil || len(sums) != 1 || string(sums[0].Data) != fmt.Sprintf(`{"n":%d}`, 2*per) {
+		t.Fatalf("final summary %+v (%v), want n=%d", sums, err, 2*per)
+	}
+	infos, _, _ := m.List(bg, ListOptions{ProjectKey: k.ProjectKey})
+	if len(infos) != 1 || infos[0].Entries != 2*per {
+		t.Fatalf("entries %+v, want %d", infos, 2*per)
+	}
+}
+
+// TestStorePrune: ids older than BatchIDMemory are forgotten, and at most
+// maxBatchIDs are kept, the newest.
+func TestStorePrune(t *testing.T) {
+	now := time.Now()
+	s := storeState{Batches: map[string]int64{
+		"old":   now.Add(-BatchIDMemory - time.Second).UnixMilli(),
+		"fresh": now.Add(-time.Minute).UnixMilli(),
+	}}
+	if !s.seen("fresh", now) || s.seen("old", now) || s.seen("never", now) {
+		t.Fatal("seen() disagrees with BatchIDMemory")
+	}
+	s.prune(now)
+	if _, ok := s.Batches["old"]; ok || len(s.Batches) != 1 {
+		t.Fatalf("after prune: %v", s.Batches)
+	}
+	for i := 0; i < maxBatchIDs+10; i++ {
+		s.Batches[fmt.Sprintf("b%05d", i)] = now.Add(time.Duration(i) * time.Millisecond).UnixMilli()
+	}
+	s.prune(now.Add(time.Second))
+	if len(s.Batches) != maxBatchIDs {
+		t.Fatalf("%d ids kept, want %d", len(s.Batches), maxBatchIDs)
+	}
+	if _, ok := s.Batches["fresh"]; ok {
+		t.Error("the oldest id survived the cap")
+	}
+	if _, ok := s.Batches[fmt.Sprintf("b%05d", maxBatchIDs+9)]; !ok {
+		t.Error("the newest id was dropped")
+	}
+}
+
+// TestSummaryStaleAfterOtherAppends: a summary is reported with the
+// session's mtime while it covers every line (so listSessions uses it
+// without reading the session), and with an older one once a line was
+// added without a new summary (so listSessions reads the session, as it
+// must: the summary no longer describes it). A compaction, which moves the
+// file's mtime, does not make a current summary stale.
+func TestSummaryStaleAfterOtherAppends(t *testing.T) {
+	c := fstest.NewCrashFS()
+	m := newCrashManager(t, c, nil)
+	k := fixedKey(1, "")
+	mtimes := func(what string) (summary, session int64) {
+		t.Helper()
+		sums, err := m.ListSummaries(bg, k.ProjectKey, k.SessionID)
+		infos, _, err2 := m.List(bg, ListOptions{ProjectKey: k.ProjectKey})
+		if err != nil || err2 != nil || len(sums) != 1 || len(infos) != 1 {
+			t.Fatalf("%s: %v %v %v %v", what, sums, err, infos, err2)
+		}
+		return sums[0].ModifiedMs, infos[0].ModifiedMs
+	}
+	if _, err := appendOpt(t, m, k, AppendOptions{Summary: &SummaryUpdate{Data: []byte(`{"n":1}`)}}, `{"type":"user","uuid":"a"}`); err != nil {
+		t.Fatal(err)
+	}
+	if s, l := mtimes("after a summary"); s != l {
+		t.Fatalf("current summary mtime %d, session %d: want equal", s, l)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if _, err := appendOpt(t, m, k, AppendOptions{}, `{"type":"custom-title","customTitle":"renamed by sessionctl"}`); err != nil {
+		t.Fatal(err)
+	}
+	if s, l := mtimes("after a line without summary"); s >= l {
+		t.Fatalf("stale summary mtime %d, session %d: want it older", s, l)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if _, err := appendOpt(t, m, k, AppendOptions{Summary: &SummaryUpdate{Data: []byte(`{"n":2}`), ExpectedVersion: 1}}, `{"type":"user","uuid":"b"}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	closeManager(t, m)
+	m = newCrashManager(t, c, nil)
+	defer closeManager(t, m)
+	if s, l := mtimes("after compaction and restart"); s != l {
+		t.Fatalf("current summary mtime %d, session %d after compaction: want equal", s, l)
+	}
+}
