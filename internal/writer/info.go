@@ -250,9 +250,9 @@ func (m *Manager) List(ctx context.Context, opt ListOptions) ([]Info, int, error
 
 // Summary is one session's SessionStore summary.
 type Summary struct {
-	Key        layout.Key
-	Data       []byte
-	Version    uint64
+	Key     layout.Key
+	Data    []byte
+	Version uint64
 	// ModifiedMs is the session's, as List reports it, while no line was
 	// added after the summary; else when the summary was stored, older.
 	ModifiedMs int64

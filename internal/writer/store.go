@@ -89,7 +89,7 @@ type storeState struct {
 	SummaryVersion uint64           `json:"summary_version,omitempty"`
 	SummaryMtime   int64            `json:"summary_mtime,omitempty"`   // unix ms it was stored
 	SummaryEntries uint64           `json:"summary_entries,omitempty"` // lines in the transcript right after
-	Batches        map[string]int64 `json:"batches,omitempty"` // batch id -> unix ms it was stored
+	Batches        map[string]int64 `json:"batches,omitempty"`         // batch id -> unix ms it was stored
 }
 
 // batchMeta is a batch's journal Meta record.

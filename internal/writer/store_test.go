@@ -102,7 +102,9 @@ func TestSummaryCompareAndSwap(t *testing.T) {
 	c := fstest.NewCrashFS()
 	m := newCrashManager(t, c, nil)
 	k := fixedKey(1, "")
-	sum := func(n int) *SummaryUpdate { return &SummaryUpdate{Data: []byte(fmt.Sprintf(`{"n":%d}`, n)), ExpectedVersion: uint64(n - 1)} }
+	sum := func(n int) *SummaryUpdate {
+		return &SummaryUpdate{Data: []byte(fmt.Sprintf(`{"n":%d}`, n)), ExpectedVersion: uint64(n - 1)}
+	}
 	r, err := appendOpt(t, m, k, AppendOptions{Summary: sum(1)}, `{"type":"user","uuid":"u1"}`)
 	if err != nil || r.SummaryVersion != 1 {
 		t.Fatalf("first summary: %+v, %v", r, err)
