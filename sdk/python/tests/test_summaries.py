@@ -172,3 +172,42 @@ def test_summary_after_delete_and_rewrite(new_store, project):
         assert await summary_of(store, project, s) == {"count": 2, "batches": 2}
 
     run(go())
+
+
+def test_lost_answer_with_summary_folds_once(new_store, project):
+    """The daemon stores a batch and its summary, the answer is lost, the
+    store sends the same batch id again: the daemon must answer
+    duplicate_batch (not SUMMARY_CONFLICT, which would fold the batch a
+    second time)."""
+
+    async def go():
+        store = new_store(fold=count_fold, backoff=(0.05,))
+        original = store._unary
+        appends = []
+
+        def lossy(name, request):
+            invoke = original(name, request)
+
+            async def call(stub):
+                result = await invoke(stub)
+                if name == "Append":
+                    appends.append(request.batch_id)
+                    if len(appends) == 1:
+                        raise grpc.aio.AioRpcError(
+                            grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "lost"
+                        )
+                return result
+
+            return call
+
+        store._unary = lossy
+        s = sid()
+        await store.append(key(project, s), [entry(), entry()])
+        assert len(appends) == 2 and appends[0] == appends[1]
+        assert await summary_of(store, project, s) == {"count": 2, "batches": 1}
+        # The cache was dropped (the stored summary is unknown after a
+        # duplicate): the next append refetches and folds onto it.
+        await store.append(key(project, s), [entry()])
+        assert await summary_of(store, project, s) == {"count": 3, "batches": 2}
+
+    run(go())
