@@ -8,8 +8,10 @@ import json
 import logging
 import os
 import random
+import threading
 import time
 import uuid
+import weakref
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import grpc
@@ -146,12 +148,11 @@ class SessiondStore:
         self._retry_window = retry_window
         self._backoff = tuple(backoff) or (1.0,)
         self._max_batch_bytes = max_batch_bytes
-        self._channel: Optional[grpc.aio.Channel] = None
-        self._stub: Optional[pb_grpc.SessiondStub] = None
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._lock: Optional[asyncio.Lock] = None
-        self._generation = 0
-        self._closing: "set[asyncio.Task[None]]" = set()
+        # One connection per event loop: a gRPC channel belongs to the loop
+        # it was made in, and agents may run the store from several
+        # (asyncio.run called more than once, threads).
+        self._conns: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Conn]" = weakref.WeakKeyDictionary()
+        self._conns_lock = threading.Lock()
         # (project_key, session_id) -> (version, summary) last stored by us.
         self._summaries: Dict[Tuple[str, str], Tuple[int, Optional[Dict[str, Any]]]] = {}
 
@@ -160,50 +161,56 @@ class SessiondStore:
 
     # ---- connection ------------------------------------------------------
 
-    async def _get_stub(self) -> Tuple[pb_grpc.SessiondStub, int]:
+    def _conn(self) -> "_Conn":
         loop = asyncio.get_running_loop()
-        if self._stub is not None and self._loop is loop:
-            return self._stub, self._generation
-        if self._lock is None or self._loop is not loop:
-            # First use, or a new event loop (asyncio.run called again): a
-            # channel belongs to the loop it was made in.
-            self._lock = asyncio.Lock()
-            self._loop = loop
-            self._channel = None
-            self._stub = None
-        async with self._lock:
-            if self._stub is None:
-                # The trust check connects a socket of its own: off the loop.
-                await loop.run_in_executor(None, _trust.verify, self.socket_path)
-                self._channel = grpc.aio.insecure_channel(
+        with self._conns_lock:
+            conn = self._conns.get(loop)
+            if conn is None:
+                conn = self._conns[loop] = _Conn()
+            return conn
+
+    async def _get_stub(self) -> Tuple[pb_grpc.SessiondStub, int]:
+        conn = self._conn()
+        if conn.stub is not None:
+            return conn.stub, conn.generation
+        async with conn.lock:
+            if conn.stub is None:
+                # Trust check first (see _trust): the folder is private to us
+                # or root, and the process serving the socket is ours or
+                # root's. gRPC then connects on its own, now and on every
+                # reconnect; the folder check is what makes that safe, since
+                # nobody else can swap the socket in a folder they cannot
+                # write. The probe connects a socket of its own: off the loop.
+                await asyncio.get_running_loop().run_in_executor(None, _trust.verify, self.socket_path)
+                conn.channel = grpc.aio.insecure_channel(
                     "unix:" + self.socket_path,
                     options=[
                         ("grpc.max_receive_message_length", -1),
                         ("grpc.max_send_message_length", -1),
                     ],
                 )
-                self._stub = pb_grpc.SessiondStub(self._channel)
-                self._generation += 1
-            return self._stub, self._generation
+                conn.stub = pb_grpc.SessiondStub(conn.channel)
+                conn.generation += 1
+            return conn.stub, conn.generation
 
     def _drop_channel(self, generation: int) -> None:
         """Forget a channel whose daemon went away, so the next call checks
         the socket again (the daemon may have been replaced) and connects at
         once instead of waiting out gRPC's reconnect backoff. Calls still
         running on it get a while to finish."""
-        if generation != self._generation or self._channel is None:
+        conn = self._conn()
+        if generation != conn.generation or conn.channel is None:
             return
-        channel = self._channel
-        self._channel = None
-        self._stub = None
+        channel, conn.channel, conn.stub = conn.channel, None, None
         task = asyncio.get_running_loop().create_task(channel.close(grace=self._timeout))
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        conn.closing.add(task)
+        task.add_done_callback(conn.closing.discard)
 
     async def close(self) -> None:
-        """Close the connection (a later call opens a new one)."""
-        channel, self._channel, self._stub = self._channel, None, None
-        if channel is not None and self._loop is asyncio.get_running_loop():
+        """Close this event loop's connection (a later call opens a new one)."""
+        conn = self._conn()
+        channel, conn.channel, conn.stub = conn.channel, None, None
+        if channel is not None:
             await channel.close()
 
     async def __aenter__(self) -> "SessiondStore":
@@ -428,6 +435,17 @@ class SessiondStore:
                 return []
             raise
         return list(response.subkeys)
+
+
+class _Conn:
+    """A store's connection in one event loop."""
+
+    def __init__(self) -> None:
+        self.channel: Optional[grpc.aio.Channel] = None
+        self.stub: Optional[pb_grpc.SessiondStub] = None
+        self.lock = asyncio.Lock()
+        self.generation = 0
+        self.closing: "set[asyncio.Task[None]]" = set()
 
 
 def _summary_data(data: bytes) -> Any:

@@ -211,3 +211,36 @@ def test_lost_answer_with_summary_folds_once(new_store, project):
         assert await summary_of(store, project, s) == {"count": 3, "batches": 2}
 
     run(go())
+
+
+def test_one_store_shared_by_two_threads(new_store, project):
+    """One store used at once from two threads, each with its own event loop
+    (each gets its own connection)."""
+    import threading
+
+    store = new_store(fold=count_fold)
+    s = sid()
+    errors = []
+
+    def worker(n):
+        async def go():
+            for i in range(15):
+                await store.append(key(project, s), [entry("%d-%d" % (n, i))])
+
+        try:
+            asyncio.run(go())
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+    async def check():
+        assert len(await store.load(key(project, s))) == 30
+        assert await summary_of(store, project, s) == {"count": 30, "batches": 30}
+
+    run(check())
