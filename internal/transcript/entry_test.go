@@ -564,3 +564,20 @@ func baselineNormalize(b *testing.B, entry []byte) {
 		b.Fatal(err)
 	}
 }
+
+func TestAgentMetaSidecar(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{"type":"agent_metadata","agentType":"general-purpose","toolUseId":"toolu_1","description":"d é \ud83d"}`,
+			`{"agentType":"general-purpose","toolUseId":"toolu_1","description":"d é \ud83d"}`},
+		{`{"agentType":"x","type":"agent_metadata","finished":true}`, `{"agentType":"x","finished":true}`},
+		{`{"type":"agent_metadata"}`, `{}`},
+		{`{"type":"user","agentType":"x"}`, ""},
+		{`{"type":"agent_metadata"`, ""},
+		{`{"message":{"type":"agent_metadata"}}`, ""},
+	} {
+		got, ok := AgentMetaSidecar([]byte(c.in))
+		if ok != (c.want != "") || string(got) != c.want {
+			t.Errorf("AgentMetaSidecar(%s) = %s, %v; want %q", c.in, got, ok, c.want)
+		}
+	}
+}

@@ -335,3 +335,29 @@ func checkSDKSessionID(what, id string) error {
 	}
 	return nil
 }
+
+// AgentMetaSidecar returns the content of a subagent's .meta.json sidecar
+// for line when line is an "agent_metadata" entry, the form in which the
+// SDK mirrors the sidecar to a SessionStore: the entry without its "type"
+// member, the other members' bytes and order kept. ok is false for any
+// other line.
+func AgentMetaSidecar(line []byte) (sidecar []byte, ok bool) {
+	if t, found := TopLevelString(line, "type"); !found || t != "agent_metadata" {
+		return nil, false
+	}
+	start, _ := trimWS(line)
+	out := []byte{'{'}
+	eachMember(line, start, func(m objMember) bool {
+		if keyIs(line, m.key, "type") {
+			return true
+		}
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(out, line[m.key.start:m.key.end]...)
+		out = append(out, ':')
+		out = append(out, line[m.val.start:m.val.end]...)
+		return true
+	})
+	return append(out, '}'), true
+}

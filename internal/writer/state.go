@@ -65,6 +65,7 @@ type state struct {
 	ids          idSet
 	store        storeState // summary and recent batch ids (store.go)
 	storeDirty   bool       // store holds what its sidecar does not
+	agentMeta    []byte     // a subagent's .meta.json from its last agent_metadata entry, not yet written
 	pending      []pendingEntry
 	pendingBytes int64
 
@@ -228,6 +229,7 @@ func (st *state) replay(spans []journal.Span) (dropped bool, err error) {
 		}
 		keep = append(keep, spans[i])
 		st.addPending(spans[i], len(line))
+		st.noteAgentMeta(line)
 		size += int64(len(line)) + 1
 		return nil
 	})
@@ -283,9 +285,10 @@ func (st *state) removeStaleTemps() {
 	sweep(st.dir, func(n string) bool { return strings.HasPrefix(n, prefix) && strings.HasSuffix(n, ".tmp") })
 	jprefix := filepath.Base(st.jpath) + ".tmp-"
 	sweep(filepath.Dir(st.jpath), func(n string) bool { return strings.HasPrefix(n, jprefix) })
-	sp := st.cfg.Layout.StorePath(st.key)
-	sprefix := storeTempPrefix(sp)
-	sweep(filepath.Dir(sp), func(n string) bool { return strings.HasPrefix(n, sprefix) && strings.HasSuffix(n, ".tmp") })
+	for _, sp := range []string{st.cfg.Layout.StorePath(st.key), strings.TrimSuffix(st.canonPath, layout.TranscriptExt) + ".meta.json"} {
+		sprefix := storeTempPrefix(sp)
+		sweep(filepath.Dir(sp), func(n string) bool { return strings.HasPrefix(n, sprefix) && strings.HasSuffix(n, ".tmp") })
+	}
 }
 
 // scanCanonical reads the canonical file once: its line count, the uuids
@@ -436,7 +439,7 @@ func (st *state) addPending(sp journal.Span, size int) {
 func (st *state) newGeneration() error {
 	// The journal about to be replaced may be the only copy of batch ids
 	// and a summary: they go to the sidecar first.
-	if err := st.saveStore(); err != nil {
+	if err := st.saveSidecars(); err != nil {
 		return err
 	}
 	if err := fsys.MkdirAll(st.fs, filepath.Dir(st.jpath), 0o700); err != nil {
@@ -550,9 +553,11 @@ func (st *state) commit(group []*appendReq) {
 				st.ids.add(res.UUID)
 			}
 			st.addPending(sp, res.Size)
+			line := live[s.req].entries[s.entry].Line
 			if st.ent != nil {
-				st.ent.AddValid(live[s.req].entries[s.entry].Line)
+				st.ent.AddValid(line)
 			}
+			st.noteAgentMeta(line)
 		})
 		if err != nil {
 			for _, r := range live {
@@ -695,6 +700,12 @@ func (st *state) compact(reason string) error {
 			return st.compact(reason)
 		}
 		return fmt.Errorf("compact %s: the transcript keeps changing under another writer; will retry later: %w", st.key, errdefs.ErrUnavailable)
+	}
+	// The sidecars go first: once the marker is down, recovery takes the
+	// journal as compacted and no longer reads what it holds.
+	if err := st.saveSidecars(); err != nil {
+		st.fs.Remove(tmpPath)
+		return fmt.Errorf("compact %s: %w", st.key, err)
 	}
 	// From here on a failure leaves the disk in a state only recovery may
 	// judge, so the writer fails and reopens from disk.

@@ -318,3 +318,36 @@ func TestSummaryStaleAfterOtherAppends(t *testing.T) {
 		t.Fatalf("current summary mtime %d, session %d after compaction: want equal", s, l)
 	}
 }
+
+// TestAgentMetaBecomesSidecar: the last agent_metadata entry of a subagent
+// transcript becomes its .meta.json (without "type") when compacted, and
+// the entries stay in the transcript, as the store must return them.
+func TestAgentMetaBecomesSidecar(t *testing.T) {
+	c := fstest.NewCrashFS()
+	m := newCrashManager(t, c, nil)
+	k := fixedKey(1, "subagents/agent-x")
+	mustAppendTo(t, m, k, `{"type":"agent_metadata","agentType":"Explore","toolUseId":"toolu_1"}`, `{"type":"user","isSidechain":true,"uuid":"s1"}`)
+	mustAppendTo(t, m, k, `{"type":"agent_metadata","agentType":"Explore","toolUseId":"toolu_1","finished":true}`)
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	closeManager(t, m)
+	meta, err := c.ReadFile(strings.TrimSuffix(crashLayout.TranscriptPath(k), ".jsonl") + ".meta.json")
+	if err != nil || string(meta) != `{"agentType":"Explore","toolUseId":"toolu_1","finished":true}` {
+		t.Fatalf(".meta.json = %q, %v", meta, err)
+	}
+	if got := transcriptLines(t, c, k); len(got) != 3 {
+		t.Fatalf("transcript %q, want the 3 entries", got)
+	}
+	// A main transcript's agent_metadata-typed entry makes no sidecar.
+	m = newCrashManager(t, c, nil)
+	main := fixedKey(1, "")
+	mustAppendTo(t, m, main, `{"type":"agent_metadata","agentType":"x"}`)
+	if _, err := m.Flush(bg, main); err != nil {
+		t.Fatal(err)
+	}
+	closeManager(t, m)
+	if _, err := c.ReadFile(strings.TrimSuffix(crashLayout.TranscriptPath(main), ".jsonl") + ".meta.json"); err == nil {
+		t.Fatal("a main transcript got a .meta.json")
+	}
+}

@@ -20,19 +20,25 @@ import (
 // same Manager that every workload also writes to, which nothing may
 // disturb.
 var (
-	kGroup   = fixedKey(1, "")
-	kBy      = fixedKey(2, "")
-	kCompact = fixedKey(3, "")
-	kSrc     = fixedKey(4, "")
-	kFork    = fixedKey(5, "")
-	kRepair  = fixedKey(6, "")
-	kDel     = fixedKey(7, "")
-	kDelSub  = fixedKey(7, "subagents/agent-a")
-	kStore   = fixedKey(8, "")
+	kGroup    = fixedKey(1, "")
+	kBy       = fixedKey(2, "")
+	kCompact  = fixedKey(3, "")
+	kSrc      = fixedKey(4, "")
+	kFork     = fixedKey(5, "")
+	kRepair   = fixedKey(6, "")
+	kDel      = fixedKey(7, "")
+	kDelSub   = fixedKey(7, "subagents/agent-a")
+	kStore    = fixedKey(8, "")
+	kStoreSub = fixedKey(8, "subagents/agent-s")
 )
 
 func allWorkloads() []*workload {
 	return []*workload{wlGroupCommit(), wlCompaction(), wlFork(), wlRepair(), wlDeleteRestore(), wlStore()}
+}
+
+// storeAgentMeta is an agent_metadata entry as the SDK mirrors it.
+func storeAgentMeta(finished bool) string {
+	return fmt.Sprintf(`{"type":"agent_metadata","agentType":"general-purpose","finished":%v}`, finished)
 }
 
 // wlStore: SessionStore appends, as the adapters send them: uuid-less
@@ -47,10 +53,14 @@ func wlStore() *workload {
 		name:           "store",
 		cfg:            func(c *Config) { c.MinCompactBytes = 1 },
 		appendsCompact: true,
-		probe:          []layout.Key{kStore, kBy},
+		probe:          []layout.Key{kStore, kBy, kStoreSub},
 		run: func(w *world) {
 			w.storeBatches, w.storeSummaries = map[string]*sent{}, map[uint64]string{}
 			w.append(0, kBy, line(kBy, w.id(), "by0"))
+			// A subagent whose metadata the SDK mirrors as entries: the
+			// last one becomes its .meta.json.
+			w.storeBatches["sub-0"], _, _ = w.appendOpt(2, kStoreSub, AppendOptions{BatchID: "sub-0"}, storeAgentMeta(false), line(kStoreSub, "", "sub0"))
+			w.storeBatches["sub-1"], _, _ = w.appendOpt(2, kStoreSub, AppendOptions{BatchID: "sub-1"}, line(kStoreSub, "", "sub1"), storeAgentMeta(true))
 			version := uint64(0)
 			for i := 0; i < 4; i++ {
 				id, data := fmt.Sprintf("batch-%d", i), fmt.Sprintf(`{"n":%d}`, i+1)
@@ -71,16 +81,20 @@ func wlStore() *workload {
 			w.flush(kStore)
 		},
 		check: func(w *world, v *fstest.CrashFS) []string {
-			m := newCrashManager(w.t, v.KillClone(), w.wl)
+			vc := v.KillClone()
+			m := newCrashManager(w.t, vc, w.wl)
 			defer closeQuietly(m)
 			if _, err := m.Recover(w.ctx); err != nil {
 				return []string{fmt.Sprintf("store check: recover: %v", err)}
 			}
 			var probs []string
 			var lastAcked uint64
-			for i := 0; i < len(w.storeBatches); i++ {
+			for i := 0; ; i++ {
 				id := fmt.Sprintf("batch-%d", i)
 				b := w.storeBatches[id]
+				if b == nil {
+					break
+				}
 				if !b.acked {
 					continue
 				}
@@ -89,6 +103,22 @@ func wlStore() *workload {
 				if err != nil || !r.DuplicateBatch {
 					probs = append(probs, fmt.Sprintf("acknowledged batch %s resent after recovery: %+v, %v; want a duplicate batch", id, r, err))
 				}
+			}
+			// The subagent's sidecar is the last acknowledged metadata (or
+			// a later one that reached the disk) once compacted.
+			if _, err := m.FlushAll(w.ctx); err != nil {
+				probs = append(probs, fmt.Sprintf("store check: flush: %v", err))
+			}
+			metaPath := strings.TrimSuffix(crashLayout.TranscriptPath(kStoreSub), ".jsonl") + ".meta.json"
+			meta, _ := vc.ReadFile(metaPath)
+			wantMeta := ""
+			for _, id := range []string{"sub-0", "sub-1"} {
+				if b := w.storeBatches[id]; b != nil && b.acked {
+					wantMeta = map[string]string{"sub-0": `{"agentType":"general-purpose","finished":false}`, "sub-1": `{"agentType":"general-purpose","finished":true}`}[id]
+				}
+			}
+			if wantMeta != "" && string(meta) != wantMeta && !(wantMeta != `{"agentType":"general-purpose","finished":true}` && string(meta) == `{"agentType":"general-purpose","finished":true}`) {
+				probs = append(probs, fmt.Sprintf("subagent .meta.json is %q, want %q", meta, wantMeta))
 			}
 			sums, err := m.ListSummaries(w.ctx, kStore.ProjectKey, kStore.SessionID)
 			switch {
