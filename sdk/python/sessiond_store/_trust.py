@@ -120,6 +120,14 @@ def verify(path: str, probe_timeout: float = 5.0) -> None:
     """
     own = os.geteuid()
     check_folder(path, own)
+    check_peer(path, own, probe_timeout)
+
+
+def check_peer(path: str, own_uid: Optional[int] = None, probe_timeout: float = 5.0) -> None:
+    """Check (b) alone: connect, ask the kernel who serves the socket,
+    close without sending anything. Safe on its own only for a socket in a
+    folder that passed (a)."""
+    own = os.geteuid() if own_uid is None else own_uid
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(probe_timeout)

@@ -151,8 +151,14 @@ def test_folder_and_listener_of_another_user_refused(verify_calls):
         msg = str(err.value)
         assert path in msg and "uid %d" % NOBODY in msg and folder in msg
         assert verify_calls == [path]
+        # The folder check refused it without connecting; the peer check on
+        # its own refuses it too, having connected but sent nothing.
+        with pytest.raises(UntrustedSocketError) as peer_err:
+            trust.check_peer(path)
+        assert peer_err.value.server_uid == NOBODY
+        assert "uid %d (pid " % NOBODY in str(peer_err.value)
         stats = listener.stats()
-        assert stats["uid"] == NOBODY and stats["conns"] == 0 and stats["bytes"] == 0
+        assert stats["uid"] == NOBODY and stats["conns"] == 1 and stats["bytes"] == 0
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
