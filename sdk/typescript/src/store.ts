@@ -15,17 +15,18 @@ import {
 
 import { Connection } from "./channel.js";
 import { isServiceError, REASON_SUMMARY_CONFLICT, SessiondError, toSessiondError } from "./errors.js";
-import type {
-  AppendRequest,
-  AppendResponse,
-  Entry,
-  ListSessionsResponse,
-  ListSubkeysResponse,
-  ListSummariesResponse,
-  ReadResponse,
-  SessiondClient,
-  SessionRef,
-  SessionSummary,
+import {
+  EntryOutcome,
+  type AppendRequest,
+  type AppendResponse,
+  type Entry,
+  type ListSessionsResponse,
+  type ListSubkeysResponse,
+  type ListSummariesResponse,
+  type ReadResponse,
+  type SessiondClient,
+  type SessionRef,
+  type SessionSummary,
 } from "./gen/sessiond/v1/sessiond.js";
 import { defaultSocketPath, SocketMissingError, UntrustedSocketError } from "./socket.js";
 
@@ -78,7 +79,14 @@ const MAX_SUMMARY_CONFLICTS = 20;
  * stored yet; data then is what to fold onto, possibly a fold of the
  * entries the session already holds).
  */
-type Summary = { data: Record<string, unknown> | undefined; version: number };
+type Summary = {
+  data: Record<string, unknown> | undefined;
+  version: number;
+  /** Lines of the transcript the summary covers, when known. */
+  covered?: number;
+  /** Lines were appended without a summary since: fold the whole transcript again. */
+  rebuild?: boolean;
+};
 
 type BatchMemo = { id: string; digest: string };
 
@@ -183,7 +191,9 @@ export class SessiondStore implements SessionStore {
         agentConfigDir: this.agentConfigDir(),
       };
       if (main) {
-        const prev = this.summaries.get(sid) ?? (await this.baseSummary(key));
+        let prev = this.summaries.get(sid);
+        if (prev === undefined) prev = await this.baseSummary(key);
+        else if (prev.rebuild) prev = await this.foldTranscript(key, prev.version);
         const next = foldSessionSummary(
           prev.data === undefined ? undefined : { sessionId: key.sessionId, mtime: 0, data: prev.data },
           key,
@@ -191,7 +201,7 @@ export class SessiondStore implements SessionStore {
           { mtime: Date.now() },
         );
         const data = encodeSummary(next.data);
-        folded = { data: next.data, version: prev.version };
+        folded = { data: next.data, version: prev.version, covered: prev.covered };
         if (!this.summariesUnsupported) req.summary = { data, expectedVersion: folded.version };
       }
       try {
@@ -204,7 +214,18 @@ export class SessiondStore implements SessionStore {
             // keeps no summaries: what is stored now is not what we folded.
             this.summaries.delete(sid);
           } else {
-            this.summaries.set(sid, { data: folded!.data, version: resp.summaryVersion });
+            // Lines another writer appended without a summary (sessionctl
+            // rename or tag, the CLI writing on its own) since the summary
+            // we folded onto are not in the one just stored: when the count
+            // shows some, the next batch folds the whole transcript again.
+            const stored = resp.results.filter((r) => r.outcome === EntryOutcome.ENTRY_OUTCOME_STORED).length;
+            const complete = folded!.covered === undefined || resp.entries === folded!.covered + stored;
+            this.summaries.set(
+              sid,
+              complete
+                ? { data: folded!.data, version: resp.summaryVersion, covered: resp.entries }
+                : { data: undefined, version: resp.summaryVersion, rebuild: true },
+            );
           }
         }
         return resp;
@@ -255,36 +276,42 @@ export class SessiondStore implements SessionStore {
       // the transcript.
       if (data !== undefined && !isForeignSummary(data)) return { data, version: stored.version };
     }
-    const entries = await this.load({ projectKey: key.projectKey, sessionId: key.sessionId });
-    data = entries === null || entries.length === 0 ? undefined : foldSessionSummary(undefined, key, entries).data;
-    return { data, version: stored?.version ?? 0 };
+    return this.foldTranscript(key, stored?.version ?? 0);
+  }
+
+  // foldTranscript folds every entry the main transcript holds, to be
+  // stored over the summary of the given version.
+  private async foldTranscript(key: SessionKey, version: number): Promise<Summary> {
+    const main = { projectKey: key.projectKey, sessionId: key.sessionId };
+    const lines = await this.readLines(main);
+    const entries = lines === null ? [] : entriesOf(lines);
+    const data = entries.length === 0 ? undefined : foldSessionSummary(undefined, main, entries).data;
+    return { data, version, covered: lines?.length ?? 0 };
   }
 
   async load(key: SessionKey): Promise<SessionStoreEntry[] | null> {
     checkKey(key);
-    let lines: Entry[];
-    try {
-      lines = await this.rpc({ op: "load", timeoutMs: this.opts.loadTimeoutMs }, (c, o) =>
-        collect(c.read({ session: ref(key), fromIndex: 0, tail: 0 }, new Metadata(), o)),
-      );
-    } catch (err) {
-      if (isCode(err, Status.NOT_FOUND)) return null;
-      throw err;
-    }
+    const lines = await this.readLines(key);
     // A transcript without a single line was never written through the
     // store (sessiond does not create empty transcripts): null, as for a key
     // never written. Lines that are not one JSON object (torn by a crash of
     // another writer, or foreign) are skipped, as the official readers skip
     // lines that fail to parse; a transcript holding only such lines loads
     // as [] (it exists, nothing in it is readable).
-    if (lines.length === 0) return null;
-    const out: SessionStoreEntry[] = [];
-    for (const line of lines) {
-      if (line.malformed) continue;
-      const entry = parseEntry(line.data);
-      if (entry !== undefined) out.push(entry);
+    if (lines === null || lines.length === 0) return null;
+    return entriesOf(lines);
+  }
+
+  // readLines reads every line of a transcript; null when there is none.
+  private async readLines(key: SessionKey): Promise<Entry[] | null> {
+    try {
+      return await this.rpc({ op: "load", timeoutMs: this.opts.loadTimeoutMs }, (c, o) =>
+        collect(c.read({ session: ref(key), fromIndex: 0, tail: 0 }, new Metadata(), o)),
+      );
+    } catch (err) {
+      if (isCode(err, Status.NOT_FOUND)) return null;
+      throw err;
     }
-    return out;
   }
 
   async listSessions(projectKey: string): Promise<Array<{ sessionId: string; mtime: number }>> {
@@ -510,6 +537,19 @@ function serializeEntry(entry: SessionStoreEntry, i: number): Buffer {
     throw new TypeError(`entry ${i} is not a JSON object (${entry === null ? "null" : Array.isArray(entry) ? "an array" : typeof entry})`);
   }
   return Buffer.from(text, "utf8");
+}
+
+// entriesOf parses the lines that are one JSON object each and skips the
+// others: those the daemon marks malformed, and (should it not mark one)
+// any that fails to parse or is not an object.
+function entriesOf(lines: Entry[]): SessionStoreEntry[] {
+  const out: SessionStoreEntry[] = [];
+  for (const line of lines) {
+    if (line.malformed) continue;
+    const entry = parseEntry(line.data);
+    if (entry !== undefined) out.push(entry);
+  }
+  return out;
 }
 
 function parseEntry(data: Buffer): SessionStoreEntry | undefined {
