@@ -20,7 +20,7 @@
 //
 //	offset size field
 //	0      4    payload length n (at most Options.MaxRecord)
-//	4      1    record type: 1 Header, 2 Entry, 3 Commit, 4 Compacted (0 is invalid: zero fill never parses)
+//	4      1    record type: 1 Header, 2 Entry, 3 Commit, 4 Compacted, 5 Meta (0 is invalid: zero fill never parses)
 //	5      3    reserved, must be zero
 //	8      4    CRC32C (Castagnoli)
 //	12     4    position in write: (this frame's offset - offset where the write() that carried it began) / 8
@@ -45,6 +45,12 @@
 //     acknowledged.
 //   - Compacted: payload = size int64 and tail fingerprint uint32 of the
 //     canonical file the writer is about to install by rename.
+//   - Meta: what the caller says about one batch as a whole (its id, the
+//     session summary that goes with it), opaque to the journal, at most
+//     MaxMeta bytes. Optional; when present it follows the batch's last Entry
+//     and precedes its Commit, in the same write, so it is durable exactly
+//     when the batch is. Open returns it as Batch.Meta. A journal with Meta
+//     records cannot be read by a sessiond older than the record type.
 //
 // # Recovery: torn tail or corruption
 //
@@ -53,7 +59,8 @@
 // corruption, which it refuses to guess about. Invalid means: partial,
 // failing a field check or its checksum, or contradicting the frames before
 // it (a Header that is not first, a Commit whose seq is not the previous
-// one + 1 or whose count differs from the Entry records before it, a new
+// one + 1 or whose count differs from the Entry records before it, a Meta
+// record that is not between a batch's entries and its Commit, a new
 // write beginning while entries lack their Commit, a position-in-write that
 // disagrees with the rest of its write, a Commit or Compacted payload that
 // is not 12 bytes).

@@ -132,7 +132,7 @@ func TestFrameRejects(t *testing.T) {
 		{"length shortened", func() []byte { f := entry(10); f[0] = 9; return f }, testGen, errChecksum},
 		{"type changed to commit", func() []byte { f := entry(10); f[4] = byte(typeCommit); return f }, testGen, errChecksum},
 		{"type 0 (zero fill)", func() []byte { return make([]byte, 32) }, testGen, errRecordType},
-		{"type 5", func() []byte { f := entry(10); f[4] = 5; fixCRC(f, testGen); return f }, testGen, errRecordType},
+		{"type 6", func() []byte { f := entry(10); f[4] = 6; fixCRC(f, testGen); return f }, testGen, errRecordType},
 		{"type 255", func() []byte { f := entry(10); f[4] = 255; fixCRC(f, testGen); return f }, testGen, errRecordType},
 		{"reserved byte 5", func() []byte { f := entry(10); f[5] = 1; fixCRC(f, testGen); return f }, testGen, errReserved},
 		{"reserved byte 6", func() []byte { f := entry(10); f[6] = 0x40; fixCRC(f, testGen); return f }, testGen, errReserved},
