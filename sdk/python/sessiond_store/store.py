@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import inspect
 import json
 import logging
@@ -12,7 +14,8 @@ import threading
 import time
 import uuid
 import weakref
-from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from collections import OrderedDict
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import grpc
 import grpc.aio
@@ -122,10 +125,14 @@ class SessiondStore:
     each append. sessiond refuses appends when it is its own root (the CLI
     and sessiond would both write each file).
 
-    timeout: seconds one call may take. Calls that fail with UNAVAILABLE or
-    DEADLINE_EXCEEDED are tried again, up to tries attempts, while less than
-    retry_window seconds have passed since the first (an append keeps its
-    batch id, so the daemon stores it once).
+    timeout: seconds one call may take (load_timeout for reading a whole
+    transcript). Calls that fail with UNAVAILABLE or DEADLINE_EXCEEDED, or
+    find no daemon, are tried again, up to tries attempts, backoff seconds
+    apart, none started retry_window seconds after the first (an append
+    keeps its batch id, so the daemon stores it once).
+
+    max_batch_bytes: an append whose entries exceed it is sent as several
+    requests (sessiond takes 64 MiB per request by default).
     """
 
     def __init__(
@@ -135,6 +142,7 @@ class SessiondStore:
         fold: Any = SDK_FOLD,
         agent_config_dir: Optional[str] = None,
         timeout: float = 30.0,
+        load_timeout: float = 120.0,
         tries: int = 3,
         retry_window: float = 10.0,
         backoff: Sequence[float] = (1.0, 4.0),
@@ -144,6 +152,7 @@ class SessiondStore:
         self.fold: Optional[Fold] = _sdk_fold() if isinstance(fold, _Default) else fold
         self._agent_config_dir = agent_config_dir
         self._timeout = timeout
+        self._load_timeout = load_timeout
         self._tries = max(1, tries)
         self._retry_window = retry_window
         self._backoff = tuple(backoff) or (1.0,)
@@ -153,8 +162,10 @@ class SessiondStore:
         # (asyncio.run called more than once, threads).
         self._conns: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Conn]" = weakref.WeakKeyDictionary()
         self._conns_lock = threading.Lock()
-        # (project_key, session_id) -> (version, summary) last stored by us.
-        self._summaries: Dict[Tuple[str, str], Tuple[int, Optional[Dict[str, Any]]]] = {}
+        # (project_key, session_id) -> the summary this store last stored.
+        self._summaries: Dict[Tuple[str, str], _Summary] = {}
+        self._summaries_unsupported = False
+        self._batch_ids = _BatchIds()
 
     def __repr__(self) -> str:
         return "SessiondStore(socket_path=%r)" % self.socket_path
@@ -266,17 +277,59 @@ class SessiondStore:
     async def append(self, key: Any, entries: Sequence[Any]) -> None:
         """Store entries at the end of the transcript key names, durably.
 
-        Each call is one batch with a fresh id, so a retry (ours or the
-        SDK's after a lost answer) cannot store it twice; entries whose uuid
-        the transcript already holds are not stored again either.
+        Each call is one batch with its own id, so our retries cannot store
+        it twice. The SDK retries a failed append by calling again with the
+        same entries: when the last call for this transcript with exactly
+        these entries failed, the id is reused, so a batch that the daemon
+        stored before its answer was lost is not stored again. Entries whose
+        uuid the transcript already holds are not stored again either.
+        Appends to one transcript are sent one at a time, in call order.
         """
         project_key, session_id, subpath = _parse_key(key)
         entries = list(entries)
         if not entries:
             return
         payload = [encode_entry(e) for e in entries]
-        batch_id = str(uuid.uuid4())
+        transcript = (project_key, session_id, subpath)
+        digest = _digest(payload)
+        batch_id = self._batch_ids.reuse(transcript, digest)
+        # No await before the queue: the order of calls is the order of
+        # arrival in it.
+        async with self._in_order(transcript):
+            try:
+                await self._append_in_order(key, entries, payload, batch_id, transcript)
+            except BaseException:
+                self._batch_ids.failed(transcript, digest, batch_id)
+                raise
+        self._batch_ids.forget(transcript, digest)
+
+    @contextlib.asynccontextmanager
+    async def _in_order(self, transcript: Tuple[str, str, str]) -> AsyncIterator[None]:
+        queues = self._conn().queues
+        slot = queues.get(transcript)
+        if slot is None:
+            slot = queues[transcript] = _Queue()
+        slot.users += 1
+        try:
+            async with slot.lock:  # asyncio.Lock wakes waiters in FIFO order
+                yield
+        finally:
+            slot.users -= 1
+            if slot.users == 0:
+                queues.pop(transcript, None)
+
+    async def _append_in_order(
+        self, key: Any, entries: List[Any], payload: List[bytes], batch_id: str, transcript: Tuple[str, str, str]
+    ) -> None:
+        project_key, session_id, subpath = transcript
+        what = "append to %s/%s%s" % (project_key, session_id, "/" + subpath if subpath else "")
+        summarise = self.fold is not None and subpath == "" and not self._summaries_unsupported
         chunks = _chunks(payload, self._max_batch_bytes)
+        base: Optional[_Summary] = None
+        if summarise and len(chunks) > 1:
+            # Folded before the first part is stored: the summary sent with
+            # the last part covers the lines the earlier parts add too.
+            base = await self._summary_base(key, project_key, session_id)
         config_dir = self._agent_config_dir or os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(
             os.path.expanduser("~"), ".claude"
         )
@@ -284,104 +337,157 @@ class SessiondStore:
             request = pb.AppendRequest(
                 session=_ref(project_key, session_id, subpath),
                 entries=chunk,
+                # A batch too big for one request goes as several, each with
+                # an id derived from the batch's.
                 batch_id=batch_id if len(chunks) == 1 else "%s.%d" % (batch_id, i),
                 agent_config_dir=config_dir,
             )
-            last = i == len(chunks) - 1
-            if last and self.fold is not None and subpath == "":
-                # The summary goes with the last part, folded over them all.
-                await self._append_with_summary(request, key, entries, project_key, session_id)
-            else:
-                await self._call("append to %s/%s" % (project_key, session_id), self._unary("Append", request))
+            if summarise and i == len(chunks) - 1:
+                await self._send_with_summary(what, request, key, entries, base)
+                return
+            response = await self._call(what, self._unary("Append", request))
+            if base is not None and base.covered is not None:
+                base.covered += _stored(response)
 
-    async def _append_with_summary(
-        self, request: Any, key: Any, entries: List[Any], project_key: str, session_id: str
+    async def _send_with_summary(
+        self, what: str, request: Any, key: Any, entries: List[Any], base: Optional[_Summary]
     ) -> None:
-        what = "append to %s/%s" % (project_key, session_id)
+        project_key, session_id = request.session.project_key, request.session.session_id
         cache_key = (project_key, session_id)
-        for conflicts in range(100):
-            version, previous = self._summaries.get(cache_key, (0, None))
-            summary = await self._fold(previous, key, entries)
-            data = encode_entry(summary.get("data", {}))
+        for conflicts in range(_MAX_SUMMARY_CONFLICTS):
+            if base is None:
+                base = await self._summary_base(key, project_key, session_id)
+            if self._summaries_unsupported:
+                await self._call(what, self._unary("Append", request))
+                return
+            folded = await self._fold(base.summary, key, entries)
+            data = encode_entry(folded.get("data", {}))
             if len(data) > MAX_SUMMARY_BYTES:
                 log.warning(
-                    "%s: the folded summary is %d bytes, over sessiond's %d: stored the entries "
-                    "without updating the summary",
+                    "%s: the folded summary is %d bytes, over sessiond's limit of %d: the entries are "
+                    "stored, the summary is left as it was",
                     what,
                     len(data),
                     MAX_SUMMARY_BYTES,
                 )
                 request.ClearField("summary")
                 await self._call(what, self._unary("Append", request))
+                self._summaries[cache_key] = _Summary(base.version, None, None, rebuild=True)
                 return
-            request.summary.CopyFrom(pb.SummaryUpdate(data=data, expected_version=version))
+            request.summary.CopyFrom(pb.SummaryUpdate(data=data, expected_version=base.version))
             try:
                 response = await self._call(what, self._unary("Append", request))
             except SessiondError as exc:
+                self._summaries.pop(cache_key, None)
                 if exc.code != grpc.StatusCode.ABORTED or exc.reason != REASON_SUMMARY_CONFLICT:
                     raise
-                # Someone else stored a summary since ours: nothing of this
-                # batch was stored. Fold onto theirs and send it again, with
-                # the same batch id.
-                self._summaries[cache_key] = await self._current_summary(project_key, session_id)
+                # Another writer stored a summary since the one we folded
+                # onto; nothing of this batch was stored. Fold onto theirs
+                # and send again, with the same batch id.
+                base = None
                 if conflicts >= 3:
                     await asyncio.sleep(random.uniform(0, 0.005 * conflicts))
                 continue
-            if response.duplicate_batch:
-                # Stored by an earlier attempt whose answer was lost: the
-                # summary stored then is not known here.
+            if response.duplicate_batch or response.summary_version == 0:
+                # Stored by an earlier call whose answer was lost (with the
+                # summary folded then), or by a daemon that keeps no
+                # summaries: what is stored is not what we folded now.
                 self._summaries.pop(cache_key, None)
+            elif base.covered is not None and response.entries != base.covered + _stored(response):
+                # Lines appended without a summary (sessionctl rename or tag,
+                # a store without a fold) since the summary we folded onto:
+                # the next append folds the whole transcript again.
+                self._summaries[cache_key] = _Summary(response.summary_version, None, None, rebuild=True)
             else:
-                self._summaries[cache_key] = (response.summary_version, summary)
+                self._summaries[cache_key] = _Summary(response.summary_version, folded, response.entries)
             return
-        raise SessiondError("%s: the summary kept changing under 100 attempts to update it" % what)
+        raise SessiondError("%s: the summary kept changing through %d attempts to update it" % (what, _MAX_SUMMARY_CONFLICTS))
+
+    async def _summary_base(self, key: Any, project_key: str, session_id: str) -> _Summary:
+        """What the next batch of a session folds onto: the summary this
+        store stored last; else the one sessiond holds; else (none yet, or
+        one folded by another SDK, whose fields differ) a fold of the whole
+        transcript, so the first summary stored covers the whole session and
+        not only what this process appends."""
+        cached = self._summaries.get((project_key, session_id))
+        if cached is not None and not cached.rebuild:
+            return cached.copy()
+        if cached is not None:
+            return await self._fold_transcript(key, project_key, session_id, cached.version)
+        try:
+            stored = await self._stored_summary(project_key, session_id)
+        except SessiondError as exc:
+            if exc.code != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            log.warning("sessiond at %s keeps no summaries (it predates ListSummaries)", self.socket_path)
+            self._summaries_unsupported = True
+            return _Summary(0, None, None)
+        if stored is not None and _ours(stored.summary):
+            return stored
+        return await self._fold_transcript(key, project_key, session_id, stored.version if stored else 0)
+
+    async def _fold_transcript(self, key: Any, project_key: str, session_id: str, version: int) -> _Summary:
+        main = {"project_key": project_key, "session_id": session_id}
+        lines = await self._read_lines(main, project_key, session_id, "")
+        if not lines:
+            return _Summary(version, None, 0)
+        entries = _entries_of(lines)
+        summary = await self._fold(None, main, entries) if entries else None
+        return _Summary(version, summary, len(lines))
 
     async def _fold(self, previous: Optional[Dict[str, Any]], key: Any, entries: List[Any]) -> Dict[str, Any]:
         assert self.fold is not None
         result = self.fold(previous, key, entries)
         if inspect.isawaitable(result):
             result = await result
-        if not isinstance(result, Mapping):
-            raise TypeError("fold returned %r, not a summary mapping with a data field" % (result,))
+        if not isinstance(result, Mapping) or not isinstance(result.get("data", {}), Mapping):
+            raise TypeError("the fold returned %r, not a summary with a data mapping" % (result,))
         return dict(result)
 
-    async def _current_summary(self, project_key: str, session_id: str) -> Tuple[int, Optional[Dict[str, Any]]]:
+    async def _stored_summary(self, project_key: str, session_id: str) -> Optional[_Summary]:
+        for s in await self._list_summaries(project_key, session_id):
+            if s.session_id == session_id:
+                summary = {"session_id": s.session_id, "mtime": s.mtime_ms, "data": _json_object(s.data)}
+                return _Summary(s.version, summary, None)
+        return None
+
+    async def _list_summaries(self, project_key: str, session_id: str = "") -> List[Any]:
         request = pb.ListSummariesRequest(project_key=project_key, session_id=session_id)
         try:
-            response = await self._call("list summaries of %s" % project_key, self._unary("ListSummaries", request))
+            response = await self._call("list the summaries of %s" % project_key, self._unary("ListSummaries", request))
         except SessiondError as exc:
             if exc.code == grpc.StatusCode.NOT_FOUND:
-                return 0, None
+                return []
             raise
-        for s in response.summaries:
-            if s.session_id == session_id:
-                return s.version, {"session_id": s.session_id, "mtime": s.mtime_ms, "data": _summary_data(s.data)}
-        return 0, None
+        return list(response.summaries)
 
-    async def load(self, key: Any) -> Optional[List[Dict[str, Any]]]:
-        """The transcript's entries in order, or None when it was never
-        written (or was deleted). Lines that are not a JSON object are
-        skipped, as the official readers skip them."""
-        project_key, session_id, subpath = _parse_key(key)
+    async def _read_lines(self, key: Any, project_key: str, session_id: str, subpath: str) -> Optional[List[Any]]:
+        """Every line of a transcript (Entry messages), None when it has
+        none or does not exist."""
         request = pb.ReadRequest(session=_ref(project_key, session_id, subpath))
 
-        async def read_all(stub: pb_grpc.SessiondStub) -> List[Dict[str, Any]]:
-            out: List[Dict[str, Any]] = []
-            async for response in stub.Read(request, timeout=self._timeout):
-                for entry in response.entries:
-                    if entry.malformed:
-                        continue
-                    value = decode_entry(entry.data)
-                    if value is not None:
-                        out.append(value)
+        async def read_all(stub: pb_grpc.SessiondStub) -> List[Any]:
+            out: List[Any] = []
+            async for response in stub.Read(request, timeout=self._load_timeout):
+                out.extend(response.entries)
             return out
 
         try:
-            return await self._call("read %s/%s" % (project_key, session_id), read_all)
+            lines = await self._call("read %s/%s" % (project_key, session_id), read_all)
         except SessiondError as exc:
             if exc.code == grpc.StatusCode.NOT_FOUND:
                 return None
             raise
+        return lines or None
+
+    async def load(self, key: Any) -> Optional[List[Dict[str, Any]]]:
+        """The transcript's entries in order; None when it was never written
+        (or was deleted). Lines that are not one JSON object (torn by a crash
+        of another writer, or foreign) are skipped, as the official readers
+        skip them."""
+        project_key, session_id, subpath = _parse_key(key)
+        lines = await self._read_lines(key, project_key, session_id, subpath)
+        return None if lines is None else _entries_of(lines)
 
     async def list_sessions(self, project_key: str) -> List[Dict[str, Any]]:
         """[{"session_id", "mtime"}] of the project's main transcripts, mtime
@@ -393,22 +499,44 @@ class SessiondStore:
             if exc.code == grpc.StatusCode.NOT_FOUND:
                 return []
             raise
-        return [{"session_id": s.session.session_id, "mtime": s.modified_ms} for s in response.sessions]
+        return [
+            {"session_id": s.session.session_id, "mtime": s.modified_ms}
+            for s in response.sessions
+            if s.session.subpath == ""
+        ]
 
     async def list_session_summaries(self, project_key: str) -> List[Dict[str, Any]]:
         """[{"session_id", "mtime", "data"}] for the project's sessions that
-        have a summary, in one call."""
-        request = pb.ListSummariesRequest(project_key=project_key)
+        have a summary, in one call. A summary another SDK folded (the
+        TypeScript one names its fields differently) is left out: the SDK
+        reads such a session itself."""
         try:
-            response = await self._call("list summaries of %s" % project_key, self._unary("ListSummaries", request))
+            listed = await self._list_summaries(project_key)
         except SessiondError as exc:
-            if exc.code == grpc.StatusCode.NOT_FOUND:
-                return []
-            raise
-        return [
-            {"session_id": s.session_id, "mtime": s.mtime_ms, "data": _summary_data(s.data)}
-            for s in response.summaries
-        ]
+            if exc.code != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            return await self._fold_summaries(project_key)
+        out = []
+        for s in listed:
+            data = _json_object(s.data)
+            if _ours({"data": data}):
+                out.append({"session_id": s.session_id, "mtime": s.mtime_ms, "data": data})
+        return out
+
+    async def _fold_summaries(self, project_key: str) -> List[Dict[str, Any]]:
+        """Summaries folded from the transcripts, for a daemon that keeps
+        none."""
+        self._summaries_unsupported = True
+        if self.fold is None:
+            return []
+        out = []
+        for s in await self.list_sessions(project_key):
+            main = {"project_key": project_key, "session_id": s["session_id"]}
+            entries = await self.load(main)
+            if entries:
+                folded = await self._fold(None, main, entries)
+                out.append({"session_id": s["session_id"], "mtime": s["mtime"], "data": folded.get("data", {})})
+        return out
 
     async def delete(self, key: Any) -> None:
         """Move the transcript to sessiond's trash (a main key takes its
@@ -420,8 +548,9 @@ class SessiondStore:
         except SessiondError as exc:
             if exc.code != grpc.StatusCode.NOT_FOUND:
                 raise
-        if subpath == "":
-            self._summaries.pop((project_key, session_id), None)
+        finally:
+            if subpath == "":
+                self._summaries.pop((project_key, session_id), None)
 
     async def list_subkeys(self, key: Any) -> List[str]:
         """The session's subagent transcripts ("subagents/agent-..."), without
@@ -429,7 +558,9 @@ class SessiondStore:
         project_key, session_id, _ = _parse_key(key)
         request = pb.ListSubkeysRequest(session=_ref(project_key, session_id))
         try:
-            response = await self._call("list subkeys of %s/%s" % (project_key, session_id), self._unary("ListSubkeys", request))
+            response = await self._call(
+                "list the subkeys of %s/%s" % (project_key, session_id), self._unary("ListSubkeys", request)
+            )
         except SessiondError as exc:
             if exc.code == grpc.StatusCode.NOT_FOUND:
                 return []
@@ -438,7 +569,8 @@ class SessiondStore:
 
 
 class _Conn:
-    """A store's connection in one event loop."""
+    """A store's connection in one event loop, and the queues of appends
+    waiting for their turn on each transcript."""
 
     def __init__(self) -> None:
         self.channel: Optional[grpc.aio.Channel] = None
@@ -446,10 +578,122 @@ class _Conn:
         self.lock = asyncio.Lock()
         self.generation = 0
         self.closing: "set[asyncio.Task[None]]" = set()
+        self.queues: Dict[Tuple[str, str, str], _Queue] = {}
 
 
-def _summary_data(data: bytes) -> Any:
+class _Queue:
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
+class _Summary:
+    """A session's summary as this store knows it: the version sessiond
+    gave it (its compare-and-swap token), the summary itself
+    ({"session_id", "mtime", "data"}; None before the first), the number of
+    lines it covers when known, and rebuild when lines were appended without
+    it, so the next append must fold the whole transcript."""
+
+    __slots__ = ("version", "summary", "covered", "rebuild")
+
+    def __init__(self, version: int, summary: Optional[Dict[str, Any]], covered: Optional[int], rebuild: bool = False):
+        self.version = version
+        self.summary = summary
+        self.covered = covered
+        self.rebuild = rebuild
+
+    def copy(self) -> "_Summary":
+        return _Summary(self.version, self.summary, self.covered, self.rebuild)
+
+
+class _BatchIds:
+    """Batch ids of appends that failed, by transcript and content, so that
+    the SDK's retry of the same entries is sent under the same id. Kept
+    five minutes (sessiond remembers ids for ten), at most 1024."""
+
+    TTL = 300.0
+    MAX = 1024
+
+    def __init__(self) -> None:
+        self._ids: "OrderedDict[Tuple[Tuple[str, str, str], bytes], Tuple[str, float]]" = OrderedDict()
+        self._lock = threading.Lock()
+
+    def reuse(self, transcript: Tuple[str, str, str], digest: bytes) -> str:
+        now = time.monotonic()
+        with self._lock:
+            while self._ids:
+                oldest = next(iter(self._ids.values()))
+                if now - oldest[1] <= self.TTL:
+                    break
+                self._ids.popitem(last=False)
+            hit = self._ids.get((transcript, digest))
+        return hit[0] if hit else str(uuid.uuid4())
+
+    def failed(self, transcript: Tuple[str, str, str], digest: bytes, batch_id: str) -> None:
+        with self._lock:
+            self._ids.pop((transcript, digest), None)
+            self._ids[(transcript, digest)] = (batch_id, time.monotonic())
+            while len(self._ids) > self.MAX:
+                self._ids.popitem(last=False)
+
+    def forget(self, transcript: Tuple[str, str, str], digest: bytes) -> None:
+        with self._lock:
+            self._ids.pop((transcript, digest), None)
+
+
+_MAX_SUMMARY_CONFLICTS = 100
+
+# Fields only the TypeScript SDK's foldSessionSummary writes (the Python one
+# spells them in snake_case). A summary holding them was folded by a
+# TypeScript store sharing the daemon; the Python SDK cannot read it.
+_TS_SUMMARY_FIELDS = frozenset(
+    {
+        "isSidechain",
+        "createdAt",
+        "commandFallback",
+        "firstPrompt",
+        "firstPromptLocked",
+        "customTitle",
+        "aiTitle",
+        "lastPrompt",
+        "summaryHint",
+        "gitBranch",
+    }
+)
+
+
+def _ours(summary: Optional[Mapping[str, Any]]) -> bool:
+    data = summary.get("data") if summary else None
+    return isinstance(data, dict) and not (_TS_SUMMARY_FIELDS & data.keys())
+
+
+def _json_object(data: bytes) -> Any:
+    """A stored summary's data; None when it is not a JSON object."""
     try:
-        return json.loads(data.decode("utf-8")) if data else {}
+        value = json.loads(data.decode("utf-8")) if data else None
     except (UnicodeDecodeError, ValueError):
-        return {}
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _entries_of(lines: List[Any]) -> List[Dict[str, Any]]:
+    out = []
+    for line in lines:
+        if line.malformed:
+            continue
+        value = decode_entry(line.data)
+        if value is not None:
+            out.append(value)
+    return out
+
+
+def _stored(response: Any) -> int:
+    return sum(1 for r in response.results if r.outcome == pb.ENTRY_OUTCOME_STORED)
+
+
+def _digest(payload: Sequence[bytes]) -> bytes:
+    h = hashlib.sha256()
+    for data in payload:
+        h.update(len(data).to_bytes(8, "big"))
+        h.update(data)
+    return h.digest()

@@ -7,9 +7,11 @@ import asyncio
 import logging
 
 import grpc
+import grpc.aio
+import pytest
 
 from conftest import entry, key, run, sid
-from sessiond_store import SessiondStore
+from sessiond_store import SessiondStore, SessiondUnavailableError
 
 
 def count_fold(prev, key, entries):
@@ -46,15 +48,24 @@ def test_concurrent_stores_lose_no_fold(new_store, project):
         stores = [new_store(fold=count_fold) for _ in range(2)]
         s = sid()
         per_store = 25
-        refetches = []
+        conflicts = []
         for st in stores:
-            original = st._current_summary
+            original = st._unary
 
-            async def counted(*args, _original=original):
-                refetches.append(args)
-                return await _original(*args)
+            def counted(name, request, _original=original):
+                invoke = _original(name, request)
 
-            st._current_summary = counted
+                async def call(stub):
+                    try:
+                        return await invoke(stub)
+                    except grpc.aio.AioRpcError as exc:
+                        if exc.code() == grpc.StatusCode.ABORTED:
+                            conflicts.append(request.batch_id)
+                        raise
+
+                return call
+
+            st._unary = counted
 
         async def writer(store, n):
             for i in range(per_store):
@@ -65,7 +76,7 @@ def test_concurrent_stores_lose_no_fold(new_store, project):
         loaded = await stores[1].load(key(project, s))
         assert len(loaded) == expected_entries
         assert await summary_of(stores[1], project, s) == {"count": expected_entries, "batches": 3 * per_store}
-        assert refetches, "no SUMMARY_CONFLICT happened: the test proves nothing"
+        assert conflicts, "no SUMMARY_CONFLICT happened: the test proves nothing"
 
     run(go())
 
@@ -244,3 +255,151 @@ def test_one_store_shared_by_two_threads(new_store, project):
         assert await summary_of(store, project, s) == {"count": 30, "batches": 30}
 
     run(check())
+
+
+def _append_raw(daemon, project, session_id, entries, summary=None, expected_version=0):
+    from sessiond_store._encode import encode_entry
+    from sessiond_store.gen import sessiond_pb2 as pb
+    from sessiond_store.gen import sessiond_pb2_grpc as pb_grpc
+
+    async def go():
+        async with grpc.aio.insecure_channel("unix:" + daemon.socket) as channel:
+            req = pb.AppendRequest(
+                session=pb.SessionRef(project_key=project, session_id=session_id),
+                entries=[encode_entry(e) for e in entries],
+            )
+            if summary is not None:
+                req.summary.CopyFrom(pb.SummaryUpdate(data=encode_entry(summary), expected_version=expected_version))
+            return await pb_grpc.SessiondStub(channel).Append(req)
+
+    return go()
+
+
+def test_first_summary_covers_what_the_session_already_holds(new_store, project, daemon):
+    """Entries stored before any summary (another tool, a store without a
+    fold): the first summary is folded from the whole transcript."""
+
+    async def go():
+        s = sid()
+        await _append_raw(daemon, project, s, [entry(), entry(), entry()])
+        store = new_store(fold=count_fold)
+        await store.append(key(project, s), [entry()])
+        assert await summary_of(store, project, s) == {"count": 4, "batches": 2}
+
+    run(go())
+
+
+def test_lines_appended_without_a_summary_are_folded_later(new_store, project):
+    async def go():
+        s = sid()
+        a = new_store(fold=count_fold)
+        plain = new_store(fold=None)
+        await a.append(key(project, s), [entry()])
+        await plain.append(key(project, s), [entry(), entry()])  # e.g. sessionctl tag
+        await a.append(key(project, s), [entry()])  # sees 2 lines it did not fold
+        await a.append(key(project, s), [entry()])  # so folds the whole transcript
+        assert await summary_of(a, project, s) == {"count": 5, "batches": 2}
+        assert len(await a.load(key(project, s))) == 5
+
+    run(go())
+
+
+def test_typescript_summary_is_not_listed_and_is_replaced(new_store, project, daemon):
+    async def go():
+        s = sid()
+        ts_data = {"isSidechain": False, "firstPrompt": "hello", "firstPromptLocked": True}
+        await _append_raw(daemon, project, s, [entry("hello")], summary=ts_data)
+        store = new_store(fold=count_fold)
+        assert await store.list_session_summaries(project) == []
+        await store.append(key(project, s), [entry()])
+        assert await summary_of(store, project, s) == {"count": 2, "batches": 2}
+
+    run(go())
+
+
+def test_appends_keep_call_order_when_not_awaited_one_by_one(new_store, project):
+    async def go():
+        store = new_store(fold=count_fold)
+        s = sid()
+        batches = [[entry("n%d" % i)] for i in range(40)]
+        await asyncio.gather(*(store.append(key(project, s), b) for b in batches))
+        loaded = await store.load(key(project, s))
+        assert loaded == [b[0] for b in batches]
+        assert await summary_of(store, project, s) == {"count": 40, "batches": 40}
+
+    run(go())
+
+
+def test_sdk_retry_of_a_stored_batch_is_stored_once(new_store, project):
+    """The daemon stores the batch, but the append fails for the caller (its
+    answer lost past our retries): the SDK calls append again with the same
+    entries, which go under the same batch id and are not stored twice."""
+
+    async def go():
+        store = new_store(fold=count_fold, tries=1)
+        original = store._unary
+        ids = []
+
+        def lossy(name, request):
+            invoke = original(name, request)
+
+            async def call(stub):
+                result = await invoke(stub)
+                if name == "Append":
+                    ids.append(request.batch_id)
+                    if len(ids) == 1:
+                        raise grpc.aio.AioRpcError(
+                            grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "lost"
+                        )
+                return result
+
+            return call
+
+        store._unary = lossy
+        s = sid()
+        batch = [{"type": "note", "n": 1}]  # no uuid: only the batch id protects it
+        with pytest.raises(SessiondUnavailableError):
+            await store.append(key(project, s), batch)
+        await store.append(key(project, s), batch)  # the SDK's retry
+        assert ids[0] == ids[1]
+        assert await store.load(key(project, s)) == batch
+        assert await summary_of(store, project, s) == {"count": 1, "batches": 1}
+        await store.append(key(project, s), batch)  # after a success: a new batch
+        assert ids[2] != ids[0]
+        assert await store.load(key(project, s)) == batch + batch
+
+    run(go())
+
+
+def test_daemon_without_summaries(new_store, project):
+    """A daemon that predates ListSummaries: appends carry no summary and
+    list_session_summaries folds the transcripts."""
+
+    async def go():
+        store = new_store(fold=count_fold)
+        original = store._unary
+        sent_summary = []
+
+        def old_daemon(name, request):
+            if name == "ListSummaries":
+
+                async def unimplemented(stub):
+                    raise grpc.aio.AioRpcError(
+                        grpc.StatusCode.UNIMPLEMENTED, grpc.aio.Metadata(), grpc.aio.Metadata(), "unknown method"
+                    )
+
+                return unimplemented
+            if name == "Append":
+                sent_summary.append(request.HasField("summary"))
+            return original(name, request)
+
+        store._unary = old_daemon
+        s = sid()
+        await store.append(key(project, s), [entry(), entry()])
+        await store.append(key(project, s), [entry()])
+        assert sent_summary == [False, False]
+        listed = await store.list_session_summaries(project)
+        assert [(x["session_id"], x["data"]) for x in listed] == [(s, {"count": 3, "batches": 1})]
+        assert listed[0]["mtime"] > 1e12
+
+    run(go())
