@@ -355,24 +355,35 @@ class SessiondStore:
         project_key, session_id = request.session.project_key, request.session.session_id
         cache_key = (project_key, session_id)
         for conflicts in range(_MAX_SUMMARY_CONFLICTS):
-            if base is None:
-                base = await self._summary_base(key, project_key, session_id)
-            if self._summaries_unsupported:
-                await self._call(what, self._unary("Append", request))
-                return
-            folded = await self._fold(base.summary, key, entries)
-            data = encode_entry(folded.get("data", {}))
-            if len(data) > MAX_SUMMARY_BYTES:
-                log.warning(
-                    "%s: the folded summary is %d bytes, over sessiond's limit of %d: the entries are "
-                    "stored, the summary is left as it was",
-                    what,
-                    len(data),
-                    MAX_SUMMARY_BYTES,
-                )
+            problem = ""
+            try:
+                if base is None:
+                    base = await self._summary_base(key, project_key, session_id)
+                if self._summaries_unsupported:
+                    await self._call(what, self._unary("Append", request))
+                    return
+                folded = await self._fold(base.summary, key, entries)
+                data = encode_entry(folded.get("data", {}))
+                if len(data) > MAX_SUMMARY_BYTES:
+                    problem = "the folded summary is %d bytes, over sessiond's limit of %d" % (
+                        len(data),
+                        MAX_SUMMARY_BYTES,
+                    )
+            except SessiondError:
+                raise
+            except Exception as exc:  # the fold is someone else's code
+                problem = "the summary fold failed: %r" % (exc,)
+            if problem:
+                # The transcript comes first: store the entries, leave the
+                # summary as it was (sessiond then reports it stale, so the
+                # SDK reads the session itself).
+                log.warning("%s: %s; the entries are stored without updating the summary", what, problem)
                 request.ClearField("summary")
                 await self._call(what, self._unary("Append", request))
-                self._summaries[cache_key] = _Summary(base.version, None, None, rebuild=True)
+                if base is None:
+                    self._summaries.pop(cache_key, None)
+                else:
+                    self._summaries[cache_key] = _Summary(base.version, None, None, rebuild=True)
                 return
             request.summary.CopyFrom(pb.SummaryUpdate(data=data, expected_version=base.version))
             try:

@@ -403,3 +403,27 @@ def test_daemon_without_summaries(new_store, project):
         assert listed[0]["mtime"] > 1e12
 
     run(go())
+
+
+def test_failing_fold_keeps_the_entries(new_store, project, caplog):
+    calls = []
+
+    def flaky(prev, key, entries):
+        calls.append(len(entries))
+        if len(calls) == 1:
+            raise RuntimeError("fold bug")
+        return count_fold(prev, key, entries)
+
+    async def go():
+        store = new_store(fold=flaky)
+        s = sid()
+        first, second = entry(), entry()
+        with caplog.at_level(logging.WARNING, logger="sessiond_store"):
+            await store.append(key(project, s), [first])
+        assert "fold bug" in caplog.text
+        assert await summary_of(store, project, s) is None
+        await store.append(key(project, s), [second])  # folds the whole transcript, then the batch
+        assert await store.load(key(project, s)) == [first, second]
+        assert await summary_of(store, project, s) == {"count": 2, "batches": 2}
+
+    run(go())
