@@ -427,3 +427,19 @@ def test_failing_fold_keeps_the_entries(new_store, project, caplog):
         assert await summary_of(store, project, s) == {"count": 2, "batches": 2}
 
     run(go())
+
+
+def test_summary_of_an_append_sent_in_parts(new_store, project):
+    async def go():
+        store = new_store(fold=count_fold, max_batch_bytes=600)
+        s = sid()
+        await store.append(key(project, s), [entry()])
+        big = [entry("x" * 200) for _ in range(6)]
+        await store.append(key(project, s), big)  # several requests
+        await store.append(key(project, s), [entry()])
+        assert len(await store.load(key(project, s))) == 8
+        # One fold per append call, over all its entries; no refold of the
+        # whole transcript was needed (that would reset batches to 1).
+        assert await summary_of(store, project, s) == {"count": 8, "batches": 3}
+
+    run(go())
