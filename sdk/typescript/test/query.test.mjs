@@ -1,0 +1,176 @@
+// End to end: query() with the real Claude Code CLI (the SDK's bundled
+// binary), a fake Messages API on localhost, and a SessiondStore. The CLI
+// mirrors its transcript to sessiond; a second query() resumes from it.
+
+import assert from "node:assert/strict";
+import { existsSync, readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { createServer } from "node:http";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+
+import { getSessionMessages, listSessions, query } from "@anthropic-ai/claude-agent-sdk";
+
+import { SessiondStore } from "../dist/index.js";
+import { call, rawClient, startDaemon, tempDir } from "./helpers.mjs";
+
+const require = createRequire(import.meta.url);
+let cli;
+try {
+  cli = require.resolve(`@anthropic-ai/claude-agent-sdk-${process.platform}-${process.arch}/claude`);
+} catch {
+  cli = undefined;
+}
+
+/** A Messages API that answers every request with one short text, streamed or not. */
+async function fakeApi() {
+  const requests = [];
+  const server = createServer((req, res) => {
+    let body = "";
+    req.on("data", (c) => (body += c));
+    req.on("end", () => {
+      if (req.method !== "POST" || !req.url.startsWith("/v1/messages") || req.url.includes("count_tokens")) {
+        res.writeHead(404, { "content-type": "application/json" });
+        res.end(JSON.stringify({ type: "error", error: { type: "not_found_error", message: "not in the fake" } }));
+        return;
+      }
+      const j = JSON.parse(body);
+      requests.push(j);
+      const text = `fake answer ${requests.length}`;
+      const usage = { input_tokens: 10, output_tokens: 5 };
+      if (!j.stream) {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(JSON.stringify({ id: `msg_${requests.length}`, type: "message", role: "assistant", model: j.model, content: [{ type: "text", text }], stop_reason: "end_turn", stop_sequence: null, usage }));
+        return;
+      }
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      const send = (type, data) => res.write(`event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`);
+      send("message_start", { message: { id: `msg_${requests.length}`, type: "message", role: "assistant", model: j.model, content: [], stop_reason: null, stop_sequence: null, usage } });
+      send("content_block_start", { index: 0, content_block: { type: "text", text: "" } });
+      send("content_block_delta", { index: 0, delta: { type: "text_delta", text } });
+      send("content_block_stop", { index: 0 });
+      send("message_delta", { delta: { stop_reason: "end_turn", stop_sequence: null }, usage: { output_tokens: 5 } });
+      send("message_stop", {});
+      res.end();
+    });
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  return { url: `http://127.0.0.1:${server.address().port}`, requests, close: () => new Promise((r) => server.close(r)) };
+}
+
+describe("query() mirrored to sessiond", { skip: cli === undefined && "the SDK's CLI binary for this platform is not installed" }, () => {
+  let daemon;
+  let api;
+  let store;
+  const saved = {};
+  const setEnv = (vars) => {
+    for (const [k, v] of Object.entries(vars)) {
+      if (!(k in saved)) saved[k] = process.env[k];
+      process.env[k] = v;
+    }
+  };
+
+  before(async () => {
+    daemon = await startDaemon();
+    api = await fakeApi();
+    store = new SessiondStore({ socketPath: daemon.socket });
+    // The agent's own scratch config dir, not sessiond's root; in
+    // process.env, so that the CLI and the adapter both see it.
+    setEnv({
+      CLAUDE_CONFIG_DIR: tempDir("agent-cfg-"),
+      ANTHROPIC_BASE_URL: api.url,
+      ANTHROPIC_API_KEY: "sk-ant-test-not-a-key",
+      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
+      DISABLE_AUTOUPDATER: "1",
+    });
+  });
+
+  after(async () => {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+    store?.close();
+    await api?.close();
+    await daemon?.stop();
+  });
+
+  async function run(prompt, options) {
+    const out = [];
+    for await (const m of query({ prompt, options: { maxTurns: 1, sessionStore: store, ...options } })) out.push(m);
+    const result = out.find((m) => m.type === "result");
+    assert.equal(result?.subtype, "success", JSON.stringify(out.filter((m) => m.type === "system" || m.type === "result")));
+    assert.deepEqual(out.filter((m) => m.subtype === "mirror_error"), [], "no mirror_error");
+    return result.session_id;
+  }
+
+  test("an agent whose config dir is sessiond's root gets mirror_error, not a shared file", async () => {
+    const cwd = tempDir("agent-cwd-");
+    const projectKey = cwd.replace(/[^A-Za-z0-9]/g, "-");
+    const savedDir = process.env.CLAUDE_CONFIG_DIR;
+    process.env.CLAUDE_CONFIG_DIR = daemon.root;
+    const out = [];
+    try {
+      for await (const m of query({ prompt: "misconfigured", options: { cwd, maxTurns: 1, sessionStore: store } })) out.push(m);
+    } finally {
+      process.env.CLAUDE_CONFIG_DIR = savedDir;
+    }
+    const errors = out.filter((m) => m.subtype === "mirror_error");
+    assert.ok(errors.length > 0, "the SDK reports the refused mirror");
+    assert.match(errors[0].error, /config dir .* is sessiond's root/);
+    assert.match(errors[0].error, /FAILED_PRECONDITION/);
+  });
+
+  test("a session is mirrored, resumed from sessiond, and listed", async () => {
+    const cwd = tempDir("agent-cwd-");
+    const projectKey = cwd.replace(/[^A-Za-z0-9]/g, "-");
+    const sid = await run("hello from the test", { cwd });
+    const firstAnswer = `fake answer ${api.requests.length}`;
+    const key = { projectKey, sessionId: sid };
+
+    // What the CLI wrote locally (its api-request records are never
+    // mirrored) is what sessiond holds.
+    const local = readFileSync(join(process.env.CLAUDE_CONFIG_DIR, "projects", projectKey, `${sid}.jsonl`), "utf8")
+      .split("\n")
+      .filter(Boolean)
+      .map((l) => JSON.parse(l))
+      .filter((e) => !String(e.type).startsWith("api-request"));
+    const stored = await store.load(key);
+    assert.deepEqual(stored, local);
+
+    // Resume from the store: the model sees the first turn again.
+    const again = await run("second prompt", { cwd, resume: sid });
+    assert.equal(again, sid);
+    const last = JSON.stringify(api.requests.at(-1).messages);
+    assert.ok(last.includes("hello from the test") && last.includes(firstAnswer), "the resumed request holds the first turn");
+    const after2 = await store.load(key);
+    assert.deepEqual(after2.slice(0, stored.length), stored);
+    assert.ok(after2.length > stored.length);
+
+    // Listed from the summaries sessiond keeps.
+    const sums = await store.listSessionSummaries(projectKey);
+    assert.equal(sums.length, 1);
+    assert.equal(sums[0].data.firstPrompt, "hello from the test");
+    assert.equal(sums[0].data.lastPrompt, "second prompt");
+    const listed = await listSessions({ dir: cwd, sessionStore: store });
+    assert.deepEqual(listed.map((s) => [s.sessionId, s.summary]), [[sid, "second prompt"]]);
+
+    // And sessiond's canonical file, once the journal is compacted into
+    // it, reads as the CLI's own would.
+    const client = rawClient(daemon.socket);
+    try {
+      await call(client, "flush", { session: { projectKey, sessionId: sid, subpath: "" }, all: false });
+    } finally {
+      client.close();
+    }
+    assert.ok(existsSync(join(daemon.root, "projects", projectKey, `${sid}.jsonl`)), "sessiond's canonical file");
+    const saved = process.env.CLAUDE_CONFIG_DIR;
+    process.env.CLAUDE_CONFIG_DIR = daemon.root;
+    try {
+      const msgs = await getSessionMessages(sid, { dir: cwd });
+      assert.deepEqual(msgs.map((m) => m.type), ["user", "assistant", "user", "assistant"]);
+    } finally {
+      process.env.CLAUDE_CONFIG_DIR = saved;
+    }
+  });
+});
