@@ -443,3 +443,23 @@ def test_summary_of_an_append_sent_in_parts(new_store, project):
         assert await summary_of(store, project, s) == {"count": 8, "batches": 3}
 
     run(go())
+
+
+def test_summary_reported_stale_after_lines_without_one(new_store, project):
+    """Between a summary-less append (sessionctl tag, a store without a
+    fold) and the next append with a summary, the stored summary misses
+    lines: sessiond must then give it an mtime older than the session's,
+    which is how the SDK knows to read the session itself."""
+
+    async def go():
+        s = sid()
+        a = new_store(fold=count_fold)
+        plain = new_store(fold=None)
+        await a.append(key(project, s), [entry()])
+        await asyncio.sleep(0.01)
+        await plain.append(key(project, s), [entry(), entry()])
+        session_mtime = {x["session_id"]: x["mtime"] for x in await a.list_sessions(project)}[s]
+        summary_mtime = {x["session_id"]: x["mtime"] for x in await a.list_session_summaries(project)}[s]
+        assert summary_mtime < session_mtime
+
+    run(go())
