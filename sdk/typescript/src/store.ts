@@ -173,16 +173,16 @@ export class SessiondStore implements SessionStore {
   }
 
   /**
-   * appendBatch sends one Append with batchId, folding the SDK summary onto
-   * the stored one for main transcripts; on a summary conflict it refolds
-   * onto the daemon's current summary and sends again with the same id.
-   * Exported to the tests through appendWithBatchId.
+   * appendBatch sends one Append with batchId. For a main transcript it
+   * folds the batch onto the session's summary with the SDK's
+   * foldSessionSummary and sends the result along, as a compare-and-swap
+   * on the version it was folded from; on a conflict it folds onto the
+   * daemon's current summary and sends again, with the same batch id.
    */
   private async appendBatch(key: SessionKey, entries: SessionStoreEntry[], payload: Buffer[], batchId: string): Promise<AppendResponse> {
-    const main = key.subpath === undefined && !this.summariesUnsupported;
+    const main = key.subpath === undefined;
     const sid = sessionId(key);
     for (let conflicts = 0; ; conflicts++) {
-      let folded: Summary | undefined;
       const req: AppendRequest = {
         session: ref(key),
         entries: payload,
@@ -190,62 +190,73 @@ export class SessiondStore implements SessionStore {
         summary: undefined,
         agentConfigDir: this.agentConfigDir(),
       };
-      if (main) {
-        let prev = this.summaries.get(sid);
-        if (prev === undefined) prev = await this.baseSummary(key);
-        else if (prev.rebuild) prev = await this.foldTranscript(key, prev.version);
-        const next = foldSessionSummary(
-          prev.data === undefined ? undefined : { sessionId: key.sessionId, mtime: 0, data: prev.data },
-          key,
-          entries,
-          { mtime: Date.now() },
-        );
-        const data = encodeSummary(next.data);
-        folded = { data: next.data, version: prev.version, covered: prev.covered };
-        if (!this.summariesUnsupported) req.summary = { data, expectedVersion: folded.version };
-      }
+      const folded = main ? await this.fold(key, entries) : undefined;
+      if (folded !== undefined) req.summary = { data: encodeSummary(folded.data!), expectedVersion: folded.version };
+      let resp: AppendResponse;
       try {
-        const resp = await this.rpc({ op: "append", timeoutMs: this.opts.callTimeoutMs }, (c, o) =>
+        resp = await this.rpc({ op: "append", timeoutMs: this.opts.callTimeoutMs }, (c, o) =>
           unary<AppendResponse>((cb) => c.append(req, new Metadata(), o, cb)),
         );
-        if (main) {
-          if (resp.duplicateBatch || resp.summaryVersion === 0) {
-            // Stored earlier (its summary with it), or by a daemon that
-            // keeps no summaries: what is stored now is not what we folded.
-            this.summaries.delete(sid);
-          } else {
-            // Lines another writer appended without a summary (sessionctl
-            // rename or tag, the CLI writing on its own) since the summary
-            // we folded onto are not in the one just stored: when the count
-            // shows some, the next batch folds the whole transcript again.
-            const stored = resp.results.filter((r) => r.outcome === EntryOutcome.ENTRY_OUTCOME_STORED).length;
-            const complete = folded!.covered === undefined || resp.entries === folded!.covered + stored;
-            this.summaries.set(
-              sid,
-              complete
-                ? { data: folded!.data, version: resp.summaryVersion, covered: resp.entries }
-                : { data: undefined, version: resp.summaryVersion, rebuild: true },
-            );
-          }
-        }
-        return resp;
       } catch (err) {
+        if (main) this.summaries.delete(sid);
         if (
-          main &&
+          folded !== undefined &&
           err instanceof SessiondError &&
           err.code === Status.ABORTED &&
           err.reason === REASON_SUMMARY_CONFLICT &&
           conflicts < MAX_SUMMARY_CONFLICTS
         ) {
           // Another writer (another process, or this one through another
-          // store) stored a summary since ours: fold onto theirs.
-          this.summaries.delete(sid);
+          // store) stored a summary since the one we folded onto.
           continue;
         }
-        if (main) this.summaries.delete(sid);
         throw err;
       }
+      if (main && !this.summariesUnsupported) this.remember(sid, folded, resp);
+      return resp;
     }
+  }
+
+  // fold folds entries onto what this store knows of the session's summary,
+  // asking the daemon when it knows nothing. undefined: send no summary
+  // (the daemon keeps none, or the base could not be had: the entries
+  // matter more than the summary, which the next batch will rebuild).
+  private async fold(key: SessionKey, entries: SessionStoreEntry[]): Promise<Summary | undefined> {
+    if (this.summariesUnsupported) return undefined;
+    let base: Summary | undefined = this.summaries.get(sessionId(key));
+    try {
+      if (base === undefined) base = await this.baseSummary(key);
+      else if (base.rebuild) base = await this.foldTranscript(key, base.version);
+    } catch (err) {
+      if (err instanceof UntrustedSocketError) throw err;
+      return undefined;
+    }
+    if (this.summariesUnsupported) return undefined;
+    const prev = base.data === undefined ? undefined : { sessionId: key.sessionId, mtime: 0, data: base.data };
+    const next = foldSessionSummary(prev, key, entries, { mtime: Date.now() });
+    return { data: next.data, version: base.version, covered: base.covered };
+  }
+
+  // remember caches what the daemon now holds as the session's summary
+  // after a successful append that carried `folded` (or no summary).
+  private remember(sid: string, folded: Summary | undefined, resp: AppendResponse): void {
+    if (resp.duplicateBatch || resp.summaryVersion === 0) {
+      // Stored earlier, its summary with it (or a daemon that keeps none):
+      // what the daemon holds is not known here.
+      this.summaries.delete(sid);
+      return;
+    }
+    // Lines another writer appended without a summary (sessionctl rename or
+    // tag, the CLI on its own) since the summary we folded onto are not in
+    // the one just stored. When the entry count shows some, or when this
+    // batch went without a summary, the next batch folds the whole
+    // transcript again.
+    const stored = resp.results.filter((r) => r.outcome === EntryOutcome.ENTRY_OUTCOME_STORED).length;
+    const complete = folded !== undefined && (folded.covered === undefined || resp.entries === folded.covered + stored);
+    this.summaries.set(
+      sid,
+      complete ? { data: folded.data, version: resp.summaryVersion, covered: resp.entries } : { data: undefined, version: resp.summaryVersion, rebuild: true },
+    );
   }
 
   // baseSummary is what the next batch of a session folds onto when this

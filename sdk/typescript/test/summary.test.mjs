@@ -173,6 +173,31 @@ describe("summaries", () => {
     },
   );
 
+  test("when the summary cannot be folded the batch still goes, and the next one rebuilds the summary", async () => {
+    const s = new SessiondStore({ socketPath: daemon.socket });
+    try {
+      const key = { projectKey: project(), sessionId: uuid() };
+      const first = [userEntry(key.sessionId, "first prompt")];
+      await s.append(key, first);
+      // The base of the next fold cannot be read (say, a load past its
+      // deadline): the batch is stored without a summary.
+      s.summaries.clear();
+      const real = s.baseSummary;
+      s.baseSummary = async () => {
+        throw new Error("simulated: cannot read the base");
+      };
+      const second = [{ type: "custom-title", customTitle: "Second", sessionId: key.sessionId }];
+      await s.append(key, second);
+      s.baseSummary = real;
+      assert.deepEqual(await s.load(key), [...first, ...second]);
+      const third = [{ type: "tag", tag: "third", sessionId: key.sessionId }];
+      await s.append(key, third);
+      assert.deepEqual((await summaryOf(s, key)).data, foldSessionSummary(undefined, key, [...first, ...second, ...third]).data);
+    } finally {
+      s.close();
+    }
+  });
+
   test("a summary over 32 KiB is shortened, not refused", async () => {
     const key = { projectKey: project(), sessionId: uuid() };
     const huge = "t".repeat(50_000);
