@@ -330,8 +330,12 @@ class SessiondStore:
             # Folded before the first part is stored: the summary sent with
             # the last part covers the lines the earlier parts add too.
             base = await self._summary_base(key, project_key, session_id)
-        config_dir = self._agent_config_dir or os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(
-            os.path.expanduser("~"), ".claude"
+        # As the CLI resolves it: a relative CLAUDE_CONFIG_DIR against the
+        # working directory (sessiond takes only absolute paths).
+        config_dir = os.path.abspath(
+            self._agent_config_dir
+            or os.environ.get("CLAUDE_CONFIG_DIR")
+            or os.path.join(os.path.expanduser("~"), ".claude")
         )
         for i, chunk in enumerate(chunks):
             request = pb.AppendRequest(

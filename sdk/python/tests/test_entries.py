@@ -255,9 +255,11 @@ def test_agent_config_dir_defaults(new_store, project, daemon, monkeypatch):
         monkeypatch.delenv("CLAUDE_CONFIG_DIR")
         monkeypatch.setenv("HOME", "/home/someone")
         await store.append(key(project, sid()), [entry()])
+        monkeypatch.setenv("CLAUDE_CONFIG_DIR", "rel/claude")
+        await store.append(key(project, sid()), [entry()])
 
     run(go())
-    assert seen == ["/somewhere/claude", "/home/someone/.claude"]
+    assert seen == ["/somewhere/claude", "/home/someone/.claude", os.path.join(os.getcwd(), "rel", "claude")]
 
 
 def test_bad_keys_refused(new_store):
