@@ -297,3 +297,17 @@ def test_one_store_across_event_loops(daemon, project):
     run(store.append(key(project, s), [first]))
     run(store.append(key(project, s), [second]))
     assert run(store.load(key(project, s))) == [first, second]
+
+
+def test_append_refused_when_agent_config_dir_is_an_alias_of_the_root(new_store, project, daemon):
+    alias = daemon.base + "/alias-of-root"
+    if not os.path.lexists(alias):
+        os.symlink(daemon.root, alias)
+
+    async def go():
+        store = new_store(agent_config_dir=alias + "/", backoff=(0.05,))
+        with pytest.raises(SessiondError) as err:
+            await store.append(key(project, sid()), [entry()])
+        assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION
+
+    run(go())
