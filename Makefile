@@ -5,7 +5,7 @@ PROTOC_VERSION := libprotoc 3.21.12
 PROTO_DIR := api/proto
 PROTO_FILES := $(shell find $(PROTO_DIR) -name '*.proto' | sort)
 
-.PHONY: all build test tools sdk proto proto-check vet fmt-check fuzz fuzz-short bench clean
+.PHONY: all build test tools sdk sdk-ts sdk-py proto proto-check vet fmt-check fuzz fuzz-short bench clean test-adapters
 
 all: build
 
@@ -13,9 +13,11 @@ build:
 	$(GO) build -o bin/ ./cmd/...
 
 # tools installs what the suite needs beyond Go: protoc (Debian's
-# protobuf-compiler, which pins its version) and the official TypeScript SDK
-# (pinned in e2e/sdk/package-lock.json) when they are missing.
-tools: sdk
+# protobuf-compiler, which pins its version), the official TypeScript SDK
+# (pinned in e2e/sdk/package-lock.json), the TypeScript adapter's packages
+# (with the SDK's Claude Code CLI) and the Python adapter's Debian packages,
+# when they are missing.
+tools: sdk sdk-ts sdk-py
 	@v="$$(protoc --version 2>/dev/null)"; if [ "$$v" != "$(PROTOC_VERSION)" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing protobuf-compiler"; (apt-get update -qq && apt-get install -y -qq protobuf-compiler) >/dev/null || exit 1; \
@@ -29,6 +31,26 @@ sdk:
 	  command -v npm >/dev/null || { echo "make needs node and npm for the official SDK tests" >&2; exit 1; }; \
 	  npm ci --prefix e2e/sdk --no-audit --no-fund; fi
 
+# sdk-ts installs the TypeScript SessionStore adapter's packages (its lock
+# pins the SDK and the platform package with the real Claude Code CLI) and
+# builds it: the agent tests drive the CLI through it.
+sdk-ts:
+	@command -v npm >/dev/null || { echo "make needs node and npm for the TypeScript adapter" >&2; exit 1; }
+	@if [ ! -d sdk/typescript/node_modules/@anthropic-ai/claude-agent-sdk-linux-x64 ]; then \
+	  npm ci --prefix sdk/typescript --no-audit --no-fund; fi
+	npm run --prefix sdk/typescript build
+
+# PY is the Python the adapter is tested with: Debian's, whose packages give
+# grpcio, protobuf and pytest (the Python registry is not reachable here).
+PY ?= /usr/bin/python3
+PY_DEBS := python3-grpcio python3-protobuf python3-grpc-tools python3-pytest
+
+sdk-py:
+	@if ! $(PY) -c 'import grpc, google.protobuf, grpc_tools, pytest' 2>/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing $(PY_DEBS)"; (apt-get update -qq && apt-get install -y -qq $(PY_DEBS)) >/dev/null || exit 1; \
+	  else echo "the Python adapter's tests need $(PY_DEBS) (Debian: sudo apt-get install $(PY_DEBS))" >&2; exit 1; fi; fi
+
 # proto regenerates the committed Go code with the pinned generators:
 # protoc-gen-go and protoc-gen-go-grpc are go.mod tool entries, protoc is
 # Debian's protobuf-compiler.
@@ -39,12 +61,16 @@ proto: tools
 	  --plugin=protoc-gen-go=.bin/protoc-gen-go --go_out=$(PROTO_DIR) --go_opt=paths=source_relative \
 	  --plugin=protoc-gen-go-grpc=.bin/protoc-gen-go-grpc --go-grpc_out=$(PROTO_DIR) --go-grpc_opt=paths=source_relative \
 	  $(patsubst $(PROTO_DIR)/%,%,$(PROTO_FILES))
+	npm run --prefix sdk/typescript gen
+	PYTHON=$(PY) sdk/python/gen.sh
 
 # proto-check fails when the committed generated code differs from what the
 # pinned generators produce.
+GEN_DIRS := $(PROTO_DIR) sdk/typescript/src/gen sdk/python/sessiond_store/gen
+
 proto-check: proto
-	@git diff --exit-code -- $(PROTO_DIR) || { echo "generated protobuf code is stale: run make proto and commit" >&2; exit 1; }
-	@test -z "$$(git status --porcelain -- $(PROTO_DIR))" || { git status --porcelain -- $(PROTO_DIR); echo "untracked generated files: run make proto and commit" >&2; exit 1; }
+	@git diff --exit-code -- $(GEN_DIRS) || { echo "generated protobuf code is stale: run make proto and commit" >&2; exit 1; }
+	@test -z "$$(git status --porcelain -- $(GEN_DIRS))" || { git status --porcelain -- $(GEN_DIRS); echo "untracked generated files: run make proto and commit" >&2; exit 1; }
 
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -67,7 +93,16 @@ fuzz:
 # binaries), then a short run of every fuzz target.
 test: tools proto-check fmt-check vet
 	SESSIOND_REQUIRE_SDK=1 $(GO) test -race -count=1 -timeout 30m ./...
+	$(MAKE) test-adapters
 	$(MAKE) fuzz-short
+
+# test-adapters runs the SessionStore adapters' own suites (conformance,
+# round trips, retries, summaries, trust checks) against one freshly built
+# daemon.
+test-adapters:
+	$(GO) build -o .bin/sessiond ./cmd/sessiond
+	SESSIOND_BIN=$(CURDIR)/.bin/sessiond npm test --prefix sdk/typescript
+	SESSIOND_BIN=$(CURDIR)/.bin/sessiond $(PY) -m pytest -q -p no:cacheprovider sdk/python/tests
 
 # bench runs the load tool's whole suite against a freshly built daemon,
 # with the baselines measured in the same run, and rewrites the results
