@@ -2,7 +2,7 @@
 
 import { createHash, randomUUID } from "node:crypto";
 import { homedir } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 
 import { Metadata, status as Status, type CallOptions, type ClientReadableStream } from "@grpc/grpc-js";
 import {
@@ -429,8 +429,10 @@ export class SessiondStore implements SessionStore {
 
   private agentConfigDir(): string {
     const dir = this.opts.agentConfigDir ?? (process.env.CLAUDE_CONFIG_DIR || join(homedir(), ".claude"));
-    // The SDK normalises its config dir to NFC, and so does sessiond its root.
-    return dir.normalize("NFC");
+    // sessiond takes only an absolute path: a relative one is taken from
+    // the working directory. The SDK normalises its config dir to NFC, and
+    // so does sessiond its root.
+    return resolve(dir).normalize("NFC");
   }
 
   private batchIdFor(key: SessionKey, entries: SessionStoreEntry[], payload: Buffer[]): string {

@@ -213,6 +213,22 @@ describe("refusals", () => {
     }
   });
 
+  test("a relative CLAUDE_CONFIG_DIR is sent absolute, from the working directory", async () => {
+    const saved = process.env.CLAUDE_CONFIG_DIR;
+    const cwd = process.cwd();
+    const { relative } = await import("node:path");
+    process.env.CLAUDE_CONFIG_DIR = relative(cwd, daemon.root);
+    const s = new SessiondStore({ socketPath: daemon.socket });
+    try {
+      // Resolved, it is sessiond's root: refused as such (not as a relative path).
+      await assert.rejects(s.append({ projectKey: project(), sessionId: uuid() }, [{ type: "x" }]), (err) => err.code === status.FAILED_PRECONDITION);
+    } finally {
+      if (saved === undefined) delete process.env.CLAUDE_CONFIG_DIR;
+      else process.env.CLAUDE_CONFIG_DIR = saved;
+      s.close();
+    }
+  });
+
   test("an entry over the daemon's size limit is refused with its message", async () => {
     const d = await startDaemon({ args: ["--max-entry-bytes", "1000"] });
     const s = new SessiondStore({ socketPath: d.socket });
