@@ -66,7 +66,7 @@ func ValidateProjectKey(key string) error {
 // (the SDK's /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i).
 // Braces, a "urn:uuid:" prefix and the 32-digit form are refused.
 func ValidateSessionID(id string) error {
-	const want = "want a UUID: 32 hex digits in groups of 8-4-4-4-12 separated by '-', such as " + exampleSessionID
+	const want = "want a UUID (the Agent SDKs and Claude Code name every session by one): 32 hex digits in groups of 8-4-4-4-12 separated by '-', such as " + exampleSessionID
 	if id == "" {
 		return invalidf("session id is empty; %s", want)
 	}
