@@ -95,7 +95,10 @@ func TestHold(t *testing.T) {
 	defer s.Close()
 	arrived, release := s.Hold("hi")
 	done := make(chan string)
-	go func() { _, b := post(t, s, `{"model":"m","tools":[{}],"messages":[{"role":"user","content":"say hi"}]}`); done <- b }()
+	go func() {
+		_, b := post(t, s, `{"model":"m","tools":[{}],"messages":[{"role":"user","content":"say hi"}]}`)
+		done <- b
+	}()
 	<-arrived
 	select {
 	case <-done:
