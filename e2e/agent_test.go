@@ -358,17 +358,21 @@ func compareFunctions(t *testing.T, a *agentEnv, sid string) {
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("driver output: %v\n%s", err, out)
 	}
-	// listSessions' lastModified is the last append's time with the store
-	// (the persist time, as the SDK's reference stores report it) and the
-	// file's mtime on disk, which a compaction set later.
+	// listSessions' lastModified is the summary's mtime with the store and
+	// the file's on disk. sessiond lists a compacted session by its file's
+	// mtime, so they are normally equal; a summary stored before the last
+	// compaction can be older (seen once in four runs, by 1 ms), never newer.
 	storeList, _ := res.Store["listSessions"].([]any)
 	diskList, _ := res.Disk["listSessions"].([]any)
+	if len(storeList) != len(diskList) {
+		t.Errorf("listSessions: %d sessions with the store, %d from disk", len(storeList), len(diskList))
+	}
 	for i := range storeList {
 		if i < len(diskList) {
 			s, _ := storeList[i].(map[string]any)["lastModified"].(float64)
 			d, _ := diskList[i].(map[string]any)["lastModified"].(float64)
 			if s == 0 || s > d {
-				t.Errorf("listSessions[%d].lastModified: store %v, disk %v; the store's is the last append, never after the file's", i, s, d)
+				t.Errorf("listSessions[%d].lastModified: store %v, disk %v; the store's may not be newer", i, s, d)
 			}
 		}
 	}
@@ -388,8 +392,9 @@ func compareFunctions(t *testing.T, a *agentEnv, sid string) {
 // normalize drops what legitimately differs between a store and files: a
 // file's size exists only on disk, and lastModified is the file's mtime on
 // disk while with a store the SDK takes it from the summary (listSessions,
-// checked apart) or from the last entry's timestamp, else the time of the
-// call (getSessionInfo).
+// checked apart: equal) or, in getSessionInfo, from the last entry's
+// timestamp, else the time of the call: the SDK's own rule, which no store
+// can change.
 func normalize(v any) any {
 	switch x := v.(type) {
 	case map[string]any:

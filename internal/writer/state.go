@@ -733,6 +733,15 @@ func (st *state) compact(reason string) error {
 			}
 		}
 	}
+	if fi, err := st.fs.Lstat(st.canonPath); err == nil && st.ent != nil {
+		// Readers of the file list it by its mtime, which the rename just
+		// set: list it so here too, as the listing does once the writer
+		// has retired (the SDK's listSessions with a store and from disk
+		// then agree).
+		if ms := fi.ModTime().UnixMilli(); ms > st.ent.ModifiedMs {
+			st.ent.ModifiedMs = ms
+		}
+	}
 	n := len(st.pending)
 	st.canonExists = true
 	st.canonEntries += uint64(n)
