@@ -5,7 +5,7 @@ PROTOC_VERSION := libprotoc 3.21.12
 PROTO_DIR := api/proto
 PROTO_FILES := $(shell find $(PROTO_DIR) -name '*.proto' | sort)
 
-.PHONY: all build test tools sdk sdk-ts sdk-py proto proto-check vet fmt-check fuzz fuzz-short bench clean test-adapters
+.PHONY: all build test tools sdk sdk-ts sdk-py proto proto-check vet fmt-check fuzz fuzz-short bench bench-adapter clean test-adapters
 
 all: build
 
@@ -106,10 +106,22 @@ test-adapters:
 
 # bench runs the load tool's whole suite against a freshly built daemon,
 # with the baselines measured in the same run, and rewrites the results
-# section of BENCHMARKS.md. Not part of test. About 6 minutes on 2 cores.
+# section of BENCHMARKS.md; then bench-adapter. Not part of test. About 7
+# minutes on 2 cores.
 bench: sdk
 	$(GO) build -o bin/ ./cmd/sessiond ./cmd/sessiond-bench ./cmd/sessionctl
 	bin/sessiond-bench --sessiond bin/sessiond --suite --inproc --verify --markdown BENCHMARKS.md $(BENCHFLAGS)
+	$(MAKE) bench-adapter
+
+# bench-adapter measures the TypeScript SessionStore adapter (built by
+# sdk-ts): its appends against the Go client's (sessiond-bench --batch), and
+# the official SDK's listSessions through it against sessiond's own
+# ListSessions and against the SDK's one-load-per-session fallback, on a
+# sessiond it starts in a temp folder and stops with SIGTERM. It rewrites
+# the "SessionStore adapter" section of BENCHMARKS.md. About a minute.
+bench-adapter: sdk-ts
+	$(GO) build -o bin/ ./cmd/sessiond ./cmd/sessiond-bench
+	node sdk/typescript/bench/adapter.mjs --sessiond bin/sessiond --bench bin/sessiond-bench --markdown BENCHMARKS.md $(ADAPTERBENCHFLAGS)
 
 clean:
 	rm -rf bin .bin

@@ -54,6 +54,8 @@ func run() error {
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "random seed (0: time-based)")
 	flag.BoolVar(&cfg.Verify, "verify", false, "after each run, check the files hold exactly the acknowledged entries")
 	flag.IntVar(&cfg.MaxConns, "conns", 0, "cap on gRPC connections to sessiond (0: one per client)")
+	flag.IntVar(&cfg.Batch, "batch", 1, "single run of --target daemon or inproc-daemon with --baselines=false: entries per Append call (latency is per call)")
+	flag.BoolVar(&cfg.UnaryAppend, "unary", false, "the Go client sends each Append as a unary call instead of on its AppendStream streams")
 	flag.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the bench process over each in-process run (--target inproc or inproc-daemon, or --suite --inproc)")
 	flag.Float64Var(&cfg.Scale, "scale", 1, "with --suite: shrink the compaction, recovery, memory and listing scenarios' sizes (1: the issue's sizes)")
 	flag.StringVar(&cfg.SDKDir, "sdk-dir", "e2e/sdk", "folder whose node_modules holds the official TypeScript SDK (listing scenario)")

@@ -75,6 +75,13 @@ type Config struct {
 	// MaxConns caps the gRPC connections to sessiond (clients share them
 	// round robin); 0: one per client, as separate agents have.
 	MaxConns int
+	// Batch > 1 (single runs of the daemon targets, without baselines):
+	// each Append carries this many entries, as an agent sending a turn
+	// at a time does. Latency is then per call.
+	Batch int
+	// UnaryAppend makes the Go client send each Append as a unary call
+	// (client.WithUnaryAppend) instead of on its AppendStream streams.
+	UnaryAppend bool
 	// CPUProfile writes a CPU profile of the bench process over the
 	// measurement of each in-process run (TargetInProc,
 	// TargetInProcDaemon); with
@@ -296,6 +303,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	var defs []scenarioDef
 	var extras []extraDef
 	if cfg.Suite {
+		if cfg.Batch > 1 {
+			return nil, fmt.Errorf("--batch is for single runs, not --suite")
+		}
 		want := map[string]bool{}
 		for _, s := range cfg.Scenarios {
 			want[s] = true
@@ -329,6 +339,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		if cfg.Sessions > cfg.Clients {
 			return nil, fmt.Errorf("--sessions (%d) above --clients (%d): each session needs a client", cfg.Sessions, cfg.Clients)
 		}
+		if cfg.Batch > 1 && (cfg.Baselines || (cfg.Target != TargetDaemon && cfg.Target != TargetInProcDaemon)) {
+			return nil, fmt.Errorf("--batch needs --target %s or %s and --baselines=false (the other targets store one entry per call)", TargetDaemon, TargetInProcDaemon)
+		}
 		var runs []runSpec
 		if cfg.Baselines {
 			runs = append(runs,
@@ -342,6 +355,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		label := map[string]string{TargetDaemon: "sessiond", TargetInProc: "writer in-process (no gRPC)", TargetInProcDaemon: "daemon.Run in-process (gRPC)",
 			TargetCeiling: "(c) journal group commit", TargetNaive: "(a) O_APPEND+fsync", TargetNoSync: "(b) O_APPEND, no fsync", TargetEcho: "(e) gRPC echo, no disk", TargetEchoSync: "(f) gRPC echo + fdatasync",
 			TargetRawSync: "(g) plain socket + fdatasync"}[cfg.Target]
+		if cfg.UnaryAppend && (cfg.Target == TargetDaemon || cfg.Target == TargetInProcDaemon) {
+			label += " (unary Append)"
+		}
+		if cfg.Batch > 1 {
+			label += fmt.Sprintf(", %d entries per Append", cfg.Batch)
+		}
 		runs = append(runs, runSpec{"t", fmt.Sprintf("%s, %d clients -> %d sessions", label, cfg.Clients, cfg.Sessions), cfg.Target, cfg.Clients, cfg.Sessions})
 		defs = []scenarioDef{{name: "custom", title: fmt.Sprintf("%d clients, %d sessions, %s", cfg.Clients, cfg.Sessions, cfg.Size), runs: runs}}
 	}
@@ -445,7 +464,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 				return rep, ctx.Err()
 			}
 			w := &workload{clients: rs.clients, sessions: rs.sessions, size: sizer, duration: cfg.Duration,
-				entries: cfg.Entries, seed: seedRng.Uint64(), verify: cfg.Verify, awake: def.awake[rs.id]}
+				entries: cfg.Entries, seed: seedRng.Uint64(), verify: cfg.Verify, awake: def.awake[rs.id], batch: cfg.Batch}
 			w.projectKey = fmt.Sprintf("-sessiond-bench-%08x", seedRng.Uint32())
 			for range w.sessions {
 				w.sessionIDs = append(w.sessionIDs, newUUID(seedRng))
@@ -463,7 +482,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 				if rs.target == TargetInProc {
 					d = &inprocDriver{dir: runDir}
 				} else {
-					d = &inprocDaemonDriver{dir: runDir, daemonDriver: daemonDriver{maxConns: cfg.MaxConns}}
+					d = &inprocDaemonDriver{dir: runDir, daemonDriver: daemonDriver{maxConns: cfg.MaxConns, unary: cfg.UnaryAppend}}
 				}
 				if cfg.CPUProfile != "" {
 					w.cpuProfile = cfg.CPUProfile
@@ -477,7 +496,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 			case TargetRawSync:
 				d = &rawDriver{dir: runDir}
 			case TargetDaemon:
-				d = &daemonDriver{socket: socket, resetHWM: proc != nil, maxConns: cfg.MaxConns, purge: proc == nil && !cfg.Keep}
+				d = &daemonDriver{socket: socket, resetHWM: proc != nil, maxConns: cfg.MaxConns, unary: cfg.UnaryAppend, purge: proc == nil && !cfg.Keep}
 			}
 			r := &Result{ID: rs.id, Label: rs.label, Target: rs.target}
 			fmt.Fprintf(cfg.Log, "[%s] %s ... ", def.name, rs.label)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -28,6 +29,10 @@ type workload struct {
 	// awake keeps one of the bench process's threads busy over the
 	// measurement (keepAwake): a diagnosis, not a way to run clients.
 	awake bool
+	// batch > 1: each measured call stores this many entries at once
+	// (the driver must be a batchDriver); the last call of an --entries
+	// budget takes what is left.
+	batch int
 }
 
 // Latency holds percentiles in microseconds.
@@ -47,6 +52,7 @@ type Result struct {
 	Clients  int    `json:"clients"`
 	Sessions int    `json:"sessions"`
 	Size     string `json:"size"`
+	Batch    int    `json:"entries_per_call,omitempty"` // > 1: entries per append call
 
 	Entries       uint64  `json:"entries"` // acknowledged during the measurement
 	Bytes         uint64  `json:"bytes"`   // their lines, newline included
@@ -99,6 +105,14 @@ func run(ctx context.Context, d driver, w *workload, r *Result) (err error) {
 			r.Error = err.Error()
 		}
 	}()
+	var bd batchDriver
+	if w.batch > 1 {
+		var ok bool
+		if bd, ok = d.(batchDriver); !ok {
+			return fmt.Errorf("target %s stores one entry per call: no --batch", r.Target)
+		}
+		r.Batch = w.batch
+	}
 	if err := d.open(ctx, w); err != nil {
 		return fmt.Errorf("open: %w", err)
 	}
@@ -160,27 +174,44 @@ func run(ctx context.Context, d driver, w *workload, r *Result) (err error) {
 				return
 			}
 			o.lat = make([]int64, 0, 1024)
+			var lines [][]byte
 			for ctx.Err() == nil && !failed.Load() {
+				n := max(w.batch, 1)
 				if w.entries > 0 {
-					if budget.Add(-1) < 0 {
+					if n = claim(&budget, n); n == 0 {
 						return
 					}
 				} else if time.Now().After(deadline) {
 					return
 				}
-				line := next()
-				t0 := time.Now()
-				err := d.append(ctx, c, s, line)
-				lat := time.Since(t0)
+				var err error
+				var lat time.Duration
+				if w.batch > 1 {
+					lines = lines[:0]
+					for range n {
+						lines = append(lines, bytes.Clone(next()))
+					}
+					t0 := time.Now()
+					err = bd.appendBatch(ctx, c, s, lines)
+					lat = time.Since(t0)
+				} else {
+					line = next()
+					t0 := time.Now()
+					err = d.append(ctx, c, s, line)
+					lat = time.Since(t0)
+					lines = append(lines[:0], line)
+				}
 				if err != nil {
 					o.err = fmt.Errorf("append of client %d: %w", c, err)
 					failed.Store(true)
 					return
 				}
-				ack(line)
+				for _, line := range lines {
+					ack(line)
+					o.entries++
+					o.bytes += uint64(len(line)) + 1
+				}
 				o.lat = append(o.lat, int64(lat))
-				o.entries++
-				o.bytes += uint64(len(line)) + 1
 			}
 		}()
 	}
@@ -297,6 +328,19 @@ func run(ctx context.Context, d driver, w *workload, r *Result) (err error) {
 		r.Verified = &ok
 	}
 	return nil
+}
+
+// claim takes up to n entries from what is left of budget and returns how
+// many it got (0: the budget is spent).
+func claim(budget *atomic.Int64, n int) int {
+	left := budget.Add(-int64(n))
+	switch {
+	case left >= 0:
+		return n
+	case left > -int64(n):
+		return n + int(left)
+	}
+	return 0
 }
 
 func latencyOf(ns []int64) Latency {

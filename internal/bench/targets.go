@@ -73,6 +73,12 @@ type driver interface {
 	close(ctx context.Context) error
 }
 
+// batchDriver is a driver that can also store several lines of one session
+// in one call (--batch: one Append carrying all of them, atomically).
+type batchDriver interface {
+	appendBatch(ctx context.Context, c, s int, lines [][]byte) error
+}
+
 func selfCPU() (time.Duration, bool) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
@@ -315,6 +321,7 @@ type daemonDriver struct {
 	w        *workload
 	conns    []*client.Client
 	maxConns int
+	unary    bool // one unary Append per call instead of the client's AppendStream streams
 	purge    bool // delete the run's sessions (for good) when done
 	hwm      int64
 	hwmOK    bool
@@ -326,8 +333,12 @@ func (d *daemonDriver) open(ctx context.Context, w *workload) error {
 	if d.maxConns > 0 && n > d.maxConns {
 		n = d.maxConns
 	}
+	opts := []client.Option{client.WithRetry(1, 0)}
+	if d.unary {
+		opts = append(opts, client.WithUnaryAppend())
+	}
 	for range n {
-		c, err := client.Dial(d.socket, client.WithRetry(1, 0))
+		c, err := client.Dial(d.socket, opts...)
 		if err != nil {
 			return err
 		}
@@ -347,6 +358,11 @@ func (d *daemonDriver) session(s int) client.Session {
 
 func (d *daemonDriver) append(ctx context.Context, c, s int, line []byte) error {
 	_, err := d.conns[c%len(d.conns)].Append(ctx, d.session(s), line)
+	return err
+}
+
+func (d *daemonDriver) appendBatch(ctx context.Context, c, s int, lines [][]byte) error {
+	_, err := d.conns[c%len(d.conns)].Append(ctx, d.session(s), lines...)
 	return err
 }
 
