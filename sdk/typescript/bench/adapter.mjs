@@ -530,10 +530,12 @@ function report() {
   return L.join("\n") + "\n";
 }
 
+// commit names the commit measured; "+uncommitted changes" when what the
+// measured programs are built from differs from it.
 function commit() {
   try {
     let c = execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: repoRoot, encoding: "utf8" }).trim();
-    const dirty = execFileSync("git", ["status", "--porcelain", "--", "*.go", "go.mod", "go.sum", "sdk/typescript/src", "sdk/typescript/bench"], { cwd: repoRoot, encoding: "utf8" }).trim();
+    const dirty = execFileSync("git", ["status", "--porcelain", "--", "cmd/sessiond", "cmd/sessiond-bench", "internal", "client", "api", "go.mod", "go.sum", "sdk/typescript/src", "sdk/typescript/bench"], { cwd: repoRoot, encoding: "utf8" }).trim();
     if (dirty) c += "+uncommitted changes";
     return c;
   } catch {
