@@ -339,6 +339,8 @@ function sessionTurns(sessionId, i) {
 
 log(`listing: writing ${SESSIONS} sessions into ${projectKey} through the adapter`);
 const sessionIds = [];
+let writtenEntries = 0;
+let writtenBytes = 0;
 {
   const store = new SessiondStore({ socketPath: daemon.sock, agentConfigDir });
   let next = 0;
@@ -348,7 +350,11 @@ const sessionIds = [];
       if (i >= SESSIONS) return;
       const sid = randomUUID();
       sessionIds.push(sid);
-      for (const turn of sessionTurns(sid, i)) await store.append({ projectKey, sessionId: sid }, turn);
+      for (const turn of sessionTurns(sid, i)) {
+        await store.append({ projectKey, sessionId: sid }, turn);
+        writtenEntries += turn.length;
+        for (const e of turn) writtenBytes += Buffer.byteLength(JSON.stringify(e)) + 1;
+      }
     }
   };
   const t0 = nowNs();
@@ -519,7 +525,7 @@ function report() {
     L.push(`| ${label} | ${f1(s.ms)} | ${s.all.map((x) => x.toFixed(1)).join(", ")} | ${f1(s.nodeCPUms)} | ${f1(s.daemonCPUms)} | ${ratio(s.ms / S.daemon.ms)} |`);
   }
   L.push("");
-  L.push(`- ${SESSIONS} sessions written through SessiondStore into one project (a temp folder, the listings' \`dir\`), each in two appends (two turns): a user prompt, an assistant answer with a Read tool_use, its tool_result, the answer; 1 in 5 with a custom-title, 1 in 7 with an ai-title; then Flush of every session, so no compaction runs during the listings.`);
+  L.push(`- ${SESSIONS} sessions written through SessiondStore into one project (a temp folder, the listings' \`dir\`), each in two appends (two turns): a user prompt, an assistant answer with a Read tool_use, its tool_result, the answer; 1 in 5 with a custom-title, 1 in 7 with an ai-title (${(writtenEntries / SESSIONS).toFixed(1)} entries and ${(writtenBytes / SESSIONS / 1024).toFixed(1)} KiB per session on average); then Flush of every session, so no compaction runs during the listings.`);
   L.push(`- Baseline: sessiond's ListSessions for the project over gRPC from node (the adapter's generated client, grpc-js), in the same process as the SDK: the same runtime and gRPC library as the SDK path, so the ratio is what the SDK and the summaries add (a second call, ListSummaries, parsing each summary's JSON, the SDK's merge and sort), not a difference between Go and node. It returns sessiond's own listing of each session (title, first prompt, cwd, branch, size, ...).`);
   L.push(`- Each listing returns all ${SESSIONS} sessions (no limit). One untimed call of each first, then rounds interleaved; the fallback runs ${FALLBACK_RUNS} times, the others ${RUNS}. CPU columns: the node process (process.cpuUsage) and sessiond (utime+stime from /proc, in 10 ms ticks) over the calls, mean per call. The two info rows are the SDK path's two store calls timed alone: what is left of its time is the SDK's own work (merging, sorting, building each session's info from its summary).`);
   L.push(`- Verified, before timing: ${listChecks.join("; ")}.`);
