@@ -96,12 +96,12 @@ func statusCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(w, "state\t%s\n", st.GetStateDir())
 			fmt.Fprintf(w, "open sessions\t%d\n", st.GetActiveSessions())
 			fmt.Fprintf(w, "appends\t%d\n", st.GetAppends())
-			fmt.Fprintf(w, "entries stored\t%d (+%d duplicates dropped)\n", st.GetEntriesStored(), st.GetEntriesDuplicate())
+			fmt.Fprintf(w, "entries stored\t%d (+%s dropped)\n", st.GetEntriesStored(), count(st.GetEntriesDuplicate(), "duplicate"))
 			fmt.Fprintf(w, "journal syncs\t%d (%s)\n", st.GetJournalSyncs(), humanBytes(st.GetJournalBytes()))
 			fmt.Fprintf(w, "compactions\t%d (%s written)\n", st.GetCompactions(), humanBytes(st.GetCompactedBytes()))
-			fmt.Fprintf(w, "recovered at start\t%d sessions\n", st.GetRecoveredSessions())
+			fmt.Fprintf(w, "recovered at start\t%s\n", count(st.GetRecoveredSessions(), "session"))
 			if n := st.GetReplayPending(); n > 0 {
-				fmt.Fprintf(w, "replaying\t%d sessions still to move from their journals into their transcripts (served meanwhile)\n", n)
+				fmt.Fprintf(w, "replaying\t%s still to move from their journals into their transcripts (served meanwhile)\n", count(n, "session"))
 			}
 			if st.GetDraining() {
 				fmt.Fprintf(w, "state\tdraining\n")
@@ -195,7 +195,7 @@ func (g *globals) printAppend(resp *sessiondv1.AppendResponse) error {
 			fmt.Fprintf(g.out, "stored     #%-5d %s (%s)\n", r.GetIndex(), id, humanBytes(r.GetSize()))
 		}
 	}
-	fmt.Fprintf(g.out, "%s now holds %d entries\n", resp.GetSession().GetPath(), resp.GetEntries())
+	fmt.Fprintf(g.out, "%s now holds %s\n", resp.GetSession().GetPath(), count(resp.GetEntries(), "entry"))
 	return nil
 }
 
@@ -230,7 +230,7 @@ func flushCmd(g *globals) *cobra.Command {
 				fmt.Fprintln(g.out, "nothing to flush")
 			}
 			for _, s := range resp.GetSessions() {
-				fmt.Fprintf(g.out, "%s: %d entries compacted, %s\n", s.GetSession().GetPath(), s.GetCompactedEntries(), humanBytes(s.GetCanonicalBytes()))
+				fmt.Fprintf(g.out, "%s: %s compacted, %s\n", s.GetSession().GetPath(), count(s.GetCompactedEntries(), "entry"), humanBytes(s.GetCanonicalBytes()))
 			}
 			return nil
 		}),
@@ -431,4 +431,16 @@ func humanBytes(n uint64) string {
 	default:
 		return fmt.Sprintf("%d B", n)
 	}
+}
+
+// count says n things in English: "1 entry", "2 entries", "0 sessions".
+func count[N ~int | ~int32 | ~uint32 | ~int64 | ~uint64](n N, singular string) string {
+	if n == 1 {
+		return "1 " + singular
+	}
+	plural := singular + "s"
+	if strings.HasSuffix(singular, "y") {
+		plural = strings.TrimSuffix(singular, "y") + "ies"
+	}
+	return fmt.Sprintf("%d %s", n, plural)
 }

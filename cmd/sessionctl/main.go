@@ -11,9 +11,11 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/sessiond/sessiond/client"
@@ -86,15 +88,25 @@ func usageErr(msg string) error { return exitWith(2, errors.New(msg)) }
 type globals struct {
 	socket string
 	json   bool
+	wait   time.Duration
 	in     io.Reader
 	out    io.Writer
 }
 
-func (g *globals) dial() (*client.Client, error) { return client.Dial(g.socket) }
+// dial connects to the daemon. Without --wait a daemon that is not there
+// fails the command at once (a script that starts sessiond first passes
+// --wait); with it, calls the daemon could not take are retried within
+// that time.
+func (g *globals) dial() (*client.Client, error) {
+	if g.wait <= 0 {
+		return client.Dial(g.socket, client.WithRetry(1, 0))
+	}
+	return client.Dial(g.socket, client.WithRetry(1<<30, 100*time.Millisecond))
+}
 
 // withClient adapts a command body that needs a connection to the daemon:
-// it dials (lazily: nothing is sent before the first call) and closes
-// afterwards.
+// it dials (lazily: nothing is sent before the first call), waits up to
+// --wait for the daemon to serve, and closes afterwards.
 func (g *globals) withClient(fn func(cmd *cobra.Command, args []string, c *client.Client) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		c, err := g.dial()
@@ -102,7 +114,41 @@ func (g *globals) withClient(fn func(cmd *cobra.Command, args []string, c *clien
 			return err
 		}
 		defer c.Close()
+		if g.wait > 0 {
+			if err := waitServing(cmd.Context(), c, g.wait); err != nil {
+				return err
+			}
+		}
 		return fn(cmd, args, c)
+	}
+}
+
+// waitServing polls the daemon's health until it serves or d has passed.
+// A socket served by another user is not waited for: it will not change.
+func waitServing(ctx context.Context, c *client.Client, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := grpc_health_v1.NewHealthClient(c.Conn()).Check(cctx, &grpc_health_v1.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == grpc_health_v1.HealthCheckResponse_SERVING {
+			return nil
+		}
+		var ue *client.UntrustedSocketError
+		if errors.As(err, &ue) || ctx.Err() != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("it answers %v", resp.GetStatus())
+			}
+			return fmt.Errorf("sessiond did not serve within --wait %v: %w", d, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 
@@ -127,6 +173,7 @@ command line (check: could not check); 3 the socket is served by another user.`,
 	root.SetErr(errOut)
 	root.PersistentFlags().StringVar(&g.socket, "socket", client.DefaultSocket(), "sessiond's socket (env SESSIOND_SOCKET); one served by another user is refused, exit status 3")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print machine-readable JSON")
+	root.PersistentFlags().DurationVar(&g.wait, "wait", 0, "wait up to this long for sessiond to serve (a script that has just started it), e.g. --wait 10s; without it a daemon that is not running fails the command at once")
 	root.AddCommand(statusCmd(g), appendCmd(g), flushCmd(g), listCmd(g), showCmd(g), tailCmd(g), infoCmd(g),
 		checkCmd(g), repairCmd(g), forkCmd(g), renameCmd(g), tagCmd(g), archiveCmd(g, true), archiveCmd(g, false),
 		deleteCmd(g), restoreCmd(g), subkeysCmd(g))
@@ -157,7 +204,13 @@ command line (check: could not check); 3 the socket is served by another user.`,
 func explain(err error) string {
 	var de *client.DialError
 	var ue *client.UntrustedSocketError
-	if errors.As(err, &de) || errors.As(err, &ue) {
+	if errors.As(err, &de) {
+		if errors.Is(de, syscall.ENOENT) || errors.Is(de, syscall.ECONNREFUSED) {
+			return err.Error() + " (a script that starts sessiond first can pass --wait 10s)"
+		}
+		return err.Error()
+	}
+	if errors.As(err, &ue) {
 		return err.Error()
 	}
 	st, ok := status.FromError(err)

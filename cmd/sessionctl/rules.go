@@ -44,7 +44,7 @@ func checkCmd(g *globals) *cobra.Command {
 					path := s.GetSession().GetPath()
 					if len(s.GetProblems()) == 0 {
 						if !all {
-							fmt.Fprintf(g.out, "%s: clean (%d lines)\n", path, s.GetLines())
+							fmt.Fprintf(g.out, "%s: clean (%s)\n", path, count(s.GetLines(), "line"))
 						}
 						continue
 					}
@@ -58,7 +58,7 @@ func checkCmd(g *globals) *cobra.Command {
 					}
 				}
 				if all {
-					fmt.Fprintf(g.out, "%d transcripts checked, %d damaged\n", len(resp.GetSessions()), damaged)
+					fmt.Fprintf(g.out, "%s checked, %d damaged\n", count(len(resp.GetSessions()), "transcript"), damaged)
 				}
 			}
 			if !resp.GetClean() {
@@ -102,10 +102,10 @@ func repairCmd(g *globals) *cobra.Command {
 				}
 			}
 			if dry {
-				fmt.Fprintf(g.out, "dry run: %d changes planned for %s; nothing was written\n", len(resp.GetActions()), path)
+				fmt.Fprintf(g.out, "dry run: %s planned for %s; nothing was written\n", count(len(resp.GetActions()), "change"), path)
 				return nil
 			}
-			fmt.Fprintf(g.out, "repaired %s (%d changes); the original is kept at %s\n", path, len(resp.GetActions()), resp.GetBackupPath())
+			fmt.Fprintf(g.out, "repaired %s (%s); the original is kept at %s\n", path, count(len(resp.GetActions()), "change"), resp.GetBackupPath())
 			for _, p := range resp.GetAfter() {
 				fmt.Fprintf(g.out, "still present: line %d: %s: %s\n", p.GetLine(), p.GetKind(), p.GetMessage())
 			}
@@ -139,7 +139,7 @@ func forkCmd(g *globals) *cobra.Command {
 			if g.json {
 				return g.printJSON(resp)
 			}
-			fmt.Fprintf(g.out, "forked into %s (%d entries, title %q)\n%s\n", resp.GetSession().GetSessionId(), resp.GetEntries(), resp.GetTitle(), resp.GetSession().GetPath())
+			fmt.Fprintf(g.out, "forked into %s (%s, title %q)\n%s\n", resp.GetSession().GetSessionId(), count(resp.GetEntries(), "entry"), resp.GetTitle(), resp.GetSession().GetPath())
 			return nil
 		}),
 	}
