@@ -405,7 +405,7 @@ func TestAccessSymlinksNeverFollowed(t *testing.T) {
 			return err
 		})),
 		{name: "transcript link: read without a project", call: read(&sessiondv1.SessionRef{SessionId: fileLinked}, false),
-			code: codes.NotFound, msg: []string{"not found in any project"}},
+			code: codes.NotFound, msg: []string{"in any project"}},
 
 		linkRefusal("session folder link: append to the main transcript", dirLink, appendTo(dl)),
 		linkRefusal("session folder link: append to a subagent", dirLink, appendTo(ref(dirLinked, "subagents/agent-x"))),

@@ -421,7 +421,7 @@ func TestHostileInputs(t *testing.T) {
 		}, code: codes.NotFound, msg: []string{unknown, "not found"}},
 		{name: "read unknown, no project", call: func(ctx context.Context) error {
 			return streamErr(api.Read(ctx, &sessiondv1.ReadRequest{Session: &sessiondv1.SessionRef{SessionId: unknown}}))
-		}, code: codes.NotFound, msg: []string{unknown, "not found in any project"}},
+		}, code: codes.NotFound, msg: []string{unknown, "in any project"}},
 		{name: "follow unknown", call: func(ctx context.Context) error {
 			return streamErr(api.Follow(ctx, &sessiondv1.ReadRequest{Session: byCwd(unknown)}))
 		}, code: codes.NotFound, msg: []string{unknown, "not found"}},

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -219,11 +220,20 @@ func explain(err error) string {
 	}
 	switch st.Code() {
 	case codes.Unavailable:
-		return fmt.Sprintf("sessiond is not reachable (%s); is it running? Start it with `sessiond` or check --socket / SESSIOND_SOCKET", st.Message())
+		// The daemon answered: it is running, but could not take this
+		// request now (shutting down, the session being moved).
+		return "sessiond could not take the request now: " + st.Message()
 	case codes.Canceled:
 		return "cancelled"
 	default:
-		return fmt.Sprintf("%s: %s", codeName(st.Code()), st.Message())
+		// The daemon's messages end with their kind ("...: not found"),
+		// which the code name in front already says.
+		msg := st.Message()
+		for _, kind := range []string{"not found", "invalid argument", "already exists", "ambiguous", "too large",
+			"corrupt", "conflict", "failed precondition", "unsafe path on disk", "no space left", "i/o error"} {
+			msg = strings.TrimSuffix(msg, ": "+kind)
+		}
+		return fmt.Sprintf("%s: %s", codeName(st.Code()), msg)
 	}
 }
 

@@ -141,15 +141,22 @@ func (s *Server) resolveRef(ref *sessiondv1.SessionRef, needProject bool) (layou
 		k.ProjectKey = p.ProjectKey
 	default:
 		if needProject {
-			return k, fmt.Errorf("the project is required to create or append to a session: set cwd (the agent's working directory) or project_key: %w", errdefs.ErrInvalidArgument)
+			return k, fmt.Errorf("the project is required to create or append to a session: set cwd (the agent's working directory) or project_key (sessionctl: --cwd or --project): %w", errdefs.ErrInvalidArgument)
 		}
 		keys, err := s.m.Find(k.SessionID, k.Subpath)
 		if err != nil {
 			return k, err
 		}
+		if len(keys) == 0 && k.Subpath != "" {
+			// The subagent transcript is not anywhere; if its session is
+			// found, the call goes on and says the subpath is missing.
+			if mains, err := s.m.Find(k.SessionID, ""); err == nil && len(mains) == 1 {
+				return layout.Key{ProjectKey: mains[0].ProjectKey, SessionID: k.SessionID, Subpath: k.Subpath}, nil
+			}
+		}
 		switch len(keys) {
 		case 0:
-			return k, fmt.Errorf("session %s not found in any project under %s: %w", k.SessionID, s.info.Root, errdefs.ErrNotFound)
+			return k, fmt.Errorf("no session %s in any project under %s: %w", k.SessionID, s.info.Root, errdefs.ErrNotFound)
 		case 1:
 			return keys[0], nil
 		default:
@@ -160,7 +167,7 @@ func (s *Server) resolveRef(ref *sessiondv1.SessionRef, needProject bool) (layou
 				}
 				names += key.ProjectKey
 			}
-			return k, fmt.Errorf("session %s exists in several projects (%s); name the project with cwd or project_key: %w", k.SessionID, names, errdefs.ErrAmbiguous)
+			return k, fmt.Errorf("session %s exists in several projects (%s); name the project with cwd or project_key (sessionctl: --cwd or --project): %w", k.SessionID, names, errdefs.ErrAmbiguous)
 		}
 	}
 	return k, nil

@@ -66,7 +66,7 @@ func (m *Manager) entryFor(ctx context.Context, key layout.Key) (index.Entry, er
 		if e, ok := m.ix.Get(key); ok {
 			if e.Owned {
 				if e.Absent {
-					return index.Entry{}, fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+					return index.Entry{}, m.notFound(key)
 				}
 				return e, nil
 			}
@@ -83,7 +83,7 @@ func (m *Manager) entryFor(ctx context.Context, key layout.Key) (index.Entry, er
 		// and retires at once (retireIfOpened).
 		err := m.doRetire(ctx, key, retireIfOpened, func(st *state) error {
 			if !st.exists() {
-				return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+				return m.notFound(key)
 			}
 			st.publish()
 			return nil
@@ -112,7 +112,7 @@ func (m *Manager) entryFor(ctx context.Context, key layout.Key) (index.Entry, er
 	})
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			err = fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+			err = m.notFound(key)
 		}
 		if !errdefs.Is(err, errdefs.ErrNotFound) {
 			err = fmt.Errorf("index %s: %w", key, errdefs.FromIO(err))
@@ -172,7 +172,7 @@ func (m *Manager) Info(ctx context.Context, key layout.Key) (Info, error) {
 		return Info{}, err
 	}
 	if !m.existsOnDisk(key) {
-		return Info{Key: key}, fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+		return Info{Key: key}, m.notFound(key)
 	}
 	e, err := m.entryFor(ctx, key)
 	if err != nil {

@@ -171,7 +171,7 @@ func (m *Manager) acquire(key layout.Key) (*session, error) {
 		return nil, fmt.Errorf("sessiond is shutting down: %w", errdefs.ErrUnavailable)
 	}
 	if why, ok := m.busy[familyOf(key)]; ok {
-		return nil, fmt.Errorf("session %s/%s is being %s; retry: %w", key.ProjectKey, key.SessionID, why, errdefs.ErrUnavailable)
+		return nil, &busyError{family: familyOf(key), why: why}
 	}
 	if in := m.intents[familyOf(key)]; in != nil {
 		return nil, fmt.Errorf("session %s/%s: an interrupted %s must finish first; retry the %s: %w", key.ProjectKey, key.SessionID, in.Op, in.Op, errdefs.ErrUnavailable)
@@ -407,11 +407,11 @@ func (m *Manager) flush(ctx context.Context, key layout.Key, retire retireMode) 
 		return res, err
 	}
 	if !m.existsOnDisk(key) {
-		return res, fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+		return res, m.notFound(key)
 	}
 	err := m.doRetire(ctx, key, retire, func(st *state) error {
 		if !st.exists() {
-			return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+			return m.notFound(key)
 		}
 		n := uint64(len(st.pending))
 		if err := st.compact("flush"); err != nil {

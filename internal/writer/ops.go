@@ -31,13 +31,13 @@ func (m *Manager) view(ctx context.Context, key layout.Key, fn func(r io.Reader,
 		return err
 	}
 	if !m.existsOnDisk(key) {
-		return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+		return m.notFound(key)
 	}
 	if _, jerr := m.cfg.FS.Lstat(m.cfg.Layout.JournalPath(key)); jerr != nil && !m.IsActive(key) {
 		path := m.cfg.Layout.TranscriptPath(key)
 		f, err := m.cfg.FS.OpenFile(path, os.O_RDONLY, 0)
 		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+			return m.notFound(key)
 		}
 		if err != nil {
 			return fmt.Errorf("open %s: %w", path, errdefs.FromIO(err))
@@ -58,7 +58,7 @@ func (m *Manager) view(ctx context.Context, key layout.Key, fn func(r io.Reader,
 	}
 	defer sn.close()
 	if !sn.exists {
-		return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+		return m.notFound(key)
 	}
 	return fn(sn.reader(), len(sn.pending))
 }
@@ -173,11 +173,11 @@ func (m *Manager) Repair(ctx context.Context, key layout.Key, dryRun bool) (Repa
 		return out, err
 	}
 	if !m.existsOnDisk(key) {
-		return out, fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+		return out, m.notFound(key)
 	}
 	err := m.do(ctx, key, func(st *state) error {
 		if !st.exists() {
-			return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+			return m.notFound(key)
 		}
 		if dryRun && len(st.pending) > 0 {
 			sn, err := st.snapshot()
@@ -422,7 +422,7 @@ func (m *Manager) AppendMetadata(ctx context.Context, key layout.Key, line []byt
 		return fmt.Errorf("a title or tag applies to a whole session, not to the subagent transcript %s: %w", key.Subpath, errdefs.ErrInvalidArgument)
 	}
 	if !m.existsOnDisk(key) {
-		return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+		return m.notFound(key)
 	}
 	_, err := m.Append(ctx, key, [][]byte{line})
 	return err
@@ -445,7 +445,7 @@ func (m *Manager) SetArchived(ctx context.Context, key layout.Key, archived bool
 		return fmt.Errorf("archive applies to a whole session, not to the subagent transcript %s: %w", key.Subpath, errdefs.ErrInvalidArgument)
 	}
 	if !m.existsOnDisk(key) {
-		return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+		return m.notFound(key)
 	}
 	return m.do(ctx, key, func(st *state) error {
 		path := m.ArchiveMarkerPath(key)
@@ -470,6 +470,19 @@ type family struct{ projectKey, sessionID string }
 
 func familyOf(k layout.Key) family { return family{k.ProjectKey, k.SessionID} }
 
+// busyError refuses a writer of a session that a delete or restore is
+// moving: a passing state, so it is ErrUnavailable.
+type busyError struct {
+	family family
+	why    string // "deleted", "restored"
+}
+
+func (e *busyError) Error() string {
+	return fmt.Sprintf("session %s/%s is being %s; retry", e.family.projectKey, e.family.sessionID, e.why)
+}
+
+func (e *busyError) Unwrap() error { return errdefs.ErrUnavailable }
+
 // lockFamily keeps every writer of k's session from starting until unlock:
 // delete and restore move the files of the whole session.
 func (m *Manager) lockFamily(k layout.Key, why string) (unlock func(), err error) {
@@ -480,7 +493,7 @@ func (m *Manager) lockFamily(k layout.Key, why string) (unlock func(), err error
 	f := familyOf(k)
 	if w, ok := m.busy[f]; ok {
 		m.mu.Unlock()
-		return nil, fmt.Errorf("session %s/%s is being %s; retry: %w", f.projectKey, f.sessionID, w, errdefs.ErrUnavailable)
+		return nil, &busyError{family: f, why: w}
 	}
 	m.busy[f] = why
 	var open []*session
@@ -606,7 +619,7 @@ func (m *Manager) Delete(ctx context.Context, key layout.Key, purge bool) (strin
 		found = true
 	}
 	if !found {
-		return "", fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+		return "", m.notFound(key)
 	}
 	// The writers were compacted as they closed: journals hold nothing
 	// that is not in the files, except for sessions whose compaction failed

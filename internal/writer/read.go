@@ -93,6 +93,17 @@ func (m *Manager) existsOnDisk(key layout.Key) bool {
 	return ok || err != nil
 }
 
+// notFound is the error for a transcript that does not exist. For a
+// subagent transcript of a session that does, it says so: the user is
+// looking for a subpath, not for a missing session.
+func (m *Manager) notFound(key layout.Key) error {
+	if key.Subpath != "" && m.existsOnDisk(key.Main()) {
+		return fmt.Errorf("session %s/%s has no subagent transcript %s (sessionctl subkeys %s lists the ones it has): %w",
+			key.ProjectKey, key.SessionID, key.Subpath, key.SessionID, errdefs.ErrNotFound)
+	}
+	return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+}
+
 // existsOnDiskErr is existsOnDisk for callers that must tell "no" from
 // "could not look": a refusal because the session exists must not be the
 // answer to a failing disk.
@@ -122,6 +133,16 @@ type ReadOptions struct {
 	Follow bool   // keep serving new entries until ctx ends
 }
 
+// followEnded says why a follow cannot go on: the session being deleted
+// under it is the end of what it followed, not a daemon that went away.
+func followEnded(key layout.Key, err error) error {
+	var busy *busyError
+	if errors.As(err, &busy) && busy.why == "deleted" {
+		return fmt.Errorf("session %s was deleted while it was followed (sessionctl delete, or the SDK's deleteSession): %w", key, errdefs.ErrNotFound)
+	}
+	return err
+}
+
 // Read serves key's entries to send, in order, in groups. The entries'
 // Data are only valid until send returns (their memory is reused). With Follow it
 // then waits for new entries and serves them as they are acknowledged,
@@ -131,7 +152,7 @@ func (m *Manager) Read(ctx context.Context, key layout.Key, opt ReadOptions, sen
 		return err
 	}
 	if !m.existsOnDisk(key) {
-		return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+		return m.notFound(key)
 	}
 	var held *session
 	defer func() {
@@ -153,7 +174,7 @@ func (m *Manager) Read(ctx context.Context, key layout.Key, opt ReadOptions, sen
 			if held == nil {
 				s, err := m.follow(key)
 				if err != nil {
-					return err
+					return followEnded(key, err)
 				}
 				held = s
 			}
@@ -168,12 +189,15 @@ func (m *Manager) Read(ctx context.Context, key layout.Key, opt ReadOptions, sen
 			if opt.Follow && ctx.Err() != nil {
 				return nil
 			}
+			if opt.Follow {
+				return followEnded(key, err)
+			}
 			return err
 		}
 		if first {
 			if !sn.exists {
 				sn.close()
-				return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+				return m.notFound(key)
 			}
 			if opt.Tail > 0 {
 				total := sn.canonEntries + uint64(len(sn.pending))
