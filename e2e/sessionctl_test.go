@@ -141,7 +141,7 @@ func TestSessionctlWalkthrough(t *testing.T) {
 		args  []string
 		want  string
 	}{
-		{`{"a":`, []string{"append", "--cwd", cwd, "--session", sid}, "invalid input: entry 1 of 1"},
+		{`{"a":`, []string{"append", "--cwd", cwd, "--session", sid}, "stdin line 1: entry is not valid JSON"},
 		{`[1]`, []string{"append", "--cwd", cwd, "--session", sid}, "not an object"},
 		{`{}`, []string{"append", "--session", sid}, "--cwd"},
 		{`{}`, []string{"append", "--cwd", cwd, "--session", "not-a-uuid"}, "UUID"},

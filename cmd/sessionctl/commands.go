@@ -17,6 +17,7 @@ import (
 
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
+	"github.com/sessiond/sessiond/internal/transcript"
 )
 
 var pj = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
@@ -114,6 +115,23 @@ func statusCmd(g *globals) *cobra.Command {
 	}
 }
 
+// maxLineBytes is the largest line sessionctl sends: a gRPC message
+// carries one batch, and sessiond takes messages up to --max-message-bytes
+// (64 MiB by default; sessionctl's own limit is the same).
+const maxLineBytes = 64 << 20
+
+// checkEntryLine refuses what sessiond would refuse anyway, with the
+// reason, before anything is sent: a line that is not one JSON object, or
+// one too large to send.
+func checkEntryLine(line []byte) error {
+	if len(line) > maxLineBytes {
+		return fmt.Errorf("the line is %s, over the %s a message to sessiond may carry (sessiond --max-message-bytes); entries over sessiond --max-entry-bytes (32 MiB by default) are refused anyway",
+			humanBytes(uint64(len(line))), humanBytes(maxLineBytes))
+	}
+	_, err := transcript.Normalize(line, 0)
+	return err
+}
+
 // appendBatchBytes keeps each atomic batch well under the daemon's message
 // limit.
 const appendBatchBytes = 16 << 20
@@ -137,16 +155,21 @@ func appendCmd(g *globals) *cobra.Command {
 			}
 			s := sf.session(id)
 			var batch [][]byte
-			size := 0
+			var lines []int // the stdin line of each entry of batch
+			size, sent := 0, 0
 			send := func() error {
 				if len(batch) == 0 {
 					return nil
 				}
 				resp, err := c.Append(cmd.Context(), s, batch...)
 				if err != nil {
-					return err
+					if len(batch) > 1 {
+						return fmt.Errorf("stdin lines %d-%d (one batch, stored whole or not at all; nothing of it was stored): %w", lines[0], lines[len(lines)-1], err)
+					}
+					return fmt.Errorf("stdin line %d: %w", lines[0], err)
 				}
-				batch, size = nil, 0
+				sent += len(batch)
+				batch, lines, size = nil, nil, 0
 				return g.printAppend(resp)
 			}
 			r := bufio.NewReaderSize(g.in, 1<<20)
@@ -156,12 +179,18 @@ func appendCmd(g *globals) *cobra.Command {
 				if len(line) > 0 {
 					lineNo++
 					if t := bytes.TrimSpace(line); len(t) > 0 {
+						// Checked here, so a mistake is named by its
+						// stdin line, before anything of it is sent.
+						if err := checkEntryLine(t); err != nil {
+							return exitWith(1, fmt.Errorf("stdin line %d: %w", lineNo, err))
+						}
 						if size+len(t) > appendBatchBytes {
 							if err := send(); err != nil {
-								return fmt.Errorf("before stdin line %d: %w", lineNo, err)
+								return err
 							}
 						}
 						batch = append(batch, t)
+						lines = append(lines, lineNo)
 						size += len(t)
 					}
 				}
@@ -172,7 +201,13 @@ func appendCmd(g *globals) *cobra.Command {
 					return fmt.Errorf("read stdin: %w", err)
 				}
 			}
-			return send()
+			if err := send(); err != nil {
+				return err
+			}
+			if sent == 0 {
+				return fmt.Errorf("no entries on stdin (%s read): nothing was appended; give one JSON object per line", count(lineNo, "line"))
+			}
+			return nil
 		}),
 	}
 	sf.add(c)

@@ -216,7 +216,7 @@ func explain(err error) string {
 	}
 	st, ok := status.FromError(err)
 	if !ok {
-		return err.Error()
+		return trimKinds(err.Error())
 	}
 	switch st.Code() {
 	case codes.Unavailable:
@@ -226,15 +226,18 @@ func explain(err error) string {
 	case codes.Canceled:
 		return "cancelled"
 	default:
-		// The daemon's messages end with their kind ("...: not found"),
-		// which the code name in front already says.
-		msg := st.Message()
-		for _, kind := range []string{"not found", "invalid argument", "already exists", "ambiguous", "too large",
-			"corrupt", "conflict", "failed precondition", "unsafe path on disk", "no space left", "i/o error"} {
-			msg = strings.TrimSuffix(msg, ": "+kind)
-		}
-		return fmt.Sprintf("%s: %s", codeName(st.Code()), msg)
+		return fmt.Sprintf("%s: %s", codeName(st.Code()), trimKinds(st.Message()))
 	}
+}
+
+// trimKinds drops the error kind that closes sessiond's messages ("...:
+// not found"): the code name in front, or the message itself, says it.
+func trimKinds(msg string) string {
+	for _, kind := range []string{"not found", "invalid argument", "already exists", "ambiguous", "too large",
+		"corrupt", "conflict", "failed precondition", "unsafe path on disk", "no space left", "i/o error"} {
+		msg = strings.TrimSuffix(msg, ": "+kind)
+	}
+	return msg
 }
 
 func codeName(c codes.Code) string {

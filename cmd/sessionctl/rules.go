@@ -24,6 +24,9 @@ func checkCmd(g *globals) *cobra.Command {
 			if all == (len(args) == 1) {
 				return usageErr("give a session id or --all")
 			}
+			if all && sf.subpath != "" {
+				return usageErr("check --all checks every transcript, subagents' included; --subpath names one: check UUID --subpath P checks that one")
+			}
 			var resp *sessiondv1.CheckResponse
 			var err error
 			if all {
@@ -283,6 +286,9 @@ func subkeysCmd(g *globals) *cobra.Command {
 		Short: "List a session's subagent transcripts",
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
+			if sf.subpath != "" {
+				return usageErr("subkeys lists the subagent transcripts of a whole session; --subpath does not apply")
+			}
 			subs, err := c.Subkeys(cmd.Context(), sf.session(args[0]))
 			if err != nil {
 				return err
