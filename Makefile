@@ -9,8 +9,10 @@ PROTO_FILES := $(shell find $(PROTO_DIR) -name '*.proto' | sort)
 
 all: build
 
+# -buildvcs=true stamps the commit into the binaries (sessiond --version,
+# sessionctl version), whatever GOFLAGS says.
 build:
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -buildvcs=true -o bin/ ./cmd/...
 
 # tools installs what the suite needs beyond Go: protoc (Debian's
 # protobuf-compiler, which pins its version), the official TypeScript SDK

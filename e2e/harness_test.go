@@ -29,7 +29,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	args := []string{"build", "-o", dir + "/"}
+	// -buildvcs=true: the binaries report the commit they were built from
+	// (this machine's GOFLAGS may turn the stamp off).
+	args := []string{"build", "-buildvcs=true", "-o", dir + "/"}
 	if raceEnabled {
 		// The daemon under test runs with the race detector too.
 		args = append(args, "-race")

@@ -80,10 +80,10 @@ func TestSessionctlWalkthrough(t *testing.T) {
 	var ls struct {
 		Sessions []struct {
 			Session struct{ SessionID string } `json:"session"`
-			Entries string                     `json:"entries"`
+			Entries uint64                     `json:"entries"`
 		} `json:"sessions"`
 	}
-	if code != 0 || json.Unmarshal([]byte(out), &ls) != nil || len(ls.Sessions) != 1 || ls.Sessions[0].Entries != "2" {
+	if code != 0 || json.Unmarshal([]byte(out), &ls) != nil || len(ls.Sessions) != 1 || ls.Sessions[0].Entries != 2 {
 		t.Fatalf("list --json (%d): %s", code, out)
 	}
 
@@ -554,5 +554,30 @@ func TestSessiondRefusesNonPositiveFlags(t *testing.T) {
 		if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("sessiond %v left a socket: %v", tc, err)
 		}
+	}
+}
+
+// TestVersions: sessiond --version, sessionctl --version and sessionctl
+// version name the commit the binaries were built from, and version also
+// asks the running daemon.
+func TestVersions(t *testing.T) {
+	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse HEAD (the tests run from a checkout): %v", err)
+	}
+	commit := "(commit " + string(head[:12])
+	out, err := exec.Command(filepath.Join(bins, "sessiond"), "--version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "sessiond ") || !strings.Contains(string(out), commit) {
+		t.Errorf("sessiond --version = %q, %v; want the commit %s", out, err, commit)
+	}
+	d := newDaemon(t)
+	d.start()
+	out2, _, code := d.ctl("", "--version")
+	if code != 0 || !strings.HasPrefix(out2, "sessionctl ") || !strings.Contains(out2, commit) {
+		t.Errorf("sessionctl --version = %q (exit %d); want the commit", out2, code)
+	}
+	out3, _, code := d.ctl("", "version")
+	if code != 0 || strings.Count(out3, commit) != 2 || !strings.Contains(out3, "sessiond   ") {
+		t.Errorf("sessionctl version = %q (exit %d); want both programs with the commit", out3, code)
 	}
 }

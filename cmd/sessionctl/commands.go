@@ -14,9 +14,11 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
+	"github.com/sessiond/sessiond/internal/buildinfo"
 	"github.com/sessiond/sessiond/internal/transcript"
 )
 
@@ -37,13 +39,53 @@ func (g *globals) printJSON(m proto.Message) error {
 	if err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, b); err != nil {
+	// protojson writes 64-bit integers as strings (JavaScript's numbers
+	// lose precision past 2^53); sessionctl's counters and indexes never
+	// come near that, and everywhere else it prints them as numbers.
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
 		return err
 	}
-	buf.WriteByte('\n')
-	_, err = g.out.Write(buf.Bytes())
-	return err
+	v = intsAsNumbers(m.ProtoReflect().Descriptor(), v)
+	enc := json.NewEncoder(g.out)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// intsAsNumbers turns the 64-bit integer fields of the protojson value v
+// of a message md back into JSON numbers.
+func intsAsNumbers(md protoreflect.MessageDescriptor, v any) any {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return v
+	}
+	for name, val := range obj {
+		fd := md.Fields().ByName(protoreflect.Name(name))
+		if fd == nil || fd.IsMap() {
+			continue
+		}
+		conv := func(x any) any {
+			switch fd.Kind() {
+			case protoreflect.Int64Kind, protoreflect.Uint64Kind, protoreflect.Sint64Kind, protoreflect.Fixed64Kind, protoreflect.Sfixed64Kind:
+				if s, ok := x.(string); ok {
+					return json.Number(s)
+				}
+			case protoreflect.MessageKind:
+				return intsAsNumbers(fd.Message(), x)
+			}
+			return x
+		}
+		if list, ok := val.([]any); ok && fd.IsList() {
+			for i := range list {
+				list[i] = conv(list[i])
+			}
+			continue
+		}
+		obj[name] = conv(val)
+	}
+	return obj
 }
 
 // sessionFlags are the flags that name a session besides its id.
@@ -73,6 +115,37 @@ func absCwd(cwd string) string {
 		return abs
 	}
 	return cwd // the daemon's refusal says what is wrong with it
+}
+
+func versionCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print sessionctl's version and the running daemon's",
+		Args:  cobra.NoArgs,
+		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client.Client) error {
+			mine := buildinfo.Version()
+			st, err := c.Status(cmd.Context())
+			if g.json {
+				out := map[string]string{"sessionctl": mine}
+				if err == nil {
+					out["sessiond"] = st.GetVersion()
+				} else {
+					out["sessiond_error"] = explain(err)
+				}
+				b, _ := json.Marshal(out)
+				_, werr := fmt.Fprintf(g.out, "%s\n", b)
+				return werr
+			}
+			fmt.Fprintf(g.out, "sessionctl %s\n", mine)
+			if err != nil {
+				// The version of this program is known whatever the daemon.
+				fmt.Fprintf(g.out, "sessiond   (%s)\n", explain(err))
+				return nil
+			}
+			fmt.Fprintf(g.out, "sessiond   %s (pid %d, %s)\n", st.GetVersion(), st.GetPid(), g.socket)
+			return nil
+		}),
+	}
 }
 
 func statusCmd(g *globals) *cobra.Command {
@@ -332,7 +405,7 @@ func listCmd(g *globals) *cobra.Command {
 	c.Flags().StringVar(&opt.ProjectKey, "project", "", "only this project key")
 	c.Flags().Uint32Var(&opt.Limit, "limit", 0, "at most this many sessions (0: all)")
 	c.Flags().Uint32Var(&opt.Offset, "offset", 0, "skip this many sessions first")
-	c.Flags().BoolVar(&opt.Continue, "continue", false, "only the session `claude --continue` would resume (newest non-sidechain)")
+	c.Flags().BoolVar(&opt.Continue, "continue", false, "only the session that claude --continue would resume (the newest that is not a sidechain)")
 	c.Flags().BoolVar(&opt.ExcludeArchived, "exclude-archived", false, "leave archived sessions out")
 	c.MarkFlagsMutuallyExclusive("cwd", "project")
 	return c

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sessiond/sessiond/client"
+	"github.com/sessiond/sessiond/internal/buildinfo"
 )
 
 // exitError carries an exit status without a message of its own.
@@ -175,7 +176,9 @@ command line (check: could not check); 3 the socket is served by another user.`,
 	root.PersistentFlags().StringVar(&g.socket, "socket", client.DefaultSocket(), "sessiond's socket (env SESSIOND_SOCKET); one served by another user is refused, exit status 3")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print machine-readable JSON")
 	root.PersistentFlags().DurationVar(&g.wait, "wait", 0, "wait up to this long for sessiond to serve (a script that has just started it), e.g. --wait 10s; without it a daemon that is not running fails the command at once")
-	root.AddCommand(statusCmd(g), appendCmd(g), flushCmd(g), listCmd(g), showCmd(g), tailCmd(g), infoCmd(g),
+	root.Version = buildinfo.Version()
+	root.SetVersionTemplate("sessionctl {{.Version}}\n")
+	root.AddCommand(versionCmd(g), statusCmd(g), appendCmd(g), flushCmd(g), listCmd(g), showCmd(g), tailCmd(g), infoCmd(g),
 		checkCmd(g), repairCmd(g), forkCmd(g), renameCmd(g), tagCmd(g), archiveCmd(g, true), archiveCmd(g, false),
 		deleteCmd(g), restoreCmd(g), subkeysCmd(g))
 	// Wrong arguments and flags are usage errors too, wherever cobra

@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 
+	"github.com/sessiond/sessiond/internal/buildinfo"
 	"github.com/sessiond/sessiond/internal/daemon"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/writer"
@@ -52,7 +52,7 @@ func run() error {
 		return fmt.Errorf("unexpected arguments %q (sessiond takes flags only; see -h)", flag.Args())
 	}
 	if *showVersion {
-		fmt.Println(version())
+		fmt.Println("sessiond", version())
 		return nil
 	}
 	// Zero or less would quietly mean the default further down: refuse
@@ -106,12 +106,7 @@ func run() error {
 	})
 }
 
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
-}
+func version() string { return buildinfo.Version() }
 
 func newLogger(format, level string) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)

@@ -32,8 +32,8 @@ const probeTimeout = 2 * time.Second
 //   - the socket's folder is created with mode 0700 (parents too) if missing;
 //     an existing folder must be a real directory (not a symlink) owned by the
 //     effective uid, and is tightened to 0700 if group or others have access;
-//   - a lock file next to the socket (path + ".lock", left in place) is held
-//     for the listener's lifetime, so two daemons starting at once cannot both
+//   - a lock file next to the socket (path + ".lock", removed on Close) is
+//     held for the listener's lifetime, so two daemons starting at once cannot both
 //     decide the socket is stale and unlink each other's;
 //   - an existing file at path that is not a socket is an error and is left
 //     alone; a socket that answers is an error wrapping ErrAlreadyRunning; a
@@ -76,7 +76,7 @@ func Listen(path string) (net.Listener, error) {
 		lock.Close()
 		return nil, fmt.Errorf("restrict socket %s to its owner: %w", path, err)
 	}
-	return &listener{UnixListener: ul, lock: lock}, nil
+	return &listener{UnixListener: ul, lock: lock, lockPath: path + ".lock"}, nil
 }
 
 // listener releases the lock once the socket file is gone, so the next
@@ -84,6 +84,7 @@ func Listen(path string) (net.Listener, error) {
 type listener struct {
 	*net.UnixListener
 	lock      *os.File
+	lockPath  string
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -91,6 +92,8 @@ type listener struct {
 func (l *listener) Close() error {
 	l.closeOnce.Do(func() {
 		l.closeErr = l.UnixListener.Close()
+		// Removed while still held: see lockSocket.
+		os.Remove(l.lockPath)
 		l.lock.Close()
 	})
 	return l.closeErr
@@ -140,30 +143,38 @@ func symlinkedDirError(dir string) error {
 }
 
 // lockSocket takes the lock that makes this process the only sessiond using
-// path. The lock file stays behind on Close: removing it would let a daemon
-// that already opened the old file and one that creates a new file both
-// believe they hold the lock.
+// path. The holder removes the lock file when it closes, while still
+// holding the lock, so a daemon that opened the file just before may lock
+// an unlinked file: it then finds another file (or none) at the name and
+// tries again, and only the lock on the file the name points to counts.
 func lockSocket(path string) (*os.File, error) {
 	name := path + ".lock"
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open socket lock: %w", err)
-	}
 	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err != unix.EINTR {
-			break
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("open socket lock: %w", err)
 		}
+		for {
+			err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+			if err != unix.EINTR {
+				break
+			}
+		}
+		if err != nil {
+			f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				// The holder may still be before its bind; ask for its pid anyway.
+				return nil, alreadyRunning(path, probePID(path))
+			}
+			return nil, fmt.Errorf("lock %s: %w", name, err)
+		}
+		held, err1 := f.Stat()
+		named, err2 := os.Lstat(name)
+		if err1 == nil && err2 == nil && os.SameFile(held, named) {
+			return f, nil
+		}
+		f.Close() // a daemon that stopped removed it meanwhile
 	}
-	if err == nil {
-		return f, nil
-	}
-	f.Close()
-	if errors.Is(err, unix.EWOULDBLOCK) {
-		// The holder may still be before its bind; ask for its pid anyway.
-		return nil, alreadyRunning(path, probePID(path))
-	}
-	return nil, fmt.Errorf("lock %s: %w", name, err)
 }
 
 // clearStale removes a socket at path that nobody answers on. Anything else

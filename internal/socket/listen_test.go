@@ -3,6 +3,8 @@
 package socket
 
 import (
+	"golang.org/x/sys/unix"
+
 	"errors"
 	"fmt"
 	"io"
@@ -111,6 +113,9 @@ func TestListenCreatesPrivateFolderAndSocket(t *testing.T) {
 	}
 	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("socket still there after Close: %v", err)
+	}
+	if _, err := os.Lstat(path + ".lock"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("lock file still there after a clean Close: %v", err)
 	}
 	// Closing released the lock: the path is free for the next daemon.
 	ln2 := mustListen(t, path)
@@ -378,5 +383,31 @@ func acceptProbe(t *testing.T, ln net.Listener) {
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	if got, err := io.ReadAll(c); err != nil || len(got) != 0 {
 		t.Errorf("probe connection sent %q, %v; want nothing", got, err)
+	}
+}
+
+// TestLockOfRemovedFileDoesNotCount: a daemon that locked the lock file a
+// stopping daemon then removed holds nothing: lockSocket takes the lock
+// only on the file the name points to, so two daemons never both hold it.
+func TestLockOfRemovedFileDoesNotCount(t *testing.T) {
+	path := filepath.Join(shortTempDir(t), "s.sock")
+	old, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	// The old file is removed and replaced by one a running daemon holds.
+	os.Remove(path + ".lock")
+	holder, err := lockSocket(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	// Someone locking the old, unlinked file gets nothing from it.
+	if err := unix.Flock(int(old.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatalf("the unlinked file could not be locked: %v", err)
+	}
+	if _, err := lockSocket(path); !errors.Is(err, ErrAlreadyRunning) {
+		t.Fatalf("second lockSocket while the named file is held: %v, want ErrAlreadyRunning", err)
 	}
 }
