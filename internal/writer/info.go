@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
@@ -346,20 +347,55 @@ func (m *Manager) mainKeys(projectKey string) ([]layout.Key, error) {
 			}
 		}
 	}
-	journaled, err := m.journaledKeys()
-	if err != nil {
-		return nil, err
-	}
-	for _, k := range journaled {
+	// Sessions that so far live only in a journal, or in a writer: the
+	// main journals sit at the top of their project's journal folder, so
+	// only those folders are read (not every project's, nor the subagent
+	// journals below them).
+	m.mu.Lock()
+	for k := range m.sessions {
 		if k.Subpath == "" && (projectKey == "" || k.ProjectKey == projectKey) {
 			set[k] = true
+		}
+	}
+	m.mu.Unlock()
+	jprojects := projects
+	if projectKey == "" {
+		ents, err := m.cfg.FS.ReadDir(L.JournalDir())
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("list %s: %w", L.JournalDir(), errdefs.FromIO(err))
+		}
+		jprojects = nil
+		for _, e := range ents {
+			if e.IsDir() {
+				jprojects = append(jprojects, e.Name())
+			}
+		}
+	}
+	for _, p := range jprojects {
+		dir := filepath.Join(L.JournalDir(), p)
+		ents, err := m.cfg.FS.ReadDir(dir)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("list %s: %w", dir, errdefs.FromIO(err))
+		}
+		for _, e := range ents {
+			if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), layout.JournalExt) {
+				continue
+			}
+			if k, ok := L.ParseJournalPath(filepath.Join(dir, e.Name())); ok && k.Subpath == "" {
+				set[k] = true
+			}
 		}
 	}
 	keys := make([]layout.Key, 0, len(set))
 	for k := range set {
 		keys = append(keys, k)
 	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].ProjectKey != keys[j].ProjectKey {
+			return keys[i].ProjectKey < keys[j].ProjectKey
+		}
+		return keys[i].SessionID < keys[j].SessionID
+	})
 	return keys, nil
 }
 
