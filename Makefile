@@ -5,7 +5,7 @@ PROTOC_VERSION := libprotoc 3.21.12
 PROTO_DIR := api/proto
 PROTO_FILES := $(shell find $(PROTO_DIR) -name '*.proto' | sort)
 
-.PHONY: all build test tools sdk sdk-ts sdk-py proto proto-check vet fmt-check fuzz fuzz-short bench bench-adapter clean test-adapters
+.PHONY: all build test tools grpcurl sdk sdk-ts sdk-py proto proto-check vet fmt-check fuzz fuzz-short bench bench-adapter clean test-adapters
 
 all: build
 
@@ -19,7 +19,7 @@ build:
 # (pinned in e2e/sdk/package-lock.json), the TypeScript adapter's packages
 # (with the SDK's Claude Code CLI) and the Python adapter's Debian packages,
 # when they are missing.
-tools: sdk sdk-ts sdk-py
+tools: sdk sdk-ts sdk-py grpcurl
 	@v="$$(protoc --version 2>/dev/null)"; if [ "$$v" != "$(PROTOC_VERSION)" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing protobuf-compiler"; (apt-get update -qq && apt-get install -y -qq protobuf-compiler) >/dev/null || exit 1; \
@@ -32,6 +32,12 @@ sdk:
 	@if [ ! -d e2e/sdk/node_modules/@anthropic-ai/claude-agent-sdk ]; then \
 	  command -v npm >/dev/null || { echo "make needs node and npm for the official SDK tests" >&2; exit 1; }; \
 	  npm ci --prefix e2e/sdk --no-audit --no-fund; fi
+
+# grpcurl installs the pinned grpcurl into .bin: e2e runs the README's
+# grpcurl commands with it.
+GRPCURL_VERSION := v1.9.4
+grpcurl:
+	@test -x .bin/grpcurl || GOBIN=$(CURDIR)/.bin $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 
 # sdk-ts installs the TypeScript SessionStore adapter's packages (its lock
 # pins the SDK and the platform package with the real Claude Code CLI) and

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -115,6 +116,18 @@ func absCwd(cwd string) string {
 		return abs
 	}
 	return cwd // the daemon's refusal says what is wrong with it
+}
+
+func uuidCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "uuid",
+		Short: "Print a new random UUID (a session or entry id), in lower case as the official tools write them",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			_, err := fmt.Fprintln(g.out, uuid.NewString())
+			return err
+		},
+	}
 }
 
 func versionCmd(g *globals) *cobra.Command {

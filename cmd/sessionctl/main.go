@@ -178,7 +178,7 @@ command line (check: could not check); 3 the socket is served by another user.`,
 	root.PersistentFlags().DurationVar(&g.wait, "wait", 0, "wait up to this long for sessiond to serve (a script that has just started it), e.g. --wait 10s; without it a daemon that is not running fails the command at once")
 	root.Version = buildinfo.Version()
 	root.SetVersionTemplate("sessionctl {{.Version}}\n")
-	root.AddCommand(versionCmd(g), statusCmd(g), appendCmd(g), flushCmd(g), listCmd(g), showCmd(g), tailCmd(g), infoCmd(g),
+	root.AddCommand(versionCmd(g), uuidCmd(g), statusCmd(g), appendCmd(g), flushCmd(g), listCmd(g), showCmd(g), tailCmd(g), infoCmd(g),
 		checkCmd(g), repairCmd(g), forkCmd(g), renameCmd(g), tagCmd(g), archiveCmd(g, true), archiveCmd(g, false),
 		deleteCmd(g), restoreCmd(g), subkeysCmd(g))
 	// Wrong arguments and flags are usage errors too, wherever cobra

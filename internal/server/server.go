@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -195,7 +196,17 @@ func (s *Server) Append(ctx context.Context, req *sessiondv1.AppendRequest) (*se
 	if su := req.GetSummary(); su != nil {
 		opt.Summary = &writer.SummaryUpdate{Data: su.GetData(), ExpectedVersion: su.GetExpectedVersion()}
 	}
-	res, err := s.m.AppendBatch(ctx, k, req.GetEntries(), opt)
+	entries := req.GetEntries()
+	if text := req.GetEntriesText(); len(text) > 0 {
+		if len(entries) > 0 {
+			return nil, fmt.Errorf("the request carries both entries and entries_text; send one of them: %w", errdefs.ErrInvalidArgument)
+		}
+		entries = make([][]byte, len(text))
+		for i, t := range text {
+			entries[i] = []byte(t)
+		}
+	}
+	res, err := s.m.AppendBatch(ctx, k, entries, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -378,7 +389,13 @@ func (s *Server) read(req *sessiondv1.ReadRequest, stream grpc.ServerStreamingSe
 	return s.m.Read(ctx, k, opt, func(es []writer.Entry) error {
 		resp := &sessiondv1.ReadResponse{Entries: make([]*sessiondv1.Entry, len(es))}
 		for i, e := range es {
-			resp.Entries[i] = &sessiondv1.Entry{Index: e.Index, Data: e.Data, Malformed: !transcript.WellFormedObject(e.Data)}
+			out := &sessiondv1.Entry{Index: e.Index, Malformed: !transcript.WellFormedObject(e.Data)}
+			if req.GetText() && utf8.Valid(e.Data) {
+				out.Text = string(e.Data)
+			} else {
+				out.Data = e.Data
+			}
+			resp.Entries[i] = out
 		}
 		return stream.Send(resp)
 	})

@@ -211,6 +211,7 @@ async function nodeAppendRun(kind, perCall, total) {
           batchId: "",
           summary: undefined,
           agentConfigDir: "",
+          entriesText: [],
         });
   let seq = 0;
   // Warm-up, untimed, as sessiond-bench does: one append (connection,

@@ -189,6 +189,7 @@ export class SessiondStore implements SessionStore {
         batchId,
         summary: undefined,
         agentConfigDir: this.agentConfigDir(),
+        entriesText: [],
       };
       const folded = main ? await this.fold(key, entries) : undefined;
       if (folded !== undefined) req.summary = { data: encodeSummary(folded.data!), expectedVersion: folded.version };
@@ -317,7 +318,7 @@ export class SessiondStore implements SessionStore {
   private async readLines(key: SessionKey): Promise<Entry[] | null> {
     try {
       return await this.rpc({ op: "load", timeoutMs: this.opts.loadTimeoutMs }, (c, o) =>
-        collect(c.read({ session: ref(key), fromIndex: 0, tail: 0 }, new Metadata(), o)),
+        collect(c.read({ session: ref(key), fromIndex: 0, tail: 0, text: false }, new Metadata(), o)),
       );
     } catch (err) {
       if (isCode(err, Status.NOT_FOUND)) return null;

@@ -57,7 +57,7 @@ describe("summaries", () => {
     const early = [userEntry(sid, "the very first prompt", { timestamp: "2026-01-02T03:04:05.000Z" }), { type: "custom-title", customTitle: "Early", sessionId: sid }];
     const client = rawClient(daemon.socket);
     try {
-      await call(client, "append", { session: { projectKey: key.projectKey, sessionId: sid, subpath: "" }, entries: early.map((e) => Buffer.from(JSON.stringify(e))), batchId: "", summary: undefined, agentConfigDir: "" });
+      await call(client, "append", { session: { projectKey: key.projectKey, sessionId: sid, subpath: "" }, entries: early.map((e) => Buffer.from(JSON.stringify(e))), batchId: "", summary: undefined, agentConfigDir: "", entriesText: [] });
     } finally {
       client.close();
     }
@@ -139,7 +139,7 @@ describe("summaries", () => {
       assert.equal((await listSessions({ dir, sessionStore: store }))[0].summary, "Renamed");
       await new Promise((r) => setTimeout(r, 5));
       const title = { type: "custom-title", customTitle: "Raw", sessionId: key.sessionId };
-      await call(client, "append", { session: ref, entries: [Buffer.from(JSON.stringify(title))], batchId: "", summary: undefined, agentConfigDir: "" });
+      await call(client, "append", { session: ref, entries: [Buffer.from(JSON.stringify(title))], batchId: "", summary: undefined, agentConfigDir: "", entriesText: [] });
       assert.equal((await listSessions({ dir, sessionStore: store }))[0].summary, "Raw");
     } finally {
       client.close();
@@ -223,6 +223,7 @@ describe("summaries", () => {
         batchId: uuid(),
         summary: { data: py, expectedVersion: 0 },
         agentConfigDir: "",
+        entriesText: [],
       });
     } finally {
       client.close();

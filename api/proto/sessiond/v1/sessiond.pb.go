@@ -277,8 +277,12 @@ type AppendRequest struct {
 	// root the append is refused with FAILED_PRECONDITION: two writers would
 	// share each file.
 	AgentConfigDir string `protobuf:"bytes,5,opt,name=agent_config_dir,json=agentConfigDir,proto3" json:"agent_config_dir,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// entries_text is entries as text, for clients that speak JSON, such as
+	// grpcurl, which would otherwise have to base64 each entry: one JSON object
+	// per string. A request carries entries or entries_text, not both.
+	EntriesText   []string `protobuf:"bytes,6,rep,name=entries_text,json=entriesText,proto3" json:"entries_text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AppendRequest) Reset() {
@@ -344,6 +348,13 @@ func (x *AppendRequest) GetAgentConfigDir() string {
 		return x.AgentConfigDir
 	}
 	return ""
+}
+
+func (x *AppendRequest) GetEntriesText() []string {
+	if x != nil {
+		return x.EntriesText
+	}
+	return nil
 }
 
 // SummaryUpdate is a new SessionStore summary with a compare-and-swap on
@@ -839,8 +850,12 @@ func (x *FlushResponse) GetSessions() []*FlushedSession {
 }
 
 type ReadRequest struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Session *SessionRef            `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// text asks for each line valid in UTF-8 as Entry.text instead of
+	// Entry.data (for JSON clients such as grpcurl; a line that is not valid
+	// UTF-8 still comes as data).
+	Text    bool        `protobuf:"varint,4,opt,name=text,proto3" json:"text,omitempty"`
+	Session *SessionRef `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	// First entry to send (0-based line index).
 	FromIndex uint64 `protobuf:"varint,2,opt,name=from_index,json=fromIndex,proto3" json:"from_index,omitempty"`
 	// When set, start at the last `tail` entries instead of from_index.
@@ -879,6 +894,13 @@ func (*ReadRequest) Descriptor() ([]byte, []int) {
 	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{11}
 }
 
+func (x *ReadRequest) GetText() bool {
+	if x != nil {
+		return x.Text
+	}
+	return false
+}
+
 func (x *ReadRequest) GetSession() *SessionRef {
 	if x != nil {
 		return x.Session
@@ -902,6 +924,8 @@ func (x *ReadRequest) GetTail() uint32 {
 
 type Entry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// The line as text, instead of data, when ReadRequest.text asked for it.
+	Text string `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
 	// True when the line is not one well-formed JSON object: a torn line, or
 	// one another program wrote. data holds its bytes as they are. SessionStore
 	// adapters skip it, as the official readers skip lines that fail to parse.
@@ -942,6 +966,13 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
 	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Entry) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
 }
 
 func (x *Entry) GetMalformed() bool {
@@ -2964,13 +2995,14 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x18\n" +
 	"\asubpath\x18\x03 \x01(\tR\asubpath\x12\x12\n" +
-	"\x04path\x18\x04 \x01(\tR\x04path\"\xd7\x01\n" +
+	"\x04path\x18\x04 \x01(\tR\x04path\"\xfa\x01\n" +
 	"\rAppendRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x18\n" +
 	"\aentries\x18\x02 \x03(\fR\aentries\x12\x19\n" +
 	"\bbatch_id\x18\x03 \x01(\tR\abatchId\x124\n" +
 	"\asummary\x18\x04 \x01(\v2\x1a.sessiond.v1.SummaryUpdateR\asummary\x12(\n" +
-	"\x10agent_config_dir\x18\x05 \x01(\tR\x0eagentConfigDir\"N\n" +
+	"\x10agent_config_dir\x18\x05 \x01(\tR\x0eagentConfigDir\x12!\n" +
+	"\fentries_text\x18\x06 \x03(\tR\ventriesText\"N\n" +
 	"\rSummaryUpdate\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12)\n" +
 	"\x10expected_version\x18\x02 \x01(\x04R\x0fexpectedVersion\"\x7f\n" +
@@ -3000,13 +3032,15 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x11compacted_entries\x18\x02 \x01(\x04R\x10compactedEntries\x12'\n" +
 	"\x0fcanonical_bytes\x18\x03 \x01(\x04R\x0ecanonicalBytes\"H\n" +
 	"\rFlushResponse\x127\n" +
-	"\bsessions\x18\x01 \x03(\v2\x1b.sessiond.v1.FlushedSessionR\bsessions\"s\n" +
-	"\vReadRequest\x121\n" +
+	"\bsessions\x18\x01 \x03(\v2\x1b.sessiond.v1.FlushedSessionR\bsessions\"\x87\x01\n" +
+	"\vReadRequest\x12\x12\n" +
+	"\x04text\x18\x04 \x01(\bR\x04text\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x1d\n" +
 	"\n" +
 	"from_index\x18\x02 \x01(\x04R\tfromIndex\x12\x12\n" +
-	"\x04tail\x18\x03 \x01(\rR\x04tail\"O\n" +
-	"\x05Entry\x12\x1c\n" +
+	"\x04tail\x18\x03 \x01(\rR\x04tail\"c\n" +
+	"\x05Entry\x12\x12\n" +
+	"\x04text\x18\x04 \x01(\tR\x04text\x12\x1c\n" +
 	"\tmalformed\x18\x03 \x01(\bR\tmalformed\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"<\n" +

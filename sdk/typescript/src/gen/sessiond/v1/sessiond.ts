@@ -101,6 +101,12 @@ export interface AppendRequest {
    * share each file.
    */
   agentConfigDir: string;
+  /**
+   * entries_text is entries as text, for clients that speak JSON, such as
+   * grpcurl, which would otherwise have to base64 each entry: one JSON object
+   * per string. A request carries entries or entries_text, not both.
+   */
+  entriesText: string[];
 }
 
 /**
@@ -198,6 +204,12 @@ export interface FlushResponse {
 }
 
 export interface ReadRequest {
+  /**
+   * text asks for each line valid in UTF-8 as Entry.text instead of
+   * Entry.data (for JSON clients such as grpcurl; a line that is not valid
+   * UTF-8 still comes as data).
+   */
+  text: boolean;
   session:
     | SessionRef
     | undefined;
@@ -208,6 +220,8 @@ export interface ReadRequest {
 }
 
 export interface Entry {
+  /** The line as text, instead of data, when ReadRequest.text asked for it. */
+  text: string;
   /**
    * True when the line is not one well-formed JSON object: a torn line, or
    * one another program wrote. data holds its bytes as they are. SessionStore
@@ -698,7 +712,7 @@ export const ResolvedSession: MessageFns<ResolvedSession> = {
 };
 
 function createBaseAppendRequest(): AppendRequest {
-  return { session: undefined, entries: [], batchId: "", summary: undefined, agentConfigDir: "" };
+  return { session: undefined, entries: [], batchId: "", summary: undefined, agentConfigDir: "", entriesText: [] };
 }
 
 export const AppendRequest: MessageFns<AppendRequest> = {
@@ -717,6 +731,9 @@ export const AppendRequest: MessageFns<AppendRequest> = {
     }
     if (message.agentConfigDir !== "") {
       writer.uint32(42).string(message.agentConfigDir);
+    }
+    for (const v of message.entriesText) {
+      writer.uint32(50).string(v!);
     }
     return writer;
   },
@@ -774,6 +791,14 @@ export const AppendRequest: MessageFns<AppendRequest> = {
             message.agentConfigDir = reader.string();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.entriesText.push(reader.string());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -800,6 +825,7 @@ export const AppendRequest: MessageFns<AppendRequest> = {
       ? SummaryUpdate.fromPartial(object.summary)
       : undefined;
     message.agentConfigDir = object.agentConfigDir ?? "";
+    message.entriesText = object.entriesText?.map((e) => e) || [];
     return message;
   },
 };
@@ -1423,11 +1449,14 @@ export const FlushResponse: MessageFns<FlushResponse> = {
 };
 
 function createBaseReadRequest(): ReadRequest {
-  return { session: undefined, fromIndex: 0, tail: 0 };
+  return { text: false, session: undefined, fromIndex: 0, tail: 0 };
 }
 
 export const ReadRequest: MessageFns<ReadRequest> = {
   encode(message: ReadRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.text !== false) {
+      writer.uint32(32).bool(message.text);
+    }
     if (message.session !== undefined) {
       SessionRef.encode(message.session, writer.uint32(10).fork()).join();
     }
@@ -1453,6 +1482,14 @@ export const ReadRequest: MessageFns<ReadRequest> = {
       while (reader.pos < end) {
         const tag = reader.uint32();
         switch (tag >>> 3) {
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.text = reader.bool();
+            continue;
+          }
           case 1: {
             if (tag !== 10) {
               break;
@@ -1494,6 +1531,7 @@ export const ReadRequest: MessageFns<ReadRequest> = {
   },
   fromPartial<I extends Exact<DeepPartial<ReadRequest>, I>>(object: I): ReadRequest {
     const message = createBaseReadRequest();
+    message.text = object.text ?? false;
     message.session = (object.session !== undefined && object.session !== null)
       ? SessionRef.fromPartial(object.session)
       : undefined;
@@ -1504,11 +1542,14 @@ export const ReadRequest: MessageFns<ReadRequest> = {
 };
 
 function createBaseEntry(): Entry {
-  return { malformed: false, index: 0, data: Buffer.alloc(0) };
+  return { text: "", malformed: false, index: 0, data: Buffer.alloc(0) };
 }
 
 export const Entry: MessageFns<Entry> = {
   encode(message: Entry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.text !== "") {
+      writer.uint32(34).string(message.text);
+    }
     if (message.malformed !== false) {
       writer.uint32(24).bool(message.malformed);
     }
@@ -1534,6 +1575,14 @@ export const Entry: MessageFns<Entry> = {
       while (reader.pos < end) {
         const tag = reader.uint32();
         switch (tag >>> 3) {
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.text = reader.string();
+            continue;
+          }
           case 3: {
             if (tag !== 24) {
               break;
@@ -1575,6 +1624,7 @@ export const Entry: MessageFns<Entry> = {
   },
   fromPartial<I extends Exact<DeepPartial<Entry>, I>>(object: I): Entry {
     const message = createBaseEntry();
+    message.text = object.text ?? "";
     message.malformed = object.malformed ?? false;
     message.index = object.index ?? 0;
     message.data = object.data ?? Buffer.alloc(0);
