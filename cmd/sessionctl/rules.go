@@ -45,19 +45,28 @@ func checkCmd(g *globals) *cobra.Command {
 				damaged := 0
 				for _, s := range resp.GetSessions() {
 					path := s.GetSession().GetPath()
-					if len(s.GetProblems()) == 0 {
-						if !all {
-							fmt.Fprintf(g.out, "%s: clean (%s)\n", path, count(s.GetLines(), "line"))
+					harm := 0
+					for _, p := range s.GetProblems() {
+						if !p.GetWarning() {
+							harm++
 						}
-						continue
 					}
-					damaged++
+					if harm == 0 && !all {
+						fmt.Fprintf(g.out, "%s: clean (%s)\n", path, count(s.GetLines(), "line"))
+					}
+					if harm > 0 {
+						damaged++
+					}
 					for _, p := range s.GetProblems() {
 						ids := ""
 						if len(p.GetIds()) > 0 {
 							ids = " [" + strings.Join(p.GetIds(), ", ") + "]"
 						}
-						fmt.Fprintf(g.out, "%s:%d: %s: %s%s\n", path, p.GetLine(), p.GetKind(), p.GetMessage(), ids)
+						kind := p.GetKind()
+						if p.GetWarning() {
+							kind = "warning: " + kind
+						}
+						fmt.Fprintf(g.out, "%s:%d: %s: %s%s\n", path, p.GetLine(), kind, p.GetMessage(), ids)
 					}
 				}
 				if all {

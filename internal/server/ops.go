@@ -29,7 +29,7 @@ func projectOf(ref *sessiondv1.SessionRef) (string, error) {
 func problems(ps []transcript.Problem) []*sessiondv1.Problem {
 	out := make([]*sessiondv1.Problem, len(ps))
 	for i, p := range ps {
-		out[i] = &sessiondv1.Problem{Line: uint64(p.Line), Offset: uint64(p.Offset), Kind: p.Kind, Message: p.Message, Ids: p.IDs}
+		out[i] = &sessiondv1.Problem{Line: uint64(p.Line), Offset: uint64(p.Offset), Kind: p.Kind, Message: p.Message, Ids: p.IDs, Warning: p.Warning()}
 	}
 	return out
 }

@@ -56,8 +56,21 @@ type Report struct {
 	Problems  []Problem `json:"problems"`  // in line order
 }
 
-// Clean reports whether the transcript has no problem at all.
-func (r *Report) Clean() bool { return len(r.Problems) == 0 }
+// Clean reports whether the transcript has no damage: no problem Repair
+// fixes. Warnings (Problem.Warning) may remain.
+func (r *Report) Clean() bool {
+	for _, p := range r.Problems {
+		if !p.Warning() {
+			return false
+		}
+	}
+	return true
+}
+
+// Warning reports whether p is not damage: readers and the API take the
+// transcript as it is, and Repair leaves it (see Repairable). check
+// reports it with why, and does not call the transcript damaged.
+func (p Problem) Warning() bool { return !Repairable(p.Kind) }
 
 // CheckOptions tune Check.
 type CheckOptions struct {
@@ -107,6 +120,38 @@ type checker struct {
 	torn        []byte
 	tornLine    int64
 	tornProblem int
+
+	foreign map[string]*foreignRun // session_id_mismatch, by foreign id
+}
+
+// mismatch records a line of another session: one finding per foreign
+// session id, however many lines carry it (a copied transcript has
+// thousands), with their count and first and last line.
+func (c *checker) mismatch(sid string, n, off int64) {
+	if c.foreign == nil {
+		c.foreign = map[string]*foreignRun{}
+	}
+	f := c.foreign[sid]
+	if f == nil {
+		f = &foreignRun{problem: c.add(Problem{Line: n, Offset: off, Kind: KindSessionMismatch, IDs: []string{sid}}), first: n}
+		c.foreign[sid] = f
+	}
+	f.count++
+	f.last = n
+	where := fmt.Sprintf("line %d has", n)
+	if f.count > 1 {
+		where = fmt.Sprintf("%d lines (the first %d, the last %d) have", f.count, f.first, f.last)
+	}
+	c.rep.Problems[f.problem].Message = fmt.Sprintf("%s sessionId %q but the file is session %q: written to the wrong file, or copied from another session. "+
+		"A warning, not damage: readers and the API take the session as it is, and repair leaves it (rewriting the id would hide where the lines came from); move them to their own session if they do not belong here",
+		where, sid, c.opt.SessionID)
+}
+
+// foreignRun is the lines of one foreign session id, for mismatch.
+type foreignRun struct {
+	problem     int
+	count       int
+	first, last int64
 }
 
 func (c *checker) add(p Problem) int {
@@ -157,8 +202,7 @@ func (c *checker) line(line []byte, off int64, newline bool) {
 // entry records a valid entry line and reports what it alone shows.
 func (c *checker) entry(r entryRecord, n, off int64) {
 	if c.opt.SessionID != "" && r.hasSession && r.sessionID != c.opt.SessionID {
-		c.add(Problem{Line: n, Offset: off, Kind: KindSessionMismatch, IDs: []string{r.sessionID},
-			Message: fmt.Sprintf("line %d has sessionId %q but the file is session %q: the entry was written to the wrong file or copied from another session; move it to its own session (repair leaves it)", n, r.sessionID, c.opt.SessionID)})
+		c.mismatch(r.sessionID, n, off)
 	}
 	if first, dup := c.g.add(r, n, off, -1); dup {
 		c.add(Problem{Line: n, Offset: off, Kind: KindDuplicateUUID, IDs: []string{r.uuid},
@@ -196,7 +240,7 @@ func (c *checker) finish() {
 	for _, x := range roots {
 		n, f := &g.nodes[x], &g.nodes[first]
 		c.add(Problem{Line: n.line, Offset: n.off, Kind: KindMultipleRoots, IDs: []string{n.uuid, f.uuid},
-			Message: fmt.Sprintf("line %d starts another conversation (parentUuid null) after the one starting on line %d: readers show only the newest leaf's chain, so one side is hidden; decide whether it belongs to another session (repair leaves it)", n.line, f.line)})
+			Message: fmt.Sprintf("line %d starts another conversation (parentUuid null) after the one starting on line %d: readers show only the newest leaf's chain, so one side is hidden. A warning, not damage: the API resumes the session, and repair leaves it (linking the two would splice conversations); decide whether it belongs to another session", n.line, f.line)})
 	}
 	p := pairTools(g, g.parents())
 	for _, s := range p.strays {

@@ -1741,7 +1741,11 @@ type Problem struct {
 	Kind    string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
 	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
 	// The uuids or tool ids involved.
-	Ids           []string `protobuf:"bytes,5,rep,name=ids,proto3" json:"ids,omitempty"`
+	Ids []string `protobuf:"bytes,5,rep,name=ids,proto3" json:"ids,omitempty"`
+	// Not damage: readers and the API take the transcript as it is, and
+	// Repair leaves it (multiple_roots, session_id_mismatch); the message says
+	// why. A check whose problems are all warnings is clean.
+	Warning       bool `protobuf:"varint,6,opt,name=warning,proto3" json:"warning,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1809,6 +1813,13 @@ func (x *Problem) GetIds() []string {
 		return x.Ids
 	}
 	return nil
+}
+
+func (x *Problem) GetWarning() bool {
+	if x != nil {
+		return x.Warning
+	}
+	return false
 }
 
 type SessionCheck struct {
@@ -3106,13 +3117,14 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x0ereplay_pending\x18\x12 \x01(\x04R\rreplayPending\"S\n" +
 	"\fCheckRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x10\n" +
-	"\x03all\x18\x02 \x01(\bR\x03all\"u\n" +
+	"\x03all\x18\x02 \x01(\bR\x03all\"\x8f\x01\n" +
 	"\aProblem\x12\x12\n" +
 	"\x04line\x18\x01 \x01(\x04R\x04line\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x12\n" +
 	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12\x10\n" +
-	"\x03ids\x18\x05 \x03(\tR\x03ids\"\xa8\x01\n" +
+	"\x03ids\x18\x05 \x03(\tR\x03ids\x12\x18\n" +
+	"\awarning\x18\x06 \x01(\bR\awarning\"\xa8\x01\n" +
 	"\fSessionCheck\x126\n" +
 	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\x12\x14\n" +
 	"\x05lines\x18\x02 \x01(\x04R\x05lines\x12\x18\n" +

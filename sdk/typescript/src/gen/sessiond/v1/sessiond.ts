@@ -380,6 +380,12 @@ export interface Problem {
   message: string;
   /** The uuids or tool ids involved. */
   ids: string[];
+  /**
+   * Not damage: readers and the API take the transcript as it is, and
+   * Repair leaves it (multiple_roots, session_id_mismatch); the message says
+   * why. A check whose problems are all warnings is clean.
+   */
+  warning: boolean;
 }
 
 export interface SessionCheck {
@@ -2584,7 +2590,7 @@ export const CheckRequest: MessageFns<CheckRequest> = {
 };
 
 function createBaseProblem(): Problem {
-  return { line: 0, offset: 0, kind: "", message: "", ids: [] };
+  return { line: 0, offset: 0, kind: "", message: "", ids: [], warning: false };
 }
 
 export const Problem: MessageFns<Problem> = {
@@ -2603,6 +2609,9 @@ export const Problem: MessageFns<Problem> = {
     }
     for (const v of message.ids) {
       writer.uint32(42).string(v!);
+    }
+    if (message.warning !== false) {
+      writer.uint32(48).bool(message.warning);
     }
     return writer;
   },
@@ -2660,6 +2669,14 @@ export const Problem: MessageFns<Problem> = {
             message.ids.push(reader.string());
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.warning = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2682,6 +2699,7 @@ export const Problem: MessageFns<Problem> = {
     message.kind = object.kind ?? "";
     message.message = object.message ?? "";
     message.ids = object.ids?.map((e) => e) || [];
+    message.warning = object.warning ?? false;
     return message;
   },
 };
