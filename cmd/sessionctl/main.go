@@ -121,6 +121,13 @@ func (g *globals) withClient(fn func(cmd *cobra.Command, args []string, c *clien
 				return err
 			}
 		}
+		if cmd.Annotations[sessionArgKey] != "" && len(args) > 0 {
+			id, err := g.resolveSession(cmd.Context(), cmd, c, args[0])
+			if err != nil {
+				return err
+			}
+			args[0] = id
+		}
 		return fn(cmd, args, c)
 	}
 }
@@ -181,6 +188,12 @@ command line (check: could not check); 3 the socket is served by another user.`,
 	root.AddCommand(versionCmd(g), uuidCmd(g), statusCmd(g), appendCmd(g), flushCmd(g), listCmd(g), showCmd(g), tailCmd(g), infoCmd(g),
 		checkCmd(g), repairCmd(g), forkCmd(g), renameCmd(g), tagCmd(g), archiveCmd(g, true), archiveCmd(g, false),
 		deleteCmd(g), restoreCmd(g), subkeysCmd(g))
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "flush", "info", "show", "tail", "check", "repair", "fork", "rename", "tag", "archive", "unarchive", "delete", "restore", "subkeys":
+			takesSession(g, c)
+		}
+	}
 	// Wrong arguments and flags are usage errors too, wherever cobra
 	// finds them.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exitWith(2, err) })

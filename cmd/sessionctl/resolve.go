@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
+	"github.com/sessiond/sessiond/client"
+	"github.com/sessiond/sessiond/internal/layout"
+)
+
+// sessionArgKey marks, in a command's Annotations, that its first argument
+// names a session: a UUID, a unique prefix of one, or a transcript's path.
+const sessionArgKey = "sessionctl/session-arg"
+
+// takesSession marks c as taking a session as its first argument and
+// completes that argument (and --subpath) from the daemon.
+func takesSession(g *globals, c *cobra.Command) *cobra.Command {
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[sessionArgKey] = "true"
+	c.ValidArgsFunction = func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return g.completeSessions(cmd, toComplete)
+	}
+	if c.Flags().Lookup("subpath") != nil {
+		c.RegisterFlagCompletionFunc("subpath", func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+			if len(args) == 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return g.completeSubpaths(cmd, args[0], toComplete)
+		})
+	}
+	return c
+}
+
+// completeSessions offers the ids of the sessions the daemon lists (of the
+// project given by --cwd/--project, if any), each with its title.
+func (g *globals) completeSessions(cmd *cobra.Command, prefix string) ([]string, cobra.ShellCompDirective) {
+	c, err := g.dial()
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError | cobra.ShellCompDirectiveNoFileComp
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+	defer cancel()
+	cwd, _ := cmd.Flags().GetString("cwd")
+	project, _ := cmd.Flags().GetString("project")
+	infos, _, err := c.ListSessions(ctx, client.ListOptions{Cwd: absCwd(cwd), ProjectKey: project})
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError | cobra.ShellCompDirectiveNoFileComp
+	}
+	var out []string
+	for _, in := range infos {
+		if id := in.GetSession().GetSessionId(); strings.HasPrefix(id, strings.ToLower(prefix)) {
+			out = append(out, id+"\t"+describe(in))
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
+func describe(in *sessiondv1.SessionInfo) string {
+	d := in.GetTitle()
+	if d == "" {
+		d = in.GetSummary()
+	}
+	if d == "" {
+		d = in.GetFirstPrompt()
+	}
+	return strings.Join(strings.Fields(d), " ")
+}
+
+// completeSubpaths offers the subagent transcripts of the session arg.
+func (g *globals) completeSubpaths(cmd *cobra.Command, arg, prefix string) ([]string, cobra.ShellCompDirective) {
+	c, err := g.dial()
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError | cobra.ShellCompDirectiveNoFileComp
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+	defer cancel()
+	id, err := g.resolveSession(ctx, cmd, c, arg)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError | cobra.ShellCompDirectiveNoFileComp
+	}
+	cwd, _ := cmd.Flags().GetString("cwd")
+	project, _ := cmd.Flags().GetString("project")
+	subs, err := c.Subkeys(ctx, client.Session{Cwd: absCwd(cwd), ProjectKey: project, ID: id})
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError | cobra.ShellCompDirectiveNoFileComp
+	}
+	var out []string
+	for _, s := range subs {
+		if strings.HasPrefix(s, prefix) {
+			out = append(out, s)
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
+// resolveSession turns what a user typed for a session into its id: a UUID
+// as it is; a transcript's path into its session (setting --project, and
+// --subpath for a subagent's); a unique prefix of a listed session's id
+// into that id.
+func (g *globals) resolveSession(ctx context.Context, cmd *cobra.Command, c *client.Client, arg string) (string, error) {
+	if arg == "" || layout.ValidateSessionID(arg) == nil {
+		return arg, nil
+	}
+	if strings.HasSuffix(arg, layout.TranscriptExt) || strings.ContainsRune(arg, filepath.Separator) {
+		return g.sessionFromPath(ctx, cmd, c, arg)
+	}
+	if strings.Trim(strings.ToLower(arg), "0123456789abcdef-") != "" || len(arg) >= 36 {
+		return arg, nil // not a prefix of a UUID: the daemon says what is wrong
+	}
+	cwd, _ := cmd.Flags().GetString("cwd")
+	project, _ := cmd.Flags().GetString("project")
+	infos, _, err := c.ListSessions(ctx, client.ListOptions{Cwd: absCwd(cwd), ProjectKey: project})
+	if err != nil {
+		return "", err
+	}
+	var match []*sessiondv1.SessionInfo
+	for _, in := range infos {
+		if strings.HasPrefix(in.GetSession().GetSessionId(), strings.ToLower(arg)) {
+			match = append(match, in)
+		}
+	}
+	switch len(match) {
+	case 0:
+		return "", fmt.Errorf("no session id starts with %q (sessionctl list shows them)", arg)
+	case 1:
+		if project == "" && cwd == "" {
+			// The prefix found it in one project: say which, so an id
+			// that exists in another project too is not ambiguous.
+			cmd.Flags().Set("project", match[0].GetSession().GetProjectKey())
+		}
+		return match[0].GetSession().GetSessionId(), nil
+	}
+	sort.Slice(match, func(i, j int) bool { return match[i].GetSession().GetSessionId() < match[j].GetSession().GetSessionId() })
+	var names []string
+	for i, in := range match {
+		if i == 5 {
+			names = append(names, fmt.Sprintf("and %d more", len(match)-5))
+			break
+		}
+		names = append(names, in.GetSession().GetSessionId())
+	}
+	return "", usageErr(fmt.Sprintf("%q is the start of %d session ids (%s); type more of it", arg, len(match), strings.Join(names, ", ")))
+}
+
+// sessionFromPath resolves a transcript's path under the daemon's root.
+func (g *globals) sessionFromPath(ctx context.Context, cmd *cobra.Command, c *client.Client, arg string) (string, error) {
+	abs, err := filepath.Abs(arg)
+	if err != nil {
+		return "", err
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return "", err
+	}
+	root := st.GetRoot()
+	if real, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		abs = filepath.Join(real, filepath.Base(abs))
+	}
+	if real, err := filepath.EvalSymlinks(root); err == nil {
+		root = real
+	}
+	k, ok := layout.Layout{Root: root}.ParseTranscriptPath(abs)
+	if !ok {
+		return "", usageErr(fmt.Sprintf("%s is not a transcript under sessiond's root %s (projects/<project>/<uuid>.jsonl, or a subagent's under <uuid>/)", arg, st.GetRoot()))
+	}
+	for flag, v := range map[string]string{"project": k.ProjectKey, "subpath": k.Subpath} {
+		if f := cmd.Flags().Lookup(flag); f != nil && f.Changed && f.Value.String() != v {
+			return "", usageErr(fmt.Sprintf("--%s %s contradicts the path %s", flag, f.Value.String(), arg))
+		}
+	}
+	if cwd, _ := cmd.Flags().GetString("cwd"); cwd != "" {
+		return "", usageErr("a transcript's path names its project: drop --cwd")
+	}
+	cmd.Flags().Set("project", k.ProjectKey)
+	if k.Subpath != "" {
+		if cmd.Flags().Lookup("subpath") == nil {
+			return "", usageErr(fmt.Sprintf("%s is a subagent transcript, which this command does not take", arg))
+		}
+		cmd.Flags().Set("subpath", k.Subpath)
+	}
+	return k.SessionID, nil
+}
