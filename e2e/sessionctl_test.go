@@ -146,7 +146,7 @@ func TestSessionctlWalkthrough(t *testing.T) {
 		{`{}`, []string{"append", "--session", sid}, "--cwd"},
 		{`{}`, []string{"append", "--cwd", cwd, "--session", "not-a-uuid"}, "UUID"},
 		{``, []string{"show", uuid.NewString()}, "not found"},
-		{``, []string{"show", "../etc/passwd"}, "invalid input"},
+		{``, []string{"show", "../etc/passwd"}, "is not a transcript under sessiond's root"},
 		{``, []string{"show", sid, "--subpath", "../escape"}, "invalid input"},
 		{``, []string{"flush"}, "session id or --all"},
 	} {

@@ -144,7 +144,9 @@ func (g *globals) resolveSession(ctx context.Context, cmd *cobra.Command, c *cli
 		}
 		return match[0].GetSession().GetSessionId(), nil
 	}
-	sort.Slice(match, func(i, j int) bool { return match[i].GetSession().GetSessionId() < match[j].GetSession().GetSessionId() })
+	sort.Slice(match, func(i, j int) bool {
+		return match[i].GetSession().GetSessionId() < match[j].GetSession().GetSessionId()
+	})
 	var names []string
 	for i, in := range match {
 		if i == 5 {
