@@ -114,6 +114,17 @@ func TestAccessOtherUIDRefused(t *testing.T) {
 		t.Fatalf("run sessionctl as uid %d: %v", nobody, err)
 		return "", "", 0
 	}
+	// With the socket still the owner's alone (0600), another user may not
+	// even connect: sessionctl says so, not "not running".
+	if err := os.Chmod(d.socket, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := runAs("", "status"); code != 1 || !strings.Contains(errOut, "permission denied connecting to "+d.socket) || strings.Contains(errOut, "not running") {
+		t.Errorf("sessionctl status as uid %d on a 0600 socket: exit %d, stderr %q; want permission denied connecting", nobody, code, errOut)
+	}
+	if err := os.Chmod(d.socket, 0o666); err != nil {
+		t.Fatal(err)
+	}
 	before := snapTrees(t, d.root, d.state)
 	for _, args := range [][]string{
 		{"status"},                  // unary
