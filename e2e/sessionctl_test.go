@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -18,12 +19,14 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/progress"
 )
 
 func TestSessionctlWalkthrough(t *testing.T) {
@@ -579,5 +582,67 @@ func TestVersions(t *testing.T) {
 	out3, _, code := d.ctl("", "version")
 	if code != 0 || strings.Count(out3, commit) != 2 || !strings.Contains(out3, "sessiond   ") {
 		t.Errorf("sessionctl version = %q (exit %d); want both programs with the commit", out3, code)
+	}
+}
+
+// TestStatusShowsOperations: while a long check runs, Status lists it with
+// how far it is (what sessionctl status prints, and what the --progress
+// bar follows), under the id the caller gave it; it is gone once done.
+func TestStatusShowsOperations(t *testing.T) {
+	d := newDaemon(t)
+	// Enough transcripts on disk that checking them all takes a while.
+	proj := filepath.Join(d.root, "projects", "-ops")
+	if err := os.MkdirAll(proj, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	line := `{"type":"user","uuid":"%s","parentUuid":null,"message":{"role":"user","content":"` + strings.Repeat("x", 2000) + `"}}` + "\n"
+	for i := 0; i < 1500; i++ {
+		var b strings.Builder
+		for j := 0; j < 20; j++ {
+			fmt.Fprintf(&b, line, uuid.NewString())
+		}
+		if err := os.WriteFile(filepath.Join(proj, uuid.NewString()+".jsonl"), []byte(b.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.start()
+	c := d.client()
+	defer c.Close()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), progress.MetadataKey, "my-check")
+	done := make(chan error, 1)
+	go func() { _, err := c.CheckAll(ctx, client.Session{ProjectKey: "-ops"}); done <- err }()
+	var seen []*sessiondv1.Operation
+	for running := true; running; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			running = false
+		default:
+			st, err := c.Status(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, op := range st.GetOperations() {
+				if op.GetId() == "my-check" {
+					seen = append(seen, op)
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if len(seen) == 0 {
+		t.Fatal("Status never listed the running check")
+	}
+	first, last := seen[0], seen[len(seen)-1]
+	if first.GetKind() != "check" || first.GetUnit() != "transcripts" || first.GetTotal() != 1500 || last.GetDone() < first.GetDone() || last.GetDone() > 1500 {
+		t.Fatalf("operation seen as %v ... %v", first, last)
+	}
+	st, _ := c.Status(context.Background())
+	for _, op := range st.GetOperations() {
+		if op.GetId() == "my-check" {
+			t.Fatalf("the check is still listed after it returned: %v", op)
+		}
 	}
 }

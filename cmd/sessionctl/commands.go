@@ -193,6 +193,9 @@ func statusCmd(g *globals) *cobra.Command {
 			if st.GetDraining() {
 				fmt.Fprintf(w, "state\tdraining\n")
 			}
+			for _, op := range st.GetOperations() {
+				fmt.Fprintf(w, "in progress\t%s\n", describeOperation(op))
+			}
 			for _, e := range st.GetRecoveryErrors() {
 				fmt.Fprintf(w, "RECOVERY FAILED\t%s\n", e)
 			}
@@ -468,7 +471,19 @@ func showCmd(g *globals) *cobra.Command {
 		Short: "Print a session's JSONL, journaled entries included",
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
-			w := bufio.NewWriterSize(g.out, 1<<20)
+			var out io.Writer = g.out
+			if g.progress() {
+				// A 200 MB transcript takes a while: count its bytes
+				// against its size.
+				in, err := c.Info(cmd.Context(), sf.session(args[0]))
+				if err != nil {
+					return err
+				}
+				bar := g.newBar(int64(in.GetBytes()), "show", "bytes")
+				defer bar.Finish()
+				out = progressWriter{g.out, bar}
+			}
+			w := bufio.NewWriterSize(out, 1<<20)
 			defer w.Flush()
 			return c.Read(cmd.Context(), sf.session(args[0]), client.ReadOptions{From: from}, g.entryPrinter(w))
 		}),
@@ -552,6 +567,24 @@ func humanBytes(n uint64) string {
 	default:
 		return fmt.Sprintf("%d B", n)
 	}
+}
+
+// describeOperation says how far a daemon operation is: "index 1,234 of
+// 10,000 sessions (12%), for 3s".
+func describeOperation(op *sessiondv1.Operation) string {
+	amount := func(n uint64) string {
+		if op.GetUnit() == "bytes" {
+			return humanBytes(n)
+		}
+		return fmt.Sprint(n)
+	}
+	s := op.GetKind() + " " + amount(op.GetDone())
+	if t := op.GetTotal(); t > 0 {
+		s += fmt.Sprintf(" of %s %s (%d%%)", amount(t), op.GetUnit(), op.GetDone()*100/t)
+	} else {
+		s += " " + op.GetUnit()
+	}
+	return s + fmt.Sprintf(", for %s", time.Since(time.UnixMilli(op.GetStartedMs())).Round(time.Second))
 }
 
 // count says n things in English: "1 entry", "2 entries", "0 sessions".

@@ -88,11 +88,14 @@ func usageErr(msg string) error { return exitWith(2, errors.New(msg)) }
 
 // globals are the flags every command shares.
 type globals struct {
-	socket string
-	json   bool
-	wait   time.Duration
-	in     io.Reader
-	out    io.Writer
+	socket       string
+	json         bool
+	wait         time.Duration
+	progressMode string
+	in           io.Reader
+	out          io.Writer
+	errOut       io.Writer
+	errTerminal  bool
 }
 
 // dial connects to the daemon. Without --wait a daemon that is not there
@@ -111,6 +114,11 @@ func (g *globals) dial() (*client.Client, error) {
 // --wait for the daemon to serve, and closes afterwards.
 func (g *globals) withClient(fn func(cmd *cobra.Command, args []string, c *client.Client) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
+		switch g.progressMode {
+		case "auto", "always", "never":
+		default:
+			return usageErr(fmt.Sprintf("--progress is auto, always or never, not %q", g.progressMode))
+		}
 		c, err := g.dial()
 		if err != nil {
 			return err
@@ -162,7 +170,7 @@ func waitServing(ctx context.Context, c *client.Client, d time.Duration) error {
 }
 
 func newRoot(in io.Reader, out, errOut io.Writer) *cobra.Command {
-	g := &globals{in: in, out: out}
+	g := &globals{in: in, out: out, errOut: errOut, errTerminal: isTerminal(errOut)}
 	root := &cobra.Command{
 		Use:   "sessionctl",
 		Short: "Administer sessiond, the agent session transcript daemon",
@@ -182,6 +190,7 @@ command line (check: could not check); 3 the socket is served by another user.`,
 	root.SetErr(errOut)
 	root.PersistentFlags().StringVar(&g.socket, "socket", client.DefaultSocket(), "sessiond's socket (env SESSIOND_SOCKET); one served by another user is refused, exit status 3")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print machine-readable JSON")
+	root.PersistentFlags().StringVar(&g.progressMode, "progress", "auto", "show how far long operations are on stderr (check --all, repair, show): auto (on a terminal, not with --json), always or never")
 	root.PersistentFlags().DurationVar(&g.wait, "wait", 0, "wait up to this long for sessiond to serve (a script that has just started it), e.g. --wait 10s; without it a daemon that is not running fails the command at once")
 	root.Version = buildinfo.Version()
 	root.SetVersionTemplate("sessionctl {{.Version}}\n")

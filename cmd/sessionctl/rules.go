@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -30,7 +31,10 @@ func checkCmd(g *globals) *cobra.Command {
 			var resp *sessiondv1.CheckResponse
 			var err error
 			if all {
-				resp, err = c.CheckAll(cmd.Context(), sf.session(""))
+				err = g.withProgress(cmd.Context(), c, "check", func(ctx context.Context) error {
+					resp, err = c.CheckAll(ctx, sf.session(""))
+					return err
+				}, func() (int64, string) { return int64(len(resp.GetSessions())), "transcripts" })
 			} else {
 				resp, err = c.Check(cmd.Context(), sf.session(args[0]))
 			}
@@ -92,7 +96,12 @@ func repairCmd(g *globals) *cobra.Command {
 		Short: "Repair a damaged session so it can be resumed (the original is kept)",
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
-			resp, err := c.Repair(cmd.Context(), sf.session(args[0]), dry)
+			var resp *sessiondv1.RepairResponse
+			err := g.withProgress(cmd.Context(), c, "repair", func(ctx context.Context) error {
+				var err error
+				resp, err = c.Repair(ctx, sf.session(args[0]), dry)
+				return err
+			}, nil)
 			if err != nil {
 				return err
 			}

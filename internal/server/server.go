@@ -455,7 +455,12 @@ func (s *Server) sessionInfo(in writer.Info) *sessiondv1.SessionInfo {
 // Status implements sessiond.v1.Sessiond.
 func (s *Server) Status(ctx context.Context, _ *sessiondv1.StatusRequest) (*sessiondv1.StatusResponse, error) {
 	st := s.m.Stats()
+	var ops []*sessiondv1.Operation
+	for _, o := range s.m.Operations() {
+		ops = append(ops, &sessiondv1.Operation{Id: o.ID, Kind: o.Kind, Unit: o.Unit, Done: uint64(o.Done), Total: uint64(o.Total), StartedMs: o.Started.UnixMilli()})
+	}
 	return &sessiondv1.StatusResponse{
+		Operations: ops,
 		Version: s.info.Version, Pid: int32(os.Getpid()), StartedMs: s.info.Started.UnixMilli(),
 		Socket: s.info.Socket, Root: s.info.Root, StateDir: s.info.StateDir,
 		ActiveSessions: uint32(st.ActiveSessions), Appends: st.Appends, EntriesStored: st.EntriesStored,

@@ -17,6 +17,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/progress"
 	"github.com/sessiond/sessiond/internal/transcript"
 )
 
@@ -194,10 +195,16 @@ type ListOptions struct {
 // newest first, from the index: only sessions whose files changed behind
 // sessiond's back are read again. It returns the page and the total.
 func (m *Manager) List(ctx context.Context, opt ListOptions) ([]Info, int, error) {
+	return m.list(ctx, opt, nil)
+}
+
+// list is List, counting the sessions it indexes into op.
+func (m *Manager) list(ctx context.Context, opt ListOptions, op *progress.Op) ([]Info, int, error) {
 	keys, err := m.mainKeys(opt.ProjectKey)
 	if err != nil {
 		return nil, 0, err
 	}
+	op.SetTotal(int64(len(keys)))
 	present := make(map[layout.Key]bool, len(keys))
 	out := make([]Info, 0, len(keys))
 	for _, k := range keys {
@@ -205,6 +212,7 @@ func (m *Manager) List(ctx context.Context, opt ListOptions) ([]Info, int, error
 			return nil, 0, err
 		}
 		e, err := m.entryFor(ctx, k)
+		op.Add(1)
 		if errdefs.Is(err, errdefs.ErrNotFound) {
 			continue
 		}
@@ -306,7 +314,9 @@ func (m *Manager) ListSummaries(ctx context.Context, projectKey, sessionID strin
 // WarmIndex indexes every session on disk, so that the first listing is as
 // fast as the next ones. The daemon runs it at start.
 func (m *Manager) WarmIndex(ctx context.Context) error {
-	_, _, err := m.List(ctx, ListOptions{})
+	op := m.progress.Start(ctx, "index", "sessions", 0)
+	defer op.End()
+	_, _, err := m.list(ctx, ListOptions{}, op)
 	return err
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/progress"
 	"github.com/sessiond/sessiond/internal/transcript"
 )
 
@@ -89,6 +90,9 @@ type counters struct {
 type Manager struct {
 	cfg Config
 	log *zap.Logger
+
+	// progress holds the long operations running (Operations).
+	progress *progress.Registry
 
 	mu       sync.Mutex
 	sessions map[layout.Key]*session
@@ -156,11 +160,16 @@ func New(cfg Config) (*Manager, error) {
 	}
 	// Folders are made durable once per process, not at every compaction.
 	cfg.FS = fsys.Remembering(cfg.FS)
-	return &Manager{cfg: cfg, log: cfg.Logger, sessions: make(map[layout.Key]*session), leaving: make(map[layout.Key]*session), ix: index.New()}, nil
+	return &Manager{cfg: cfg, log: cfg.Logger, sessions: make(map[layout.Key]*session), leaving: make(map[layout.Key]*session), ix: index.New(),
+		progress: progress.New()}, nil
 }
 
 // Config returns the configuration in force (defaults applied).
 func (m *Manager) Config() Config { return m.cfg }
+
+// Operations lists the long operations in progress: the index built at
+// start, replay, checks of many transcripts, repairs.
+func (m *Manager) Operations() []progress.Snapshot { return m.progress.List() }
 
 // acquire returns the live writer of key, starting one if needed, and
 // takes a reference that keeps it from retiring until release.
@@ -642,10 +651,13 @@ func (m *Manager) Replay(ctx context.Context, keys []layout.Key) ReplayReport {
 		mu  sync.Mutex
 		rep ReplayReport
 	)
+	op := m.progress.Start(ctx, "replay", "sessions", int64(len(keys)))
+	defer op.End()
 	parallel(ctx, max(2, runtime.GOMAXPROCS(0)), len(keys), func(i int) {
 		k := keys[i]
 		r, err := m.flush(ctx, k, retireIfDone)
 		m.stats.replayPending.Add(-1)
+		op.Add(1)
 		mu.Lock()
 		defer mu.Unlock()
 		switch {

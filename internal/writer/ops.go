@@ -19,6 +19,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/progress"
 	"github.com/sessiond/sessiond/internal/transcript"
 )
 
@@ -140,11 +141,14 @@ func (m *Manager) CheckAll(ctx context.Context, projectKey string) ([]CheckResul
 		return nil, err
 	}
 	out := make([]CheckResult, 0, len(keys))
+	op := m.progress.Start(ctx, "check", "transcripts", int64(len(keys)))
+	defer op.End()
 	for _, k := range keys {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		r, err := m.Check(ctx, k)
+		op.Add(1)
 		if errdefs.Is(err, errdefs.ErrNotFound) {
 			continue
 		}
@@ -175,6 +179,8 @@ func (m *Manager) Repair(ctx context.Context, key layout.Key, dryRun bool) (Repa
 	if !m.existsOnDisk(key) {
 		return out, m.notFound(key)
 	}
+	op := m.progress.Start(ctx, "repair", "bytes", 0)
+	defer op.End()
 	err := m.do(ctx, key, func(st *state) error {
 		if !st.exists() {
 			return m.notFound(key)
@@ -197,10 +203,22 @@ func (m *Manager) Repair(ctx context.Context, key layout.Key, dryRun bool) (Repa
 			return err
 		}
 		var err error
-		out.Result, out.Backup, err = st.repair(dryRun)
+		out.Result, out.Backup, err = st.repair(dryRun, op)
 		return err
 	})
 	return out, err
+}
+
+// countingReaderAt counts what is read through it into op.
+type countingReaderAt struct {
+	r  io.ReaderAt
+	op *progress.Op
+}
+
+func (c countingReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.r.ReadAt(p, off)
+	c.op.Add(int64(n))
+	return n, err
 }
 
 // spooled is a snapshot copied to an unlinked temp file, for a dry-run
@@ -225,16 +243,19 @@ func spool(r io.Reader) (*spooled, error) {
 	return &spooled{f, n}, nil
 }
 
-func (st *state) repair(dryRun bool) (*transcript.RepairResult, string, error) {
-	src, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
+func (st *state) repair(dryRun bool, op *progress.Op) (*transcript.RepairResult, string, error) {
+	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, "", fmt.Errorf("open %s: %w", st.canonPath, errdefs.FromIO(err))
 	}
-	defer src.Close()
-	fi, err := src.Stat()
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil {
 		return nil, "", errdefs.FromIO(err)
 	}
+	// Repair reads the file twice, checking it while it repairs it.
+	op.SetTotal(2 * fi.Size())
+	src := countingReaderAt{f, op}
 	opt := transcript.RepairOptions{SessionID: st.key.SessionID}
 	if dryRun {
 		res, err := transcript.Repair(src, fi.Size(), io.Discard, opt)

@@ -1513,6 +1513,9 @@ type StatusResponse struct {
 	// entries from the journals while it replays them into the transcripts;
 	// official readers see them all once this is 0.
 	ReplayPending uint64 `protobuf:"varint,18,opt,name=replay_pending,json=replayPending,proto3" json:"replay_pending,omitempty"`
+	// The long operations running now, oldest first: the index built at
+	// start, the journal replay, checks of many transcripts, repairs.
+	Operations    []*Operation `protobuf:"bytes,19,rep,name=operations,proto3" json:"operations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1673,6 +1676,103 @@ func (x *StatusResponse) GetReplayPending() uint64 {
 	return 0
 }
 
+func (x *StatusResponse) GetOperations() []*Operation {
+	if x != nil {
+		return x.Operations
+	}
+	return nil
+}
+
+// Operation is a long operation in progress. A client that starts one names
+// it with the gRPC metadata key "sessiond-operation" (the value is its id)
+// and can follow it through Status.
+type Operation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// index, replay, check, repair.
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// What done and total count: sessions, transcripts, bytes.
+	Unit string `protobuf:"bytes,3,opt,name=unit,proto3" json:"unit,omitempty"`
+	Done uint64 `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
+	// 0 while not known.
+	Total         uint64 `protobuf:"varint,5,opt,name=total,proto3" json:"total,omitempty"`
+	StartedMs     int64  `protobuf:"varint,6,opt,name=started_ms,json=startedMs,proto3" json:"started_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Operation) Reset() {
+	*x = Operation{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Operation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Operation) ProtoMessage() {}
+
+func (x *Operation) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Operation.ProtoReflect.Descriptor instead.
+func (*Operation) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Operation) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Operation) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Operation) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *Operation) GetDone() uint64 {
+	if x != nil {
+		return x.Done
+	}
+	return 0
+}
+
+func (x *Operation) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *Operation) GetStartedMs() int64 {
+	if x != nil {
+		return x.StartedMs
+	}
+	return 0
+}
+
 type CheckRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One session. Ignored when all is set.
@@ -1686,7 +1786,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1798,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1811,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{20}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CheckRequest) GetSession() *SessionRef {
@@ -1752,7 +1852,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1864,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1877,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{21}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Problem) GetLine() uint64 {
@@ -1834,7 +1934,7 @@ type SessionCheck struct {
 
 func (x *SessionCheck) Reset() {
 	*x = SessionCheck{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +1946,7 @@ func (x *SessionCheck) String() string {
 func (*SessionCheck) ProtoMessage() {}
 
 func (x *SessionCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +1959,7 @@ func (x *SessionCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCheck.ProtoReflect.Descriptor instead.
 func (*SessionCheck) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{22}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SessionCheck) GetSession() *ResolvedSession {
@@ -1901,7 +2001,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2013,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2026,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{23}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CheckResponse) GetSessions() []*SessionCheck {
@@ -1954,7 +2054,7 @@ type RepairRequest struct {
 
 func (x *RepairRequest) Reset() {
 	*x = RepairRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2066,7 @@ func (x *RepairRequest) String() string {
 func (*RepairRequest) ProtoMessage() {}
 
 func (x *RepairRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2079,7 @@ func (x *RepairRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRequest.ProtoReflect.Descriptor instead.
 func (*RepairRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{24}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RepairRequest) GetSession() *SessionRef {
@@ -2011,7 +2111,7 @@ type RepairAction struct {
 
 func (x *RepairAction) Reset() {
 	*x = RepairAction{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2123,7 @@ func (x *RepairAction) String() string {
 func (*RepairAction) ProtoMessage() {}
 
 func (x *RepairAction) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2136,7 @@ func (x *RepairAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairAction.ProtoReflect.Descriptor instead.
 func (*RepairAction) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{25}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RepairAction) GetLine() uint64 {
@@ -2091,7 +2191,7 @@ type RepairResponse struct {
 
 func (x *RepairResponse) Reset() {
 	*x = RepairResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2103,7 +2203,7 @@ func (x *RepairResponse) String() string {
 func (*RepairResponse) ProtoMessage() {}
 
 func (x *RepairResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2116,7 +2216,7 @@ func (x *RepairResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairResponse.ProtoReflect.Descriptor instead.
 func (*RepairResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{26}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RepairResponse) GetSession() *ResolvedSession {
@@ -2178,7 +2278,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2290,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2303,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{27}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ForkRequest) GetSession() *SessionRef {
@@ -2245,7 +2345,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +2357,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +2370,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{28}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ForkResponse) GetSession() *ResolvedSession {
@@ -2304,7 +2404,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2316,7 +2416,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2329,7 +2429,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{29}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RenameRequest) GetSession() *SessionRef {
@@ -2357,7 +2457,7 @@ type TagRequest struct {
 
 func (x *TagRequest) Reset() {
 	*x = TagRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2369,7 +2469,7 @@ func (x *TagRequest) String() string {
 func (*TagRequest) ProtoMessage() {}
 
 func (x *TagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2382,7 +2482,7 @@ func (x *TagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagRequest.ProtoReflect.Descriptor instead.
 func (*TagRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{30}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TagRequest) GetSession() *SessionRef {
@@ -2409,7 +2509,7 @@ type SetArchivedRequest struct {
 
 func (x *SetArchivedRequest) Reset() {
 	*x = SetArchivedRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2521,7 @@ func (x *SetArchivedRequest) String() string {
 func (*SetArchivedRequest) ProtoMessage() {}
 
 func (x *SetArchivedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2534,7 @@ func (x *SetArchivedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetArchivedRequest.ProtoReflect.Descriptor instead.
 func (*SetArchivedRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{31}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetArchivedRequest) GetSession() *SessionRef {
@@ -2460,7 +2560,7 @@ type MetadataResponse struct {
 
 func (x *MetadataResponse) Reset() {
 	*x = MetadataResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2472,7 +2572,7 @@ func (x *MetadataResponse) String() string {
 func (*MetadataResponse) ProtoMessage() {}
 
 func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2485,7 +2585,7 @@ func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataResponse.ProtoReflect.Descriptor instead.
 func (*MetadataResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{32}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *MetadataResponse) GetSession() *ResolvedSession {
@@ -2506,7 +2606,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2518,7 +2618,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2531,7 +2631,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{33}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeleteRequest) GetSession() *SessionRef {
@@ -2559,7 +2659,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2671,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2684,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{34}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteResponse) GetSession() *ResolvedSession {
@@ -2610,7 +2710,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2722,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2735,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{35}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RestoreRequest) GetSession() *SessionRef {
@@ -2654,7 +2754,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2666,7 +2766,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2679,7 +2779,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{36}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RestoreResponse) GetSession() *ResolvedSession {
@@ -2698,7 +2798,7 @@ type ListSubkeysRequest struct {
 
 func (x *ListSubkeysRequest) Reset() {
 	*x = ListSubkeysRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2710,7 +2810,7 @@ func (x *ListSubkeysRequest) String() string {
 func (*ListSubkeysRequest) ProtoMessage() {}
 
 func (x *ListSubkeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2723,7 +2823,7 @@ func (x *ListSubkeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubkeysRequest.ProtoReflect.Descriptor instead.
 func (*ListSubkeysRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{37}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListSubkeysRequest) GetSession() *SessionRef {
@@ -2743,7 +2843,7 @@ type ListSubkeysResponse struct {
 
 func (x *ListSubkeysResponse) Reset() {
 	*x = ListSubkeysResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +2855,7 @@ func (x *ListSubkeysResponse) String() string {
 func (*ListSubkeysResponse) ProtoMessage() {}
 
 func (x *ListSubkeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +2868,7 @@ func (x *ListSubkeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubkeysResponse.ProtoReflect.Descriptor instead.
 func (*ListSubkeysResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{38}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListSubkeysResponse) GetSubkeys() []string {
@@ -2795,7 +2895,7 @@ type ListSummariesRequest struct {
 
 func (x *ListSummariesRequest) Reset() {
 	*x = ListSummariesRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2807,7 +2907,7 @@ func (x *ListSummariesRequest) String() string {
 func (*ListSummariesRequest) ProtoMessage() {}
 
 func (x *ListSummariesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2820,7 +2920,7 @@ func (x *ListSummariesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSummariesRequest.ProtoReflect.Descriptor instead.
 func (*ListSummariesRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{39}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListSummariesRequest) GetProject() isListSummariesRequest_Project {
@@ -2885,7 +2985,7 @@ type SessionSummary struct {
 
 func (x *SessionSummary) Reset() {
 	*x = SessionSummary{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2897,7 +2997,7 @@ func (x *SessionSummary) String() string {
 func (*SessionSummary) ProtoMessage() {}
 
 func (x *SessionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2910,7 +3010,7 @@ func (x *SessionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSummary.ProtoReflect.Descriptor instead.
 func (*SessionSummary) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{40}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SessionSummary) GetSessionId() string {
@@ -2951,7 +3051,7 @@ type ListSummariesResponse struct {
 
 func (x *ListSummariesResponse) Reset() {
 	*x = ListSummariesResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2963,7 +3063,7 @@ func (x *ListSummariesResponse) String() string {
 func (*ListSummariesResponse) ProtoMessage() {}
 
 func (x *ListSummariesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2976,7 +3076,7 @@ func (x *ListSummariesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSummariesResponse.ProtoReflect.Descriptor instead.
 func (*ListSummariesResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{41}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListSummariesResponse) GetSummaries() []*SessionSummary {
@@ -3093,7 +3193,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x05total\x18\x02 \x01(\rR\x05total\"F\n" +
 	"\x11GetSessionRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\"\x0f\n" +
-	"\rStatusRequest\"\xeb\x04\n" +
+	"\rStatusRequest\"\xa3\x05\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x1d\n" +
@@ -3114,7 +3214,18 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x12recovered_sessions\x18\x0f \x01(\x04R\x11recoveredSessions\x12\x1a\n" +
 	"\bdraining\x18\x10 \x01(\bR\bdraining\x12'\n" +
 	"\x0frecovery_errors\x18\x11 \x03(\tR\x0erecoveryErrors\x12%\n" +
-	"\x0ereplay_pending\x18\x12 \x01(\x04R\rreplayPending\"S\n" +
+	"\x0ereplay_pending\x18\x12 \x01(\x04R\rreplayPending\x126\n" +
+	"\n" +
+	"operations\x18\x13 \x03(\v2\x16.sessiond.v1.OperationR\n" +
+	"operations\"\x8c\x01\n" +
+	"\tOperation\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04unit\x18\x03 \x01(\tR\x04unit\x12\x12\n" +
+	"\x04done\x18\x04 \x01(\x04R\x04done\x12\x14\n" +
+	"\x05total\x18\x05 \x01(\x04R\x05total\x12\x1d\n" +
+	"\n" +
+	"started_ms\x18\x06 \x01(\x03R\tstartedMs\"S\n" +
 	"\fCheckRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\"\x8f\x01\n" +
@@ -3241,7 +3352,7 @@ func file_sessiond_v1_sessiond_proto_rawDescGZIP() []byte {
 }
 
 var file_sessiond_v1_sessiond_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(EntryOutcome)(0),             // 0: sessiond.v1.EntryOutcome
 	(*SessionRef)(nil),            // 1: sessiond.v1.SessionRef
@@ -3264,28 +3375,29 @@ var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(*GetSessionRequest)(nil),     // 18: sessiond.v1.GetSessionRequest
 	(*StatusRequest)(nil),         // 19: sessiond.v1.StatusRequest
 	(*StatusResponse)(nil),        // 20: sessiond.v1.StatusResponse
-	(*CheckRequest)(nil),          // 21: sessiond.v1.CheckRequest
-	(*Problem)(nil),               // 22: sessiond.v1.Problem
-	(*SessionCheck)(nil),          // 23: sessiond.v1.SessionCheck
-	(*CheckResponse)(nil),         // 24: sessiond.v1.CheckResponse
-	(*RepairRequest)(nil),         // 25: sessiond.v1.RepairRequest
-	(*RepairAction)(nil),          // 26: sessiond.v1.RepairAction
-	(*RepairResponse)(nil),        // 27: sessiond.v1.RepairResponse
-	(*ForkRequest)(nil),           // 28: sessiond.v1.ForkRequest
-	(*ForkResponse)(nil),          // 29: sessiond.v1.ForkResponse
-	(*RenameRequest)(nil),         // 30: sessiond.v1.RenameRequest
-	(*TagRequest)(nil),            // 31: sessiond.v1.TagRequest
-	(*SetArchivedRequest)(nil),    // 32: sessiond.v1.SetArchivedRequest
-	(*MetadataResponse)(nil),      // 33: sessiond.v1.MetadataResponse
-	(*DeleteRequest)(nil),         // 34: sessiond.v1.DeleteRequest
-	(*DeleteResponse)(nil),        // 35: sessiond.v1.DeleteResponse
-	(*RestoreRequest)(nil),        // 36: sessiond.v1.RestoreRequest
-	(*RestoreResponse)(nil),       // 37: sessiond.v1.RestoreResponse
-	(*ListSubkeysRequest)(nil),    // 38: sessiond.v1.ListSubkeysRequest
-	(*ListSubkeysResponse)(nil),   // 39: sessiond.v1.ListSubkeysResponse
-	(*ListSummariesRequest)(nil),  // 40: sessiond.v1.ListSummariesRequest
-	(*SessionSummary)(nil),        // 41: sessiond.v1.SessionSummary
-	(*ListSummariesResponse)(nil), // 42: sessiond.v1.ListSummariesResponse
+	(*Operation)(nil),             // 21: sessiond.v1.Operation
+	(*CheckRequest)(nil),          // 22: sessiond.v1.CheckRequest
+	(*Problem)(nil),               // 23: sessiond.v1.Problem
+	(*SessionCheck)(nil),          // 24: sessiond.v1.SessionCheck
+	(*CheckResponse)(nil),         // 25: sessiond.v1.CheckResponse
+	(*RepairRequest)(nil),         // 26: sessiond.v1.RepairRequest
+	(*RepairAction)(nil),          // 27: sessiond.v1.RepairAction
+	(*RepairResponse)(nil),        // 28: sessiond.v1.RepairResponse
+	(*ForkRequest)(nil),           // 29: sessiond.v1.ForkRequest
+	(*ForkResponse)(nil),          // 30: sessiond.v1.ForkResponse
+	(*RenameRequest)(nil),         // 31: sessiond.v1.RenameRequest
+	(*TagRequest)(nil),            // 32: sessiond.v1.TagRequest
+	(*SetArchivedRequest)(nil),    // 33: sessiond.v1.SetArchivedRequest
+	(*MetadataResponse)(nil),      // 34: sessiond.v1.MetadataResponse
+	(*DeleteRequest)(nil),         // 35: sessiond.v1.DeleteRequest
+	(*DeleteResponse)(nil),        // 36: sessiond.v1.DeleteResponse
+	(*RestoreRequest)(nil),        // 37: sessiond.v1.RestoreRequest
+	(*RestoreResponse)(nil),       // 38: sessiond.v1.RestoreResponse
+	(*ListSubkeysRequest)(nil),    // 39: sessiond.v1.ListSubkeysRequest
+	(*ListSubkeysResponse)(nil),   // 40: sessiond.v1.ListSubkeysResponse
+	(*ListSummariesRequest)(nil),  // 41: sessiond.v1.ListSummariesRequest
+	(*SessionSummary)(nil),        // 42: sessiond.v1.SessionSummary
+	(*ListSummariesResponse)(nil), // 43: sessiond.v1.ListSummariesResponse
 }
 var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	1,  // 0: sessiond.v1.AppendRequest.session:type_name -> sessiond.v1.SessionRef
@@ -3303,68 +3415,69 @@ var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	2,  // 12: sessiond.v1.SessionInfo.session:type_name -> sessiond.v1.ResolvedSession
 	16, // 13: sessiond.v1.ListSessionsResponse.sessions:type_name -> sessiond.v1.SessionInfo
 	1,  // 14: sessiond.v1.GetSessionRequest.session:type_name -> sessiond.v1.SessionRef
-	1,  // 15: sessiond.v1.CheckRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 16: sessiond.v1.SessionCheck.session:type_name -> sessiond.v1.ResolvedSession
-	22, // 17: sessiond.v1.SessionCheck.problems:type_name -> sessiond.v1.Problem
-	23, // 18: sessiond.v1.CheckResponse.sessions:type_name -> sessiond.v1.SessionCheck
-	1,  // 19: sessiond.v1.RepairRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 20: sessiond.v1.RepairResponse.session:type_name -> sessiond.v1.ResolvedSession
-	26, // 21: sessiond.v1.RepairResponse.actions:type_name -> sessiond.v1.RepairAction
-	22, // 22: sessiond.v1.RepairResponse.before:type_name -> sessiond.v1.Problem
-	22, // 23: sessiond.v1.RepairResponse.after:type_name -> sessiond.v1.Problem
-	1,  // 24: sessiond.v1.ForkRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 25: sessiond.v1.ForkResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 26: sessiond.v1.RenameRequest.session:type_name -> sessiond.v1.SessionRef
-	1,  // 27: sessiond.v1.TagRequest.session:type_name -> sessiond.v1.SessionRef
-	1,  // 28: sessiond.v1.SetArchivedRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 29: sessiond.v1.MetadataResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 30: sessiond.v1.DeleteRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 31: sessiond.v1.DeleteResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 32: sessiond.v1.RestoreRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 33: sessiond.v1.RestoreResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 34: sessiond.v1.ListSubkeysRequest.session:type_name -> sessiond.v1.SessionRef
-	41, // 35: sessiond.v1.ListSummariesResponse.summaries:type_name -> sessiond.v1.SessionSummary
-	3,  // 36: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
-	3,  // 37: sessiond.v1.Sessiond.AppendStream:input_type -> sessiond.v1.AppendRequest
-	9,  // 38: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
-	12, // 39: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
-	12, // 40: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
-	15, // 41: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
-	18, // 42: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
-	19, // 43: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
-	21, // 44: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
-	25, // 45: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
-	28, // 46: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
-	30, // 47: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
-	31, // 48: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
-	32, // 49: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
-	34, // 50: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
-	36, // 51: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
-	38, // 52: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
-	40, // 53: sessiond.v1.Sessiond.ListSummaries:input_type -> sessiond.v1.ListSummariesRequest
-	8,  // 54: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
-	5,  // 55: sessiond.v1.Sessiond.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
-	11, // 56: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
-	14, // 57: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
-	14, // 58: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
-	17, // 59: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
-	16, // 60: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
-	20, // 61: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
-	24, // 62: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
-	27, // 63: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
-	29, // 64: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
-	33, // 65: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
-	33, // 66: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
-	33, // 67: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
-	35, // 68: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
-	37, // 69: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
-	39, // 70: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
-	42, // 71: sessiond.v1.Sessiond.ListSummaries:output_type -> sessiond.v1.ListSummariesResponse
-	54, // [54:72] is the sub-list for method output_type
-	36, // [36:54] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	21, // 15: sessiond.v1.StatusResponse.operations:type_name -> sessiond.v1.Operation
+	1,  // 16: sessiond.v1.CheckRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 17: sessiond.v1.SessionCheck.session:type_name -> sessiond.v1.ResolvedSession
+	23, // 18: sessiond.v1.SessionCheck.problems:type_name -> sessiond.v1.Problem
+	24, // 19: sessiond.v1.CheckResponse.sessions:type_name -> sessiond.v1.SessionCheck
+	1,  // 20: sessiond.v1.RepairRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 21: sessiond.v1.RepairResponse.session:type_name -> sessiond.v1.ResolvedSession
+	27, // 22: sessiond.v1.RepairResponse.actions:type_name -> sessiond.v1.RepairAction
+	23, // 23: sessiond.v1.RepairResponse.before:type_name -> sessiond.v1.Problem
+	23, // 24: sessiond.v1.RepairResponse.after:type_name -> sessiond.v1.Problem
+	1,  // 25: sessiond.v1.ForkRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 26: sessiond.v1.ForkResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 27: sessiond.v1.RenameRequest.session:type_name -> sessiond.v1.SessionRef
+	1,  // 28: sessiond.v1.TagRequest.session:type_name -> sessiond.v1.SessionRef
+	1,  // 29: sessiond.v1.SetArchivedRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 30: sessiond.v1.MetadataResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 31: sessiond.v1.DeleteRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 32: sessiond.v1.DeleteResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 33: sessiond.v1.RestoreRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 34: sessiond.v1.RestoreResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 35: sessiond.v1.ListSubkeysRequest.session:type_name -> sessiond.v1.SessionRef
+	42, // 36: sessiond.v1.ListSummariesResponse.summaries:type_name -> sessiond.v1.SessionSummary
+	3,  // 37: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
+	3,  // 38: sessiond.v1.Sessiond.AppendStream:input_type -> sessiond.v1.AppendRequest
+	9,  // 39: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
+	12, // 40: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
+	12, // 41: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
+	15, // 42: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
+	18, // 43: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
+	19, // 44: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
+	22, // 45: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
+	26, // 46: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
+	29, // 47: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
+	31, // 48: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
+	32, // 49: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
+	33, // 50: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
+	35, // 51: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
+	37, // 52: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
+	39, // 53: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
+	41, // 54: sessiond.v1.Sessiond.ListSummaries:input_type -> sessiond.v1.ListSummariesRequest
+	8,  // 55: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
+	5,  // 56: sessiond.v1.Sessiond.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
+	11, // 57: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
+	14, // 58: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
+	14, // 59: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
+	17, // 60: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
+	16, // 61: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
+	20, // 62: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
+	25, // 63: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
+	28, // 64: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
+	30, // 65: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
+	34, // 66: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
+	34, // 67: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
+	34, // 68: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
+	36, // 69: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
+	38, // 70: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
+	40, // 71: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
+	43, // 72: sessiond.v1.Sessiond.ListSummaries:output_type -> sessiond.v1.ListSummariesResponse
+	55, // [55:73] is the sub-list for method output_type
+	37, // [37:55] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_sessiond_v1_sessiond_proto_init() }
@@ -3380,7 +3493,7 @@ func file_sessiond_v1_sessiond_proto_init() {
 		(*ListSessionsRequest_Cwd)(nil),
 		(*ListSessionsRequest_ProjectKey)(nil),
 	}
-	file_sessiond_v1_sessiond_proto_msgTypes[39].OneofWrappers = []any{
+	file_sessiond_v1_sessiond_proto_msgTypes[40].OneofWrappers = []any{
 		(*ListSummariesRequest_Cwd)(nil),
 		(*ListSummariesRequest_ProjectKey)(nil),
 	}
@@ -3390,7 +3503,7 @@ func file_sessiond_v1_sessiond_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessiond_v1_sessiond_proto_rawDesc), len(file_sessiond_v1_sessiond_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

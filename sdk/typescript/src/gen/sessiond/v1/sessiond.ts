@@ -351,6 +351,28 @@ export interface StatusResponse {
    * official readers see them all once this is 0.
    */
   replayPending: number;
+  /**
+   * The long operations running now, oldest first: the index built at
+   * start, the journal replay, checks of many transcripts, repairs.
+   */
+  operations: Operation[];
+}
+
+/**
+ * Operation is a long operation in progress. A client that starts one names
+ * it with the gRPC metadata key "sessiond-operation" (the value is its id)
+ * and can follow it through Status.
+ */
+export interface Operation {
+  id: string;
+  /** index, replay, check, repair. */
+  kind: string;
+  /** What done and total count: sessions, transcripts, bytes. */
+  unit: string;
+  done: number;
+  /** 0 while not known. */
+  total: number;
+  startedMs: number;
 }
 
 export interface CheckRequest {
@@ -2262,6 +2284,7 @@ function createBaseStatusResponse(): StatusResponse {
     draining: false,
     recoveryErrors: [],
     replayPending: 0,
+    operations: [],
   };
 }
 
@@ -2320,6 +2343,9 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     }
     if (message.replayPending !== 0) {
       writer.uint32(144).uint64(message.replayPending);
+    }
+    for (const v of message.operations) {
+      Operation.encode(v!, writer.uint32(154).fork()).join();
     }
     return writer;
   },
@@ -2481,6 +2507,14 @@ export const StatusResponse: MessageFns<StatusResponse> = {
             message.replayPending = longToNumber(reader.uint64());
             continue;
           }
+          case 19: {
+            if (tag !== 154) {
+              break;
+            }
+
+            message.operations.push(Operation.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2516,6 +2550,122 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     message.draining = object.draining ?? false;
     message.recoveryErrors = object.recoveryErrors?.map((e) => e) || [];
     message.replayPending = object.replayPending ?? 0;
+    message.operations = object.operations?.map((e) => Operation.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseOperation(): Operation {
+  return { id: "", kind: "", unit: "", done: 0, total: 0, startedMs: 0 };
+}
+
+export const Operation: MessageFns<Operation> = {
+  encode(message: Operation, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.kind !== "") {
+      writer.uint32(18).string(message.kind);
+    }
+    if (message.unit !== "") {
+      writer.uint32(26).string(message.unit);
+    }
+    if (message.done !== 0) {
+      writer.uint32(32).uint64(message.done);
+    }
+    if (message.total !== 0) {
+      writer.uint32(40).uint64(message.total);
+    }
+    if (message.startedMs !== 0) {
+      writer.uint32(48).int64(message.startedMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Operation {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseOperation();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.unit = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.done = longToNumber(reader.uint64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.total = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.startedMs = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<Operation>, I>>(base?: I): Operation {
+    return Operation.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Operation>, I>>(object: I): Operation {
+    const message = createBaseOperation();
+    message.id = object.id ?? "";
+    message.kind = object.kind ?? "";
+    message.unit = object.unit ?? "";
+    message.done = object.done ?? 0;
+    message.total = object.total ?? 0;
+    message.startedMs = object.startedMs ?? 0;
     return message;
   },
 };
