@@ -461,7 +461,7 @@ func (s *Server) Status(ctx context.Context, _ *sessiondv1.StatusRequest) (*sess
 	}
 	return &sessiondv1.StatusResponse{
 		Operations: ops,
-		Version: s.info.Version, Pid: int32(os.Getpid()), StartedMs: s.info.Started.UnixMilli(),
+		Version:    s.info.Version, Pid: int32(os.Getpid()), StartedMs: s.info.Started.UnixMilli(),
 		Socket: s.info.Socket, Root: s.info.Root, StateDir: s.info.StateDir,
 		ActiveSessions: uint32(st.ActiveSessions), Appends: st.Appends, EntriesStored: st.EntriesStored,
 		EntriesDuplicate: st.EntriesDuplicate, JournalSyncs: st.JournalSyncs, JournalBytes: st.JournalBytes,
