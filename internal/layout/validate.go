@@ -158,7 +158,9 @@ func reservedExt(p string) string {
 // invalidf builds an ErrInvalidArgument error; the message should say what
 // is wrong and what is accepted.
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{errdefs.ErrInvalidArgument}, args...)...)
+	// The kind goes last, as in every other package: the edge and sessionctl
+	// name it once, in front.
+	return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...)
 }
 
 // quote renders a caller-supplied string for a message, cut to a readable
