@@ -3,7 +3,6 @@ package writer
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -535,7 +534,7 @@ func (st *state) commit(group []*appendReq) {
 		}
 		var rec []byte
 		if m.BatchID != "" || m.Summary != nil {
-			rec, _ = json.Marshal(m) // plain strings, numbers and checked JSON: cannot fail
+			rec = m.encode()
 			if m.BatchID != "" {
 				seenBatch[m.BatchID] = true
 			}
@@ -614,7 +613,13 @@ func (st *state) journalBatches(batches [][][]byte, metas [][]byte, stored func(
 	}
 	spans, err := st.j.AppendMeta(batches, metas)
 	if err != nil {
-		st.failed = err
+		if st.j.Err() != nil {
+			// A write or sync failed: the journal is done for (see
+			// journal.Journal); the writer reopens from disk.
+			st.failed = err
+		}
+		// Otherwise the journal refused the batches before writing
+		// anything (a record over its limit): the writer goes on.
 		return fmt.Errorf("journal append to %s: %w", st.key, errdefs.FromIO(err))
 	}
 	st.m.stats.syncs.Add(1)

@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -100,6 +101,17 @@ type batchMeta struct {
 	Entries        uint64          `json:"entries,omitempty"` // lines in the transcript right after the batch
 	Summary        json.RawMessage `json:"summary,omitempty"`
 	SummaryVersion uint64          `json:"summary_version,omitempty"`
+}
+
+// encode is the meta's journal record: JSON without HTML escaping, so the
+// summary keeps its size (json.Marshal would turn each <, >, & and U+2028
+// into six bytes and could push a 32 KiB summary past journal.MaxMeta).
+func (m batchMeta) encode() []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(m) // plain strings, numbers and validated JSON: cannot fail
+	return bytes.TrimSuffix(b.Bytes(), []byte{'\n'})
 }
 
 // seen reports whether the batch id was stored within BatchIDMemory.

@@ -351,3 +351,29 @@ func TestAgentMetaBecomesSidecar(t *testing.T) {
 		t.Fatal("a main transcript got a .meta.json")
 	}
 }
+
+// TestSummaryFullOfEscapables: a summary at the size limit made of the
+// characters JSON encoders like to escape (<, >, &, U+2028) is stored with
+// its batch: its Meta record stays under the journal's limit. The writer
+// goes on taking appends.
+func TestSummaryFullOfEscapables(t *testing.T) {
+	m := newCrashManager(t, fstest.NewCrashFS(), nil)
+	defer closeManager(t, m)
+	k := fixedKey(1, "")
+	body := strings.Repeat("<&>\u2028", (MaxSummaryBytes-20)/6)
+	data := []byte(`{"firstPrompt":"` + body + `"}`)
+	if len(data) > MaxSummaryBytes {
+		t.Fatalf("test summary is %d bytes", len(data))
+	}
+	r, err := appendOpt(t, m, k, AppendOptions{BatchID: "b1", Summary: &SummaryUpdate{Data: data}}, `{"type":"user","uuid":"u1"}`)
+	if err != nil || r.SummaryVersion != 1 {
+		t.Fatalf("append with a %d-byte summary of escapables: %+v, %v", len(data), r, err)
+	}
+	sums, err := m.ListSummaries(bg, k.ProjectKey, k.SessionID)
+	if err != nil || len(sums) != 1 || string(sums[0].Data) != string(data) {
+		t.Fatalf("summary read back: %v (%d summaries)", err, len(sums))
+	}
+	if _, err := appendOpt(t, m, k, AppendOptions{}, `{"type":"user","uuid":"u2"}`); err != nil {
+		t.Fatalf("the next append: %v", err)
+	}
+}
