@@ -172,6 +172,10 @@ func (c *Client) Append(ctx context.Context, s Session, entries ...[]byte) (*ses
 	}
 }
 
+// NotProcessed reports whether err is sessiond's answer that it did not
+// look at the request (it is draining): retrying cannot duplicate anything.
+func NotProcessed(err error) bool { return notProcessed(err) }
+
 func notProcessed(err error) bool {
 	st, ok := status.FromError(err)
 	if !ok {

@@ -26,6 +26,7 @@ import (
 // TestAccessSocketModes: the socket is 0600 in a 0700 folder, both owned
 // by the daemon's user.
 func TestAccessSocketModes(t *testing.T) {
+	t.Parallel()
 	d := newDaemon(t)
 	d.start()
 	for _, c := range []struct {
@@ -52,6 +53,7 @@ func TestAccessSocketModes(t *testing.T) {
 // the daemon's own per-call SO_PEERCRED check, with a message naming both
 // uids, on unary and streaming calls alike, and changes nothing.
 func TestAccessOtherUIDRefused(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		const why = "running a client as another uid needs root (to set the client's uid); run the e2e tests as root to cover the daemon's SO_PEERCRED check"
 		if os.Getenv("CI") != "" {
@@ -195,6 +197,7 @@ func requirePrivateModes(t *testing.T, step string, roots ...string) {
 // appends and compaction, subagents, fork, repair (a foreign 0644 file
 // included), rename, tag, archive, delete and restore.
 func TestAccessFileModes(t *testing.T) {
+	t.Parallel()
 	d := hostileDaemon(t)
 	c := d.client()
 	defer c.Close()
@@ -267,6 +270,7 @@ func TestAccessFileModes(t *testing.T) {
 // session is refused with FAILED_PRECONDITION naming the link, and nothing
 // changes on disk, inside the root and state folders or outside them.
 func TestAccessSymlinksNeverFollowed(t *testing.T) {
+	t.Parallel()
 	d := hostileDaemon(t)
 	c := d.client()
 	defer c.Close()

@@ -290,6 +290,7 @@ func (a *agentEnv) refusals() []string {
 // fresh config dir and the API sees a valid conversation; the SDK's session
 // functions return the same with the store as from sessiond's files.
 func TestAgentParallelToolsThroughStore(t *testing.T) {
+	t.Parallel()
 	a := newAgentEnv(t)
 	cfg1 := filepath.Join(t.TempDir(), "agent-config")
 	r := a.turn(cfg1, "run the commands", "", "batched")
@@ -420,6 +421,7 @@ func normalize(v any) any {
 // subpath, its metadata as entries (what load returns) and as the
 // .meta.json disk readers use, and the SDK's subagent functions agree.
 func TestAgentSubagentThroughStore(t *testing.T) {
+	t.Parallel()
 	a := newAgentEnv(t)
 	cfg1 := filepath.Join(t.TempDir(), "agent-config")
 	r := a.turn(cfg1, "use a subagent", "", "batched")
@@ -474,6 +476,7 @@ func TestAgentSubagentThroughStore(t *testing.T) {
 // reported; and the session resumes from the store with a conversation the
 // API accepts.
 func TestAgentFaultsMidTurn(t *testing.T) {
+	t.Parallel()
 	for _, fault := range []string{"sessiond SIGTERM", "sessiond kill -9", "agent killed"} {
 		t.Run(fault, func(t *testing.T) {
 			a := newAgentEnv(t)
@@ -485,9 +488,9 @@ func TestAgentFaultsMidTurn(t *testing.T) {
 			case <-time.After(2 * time.Minute):
 				t.Fatal("the turn never reached the tool results")
 			}
-			// Eager mirroring sends each line as the CLI writes it; give
-			// the last results a moment to be mirrored.
-			time.Sleep(500 * time.Millisecond)
+			// Eager mirroring sends each line as the CLI writes it: wait
+			// until sessiond holds every tool result before the fault.
+			a.waitMirroredResults(mockapi.Parallel)
 			switch fault {
 			case "sessiond SIGTERM":
 				if code := a.d.stop(syscall.SIGTERM, time.Minute); code != 0 {
@@ -538,6 +541,23 @@ func TestAgentFaultsMidTurn(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitMirroredResults waits until the project's one session in sessiond
+// holds n answered tool_use blocks.
+func (a *agentEnv) waitMirroredResults(n int) {
+	a.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		infos, err := a.client().List(context.Background(), "", a.pk)
+		if err == nil && len(infos) == 1 {
+			if _, answered := toolPairs(a.stored(infos[0].GetSession().GetSessionId(), "")); answered >= n {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	a.t.Fatalf("sessiond never held the %d tool results the CLI mirrors eagerly", n)
 }
 
 // sessionOfLocal finds the one session the CLI wrote locally.

@@ -291,6 +291,7 @@ func diskDaemon(t *testing.T, disk string, args ...string) *daemon {
 // not be stored either: a client retrying it after freeing space (entries
 // without uuid are not deduplicated) would store it twice.
 func TestFullDiskAppend(t *testing.T) {
+	t.Parallel()
 	disk := mountTmpfs(t, "8m")
 	d := diskDaemon(t, disk)
 	pid := d.cmd.Process.Pid
@@ -415,6 +416,7 @@ func TestFullDiskAppend(t *testing.T) {
 // the journaled entries as they were (show still serves every entry,
 // appends still work), and succeed once space is freed.
 func TestFullDiskDuringCompaction(t *testing.T) {
+	t.Parallel()
 	disk := mountTmpfs(t, "8m")
 	// No idle compaction or retirement: only the flushes below compact.
 	d := diskDaemon(t, disk, "--idle-compact", "1h", "--idle-retire", "1h")
@@ -522,6 +524,7 @@ func TestFullDiskDuringCompaction(t *testing.T) {
 // appends share a group depends on timing, so the experiment runs several
 // rounds, each on a new session.
 func TestFullDiskRefusedAppendNotStored(t *testing.T) {
+	t.Parallel()
 	disk := mountTmpfs(t, "16m")
 	d := diskDaemon(t, disk)
 	c := d.client(client.WithRetry(1, 0))
@@ -616,6 +619,7 @@ func refusedAppendRound(t *testing.T, d *daemon, c *client.Client, disk string, 
 // and a message saying so, leave no session behind, and the very same
 // fork must succeed once space is freed.
 func TestFullDiskFork(t *testing.T) {
+	t.Parallel()
 	disk := mountTmpfs(t, "8m")
 	d := diskDaemon(t, disk)
 	c := d.client(client.WithRetry(1, 0))
@@ -679,6 +683,7 @@ func TestFullDiskFork(t *testing.T) {
 // appends, and put everything in the canonical file once space is freed,
 // without a restart.
 func TestFullDiskAtStart(t *testing.T) {
+	t.Parallel()
 	disk := mountTmpfs(t, "8m")
 	d := diskDaemon(t, disk, "--idle-compact", "1h", "--idle-retire", "1h")
 	c := d.client(client.WithRetry(1, 0))

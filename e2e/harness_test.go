@@ -44,9 +44,47 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bins = dir
+	if err := childEnv(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// childEnv sets what every process the tests start inherits.
+//
+// GORACE=atexit_sleep_ms=0 (added to a GORACE that does not set it): a
+// program built with -race sleeps 1 s before it exits, by default, to let
+// goroutines still running report a race. The tests run sessionctl
+// hundreds of times and stop sessiond dozens of times; the sleep was most
+// of the package's time. Races are still detected and reported (exit
+// status 66) as they happen.
+//
+// GOCACHE, GOMODCACHE, GOPATH and GOENV, from go env: tests that give a
+// process a fresh HOME (the README's walkthrough builds the binaries)
+// keep the user's Go caches and settings rather than downloading every
+// module and compiling everything again.
+func childEnv() error {
+	if g := os.Getenv("GORACE"); !strings.Contains(g, "atexit_sleep_ms") {
+		os.Setenv("GORACE", strings.TrimSpace(g+" atexit_sleep_ms=0"))
+	}
+	names := []string{"GOCACHE", "GOMODCACHE", "GOPATH", "GOENV"}
+	out, err := exec.Command("go", append([]string{"env"}, names...)...).Output()
+	if err != nil {
+		return fmt.Errorf("go env: %v", err)
+	}
+	values := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(values) != len(names) {
+		return fmt.Errorf("go env %v printed %q", names, out)
+	}
+	for i, name := range names {
+		if _, set := os.LookupEnv(name); !set && values[i] != "" {
+			os.Setenv(name, values[i])
+		}
+	}
+	return nil
 }
 
 // syncBuffer collects a process's output safely while it runs.

@@ -219,6 +219,7 @@ type hostileCase struct {
 // wrong, and nothing on disk changes (root, state folder, and the folder
 // outside both that a symlink points into).
 func TestHostileInputs(t *testing.T) {
+	t.Parallel()
 	d := hostileDaemon(t)
 	c := d.client()
 	defer c.Close()
@@ -596,6 +597,7 @@ func runHostileCases(t *testing.T, ctx context.Context, d *daemon, api sessiondv
 // the first message leave nothing behind: the daemon keeps serving, and
 // its descriptors return to where they were.
 func TestHostileCancelledRead(t *testing.T) {
+	t.Parallel()
 	d := hostileDaemon(t)
 	c := d.client()
 	defer c.Close()
@@ -685,6 +687,7 @@ func TestHostileCancelledRead(t *testing.T) {
 // writers give their descriptors back, and once the load is over the
 // daemon works normally, refused sessions included.
 func TestHostileDescriptorExhaustion(t *testing.T) {
+	t.Parallel()
 	d := hostileDaemon(t)
 	pid := d.cmd.Process.Pid
 	const conns, sessions = 8, 3000

@@ -160,6 +160,7 @@ func (l *load) verify(t *testing.T, d *daemon) {
 // sessiond exits 0 in time and every acknowledged entry is in the
 // canonical files, without any recovery.
 func TestSigtermUnderLoad(t *testing.T) {
+	t.Parallel()
 	d := newDaemon(t, "--shutdown-timeout", "20s")
 	d.start()
 	l := newLoad(t, 4)
@@ -206,6 +207,7 @@ func TestSigtermUnderLoad(t *testing.T) {
 // restart, and check every acknowledged entry is there exactly once with no
 // torn line. Several cycles on the same folders.
 func TestKill9UnderLoad(t *testing.T) {
+	t.Parallel()
 	d := newDaemon(t)
 	l := newLoad(t, 4)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
@@ -238,6 +240,7 @@ func TestKill9UnderLoad(t *testing.T) {
 // --shutdown-timeout), and an append with a uuid made on the client across
 // the restart is stored exactly once.
 func TestDrainEndsIdleAppendStreams(t *testing.T) {
+	t.Parallel()
 	d := newDaemon(t, "--shutdown-timeout", "60s")
 	d.start()
 	c := d.client(client.WithRetry(12, 100*time.Millisecond))

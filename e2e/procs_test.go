@@ -34,6 +34,7 @@ func scheduler(t *testing.T, d *daemon) schedulerLine {
 // sessiond raises GOMAXPROCS above the CPU count (writers blocked in
 // fdatasync hold Ps; see daemon.Procs) unless the user set it.
 func TestGOMAXPROCS(t *testing.T) {
+	t.Parallel()
 	if _, set := os.LookupEnv("GOMAXPROCS"); set {
 		t.Fatal("GOMAXPROCS is set in the test's environment; unset it, this test sets it itself")
 	}

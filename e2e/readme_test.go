@@ -82,6 +82,7 @@ func runReadme(t *testing.T, script string, env ...string) string {
 // TestReadmeWalkthrough runs README.md's "sessionctl walkthrough" exactly
 // as written: a newcomer who copies it block by block gets no error.
 func TestReadmeWalkthrough(t *testing.T) {
+	t.Parallel()
 	script := strings.Join(readmeBlocks(t, "## sessionctl walkthrough"), "\n")
 	// What a newcomer trips on: a command a fresh machine lacks, go run
 	// (its exit status is go's), an alias, a placeholder such as [--up-to ID].
@@ -105,6 +106,7 @@ func TestReadmeWalkthrough(t *testing.T) {
 
 // TestReadmeListsEveryRPC: the API section names every RPC of the proto.
 func TestReadmeListsEveryRPC(t *testing.T) {
+	t.Parallel()
 	proto, err := os.ReadFile(filepath.Join("..", "api", "proto", "sessiond", "v1", "sessiond.proto"))
 	if err != nil {
 		t.Fatal(err)
@@ -135,6 +137,7 @@ func TestReadmeListsEveryRPC(t *testing.T) {
 // text out) against a real daemon with the real grpcurl, installed by
 // make tools into .bin.
 func TestReadmeGrpcurl(t *testing.T) {
+	t.Parallel()
 	grpcurl, err := exec.LookPath("grpcurl")
 	if err != nil {
 		grpcurl = filepath.Join("..", ".bin", "grpcurl")

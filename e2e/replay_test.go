@@ -21,6 +21,7 @@ import (
 // exits cleanly; the next start finishes it, and every file then holds
 // every acknowledged entry exactly once.
 func TestReplayAfterKillServesAndSurvivesSIGTERM(t *testing.T) {
+	t.Parallel()
 	// No compaction before the kill: everything is in the journals.
 	d := newDaemon(t, "--idle-compact", "1h", "--idle-retire", "1h", "--min-compact-bytes", "1099511627776")
 	d.start()

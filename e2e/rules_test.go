@@ -71,6 +71,7 @@ func appendAll(t *testing.T, c *client.Client, s client.Session, b []byte) {
 // byte-identical through append, compaction and show, and check reports
 // its known state.
 func TestFixturesThroughSessiond(t *testing.T) {
+	t.Parallel()
 	d := newDaemon(t)
 	d.start()
 	c := d.client()
@@ -150,6 +151,7 @@ func sdkDir(t *testing.T, cwd, sid string, files map[string][]byte) string {
 // rename, tag, archive, fork, subagents, repair, delete/restore) is read by
 // the official TypeScript SDK as it reads its own files.
 func TestOfficialSDKReadsSessiondOutputs(t *testing.T) {
+	t.Parallel()
 	sdk := sdkcheck.Require(t)
 	d := newDaemon(t)
 	d.start()
@@ -289,6 +291,7 @@ func TestOfficialSDKReadsSessiondOutputs(t *testing.T) {
 // written before sessiond existed, is reported by check and repaired so
 // that the official reader sees every tool_use answered.
 func TestRepairMakesSessionResumable(t *testing.T) {
+	t.Parallel()
 	sdk := sdkcheck.Require(t)
 	d := newDaemon(t)
 	cwd := t.TempDir()
@@ -371,6 +374,7 @@ func TestRepairMakesSessionResumable(t *testing.T) {
 // TestForeignAppendRace: an agent appending to the canonical file directly
 // while sessiond appends and compacts: no line lost, none duplicated.
 func TestForeignAppendRace(t *testing.T) {
+	t.Parallel()
 	d := newDaemon(t, "--idle-compact", "2ms")
 	d.start()
 	c := d.client()
@@ -453,6 +457,7 @@ func TestForeignAppendRace(t *testing.T) {
 
 // TestSessionctlSessionOperations: the lifecycle commands through the CLI.
 func TestSessionctlSessionOperations(t *testing.T) {
+	t.Parallel()
 	d := newDaemon(t)
 	d.start()
 	cwd := t.TempDir()

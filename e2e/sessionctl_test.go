@@ -30,6 +30,7 @@ import (
 )
 
 func TestSessionctlWalkthrough(t *testing.T) {
+	t.Parallel()
 	// No idle compaction: the test flushes by hand and checks the count.
 	d := newDaemon(t, "--idle-compact", "1h")
 	d.start()
@@ -176,6 +177,7 @@ func TestSessionctlWalkthrough(t *testing.T) {
 }
 
 func TestGoClient(t *testing.T) {
+	t.Parallel()
 	d := newDaemon(t)
 	d.start()
 	c := d.client()
@@ -262,6 +264,7 @@ func TestGoClient(t *testing.T) {
 }
 
 func TestHealthAndReflection(t *testing.T) {
+	t.Parallel()
 	d := newDaemon(t)
 	d.start()
 	c := d.client()
@@ -291,6 +294,7 @@ func TestHealthAndReflection(t *testing.T) {
 }
 
 func TestSecondDaemonAndStaleSocket(t *testing.T) {
+	t.Parallel()
 	a := newDaemon(t)
 	a.start()
 	b := newDaemon(t)
@@ -328,6 +332,7 @@ func TestSecondDaemonAndStaleSocket(t *testing.T) {
 // TestSystemdProtocol: sd_notify READY once serving and STOPPING on
 // SIGTERM, and socket activation with a listener passed as fd 3.
 func TestSystemdProtocol(t *testing.T) {
+	t.Parallel()
 	d := newDaemon(t)
 	notify := filepath.Join(d.dir, "notify.sock")
 	nconn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
@@ -398,6 +403,7 @@ func TestSystemdProtocol(t *testing.T) {
 // guessed at: sessiond starts, keeps the file aside, says so in status, and
 // the session works again.
 func TestDamagedJournalAtStart(t *testing.T) {
+	t.Parallel()
 	d := newDaemon(t, "--idle-compact", "1h")
 	d.start()
 	c := d.client()
@@ -455,6 +461,7 @@ func TestDamagedJournalAtStart(t *testing.T) {
 // lines, from the canonical file and from the journal, must come back
 // byte for byte through the real daemon.
 func TestReadBigLinesOverGRPC(t *testing.T) {
+	t.Parallel()
 	d := newDaemon(t)
 	d.start()
 	c := d.client()
@@ -505,6 +512,7 @@ func TestReadBigLinesOverGRPC(t *testing.T) {
 // typo as a result (check's 1 means "damaged"). Nothing needs a daemon:
 // the mistake is found before sessionctl dials.
 func TestSessionctlUsageErrors(t *testing.T) {
+	t.Parallel()
 	sock := filepath.Join(t.TempDir(), "none.sock")
 	for _, tc := range []struct {
 		args []string
@@ -541,6 +549,7 @@ func TestSessionctlUsageErrors(t *testing.T) {
 // used to start sessiond quietly with the default instead; it is refused
 // with the flag's name, and nothing starts.
 func TestSessiondRefusesNonPositiveFlags(t *testing.T) {
+	t.Parallel()
 	for _, tc := range [][]string{
 		{"--max-entry-bytes", "-5"}, {"--max-message-bytes", "0"}, {"--idle-compact", "-1s"},
 		{"--idle-retire", "0s"}, {"--shutdown-timeout", "-3s"}, {"--min-compact-bytes", "0"},
@@ -564,6 +573,7 @@ func TestSessiondRefusesNonPositiveFlags(t *testing.T) {
 // version name the commit the binaries were built from, and version also
 // asks the running daemon.
 func TestVersions(t *testing.T) {
+	t.Parallel()
 	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
 	if err != nil {
 		t.Fatalf("git rev-parse HEAD (the tests run from a checkout): %v", err)
@@ -589,6 +599,7 @@ func TestVersions(t *testing.T) {
 // how far it is (what sessionctl status prints, and what the --progress
 // bar follows), under the id the caller gave it; it is gone once done.
 func TestStatusShowsOperations(t *testing.T) {
+	t.Parallel()
 	d := newDaemon(t)
 	// Enough transcripts on disk that checking them all takes a while.
 	proj := filepath.Join(d.root, "projects", "-ops")

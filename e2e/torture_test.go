@@ -105,6 +105,7 @@ func tortureShort(mode string, cycles int) torture.Config {
 //
 // SESSIOND_TORTURE_SEED replays a run's random choices.
 func TestTortureKill9(t *testing.T) {
+	t.Parallel()
 	n := tortureEnv(t, "SESSIOND_TORTURE_CYCLES", 20)
 	rep := runTorture(t, tortureShort(torture.ModeKill, n))
 	if rep.Cycles < n {
@@ -117,6 +118,7 @@ func TestTortureKill9(t *testing.T) {
 // must be in the canonical files before any restart.
 // SESSIOND_TORTURE_TERM_CYCLES (default 3) sets the number of cycles.
 func TestTortureSigterm(t *testing.T) {
+	t.Parallel()
 	n := tortureEnv(t, "SESSIOND_TORTURE_TERM_CYCLES", 3)
 	rep := runTorture(t, tortureShort(torture.ModeTerm, n))
 	if rep.Cycles < n {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -138,6 +139,10 @@ func versionCmd(g *globals) *cobra.Command {
 		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client.Client) error {
 			mine := buildinfo.Version()
 			st, err := c.Status(cmd.Context())
+			var ue *client.UntrustedSocketError
+			if errors.As(err, &ue) {
+				return err // exit status 3, whatever the command
+			}
 			if g.json {
 				out := map[string]string{"sessionctl": mine}
 				if err == nil {
@@ -578,11 +583,15 @@ func describeOperation(op *sessiondv1.Operation) string {
 		}
 		return fmt.Sprint(n)
 	}
+	unit := " " + op.GetUnit()
+	if op.GetUnit() == "bytes" {
+		unit = "" // humanBytes says it
+	}
 	s := op.GetKind() + " " + amount(op.GetDone())
 	if t := op.GetTotal(); t > 0 {
-		s += fmt.Sprintf(" of %s %s (%d%%)", amount(t), op.GetUnit(), op.GetDone()*100/t)
+		s += fmt.Sprintf(" of %s%s (%d%%)", amount(t), unit, op.GetDone()*100/t)
 	} else {
-		s += " " + op.GetUnit()
+		s += unit
 	}
 	return s + fmt.Sprintf(", for %s", time.Since(time.UnixMilli(op.GetStartedMs())).Round(time.Second))
 }

@@ -98,15 +98,11 @@ type globals struct {
 	errTerminal  bool
 }
 
-// dial connects to the daemon. Without --wait a daemon that is not there
-// fails the command at once (a script that starts sessiond first passes
-// --wait); with it, calls the daemon could not take are retried within
-// that time.
+// dial connects to the daemon. Its calls are not retried: a daemon that is
+// not there fails the command at once, and --wait (waitServing) is the one
+// place that waits, for a daemon being started.
 func (g *globals) dial() (*client.Client, error) {
-	if g.wait <= 0 {
-		return client.Dial(g.socket, client.WithRetry(1, 0))
-	}
-	return client.Dial(g.socket, client.WithRetry(1<<30, 100*time.Millisecond))
+	return client.Dial(g.socket, client.WithRetry(1, 0))
 }
 
 // withClient adapts a command body that needs a connection to the daemon:
@@ -245,14 +241,32 @@ func explain(err error) string {
 	}
 	switch st.Code() {
 	case codes.Unavailable:
-		// The daemon answered: it is running, but could not take this
-		// request now (shutting down, the session being moved).
+		if client.NotProcessed(err) {
+			// The daemon answered that it takes no new requests.
+			return "sessiond could not take the request (it is shutting down; nothing was done): " + st.Message()
+		}
+		if lostConnection(st.Message()) {
+			return "the connection to sessiond was lost (it stopped or was killed; what the call did is unknown, check before retrying): " + st.Message()
+		}
+		// The daemon's own answer: running, but it could not take this
+		// request now (a session being moved, a writer reopening).
 		return "sessiond could not take the request now: " + st.Message()
 	case codes.Canceled:
 		return "cancelled"
 	default:
 		return fmt.Sprintf("%s: %s", codeName(st.Code()), trimKinds(st.Message()))
 	}
+}
+
+// lostConnection reports whether an UNAVAILABLE message is gRPC's for a
+// connection that broke, rather than an answer of the daemon.
+func lostConnection(msg string) bool {
+	for _, s := range []string{"error reading from server", "connection error", "transport is closing", "connection reset", "EOF"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // trimKinds drops the error kind that closes sessiond's messages ("...:

@@ -121,6 +121,10 @@ func (g *globals) resolveSession(ctx context.Context, cmd *cobra.Command, c *cli
 	if strings.Trim(strings.ToLower(arg), "0123456789abcdef-") != "" || len(arg) >= 36 {
 		return arg, nil // not a prefix of a UUID: the daemon says what is wrong
 	}
+	if cmd.Name() == "restore" {
+		// Prefixes are looked up among live sessions; a deleted one is not.
+		return "", usageErr(fmt.Sprintf("restore needs the whole session id, not %q (sessionctl restore looks in the trash, where prefixes are not searched)", arg))
+	}
 	cwd, _ := cmd.Flags().GetString("cwd")
 	project, _ := cmd.Flags().GetString("project")
 	infos, _, err := c.ListSessions(ctx, client.ListOptions{Cwd: absCwd(cwd), ProjectKey: project})

@@ -34,7 +34,7 @@ func run() error {
 	root, rootErr := layout.DefaultRoot(os.Getenv)
 	state, stateErr := layout.DefaultStateDir(os.Getenv)
 	var (
-		socketPath      = flag.String("socket", layout.DefaultSocket(os.Getenv), "Unix socket to serve on (env SESSIOND_SOCKET; default: $XDG_RUNTIME_DIR/sessiond, /run/user/<uid>/sessiond, macOS $TMPDIR/sessiond, <state>/run, else /tmp/sessiond-<uid>)")
+		socketPath      = flag.String("socket", layout.DefaultSocket(os.Getenv), "Unix socket to serve on (env SESSIOND_SOCKET; default: $XDG_RUNTIME_DIR/sessiond, /run/user/<uid>/sessiond, macOS $TMPDIR/sessiond, <state folder from SESSIOND_STATE_DIR, XDG_STATE_HOME or HOME>/run, else /tmp/sessiond-<uid>)")
 		rootDir         = flag.String("root", root, "transcripts root holding projects/ (env SESSIOND_ROOT, else CLAUDE_CONFIG_DIR, else ~/.claude)")
 		stateDir        = flag.String("state-dir", state, "journals and daemon state (env SESSIOND_STATE_DIR, else $XDG_STATE_HOME/sessiond)")
 		shutdownTimeout = flag.Duration("shutdown-timeout", 30*time.Second, "how long a SIGTERM drain may take before sessiond exits, leaving the rest to journal recovery")

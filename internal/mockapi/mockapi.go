@@ -85,7 +85,7 @@ type Server struct {
 	ln   net.Listener
 	mu   sync.Mutex
 	reqs []Request
-	hold map[string]chan struct{} // kind -> closed when released
+	hold map[string]*gate // kind -> the gate requests of that kind wait at
 	ids  atomic.Int64
 }
 
@@ -95,7 +95,7 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{URL: "http://" + ln.Addr().String(), ln: ln, hold: map[string]chan struct{}{}}
+	s := &Server{URL: "http://" + ln.Addr().String(), ln: ln, hold: map[string]*gate{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/messages", s.messages)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -109,11 +109,21 @@ func Start() (*Server, error) {
 	return s, nil
 }
 
+// gate holds requests of one kind: arrived closes when the first comes,
+// open when they may go on. Each closes once, whoever closes it.
+type gate struct {
+	arrived, open         chan struct{}
+	arrivedOnce, openOnce sync.Once
+}
+
+func (g *gate) arrive()  { g.arrivedOnce.Do(func() { close(g.arrived) }) }
+func (g *gate) release() { g.openOnce.Do(func() { close(g.open) }) }
+
 // Close stops the server, releasing held requests.
 func (s *Server) Close() error {
 	s.mu.Lock()
-	for k, ch := range s.hold {
-		close(ch)
+	for k, g := range s.hold {
+		g.release()
 		delete(s.hold, k)
 	}
 	s.mu.Unlock()
@@ -131,23 +141,17 @@ func (s *Server) Requests() []Request {
 // (or the client goes away), so a test can act while a turn is in flight.
 // Arrived is closed when the first such request arrives.
 func (s *Server) Hold(kind string) (arrived <-chan struct{}, release func()) {
-	ch := make(chan struct{})
-	got := make(chan struct{})
+	g := &gate{arrived: make(chan struct{}), open: make(chan struct{})}
 	s.mu.Lock()
-	s.hold[kind] = ch
-	s.hold[kind+"/arrived"] = got
+	s.hold[kind] = g
 	s.mu.Unlock()
-	var once sync.Once
-	return got, func() {
-		once.Do(func() {
-			s.mu.Lock()
-			if s.hold[kind] == ch {
-				delete(s.hold, kind)
-				delete(s.hold, kind+"/arrived")
-			}
-			s.mu.Unlock()
-			close(ch)
-		})
+	return g.arrived, func() {
+		s.mu.Lock()
+		if s.hold[kind] == g {
+			delete(s.hold, kind)
+		}
+		s.mu.Unlock()
+		g.release()
 	}
 }
 
@@ -181,17 +185,12 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	blocks, stop := s.script(&req, len(body.Tools) == 0, body.OutputConfig.Format.Type == "json_schema")
 	s.record(req)
 	s.mu.Lock()
-	ch, held := s.hold[req.Kind]
-	arrived := s.hold[req.Kind+"/arrived"]
+	g, held := s.hold[req.Kind]
 	s.mu.Unlock()
 	if held {
+		g.arrive()
 		select {
-		case <-arrived:
-		default:
-			close(arrived)
-		}
-		select {
-		case <-ch:
+		case <-g.open:
 		case <-r.Context().Done():
 			return
 		}

@@ -142,6 +142,10 @@ func symlinkedDirError(dir string) error {
 	return fmt.Errorf("socket folder %s is a symlink; refusing it because whoever controls the link decides where the socket lives (use the real folder instead)", dir)
 }
 
+// afterLock, when set (by tests), runs between taking a lock and checking
+// that the locked file is still the one at its name.
+var afterLock func(name string)
+
 // lockSocket takes the lock that makes this process the only sessiond using
 // path. The holder removes the lock file when it closes, while still
 // holding the lock, so a daemon that opened the file just before may lock
@@ -167,6 +171,9 @@ func lockSocket(path string) (*os.File, error) {
 				return nil, alreadyRunning(path, probePID(path))
 			}
 			return nil, fmt.Errorf("lock %s: %w", name, err)
+		}
+		if afterLock != nil {
+			afterLock(name)
 		}
 		held, err1 := f.Stat()
 		named, err2 := os.Lstat(name)

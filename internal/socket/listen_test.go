@@ -3,8 +3,6 @@
 package socket
 
 import (
-	"golang.org/x/sys/unix"
-
 	"errors"
 	"fmt"
 	"io"
@@ -386,26 +384,37 @@ func acceptProbe(t *testing.T, ln net.Listener) {
 	}
 }
 
-// TestLockOfRemovedFileDoesNotCount: a daemon that locked the lock file a
-// stopping daemon then removed holds nothing: lockSocket takes the lock
-// only on the file the name points to, so two daemons never both hold it.
+// TestLockOfRemovedFileDoesNotCount: a daemon that locked the lock file
+// just as a stopping daemon removed it holds nothing: lockSocket notices
+// the name now points elsewhere and takes the lock on that file, so two
+// daemons never both hold it.
 func TestLockOfRemovedFileDoesNotCount(t *testing.T) {
 	path := filepath.Join(shortTempDir(t), "s.sock")
-	old, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	calls := 0
+	afterLock = func(name string) {
+		calls++
+		if calls == 1 {
+			// The holder stopping: it removes the file this process
+			// just locked; another daemon creates the name anew.
+			os.Remove(name)
+			if f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
+				f.Close()
+			}
+		}
+	}
+	defer func() { afterLock = nil }()
+	f, err := lockSocket(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer old.Close()
-	// The old file is removed and replaced by one a running daemon holds.
-	os.Remove(path + ".lock")
-	holder, err := lockSocket(path)
-	if err != nil {
-		t.Fatal(err)
+	defer f.Close()
+	held, _ := f.Stat()
+	named, err := os.Lstat(path + ".lock")
+	if err != nil || !os.SameFile(held, named) {
+		t.Fatalf("lockSocket returned a lock on a file no longer at %s.lock (%v)", path, err)
 	}
-	defer holder.Close()
-	// Someone locking the old, unlinked file gets nothing from it.
-	if err := unix.Flock(int(old.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		t.Fatalf("the unlinked file could not be locked: %v", err)
+	if calls != 2 {
+		t.Errorf("lockSocket locked %d times, want 2 (the removed file, then the named one)", calls)
 	}
 	if _, err := lockSocket(path); !errors.Is(err, ErrAlreadyRunning) {
 		t.Fatalf("second lockSocket while the named file is held: %v, want ErrAlreadyRunning", err)

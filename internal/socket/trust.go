@@ -21,8 +21,7 @@ var ErrUntrusted = errors.New("untrusted sessiond socket")
 type UntrustedError struct {
 	Socket string
 	// ServerUID and ServerPID are the serving process as the kernel
-	// recorded it; ServerUID is -1 when peer credentials could not be read
-	// and the folder check decided instead.
+	// recorded it; ServerUID is -1 when peer credentials could not be read.
 	ServerUID int
 	ServerPID int32
 	OwnUID    int
@@ -31,7 +30,7 @@ type UntrustedError struct {
 	Folder     string
 	FolderUID  int
 	FolderLink string
-	// Reason is set when the folder check decided (no peer credentials).
+	// Reason is why the serving process could not be named (ServerUID -1).
 	Reason string
 }
 
@@ -41,20 +40,25 @@ func (e *UntrustedError) Error() string {
 	if e.ServerUID >= 0 {
 		fmt.Fprintf(&b, "it is served by uid %d (pid %d), not by you (uid %d) or root", e.ServerUID, e.ServerPID, e.OwnUID)
 	} else {
-		fmt.Fprintf(&b, "this platform cannot name the process serving it, and %s", e.Reason)
+		fmt.Fprintf(&b, "the kernel cannot name the process serving it (%s), so it cannot be trusted with transcripts", e.Reason)
 	}
 	b.WriteString("; nothing was sent to it")
+	foreign := e.FolderLink != "" || (e.FolderUID >= 0 && e.FolderUID != e.OwnUID && e.FolderUID != 0)
 	switch {
 	case e.FolderLink != "":
 		fmt.Fprintf(&b, ". Its folder %s is a symlink to %s", e.Folder, e.FolderLink)
 		if e.FolderUID >= 0 {
 			fmt.Fprintf(&b, " (the link belongs to uid %d)", e.FolderUID)
 		}
-	case e.FolderUID >= 0 && e.FolderUID != e.OwnUID:
+	case foreign:
 		fmt.Fprintf(&b, ". Its folder %s belongs to uid %d", e.Folder, e.FolderUID)
 	}
-	fmt.Fprintf(&b, ". Another user may have created it to receive your transcripts: remove %s once you have checked who made it, "+
-		"or point SESSIOND_SOCKET (or XDG_RUNTIME_DIR) at a folder only you own, and start sessiond there", e.Folder)
+	if foreign {
+		fmt.Fprintf(&b, ". Another user may have created it to receive your transcripts: remove %s once you have checked who made it, "+
+			"or point SESSIOND_SOCKET (or XDG_RUNTIME_DIR) at a folder only you own, and start sessiond there", e.Folder)
+	} else {
+		b.WriteString(". Stop whatever serves it, or point SESSIOND_SOCKET (or XDG_RUNTIME_DIR) at a folder only you own, and start sessiond there")
+	}
 	return b.String()
 }
 
@@ -64,9 +68,8 @@ func (e *UntrustedError) Unwrap() error { return ErrUntrusted }
 // connection only when the process serving it runs as the effective uid of
 // this process, or as root. It checks before the caller writes anything,
 // so an impostor learns nothing but that someone connected. Where the
-// kernel cannot name the serving process, the socket's folder must be a
-// real folder (not a symlink) owned by the user and writable by nobody
-// else, checked before connecting.
+// kernel cannot name the serving process, the socket is refused: sessiond
+// itself serves nobody there either.
 //
 // A socket in a folder anyone can create (the /tmp fallback) can be planted
 // by another user; the daemon's own checks cannot help a client that talks
@@ -81,58 +84,18 @@ func dialTrusted(ctx context.Context, path string, own int, peer func(net.Conn) 
 	if err != nil {
 		return nil, err
 	}
-	p, perr := peer(conn)
-	if perr == nil {
-		if int(p.UID) == own || p.UID == 0 {
-			return conn, nil
-		}
-		conn.Close()
-		e := untrusted(path, own)
-		e.ServerUID, e.ServerPID = int(p.UID), p.PID
-		return nil, e
+	p, err := peer(conn)
+	if err == nil && (int(p.UID) == own || p.UID == 0) {
+		return conn, nil
 	}
-	// No peer credentials on this platform: fall back to the folder.
-	// Checked after connecting too, so a folder swapped in between is
-	// seen; the check before a connect is CheckFolder's job for clients
-	// that cannot hold the connection open across the check (Node).
-	if err := CheckFolder(path); err != nil {
-		conn.Close()
-		return nil, err
-	}
-	return conn, nil
-}
-
-// CheckFolder checks the folder of the socket at path the way a client
-// that cannot read peer credentials must: a real folder (not a symlink),
-// owned by the effective uid (or root), with no group or other write bit,
-// so nobody else can have put or swapped the socket in it. It returns an
-// *UntrustedError when the folder fails the check.
-func CheckFolder(path string) error {
-	return checkFolder(path, os.Geteuid())
-}
-
-func checkFolder(path string, own int) error {
+	conn.Close()
 	e := untrusted(path, own)
-	fi, err := os.Lstat(e.Folder)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return err // nothing to refuse: connecting fails the usual way
-		}
-		return fmt.Errorf("check socket folder %s: %w", e.Folder, err)
+		e.Reason = err.Error()
+	} else {
+		e.ServerUID, e.ServerPID = int(p.UID), p.PID
 	}
-	switch {
-	case fi.Mode()&fs.ModeSymlink != 0:
-		e.Reason = fmt.Sprintf("its folder %s is a symlink", e.Folder)
-	case !fi.IsDir():
-		e.Reason = fmt.Sprintf("%s is not a folder", e.Folder)
-	case e.FolderUID != own && e.FolderUID != 0:
-		e.Reason = fmt.Sprintf("its folder %s belongs to uid %d", e.Folder, e.FolderUID)
-	case fi.Mode().Perm()&0o022 != 0:
-		e.Reason = fmt.Sprintf("its folder %s is writable by others (mode %#o)", e.Folder, fi.Mode().Perm())
-	default:
-		return nil
-	}
-	return e
+	return nil, e
 }
 
 // untrusted starts an UntrustedError with what the folder shows.

@@ -209,14 +209,14 @@ func (m *Manager) Repair(ctx context.Context, key layout.Key, dryRun bool) (Repa
 	return out, err
 }
 
-// countingReaderAt counts what is read through it into op.
-type countingReaderAt struct {
-	r  io.ReaderAt
+// countingWriter counts what is written through it into op.
+type countingWriter struct {
+	w  io.Writer
 	op *progress.Op
 }
 
-func (c countingReaderAt) ReadAt(p []byte, off int64) (int, error) {
-	n, err := c.r.ReadAt(p, off)
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
 	c.op.Add(int64(n))
 	return n, err
 }
@@ -253,12 +253,14 @@ func (st *state) repair(dryRun bool, op *progress.Op) (*transcript.RepairResult,
 	if err != nil {
 		return nil, "", errdefs.FromIO(err)
 	}
-	// Repair reads the file twice, checking it while it repairs it.
-	op.SetTotal(2 * fi.Size())
-	src := countingReaderAt{f, op}
+	// Progress is the repaired output written against the file's size:
+	// Repair reads its input several times (check, plan, write), and its
+	// output is about as long as its input.
+	op.SetTotal(fi.Size())
+	src := f
 	opt := transcript.RepairOptions{SessionID: st.key.SessionID}
 	if dryRun {
-		res, err := transcript.Repair(src, fi.Size(), io.Discard, opt)
+		res, err := transcript.Repair(src, fi.Size(), countingWriter{io.Discard, op}, opt)
 		return res, "", err
 	}
 	tmpPath := filepath.Join(st.dir, st.tempPrefix()+uuid.NewString()[:8]+".tmp")
@@ -273,7 +275,7 @@ func (st *state) repair(dryRun bool, op *progress.Op) (*transcript.RepairResult,
 			st.fs.Remove(tmpPath)
 		}
 	}()
-	res, err := transcript.Repair(src, fi.Size(), tmp, opt)
+	res, err := transcript.Repair(src, fi.Size(), countingWriter{tmp, op}, opt)
 	if err != nil {
 		return nil, "", fmt.Errorf("repair %s: %w", st.key, errdefs.FromIO(err))
 	}
