@@ -183,6 +183,11 @@ class SessiondStore:
     async def _get_stub(self) -> Tuple[pb_grpc.SessiondStub, int]:
         conn = self._conn()
         if conn.stub is not None:
+            if conn.channel.get_state(try_to_connect=False) != grpc.ChannelConnectivity.READY:
+                # Not connected now (the daemon restarted, or the channel
+                # went idle): gRPC would connect again, on its own, to
+                # whatever serves the path by then, so check it first.
+                await asyncio.get_running_loop().run_in_executor(None, _trust.verify, self.socket_path)
             return conn.stub, conn.generation
         async with conn.lock:
             if conn.stub is None:

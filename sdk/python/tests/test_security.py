@@ -231,3 +231,4 @@ def test_own_daemon_at_the_default_socket(sessiond_bin, monkeypatch):
             assert d.stop() == 0
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
