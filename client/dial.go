@@ -33,11 +33,16 @@ var ErrUntrustedSocket = socket.ErrUntrusted
 type DialError struct {
 	Socket string
 	Err    error
+	kind   string // what was at Socket when the dial failed (socketKind)
 }
 
 func (e *DialError) Error() string {
 	const where = "pass --socket or set SESSIOND_SOCKET if it listens elsewhere"
-	switch kind := socketKind(e.Socket); {
+	kind := e.kind
+	if kind == "" {
+		kind = socketKind(e.Socket)
+	}
+	switch {
 	case errors.Is(e.Err, syscall.ENOENT) && kind == "missing":
 		return fmt.Sprintf("sessiond is not running: no socket at %s. Start it (sessiond, or systemctl --user start sessiond.socket), or %s", e.Socket, where)
 	case errors.Is(e.Err, syscall.ECONNREFUSED) && kind == "socket":
@@ -74,7 +79,7 @@ func (d *dialer) dial(ctx context.Context, _ string) (net.Conn, error) {
 	if err != nil {
 		var u *socket.UntrustedError
 		if !errors.As(err, &u) {
-			err = &DialError{Socket: d.socket, Err: err}
+			err = &DialError{Socket: d.socket, Err: err, kind: socketKind(d.socket)}
 		}
 		d.failed.Store(&err)
 		return nil, err

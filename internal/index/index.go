@@ -209,15 +209,6 @@ func (ix *Index) Keys(projectKey string) []layout.Key {
 			keys = append(keys, k)
 		}
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := keys[i], keys[j]
-		if a.ProjectKey != b.ProjectKey {
-			return a.ProjectKey < b.ProjectKey
-		}
-		if a.SessionID != b.SessionID {
-			return a.SessionID < b.SessionID
-		}
-		return a.Subpath < b.Subpath
-	})
+	sort.Slice(keys, func(i, j int) bool { return keys[i].Less(keys[j]) })
 	return keys
 }

@@ -47,6 +47,17 @@ func (k Key) String() string {
 }
 
 // Main returns the key of the session's main transcript.
+// Less orders keys by project, session id, then subpath.
+func (k Key) Less(o Key) bool {
+	if k.ProjectKey != o.ProjectKey {
+		return k.ProjectKey < o.ProjectKey
+	}
+	if k.SessionID != o.SessionID {
+		return k.SessionID < o.SessionID
+	}
+	return k.Subpath < o.Subpath
+}
+
 func (k Key) Main() Key { return Key{ProjectKey: k.ProjectKey, SessionID: k.SessionID} }
 
 // Validate checks the project key and the session id and, when it is set,

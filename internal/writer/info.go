@@ -400,12 +400,7 @@ func (m *Manager) mainKeys(projectKey string) ([]layout.Key, error) {
 	for k := range set {
 		keys = append(keys, k)
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].ProjectKey != keys[j].ProjectKey {
-			return keys[i].ProjectKey < keys[j].ProjectKey
-		}
-		return keys[i].SessionID < keys[j].SessionID
-	})
+	sort.Slice(keys, func(i, j int) bool { return keys[i].Less(keys[j]) })
 	return keys, nil
 }
 
