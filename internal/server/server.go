@@ -194,7 +194,8 @@ func (s *Server) Append(ctx context.Context, req *sessiondv1.AppendRequest) (*se
 	}
 	opt := writer.AppendOptions{BatchID: req.GetBatchId()}
 	if su := req.GetSummary(); su != nil {
-		opt.Summary = &writer.SummaryUpdate{Data: su.GetData(), ExpectedVersion: su.GetExpectedVersion()}
+		opt.Summary = &writer.SummaryUpdate{Data: su.GetData(), ExpectedVersion: su.GetExpectedVersion(),
+			Covers: su.GetCoversEntries(), CheckCoverage: su.GetCheckCoverage()}
 	}
 	entries := req.GetEntries()
 	if text := req.GetEntriesText(); len(text) > 0 {
@@ -270,7 +271,8 @@ func (s *Server) ListSummaries(ctx context.Context, req *sessiondv1.ListSummarie
 	}
 	out := &sessiondv1.ListSummariesResponse{Summaries: make([]*sessiondv1.SessionSummary, len(sums))}
 	for i, x := range sums {
-		out.Summaries[i] = &sessiondv1.SessionSummary{SessionId: x.Key.SessionID, MtimeMs: x.ModifiedMs, Data: x.Data, Version: x.Version}
+		out.Summaries[i] = &sessiondv1.SessionSummary{SessionId: x.Key.SessionID, MtimeMs: x.ModifiedMs, Data: x.Data, Version: x.Version,
+			CoversEntries: x.Covers, Entries: x.Entries}
 	}
 	return out, nil
 }

@@ -265,6 +265,9 @@ type Summary struct {
 	// ModifiedMs is the session's, as List reports it, while no line was
 	// added after the summary; else when the summary was stored, older.
 	ModifiedMs int64
+	// Covers is how many lines the summary was folded from; Entries how
+	// many the transcript holds.
+	Covers, Entries uint64
 }
 
 // ListSummaries returns the summaries of projectKey's sessions (only
@@ -299,7 +302,8 @@ func (m *Manager) ListSummaries(ctx context.Context, projectKey, sessionID strin
 			return nil, err
 		}
 		if e.Store.Version > 0 {
-			out = append(out, Summary{Key: k, Data: e.Store.Data, Version: e.Store.Version, ModifiedMs: e.StoreMtime()})
+			out = append(out, Summary{Key: k, Data: e.Store.Data, Version: e.Store.Version, ModifiedMs: e.StoreMtime(),
+				Covers: e.Store.Entries, Entries: e.Entries})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {

@@ -503,6 +503,11 @@ func (st *state) commit(group []*appendReq) {
 			close(r.done)
 			continue
 		}
+		if s := r.opt.Summary; s != nil && s.CheckCoverage && s.Covers != lines {
+			r.res, r.err = nil, coverageConflict(st.key, s.Covers, lines)
+			close(r.done)
+			continue
+		}
 		ri := len(live)
 		live = append(live, r)
 		var batch [][]byte

@@ -58,6 +58,10 @@ type AppendOptions struct {
 type SummaryUpdate struct {
 	Data            []byte // one JSON object
 	ExpectedVersion uint64
+	// Covers, when CheckCoverage, is how many lines of the transcript the
+	// summary was folded from (before its batch).
+	Covers        uint64
+	CheckCoverage bool
 }
 
 // validate checks the options against key before anything is queued.
@@ -283,6 +287,13 @@ func (st *state) publishSummary() {
 	if st.ent != nil {
 		st.ent.Store = st.store.summary()
 	}
+}
+
+// coverageConflict is the error of an append whose summary was folded from
+// fewer (or more) lines than the transcript holds.
+func coverageConflict(key layout.Key, covers, lines uint64) error {
+	return fmt.Errorf("the summary of %s was folded from %d lines, the transcript holds %d (lines were added without a summary); nothing was stored: fold the whole transcript and send again: %w",
+		key, covers, lines, errdefs.ErrConflict)
 }
 
 // summaryConflict is the error of an append whose summary was folded from

@@ -377,3 +377,39 @@ func TestSummaryFullOfEscapables(t *testing.T) {
 		t.Fatalf("the next append: %v", err)
 	}
 }
+
+// TestSummaryCoverage: a summary that says how many lines it was folded
+// from is refused (nothing stored) when lines were added without a summary
+// since; ListSummaries says how many lines the stored summary covers and
+// the transcript holds, and a summary folded from the whole transcript is
+// then taken.
+func TestSummaryCoverage(t *testing.T) {
+	m := newCrashManager(t, fstest.NewCrashFS(), nil)
+	defer closeManager(t, m)
+	k := fixedKey(1, "")
+	cover := func(data string, expected, covers uint64) *SummaryUpdate {
+		return &SummaryUpdate{Data: []byte(data), ExpectedVersion: expected, Covers: covers, CheckCoverage: true}
+	}
+	if _, err := appendOpt(t, m, k, AppendOptions{Summary: cover(`{"n":1}`, 0, 0)}, `{"type":"user","uuid":"a"}`); err != nil {
+		t.Fatal(err)
+	}
+	// A rename by sessionctl: a line without a summary.
+	if _, err := appendOpt(t, m, k, AppendOptions{}, `{"type":"custom-title","customTitle":"T"}`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := appendOpt(t, m, k, AppendOptions{Summary: cover(`{"n":2}`, 1, 1)}, `{"type":"user","uuid":"b"}`)
+	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "folded from 1 lines, the transcript holds 2") {
+		t.Fatalf("a fold that misses the rename: %v, want a conflict", err)
+	}
+	sums, err := m.ListSummaries(bg, k.ProjectKey, k.SessionID)
+	if err != nil || len(sums) != 1 || sums[0].Covers != 1 || sums[0].Entries != 2 {
+		t.Fatalf("ListSummaries = %+v, %v; want covers 1 of 2 lines", sums, err)
+	}
+	// Folded from the whole transcript: taken.
+	if r, err := appendOpt(t, m, k, AppendOptions{Summary: cover(`{"n":3}`, 1, 2)}, `{"type":"user","uuid":"b"}`); err != nil || r.SummaryVersion != 2 {
+		t.Fatalf("a whole fold: %+v, %v", r, err)
+	}
+	if sums, _ := m.ListSummaries(bg, k.ProjectKey, k.SessionID); len(sums) != 1 || sums[0].Covers != 3 || sums[0].Entries != 3 {
+		t.Fatalf("after the whole fold: %+v", sums)
+	}
+}

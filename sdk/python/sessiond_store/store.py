@@ -394,7 +394,12 @@ class SessiondStore:
                 else:
                     self._summaries[cache_key] = _Summary(base.version, None, None, rebuild=True)
                 return
-            request.summary.CopyFrom(pb.SummaryUpdate(data=data, expected_version=base.version))
+            # covers: the line count the fold started from; sessiond refuses
+            # the summary (SUMMARY_CONFLICT) when lines were added without
+            # one since, and the retry folds the whole transcript.
+            request.summary.CopyFrom(pb.SummaryUpdate(
+                data=data, expected_version=base.version,
+                covers_entries=base.covered or 0, check_coverage=base.covered is not None))
             try:
                 response = await self._call(what, self._unary("Append", request))
             except SessiondError as exc:
@@ -442,7 +447,7 @@ class SessiondStore:
             log.warning("sessiond at %s keeps no summaries (it predates ListSummaries)", self.socket_path)
             self._summaries_unsupported = True
             return _Summary(0, None, None)
-        if stored is not None and _ours(stored.summary):
+        if stored is not None and _ours(stored.summary) and not stored.rebuild:
             return stored
         return await self._fold_transcript(key, project_key, session_id, stored.version if stored else 0)
 
@@ -468,7 +473,11 @@ class SessiondStore:
         for s in await self._list_summaries(project_key, session_id):
             if s.session_id == session_id:
                 summary = {"session_id": s.session_id, "mtime": s.mtime_ms, "data": _json_object(s.data)}
-                return _Summary(s.version, summary, None)
+                # A summary missing lines added without one (a rename by
+                # sessionctl, another client) is no base: rebuild.
+                if s.covers_entries != s.entries:
+                    return _Summary(s.version, summary, None, rebuild=True)
+                return _Summary(s.version, summary, s.entries)
         return None
 
     async def _list_summaries(self, project_key: str, session_id: str = "") -> List[Any]:

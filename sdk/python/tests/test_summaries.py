@@ -296,9 +296,13 @@ def test_lines_appended_without_a_summary_are_folded_later(new_store, project):
         plain = new_store(fold=None)
         await a.append(key(project, s), [entry()])
         await plain.append(key(project, s), [entry(), entry()])  # e.g. sessionctl tag
-        await a.append(key(project, s), [entry()])  # sees 2 lines it did not fold
-        await a.append(key(project, s), [entry()])  # so folds the whole transcript
-        assert await summary_of(a, project, s) == {"count": 5, "batches": 2}
+        # Folded onto a summary of 1 line while the transcript holds 3:
+        # sessiond refuses it, and the store folds the whole transcript at
+        # once (1 batch of 3 lines, then this one).
+        await a.append(key(project, s), [entry()])
+        assert await summary_of(a, project, s) == {"count": 4, "batches": 2}
+        await a.append(key(project, s), [entry()])
+        assert await summary_of(a, project, s) == {"count": 5, "batches": 3}
         assert len(await a.load(key(project, s))) == 5
 
     run(go())

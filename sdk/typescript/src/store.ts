@@ -192,7 +192,17 @@ export class SessiondStore implements SessionStore {
         entriesText: [],
       };
       const folded = main ? await this.fold(key, entries) : undefined;
-      if (folded !== undefined) req.summary = { data: encodeSummary(folded.data!), expectedVersion: folded.version };
+      if (folded !== undefined) {
+        // covers: the transcript's line count the fold started from; the
+        // daemon refuses the summary (SUMMARY_CONFLICT) when lines were
+        // added without one since, and the retry folds the whole transcript.
+        req.summary = {
+          data: encodeSummary(folded.data!),
+          expectedVersion: folded.version,
+          coversEntries: folded.covered ?? 0,
+          checkCoverage: folded.covered !== undefined,
+        };
+      }
       let resp: AppendResponse;
       try {
         resp = await this.rpc({ op: "append", timeoutMs: this.opts.callTimeoutMs }, (c, o) =>
@@ -283,10 +293,13 @@ export class SessiondStore implements SessionStore {
       } catch {
         data = undefined;
       }
-      // Ours: fold onto it. Another SDK's (the Python fold writes
-      // snake_case keys) or not JSON: replace it with ours, folded from
-      // the transcript.
-      if (data !== undefined && !isForeignSummary(data)) return { data, version: stored.version };
+      // Another SDK's (the Python fold writes snake_case keys), not JSON,
+      // or missing lines added without a summary: replace it with ours,
+      // folded from the whole transcript.
+      // Ours and covering every line: fold onto it.
+      if (data !== undefined && !isForeignSummary(data) && stored.coversEntries === stored.entries) {
+        return { data, version: stored.version, covered: stored.entries };
+      }
     }
     return this.foldTranscript(key, stored?.version ?? 0);
   }

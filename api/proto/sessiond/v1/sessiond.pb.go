@@ -370,8 +370,16 @@ type SummaryUpdate struct {
 	// fold the batch onto the current summary (ListSummaries) and send again
 	// with the same batch_id.
 	ExpectedVersion uint64 `protobuf:"varint,2,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// covers_entries is how many lines of the transcript this summary was
+	// folded from, before this batch; checked when check_coverage is set.
+	// When the transcript holds another number (lines were added without a
+	// summary: a rename by sessionctl, an append of another client), the
+	// append is refused like a version conflict: fold the whole transcript
+	// and send again.
+	CoversEntries uint64 `protobuf:"varint,3,opt,name=covers_entries,json=coversEntries,proto3" json:"covers_entries,omitempty"`
+	CheckCoverage bool   `protobuf:"varint,4,opt,name=check_coverage,json=checkCoverage,proto3" json:"check_coverage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SummaryUpdate) Reset() {
@@ -416,6 +424,20 @@ func (x *SummaryUpdate) GetExpectedVersion() uint64 {
 		return x.ExpectedVersion
 	}
 	return 0
+}
+
+func (x *SummaryUpdate) GetCoversEntries() uint64 {
+	if x != nil {
+		return x.CoversEntries
+	}
+	return 0
+}
+
+func (x *SummaryUpdate) GetCheckCoverage() bool {
+	if x != nil {
+		return x.CheckCoverage
+	}
+	return false
 }
 
 // One answer on an AppendStream: exactly one of response and error is set.
@@ -2977,8 +2999,13 @@ type SessionSummary struct {
 	// The session's last modification, epoch ms, on ListSessions' clock.
 	MtimeMs int64 `protobuf:"varint,2,opt,name=mtime_ms,json=mtimeMs,proto3" json:"mtime_ms,omitempty"`
 	// The summary as last stored (AppendRequest.summary.data).
-	Data          []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
-	Version       uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	Data    []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	Version uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	// How many lines of the transcript the summary covers, and how many the
+	// transcript holds: when they differ, lines were added without a summary
+	// and a fold must start from the whole transcript.
+	CoversEntries uint64 `protobuf:"varint,5,opt,name=covers_entries,json=coversEntries,proto3" json:"covers_entries,omitempty"`
+	Entries       uint64 `protobuf:"varint,6,opt,name=entries,proto3" json:"entries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3037,6 +3064,20 @@ func (x *SessionSummary) GetData() []byte {
 func (x *SessionSummary) GetVersion() uint64 {
 	if x != nil {
 		return x.Version
+	}
+	return 0
+}
+
+func (x *SessionSummary) GetCoversEntries() uint64 {
+	if x != nil {
+		return x.CoversEntries
+	}
+	return 0
+}
+
+func (x *SessionSummary) GetEntries() uint64 {
+	if x != nil {
+		return x.Entries
 	}
 	return 0
 }
@@ -3113,10 +3154,12 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\bbatch_id\x18\x03 \x01(\tR\abatchId\x124\n" +
 	"\asummary\x18\x04 \x01(\v2\x1a.sessiond.v1.SummaryUpdateR\asummary\x12(\n" +
 	"\x10agent_config_dir\x18\x05 \x01(\tR\x0eagentConfigDir\x12!\n" +
-	"\fentries_text\x18\x06 \x03(\tR\ventriesText\"N\n" +
+	"\fentries_text\x18\x06 \x03(\tR\ventriesText\"\x9c\x01\n" +
 	"\rSummaryUpdate\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12)\n" +
-	"\x10expected_version\x18\x02 \x01(\x04R\x0fexpectedVersion\"\x7f\n" +
+	"\x10expected_version\x18\x02 \x01(\x04R\x0fexpectedVersion\x12%\n" +
+	"\x0ecovers_entries\x18\x03 \x01(\x04R\rcoversEntries\x12%\n" +
+	"\x0echeck_coverage\x18\x04 \x01(\bR\rcheckCoverage\"\x7f\n" +
 	"\x14AppendStreamResponse\x127\n" +
 	"\bresponse\x18\x01 \x01(\v2\x1b.sessiond.v1.AppendResponseR\bresponse\x12.\n" +
 	"\x05error\x18\x02 \x01(\v2\x18.sessiond.v1.AppendErrorR\x05error\"S\n" +
@@ -3304,13 +3347,15 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"projectKey\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\tR\tsessionIdB\t\n" +
-	"\aproject\"x\n" +
+	"\aproject\"\xb9\x01\n" +
 	"\x0eSessionSummary\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x19\n" +
 	"\bmtime_ms\x18\x02 \x01(\x03R\amtimeMs\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12\x18\n" +
-	"\aversion\x18\x04 \x01(\x04R\aversion\"R\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\x12%\n" +
+	"\x0ecovers_entries\x18\x05 \x01(\x04R\rcoversEntries\x12\x18\n" +
+	"\aentries\x18\x06 \x01(\x04R\aentries\"R\n" +
 	"\x15ListSummariesResponse\x129\n" +
 	"\tsummaries\x18\x01 \x03(\v2\x1b.sessiond.v1.SessionSummaryR\tsummaries*d\n" +
 	"\fEntryOutcome\x12\x1d\n" +

@@ -127,6 +127,16 @@ export interface SummaryUpdate {
    * with the same batch_id.
    */
   expectedVersion: number;
+  /**
+   * covers_entries is how many lines of the transcript this summary was
+   * folded from, before this batch; checked when check_coverage is set.
+   * When the transcript holds another number (lines were added without a
+   * summary: a rename by sessionctl, an append of another client), the
+   * append is refused like a version conflict: fold the whole transcript
+   * and send again.
+   */
+  coversEntries: number;
+  checkCoverage: boolean;
 }
 
 /** One answer on an AppendStream: exactly one of response and error is set. */
@@ -550,6 +560,13 @@ export interface SessionSummary {
   /** The summary as last stored (AppendRequest.summary.data). */
   data: Buffer;
   version: number;
+  /**
+   * How many lines of the transcript the summary covers, and how many the
+   * transcript holds: when they differ, lines were added without a summary
+   * and a fold must start from the whole transcript.
+   */
+  coversEntries: number;
+  entries: number;
 }
 
 export interface ListSummariesResponse {
@@ -859,7 +876,7 @@ export const AppendRequest: MessageFns<AppendRequest> = {
 };
 
 function createBaseSummaryUpdate(): SummaryUpdate {
-  return { data: Buffer.alloc(0), expectedVersion: 0 };
+  return { data: Buffer.alloc(0), expectedVersion: 0, coversEntries: 0, checkCoverage: false };
 }
 
 export const SummaryUpdate: MessageFns<SummaryUpdate> = {
@@ -869,6 +886,12 @@ export const SummaryUpdate: MessageFns<SummaryUpdate> = {
     }
     if (message.expectedVersion !== 0) {
       writer.uint32(16).uint64(message.expectedVersion);
+    }
+    if (message.coversEntries !== 0) {
+      writer.uint32(24).uint64(message.coversEntries);
+    }
+    if (message.checkCoverage !== false) {
+      writer.uint32(32).bool(message.checkCoverage);
     }
     return writer;
   },
@@ -902,6 +925,22 @@ export const SummaryUpdate: MessageFns<SummaryUpdate> = {
             message.expectedVersion = longToNumber(reader.uint64());
             continue;
           }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.coversEntries = longToNumber(reader.uint64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.checkCoverage = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -921,6 +960,8 @@ export const SummaryUpdate: MessageFns<SummaryUpdate> = {
     const message = createBaseSummaryUpdate();
     message.data = object.data ?? Buffer.alloc(0);
     message.expectedVersion = object.expectedVersion ?? 0;
+    message.coversEntries = object.coversEntries ?? 0;
+    message.checkCoverage = object.checkCoverage ?? false;
     return message;
   },
 };
@@ -4185,7 +4226,7 @@ export const ListSummariesRequest: MessageFns<ListSummariesRequest> = {
 };
 
 function createBaseSessionSummary(): SessionSummary {
-  return { sessionId: "", mtimeMs: 0, data: Buffer.alloc(0), version: 0 };
+  return { sessionId: "", mtimeMs: 0, data: Buffer.alloc(0), version: 0, coversEntries: 0, entries: 0 };
 }
 
 export const SessionSummary: MessageFns<SessionSummary> = {
@@ -4201,6 +4242,12 @@ export const SessionSummary: MessageFns<SessionSummary> = {
     }
     if (message.version !== 0) {
       writer.uint32(32).uint64(message.version);
+    }
+    if (message.coversEntries !== 0) {
+      writer.uint32(40).uint64(message.coversEntries);
+    }
+    if (message.entries !== 0) {
+      writer.uint32(48).uint64(message.entries);
     }
     return writer;
   },
@@ -4250,6 +4297,22 @@ export const SessionSummary: MessageFns<SessionSummary> = {
             message.version = longToNumber(reader.uint64());
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.coversEntries = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.entries = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4271,6 +4334,8 @@ export const SessionSummary: MessageFns<SessionSummary> = {
     message.mtimeMs = object.mtimeMs ?? 0;
     message.data = object.data ?? Buffer.alloc(0);
     message.version = object.version ?? 0;
+    message.coversEntries = object.coversEntries ?? 0;
+    message.entries = object.entries ?? 0;
     return message;
   },
 };
