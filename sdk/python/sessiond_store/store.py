@@ -372,7 +372,7 @@ class SessiondStore:
                     await self._call(what, self._unary("Append", request))
                     return
                 folded = await self._fold(base.summary, key, entries)
-                data = encode_entry(folded.get("data", {}))
+                data = _encode_summary(folded.get("data", {}))
                 if len(data) > MAX_SUMMARY_BYTES:
                     problem = "the folded summary is %d bytes, over sessiond's limit of %d" % (
                         len(data),
@@ -726,3 +726,25 @@ def _digest(payload: Sequence[bytes]) -> bytes:
         h.update(len(data).to_bytes(8, "big"))
         h.update(data)
     return h.digest()
+
+
+def _encode_summary(data: Dict[str, Any]) -> bytes:
+    """The summary as sessiond stores it. One over sessiond's limit (a huge
+    title or prompt) gets its longest strings shortened, as the TypeScript
+    adapter does, rather than being dropped: a dropped summary makes every
+    later append refold the whole transcript. The listing shows at most a
+    few hundred characters of any of them."""
+    out = encode_entry(data)
+    if len(out) <= MAX_SUMMARY_BYTES:
+        return out
+    copy = dict(data)
+    while len(out) > MAX_SUMMARY_BYTES:
+        strings = [k for k, v in copy.items() if isinstance(v, str)]
+        if not strings:
+            break
+        longest = max(strings, key=lambda k: len(copy[k]))
+        if len(copy[longest]) <= 64:
+            break
+        copy[longest] = copy[longest][: max(64, len(copy[longest]) // 2)]
+        out = encode_entry(copy)
+    return out

@@ -152,9 +152,30 @@ def test_async_fold(new_store, project):
     run(go())
 
 
-def test_oversized_summary_keeps_the_entries(new_store, project, caplog):
+def test_oversized_summary_is_shortened(new_store, project):
+    """A fold over sessiond's 32 KiB limit because of a long string (a huge
+    prompt) is stored with that string shortened, not dropped (a dropped
+    summary makes every later append refold the whole transcript)."""
     def huge_fold(prev, key, entries):
-        return {"session_id": key["session_id"], "mtime": 0, "data": {"pad": "x" * (40 << 10)}}
+        return {"session_id": key["session_id"], "mtime": 0, "data": {"pad": "x" * (40 << 10), "title": "kept"}}
+
+    async def go():
+        store = new_store(fold=huge_fold)
+        s = sid()
+        e = entry()
+        await store.append(key(project, s), [e])
+        assert await store.load(key(project, s)) == [e]
+        got = await summary_of(store, project, s)
+        assert got["title"] == "kept" and 64 <= len(got["pad"]) < (32 << 10)
+
+    run(go())
+
+
+def test_oversized_summary_keeps_the_entries(new_store, project, caplog):
+    """One that no shortening brings under the limit (no long string) is
+    left out; the entries are stored all the same."""
+    def huge_fold(prev, key, entries):
+        return {"session_id": key["session_id"], "mtime": 0, "data": {"pad": list(range(20000))}}
 
     async def go():
         store = new_store(fold=huge_fold)
