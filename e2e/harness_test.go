@@ -190,6 +190,30 @@ func (d *daemon) waitServing() {
 	d.t.Fatalf("sessiond did not start serving:\n%s", d.log.String())
 }
 
+// waitReplayed waits until the daemon, already serving, has moved every
+// journal it found at start into its transcript (Status replay_pending 0):
+// it serves the entries from the journals meanwhile, and only then do the
+// canonical files hold every acknowledged entry.
+func (d *daemon) waitReplayed() {
+	d.t.Helper()
+	c := d.client()
+	defer c.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, err := c.Status(context.Background())
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		if st.GetReplayPending() == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("still %d sessions to replay after a minute\n%s", st.GetReplayPending(), d.log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func (d *daemon) client(opts ...client.Option) *client.Client {
 	d.t.Helper()
 	c, err := client.Dial(d.socket, opts...)

@@ -220,9 +220,10 @@ func TestKill9UnderLoad(t *testing.T) {
 		d.stop(syscall.SIGKILL, 10*time.Second)
 		close(stop)
 		<-done
-		// Restart: recovery replays the journals into the canonical files
-		// before serving.
+		// Restart: recovery checks the journals before serving and
+		// replays them into the canonical files in the background.
 		d.start()
+		d.waitReplayed()
 		l.verify(t, d)
 		if code := d.stop(syscall.SIGTERM, 30*time.Second); code != 0 {
 			t.Fatalf("exit %d", code)
