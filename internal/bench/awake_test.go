@@ -47,12 +47,13 @@ func TestSequentialScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs sessiond")
 	}
+	t.Parallel()
 	bin := buildSessiond(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	var out strings.Builder
 	rep, err := Run(ctx, Config{Suite: true, Scenarios: []string{ScenarioSequential}, Sessiond: bin, Dir: t.TempDir(),
-		Duration: 200 * time.Millisecond, Verify: true, Seed: 5, Log: io.Discard}, &out)
+		Duration: runFor(200 * time.Millisecond), Verify: true, Seed: 5, Log: io.Discard}, &out)
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, out.String())
 	}

@@ -42,6 +42,7 @@ func TestBatchedAppends(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs sessiond")
 	}
+	t.Parallel()
 	bin := buildSessiond(t)
 	for _, unary := range []bool{false, true} {
 		cfg := Config{

@@ -3,25 +3,57 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
-// buildSessiond builds ./cmd/sessiond into a temp folder.
+// buildSessiond returns ./cmd/sessiond built into a temp folder, with
+// ./cmd/sessionctl next to it (where the memory scenario looks for it
+// first); both are built once for every test of the package.
 func buildSessiond(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sessiond")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/sessiond/sessiond/cmd/sessiond")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build sessiond: %v\n%s", err, out)
+	binsOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "sessiond-bench-bin")
+		if err != nil {
+			binsErr = err
+			return
+		}
+		binsDir = dir
+		cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/sessiond/sessiond/cmd/sessiond", "github.com/sessiond/sessiond/cmd/sessionctl")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binsErr = fmt.Errorf("build sessiond and sessionctl: %v\n%s", err, out)
+		}
+	})
+	if binsErr != nil {
+		t.Fatal(binsErr)
 	}
-	return bin
+	return filepath.Join(binsDir, "sessiond")
+}
+
+var (
+	binsOnce sync.Once
+	binsDir  string // removed by TestMain
+	binsErr  error
+)
+
+// runFor is how long a test drives its load: full, or a fifth of it (at
+// least 100ms) with SESSIOND_TEST_SIZE=small, which make test sets. The
+// tests judge no figure, only that what was measured holds together and
+// what was acknowledged is on disk, so their assertions are the same at
+// both sizes.
+func runFor(full time.Duration) time.Duration {
+	if os.Getenv("SESSIOND_TEST_SIZE") == "small" {
+		return max(full/5, 100*time.Millisecond)
+	}
+	return full
 }
 
 // TestRunAgainstRealDaemon runs the tool's code path for a short while
@@ -32,12 +64,13 @@ func TestRunAgainstRealDaemon(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs sessiond")
 	}
+	t.Parallel()
 	bin := buildSessiond(t)
 	dir := t.TempDir()
 	const clients, sessions = 4, 2
 	cfg := Config{
 		Sessiond: bin, Dir: dir, Keep: true, Verify: true, Baselines: true,
-		Clients: clients, Sessions: sessions, Size: "1KiB", Duration: 1500 * time.Millisecond,
+		Clients: clients, Sessions: sessions, Size: "1KiB", Duration: runFor(1500 * time.Millisecond),
 		Seed: 42, Log: io.Discard,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -174,7 +207,7 @@ func TestInProcTarget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes files for a second")
 	}
-	cfg := Config{Target: TargetInProc, Clients: 3, Sessions: 3, Size: "dist:agent", Duration: time.Second,
+	cfg := Config{Target: TargetInProc, Clients: 3, Sessions: 3, Size: "dist:agent", Duration: runFor(time.Second),
 		Verify: true, Seed: 7, Log: io.Discard, CPUProfile: filepath.Join(t.TempDir(), "cpu.pprof")}
 	rep, err := Run(context.Background(), cfg, nil)
 	if err != nil {
@@ -244,8 +277,9 @@ func TestEchoTarget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a server process")
 	}
+	t.Parallel()
 	cfg := Config{Dir: t.TempDir(), Target: TargetEcho, Verify: true, Clients: 3, Sessions: 1, Size: "1KiB",
-		Duration: 500 * time.Millisecond, Seed: 7, Log: io.Discard}
+		Duration: runFor(500 * time.Millisecond), Seed: 7, Log: io.Discard}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rep, err := Run(ctx, cfg, io.Discard)

@@ -17,6 +17,7 @@ func TestCompactionScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs sessiond")
 	}
+	t.Parallel()
 	bin := buildSessiond(t)
 	env := &Env{Sessiond: bin, Dir: t.TempDir(), Log: io.Discard, Seed: 11, Verify: true, Scale: 0.01}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

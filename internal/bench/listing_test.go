@@ -24,6 +24,7 @@ func TestListingScenario(t *testing.T) {
 	}
 	// Fails instead of skipping under CI or SESSIOND_REQUIRE_SDK=1.
 	sdk := sdkcheck.Require(t)
+	t.Parallel()
 	bin := buildSessiond(t)
 	dir := t.TempDir()
 	var log strings.Builder

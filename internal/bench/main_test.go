@@ -9,5 +9,9 @@ import (
 // bench binary does (their drivers re-execute their own binary).
 func TestMain(m *testing.M) {
 	MaybeServe()
-	os.Exit(m.Run())
+	code := m.Run()
+	if binsDir != "" {
+		os.RemoveAll(binsDir)
+	}
+	os.Exit(code)
 }

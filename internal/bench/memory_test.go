@@ -10,8 +10,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,12 +25,8 @@ func TestMemoryScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs sessiond and sessionctl")
 	}
-	bin := buildSessiond(t)
-	// Next to sessiond, where the scenario looks for it first.
-	ctl := filepath.Join(filepath.Dir(bin), "sessionctl")
-	if out, err := exec.Command("go", "build", "-o", ctl, "github.com/sessiond/sessiond/cmd/sessionctl").CombinedOutput(); err != nil {
-		t.Fatalf("build sessionctl: %v\n%s", err, out)
-	}
+	t.Parallel()
+	bin := buildSessiond(t) // sessionctl next to it, where the scenario looks for it first
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var out strings.Builder

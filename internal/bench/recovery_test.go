@@ -21,6 +21,7 @@ func TestRecoveryScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs sessiond")
 	}
+	t.Parallel()
 	bin := buildSessiond(t)
 	dir := t.TempDir()
 	cfg := Config{Sessiond: bin, Dir: dir, Keep: true, Verify: true, Suite: true,
