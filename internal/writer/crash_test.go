@@ -107,6 +107,7 @@ func (w *world) callLog() string {
 
 // TestCrashEveryOperation is the exhaustive crash test of every workload.
 func TestCrashEveryOperation(t *testing.T) {
+	t.Parallel() // with the other exhaustive tests: each one's slowest workload no longer runs alone
 	var total crashCounts
 	var mu sync.Mutex
 	t.Run("workloads", func(t *testing.T) {
@@ -273,6 +274,7 @@ func (w *world) ackedTotal() int {
 
 // TestCrashDuringRecovery is workload (f): recovery itself crashes.
 func TestCrashDuringRecovery(t *testing.T) {
+	t.Parallel() // with the other exhaustive tests: each one's slowest workload no longer runs alone
 	var total crashCounts
 	var mu sync.Mutex
 	t.Run("workloads", func(t *testing.T) {
