@@ -5,7 +5,7 @@ PROTOC_VERSION := libprotoc 3.21.12
 PROTO_DIR := api/proto
 PROTO_FILES := $(shell find $(PROTO_DIR) -name '*.proto' | sort)
 
-.PHONY: all build test tools grpcurl sdk sdk-ts sdk-py proto proto-check vet fmt-check fuzz fuzz-short bench bench-adapter clean test-adapters
+.PHONY: all build test test-go tools grpcurl sdk sdk-ts sdk-py proto proto-check vet fmt-check fuzz fuzz-short bench bench-adapter clean test-adapters
 
 all: build
 
@@ -41,12 +41,15 @@ grpcurl:
 
 # sdk-ts installs the TypeScript SessionStore adapter's packages (its lock
 # pins the SDK and the platform package with the real Claude Code CLI) and
-# builds it: the agent tests drive the CLI through it.
+# builds it when dist/ is missing or older than its sources: the agent tests
+# drive the CLI through it.
+TS := sdk/typescript
 sdk-ts:
 	@command -v npm >/dev/null || { echo "make needs node and npm for the TypeScript adapter" >&2; exit 1; }
-	@if [ ! -d sdk/typescript/node_modules/@anthropic-ai/claude-agent-sdk-linux-x64 ]; then \
-	  npm ci --prefix sdk/typescript --no-audit --no-fund; fi
-	npm run --prefix sdk/typescript build
+	@if [ ! -d $(TS)/node_modules/@anthropic-ai/claude-agent-sdk-linux-x64 ]; then \
+	  npm ci --prefix $(TS) --no-audit --no-fund; fi
+	@if [ ! -f $(TS)/dist/index.js ] || [ -n "$$(find $(TS)/src $(TS)/tsconfig.json $(TS)/package-lock.json -newer $(TS)/dist/index.js -print -quit)" ]; then \
+	  echo "npm run --prefix $(TS) build"; npm run --prefix $(TS) build; fi
 
 # PY is the Python the adapter is tested with: Debian's, whose packages give
 # grpcio, protobuf and pytest (the Python registry is not reachable here).
@@ -86,30 +89,60 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-# FUZZTIME is how long each fuzz target runs in `make test`; `make fuzz`
-# runs them longer. scripts/fuzz.sh finds the targets.
-FUZZTIME ?= 10s
+# FUZZTIME is each fuzz target's budget in fuzz-short (`make test`): a
+# number of executions, after the seed corpus, so that the step does the
+# same work on any machine under any load and never stops on a deadline
+# (Go 1.26's coordinator can report its own deadline as a failure: see
+# scripts/fuzz.sh). `make fuzz` runs each target 5 minutes instead.
+# FUZZPARALLEL sets the fuzzing workers per target (default one per CPU).
+# scripts/fuzz.sh finds the targets.
+FUZZTIME ?= 20000x
 
 fuzz-short:
-	GO=$(GO) scripts/fuzz.sh $(FUZZTIME)
+	GO=$(GO) FUZZPARALLEL=$(FUZZPARALLEL) scripts/fuzz.sh $(FUZZTIME)
 
 fuzz:
 	$(MAKE) fuzz-short FUZZTIME=5m
 
-# test is the whole suite: generated code up to date, formatting, vet, every
-# test with the race detector (end-to-end tests build and run the real
-# binaries), then a short run of every fuzz target.
+# test is the whole suite: generated code up to date, formatting and vet,
+# then three independent parts at once, each part's output printed whole
+# when it ends: every Go test with the race detector (test-go), the
+# adapters' suites (test-adapters), and fuzz-short with one fuzzing worker
+# (it uses the CPU the tests leave idle while they wait on processes).
+# The TypeScript adapter is rebuilt first if proto-check regenerated its
+# sources, never while e2e's agent tests load it. About 4 minutes on 2
+# cores.
 test: tools proto-check fmt-check vet
-	SESSIOND_REQUIRE_SDK=1 $(GO) test -race -count=1 -timeout 30m ./...
-	$(MAKE) test-adapters
-	$(MAKE) fuzz-short
+	@$(MAKE) --no-print-directory sdk-ts
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-go test-adapters fuzz-short FUZZPARALLEL=1
+
+# test-go runs every Go test with the race detector (end-to-end tests build
+# and run the real binaries).
+#   -p 4 -parallel 4: four test binaries at once, and four parallel tests in
+#     each; most end-to-end tests wait on processes (sessiond, sessionctl,
+#     node), so more of them than cores keep 2 cores busy.
+#   GORACE=atexit_sleep_ms=0: a program built with -race sleeps 1 s when it
+#     exits, by default, so that goroutines still running can report a
+#     race; over every test binary and the hundreds of sessionctl and
+#     sessiond runs of e2e that was minutes. Races are still reported as
+#     they happen (e2e's TestMain sets the same for the processes it starts).
+#   SESSIOND_TEST_SIZE=small: internal/bench's tests drive their loads for a
+#     fifth of the time, with the same assertions.
+GOTESTFLAGS ?= -p 4 -parallel 4
+GORACE ?= atexit_sleep_ms=0
+
+test-go:
+	GORACE="$(GORACE)" SESSIOND_TEST_SIZE=small SESSIOND_REQUIRE_SDK=1 $(GO) test -race -count=1 -timeout 30m $(GOTESTFLAGS) ./...
 
 # test-adapters runs the SessionStore adapters' own suites (conformance,
 # round trips, retries, summaries, trust checks) against one freshly built
-# daemon.
-test-adapters:
+# daemon. The TypeScript adapter is type-checked, then tested as sdk-ts
+# built it (npm test's pretest would rebuild dist/ while the agent tests of
+# e2e may be loading it).
+test-adapters: sdk-ts
 	$(GO) build -o .bin/sessiond ./cmd/sessiond
-	SESSIOND_BIN=$(CURDIR)/.bin/sessiond npm test --prefix sdk/typescript
+	npm run --prefix $(TS) typecheck
+	SESSIOND_BIN=$(CURDIR)/.bin/sessiond npm test --prefix $(TS) --ignore-scripts
 	SESSIOND_BIN=$(CURDIR)/.bin/sessiond $(PY) -m pytest -q -p no:cacheprovider sdk/python/tests
 
 # bench runs the load tool's whole suite against a freshly built daemon,
