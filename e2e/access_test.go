@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -102,19 +100,7 @@ func TestAccessOtherUIDRefused(t *testing.T) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
 		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/"}
 		cmd.Dir = "/"
-		cmd.Stdin = strings.NewReader(stdin)
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		var ee *exec.ExitError
-		switch {
-		case err == nil:
-			return out.String(), errOut.String(), 0
-		case errors.As(err, &ee):
-			return out.String(), errOut.String(), ee.ExitCode()
-		}
-		t.Fatalf("run sessionctl as uid %d: %v", nobody, err)
-		return "", "", 0
+		return runCmd(t, cmd, stdin)
 	}
 	// With the socket still the owner's alone (0600), another user may not
 	// even connect: sessionctl says so, not "not running".

@@ -6,6 +6,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -239,19 +240,26 @@ func (d *daemon) stop(sig syscall.Signal, within time.Duration) int {
 func (d *daemon) ctl(stdin string, args ...string) (string, string, int) {
 	d.t.Helper()
 	cmd := exec.Command(filepath.Join(bins, "sessionctl"), append([]string{"--socket", d.socket}, args...)...)
+	return runCmd(d.t, cmd, stdin)
+}
+
+// runCmd runs cmd with stdin and returns its stdout, stderr and exit
+// status; a command that could not run at all fails the test.
+func runCmd(t *testing.T, cmd *exec.Cmd, stdin string) (string, string, int) {
+	t.Helper()
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
-	code := 0
-	if err != nil {
-		ee, ok := err.(*exec.ExitError)
-		if !ok {
-			d.t.Fatal(err)
-		}
-		code = ee.ExitCode()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return out.String(), errOut.String(), 0
+	case errors.As(err, &ee):
+		return out.String(), errOut.String(), ee.ExitCode()
 	}
-	return out.String(), errOut.String(), code
+	t.Fatal(err)
+	return "", "", 0
 }
 
 func (d *daemon) transcript(projectKey, sid string) string {

@@ -155,19 +155,7 @@ func ctlEnv(t *testing.T, env []string, stdin string, args ...string) (string, s
 	t.Helper()
 	cmd := exec.Command(filepath.Join(bins, "sessionctl"), args...)
 	cmd.Env = env
-	cmd.Stdin = strings.NewReader(stdin)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return out.String(), errOut.String(), 0
-	case errors.As(err, &ee):
-		return out.String(), errOut.String(), ee.ExitCode()
-	}
-	t.Fatal(err)
-	return "", "", 0
+	return runCmd(t, cmd, stdin)
 }
 
 // envWith is the test's environment without the variables that choose

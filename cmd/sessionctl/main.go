@@ -21,6 +21,7 @@ import (
 
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/buildinfo"
+	"github.com/sessiond/sessiond/internal/errdefs"
 )
 
 // exitError carries an exit status without a message of its own.
@@ -272,9 +273,8 @@ func lostConnection(msg string) bool {
 // trimKinds drops the error kind that closes sessiond's messages ("...:
 // not found"): the code name in front, or the message itself, says it.
 func trimKinds(msg string) string {
-	for _, kind := range []string{"not found", "invalid argument", "already exists", "ambiguous", "too large",
-		"corrupt", "conflict", "failed precondition", "unsafe path on disk", "no space left", "i/o error"} {
-		msg = strings.TrimSuffix(msg, ": "+kind)
+	for _, kind := range errdefs.Kinds {
+		msg = strings.TrimSuffix(msg, ": "+kind.Error())
 	}
 	return msg
 }

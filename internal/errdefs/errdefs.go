@@ -46,6 +46,11 @@ var (
 	ErrFailedPrecondition = errors.New("failed precondition")
 )
 
+// Kinds are every error kind above, for code that must recognise them
+// (sessionctl drops the kind a message ends with).
+var Kinds = []error{ErrInvalidArgument, ErrNotFound, ErrAlreadyExists, ErrAmbiguous, ErrUnavailable, ErrNoSpace,
+	ErrTooLarge, ErrCorrupt, ErrIO, ErrUnsafePath, ErrConflict, ErrFailedPrecondition}
+
 // Is reports whether err is of the given kind.
 func Is(err, kind error) bool { return errors.Is(err, kind) }
 

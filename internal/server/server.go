@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -46,6 +47,8 @@ type Server struct {
 	health *health.Server
 
 	draining atomic.Bool
+	// agentDirsOK are the agent config dirs found not to be the root.
+	agentDirsOK sync.Map
 	// streams is cancelled when draining starts, so open Follow streams
 	// end instead of holding up the shutdown.
 	streams      context.Context
@@ -236,6 +239,11 @@ func (s *Server) checkAgentConfigDir(dir string) error {
 	if !filepath.IsAbs(dir) {
 		return fmt.Errorf("agent_config_dir %q is not an absolute path: %w", dir, errdefs.ErrInvalidArgument)
 	}
+	if _, ok := s.agentDirsOK.Load(dir); ok {
+		// Checked before: an adapter sends the same dir with every batch,
+		// and two stats per append are not free.
+		return nil
+	}
 	same := filepath.Clean(dir) == filepath.Clean(s.info.Root)
 	if a, err := os.Stat(dir); err == nil {
 		if b, err := os.Stat(s.info.Root); err == nil {
@@ -247,23 +255,35 @@ func (s *Server) checkAgentConfigDir(dir string) error {
 			"Give the agent a config dir of its own (for example CLAUDE_CONFIG_DIR=$HOME/.cache/claude-agent; sessiond keeps the lasting copy) or run sessiond with another --root: %w",
 			dir, errdefs.ErrFailedPrecondition)
 	}
+	s.agentDirsOK.Store(dir, struct{}{})
 	return nil
+}
+
+// projectKeyOf is the project a listing names: by the agent's working
+// directory, by key, or (neither set) "", every project.
+func projectKeyOf(byCwd bool, cwd string, byKey bool, key string) (string, error) {
+	switch {
+	case byCwd:
+		return layout.ProjectKeyFromCwd(cwd)
+	case byKey:
+		if err := layout.ValidateProjectKey(key); err != nil {
+			return "", err
+		}
+		return key, nil
+	}
+	return "", nil
 }
 
 // ListSummaries implements sessiond.v1.Sessiond.
 func (s *Server) ListSummaries(ctx context.Context, req *sessiondv1.ListSummariesRequest) (*sessiondv1.ListSummariesResponse, error) {
-	var pk string
-	switch p := req.GetProject().(type) {
-	case *sessiondv1.ListSummariesRequest_Cwd:
-		key, err := layout.ProjectKeyFromCwd(p.Cwd)
-		if err != nil {
-			return nil, err
-		}
-		pk = key
-	case *sessiondv1.ListSummariesRequest_ProjectKey:
-		pk = p.ProjectKey
-	default:
+	_, byCwd := req.GetProject().(*sessiondv1.ListSummariesRequest_Cwd)
+	_, byKey := req.GetProject().(*sessiondv1.ListSummariesRequest_ProjectKey)
+	if !byCwd && !byKey {
 		return nil, fmt.Errorf("ListSummaries needs a project: set cwd or project_key: %w", errdefs.ErrInvalidArgument)
+	}
+	pk, err := projectKeyOf(byCwd, req.GetCwd(), byKey, req.GetProjectKey())
+	if err != nil {
+		return nil, err
 	}
 	sums, err := s.m.ListSummaries(ctx, pk, req.GetSessionId())
 	if err != nil {
@@ -405,19 +425,11 @@ func (s *Server) read(req *sessiondv1.ReadRequest, stream grpc.ServerStreamingSe
 
 // ListSessions implements sessiond.v1.Sessiond.
 func (s *Server) ListSessions(ctx context.Context, req *sessiondv1.ListSessionsRequest) (*sessiondv1.ListSessionsResponse, error) {
-	pk := ""
-	switch p := req.GetProject().(type) {
-	case *sessiondv1.ListSessionsRequest_Cwd:
-		key, err := layout.ProjectKeyFromCwd(p.Cwd)
-		if err != nil {
-			return nil, err
-		}
-		pk = key
-	case *sessiondv1.ListSessionsRequest_ProjectKey:
-		if err := layout.ValidateProjectKey(p.ProjectKey); err != nil {
-			return nil, err
-		}
-		pk = p.ProjectKey
+	_, byCwd := req.GetProject().(*sessiondv1.ListSessionsRequest_Cwd)
+	_, byKey := req.GetProject().(*sessiondv1.ListSessionsRequest_ProjectKey)
+	pk, err := projectKeyOf(byCwd, req.GetCwd(), byKey, req.GetProjectKey())
+	if err != nil {
+		return nil, err
 	}
 	infos, total, err := s.m.List(ctx, writer.ListOptions{ProjectKey: pk, Limit: int(req.GetLimit()),
 		Offset: int(req.GetOffset()), Continue: req.GetContinue(), ExcludeArchived: req.GetExcludeArchived()})
