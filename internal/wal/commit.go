@@ -1,0 +1,222 @@
+package wal
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/frame"
+)
+
+// maxKeptScratch bounds the encode buffer the committer keeps between
+// commits.
+const maxKeptScratch = 4 << 20
+
+// run is the committer: it takes every request queued, from every stream,
+// and makes them durable with one write and one sync.
+func (l *Log) run() {
+	defer close(l.done)
+	for {
+		var first *request
+		select {
+		case first = <-l.reqs:
+		case <-l.quit:
+			return
+		}
+		group := []*request{first}
+		total := first.bytes
+	gather:
+		for total < l.opt.MaxWrite {
+			select {
+			case r := <-l.reqs:
+				group = append(group, r)
+				total += r.bytes
+			default:
+				break gather
+			}
+		}
+		l.commit(group)
+		l.collect()
+		l.pressure()
+	}
+}
+
+// planned is what one request will change once its write is durable.
+type planned struct {
+	r     *request
+	ep    *epoch // the stream's epoch, new when bind
+	bind  bool
+	spans [][]Span
+	seq   uint64 // the epoch's last batch seq after this request
+}
+
+func fail(group []*request, err error) {
+	for _, r := range group {
+		r.err = err
+		close(r.done)
+	}
+}
+
+func (l *Log) commit(group []*request) {
+	if l.cur == nil {
+		if err := l.roll(); err != nil {
+			fail(group, fmt.Errorf("log: %w", err))
+			return
+		}
+	}
+	seg := l.cur
+	buf := l.scratch[:0]
+	plans := make([]planned, 0, len(group))
+	l.mu.Lock()
+	// Streams bound earlier in this same group, so a second request of a
+	// stream finds the epoch the first one made.
+	made := map[*Stream]*epoch{}
+	for _, r := range group {
+		p := planned{r: r}
+		s := r.st
+		if s.lazy != nil {
+			b := *s.lazy
+			b.Stream = l.newStreamID()
+			payload, err := encodeBind(b)
+			if err != nil {
+				r.err = err
+				continue
+			}
+			p.ep = &epoch{Epoch: Epoch{Key: s.key, Stream: b.Stream, Base: Fingerprint{b.BaseSize, b.BaseTail}, Legacy: b.Legacy},
+				bindSeg: seg.seq, segs: map[uint64]struct{}{}}
+			p.bind = true
+			buf = frame.Append(buf, typeBind, payload, seg.id, int64(len(buf)))
+		} else if e := made[s]; e != nil {
+			p.ep = e
+		} else if e := l.epochs[s.key]; e != nil {
+			p.ep = e
+		} else {
+			r.err = fmt.Errorf("log: %s has no stream (Begin was not called): %w", s.key, errdefs.ErrFailedPrecondition)
+			continue
+		}
+		made[s] = p.ep
+		id := p.ep.Stream
+		seq := p.ep.seq
+		for _, pp := range plans {
+			if pp.ep == p.ep && pp.seq > seq {
+				seq = pp.seq
+			}
+		}
+		p.spans = make([][]Span, len(r.batches))
+		for i, b := range r.batches {
+			sp := make([]Span, len(b))
+			for k, e := range b {
+				sp[k] = Span{Seg: seg.seq, Off: seg.end + int64(len(buf)), Len: len(e)}
+				buf = frame.AppendParts(buf, typeEntry, seg.id, int64(len(buf)), putStream(nil, id), e)
+			}
+			p.spans[i] = sp
+			if m := r.meta(i); m != nil {
+				buf = frame.AppendParts(buf, typeMeta, seg.id, int64(len(buf)), putStream(nil, id), m)
+			}
+			seq++
+			buf = frame.Append(buf, typeCommit, encodeCommit(id, seq, len(b)), seg.id, int64(len(buf)))
+		}
+		if r.marker != nil {
+			buf = frame.Append(buf, typeCompacted, encodeMarker(id, *r.marker), seg.id, int64(len(buf)))
+		}
+		p.seq = seq
+		plans = append(plans, p)
+	}
+	l.mu.Unlock()
+	for _, r := range group {
+		if r.err != nil {
+			close(r.done)
+		}
+	}
+	if len(plans) == 0 {
+		return
+	}
+	if err := l.write(seg, buf); err != nil {
+		for _, p := range plans {
+			p.r.err = err
+			close(p.r.done)
+		}
+		return
+	}
+	l.mu.Lock()
+	for _, p := range plans {
+		e := p.ep
+		if p.bind {
+			if old := l.epochs[e.Key]; old != nil && old != e {
+				l.letGo(old)
+			}
+			l.epochs[e.Key] = e
+			p.r.st.lazy = nil
+		}
+		for i, sp := range p.spans {
+			e.Batches = append(e.Batches, Batch{Seq: e.seq + uint64(i) + 1, Entries: sp, Meta: clone(p.r.meta(i))})
+		}
+		if len(p.spans) > 0 {
+			l.hold(e, e.bindSeg)
+			l.hold(e, seg.seq)
+		}
+		if p.r.marker != nil {
+			m := *p.r.marker
+			e.Compacted = &m
+			l.hold(e, seg.seq)
+		}
+		e.seq = p.seq
+		p.r.spans = p.spans
+	}
+	l.mu.Unlock()
+	for _, p := range plans {
+		close(p.r.done)
+	}
+	if seg.end >= l.opt.SegmentSize {
+		if err := l.roll(); err != nil {
+			// The next commit tries again; this one is durable.
+			l.mu.Lock()
+			l.cur = nil
+			l.mu.Unlock()
+		}
+	}
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}
+
+// write puts b at the segment's end in one write and syncs. On failure the
+// segment is cut back to its last synced write (best effort) and sealed:
+// the next commit starts a new segment that records where this one ends.
+func (l *Log) write(seg *segment, b []byte) error {
+	if cap(b) <= maxKeptScratch {
+		l.scratch = b[:0]
+	} else {
+		l.scratch = nil
+	}
+	op := "write"
+	n, err := seg.f.Write(b)
+	if err == nil && n != len(b) {
+		err = io.ErrShortWrite
+	}
+	if err == nil {
+		op = "sync"
+		err = seg.f.Sync()
+	}
+	if err != nil {
+		err = errdefs.FromIO(fmt.Errorf("log segment %s: %s of %d bytes at offset %d: %w", seg.path, op, len(b), seg.end, err))
+		if terr := seg.f.Truncate(seg.end); terr == nil {
+			_ = seg.f.Sync()
+		}
+		l.mu.Lock()
+		l.cur = nil
+		l.prevEnd = seg.end
+		l.mu.Unlock()
+		return err
+	}
+	l.syncs.Add(1)
+	l.bytes.Add(uint64(len(b)))
+	l.mu.Lock()
+	seg.end += int64(len(b))
+	l.mu.Unlock()
+	return nil
+}

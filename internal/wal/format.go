@@ -1,0 +1,142 @@
+package wal
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/frame"
+	"github.com/sessiond/sessiond/internal/layout"
+)
+
+const (
+	typeHeader    frame.Type = 1
+	typeBind      frame.Type = 2
+	typeEntry     frame.Type = 3
+	typeMeta      frame.Type = 4
+	typeCommit    frame.Type = 5
+	typeCompacted frame.Type = 6
+	maxType                  = typeCompacted
+
+	streamSize  = 8
+	commitSize  = streamSize + 8 + 4
+	markerSize  = streamSize + 8 + 4
+	formatV     = 1
+	maxJSONSize = 64 << 10
+
+	// MaxMeta bounds a batch's Meta record, which the log keeps in memory
+	// for every batch of a live stream.
+	MaxMeta = 64 << 10
+	// DefaultMaxRecord is the entry limit when Options.MaxRecord is 0.
+	DefaultMaxRecord = 64 << 20
+)
+
+// Fingerprint identifies a canonical file's content (its size and a
+// checksum of its tail); opaque to the log.
+type Fingerprint struct {
+	Size int64
+	Tail uint32
+}
+
+type segHeader struct {
+	Version int    `json:"v"`
+	Seq     uint64 `json:"seq"`
+	ID      uint64 `json:"id"`
+	PrevEnd int64  `json:"prev_end,omitempty"`
+}
+
+type bindRec struct {
+	Stream     uint64 `json:"stream"`
+	ProjectKey string `json:"project_key"`
+	SessionID  string `json:"session_id"`
+	Subpath    string `json:"subpath"`
+	BaseSize   int64  `json:"base_size"`
+	BaseTail   uint32 `json:"base_tail"`
+	Legacy     uint64 `json:"legacy,omitempty"`
+}
+
+func (b bindRec) key() layout.Key {
+	return layout.Key{ProjectKey: b.ProjectKey, SessionID: b.SessionID, Subpath: b.Subpath}
+}
+
+func encodeBind(b bindRec) ([]byte, error) {
+	for _, s := range []string{b.ProjectKey, b.SessionID, b.Subpath} {
+		// JSON would silently replace invalid UTF-8, and the key must
+		// read back exactly as given.
+		if !utf8.ValidString(s) {
+			return nil, fmt.Errorf("log key field %q is not valid UTF-8: %w", s, errdefs.ErrInvalidArgument)
+		}
+	}
+	if b.BaseSize < 0 {
+		return nil, fmt.Errorf("log bind base size %d is negative: %w", b.BaseSize, errdefs.ErrInvalidArgument)
+	}
+	p, err := json.Marshal(b)
+	if err != nil {
+		return nil, fmt.Errorf("encode bind record: %w", err)
+	}
+	if len(p) > maxJSONSize {
+		return nil, fmt.Errorf("bind record encodes to %d bytes, over %d (project key or subpath too long?): %w", len(p), maxJSONSize, errdefs.ErrInvalidArgument)
+	}
+	return p, nil
+}
+
+func decodeBind(p []byte) (bindRec, error) {
+	var b bindRec
+	if err := json.Unmarshal(p, &b); err != nil {
+		return b, frame.Error("bind payload is not valid JSON: " + err.Error())
+	}
+	if b.Stream == 0 || b.BaseSize < 0 {
+		return b, frame.Error("bind record has stream 0 or a negative base size")
+	}
+	return b, nil
+}
+
+func decodeHeader(p []byte) (segHeader, error) {
+	var h segHeader
+	if err := json.Unmarshal(p, &h); err != nil {
+		return h, frame.Error("segment header is not valid JSON: " + err.Error())
+	}
+	if h.Version > formatV {
+		return h, unsupportedVersionError{h.Version}
+	}
+	if h.Version != formatV || h.ID == 0 || h.Seq == 0 || h.PrevEnd < 0 {
+		return h, frame.Error(fmt.Sprintf("segment header has version %d, id %d, seq %d, prev_end %d", h.Version, h.ID, h.Seq, h.PrevEnd))
+	}
+	return h, nil
+}
+
+// unsupportedVersionError is a segment a newer sessiond wrote: not damage,
+// and not to be touched.
+type unsupportedVersionError struct{ version int }
+
+func (e unsupportedVersionError) Error() string {
+	return fmt.Sprintf("log format version %d is newer than this sessiond understands (%d); upgrade sessiond", e.version, formatV)
+}
+
+func putStream(b []byte, s uint64) []byte { return binary.LittleEndian.AppendUint64(b, s) }
+
+func streamOf(p []byte) uint64 { return binary.LittleEndian.Uint64(p[:streamSize]) }
+
+func encodeCommit(stream, seq uint64, count int) []byte {
+	b := make([]byte, 0, commitSize)
+	b = putStream(b, stream)
+	b = binary.LittleEndian.AppendUint64(b, seq)
+	return binary.LittleEndian.AppendUint32(b, uint32(count))
+}
+
+func decodeCommit(p []byte) (stream, seq uint64, count int) {
+	return streamOf(p), binary.LittleEndian.Uint64(p[8:16]), int(binary.LittleEndian.Uint32(p[16:20]))
+}
+
+func encodeMarker(stream uint64, m Fingerprint) []byte {
+	b := make([]byte, 0, markerSize)
+	b = putStream(b, stream)
+	b = binary.LittleEndian.AppendUint64(b, uint64(m.Size))
+	return binary.LittleEndian.AppendUint32(b, m.Tail)
+}
+
+func decodeMarker(p []byte) (uint64, Fingerprint) {
+	return streamOf(p), Fingerprint{Size: int64(binary.LittleEndian.Uint64(p[8:16])), Tail: binary.LittleEndian.Uint32(p[16:20])}
+}

@@ -1,0 +1,330 @@
+package wal
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/frame"
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/layout"
+)
+
+// Defaults of Options.
+const (
+	DefaultSegmentSize = 64 << 20
+	DefaultMaxSize     = 512 << 20
+	// DefaultMaxWrite bounds what one commit gathers before it writes:
+	// past it, waiting requests go in the next write.
+	DefaultMaxWrite = 16 << 20
+)
+
+// Options configure a log.
+type Options struct {
+	FS  fsys.FS
+	Dir string // the log's folder; created if missing
+	// MaxRecord is the largest entry, in bytes; 0 means DefaultMaxRecord.
+	MaxRecord   int
+	SegmentSize int64 // 0: DefaultSegmentSize
+	MaxSize     int64 // 0: DefaultMaxSize
+	MaxWrite    int64 // 0: DefaultMaxWrite
+	// OnPressure is told, from its own goroutine, the transcripts that
+	// hold the oldest segment when the log is over MaxSize: compacting
+	// them lets the segment go. Nil: nobody is told.
+	OnPressure func(keys []layout.Key)
+}
+
+// Stats are the log's counters.
+type Stats struct {
+	Syncs    uint64 // write+sync rounds that succeeded
+	Bytes    uint64 // bytes written to segments
+	Segments int    // segment files now
+	Size     int64  // their total size
+	Oldest   uint64 // seq of the oldest segment
+}
+
+// Log is the shared write-ahead log. Its methods are safe for concurrent
+// use; each transcript's Stream belongs to that transcript's writer.
+type Log struct {
+	opt   Options
+	rules frame.Rules
+
+	reqs chan *request
+	quit chan struct{}
+	done chan struct{} // the committer has exited
+
+	mu      sync.Mutex
+	segs    []*segment // ascending seq; the last one is where appends go
+	cur     *segment   // nil until the next roll (after a failure)
+	prevEnd int64      // durable end of a sealed segment, for the next header
+	epochs  map[layout.Key]*epoch
+	nextID  uint32 // stream ids of the current segment: seq<<32 | nextID
+	closed  bool
+	// inflight counts submitted requests not answered yet: Close waits
+	// for them before it stops the committer.
+	inflight sync.WaitGroup
+	// pressured is the segment seq OnPressure was last told about.
+	pressured uint64
+
+	syncs, bytes atomic.Uint64
+	scratch      []byte // the committer's
+}
+
+type segment struct {
+	seq  uint64
+	id   uint64
+	path string
+	f    fsys.File
+	end  int64 // where the last synced write ended
+	refs int   // streams holding records here
+	pins int   // readers holding it
+}
+
+func (o *Options) fill() error {
+	if o.FS == nil {
+		o.FS = fsys.OS
+	}
+	if o.Dir == "" {
+		return fmt.Errorf("log folder not set: %w", errdefs.ErrInvalidArgument)
+	}
+	if o.MaxRecord == 0 {
+		o.MaxRecord = DefaultMaxRecord
+	}
+	if o.MaxRecord < 0 || o.MaxRecord > frame.MaxRecordLimit-streamSize {
+		return fmt.Errorf("log MaxRecord %d is outside 1..%d: %w", o.MaxRecord, frame.MaxRecordLimit-streamSize, errdefs.ErrInvalidArgument)
+	}
+	if o.SegmentSize <= 0 {
+		o.SegmentSize = DefaultSegmentSize
+	}
+	if o.MaxSize <= 0 {
+		o.MaxSize = DefaultMaxSize
+	}
+	if o.MaxWrite <= 0 {
+		o.MaxWrite = DefaultMaxWrite
+	}
+	return nil
+}
+
+func randomUint64() uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
+			return v
+		}
+	}
+}
+
+func segName(seq uint64) string { return fmt.Sprintf("%016x.wal", seq) }
+
+// createSegment writes a new segment holding only its header under a temp
+// name, syncs it, renames it into place and syncs the folder.
+func (l *Log) createSegment(seq uint64, prevEnd int64) (*segment, error) {
+	fs := l.opt.FS
+	id := randomUint64()
+	p, err := json.Marshal(segHeader{Version: formatV, Seq: seq, ID: id, PrevEnd: prevEnd})
+	if err != nil {
+		return nil, err
+	}
+	hdr := frame.Append(nil, typeHeader, p, 0, 0)
+	path := filepath.Join(l.opt.Dir, segName(seq))
+	tmp := fmt.Sprintf("%s.tmp-%016x", segName(seq), randomUint64())
+	if err := fsys.WriteFileAtomic(fs, path, tmp, 0o600, func(w io.Writer) error {
+		_, err := w.Write(hdr)
+		return err
+	}); err != nil {
+		return nil, errdefs.FromIO(fmt.Errorf("create log segment %s: %w", path, err))
+	}
+	f, err := fs.OpenFile(path, os.O_RDWR, 0)
+	if err == nil {
+		_, err = f.Seek(int64(len(hdr)), io.SeekStart)
+		if err != nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		return nil, errdefs.FromIO(fmt.Errorf("open new log segment %s: %w", path, err))
+	}
+	return &segment{seq: seq, id: id, path: path, f: f, end: int64(len(hdr))}, nil
+}
+
+// roll starts the next segment. Called by the committer only.
+func (l *Log) roll() error {
+	l.mu.Lock()
+	var seq uint64 = 1
+	if n := len(l.segs); n > 0 {
+		seq = l.segs[n-1].seq + 1
+	}
+	prevEnd := l.prevEnd
+	l.mu.Unlock()
+	s, err := l.createSegment(seq, prevEnd)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.segs = append(l.segs, s)
+	l.cur = s
+	l.prevEnd = 0
+	l.nextID = 0
+	l.mu.Unlock()
+	return nil
+}
+
+// newStreamID names a new stream. Ids carry the seq of the segment current
+// when they are made, so they never repeat while any segment that could
+// hold the same id exists. Called with l.mu held.
+func (l *Log) newStreamID() uint64 {
+	var seq uint64
+	if n := len(l.segs); n > 0 {
+		seq = l.segs[n-1].seq
+	}
+	l.nextID++
+	if l.nextID == 0 {
+		// Four billion streams in one segment: move to a fresh
+		// namespace by pretending the next segment has begun.
+		seq++
+		l.nextID = 1
+	}
+	return seq<<32 | uint64(l.nextID)
+}
+
+// Stats returns the log's counters.
+func (l *Log) Stats() Stats {
+	s := Stats{Syncs: l.syncs.Load(), Bytes: l.bytes.Load()}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s.Segments = len(l.segs)
+	for _, g := range l.segs {
+		s.Size += g.end
+	}
+	if len(l.segs) > 0 {
+		s.Oldest = l.segs[0].seq
+	}
+	return s
+}
+
+// Close stops the committer (requests still queued are answered with an
+// error) and closes the segment files. Streams must not be used after.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.mu.Unlock()
+	l.inflight.Wait()
+	close(l.quit)
+	<-l.done
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var errs []error
+	for _, s := range l.segs {
+		if s.f != nil {
+			if err := s.f.Close(); err != nil {
+				errs = append(errs, err)
+			}
+			s.f = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// collect deletes the oldest segments no stream or reader holds, one at a
+// time with a folder sync after each (see the package comment), never the
+// one appends go to. Called by the committer only.
+func (l *Log) collect() {
+	for {
+		l.mu.Lock()
+		if len(l.segs) < 2 || l.segs[0].refs > 0 || l.segs[0].pins > 0 || l.segs[0] == l.cur {
+			l.mu.Unlock()
+			return
+		}
+		s := l.segs[0]
+		l.segs = l.segs[1:]
+		l.mu.Unlock()
+		if s.f != nil {
+			s.f.Close()
+		}
+		err := l.opt.FS.Remove(s.path)
+		if err == nil {
+			err = l.opt.FS.SyncDir(l.opt.Dir)
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			// The segment stays on disk: recovery reads it again and
+			// finds its streams superseded. Not worth failing anyone.
+			return
+		}
+	}
+}
+
+// pressure tells OnPressure which transcripts hold the oldest segment when
+// the log is over MaxSize, once per segment. Called by the committer only.
+func (l *Log) pressure() {
+	if l.opt.OnPressure == nil {
+		return
+	}
+	l.mu.Lock()
+	var total int64
+	for _, s := range l.segs {
+		total += s.end
+	}
+	if total <= l.opt.MaxSize || len(l.segs) < 2 || l.pressured == l.segs[0].seq {
+		l.mu.Unlock()
+		return
+	}
+	oldest := l.segs[0].seq
+	l.pressured = oldest
+	var keys []layout.Key
+	for k, e := range l.epochs {
+		if _, ok := e.segs[oldest]; ok {
+			keys = append(keys, k)
+		}
+	}
+	l.mu.Unlock()
+	sort.Slice(keys, func(i, j int) bool { return keys[i].Less(keys[j]) })
+	if len(keys) > 0 {
+		go l.opt.OnPressure(keys)
+	}
+}
+
+// Pin keeps segment seq and every later one from being deleted until the
+// returned function is called: a reader holding spans of a stream that a
+// compaction may end meanwhile pins its oldest span's segment.
+func (l *Log) Pin(seq uint64) (release func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.segs {
+		if s.seq >= seq {
+			s.pins++
+			var once sync.Once
+			return func() {
+				once.Do(func() {
+					l.mu.Lock()
+					s.pins--
+					l.mu.Unlock()
+				})
+			}
+		}
+	}
+	return func() {}
+}
+
+func (l *Log) segment(seq uint64) *segment {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].seq >= seq })
+	if i < len(l.segs) && l.segs[i].seq == seq {
+		return l.segs[i]
+	}
+	return nil
+}

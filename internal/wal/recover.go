@@ -1,0 +1,183 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/frame"
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/layout"
+)
+
+// windowSize is the read buffer of a scan.
+const windowSize = 1 << 20
+
+// Recovery is what Open found.
+type Recovery struct {
+	Segments       int   // segment files read
+	Bytes          int64 // their size
+	TruncatedBytes int64 // torn tails cut
+	// Corrupt says, for each damaged segment, where the damage is and
+	// where the copy kept for inspection went.
+	Corrupt []string
+}
+
+// Open reads every segment in opt.Dir once, in order, rebuilds each
+// transcript's current stream (Epoch), cuts torn tails, deals with
+// damaged segments (see the package comment), and starts a new segment
+// for appends.
+func Open(opt Options) (*Log, *Recovery, error) {
+	if err := opt.fill(); err != nil {
+		return nil, nil, err
+	}
+	l := &Log{
+		opt:    opt,
+		rules:  frame.Rules{MaxType: maxType, MaxRecord: opt.MaxRecord + streamSize},
+		reqs:   make(chan *request, 64),
+		quit:   make(chan struct{}),
+		done:   make(chan struct{}),
+		epochs: map[layout.Key]*epoch{},
+	}
+	if err := fsys.MkdirAll(opt.FS, opt.Dir, 0o700); err != nil {
+		return nil, nil, errdefs.FromIO(fmt.Errorf("create log folder %s: %w", opt.Dir, err))
+	}
+	rec := &Recovery{}
+	if err := l.recover(rec); err != nil {
+		l.closeFiles()
+		return nil, nil, err
+	}
+	if err := l.roll(); err != nil {
+		l.closeFiles()
+		return nil, nil, err
+	}
+	go l.run()
+	l.collect()
+	return l, rec, nil
+}
+
+func (l *Log) closeFiles() {
+	for _, s := range l.segs {
+		if s.f != nil {
+			s.f.Close()
+			s.f = nil
+		}
+	}
+}
+
+// recover lists and scans the segments.
+func (l *Log) recover(rec *Recovery) error {
+	fs, dir := l.opt.FS, l.opt.Dir
+	ents, err := fs.ReadDir(dir)
+	if err != nil {
+		return errdefs.FromIO(fmt.Errorf("read log folder %s: %w", dir, err))
+	}
+	var seqs []uint64
+	for _, e := range ents {
+		n := e.Name()
+		if strings.Contains(n, ".wal.tmp-") {
+			// A segment whose creation crashed before its rename: it never
+			// held a record.
+			_ = fs.Remove(filepath.Join(dir, n))
+			continue
+		}
+		base, ok := strings.CutSuffix(n, ".wal")
+		if !ok || len(base) != 16 {
+			continue
+		}
+		seq, err := strconv.ParseUint(base, 16, 64)
+		if err != nil || seq == 0 {
+			continue
+		}
+		seqs = append(seqs, seq)
+	}
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	// Open every segment and read its header first: a segment's header
+	// may say where the one before it must be cut.
+	for _, seq := range seqs {
+		path := filepath.Join(dir, segName(seq))
+		f, err := fs.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			return errdefs.FromIO(fmt.Errorf("open log segment %s: %w", path, err))
+		}
+		s := &segment{seq: seq, path: path, f: f}
+		l.segs = append(l.segs, s)
+	}
+	sc := &scanner{l: l, rec: rec, streams: map[uint64]*epoch{}, pending: map[uint64]*pendingBatch{}}
+	heads := make([]segHeader, len(l.segs))
+	sizes := make([]int64, len(l.segs))
+	for i, s := range l.segs {
+		fi, err := s.f.Stat()
+		if err != nil {
+			return errdefs.FromIO(fmt.Errorf("stat log segment %s: %w", s.path, err))
+		}
+		sizes[i] = fi.Size()
+		w := frame.NewWindow(s.f, sizes[i], int(min(max(sizes[i], frame.HeaderSize), windowSize)))
+		h, end, err := readHeader(w)
+		if err != nil {
+			var uv unsupportedVersionError
+			if errors.As(err, &uv) {
+				return fmt.Errorf("log segment %s: %w", s.path, err)
+			}
+			if !frame.IsError(err) {
+				return errdefs.FromIO(fmt.Errorf("read log segment %s: %w", s.path, err))
+			}
+			// The header is synced before the segment gets its name, so
+			// it cannot be torn: this is damage.
+			return fmt.Errorf("log segment %s has a damaged header (%v); move it away to start (its records are lost): %w", s.path, err, errdefs.ErrCorrupt)
+		}
+		if h.Seq != s.seq {
+			return fmt.Errorf("log segment %s says it is segment %d: %w", s.path, h.Seq, errdefs.ErrCorrupt)
+		}
+		heads[i] = h
+		s.id = h.ID
+		s.end = end
+	}
+	for i, s := range l.segs {
+		limit := sizes[i]
+		if i+1 < len(l.segs) && heads[i+1].PrevEnd > 0 && heads[i+1].PrevEnd < limit {
+			limit = heads[i+1].PrevEnd
+		}
+		if err := sc.segment(s, sizes[i], limit); err != nil {
+			return err
+		}
+		rec.Segments++
+		rec.Bytes += sizes[i]
+	}
+	// Hold what each current stream needs; streams left with nothing to
+	// recover are forgotten (their Bind still supersedes older streams
+	// in the files until those go).
+	for k, e := range l.epochs {
+		if len(e.Batches) == 0 && e.Compacted == nil {
+			delete(l.epochs, k)
+			continue
+		}
+		for seq := range e.segs {
+			if g := l.segmentLocked(seq); g != nil {
+				g.refs++
+			}
+		}
+	}
+	return nil
+}
+
+func readHeader(w *frame.Window) (segHeader, int64, error) {
+	h, err := frame.Read(w, 0, 0, frame.Rules{MaxType: maxType, MaxRecord: maxJSONSize})
+	if err != nil {
+		return segHeader{}, 0, err
+	}
+	if h.Type != typeHeader || h.PosInWrite != 0 {
+		return segHeader{}, 0, frame.Error(fmt.Sprintf("first record is of type %d", h.Type))
+	}
+	b, err := w.At(frame.HeaderSize, int(h.Length))
+	if err != nil {
+		return segHeader{}, 0, err
+	}
+	sh, err := decodeHeader(b)
+	return sh, h.Size(), err
+}

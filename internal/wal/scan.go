@@ -1,0 +1,242 @@
+package wal
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/frame"
+	"github.com/sessiond/sessiond/internal/fsys"
+)
+
+// pendingBatch is a stream's records since its last commit, within the
+// write being read.
+type pendingBatch struct {
+	entries []Span
+	meta    []byte
+}
+
+// scanner carries what recovery learnt from segment to segment.
+type scanner struct {
+	l   *Log
+	rec *Recovery
+	// streams are every stream bound in the segments read so far,
+	// superseded ones included (their records are checked, then ignored).
+	streams map[uint64]*epoch
+	pending map[uint64]*pendingBatch
+	// damaged is set once a segment was found corrupt: later records may
+	// continue streams whose batches were lost with the damage.
+	damaged bool
+}
+
+// segment reads s (size bytes on disk, of which the first limit count:
+// the rest was never acknowledged), applying every complete record to the
+// streams, then cuts what is torn.
+func (sc *scanner) segment(s *segment, size, limit int64) error {
+	rules := sc.l.rules
+	w := frame.NewWindow(s.f, limit, int(min(max(limit, frame.HeaderSize), windowSize)))
+	off := s.end
+	valid := off
+	writeStart := off
+	clear(sc.pending)
+	for off < limit {
+		h, err := frame.Read(w, off, s.id, rules)
+		if err == nil {
+			err = sc.apply(w, s, h, off, &writeStart)
+		}
+		if err != nil {
+			if !frame.IsError(err) {
+				return errdefs.FromIO(fmt.Errorf("read log segment %s: %w", s.path, err))
+			}
+			proof, err2 := frame.FindLaterWrite(w, off, s.id, rules)
+			if err2 != nil {
+				return errdefs.FromIO(fmt.Errorf("read log segment %s: %w", s.path, err2))
+			}
+			if proof >= 0 {
+				if err := sc.quarantine(s, size, off, proof, err); err != nil {
+					return err
+				}
+			}
+			break
+		}
+		off += h.Size()
+		if h.Type != typeEntry && h.Type != typeMeta {
+			valid = off
+		}
+	}
+	// Entries whose commit did not make it were never acknowledged.
+	clear(sc.pending)
+	if valid < size {
+		if err := s.f.Truncate(valid); err != nil {
+			return errdefs.FromIO(fmt.Errorf("cut torn tail of log segment %s at offset %d: %w", s.path, valid, err))
+		}
+		sc.rec.TruncatedBytes += size - valid
+	}
+	// Sync even when nothing was cut: a process that crashed before its
+	// sync returned may have left what recovery now takes as committed in
+	// the page cache only.
+	if err := s.f.Sync(); err != nil {
+		return errdefs.FromIO(fmt.Errorf("sync log segment %s: %w", s.path, err))
+	}
+	s.end = valid
+	return nil
+}
+
+// quarantine keeps a copy of a corrupt segment for inspection; the
+// caller then cuts the segment at the damage.
+func (sc *scanner) quarantine(s *segment, size, bad, proof int64, why error) error {
+	sc.damaged = true
+	aside := fmt.Sprintf("%s.corrupt-%d", s.path, time.Now().UnixNano())
+	what := fmt.Sprintf("log segment %s is damaged at byte offset %d (%v) and a record written after it, at offset %d, is intact, so this is not a torn tail; the records after the damage are lost", s.path, bad, why, proof)
+	fs := sc.l.opt.FS
+	dst, err := fs.OpenFile(aside, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		_, err = fsys.CopyRange(dst, s.f, 0, size)
+		if err == nil {
+			err = dst.Sync()
+		}
+		if cerr := dst.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = fs.SyncDir(filepath.Dir(aside))
+		}
+	}
+	if err != nil {
+		// Cutting the segment without the copy would destroy the only
+		// evidence: refuse to start instead.
+		return fmt.Errorf("%s; keeping a copy as %s failed, so copy the segment away by hand: %w: %w", what, aside, errdefs.ErrCorrupt, errdefs.FromIO(err))
+	}
+	sc.rec.Corrupt = append(sc.rec.Corrupt, what+"; a copy is kept as "+aside)
+	return nil
+}
+
+// apply adds the valid frame h at off, or says why it contradicts the
+// frames before it.
+func (sc *scanner) apply(w *frame.Window, s *segment, h frame.Header, off int64, writeStart *int64) error {
+	start := h.WriteStart(off)
+	if start != off && start != *writeStart {
+		return frame.Error(fmt.Sprintf("frame says its write began at offset %d, the frames before it say %d", start, *writeStart))
+	}
+	if start == off {
+		for _, p := range sc.pending {
+			if len(p.entries) > 0 {
+				return frame.Error("a new write begins while entries of the previous one lack their commit")
+			}
+		}
+	}
+	*writeStart = start
+	payload := func() ([]byte, error) { return w.At(off+frame.HeaderSize, int(h.Length)) }
+	if h.Type != typeBind && h.Type != typeHeader && h.Length < streamSize {
+		return frame.Error(fmt.Sprintf("record of type %d has no stream", h.Type))
+	}
+	switch h.Type {
+	case typeBind:
+		if int(h.Length) > maxJSONSize {
+			return frame.Error("bind record too long")
+		}
+		p, err := payload()
+		if err != nil {
+			return err
+		}
+		b, err := decodeBind(p)
+		if err != nil {
+			return err
+		}
+		if sc.streams[b.Stream] != nil {
+			return frame.Error(fmt.Sprintf("stream %d is bound twice", b.Stream))
+		}
+		e := &epoch{Epoch: Epoch{Key: b.key(), Stream: b.Stream, Base: Fingerprint{b.BaseSize, b.BaseTail}, Legacy: b.Legacy},
+			bindSeg: s.seq, segs: map[uint64]struct{}{}}
+		sc.streams[b.Stream] = e
+		sc.l.epochs[e.Key] = e
+	case typeEntry, typeMeta:
+		b, err := w.At(off+frame.HeaderSize, streamSize)
+		if err != nil {
+			return err
+		}
+		id := streamOf(b)
+		p := sc.pending[id]
+		if p == nil {
+			p = &pendingBatch{}
+			sc.pending[id] = p
+		}
+		if h.Type == typeEntry {
+			if p.meta != nil {
+				return frame.Error("entry after the meta record of its batch")
+			}
+			p.entries = append(p.entries, Span{Seg: s.seq, Off: off, Len: int(h.Length) - streamSize})
+			return nil
+		}
+		switch {
+		case len(p.entries) == 0:
+			return frame.Error("meta record with no entries before it")
+		case p.meta != nil:
+			return frame.Error("second meta record in one batch")
+		case int(h.Length)-streamSize > MaxMeta:
+			return frame.Error("meta record over the limit")
+		}
+		m, err := payload()
+		if err != nil {
+			return err
+		}
+		p.meta = clone(m[streamSize:])
+	case typeCommit:
+		if h.Length != commitSize {
+			return frame.Error(fmt.Sprintf("commit payload is %d bytes, not %d", h.Length, commitSize))
+		}
+		b, err := payload()
+		if err != nil {
+			return err
+		}
+		id, seq, count := decodeCommit(b)
+		p := sc.pending[id]
+		n := 0
+		if p != nil {
+			n = len(p.entries)
+		}
+		if count != n {
+			return frame.Error(fmt.Sprintf("commit counts %d entries, %d precede it", count, n))
+		}
+		delete(sc.pending, id)
+		e := sc.streams[id]
+		if e == nil {
+			// Bound in a segment already deleted: the stream was
+			// superseded, its records no longer count.
+			return nil
+		}
+		if seq != e.seq+1 && !(sc.damaged && seq > e.seq) {
+			return frame.Error(fmt.Sprintf("commit of batch %d of stream %d follows batch %d", seq, id, e.seq))
+		}
+		e.seq = seq
+		var entries []Span
+		var meta []byte
+		if p != nil {
+			entries, meta = p.entries, p.meta
+		}
+		e.Batches = append(e.Batches, Batch{Seq: seq, Entries: entries, Meta: meta})
+		e.segs[s.seq] = struct{}{}
+		e.segs[e.bindSeg] = struct{}{}
+	case typeCompacted:
+		if h.Length != markerSize {
+			return frame.Error(fmt.Sprintf("compacted payload is %d bytes, not %d", h.Length, markerSize))
+		}
+		b, err := payload()
+		if err != nil {
+			return err
+		}
+		id, m := decodeMarker(b)
+		if m.Size < 0 {
+			return frame.Error("compacted marker has a negative size")
+		}
+		if e := sc.streams[id]; e != nil {
+			e.Compacted = &m
+			e.segs[s.seq] = struct{}{}
+		}
+	default:
+		return frame.Error(fmt.Sprintf("record of type %d after the start of the segment", h.Type))
+	}
+	return nil
+}

@@ -1,0 +1,212 @@
+package wal
+
+import (
+	"fmt"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/layout"
+)
+
+// Span is where one entry's bytes lie in the log.
+type Span struct {
+	Seg uint64 // segment seq
+	Off int64  // offset of the entry's frame in the segment
+	Len int    // the entry's length
+}
+
+// Batch is one committed client batch.
+type Batch struct {
+	Seq     uint64
+	Entries []Span
+	// Meta is the batch's Meta record, nil when it had none.
+	Meta []byte
+}
+
+// Epoch is what the log holds for one transcript: its current stream.
+type Epoch struct {
+	Key    layout.Key
+	Stream uint64
+	Base   Fingerprint // the canonical file when the stream began
+	// Legacy is the generation of the per-session journal of an older
+	// release whose batches this stream imported, 0 if none.
+	Legacy  uint64
+	Batches []Batch // committed, in order
+	// Compacted is the stream's last marker, nil if none; batches after
+	// it are still listed in Batches.
+	Compacted *Fingerprint
+}
+
+// epoch is the log's record of a stream, guarded by Log.mu.
+type epoch struct {
+	Epoch
+	bindSeg uint64
+	seq     uint64
+	segs    map[uint64]struct{}
+}
+
+// hold adds segment seq to what the stream holds. Called with l.mu held.
+func (l *Log) hold(e *epoch, seq uint64) {
+	if _, ok := e.segs[seq]; ok {
+		return
+	}
+	if s := l.segmentLocked(seq); s != nil {
+		e.segs[seq] = struct{}{}
+		s.refs++
+	}
+}
+
+// letGo drops every segment the stream holds. Called with l.mu held.
+func (l *Log) letGo(e *epoch) {
+	for seq := range e.segs {
+		if s := l.segmentLocked(seq); s != nil {
+			s.refs--
+		}
+	}
+	e.segs = nil
+}
+
+func (l *Log) segmentLocked(seq uint64) *segment {
+	for _, s := range l.segs {
+		if s.seq == seq {
+			return s
+		}
+	}
+	return nil
+}
+
+// Epoch returns a copy of what the log holds for key, or false when it has
+// nothing (no stream, or one with neither batches nor marker).
+func (l *Log) Epoch(key layout.Key) (Epoch, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.epochs[key]
+	if !ok {
+		return Epoch{}, false
+	}
+	c := e.Epoch
+	c.Batches = e.Batches[:len(e.Batches):len(e.Batches)]
+	return c, true
+}
+
+// Pending lists the transcripts whose current stream has batches: after
+// Open, those recovery must look at.
+func (l *Log) Pending() []layout.Key {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var keys []layout.Key
+	for k, e := range l.epochs {
+		if len(e.Batches) > 0 {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// Stream is one transcript's handle on the log, used by that transcript's
+// writer alone.
+type Stream struct {
+	l   *Log
+	key layout.Key
+	// lazy is a Bind not written yet: it goes in the same write as the
+	// stream's next request.
+	lazy *bindRec
+}
+
+// Stream returns key's handle. There must be at most one per key at a
+// time (the session writer's).
+func (l *Log) Stream(key layout.Key) *Stream { return &Stream{l: l, key: key} }
+
+// Begin starts a new stream for the transcript, whose canonical file is at
+// base now. With lazy, the Bind waits for the stream's next Append and
+// costs no sync of its own (a new transcript); otherwise it is durable when
+// Begin returns, and from then on recovery ignores the stream it replaces,
+// whose segments may go (after a compaction).
+func (s *Stream) Begin(base Fingerprint, legacy uint64, lazy bool) error {
+	b := &bindRec{ProjectKey: s.key.ProjectKey, SessionID: s.key.SessionID, Subpath: s.key.Subpath,
+		BaseSize: base.Size, BaseTail: base.Tail, Legacy: legacy}
+	if _, err := encodeBind(*b); err != nil {
+		return err
+	}
+	if lazy {
+		s.lazy = b
+		return nil
+	}
+	s.lazy = b
+	r := &request{st: s, done: make(chan struct{})}
+	return s.l.submit(r)
+}
+
+// Append writes, for each batch in order, its entries, its meta (when
+// metas[i] is not nil) and a commit, all in the commit group's one write,
+// and returns once they are durable, with the spans of every entry. The
+// stream must have begun (Begin) or have a recovered epoch.
+func (s *Stream) Append(batches [][][]byte, metas [][]byte) ([][]Span, error) {
+	if len(batches) == 0 {
+		return nil, nil
+	}
+	for i, b := range batches {
+		for k, e := range b {
+			if len(e) > s.l.opt.MaxRecord {
+				return nil, fmt.Errorf("log: entry %d of batch %d of %s is %d bytes, over the %d-byte record limit: %w",
+					k, i, s.key, len(e), s.l.opt.MaxRecord, errdefs.ErrTooLarge)
+			}
+		}
+		if i < len(metas) && metas[i] != nil && (len(metas[i]) > MaxMeta || len(b) == 0) {
+			return nil, fmt.Errorf("log: meta of batch %d of %s is %d bytes for %d entries (at most %d bytes, at least one entry): %w",
+				i, s.key, len(metas[i]), len(b), MaxMeta, errdefs.ErrInvalidArgument)
+		}
+	}
+	r := &request{st: s, batches: batches, metas: metas, done: make(chan struct{})}
+	if err := s.l.submit(r); err != nil {
+		return nil, err
+	}
+	return r.spans, nil
+}
+
+// MarkCompacted makes a Compacted marker for the stream durable.
+func (s *Stream) MarkCompacted(m Fingerprint) error {
+	if m.Size < 0 {
+		return fmt.Errorf("log: compacted marker size %d is negative: %w", m.Size, errdefs.ErrInvalidArgument)
+	}
+	r := &request{st: s, marker: &m, done: make(chan struct{})}
+	return s.l.submit(r)
+}
+
+// request is one stream's part of a commit.
+type request struct {
+	st      *Stream
+	batches [][][]byte
+	metas   [][]byte
+	marker  *Fingerprint
+	bytes   int64
+
+	spans [][]Span
+	err   error
+	done  chan struct{}
+}
+
+func (r *request) meta(i int) []byte {
+	if i < len(r.metas) {
+		return r.metas[i]
+	}
+	return nil
+}
+
+func (l *Log) submit(r *request) error {
+	for _, b := range r.batches {
+		for _, e := range b {
+			r.bytes += int64(len(e)) + 32
+		}
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return fmt.Errorf("log is closed: %w", errdefs.ErrUnavailable)
+	}
+	l.inflight.Add(1)
+	l.mu.Unlock()
+	defer l.inflight.Done()
+	l.reqs <- r
+	<-r.done
+	return r.err
+}
