@@ -120,4 +120,3 @@ func (l *Log) ReadEntries(spans []Span, fn func(i int, entry []byte) error) erro
 	}
 	return nil
 }
-
