@@ -625,3 +625,44 @@ func TestTailKeysIn(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkSummaryAdd(b *testing.B) {
+	src, err := os.ReadFile(filepath.Join(fixtureDir, "jimmc414__cctrace__main.jsonl"))
+	if err != nil {
+		b.Skip(err)
+	}
+	b.SetBytes(int64(len(src)))
+	for b.Loop() {
+		streamSummary(src)
+	}
+}
+
+// BenchmarkSummaryAddTail is what every append past the head window costs
+// the listing summary: the lines of a real transcript fed over and over
+// to a summary already past its first 64 KiB.
+func BenchmarkSummaryAddTail(b *testing.B) {
+	src, err := os.ReadFile(filepath.Join(fixtureDir, "jimmc414__cctrace__main.jsonl"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	lines := bytes.Split(bytes.TrimSuffix(src, []byte("\n")), []byte("\n"))
+	var s Summary
+	for n := 0; n < 2*liteWindow; {
+		for _, l := range lines {
+			s.Add(l)
+			n += len(l) + 1
+		}
+	}
+	var size int64
+	for _, l := range lines {
+		size += int64(len(l)) + 1
+	}
+	b.SetBytes(size / int64(len(lines)))
+	i := 0
+	for b.Loop() {
+		s.Add(lines[i])
+		if i++; i == len(lines) {
+			i = 0
+		}
+	}
+}
