@@ -46,7 +46,15 @@ type forkGolden struct {
 
 func readForkGolden(t *testing.T) *forkGolden {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "fork", "goldens.json.gz"))
+	var g forkGolden
+	readGzipJSON(t, filepath.Join("testdata", "fork", "goldens.json.gz"), &g)
+	return &g
+}
+
+// readGzipJSON decodes the gzipped JSON file at path into v.
+func readGzipJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,32 +63,15 @@ func readForkGolden(t *testing.T) *forkGolden {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var g forkGolden
-	if err := json.NewDecoder(zr).Decode(&g); err != nil {
+	if err := json.NewDecoder(zr).Decode(v); err != nil {
 		t.Fatal(err)
 	}
-	return &g
 }
 
 // uuidAt reports whether a UUID (8-4-4-4-12 hex digits, either case)
 // starts at b[i], as /[0-9a-fA-F]{8}-...-[0-9a-fA-F]{12}/ would match there.
 func uuidAt(b []byte, i int) bool {
-	if i+36 > len(b) {
-		return false
-	}
-	for j, c := range b[i : i+36] {
-		switch j {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
+	return i+36 <= len(b) && sdkUUID(string(b[i:i+36]))
 }
 
 // eachUUID calls fn with the start of each UUID in b, leftmost first and
@@ -311,15 +302,6 @@ func abs(x int) int {
 // getSessionInfo on the small random transcripts of testdata/fork/random.json.gz.
 func TestForkRandomGoldens(t *testing.T) {
 	goldens(t)
-	f, err := os.Open(filepath.Join("testdata", "fork", "random.json.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var g struct {
 		Cases []struct {
 			Text string `json:"text"`
@@ -332,9 +314,7 @@ func TestForkRandomGoldens(t *testing.T) {
 			Info  *sdkInfo `json:"info"`
 		} `json:"cases"`
 	}
-	if err := json.NewDecoder(zr).Decode(&g); err != nil {
-		t.Fatal(err)
-	}
+	readGzipJSON(t, filepath.Join("testdata", "fork", "random.json.gz"), &g)
 	const sid = "0f0f0f0f-1111-4222-8333-444444444444"
 	for i, c := range g.Cases {
 		src := []byte(c.Text)

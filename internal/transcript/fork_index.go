@@ -10,26 +10,14 @@ import (
 // the cut look at (a forkEntry, no content), and of the session's metadata
 // records what the fork carries over.
 
-// Entry kinds: the types forkSession copies (DUe).
-const (
-	forkUser uint8 = iota + 1
-	forkAssistant
-	forkAttachment
-	forkSystem
-	forkProgress
-)
-
-var forkKinds = map[string]uint8{
-	"user": forkUser, "assistant": forkAssistant, "attachment": forkAttachment,
-	"system": forkSystem, "progress": forkProgress,
-}
-
 // forkEntry is what the first pass keeps of one non-sidechain entry.
 type forkEntry struct {
 	line   int
 	uuid   string
 	parent string // "" when null, absent, empty or not a string: the chain ends
-	kind   uint8
+	// kind is the entry's chainTypes value: forkSession copies the types
+	// the official readers chain (DUe), and no other.
+	kind uint8
 	// logical is logicalParentUuid when it is a string.
 	logical    string
 	logicalStr bool
@@ -123,7 +111,7 @@ func trimLeadingControl(line []byte) []byte {
 func (ix *forkIndex) add(n int, obj jsObject, sessionID string) {
 	typ, _ := obj.str("type")
 	id, hasID := obj.str("uuid")
-	if kind := forkKinds[typ]; kind != 0 && hasID {
+	if kind := chainTypes[typ]; kind != typeOther && hasID {
 		if v, ok := obj.get("isSidechain"); ok && jsTruthy(v) {
 			return
 		}
@@ -135,7 +123,7 @@ func (ix *forkIndex) add(n int, obj jsObject, sessionID string) {
 		e.logical, e.logicalStr = obj.str("logicalParentUuid")
 		e.source = queuedSource(obj, typ)
 		e.chainInfo(obj, typ)
-		if sub, _ := obj.str("subtype"); kind == forkSystem && sub == "compact_boundary" {
+		if sub, _ := obj.str("subtype"); kind == typeSystem && sub == "compact_boundary" {
 			e.boundary = true
 			e.compactInfo(obj)
 		}

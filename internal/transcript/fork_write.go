@@ -42,25 +42,9 @@ func (w *forkWriter) emit(line []byte) error {
 }
 
 func (w *forkWriter) run(r io.Reader, ix *forkIndex, title string) (ForkResult, error) {
-	if ix.historySuppressed {
-		b := append(w.buf[:0], `{"type":"history-suppression","sessionId":`...)
-		b = appendJSString(b, w.sid)
-		b = append(b, `,"cause":"fork_inherit","ts":`...)
-		b = appendJSString(b, w.now)
-		if err := w.emit(append(b, '}')); err != nil {
-			return ForkResult{}, err
-		}
+	if err := w.emitAll(w.recordsBefore(ix)); err != nil {
+		return ForkResult{}, err
 	}
-	for _, o := range ix.orgs {
-		b := append(w.buf[:0], `{"type":"hybrid-organization","sessionId":`...)
-		b = appendJSString(b, w.sid)
-		b = append(b, `,"organizationUuid":`...)
-		b = appendJSString(b, o)
-		if err := w.emit(append(b, '}')); err != nil {
-			return ForkResult{}, err
-		}
-	}
-
 	sc := NewLineScanner(r)
 	next := 0
 	out := w.plan.out
@@ -84,72 +68,85 @@ func (w *forkWriter) run(r io.Reader, ix *forkIndex, title string) (ForkResult, 
 	if next < len(out) {
 		return ForkResult{}, errors.New("fork: the source transcript changed between the two passes")
 	}
-
-	if len(ix.replacements) > 0 {
-		b := append(w.buf[:0], `{"type":"content-replacement","sessionId":`...)
-		b = appendJSString(b, w.sid)
-		b = append(b, `,"replacements":[`...)
-		for i, r := range ix.replacements {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, r...)
-		}
-		b = append(b, `],"uuid":`...)
-		b = appendJSString(b, w.newID())
-		b = append(b, `,"timestamp":`...)
-		b = appendJSString(b, w.now)
-		if err := w.emit(append(b, '}')); err != nil {
-			return ForkResult{}, err
-		}
-	}
-	if ix.atisSet {
-		b := append(w.buf[:0], `{"type":"atis-latch","sessionId":`...)
-		b = appendJSString(b, w.sid)
-		b = append(b, `,"atis":`...)
-		b = appendJSString(b, ix.atis)
-		if err := w.emit(append(b, '}')); err != nil {
-			return ForkResult{}, err
-		}
-	}
-	if ix.toolsSet {
-		b := append(w.buf[:0], `{"type":"tools-used","sessionId":`...)
-		b = appendJSString(b, w.sid)
-		b = append(b, `,"tools":[`...)
-		for i, t := range ix.tools {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSString(b, t)
-		}
-		if err := w.emit(append(b, "]}"...)); err != nil {
-			return ForkResult{}, err
-		}
-	}
-	if ix.relocated != "" {
-		b := append(w.buf[:0], `{"type":"relocated","sessionId":`...)
-		b = appendJSString(b, w.sid)
-		b = append(b, `,"relocatedCwd":`...)
-		b = appendJSString(b, ix.relocated)
-		if err := w.emit(append(b, '}')); err != nil {
-			return ForkResult{}, err
-		}
-	}
-	b := append(w.buf[:0], `{"type":"custom-title","sessionId":`...)
-	b = appendJSString(b, w.sid)
-	b = append(b, `,"customTitle":`...)
-	b = appendJSString(b, title)
-	b = append(b, `,"uuid":`...)
-	b = appendJSString(b, w.newID())
-	b = append(b, `,"timestamp":`...)
-	b = appendJSString(b, w.now)
-	if err := w.emit(append(b, '}')); err != nil {
+	if err := w.emitAll(w.recordsAfter(ix, title)); err != nil {
 		return ForkResult{}, err
 	}
 	if err := w.w.Flush(); err != nil {
 		return ForkResult{}, err
 	}
 	return ForkResult{Entries: len(out), Lines: w.lines, Title: title}, nil
+}
+
+func (w *forkWriter) emitAll(lines [][]byte) error {
+	for _, l := range lines {
+		if err := w.emit(l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// record starts a metadata record of the fork, {"type":typ,"sessionId":...,
+// for its members to follow.
+func (w *forkWriter) record(typ string) []byte {
+	b := append([]byte(`{"type":"`), typ...)
+	b = append(b, `","sessionId":`...)
+	return appendJSString(b, w.sid)
+}
+
+// stamped ends a record that carries a uuid and a timestamp.
+func (w *forkWriter) stamped(b []byte) []byte {
+	b = appendJSMember(b, "uuid", w.newID())
+	b = appendJSMember(b, "timestamp", w.now)
+	return append(b, '}')
+}
+
+// recordsBefore are the records of the session that the fork carries over
+// ahead of its entries.
+func (w *forkWriter) recordsBefore(ix *forkIndex) [][]byte {
+	var recs [][]byte
+	if ix.historySuppressed {
+		b := appendJSMember(w.record("history-suppression"), "cause", "fork_inherit")
+		recs = append(recs, append(appendJSMember(b, "ts", w.now), '}'))
+	}
+	for _, o := range ix.orgs {
+		recs = append(recs, append(appendJSMember(w.record("hybrid-organization"), "organizationUuid", o), '}'))
+	}
+	return recs
+}
+
+// recordsAfter are the records of the session that the fork carries over
+// after its entries, then its custom-title. Their uuids are made after
+// the entries', as forkSession makes them.
+func (w *forkWriter) recordsAfter(ix *forkIndex, title string) [][]byte {
+	var recs [][]byte
+	if len(ix.replacements) > 0 {
+		b := append(w.record("content-replacement"), `,"replacements":[`...)
+		for i, r := range ix.replacements {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, r...)
+		}
+		recs = append(recs, w.stamped(append(b, ']')))
+	}
+	if ix.atisSet {
+		recs = append(recs, append(appendJSMember(w.record("atis-latch"), "atis", ix.atis), '}'))
+	}
+	if ix.toolsSet {
+		b := append(w.record("tools-used"), `,"tools":[`...)
+		for i, t := range ix.tools {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSString(b, t)
+		}
+		recs = append(recs, append(b, "]}"...))
+	}
+	if ix.relocated != "" {
+		recs = append(recs, append(appendJSMember(w.record("relocated"), "relocatedCwd", ix.relocated), '}'))
+	}
+	return append(recs, w.stamped(appendJSMember(w.record("custom-title"), "customTitle", title)))
 }
 
 // Keys forkSession removes from every entry (Vj, but isSidechain, which it sets to false).

@@ -353,11 +353,9 @@ var summaryNewline = []byte{'\n'}
 type headText struct {
 	field *textField
 	pat   [2]struct {
-		found bool   // the first occurrence has been seen
-		done  bool   // its value ended
-		val   []byte // the value so far
-		skip  bool   // the value so far ends with a backslash
-		long  bool   // the value is longer than the window: it never ends in it
+		found bool // the first occurrence has been seen
+		done  bool // its value ended
+		v     openValue
 	}
 }
 
@@ -367,48 +365,26 @@ func (h *headText) feed(chunk []byte) {
 		if p.done {
 			continue
 		}
-		j := 0
+		rest := chunk
 		if !p.found {
 			o := bytes.Index(chunk, h.field.pats[i])
 			if o < 0 {
 				continue
 			}
 			p.found = true
-			j = o + len(h.field.pats[i])
+			rest = chunk[o+len(h.field.pats[i]):]
 		}
-		from := j
-		if p.skip && j < len(chunk) {
-			p.skip = false
-			j++
+		if e := p.v.read(rest); e >= 0 {
+			p.v.val = append(p.v.val, rest[:e]...)
+			p.done = true
 		}
-		for j < len(chunk) && chunk[j] != '"' {
-			if chunk[j] == '\\' {
-				if j+1 == len(chunk) {
-					p.skip = true
-				}
-				j += 2
-				continue
-			}
-			j++
-		}
-		if j >= len(chunk) {
-			if !p.long {
-				p.val = append(p.val, chunk[from:]...)
-				if len(p.val) > liteWindow {
-					p.long, p.val = true, nil
-				}
-			}
-			continue
-		}
-		p.val = append(p.val, chunk[from:j]...)
-		p.done = true
 	}
 }
 
 func (h *headText) result() (string, bool) {
 	for _, p := range h.pat {
 		if p.done {
-			return textValue(p.val), true
+			return textValue(p.v.val), true
 		}
 	}
 	return "", false
@@ -421,45 +397,24 @@ type lastTextScan struct {
 	pat     []byte
 	pending bool
 	occ     int64
-	val     []byte
-	tooLong bool // the pending value is longer than a window: it cannot matter
-	skip    bool // the previous chunk ended with a backslash
+	v       openValue
 }
 
 func (k *lastTextScan) scan(b []byte, off int64, best *tailValue) {
 	i := 0
 	for i <= len(b) {
 		if k.pending {
-			j := i
-			if k.skip && j < len(b) {
-				k.skip = false
-				j++
-			}
-			for j < len(b) && b[j] != '"' {
-				if b[j] == '\\' {
-					if j+1 == len(b) {
-						k.skip = true
-					}
-					j += 2
-					continue
-				}
-				j++
-			}
-			if j >= len(b) {
-				if !k.tooLong {
-					k.val = append(k.val, b[i:]...)
-					if len(k.val) > liteWindow {
-						k.tooLong, k.val = true, nil
-					}
-				}
+			rest := b[i:]
+			e := k.v.read(rest)
+			if e < 0 {
 				return
 			}
-			if !k.tooLong && (!best.ok || k.occ > best.at) {
-				k.val = append(k.val, b[i:j]...)
-				*best = tailValue{textValue(k.val), k.occ, true}
+			if !k.v.long && (!best.ok || k.occ > best.at) {
+				k.v.val = append(k.v.val, rest[:e]...)
+				*best = tailValue{textValue(k.v.val), k.occ, true}
 			}
-			k.pending, k.tooLong, k.val = false, false, k.val[:0]
-			i = j + 1
+			k.pending, k.v.long, k.v.val = false, false, k.v.val[:0]
+			i += e + 1
 			continue
 		}
 		a := bytes.Index(b[i:], k.pat)
@@ -467,7 +422,48 @@ func (k *lastTextScan) scan(b []byte, off int64, best *tailValue) {
 			return
 		}
 		a += i
-		k.pending, k.occ, k.skip = true, off+int64(a), false
+		k.pending, k.occ, k.v.skip = true, off+int64(a), false
 		i = a + len(k.pat)
 	}
+}
+
+// openValue is a text value read chunk by chunk up to the quote that ends
+// it, as textValueEnd reads one within a single text: the byte after a
+// backslash is skipped, even when the backslash ends a chunk.
+type openValue struct {
+	val  []byte // the value so far
+	skip bool   // the value so far ends with a backslash
+	long bool   // the value is longer than a window: no window sees it end, so it is not kept
+}
+
+// read reads chunk, which continues the value: it returns the index in
+// chunk of the quote that ends it, or -1 when the value runs past chunk,
+// which it then keeps (unless the value is too long to matter). The part
+// before the quote is the caller's to keep.
+func (v *openValue) read(chunk []byte) int {
+	j := 0
+	if v.skip && j < len(chunk) {
+		v.skip = false
+		j++
+	}
+	for j < len(chunk) && chunk[j] != '"' {
+		if chunk[j] == '\\' {
+			if j+1 == len(chunk) {
+				v.skip = true
+			}
+			j += 2
+			continue
+		}
+		j++
+	}
+	if j < len(chunk) {
+		return j
+	}
+	if !v.long {
+		v.val = append(v.val, chunk...)
+		if len(v.val) > liteWindow {
+			v.long, v.val = true, nil
+		}
+	}
+	return -1
 }
