@@ -31,6 +31,21 @@ func scanAll(t *testing.T, r io.Reader) []scannedLine {
 	return got
 }
 
+// checkScanned compares lines scanned with the lines expected, by their
+// lengths (the lines may be long), offsets and newlines.
+func checkScanned(t *testing.T, got, want []scannedLine) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("got %d lines, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("line %d: %d bytes at %d newline %v; want %d bytes at %d newline %v", i,
+				len(got[i].text), got[i].off, got[i].newline, len(want[i].text), want[i].off, want[i].newline)
+		}
+	}
+}
+
 func TestLineScanner(t *testing.T) {
 	cases := []struct {
 		name string
@@ -116,15 +131,7 @@ func TestLineScannerOneByteReads(t *testing.T) {
 	in := "a\n" + line + "\n" + line
 	got := scanAll(t, iotest.OneByteReader(strings.NewReader(in)))
 	want := []scannedLine{{"a", 0, true}, {line, 2, true}, {line, int64(3 + len(line)), false}}
-	if len(got) != len(want) {
-		t.Fatalf("got %d lines, want %d", len(got), len(want))
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("line %d: %d bytes at %d newline %v; want %d bytes at %d newline %v", i,
-				len(got[i].text), got[i].off, got[i].newline, len(want[i].text), want[i].off, want[i].newline)
-		}
-	}
+	checkScanned(t, got, want)
 }
 
 // TestLineScannerReusesBuffer checks that short lines cost no allocation
@@ -208,15 +215,7 @@ func TestLineScannerAtSizesBufferToLine(t *testing.T) {
 	if err := s.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != len(want) {
-		t.Fatalf("%d lines, want %d", len(got), len(want))
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("line %d: %d bytes at %d newline %v; want %d bytes at %d newline %v", i,
-				len(got[i].text), got[i].off, got[i].newline, len(want[i].text), want[i].off, want[i].newline)
-		}
-	}
+	checkScanned(t, got, want)
 	if cap(s.buf) > long+initialLineBuffer {
 		t.Fatalf("buffer ended at %d bytes for a longest line of %d", cap(s.buf), long)
 	}

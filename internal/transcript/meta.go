@@ -82,12 +82,7 @@ func NormalizeTag(tag string) (string, error) {
 // its trailing newline: {"type":"custom-title","customTitle":...,"sessionId":...}.
 // The title is encoded as given; pass it through NormalizeTitle first.
 func CustomTitleLine(sessionID, title string) []byte {
-	b := make([]byte, 0, 80+len(title)+len(sessionID))
-	b = append(b, `{"type":"custom-title","customTitle":`...)
-	b = appendJSString(b, title)
-	b = append(b, `,"sessionId":`...)
-	b = appendJSString(b, sessionID)
-	return append(b, '}')
+	return metaLine("custom-title", "customTitle", title, sessionID)
 }
 
 // TagLine returns the tag line tagSession appends, without its trailing
@@ -95,11 +90,15 @@ func CustomTitleLine(sessionID, title string) []byte {
 // line that clears the tag. The tag is encoded as given; pass it through
 // NormalizeTag first.
 func TagLine(sessionID, tag string) []byte {
-	b := make([]byte, 0, 64+len(tag)+len(sessionID))
-	b = append(b, `{"type":"tag","tag":`...)
-	b = appendJSString(b, tag)
-	b = append(b, `,"sessionId":`...)
-	b = appendJSString(b, sessionID)
+	return metaLine("tag", "tag", tag, sessionID)
+}
+
+// metaLine is {"type":typ,key:val,"sessionId":sessionID}.
+func metaLine(typ, key, val, sessionID string) []byte {
+	b := make([]byte, 0, 64+len(typ)+len(key)+len(val)+len(sessionID))
+	b = append(append(append(b, `{"type":"`...), typ...), '"')
+	b = appendJSMember(b, key, val)
+	b = appendJSMember(b, "sessionId", sessionID)
 	return append(b, '}')
 }
 
@@ -183,6 +182,13 @@ func isJSSpace(r rune) bool {
 
 // jsTrim is String.prototype.trim.
 func jsTrim(s string) string { return strings.TrimFunc(s, isJSSpace) }
+
+// appendJSMember appends ,"key":<s encoded by appendJSString>: a member
+// after the first of an object being written. key is written as is.
+func appendJSMember(b []byte, key, s string) []byte {
+	b = append(append(append(b, `,"`...), key...), `":`...)
+	return appendJSString(b, s)
+}
 
 // appendJSString appends s as JSON.stringify encodes a string: '"' and '\\'
 // escaped, \b \f \n \r \t by name, other control characters as \u00xx

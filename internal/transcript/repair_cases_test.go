@@ -3,6 +3,7 @@ package transcript
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 )
@@ -212,11 +213,7 @@ func TestChainAndPairingCases(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := map[string]int{}
-			for _, p := range rep.Problems {
-				got[p.Kind]++
-			}
-			if !mapsEqual(got, c.want) {
+			if got := problemKinds(rep); !maps.Equal(got, c.want) {
 				t.Fatalf("Check found %v, want %v:\n%s", got, c.want, problemList(rep))
 			}
 			var out bytes.Buffer

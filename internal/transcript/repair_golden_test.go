@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -266,11 +267,7 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := map[string]int{}
-			for _, p := range rep.Problems {
-				got[p.Kind]++
-			}
-			if !mapsEqual(got, c.want) {
+			if got := problemKinds(rep); !maps.Equal(got, c.want) {
 				t.Errorf("Check found %v, want %v:\n%s", got, c.want, problemList(rep))
 			}
 
@@ -369,16 +366,13 @@ func reportsEqual(a, b *Report) bool {
 	return bytes.Equal(x, y)
 }
 
-func mapsEqual(a, b map[string]int) bool {
-	if len(a) != len(b) {
-		return false
+// problemKinds counts the problems of r by kind.
+func problemKinds(r *Report) map[string]int {
+	kinds := map[string]int{}
+	for _, p := range r.Problems {
+		kinds[p.Kind]++
 	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
+	return kinds
 }
 
 // firstDiff shows the first line where got and want differ.

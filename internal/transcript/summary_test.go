@@ -3,15 +3,11 @@ package transcript
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/sessiond/sessiond/internal/errdefs"
 )
 
 // sdkInfo is the SDK's SDKSessionInfo, as the goldens record it.
@@ -45,12 +41,6 @@ type summaryGolden struct {
 		Titles []metaGolden `json:"titles"`
 		Tags   []metaGolden `json:"tags"`
 	} `json:"meta"`
-}
-
-type metaGolden struct {
-	Input *string `json:"input"`
-	Line  string  `json:"line"`
-	Error string  `json:"error"`
 }
 
 func readSummaryGolden(t *testing.T) *summaryGolden {
@@ -287,154 +277,6 @@ func TestSummarySidecar(t *testing.T) {
 	}
 }
 
-func TestJSDateParse(t *testing.T) {
-	t.Setenv("TZ", "UTC")
-	local := time.Local
-	time.Local = time.UTC
-	defer func() { time.Local = local }()
-	tests := map[string]int64{
-		"2026-02-10T21:11:56.906Z":      1770757916906,
-		"2026-02-10T21:11:56.9069999Z":  1770757916906,
-		"2026-02-10T21:11:56Z":          1770757916000,
-		"2026-02-10T21:11Z":             1770757860000,
-		"2026-02-10":                    1770681600000,
-		"2026-02":                       1769904000000,
-		"2026":                          1767225600000,
-		"2026-02-10T21:11:56.906+01:00": 1770754316906,
-		"2026-02-10T21:11:56.906":       1770757916906,
-		"2026-02-10t21:11:56z":          1770757916000,
-		"2026-02-10T24:00:00Z":          1770768000000,
-		"2026-02-30T00:00:00Z":          1772409600000,
-		"+002026-02-10T21:11:56.906Z":   1770757916906,
-		"2026-02-10T21:11:56.906+0100":  1770754316906,
-	}
-	for in, want := range tests {
-		if got, ok := jsDateParse(in); !ok || got != want {
-			t.Errorf("jsDateParse(%q) = %d, %v; want %d", in, got, ok, want)
-		}
-	}
-	for _, in := range []string{"x", "", "2026-02-10T21:11:56.Z", "2026-02-10T21:11:60Z", " 2026-02-10T21:11:56Z", "2026-13-01", "-000000-01-01"} {
-		if got, ok := jsDateParse(in); ok {
-			t.Errorf("jsDateParse(%q) = %d, want NaN", in, got)
-		}
-	}
-}
-
-// TestMetaGoldens compares CustomTitleLine and TagLine with the lines
-// renameSession and tagSession append, and NormalizeTitle / NormalizeTag
-// with what they refuse.
-func TestMetaGoldens(t *testing.T) {
-	goldens(t)
-	g := readSummaryGolden(t)
-	sid := g.SessionID
-	for _, c := range g.Meta.Titles {
-		title := *c.Input
-		norm, err := NormalizeTitle(title)
-		if c.Error != "" {
-			if !errors.Is(err, errdefs.ErrInvalidArgument) {
-				t.Errorf("NormalizeTitle(%q) = %q, %v; the SDK refuses it: %s", title, norm, err, c.Error)
-			}
-			continue
-		}
-		// The encoding matches for every title the SDK takes...
-		if got := string(CustomTitleLine(sid, jsTrim(title))); got != c.Line {
-			t.Errorf("CustomTitleLine(%q):\n got %s\nwant %s", title, got, c.Line)
-		}
-		// ...and sessiond refuses only control characters on top.
-		if hasControl(title) != (err != nil) {
-			t.Errorf("NormalizeTitle(%q) = %q, %v", title, norm, err)
-		}
-		if err == nil && norm != jsTrim(title) {
-			t.Errorf("NormalizeTitle(%q) = %q", title, norm)
-		}
-	}
-	for _, c := range g.Meta.Tags {
-		if c.Input == nil { // tagSession(id, null): clear
-			if got := string(TagLine(sid, "")); got != c.Line {
-				t.Errorf("TagLine(clear):\n got %s\nwant %s", got, c.Line)
-			}
-			continue
-		}
-		tag := *c.Input
-		norm, err := NormalizeTag(tag)
-		if c.Error != "" || tag == "" {
-			if tag == "" {
-				if err != nil || norm != "" {
-					t.Errorf("NormalizeTag(\"\") = %q, %v; want the clearing tag", norm, err)
-				}
-				continue
-			}
-			if !errors.Is(err, errdefs.ErrInvalidArgument) {
-				t.Errorf("NormalizeTag(%q) = %q, %v; the SDK refuses it: %s", tag, norm, err, c.Error)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("NormalizeTag(%q): %v", tag, err)
-			continue
-		}
-		if got := string(TagLine(sid, norm)); got != c.Line {
-			t.Errorf("TagLine(%q):\n got %s\nwant %s", tag, got, c.Line)
-		}
-	}
-}
-
-// hasControl reports whether s, trimmed, has a character sessiond refuses
-// in titles and tags.
-func hasControl(s string) bool {
-	for _, r := range jsTrim(s) {
-		if r < 0x20 || (r >= 0x7f && r <= 0x9f) || r == 0x2028 || r == 0x2029 {
-			return true
-		}
-	}
-	return false
-}
-
-func TestNormalizeTitleAndTag(t *testing.T) {
-	for _, bad := range []string{"", "  ", "a\nb", "a\rb", "a\u2028b", "x\x00", strings.Repeat("a", MaxTitleLength+1), "\xff"} {
-		if _, err := NormalizeTitle(bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
-			t.Errorf("NormalizeTitle(%q): %v", bad, err)
-		}
-	}
-	if got, err := NormalizeTitle(strings.Repeat("é", MaxTitleLength)); err != nil || got == "" {
-		t.Errorf("NormalizeTitle(200 runes): %v", err)
-	}
-	for _, bad := range []string{" ", "\u200b", "a\nb", strings.Repeat("b", MaxTitleLength+1), "\xff"} {
-		if _, err := NormalizeTag(bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
-			t.Errorf("NormalizeTag(%q): %v", bad, err)
-		}
-	}
-	for in, want := range map[string]string{"\ufb01nal": "final", "a\u200bb": "ab", "caf\u0065\u0301": "caf\u00e9", "\uff21": "A", "plain ascii\u007f": ""} {
-		got, err := NormalizeTag(in)
-		if want == "" {
-			if err == nil {
-				t.Errorf("NormalizeTag(%q) = %q, want an error", in, got)
-			}
-			continue
-		}
-		if err != nil || got != want {
-			t.Errorf("NormalizeTag(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	if got := string(TagLine("s", "x")); !strings.HasPrefix(got, `{"type":"tag"`) {
-		t.Errorf("TagLine does not start with {\"type\":\"tag\": %s", got)
-	}
-}
-
-func TestAppendJSString(t *testing.T) {
-	for in, want := range map[string]string{
-		"plain":              `"plain"`,
-		"q\"b\\":             `"q\"b\\"`,
-		"\b\f\n\r\t\x01\x1f": `"\b\f\n\r\t\u0001\u001f"`,
-		"\x7f\u2028<&>é🎉":    "\"\x7f\u2028<&>é🎉\"",
-		"bad\xff\xe2\x82x":   "\"bad\uFFFD\uFFFDx\"",
-	} {
-		if got := string(appendJSString(nil, in)); got != want {
-			t.Errorf("appendJSString(%q) = %s, want %s", in, got, want)
-		}
-	}
-}
-
 // FuzzSummaryWindows shrinks the lite reader's windows to a few bytes and
 // checks that the streaming Summary sees, after every line, exactly what the
 // head/tail reader sees in the windows of the file so far.
@@ -622,6 +464,47 @@ func TestTailKeysIn(t *testing.T) {
 		}
 		if got := tailKeysIn(line); got != want {
 			t.Fatalf("tailKeysIn(%.200q) = %012b, want %012b", line, got, want)
+		}
+	}
+}
+
+func BenchmarkSummaryAdd(b *testing.B) {
+	src, err := os.ReadFile(filepath.Join(fixtureDir, "jimmc414__cctrace__main.jsonl"))
+	if err != nil {
+		b.Skip(err)
+	}
+	b.SetBytes(int64(len(src)))
+	for b.Loop() {
+		streamSummary(src)
+	}
+}
+
+// BenchmarkSummaryAddTail is what every append past the head window costs
+// the listing summary: the lines of a real transcript fed over and over
+// to a summary already past its first 64 KiB.
+func BenchmarkSummaryAddTail(b *testing.B) {
+	src, err := os.ReadFile(filepath.Join(fixtureDir, "jimmc414__cctrace__main.jsonl"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	lines := bytes.Split(bytes.TrimSuffix(src, []byte("\n")), []byte("\n"))
+	var s Summary
+	for n := 0; n < 2*liteWindow; {
+		for _, l := range lines {
+			s.Add(l)
+			n += len(l) + 1
+		}
+	}
+	var size int64
+	for _, l := range lines {
+		size += int64(len(l)) + 1
+	}
+	b.SetBytes(size / int64(len(lines)))
+	i := 0
+	for b.Loop() {
+		s.Add(lines[i])
+		if i++; i == len(lines) {
+			i = 0
 		}
 	}
 }

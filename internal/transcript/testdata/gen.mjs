@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// gen.mjs regenerates the goldens of fork_test.go, summary_test.go and
+// gen.mjs regenerates the goldens of fork_golden_test.go, summary_test.go and
 // meta_test.go by asking the official TypeScript SDK
 // (@anthropic-ai/claude-agent-sdk, the version e2e/sdk pins) what it does:
 //

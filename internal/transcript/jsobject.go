@@ -1,0 +1,297 @@
+package transcript
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+)
+
+// JSON objects as JavaScript sees them: Fork and Summary reproduce what the
+// SDK's JSON.parse, object spread and truthiness tests do, while keeping
+// every key's order and every value's bytes as the agent wrote them.
+
+var (
+	litNull  = []byte("null")
+	litTrue  = []byte("true")
+	litFalse = []byte("false")
+)
+
+// jsMember is one member of a JSON object.
+type jsMember struct {
+	key    string // decoded
+	rawKey []byte // as written, quotes included
+	val    []byte // as written
+}
+
+// jsObject is a JSON object's members in order, as JSON.parse builds it:
+// when a key repeats, the member stays where it first appeared and takes
+// the last value.
+type jsObject []jsMember
+
+// jsParseObject splits data, one JSON value with optional JSON whitespace
+// around it, into members. ok is false when data is not one well-formed JSON
+// value (as encoding/json defines it, invalid UTF-8 aside), isObj when it is
+// well-formed but not an object.
+func jsParseObject(data []byte) (obj jsObject, isObj, ok bool) {
+	s := scanner{data: data}
+	s.ws()
+	if s.pos >= len(data) {
+		return nil, false, false
+	}
+	if data[s.pos] != '{' {
+		if s.value() != nil {
+			return nil, false, false
+		}
+		s.ws()
+		return nil, false, s.pos == len(data)
+	}
+	s.pos++
+	s.ws()
+	if s.pos < len(data) && data[s.pos] == '}' {
+		s.pos++
+		s.ws()
+		return jsObject{}, true, s.pos == len(data)
+	}
+	var seen map[string]int
+	for {
+		if s.pos >= len(data) || data[s.pos] != '"' {
+			return nil, false, false
+		}
+		ks := s.pos
+		flags, err := s.str()
+		if err != nil {
+			return nil, false, false
+		}
+		rawKey := data[ks:s.pos]
+		key := string(rawKey[1 : len(rawKey)-1])
+		if flags != 0 {
+			key = unquote(nodeUTF8(rawKey[1 : len(rawKey)-1]))
+		}
+		s.ws()
+		if s.pos >= len(data) || data[s.pos] != ':' {
+			return nil, false, false
+		}
+		s.pos++
+		s.ws()
+		vs := s.pos
+		if s.value() != nil {
+			return nil, false, false
+		}
+		val := data[vs:s.pos]
+		i := -1
+		switch {
+		case seen != nil:
+			if j, ok := seen[key]; ok {
+				i = j
+			}
+		case len(obj) >= 16: // many members: look keys up in a map from now on
+			seen = make(map[string]int, 2*len(obj))
+			for j, m := range obj {
+				seen[m.key] = j
+			}
+			if j, ok := seen[key]; ok {
+				i = j
+			}
+		default:
+			i = obj.index(key)
+		}
+		if i >= 0 {
+			obj[i].val = val
+		} else {
+			obj = append(obj, jsMember{key: key, rawKey: rawKey, val: val})
+			if seen != nil {
+				seen[key] = len(obj) - 1
+			}
+		}
+		s.ws()
+		if s.pos >= len(data) {
+			return nil, false, false
+		}
+		if data[s.pos] == ',' {
+			s.pos++
+			s.ws()
+			continue
+		}
+		if data[s.pos] != '}' {
+			return nil, false, false
+		}
+		s.pos++
+		break
+	}
+	s.ws()
+	if s.pos != len(data) {
+		return nil, false, false
+	}
+	return obj, true, true
+}
+
+// jsCompact returns the JSON value v without insignificant whitespace,
+// and whether v is one well-formed JSON value.
+func jsCompact(v []byte) ([]byte, bool) {
+	s := scanner{data: v}
+	s.ws()
+	st := s.pos
+	s.compact, s.out, s.seg = true, make([]byte, 0, len(v)), st
+	if s.pos >= len(v) || s.value() != nil {
+		return nil, false
+	}
+	s.flush()
+	s.compact = false
+	s.ws()
+	return s.out, s.pos == len(v)
+}
+
+func (o jsObject) index(key string) int {
+	for i := range o {
+		if o[i].key == key {
+			return i
+		}
+	}
+	return -1
+}
+
+func (o jsObject) get(key string) ([]byte, bool) {
+	if i := o.index(key); i >= 0 {
+		return o[i].val, true
+	}
+	return nil, false
+}
+
+func (o jsObject) has(key string) bool { return o.index(key) >= 0 }
+
+// str returns the member key when it is a string, decoded.
+func (o jsObject) str(key string) (string, bool) {
+	v, ok := o.get(key)
+	if !ok {
+		return "", false
+	}
+	return jsStringValue(v)
+}
+
+// isTrue reports whether member key is true (=== true).
+func (o jsObject) isTrue(key string) bool {
+	v, ok := o.get(key)
+	return ok && bytes.Equal(v, litTrue)
+}
+
+// object returns member key when it is an object (not null, not an array).
+func (o jsObject) object(key string) jsObject {
+	v, _ := o.get(key)
+	return jsObjectOf(v)
+}
+
+// jsObjectOf parses v when it is a JSON object, else returns nil.
+func jsObjectOf(v []byte) jsObject {
+	if len(v) == 0 || v[0] != '{' {
+		return nil
+	}
+	obj, isObj, ok := jsParseObject(v)
+	if !ok || !isObj {
+		return nil
+	}
+	if obj == nil {
+		obj = jsObject{}
+	}
+	return obj
+}
+
+// set gives key the value val (raw JSON): in place when the key exists,
+// else as a new last member, as an object spread does.
+func (o jsObject) set(key string, val []byte) jsObject {
+	if i := o.index(key); i >= 0 {
+		o[i].val = val
+		return o
+	}
+	return append(o, jsMember{key: key, rawKey: appendJSString(nil, key), val: val})
+}
+
+// del removes key, as an object spread does with a key set to undefined.
+func (o jsObject) del(key string) jsObject {
+	if i := o.index(key); i >= 0 {
+		return append(o[:i:i], o[i+1:]...)
+	}
+	return o
+}
+
+// appendTo appends the object as compact JSON.
+func (o jsObject) appendTo(b []byte) []byte {
+	b = append(b, '{')
+	for i, m := range o {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, m.rawKey...)
+		b = append(b, ':')
+		b = append(b, m.val...)
+	}
+	return append(b, '}')
+}
+
+// jsStringValue decodes v when it is a JSON string.
+func jsStringValue(v []byte) (string, bool) {
+	if len(v) < 2 || v[0] != '"' {
+		return "", false
+	}
+	body := nodeUTF8(v[1 : len(v)-1])
+	if bytes.IndexByte(body, '\\') < 0 {
+		return string(body), true
+	}
+	return unquote(body), true
+}
+
+// jsTruthy reports whether the JSON value v is truthy in JavaScript: not
+// false, null, 0 or "".
+func jsTruthy(v []byte) bool {
+	if len(v) == 0 {
+		return false
+	}
+	switch v[0] {
+	case 'f', 'n':
+		return false
+	case '"':
+		return len(v) > 2
+	case 't', '{', '[':
+		return true
+	}
+	return !jsIsZero(v)
+}
+
+// jsIsZero reports whether v is a JSON number equal to 0 in JavaScript
+// (-0 and numbers too small for a double included).
+func jsIsZero(v []byte) bool {
+	if len(v) == 0 || !(v[0] == '-' || '0' <= v[0] && v[0] <= '9') {
+		return false
+	}
+	f, err := strconv.ParseFloat(string(v), 64)
+	return f == 0 && (err == nil || errors.Is(err, strconv.ErrRange))
+}
+
+// jsEachElement calls fn with each element of the JSON array arr until fn
+// returns false.
+func jsEachElement(arr []byte, fn func(el []byte) bool) {
+	s := scanner{data: arr}
+	s.ws()
+	if s.pos >= len(arr) || arr[s.pos] != '[' {
+		return
+	}
+	s.pos++
+	s.ws()
+	if s.pos < len(arr) && arr[s.pos] == ']' {
+		return
+	}
+	for s.pos < len(arr) {
+		vs := s.pos
+		if s.value() != nil {
+			return
+		}
+		if !fn(arr[vs:s.pos]) {
+			return
+		}
+		s.ws()
+		if s.pos >= len(arr) || arr[s.pos] != ',' {
+			return
+		}
+		s.pos++
+		s.ws()
+	}
+}
