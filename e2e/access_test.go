@@ -92,7 +92,7 @@ func TestAccessOtherUIDRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctl := filepath.Join(binDir, "sessionctl")
-	copyFile(t, filepath.Join(bins, "sessionctl"), ctl, 0o755)
+	copyFile(t, bins.Sessionctl(), ctl, 0o755)
 
 	runAs := func(stdin string, args ...string) (string, string, int) {
 		t.Helper()

@@ -260,12 +260,12 @@ func checkDiskFullError(t *testing.T, what string, err error) {
 func (d *daemon) requireSameProcess(t *testing.T, pid int) {
 	t.Helper()
 	select {
-	case <-d.exited:
-		t.Fatalf("sessiond exited (%v); it must ride out a full disk:\n%s", d.err, d.log.String())
+	case <-d.Exited():
+		t.Fatalf("sessiond exited (%v); it must ride out a full disk:\n%s", d.Err(), d.Log())
 	default:
 	}
-	if d.cmd.Process.Pid != pid {
-		t.Fatalf("sessiond was restarted (pid %d, was %d)", d.cmd.Process.Pid, pid)
+	if d.Pid() != pid {
+		t.Fatalf("sessiond was restarted (pid %d, was %d)", d.Pid(), pid)
 	}
 }
 
@@ -294,7 +294,7 @@ func TestFullDiskAppend(t *testing.T) {
 	t.Parallel()
 	disk := mountTmpfs(t, "8m")
 	d := diskDaemon(t, disk)
-	pid := d.cmd.Process.Pid
+	pid := d.Pid()
 	filler := filepath.Join(disk, "filler")
 	writeFiller(t, filler, 4<<20)
 
@@ -420,7 +420,7 @@ func TestFullDiskDuringCompaction(t *testing.T) {
 	disk := mountTmpfs(t, "8m")
 	// No idle compaction or retirement: only the flushes below compact.
 	d := diskDaemon(t, disk, "--idle-compact", "1h", "--idle-retire", "1h")
-	pid := d.cmd.Process.Pid
+	pid := d.Pid()
 	c := d.client(client.WithRetry(1, 0))
 	defer c.Close()
 	cwd := t.TempDir()
@@ -709,7 +709,7 @@ func TestFullDiskAtStart(t *testing.T) {
 	writeFiller(t, filler, freeBytes(t, disk)-(100<<10))
 
 	d.start() // fails the test if sessiond does not come up
-	pid := d.cmd.Process.Pid
+	pid := d.Pid()
 	c = d.client(client.WithRetry(1, 0))
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -180,7 +180,7 @@ func waitIdle(t *testing.T, d *daemon, api sessiondv1.SessiondClient, maxFDs int
 		if err != nil {
 			t.Fatalf("status: %v", err)
 		}
-		n := openFDs(t, d.cmd.Process.Pid)
+		n := openFDs(t, d.Pid())
 		if st.GetActiveSessions() == 0 && (maxFDs == 0 || n <= maxFDs) {
 			return n
 		}
@@ -195,8 +195,8 @@ func waitIdle(t *testing.T, d *daemon, api sessiondv1.SessiondClient, maxFDs int
 func requireAlive(t *testing.T, d *daemon) {
 	t.Helper()
 	select {
-	case <-d.exited:
-		t.Fatalf("sessiond exited (%v):\n%s", d.err, d.log.String())
+	case <-d.Exited():
+		t.Fatalf("sessiond exited (%v):\n%s", d.Err(), d.Log())
 	default:
 	}
 }
@@ -689,7 +689,7 @@ func TestHostileCancelledRead(t *testing.T) {
 func TestHostileDescriptorExhaustion(t *testing.T) {
 	t.Parallel()
 	d := hostileDaemon(t)
-	pid := d.cmd.Process.Pid
+	pid := d.Pid()
 	const conns, sessions = 8, 3000
 	clients := make([]sessiondv1.SessiondClient, conns)
 	for i := range clients {
