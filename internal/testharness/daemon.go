@@ -155,9 +155,14 @@ func (d *Daemon) Kill() {
 // Stop sends sig and waits up to within for the exit; it returns the exit
 // status (-1 when a signal ended the process) and how long the exit took.
 // A daemon still running after within is killed and reported as an error.
+// So is one that had exited before the signal (the error wraps
+// os.ErrProcessDone; the status is its exit's).
 func (d *Daemon) Stop(sig syscall.Signal, within time.Duration) (int, time.Duration, error) {
 	t := time.Now()
-	if err := d.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := d.cmd.Process.Signal(sig); err != nil {
+		if errors.Is(err, os.ErrProcessDone) {
+			return d.ExitCode(), 0, fmt.Errorf("send %v: %w", sig, err)
+		}
 		return -1, 0, fmt.Errorf("send %v: %w", sig, err)
 	}
 	select {

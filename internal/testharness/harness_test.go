@@ -2,6 +2,7 @@ package testharness
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,6 +112,11 @@ func TestDaemonExitsWhileStarting(t *testing.T) {
 	}
 	if d.ExitCode() == 0 || d.Err() == nil || !strings.Contains(d.Log(), "--idle-compact must be greater than zero") {
 		t.Fatalf("exit %d (%v), log %q", d.ExitCode(), d.Err(), d.Log())
+	}
+	// Stopping it now is an error, which still gives its exit.
+	code, _, err := d.Stop(syscall.SIGTERM, time.Second)
+	if !errors.Is(err, os.ErrProcessDone) || code != d.ExitCode() {
+		t.Fatalf("Stop after the exit: %d, %v", code, err)
 	}
 }
 

@@ -1,9 +1,0 @@
-//go:build !linux
-
-package torture
-
-import "syscall"
-
-// sysProcAttr has nothing to add where the parent's death cannot be
-// forwarded to the daemon.
-func sysProcAttr() *syscall.SysProcAttr { return nil }
