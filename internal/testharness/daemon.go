@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health/grpc_health_v1"
 
@@ -161,15 +162,15 @@ func (d *Daemon) Stop(sig syscall.Signal, within time.Duration) (int, time.Durat
 	t := time.Now()
 	if err := d.cmd.Process.Signal(sig); err != nil {
 		if errors.Is(err, os.ErrProcessDone) {
-			return d.ExitCode(), 0, fmt.Errorf("send %v: %w", sig, err)
+			return d.ExitCode(), 0, fmt.Errorf("send %s: %w", unix.SignalName(sig), err)
 		}
-		return -1, 0, fmt.Errorf("send %v: %w", sig, err)
+		return -1, 0, fmt.Errorf("send %s: %w", unix.SignalName(sig), err)
 	}
 	select {
 	case <-d.exited:
 	case <-time.After(within):
 		d.Kill()
-		return -1, time.Since(t), fmt.Errorf("sessiond did not exit within %v of %v; killed", within, sig)
+		return -1, time.Since(t), fmt.Errorf("sessiond did not exit within %v of %s; killed", within, unix.SignalName(sig))
 	}
 	return d.cmd.ProcessState.ExitCode(), time.Since(t), nil
 }

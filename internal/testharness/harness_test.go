@@ -163,7 +163,7 @@ func TestStopKillsAfterWithin(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	code, took, err := d.Stop(syscall.SIGTERM, 300*time.Millisecond)
-	if err == nil || !strings.Contains(err.Error(), "killed") || code != -1 || took < 300*time.Millisecond {
+	if err == nil || !strings.Contains(err.Error(), "within 300ms of SIGTERM; killed") || code != -1 || took < 300*time.Millisecond {
 		t.Fatalf("Stop: exit %d after %v, %v; want killed after 300ms", code, took, err)
 	}
 	select {
