@@ -218,6 +218,29 @@ func (l *diskLedger) checkExactlyOnce(t *testing.T, what, sid string, seen map[s
 	return phantoms
 }
 
+// freeAndFlush removes filler and flushes s: the flush must succeed
+// without a restart (the daemon is still pid), and the canonical file
+// must then hold every acknowledged entry exactly once.
+func (l *diskLedger) freeAndFlush(ctx context.Context, t *testing.T, d *daemon, c *client.Client, s client.Session, pid int, filler, canon string) {
+	t.Helper()
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Flush(ctx, s); err != nil {
+		t.Fatalf("flush after space was freed: %v", err)
+	}
+	d.requireSameProcess(t, pid)
+	data, err := os.ReadFile(canon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := l.counts(t, "canonical file after the flush", data)
+	l.checkExactlyOnce(t, "canonical file after the flush", s.ID, seen)
+	if want := len(l.acked); len(seen) != want {
+		t.Errorf("the canonical file holds %d entries, want %d", len(seen), want)
+	}
+}
+
 // readViaDaemon reads a session's whole content through sessiond (the
 // canonical file plus the journaled entries).
 func readViaDaemon(t *testing.T, c *client.Client, s client.Session) []byte {
@@ -498,22 +521,7 @@ func TestFullDiskDuringCompaction(t *testing.T) {
 	}
 
 	// Free space: the flush now succeeds, without a restart.
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Flush(ctx, s); err != nil {
-		t.Fatalf("flush after space was freed: %v", err)
-	}
-	d.requireSameProcess(t, pid)
-	data, err := os.ReadFile(canon)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen = l.counts(t, "canonical file after the flush", data)
-	l.checkExactlyOnce(t, "canonical file after the flush", s.ID, seen)
-	if want := len(l.acked); len(seen) != want {
-		t.Errorf("the canonical file holds %d entries, want %d", len(seen), want)
-	}
+	l.freeAndFlush(ctx, t, d, c, s, pid, filler, canon)
 }
 
 // TestFullDiskRefusedAppendNotStored: many clients append at once (so the
@@ -728,22 +736,7 @@ func TestFullDiskAtStart(t *testing.T) {
 		t.Errorf("a small append on the nearly full disk failed: %v", err)
 	}
 
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Flush(ctx, s); err != nil {
-		t.Fatalf("flush after space was freed: %v", err)
-	}
-	d.requireSameProcess(t, pid)
-	data, err := os.ReadFile(d.transcript(pk, s.ID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen = l.counts(t, "canonical file after the flush", data)
-	l.checkExactlyOnce(t, "canonical file after the flush", s.ID, seen)
-	if len(seen) != len(l.acked) {
-		t.Errorf("the canonical file holds %d entries, want %d", len(seen), len(l.acked))
-	}
+	l.freeAndFlush(ctx, t, d, c, s, pid, filler, d.transcript(pk, s.ID))
 	if st, err := c.Status(ctx); err == nil && len(st.GetRecoveryErrors()) > 0 {
 		t.Logf("after the successful flush, status still reports recovery errors: %q", st.GetRecoveryErrors())
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/testharness"
 )
@@ -155,6 +156,14 @@ func (d *daemon) client(opts ...client.Option) *client.Client {
 		d.t.Fatal(err)
 	}
 	return c
+}
+
+// api is the daemon's raw gRPC API, over a connection closed when the
+// test ends: for requests the client package would not send.
+func (d *daemon) api() sessiondv1.SessiondClient {
+	c := d.client()
+	d.t.Cleanup(func() { c.Close() })
+	return sessiondv1.NewSessiondClient(c.Conn())
 }
 
 // stop sends sig and waits for the exit; it returns the exit code (that

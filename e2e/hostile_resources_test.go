@@ -31,9 +31,7 @@ import (
 func TestHostileCancelledRead(t *testing.T) {
 	t.Parallel()
 	d := hostileDaemon(t)
-	c := d.client()
-	defer c.Close()
-	api := sessiondv1.NewSessiondClient(c.Conn())
+	api := d.api()
 	ctx := context.Background()
 	ref := &sessiondv1.SessionRef{Project: &sessiondv1.SessionRef_Cwd{Cwd: t.TempDir()}, SessionId: uuid.NewString()}
 	const perBatch, batches = 20, 8 // 160 entries of 60 KiB: about 10 MiB, ten 1 MiB read messages

@@ -218,9 +218,7 @@ type hostileCase struct {
 func TestHostileInputs(t *testing.T) {
 	t.Parallel()
 	d := hostileDaemon(t)
-	c := d.client()
-	defer c.Close()
-	api := sessiondv1.NewSessiondClient(c.Conn())
+	api := d.api()
 	ctx := context.Background()
 
 	cwd := t.TempDir()

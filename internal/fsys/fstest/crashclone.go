@@ -108,15 +108,8 @@ func tear(buf []byte, o fileOp, rng *rand.Rand) []byte {
 func (c *CrashFS) CrashClone(rng *rand.Rand) *CrashFS {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	memo := map[*inode]*inode{}
 	kept := map[uint64]bool{} // dirOp id -> kept, so both halves of a rename agree
-	var clone func(n *inode) *inode
-	clone = func(n *inode) *inode {
-		if m, ok := memo[n]; ok {
-			return m
-		}
-		m := &inode{dir: n.dir, perm: n.perm, mtime: n.mtime}
-		memo[n] = m
+	root := cloneTree(c.root, func(n, m *inode, clone func(*inode) *inode) {
 		if !n.dir {
 			data := append([]byte(nil), n.synced...)
 			if rng != nil && len(n.pend) > 0 {
@@ -128,7 +121,7 @@ func (c *CrashFS) CrashClone(rng *rand.Rand) *CrashFS {
 			}
 			m.data = data
 			m.synced = append([]byte(nil), data...)
-			return m
+			return
 		}
 		ents := cloneEnts(n.sents, nil)
 		if rng != nil {
@@ -155,9 +148,8 @@ func (c *CrashFS) CrashClone(rng *rand.Rand) *CrashFS {
 			m.ents[k] = clone(ents[k])
 		}
 		m.sents = cloneEnts(m.ents, nil)
-		return m
-	}
-	return &CrashFS{root: clone(c.root)}
+	})
+	return &CrashFS{root: root}
 }
 
 // KillClone returns what a new process sees after this one was killed
@@ -167,19 +159,12 @@ func (c *CrashFS) CrashClone(rng *rand.Rand) *CrashFS {
 func (c *CrashFS) KillClone() *CrashFS {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	memo := map[*inode]*inode{}
-	var clone func(n *inode) *inode
-	clone = func(n *inode) *inode {
-		if m, ok := memo[n]; ok {
-			return m
-		}
-		m := &inode{dir: n.dir, perm: n.perm, mtime: n.mtime}
-		memo[n] = m
+	root := cloneTree(c.root, func(n, m *inode, clone func(*inode) *inode) {
 		if !n.dir {
 			m.data = append([]byte(nil), n.data...)
 			m.synced = append([]byte(nil), n.synced...)
 			m.pend = append([]fileOp(nil), n.pend...) // ops are never modified in place
-			return m
+			return
 		}
 		m.ents = cloneEnts(n.ents, clone)
 		m.sents = cloneEnts(n.sents, clone)
@@ -196,7 +181,24 @@ func (c *CrashFS) KillClone() *CrashFS {
 			}
 			m.dops = append(m.dops, nop)
 		}
+	})
+	return &CrashFS{root: root, countReads: c.countReads, lastOpID: c.lastOpID}
+}
+
+// cloneTree copies the tree below root, each inode once (so a file with
+// two names stays one file), fill completing each copy m from its
+// original n; clone gives the copy of another inode.
+func cloneTree(root *inode, fill func(n, m *inode, clone func(*inode) *inode)) *inode {
+	memo := map[*inode]*inode{}
+	var clone func(n *inode) *inode
+	clone = func(n *inode) *inode {
+		if m, ok := memo[n]; ok {
+			return m
+		}
+		m := &inode{dir: n.dir, perm: n.perm, mtime: n.mtime}
+		memo[n] = m
+		fill(n, m, clone)
 		return m
 	}
-	return &CrashFS{root: clone(c.root), countReads: c.countReads, lastOpID: c.lastOpID}
+	return clone(root)
 }
