@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sessiond/sessiond/internal/testharness"
 )
 
 const (
@@ -413,17 +416,14 @@ func TestDaemonAcceptsArguments(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds cmd/sessiond")
 	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
+	if _, err := exec.LookPath("go"); err != nil {
 		t.Skipf("go not on PATH: %v", err)
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "sessiond")
-	build := exec.Command(goBin, "build", "-o", bin, "./cmd/sessiond")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/sessiond: %v\n%s", err, out)
+	if err := testharness.BuildInto(context.Background(), dir, testharness.BuildOptions{}, "sessiond"); err != nil {
+		t.Fatal(err)
 	}
+	bin := filepath.Join(dir, "sessiond")
 
 	svc := loadUnit(t, serviceFile)
 	specs := map[byte]string{'t': filepath.Join(dir, "run"), 'h': filepath.Join(dir, "home"), 'U': "1000", 'u': "someone"}

@@ -92,7 +92,7 @@ func TestAccessOtherUIDRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctl := filepath.Join(binDir, "sessionctl")
-	copyFile(t, filepath.Join(bins, "sessionctl"), ctl, 0o755)
+	copyFile(t, bins.Sessionctl(), ctl, 0o755)
 
 	runAs := func(stdin string, args ...string) (string, string, int) {
 		t.Helper()
@@ -185,9 +185,7 @@ func requirePrivateModes(t *testing.T, step string, roots ...string) {
 func TestAccessFileModes(t *testing.T) {
 	t.Parallel()
 	d := hostileDaemon(t)
-	c := d.client()
-	defer c.Close()
-	api := sessiondv1.NewSessiondClient(c.Conn())
+	api := d.api()
 	ctx := context.Background()
 	cwd := t.TempDir()
 	pk, _ := layout.ProjectKeyFromCwd(cwd)
@@ -258,9 +256,7 @@ func TestAccessFileModes(t *testing.T) {
 func TestAccessSymlinksNeverFollowed(t *testing.T) {
 	t.Parallel()
 	d := hostileDaemon(t)
-	c := d.client()
-	defer c.Close()
-	api := sessiondv1.NewSessiondClient(c.Conn())
+	api := d.api()
 	ctx := context.Background()
 	cwd := t.TempDir()
 	pk, _ := layout.ProjectKeyFromCwd(cwd)
@@ -495,9 +491,7 @@ func TestAccessPathTricksStayInside(t *testing.T) {
 	os.WriteFile(filepath.Join(victim, "x"), []byte("keep"), 0o600)
 	t.Chdir(victim) // the daemon starts here: relative paths would land in victim
 	d := hostileDaemon(t)
-	c := d.client()
-	defer c.Close()
-	api := sessiondv1.NewSessiondClient(c.Conn())
+	api := d.api()
 	ctx := context.Background()
 	cwd := filepath.Join(t.TempDir(), "proj")
 	os.Mkdir(cwd, 0o700)

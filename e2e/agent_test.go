@@ -18,6 +18,7 @@ import (
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/mockapi"
+	"github.com/sessiond/sessiond/internal/testharness"
 )
 
 // The agent tests run the real Claude Code CLI (shipped in the official
@@ -102,7 +103,7 @@ func (a *agentEnv) startTurn(configDir, prompt, resume, flush string) (cmd *exec
 			"home": a.home, "baseURL": a.api.URL, "prompt": prompt, "flush": flush})
 	}
 	cmd = exec.Command("node", filepath.Join(agentDir, "test", "agent", "driver.mjs"), string(cfg))
-	var stderr syncBuffer
+	var stderr testharness.SyncBuffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -498,8 +499,7 @@ func TestAgentFaultsMidTurn(t *testing.T) {
 				}
 				a.d.start()
 			case "sessiond kill -9":
-				a.d.cmd.Process.Kill()
-				<-a.d.exited
+				a.d.Kill()
 				a.d.start()
 			case "agent killed":
 				cmd.Process.Signal(syscall.SIGKILL)

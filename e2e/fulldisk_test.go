@@ -218,6 +218,29 @@ func (l *diskLedger) checkExactlyOnce(t *testing.T, what, sid string, seen map[s
 	return phantoms
 }
 
+// freeAndFlush removes filler and flushes s: the flush must succeed
+// without a restart (the daemon is still pid), and the canonical file
+// must then hold every acknowledged entry exactly once.
+func (l *diskLedger) freeAndFlush(ctx context.Context, t *testing.T, d *daemon, c *client.Client, s client.Session, pid int, filler, canon string) {
+	t.Helper()
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Flush(ctx, s); err != nil {
+		t.Fatalf("flush after space was freed: %v", err)
+	}
+	d.requireSameProcess(t, pid)
+	data, err := os.ReadFile(canon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := l.counts(t, "canonical file after the flush", data)
+	l.checkExactlyOnce(t, "canonical file after the flush", s.ID, seen)
+	if want := len(l.acked); len(seen) != want {
+		t.Errorf("the canonical file holds %d entries, want %d", len(seen), want)
+	}
+}
+
 // readViaDaemon reads a session's whole content through sessiond (the
 // canonical file plus the journaled entries).
 func readViaDaemon(t *testing.T, c *client.Client, s client.Session) []byte {
@@ -260,12 +283,12 @@ func checkDiskFullError(t *testing.T, what string, err error) {
 func (d *daemon) requireSameProcess(t *testing.T, pid int) {
 	t.Helper()
 	select {
-	case <-d.exited:
-		t.Fatalf("sessiond exited (%v); it must ride out a full disk:\n%s", d.err, d.log.String())
+	case <-d.Exited():
+		t.Fatalf("sessiond exited (%v); it must ride out a full disk:\n%s", d.Err(), d.Log())
 	default:
 	}
-	if d.cmd.Process.Pid != pid {
-		t.Fatalf("sessiond was restarted (pid %d, was %d)", d.cmd.Process.Pid, pid)
+	if d.Pid() != pid {
+		t.Fatalf("sessiond was restarted (pid %d, was %d)", d.Pid(), pid)
 	}
 }
 
@@ -294,7 +317,7 @@ func TestFullDiskAppend(t *testing.T) {
 	t.Parallel()
 	disk := mountTmpfs(t, "8m")
 	d := diskDaemon(t, disk)
-	pid := d.cmd.Process.Pid
+	pid := d.Pid()
 	filler := filepath.Join(disk, "filler")
 	writeFiller(t, filler, 4<<20)
 
@@ -420,7 +443,7 @@ func TestFullDiskDuringCompaction(t *testing.T) {
 	disk := mountTmpfs(t, "8m")
 	// No idle compaction or retirement: only the flushes below compact.
 	d := diskDaemon(t, disk, "--idle-compact", "1h", "--idle-retire", "1h")
-	pid := d.cmd.Process.Pid
+	pid := d.Pid()
 	c := d.client(client.WithRetry(1, 0))
 	defer c.Close()
 	cwd := t.TempDir()
@@ -498,22 +521,7 @@ func TestFullDiskDuringCompaction(t *testing.T) {
 	}
 
 	// Free space: the flush now succeeds, without a restart.
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Flush(ctx, s); err != nil {
-		t.Fatalf("flush after space was freed: %v", err)
-	}
-	d.requireSameProcess(t, pid)
-	data, err := os.ReadFile(canon)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen = l.counts(t, "canonical file after the flush", data)
-	l.checkExactlyOnce(t, "canonical file after the flush", s.ID, seen)
-	if want := len(l.acked); len(seen) != want {
-		t.Errorf("the canonical file holds %d entries, want %d", len(seen), want)
-	}
+	l.freeAndFlush(ctx, t, d, c, s, pid, filler, canon)
 }
 
 // TestFullDiskRefusedAppendNotStored: many clients append at once (so the
@@ -709,7 +717,7 @@ func TestFullDiskAtStart(t *testing.T) {
 	writeFiller(t, filler, freeBytes(t, disk)-(100<<10))
 
 	d.start() // fails the test if sessiond does not come up
-	pid := d.cmd.Process.Pid
+	pid := d.Pid()
 	c = d.client(client.WithRetry(1, 0))
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -728,22 +736,7 @@ func TestFullDiskAtStart(t *testing.T) {
 		t.Errorf("a small append on the nearly full disk failed: %v", err)
 	}
 
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Flush(ctx, s); err != nil {
-		t.Fatalf("flush after space was freed: %v", err)
-	}
-	d.requireSameProcess(t, pid)
-	data, err := os.ReadFile(d.transcript(pk, s.ID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen = l.counts(t, "canonical file after the flush", data)
-	l.checkExactlyOnce(t, "canonical file after the flush", s.ID, seen)
-	if len(seen) != len(l.acked) {
-		t.Errorf("the canonical file holds %d entries, want %d", len(seen), len(l.acked))
-	}
+	l.freeAndFlush(ctx, t, d, c, s, pid, filler, d.transcript(pk, s.ID))
 	if st, err := c.Status(ctx); err == nil && len(st.GetRecoveryErrors()) > 0 {
 		t.Logf("after the successful flush, status still reports recovery errors: %q", st.GetRecoveryErrors())
 	}

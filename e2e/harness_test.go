@@ -12,45 +12,31 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/health/grpc_health_v1"
-
+	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
+	"github.com/sessiond/sessiond/internal/testharness"
 )
 
-var bins string // folder holding the freshly built binaries
+var bins testharness.Binaries // sessiond and sessionctl, freshly built
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sessiond-e2e-bin")
+	// The daemon under test runs with the race detector when the tests do.
+	b, err := testharness.Build(testharness.BuildOptions{Race: raceEnabled})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	// -buildvcs=true: the binaries report the commit they were built from
-	// (this machine's GOFLAGS may turn the stamp off).
-	args := []string{"build", "-buildvcs=true", "-o", dir + "/"}
-	if raceEnabled {
-		// The daemon under test runs with the race detector too.
-		args = append(args, "-race")
-	}
-	args = append(args, "../cmd/sessiond", "../cmd/sessionctl")
-	cmd := exec.Command("go", args...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building the binaries failed:", err)
 		os.Exit(1)
 	}
-	bins = dir
+	bins = b
 	if err := childEnv(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	testharness.RemoveBuilt()
 	os.Exit(code)
 }
 
@@ -88,37 +74,18 @@ func childEnv() error {
 	return nil
 }
 
-// syncBuffer collects a process's output safely while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// daemon is one sessiond process under test.
+// daemon is one sessiond process under test: a testharness.Daemon (set
+// by start) with the folders it runs on, failing the test instead of
+// returning errors.
 type daemon struct {
+	*testharness.Daemon
 	t      *testing.T
 	dir    string
 	socket string
 	root   string
 	state  string
 	args   []string
-	env    []string
-	cmd    *exec.Cmd
-	log    *syncBuffer
-	exited chan struct{}
-	err    error
+	env    []string // added to the test's environment
 }
 
 func newDaemon(t *testing.T, args ...string) *daemon {
@@ -131,16 +98,12 @@ func newDaemon(t *testing.T, args ...string) *daemon {
 		args:   args,
 	}
 	t.Cleanup(func() {
-		if d.cmd != nil && d.exited != nil {
-			select {
-			case <-d.exited:
-			default:
-				d.cmd.Process.Kill()
-				<-d.exited
-			}
+		if d.Daemon == nil {
+			return
 		}
-		if t.Failed() && d.log != nil {
-			t.Logf("sessiond log:\n%s", d.log.String())
+		d.Kill()
+		if t.Failed() {
+			t.Logf("sessiond log:\n%s", d.Log())
 		}
 	})
 	return d
@@ -156,39 +119,23 @@ func (d *daemon) start() {
 }
 
 func (d *daemon) startNoWait() error {
-	args := append([]string{"--socket", d.socket, "--root", d.root, "--state-dir", d.state, "--log-level", "debug"}, d.args...)
-	d.cmd = exec.Command(filepath.Join(bins, "sessiond"), args...)
-	d.log = &syncBuffer{}
-	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	d.cmd.Env = append(os.Environ(), d.env...)
-	if err := d.cmd.Start(); err != nil {
+	p, err := testharness.Start(testharness.Config{
+		Sessiond: bins.Sessiond(), Socket: d.socket, Root: d.root, StateDir: d.state,
+		Args: append([]string{"--log-level", "debug"}, d.args...),
+		Env:  append(os.Environ(), d.env...),
+	})
+	if err != nil {
 		return err
 	}
-	d.exited = make(chan struct{})
-	go func() { d.err = d.cmd.Wait(); close(d.exited) }()
+	d.Daemon = p
 	return nil
 }
 
 func (d *daemon) waitServing() {
 	d.t.Helper()
-	c := d.client()
-	defer c.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-d.exited:
-			d.t.Fatalf("sessiond exited while starting: %v\n%s", d.err, d.log.String())
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		resp, err := grpc_health_v1.NewHealthClient(c.Conn()).Check(ctx, &grpc_health_v1.HealthCheckRequest{})
-		cancel()
-		if err == nil && resp.GetStatus() == grpc_health_v1.HealthCheckResponse_SERVING {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if _, err := d.WaitServing(context.Background(), 30*time.Second); err != nil {
+		d.t.Fatalf("sessiond did not start serving: %v\n%s", err, d.Log())
 	}
-	d.t.Fatalf("sessiond did not start serving:\n%s", d.log.String())
 }
 
 // waitReplayed waits until the daemon, already serving, has moved every
@@ -197,21 +144,8 @@ func (d *daemon) waitServing() {
 // canonical files hold every acknowledged entry.
 func (d *daemon) waitReplayed() {
 	d.t.Helper()
-	c := d.client()
-	defer c.Close()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		st, err := c.Status(context.Background())
-		if err != nil {
-			d.t.Fatal(err)
-		}
-		if st.GetReplayPending() == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("still %d sessions to replay after a minute\n%s", st.GetReplayPending(), d.log.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if _, err := d.WaitReplayed(context.Background(), 60*time.Second); err != nil {
+		d.t.Fatalf("%v\n%s", err, d.Log())
 	}
 }
 
@@ -224,22 +158,29 @@ func (d *daemon) client(opts ...client.Option) *client.Client {
 	return c
 }
 
-// signal sends sig and waits for the exit; it returns the exit code.
+// api is the daemon's raw gRPC API, over a connection closed when the
+// test ends: for requests the client package would not send.
+func (d *daemon) api() sessiondv1.SessiondClient {
+	c := d.client()
+	d.t.Cleanup(func() { c.Close() })
+	return sessiondv1.NewSessiondClient(c.Conn())
+}
+
+// stop sends sig and waits for the exit; it returns the exit code (that
+// of an exit before the signal too).
 func (d *daemon) stop(sig syscall.Signal, within time.Duration) int {
 	d.t.Helper()
-	d.cmd.Process.Signal(sig)
-	select {
-	case <-d.exited:
-	case <-time.After(within):
-		d.t.Fatalf("sessiond did not exit within %v of %v", within, sig)
+	code, _, err := d.Stop(sig, within)
+	if err != nil && !errors.Is(err, os.ErrProcessDone) {
+		d.t.Fatal(err)
 	}
-	return d.cmd.ProcessState.ExitCode()
+	return code
 }
 
 // ctl runs sessionctl against the daemon.
 func (d *daemon) ctl(stdin string, args ...string) (string, string, int) {
 	d.t.Helper()
-	cmd := exec.Command(filepath.Join(bins, "sessionctl"), append([]string{"--socket", d.socket}, args...)...)
+	cmd := exec.Command(bins.Sessionctl(), append([]string{"--socket", d.socket}, args...)...)
 	return runCmd(d.t, cmd, stdin)
 }
 

@@ -21,13 +21,13 @@ type schedulerLine struct {
 
 func scheduler(t *testing.T, d *daemon) schedulerLine {
 	t.Helper()
-	for _, l := range bytes.Split([]byte(d.log.String()), []byte("\n")) {
+	for _, l := range bytes.Split([]byte(d.Log()), []byte("\n")) {
 		var v schedulerLine
 		if json.Unmarshal(l, &v) == nil && v.Msg == "scheduler" {
 			return v
 		}
 	}
-	t.Fatalf("no scheduler line in the log:\n%s", d.log.String())
+	t.Fatalf("no scheduler line in the log:\n%s", d.Log())
 	return schedulerLine{}
 }
 

@@ -488,12 +488,12 @@ func TestSessionctlSessionOperations(t *testing.T) {
 	run("clean", "check", sid)
 	run("clean", "check", sid, "--subpath", "subagents/agent-acompact-f46190")
 	// A relative --cwd means one below sessionctl's working directory.
-	rel := exec.Command(filepath.Join(bins, "sessionctl"), "--socket", d.socket, "list", "--cwd", filepath.Base(cwd))
+	rel := exec.Command(bins.Sessionctl(), "--socket", d.socket, "list", "--cwd", filepath.Base(cwd))
 	rel.Dir = filepath.Dir(cwd)
 	if out, err := rel.CombinedOutput(); err != nil || !strings.Contains(string(out), sid) {
 		t.Fatalf("list --cwd %s from %s: %v\n%s", filepath.Base(cwd), rel.Dir, err, out)
 	}
-	rel = exec.Command(filepath.Join(bins, "sessionctl"), "--socket", d.socket, "check", sid, "--cwd", ".")
+	rel = exec.Command(bins.Sessionctl(), "--socket", d.socket, "check", sid, "--cwd", ".")
 	rel.Dir = cwd
 	if out, err := rel.CombinedOutput(); err != nil || !strings.Contains(string(out), "clean") {
 		t.Fatalf("check --cwd . from %s: %v\n%s", cwd, err, out)

@@ -27,6 +27,7 @@ import (
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/progress"
+	"github.com/sessiond/sessiond/internal/testharness"
 )
 
 func TestSessionctlWalkthrough(t *testing.T) {
@@ -105,7 +106,7 @@ func TestSessionctlWalkthrough(t *testing.T) {
 	}
 
 	// tail -f prints the last entry, then each new one.
-	tail := exec.Command(filepath.Join(bins, "sessionctl"), "--socket", d.socket, "tail", "-f", "-n", "1", sid)
+	tail := exec.Command(bins.Sessionctl(), "--socket", d.socket, "tail", "-f", "-n", "1", sid)
 	pipe, _ := tail.StdoutPipe()
 	if err := tail.Start(); err != nil {
 		t.Fatal(err)
@@ -303,12 +304,12 @@ func TestSecondDaemonAndStaleSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-b.exited:
+	case <-b.Exited():
 	case <-time.After(30 * time.Second):
 		t.Fatal("second daemon did not refuse to start")
 	}
-	if b.cmd.ProcessState.ExitCode() == 0 || !strings.Contains(b.log.String(), "already serving") {
-		t.Fatalf("second daemon: exit %d\n%s", b.cmd.ProcessState.ExitCode(), b.log.String())
+	if b.ExitCode() == 0 || !strings.Contains(b.Log(), "already serving") {
+		t.Fatalf("second daemon: exit %d\n%s", b.ExitCode(), b.Log())
 	}
 	// After a kill -9 the socket file is stale: the next daemon removes it.
 	a.stop(syscall.SIGKILL, 10*time.Second)
@@ -352,25 +353,23 @@ func TestSystemdProtocol(t *testing.T) {
 	ln.SetUnlinkOnClose(false) // the daemon now owns the socket
 	ln.Close()
 	// LISTEN_PID must be the daemon's own pid: a shell sets it and execs.
-	d.cmd = exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"`, filepath.Join(bins, "sessiond"),
-		"--socket", d.socket, "--root", d.root, "--state-dir", d.state)
-	d.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+notify)
-	d.cmd.ExtraFiles = []*os.File{lf}
-	d.log = &syncBuffer{}
-	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	if err := d.cmd.Start(); err != nil {
+	d.Daemon, err = testharness.Start(testharness.Config{
+		Sessiond: bins.Sessiond(), Socket: d.socket, Root: d.root, StateDir: d.state,
+		Wrapper:    []string{"/bin/sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"`},
+		Env:        append(os.Environ(), "NOTIFY_SOCKET="+notify),
+		ExtraFiles: []*os.File{lf},
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	lf.Close()
-	d.exited = make(chan struct{})
-	go func() { d.err = d.cmd.Wait(); close(d.exited) }()
 
 	readNotify := func() string {
 		nconn.SetReadDeadline(time.Now().Add(30 * time.Second))
 		buf := make([]byte, 4096)
 		n, _, err := nconn.ReadFromUnix(buf)
 		if err != nil {
-			t.Fatalf("no sd_notify message: %v\n%s", err, d.log.String())
+			t.Fatalf("no sd_notify message: %v\n%s", err, d.Log())
 		}
 		return string(buf[:n])
 	}
@@ -389,12 +388,11 @@ func TestSystemdProtocol(t *testing.T) {
 	if _, err := os.Stat(d.socket); err == nil {
 		t.Fatal("a socket-activated daemon must not open its own socket")
 	}
-	d.cmd.Process.Signal(syscall.SIGTERM)
+	d.Signal(syscall.SIGTERM)
 	if m := readNotify(); !strings.Contains(m, "STOPPING=1") {
 		t.Fatalf("notify on SIGTERM %q", m)
 	}
-	<-d.exited
-	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := d.ExitCode(); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
 }
@@ -450,7 +448,7 @@ func TestDamagedJournalAtStart(t *testing.T) {
 	if _, err := c.Append(context.Background(), s, []byte(`{"type":"user"}`)); err != nil {
 		t.Fatalf("session unusable after its journal was kept aside: %v", err)
 	}
-	if !strings.Contains(d.log.String(), "corrupt") {
+	if !strings.Contains(d.Log(), "corrupt") {
 		t.Fatal("the log does not mention the damage")
 	}
 }
@@ -529,7 +527,7 @@ func TestSessionctlUsageErrors(t *testing.T) {
 		{[]string{"tag", uuid.NewString(), " "}, "the tag is empty; to remove a session's tag, use tag --clear"},
 		{[]string{"flush", "--all", "--cwd", "/tmp"}, "--all flushes every session of every project"},
 	} {
-		cmd := exec.Command(filepath.Join(bins, "sessionctl"), append([]string{"--socket", sock}, tc.args...)...)
+		cmd := exec.Command(bins.Sessionctl(), append([]string{"--socket", sock}, tc.args...)...)
 		var errOut bytes.Buffer
 		cmd.Stderr = &errOut
 		err := cmd.Run()
@@ -539,7 +537,7 @@ func TestSessionctlUsageErrors(t *testing.T) {
 		}
 	}
 	// Without arguments it shows its help, successfully.
-	out, err := exec.Command(filepath.Join(bins, "sessionctl"), "--socket", sock).Output()
+	out, err := exec.Command(bins.Sessionctl(), "--socket", sock).Output()
 	if err != nil || !bytes.Contains(out, []byte("Available Commands")) {
 		t.Errorf("sessionctl alone: %v, %q", err, out)
 	}
@@ -556,7 +554,7 @@ func TestSessiondRefusesNonPositiveFlags(t *testing.T) {
 	} {
 		dir := t.TempDir()
 		sock := filepath.Join(dir, "s.sock")
-		cmd := exec.Command(filepath.Join(bins, "sessiond"), append([]string{"--socket", sock,
+		cmd := exec.Command(bins.Sessiond(), append([]string{"--socket", sock,
 			"--root", filepath.Join(dir, "root"), "--state-dir", filepath.Join(dir, "state")}, tc...)...)
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
@@ -579,7 +577,7 @@ func TestVersions(t *testing.T) {
 		t.Fatalf("git rev-parse HEAD (the tests run from a checkout): %v", err)
 	}
 	commit := "(commit " + string(head[:12])
-	out, err := exec.Command(filepath.Join(bins, "sessiond"), "--version").CombinedOutput()
+	out, err := exec.Command(bins.Sessiond(), "--version").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "sessiond ") || !strings.Contains(string(out), commit) {
 		t.Errorf("sessiond --version = %q, %v; want the commit %s", out, err, commit)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,7 +37,7 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 // fails the test on any lost, duplicated, torn or unknown entry.
 func runTorture(t *testing.T, cfg torture.Config) *torture.Report {
 	t.Helper()
-	cfg.Sessiond = filepath.Join(bins, "sessiond")
+	cfg.Sessiond = bins.Sessiond()
 	cfg.Dir = t.TempDir()
 	cfg.Progress = testLogWriter{t}
 	if s := os.Getenv("SESSIOND_TORTURE_SEED"); s != "" {

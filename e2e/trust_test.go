@@ -19,6 +19,7 @@ import (
 
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/testharness"
 )
 
 // impostorUID is the other local user who plants a socket: nobody.
@@ -91,7 +92,7 @@ func asImpostor(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: impostorUID, Gid: impostorUID}}
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/"}
 	cmd.Dir = "/"
-	var out syncBuffer
+	var out testharness.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -153,7 +154,7 @@ func startImpostorListener(t *testing.T, home, sock string) func() (int, int) {
 // ctlEnv runs sessionctl with exactly env (no --socket: the default).
 func ctlEnv(t *testing.T, env []string, stdin string, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(bins, "sessionctl"), args...)
+	cmd := exec.Command(bins.Sessionctl(), args...)
 	cmd.Env = env
 	return runCmd(t, cmd, stdin)
 }
@@ -290,7 +291,7 @@ func TestTrustImpostorAtDefaultSocket(t *testing.T) {
 		// user, which would store whatever it is sent.
 		home := impostorHome(t)
 		exe := filepath.Join(home, "sessiond")
-		copyFile(t, filepath.Join(bins, "sessiond"), exe, 0o755)
+		copyFile(t, bins.Sessiond(), exe, 0o755)
 		theirRoot := filepath.Join(home, "claude")
 		asImpostor(t, exec.Command(exe, "--socket", sock, "--root", theirRoot, "--state-dir", filepath.Join(home, "state")))
 		waitSocket(t, sock)
@@ -311,20 +312,17 @@ func TestTrustImpostorAtDefaultSocket(t *testing.T) {
 			t.Fatalf("%s is still there after the impostor cases", folder)
 		}
 		root := filepath.Join(t.TempDir(), "claude")
-		d := exec.Command(filepath.Join(bins, "sessiond"), "--root", root) // no --socket: the default
-		d.Env = env
-		var log syncBuffer
-		d.Stdout, d.Stderr = &log, &log
-		if err := d.Start(); err != nil {
+		// No --socket: the default.
+		d, err := testharness.Start(testharness.Config{Sessiond: bins.Sessiond(), Root: root, Env: env})
+		if err != nil {
 			t.Fatal(err)
 		}
-		exited := make(chan struct{})
-		go func() { d.Wait(); close(exited) }()
 		defer func() {
-			d.Process.Signal(syscall.SIGTERM)
-			<-exited
+			if _, _, err := d.Stop(syscall.SIGTERM, time.Minute); err != nil {
+				t.Error(err)
+			}
 			if t.Failed() {
-				t.Logf("sessiond log:\n%s", log.String())
+				t.Logf("sessiond log:\n%s", d.Log())
 			}
 		}()
 		waitSocket(t, sock)

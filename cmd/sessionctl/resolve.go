@@ -46,6 +46,26 @@ func takesSession(g *globals, c *cobra.Command) *cobra.Command {
 // completeSessions offers the ids of the sessions the daemon lists (of the
 // project given by --cwd/--project, if any), each with its title.
 func (g *globals) completeSessions(cmd *cobra.Command, prefix string) ([]string, cobra.ShellCompDirective) {
+	return g.complete(cmd, func(ctx context.Context, c *client.Client) ([]string, error) {
+		cwd, _ := cmd.Flags().GetString("cwd")
+		project, _ := cmd.Flags().GetString("project")
+		infos, _, err := c.ListSessions(ctx, client.ListOptions{Cwd: absCwd(cwd), ProjectKey: project})
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for _, in := range infos {
+			if id := in.GetSession().GetSessionId(); strings.HasPrefix(id, strings.ToLower(prefix)) {
+				out = append(out, id+"\t"+describe(in))
+			}
+		}
+		return out, nil
+	})
+}
+
+// complete runs fn, with a client and a short deadline, for a shell
+// completion; an error offers nothing.
+func (g *globals) complete(cmd *cobra.Command, fn func(context.Context, *client.Client) ([]string, error)) ([]string, cobra.ShellCompDirective) {
 	c, err := g.dial()
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveError | cobra.ShellCompDirectiveNoFileComp
@@ -53,17 +73,9 @@ func (g *globals) completeSessions(cmd *cobra.Command, prefix string) ([]string,
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
 	defer cancel()
-	cwd, _ := cmd.Flags().GetString("cwd")
-	project, _ := cmd.Flags().GetString("project")
-	infos, _, err := c.ListSessions(ctx, client.ListOptions{Cwd: absCwd(cwd), ProjectKey: project})
+	out, err := fn(ctx, c)
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveError | cobra.ShellCompDirectiveNoFileComp
-	}
-	var out []string
-	for _, in := range infos {
-		if id := in.GetSession().GetSessionId(); strings.HasPrefix(id, strings.ToLower(prefix)) {
-			out = append(out, id+"\t"+describe(in))
-		}
 	}
 	return out, cobra.ShellCompDirectiveNoFileComp
 }
@@ -81,30 +93,25 @@ func describe(in *sessiondv1.SessionInfo) string {
 
 // completeSubpaths offers the subagent transcripts of the session arg.
 func (g *globals) completeSubpaths(cmd *cobra.Command, arg, prefix string) ([]string, cobra.ShellCompDirective) {
-	c, err := g.dial()
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveError | cobra.ShellCompDirectiveNoFileComp
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
-	defer cancel()
-	id, err := g.resolveSession(ctx, cmd, c, arg)
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveError | cobra.ShellCompDirectiveNoFileComp
-	}
-	cwd, _ := cmd.Flags().GetString("cwd")
-	project, _ := cmd.Flags().GetString("project")
-	subs, err := c.Subkeys(ctx, client.Session{Cwd: absCwd(cwd), ProjectKey: project, ID: id})
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveError | cobra.ShellCompDirectiveNoFileComp
-	}
-	var out []string
-	for _, s := range subs {
-		if strings.HasPrefix(s, prefix) {
-			out = append(out, s)
+	return g.complete(cmd, func(ctx context.Context, c *client.Client) ([]string, error) {
+		id, err := g.resolveSession(ctx, cmd, c, arg)
+		if err != nil {
+			return nil, err
 		}
-	}
-	return out, cobra.ShellCompDirectiveNoFileComp
+		cwd, _ := cmd.Flags().GetString("cwd")
+		project, _ := cmd.Flags().GetString("project")
+		subs, err := c.Subkeys(ctx, client.Session{Cwd: absCwd(cwd), ProjectKey: project, ID: id})
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for _, s := range subs {
+			if strings.HasPrefix(s, prefix) {
+				out = append(out, s)
+			}
+		}
+		return out, nil
+	})
 }
 
 // resolveSession turns what a user typed for a session into its id: a UUID

@@ -2,44 +2,37 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
-)
 
-// sessiondDir holds a sessiond built for the scripts.
-var sessiondDir string
+	"github.com/sessiond/sessiond/internal/testharness"
+)
 
 func TestMain(m *testing.M) {
 	// sessionctl runs as this test binary re-executed: a process of its
 	// own, so exit statuses are real. (RunMain runs the commands before
 	// anything below; only the parent builds sessiond.)
-	os.Exit(testscript.RunMain(m, map[string]func() int{"sessionctl": func() int { main(); return 0 }}))
+	code := testscript.RunMain(m, map[string]func() int{"sessionctl": func() int { main(); return 0 }})
+	testharness.RemoveBuilt()
+	os.Exit(code)
 }
 
-var buildOnce sync.Once
-
-// buildSessiond builds sessiond once for every script.
-func buildSessiond(t *testing.T) string {
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "sessionctl-scripts")
-		if err != nil {
-			t.Fatal(err)
-		}
-		build := exec.Command("go", "build", "-o", dir+"/", "../sessiond")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			t.Fatalf("building sessiond for the scripts: %v", err)
-		}
-		sessiondDir = dir
-	})
-	if sessiondDir == "" {
-		t.Fatal("sessiond could not be built")
+// sessiondDir returns a folder holding only sessiond, built for the
+// scripts: the harness builds sessionctl beside it, which must not shadow
+// the sessionctl of this test binary on the scripts' PATH.
+func sessiondDir(t *testing.T) string {
+	t.Helper()
+	bins, err := testharness.Build(testharness.BuildOptions{})
+	if err != nil {
+		t.Fatalf("building sessiond for the scripts: %v", err)
 	}
-	return sessiondDir
+	dir := t.TempDir()
+	if err := os.Symlink(bins.Sessiond(), filepath.Join(dir, "sessiond")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // TestScripts runs testdata/script/*.txtar: each a small session at the
@@ -47,8 +40,7 @@ func buildSessiond(t *testing.T) string {
 // with (a command's status is checked as `exec sh -c '...; echo exit=$?'`
 // where it matters). `exec sessiond &sd&` starts a daemon on $SESSIOND_SOCKET.
 func TestScripts(t *testing.T) {
-	dir := buildSessiond(t)
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := sessiondDir(t)
 	testscript.Run(t, testscript.Params{
 		Dir: filepath.Join("testdata", "script"),
 		Setup: func(e *testscript.Env) error {

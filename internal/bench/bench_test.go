@@ -3,46 +3,29 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sessiond/sessiond/internal/testharness"
 )
 
 // buildSessiond returns ./cmd/sessiond built into a temp folder, with
 // ./cmd/sessionctl next to it (where the memory scenario looks for it
-// first); both are built once for every test of the package.
+// first); both are built once for every test of the package (TestMain
+// removes them).
 func buildSessiond(t *testing.T) string {
 	t.Helper()
-	binsOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "sessiond-bench-bin")
-		if err != nil {
-			binsErr = err
-			return
-		}
-		binsDir = dir
-		cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/sessiond/sessiond/cmd/sessiond", "github.com/sessiond/sessiond/cmd/sessionctl")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binsErr = fmt.Errorf("build sessiond and sessionctl: %v\n%s", err, out)
-		}
-	})
-	if binsErr != nil {
-		t.Fatal(binsErr)
+	bins, err := testharness.Build(testharness.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return filepath.Join(binsDir, "sessiond")
+	return bins.Sessiond()
 }
-
-var (
-	binsOnce sync.Once
-	binsDir  string // removed by TestMain
-	binsErr  error
-)
 
 // runFor is how long a test drives its load: full, or a fifth of it (at
 // least 100ms) with SESSIOND_TEST_SIZE=small, which make test sets. The

@@ -272,49 +272,6 @@ func dialCounting(socket string, n *atomic.Uint64) (*grpc.ClientConn, error) {
 	)
 }
 
-// procIO is a process's I/O accounting (/proc/<pid>/io).
-type procIO struct {
-	// wchar: bytes passed to write-like syscalls (write, pwrite,
-	// copy_file_range..., sockets included); write_bytes: bytes of page
-	// cache the process dirtied for storage; cancelled: of those, bytes
-	// dropped before write-back (a file truncated or deleted).
-	wchar, writeBytes, cancelled uint64
-}
-
-func readProcIO(pid int) (procIO, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
-	if err != nil {
-		return procIO{}, err
-	}
-	var r procIO
-	seen := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-		if err != nil {
-			continue
-		}
-		switch k {
-		case "wchar":
-			r.wchar = n
-		case "write_bytes":
-			r.writeBytes = n
-		case "cancelled_write_bytes":
-			r.cancelled = n
-		default:
-			continue
-		}
-		seen++
-	}
-	if seen != 3 {
-		return procIO{}, fmt.Errorf("/proc/%d/io: unexpected format", pid)
-	}
-	return r, nil
-}
-
 // compactionRun starts its own sessiond and measures both parts on one
 // session: the life of compLifeEntries entries, then the same session
 // grown to compBigSession and compacted compRounds times.

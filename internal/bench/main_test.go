@@ -3,6 +3,8 @@ package bench
 import (
 	"os"
 	"testing"
+
+	"github.com/sessiond/sessiond/internal/testharness"
 )
 
 // TestMain lets the test binary serve as the echo and raw servers, as the
@@ -10,8 +12,6 @@ import (
 func TestMain(m *testing.M) {
 	MaybeServe()
 	code := m.Run()
-	if binsDir != "" {
-		os.RemoveAll(binsDir)
-	}
+	testharness.RemoveBuilt()
 	os.Exit(code)
 }

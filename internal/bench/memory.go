@@ -19,6 +19,7 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/testharness"
 )
 
 // The memory scenario measures the two memory targets on a sessiond
@@ -740,10 +741,8 @@ func memSessionctl(ctx context.Context, env *Env) (string, error) {
 	if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
 		return p, nil
 	}
-	out := filepath.Join(env.Dir, "sessionctl")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/sessiond/sessiond/cmd/sessionctl")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("no sessionctl next to %s, and building it failed: %w: %s", env.Sessiond, err, bytes.TrimSpace(b))
+	if err := testharness.BuildInto(ctx, env.Dir, testharness.BuildOptions{}, "sessionctl"); err != nil {
+		return "", fmt.Errorf("no sessionctl next to %s, and building it failed: %w", env.Sessiond, err)
 	}
-	return out, nil
+	return filepath.Join(env.Dir, "sessionctl"), nil
 }

@@ -3,8 +3,8 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,106 +13,55 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sessiond/sessiond/client"
+	"github.com/sessiond/sessiond/internal/testharness"
 )
 
 // daemonProc is a sessiond the tool started itself.
 type daemonProc struct {
+	d      *testharness.Daemon
 	cmd    *exec.Cmd
 	socket string
 	dir    string
-	exited chan struct{}
-	err    error
+	exited <-chan struct{}
 }
 
 // startDaemon runs bin on dir (socket, root, state and log inside it) and
-// waits until it answers Status.
+// waits until it serves.
 func startDaemon(ctx context.Context, bin, dir string, extra []string) (*daemonProc, error) {
 	p, _, err := launchDaemon(ctx, bin, dir, extra, 30*time.Second)
 	return p, err
 }
 
-// launchDaemon is startDaemon waiting up to ready for the first answered
-// Status (a large recovery runs before it), and returning the time from
-// exec to that answer. Flags in extra come after the defaults, so they
-// win (--log-level info, say).
+// launchDaemon is startDaemon waiting up to ready until it serves (a large
+// recovery runs before), and returning the time from exec to then. Flags
+// in extra come after the defaults, so they win (--log-level info, say).
 func launchDaemon(ctx context.Context, bin, dir string, extra []string, ready time.Duration) (*daemonProc, time.Duration, error) {
-	p := &daemonProc{socket: filepath.Join(dir, "sessiond.sock"), dir: dir, exited: make(chan struct{})}
-	log, err := os.OpenFile(filepath.Join(dir, "sessiond.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	d, err := testharness.Start(testharness.Config{
+		Sessiond: bin,
+		Socket:   filepath.Join(dir, "sessiond.sock"),
+		Root:     filepath.Join(dir, "root"),
+		StateDir: filepath.Join(dir, "state"),
+		Args:     append([]string{"--log-format", "json", "--log-level", "warn"}, extra...),
+		LogPath:  filepath.Join(dir, "sessiond.log"),
+	})
 	if err != nil {
 		return nil, 0, err
 	}
-	args := append([]string{
-		"--socket", p.socket,
-		"--root", filepath.Join(dir, "root"),
-		"--state-dir", filepath.Join(dir, "state"),
-		"--log-format", "json", "--log-level", "warn",
-	}, extra...)
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Stdout, p.cmd.Stderr = log, log
-	// The daemon dies with the tool, so an interrupted run leaves none.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	start := time.Now()
-	if err := p.cmd.Start(); err != nil {
-		log.Close()
-		return nil, 0, fmt.Errorf("start %s: %w", bin, err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		log.Close()
-		close(p.exited)
-	}()
-	if err := p.waitReady(ctx, ready); err != nil {
-		p.cmd.Process.Kill()
-		<-p.exited
+	took, err := d.WaitServing(ctx, ready)
+	if err != nil {
+		d.Kill()
 		return nil, 0, fmt.Errorf("%w (log: %s)", err, filepath.Join(dir, "sessiond.log"))
 	}
-	return p, time.Since(start), nil
-}
-
-func (p *daemonProc) waitReady(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		select {
-		case <-p.exited:
-			return fmt.Errorf("sessiond exited while starting: %v", p.err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("sessiond not answering on %s after %v", p.socket, timeout)
-		}
-		if c, err := net.DialTimeout("unix", p.socket, time.Second); err == nil {
-			c.Close()
-			cl, err := client.Dial(p.socket)
-			if err != nil {
-				return err
-			}
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			_, err = cl.Status(cctx)
-			cancel()
-			cl.Close()
-			if err == nil {
-				return nil
-			}
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return &daemonProc{d: d, cmd: d.Cmd(), socket: d.Socket(), dir: dir, exited: d.Exited()}, took, nil
 }
 
 // stop sends SIGTERM and waits for the exit (SIGKILL after within).
 func (p *daemonProc) stop(within time.Duration) error {
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(within):
-		p.cmd.Process.Kill()
-		<-p.exited
-		return fmt.Errorf("sessiond did not exit within %v of SIGTERM; killed", within)
+	code, _, err := p.d.Stop(syscall.SIGTERM, within)
+	if err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
 	}
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+	if code != 0 {
 		return fmt.Errorf("sessiond exited with status %d (log: %s)", code, filepath.Join(p.dir, "sessiond.log"))
 	}
 	return nil
@@ -192,4 +141,47 @@ func procMem(pid int) (rss, hwm int64, err error) {
 // peak measured is that of one run. Only done on a daemon the tool started.
 func resetHWM(pid int) error {
 	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
+}
+
+// procIO is a process's I/O accounting (/proc/<pid>/io).
+type procIO struct {
+	// wchar: bytes passed to write-like syscalls (write, pwrite,
+	// copy_file_range..., sockets included); write_bytes: bytes of page
+	// cache the process dirtied for storage; cancelled: of those, bytes
+	// dropped before write-back (a file truncated or deleted).
+	wchar, writeBytes, cancelled uint64
+}
+
+func readProcIO(pid int) (procIO, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return procIO{}, err
+	}
+	var r procIO
+	seen := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "wchar":
+			r.wchar = n
+		case "write_bytes":
+			r.writeBytes = n
+		case "cancelled_write_bytes":
+			r.cancelled = n
+		default:
+			continue
+		}
+		seen++
+	}
+	if seen != 3 {
+		return procIO{}, fmt.Errorf("/proc/%d/io: unexpected format", pid)
+	}
+	return r, nil
 }

@@ -33,9 +33,12 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/sessiond/sessiond/internal/testharness"
 )
 
 // Signal modes.
@@ -308,7 +311,7 @@ type runner struct {
 	clients []*loadClient
 	cwds    []string
 	nextSID int
-	cur     *proc
+	cur     *testharness.Daemon
 	started time.Time
 }
 
@@ -407,7 +410,7 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	defer func() {
 		if r.cur != nil {
-			r.cur.kill()
+			r.cur.Kill()
 		}
 	}()
 	for cycle := 1; cycle <= r.cfg.Cycles; cycle++ {
@@ -424,7 +427,7 @@ func (r *runner) run(ctx context.Context) error {
 		}
 	}
 	// The end: a clean stop, then the files must hold everything.
-	code, took, err := r.cur.terminate(r.cfg.ShutdownTimeout + r.cfg.ShutdownSlack)
+	code, took, err := r.cur.Stop(syscall.SIGTERM, r.cfg.ShutdownTimeout+r.cfg.ShutdownSlack)
 	r.cur = nil
 	if err != nil {
 		r.rep.fail("final SIGTERM: %v", err)
@@ -452,7 +455,7 @@ func (r *runner) cycle(ctx context.Context, n int) error {
 	what := ""
 	switch r.cfg.Mode {
 	case ModeKill:
-		r.cur.kill()
+		r.cur.Kill()
 		r.cur = nil
 		close(stop)
 		<-done
@@ -461,7 +464,7 @@ func (r *runner) cycle(ctx context.Context, n int) error {
 		}
 		// The daemon serves the entries from its journals at once; the
 		// files hold them once the replay is done.
-		replayed, err := r.cur.waitReplayed(ctx, r.socket, r.cfg.StartTimeout)
+		replayed, err := r.cur.WaitReplayed(ctx, r.cfg.StartTimeout)
 		if err != nil {
 			r.rep.fail("cycle %d: after kill -9 and restart: %v (log: %s)", n, err, r.logPath)
 			return nil
@@ -471,7 +474,7 @@ func (r *runner) cycle(ctx context.Context, n int) error {
 			r.rep.recoveryTimes[len(r.rep.recoveryTimes)-1].Round(time.Millisecond), replayed.Round(time.Millisecond))
 		r.verify(fmt.Sprintf("cycle %d after kill -9 and restart", n))
 	case ModeTerm:
-		code, took, err := r.cur.terminate(r.cfg.ShutdownTimeout + r.cfg.ShutdownSlack)
+		code, took, err := r.cur.Stop(syscall.SIGTERM, r.cfg.ShutdownTimeout+r.cfg.ShutdownSlack)
 		r.cur = nil
 		close(stop)
 		<-done
@@ -513,16 +516,16 @@ func (r *runner) start(ctx context.Context, crashy bool) error {
 			return err
 		}
 		time.Sleep(time.Duration(r.rng.IntN(40)) * time.Millisecond)
-		p.kill()
+		p.Kill()
 		r.rep.RecoveryKills++
 	}
 	p, err := r.spawn()
 	if err != nil {
 		return err
 	}
-	took, err := p.waitServing(ctx, r.socket, r.cfg.StartTimeout)
+	took, err := p.WaitServing(ctx, r.cfg.StartTimeout)
 	if err != nil {
-		p.kill()
+		p.Kill()
 		return fmt.Errorf("sessiond did not start serving: %w (log: %s)\n%s", err, r.logPath, tail(r.logPath, 4096))
 	}
 	r.rep.recoveryTimes = append(r.rep.recoveryTimes, took)
@@ -530,11 +533,13 @@ func (r *runner) start(ctx context.Context, crashy bool) error {
 	return nil
 }
 
-func (r *runner) spawn() (*proc, error) {
-	args := []string{"--socket", r.socket, "--root", r.root, "--state-dir", r.state,
-		"--shutdown-timeout", r.cfg.ShutdownTimeout.String(), "--log-format", "json", "--log-level", "info"}
-	args = append(args, r.cfg.SessiondArgs...)
-	return spawn(r.cfg.Sessiond, args, r.logPath)
+func (r *runner) spawn() (*testharness.Daemon, error) {
+	return testharness.Start(testharness.Config{
+		Sessiond: r.cfg.Sessiond, Socket: r.socket, Root: r.root, StateDir: r.state,
+		Args: append([]string{"--shutdown-timeout", r.cfg.ShutdownTimeout.String(), "--log-format", "json", "--log-level", "info"},
+			r.cfg.SessiondArgs...),
+		LogPath: r.logPath,
+	})
 }
 
 // rotate replaces sessions whose file outgrew the cap: they were just

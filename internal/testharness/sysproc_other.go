@@ -1,6 +1,6 @@
 //go:build !linux
 
-package torture
+package testharness
 
 import "syscall"
 

@@ -1,9 +1,0 @@
-package torture
-
-import "syscall"
-
-// sysProcAttr makes the daemon die with the torture process, so an
-// interrupted run leaves no sessiond behind.
-func sysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-}
