@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -36,9 +37,9 @@ func TestTallyFleet(t *testing.T) {
 	if tl.batches != 40 || tl.offered != 12 || tl.backlog != 0 || tl.latency.P99 != 2000 || tl.late.Max != 0 {
 		t.Errorf("punctual: %+v", tl)
 	}
-	// Acknowledged within the window unless due in its last 2 ms.
-	if tl.ackedInWindow > 40 || tl.achieved != float64(tl.ackedInWindow*3)/10 || tl.achieved < 11.9 {
-		t.Errorf("punctual: %d batches acknowledged in the window, achieved %v", tl.ackedInWindow, tl.achieved)
+	// Every batch acknowledged, the last at most 2 ms past the window.
+	if tl.acked != 40 || tl.achieved > 12 || tl.achieved < 12*10/10.002 || tl.drain > 2*time.Millisecond {
+		t.Errorf("punctual: %d batches acknowledged, achieved %v, drain %v", tl.acked, tl.achieved, tl.drain)
 	}
 	// Behind: every call takes 1.5 periods, so each session sends its
 	// batches back to back and ends ~5 s late.
@@ -53,8 +54,12 @@ func TestTallyFleet(t *testing.T) {
 	}
 	calls[0][9].done = false // and one never answered
 	tl = tallyFleet(p, calls)
-	if tl.backlog < 4 || tl.achieved >= 0.99*tl.offered || tl.drain < 4*time.Second || tl.late.Max < 4e6 {
+	if tl.backlog < 4 || tl.achieved >= 0.99*tl.offered || tl.drain < 4*time.Second || tl.late.Max < 4e6 || tl.acked != 39 {
 		t.Errorf("behind: %+v", tl)
+	}
+	// 39 batches over the window and the drain.
+	if want := 39 * 3 / (10*time.Second + tl.drain).Seconds(); math.Abs(tl.achieved-want) > 1e-9 {
+		t.Errorf("behind: achieved %v, want %v", tl.achieved, want)
 	}
 	if tl.latency.P50 != 1.5e6 {
 		t.Errorf("behind: latency %+v, want 1.5 s per call", tl.latency)
