@@ -147,7 +147,7 @@ test-adapters: sdk-ts
 
 # bench runs the load tool's whole suite against a freshly built daemon,
 # with the baselines measured in the same run, and rewrites the results
-# section of BENCHMARKS.md; then bench-adapter. Not part of test. About 7
+# section of BENCHMARKS.md; then bench-adapter. Not part of test. About 9
 # minutes on 2 cores.
 bench: sdk
 	$(GO) build -o bin/ ./cmd/sessiond ./cmd/sessiond-bench ./cmd/sessionctl

@@ -57,7 +57,7 @@ func run() error {
 	flag.IntVar(&cfg.Batch, "batch", 1, "single run of --target daemon or inproc-daemon with --baselines=false: entries per Append call (latency is per call)")
 	flag.BoolVar(&cfg.UnaryAppend, "unary", false, "the Go client sends each Append as a unary call instead of on its AppendStream streams")
 	flag.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the bench process over each in-process run (--target inproc or inproc-daemon, or --suite --inproc)")
-	flag.Float64Var(&cfg.Scale, "scale", 1, "with --suite: shrink the compaction, recovery, memory and listing scenarios' sizes (1: the issue's sizes)")
+	flag.Float64Var(&cfg.Scale, "scale", 1, "with --suite: shrink every scenario's sizes: the client counts of parallel64 and sessions1000, the fleet's sessions and seconds, the compaction, recovery, memory and listing scenarios' data (1: the issue's sizes; tests use about 0.01)")
 	flag.StringVar(&cfg.SDKDir, "sdk-dir", "e2e/sdk", "folder whose node_modules holds the official TypeScript SDK (listing scenario)")
 	flag.StringVar(&markdown, "markdown", "", "rewrite the results section of this markdown file (BENCHMARKS.md) with the report")
 	flag.BoolVar(&jsonOut, "json", false, "print the report as JSON instead of tables")

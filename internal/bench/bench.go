@@ -88,8 +88,9 @@ type Config struct {
 	// several such runs the run's id is added to the name.
 	CPUProfile string
 
-	// Scale shrinks the extra scenarios' sizes (1, the default: the
-	// issue's sizes). See Env.Scale.
+	// Scale shrinks the suite's sizes (1, the default: the issue's
+	// sizes): the client counts of the throughput scenarios (at least 2 or
+	// 4 clients) and the other scenarios' data (see Env.Scale).
 	Scale float64
 	// SDKDir holds node_modules with the official TypeScript SDK, for the
 	// listing scenario (default: e2e/sdk under the current folder).
@@ -163,7 +164,7 @@ const (
 )
 
 // AllScenarios lists the suite's scenarios in the order they run.
-var AllScenarios = []string{ScenarioParallel, ScenarioSequential, ScenarioSessions,
+var AllScenarios = []string{ScenarioParallel, ScenarioSequential, ScenarioSessions, ScenarioFleet,
 	ScenarioCompaction, ScenarioRecovery, ScenarioMemory, ScenarioListing}
 
 type runSpec struct {
@@ -177,83 +178,6 @@ type scenarioDef struct {
 	checks      func(by map[string]*Result) []Check
 	// awake names the runs measured with workload.awake.
 	awake map[string]bool
-}
-
-func suiteDefs(inproc bool) []scenarioDef {
-	base := func(c int) []runSpec {
-		return []runSpec{
-			{"a", "(a) O_APPEND+fsync per entry", TargetNaive, c, c},
-			{"b", "(b) O_APPEND, no fsync", TargetNoSync, c, c},
-			{"c", "(c) journal group commit, 1 journal", TargetCeiling, c, 1},
-		}
-	}
-	with := func(rs []runSpec, more ...runSpec) []runSpec { return append(rs, more...) }
-	par := with(base(64),
-		runSpec{"e", "(e) gRPC round trip alone: echo server, no disk (info)", TargetEcho, 64, 1},
-		runSpec{"d", "sessiond, 64 clients -> 1 session", TargetDaemon, 64, 1},
-		runSpec{"d64", "sessiond, 64 clients -> 64 sessions (info)", TargetDaemon, 64, 64})
-	seq := with(base(1),
-		runSpec{"e", "(e) gRPC round trip alone: echo server, no disk (info)", TargetEcho, 1, 1},
-		runSpec{"f", "(f) echo server + write + fdatasync per request (info)", TargetEchoSync, 1, 1},
-		runSpec{"g", "(g) (f) without gRPC: plain socket, write + fdatasync, 1-byte answer (info)", TargetRawSync, 1, 1},
-		runSpec{"d", "sessiond, 1 client", TargetDaemon, 1, 1},
-		// Diagnosis of the gap between (f) and (g): the same runs with
-		// the client's CPU kept from going idle (keepAwake).
-		runSpec{"fA", "(f) with the client's CPU kept awake (info)", TargetEchoSync, 1, 1},
-		runSpec{"dA", "sessiond, 1 client, the client's CPU kept awake (info)", TargetDaemon, 1, 1})
-	ses := with(base(1000),
-		runSpec{"cJ", "(c) 1000 journals, one committer each (info)", TargetCeiling, 1000, 1000},
-		runSpec{"d1", "sessiond, 1000 clients -> 1 session", TargetDaemon, 1000, 1},
-		runSpec{"d", "sessiond, 1000 clients -> 1000 sessions", TargetDaemon, 1000, 1000})
-	if inproc {
-		par = with(par, runSpec{"w", "writer in-process, 64 -> 1 (no gRPC)", TargetInProc, 64, 1})
-		seq = with(seq, runSpec{"w", "writer in-process, 1 client (no gRPC)", TargetInProc, 1, 1})
-		ses = with(ses, runSpec{"w", "writer in-process, 1000 -> 1000 (no gRPC)", TargetInProc, 1000, 1000})
-	}
-	return []scenarioDef{
-		{ScenarioParallel, "64 clients, 1 KiB entries, durable", par, func(by map[string]*Result) []Check {
-			d, a, c := by["d"], by["a"], by["c"]
-			if !ok(d, a, c) {
-				return nil
-			}
-			cs := []Check{
-				check("sessiond >= 10x (a)", d.EntriesPerSec/a.EntriesPerSec, 10, "x", true),
-				check("sessiond >= 50% of (c)", d.EntriesPerSec/c.EntriesPerSec*100, 50, "%", true),
-			}
-			if e := by["e"]; ok(e) {
-				cs[1].Note = fmt.Sprintf("the gRPC transport alone, (e), reaches %.0f%% of (c)", e.EntriesPerSec/c.EntriesPerSec*100)
-			}
-			return cs
-		}, nil},
-		{ScenarioSequential, "one client, sequential appends, 1 KiB", seq, func(by map[string]*Result) []Check {
-			d, c := by["d"], by["c"]
-			if !ok(d, c) {
-				return nil
-			}
-			ch := check("sessiond p50 <= (c) p50 + 150us", d.Latency.P50, c.Latency.P50+150, "us", false)
-			ch.Note = fmt.Sprintf("(c) single-sync p50 %.0f us", c.Latency.P50)
-			if e := by["e"]; ok(e) {
-				ch.Note += fmt.Sprintf("; the gRPC round trip alone, (e), p50 %.0f us", e.Latency.P50)
-			}
-			if f := by["f"]; ok(f) {
-				ch.Note += fmt.Sprintf("; the least durable gRPC daemon, (f), p50 %.0f us", f.Latency.P50)
-			}
-			if g := by["g"]; ok(g) {
-				ch.Note += fmt.Sprintf("; the same without gRPC, (g), p50 %.0f us", g.Latency.P50)
-			}
-			if fA, dA := by["fA"], by["dA"]; ok(fA, dA) {
-				ch.Note += fmt.Sprintf("; with the client's CPU kept awake, (f) p50 %.0f us and sessiond p50 %.0f us", fA.Latency.P50, dA.Latency.P50)
-			}
-			return []Check{ch}
-		}, map[string]bool{"fA": true, "dA": true}},
-		{ScenarioSessions, "1000 sessions written at once vs one session, 1000 clients, 1 KiB", ses, func(by map[string]*Result) []Check {
-			d, d1 := by["d"], by["d1"]
-			if !ok(d, d1) {
-				return nil
-			}
-			return []Check{check("1000 sessions >= 80% of 1 session", d.EntriesPerSec/d1.EntriesPerSec*100, 80, "%", true)}
-		}, nil},
-	}
 }
 
 func ok(rs ...*Result) bool {
@@ -311,7 +235,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 			want[s] = true
 		}
 		all := len(want) == 0
-		for _, d := range suiteDefs(cfg.InProc) {
+		for _, d := range suiteDefs(cfg.InProc, cfg.Scale) {
 			if all || want[d.name] {
 				defs = append(defs, d)
 				delete(want, d.name)

@@ -278,10 +278,17 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 			recCPU.Seconds(), recTime.Seconds(), replayCPU.Seconds(), replayTime.Seconds())
 	}
 
-	ch := check("recovery >= 50% of sequential read", recMBps/seqMBps*100, 50, "%", true)
+	ch := check("recovery to serving >= 50% of sequential read", recMBps/seqMBps*100, 50, "%", true)
 	ch.Note = fmt.Sprintf("%.0f MB/s vs %.0f MB/s (mean of two cold reads of one %.0f MB file), to serving with every journal checked; every transcript current after %.2f s: %s",
 		recMBps, seqMBps, float64(jbytes)/1e6, replayTime.Seconds(), full[5])
-	sc.Checks = append(sc.Checks, ch)
+	// The official readers see the canonical files only: until the
+	// replay ends they read stale transcripts, so the issue judges that
+	// time too.
+	curMBps := mbPerSec(jbytes, replayTime)
+	cur := check("recovery to every transcript current >= 50% of sequential read", curMBps/seqMBps*100, 50, "%", true)
+	cur.Note = fmt.Sprintf("%.0f MB/s vs %.0f MB/s: exec to the Status showing replay_pending 0 in %.2f s (serving after %.2f s)",
+		curMBps, seqMBps, replayTime.Seconds(), recTime.Seconds())
+	sc.Checks = append(sc.Checks, ch, cur)
 	sc.Notes = append(sc.Notes,
 		fmt.Sprintf("Sizes: %d sessions in one project, entries drawn from dist:agent (mean ~7 KiB, up to 1 MiB; the last one cut to fit) until each session holds %d bytes; %d entries, %.1f MB of entries, %.1f MB of journal files (sessiond's journal_bytes counter: %.1f MB).",
 			nSessions, perSession, sentEntries, float64(sent)/1e6, float64(jbytes)/1e6, float64(journalCounter)/1e6),
