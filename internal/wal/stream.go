@@ -144,6 +144,17 @@ func (s *Stream) Append(batches [][][]byte, metas [][]byte) ([][]Span, error) {
 	if len(batches) == 0 {
 		return nil, nil
 	}
+	return s.AppendMarked(batches, metas, nil)
+}
+
+// AppendMarked is Append followed, in the same write, by a Compacted
+// marker when marker is not nil: what importing a per-session journal of
+// an older release needs, so that its batches and its marker become
+// durable together or not at all.
+func (s *Stream) AppendMarked(batches [][][]byte, metas [][]byte, marker *Fingerprint) ([][]Span, error) {
+	if marker != nil && marker.Size < 0 {
+		return nil, fmt.Errorf("log: compacted marker size %d is negative: %w", marker.Size, errdefs.ErrInvalidArgument)
+	}
 	for i, b := range batches {
 		for k, e := range b {
 			if len(e) > s.l.opt.MaxRecord {
@@ -156,7 +167,7 @@ func (s *Stream) Append(batches [][][]byte, metas [][]byte) ([][]Span, error) {
 				i, s.key, len(metas[i]), len(b), MaxMeta, errdefs.ErrInvalidArgument)
 		}
 	}
-	r := &request{st: s, batches: batches, metas: metas, done: make(chan struct{})}
+	r := &request{st: s, batches: batches, metas: metas, marker: marker, done: make(chan struct{})}
 	if err := s.l.submit(r); err != nil {
 		return nil, err
 	}
