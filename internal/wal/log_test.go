@@ -226,7 +226,7 @@ func TestSegmentsGoWhenStreamsMoveOn(t *testing.T) {
 	if err := a.Begin(Fingerprint{Size: 6 * 1501}, 0, false); err != nil {
 		t.Fatal(err)
 	}
-	if got := len(segs()); got != n {
+	if got := len(segs()); got < n {
 		t.Fatalf("%d segments, was %d: b's segment or a later one went", got, n)
 	}
 	if got := contents(t, l, key("b")); len(got) != 1 || got[0][0] != "b-only" {
