@@ -3,6 +3,7 @@ package wal
 import (
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/frame"
@@ -74,7 +75,9 @@ func (l *Log) commit(group []*request) {
 	for _, r := range group {
 		p := planned{r: r}
 		s := r.st
-		if s.lazy != nil {
+		if e := made[s]; e != nil {
+			p.ep = e
+		} else if s.lazy != nil {
 			b := *s.lazy
 			b.Stream = l.newStreamID()
 			payload, err := encodeBind(b)
@@ -86,8 +89,6 @@ func (l *Log) commit(group []*request) {
 				bindSeg: seg.seq, segs: map[uint64]struct{}{}}
 			p.bind = true
 			buf = frame.Append(buf, typeBind, payload, seg.id, int64(len(buf)))
-		} else if e := made[s]; e != nil {
-			p.ep = e
 		} else if e := l.epochs[s.key]; e != nil {
 			p.ep = e
 		} else {
@@ -138,9 +139,11 @@ func (l *Log) commit(group []*request) {
 		}
 		return
 	}
+	now := time.Now()
 	l.mu.Lock()
 	for _, p := range plans {
 		e := p.ep
+		e.Modified = now
 		if p.bind {
 			if old := l.epochs[e.Key]; old != nil && old != e {
 				l.letGo(old)

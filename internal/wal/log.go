@@ -12,6 +12,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/frame"
@@ -87,6 +88,8 @@ type segment struct {
 	end  int64 // where the last synced write ended
 	refs int   // streams holding records here
 	pins int   // readers holding it
+	// mtime is the file's modification time when recovery read it.
+	mtime time.Time
 }
 
 func (o *Options) fill() error {

@@ -117,6 +117,7 @@ func (l *Log) recover(rec *Recovery) error {
 			return errdefs.FromIO(fmt.Errorf("stat log segment %s: %w", s.path, err))
 		}
 		sizes[i] = fi.Size()
+		s.mtime = fi.ModTime()
 		w := frame.NewWindow(s.f, sizes[i], int(min(max(sizes[i], frame.HeaderSize), windowSize)))
 		h, end, err := readHeader(w)
 		if err != nil {

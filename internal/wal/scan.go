@@ -217,6 +217,7 @@ func (sc *scanner) apply(w *frame.Window, s *segment, h frame.Header, off int64,
 			entries, meta = p.entries, p.meta
 		}
 		e.Batches = append(e.Batches, Batch{Seq: seq, Entries: entries, Meta: meta})
+		e.Modified = s.mtime
 		e.segs[s.seq] = struct{}{}
 		e.segs[e.bindSeg] = struct{}{}
 	case typeCompacted:
@@ -233,6 +234,7 @@ func (sc *scanner) apply(w *frame.Window, s *segment, h frame.Header, off int64,
 		}
 		if e := sc.streams[id]; e != nil {
 			e.Compacted = &m
+			e.Modified = s.mtime
 			e.segs[s.seq] = struct{}{}
 		}
 	default:

@@ -2,6 +2,7 @@ package wal
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
@@ -34,6 +35,9 @@ type Epoch struct {
 	// Compacted is the stream's last marker, nil if none; batches after
 	// it are still listed in Batches.
 	Compacted *Fingerprint
+	// Modified is when the stream last had a record logged (for a
+	// recovered stream: its segment's modification time).
+	Modified time.Time
 }
 
 // epoch is the log's record of a stream, guarded by Log.mu.
@@ -115,6 +119,18 @@ type Stream struct {
 // Stream returns key's handle. There must be at most one per key at a
 // time (the session writer's).
 func (l *Log) Stream(key layout.Key) *Stream { return &Stream{l: l, key: key} }
+
+// Close lets the handle go. A stream with nothing logged is forgotten
+// (its Bind still supersedes older streams in the files until they go);
+// one with batches stays, for recovery or the next writer.
+func (s *Stream) Close() {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	if e := s.l.epochs[s.key]; e != nil && len(e.Batches) == 0 && e.Compacted == nil {
+		delete(s.l.epochs, s.key)
+	}
+	s.lazy = nil
+}
 
 // Begin starts a new stream for the transcript, whose canonical file is at
 // base now. With lazy, the Bind waits for the stream's next Append and
