@@ -25,6 +25,7 @@ const (
 const (
 	projectsDirName = "projects"
 	journalDirName  = "journal"
+	walDirName      = "wal"
 )
 
 // Key addresses one transcript: the main transcript of a session when
@@ -137,7 +138,11 @@ func (l Layout) StorePath(k Key) string {
 	return keyPath(l.ProjectsDir(), k, StoreExt)
 }
 
-// JournalDir is StateDir/journal.
+// WALDir is StateDir/wal, the shared write-ahead log's segments.
+func (l Layout) WALDir() string { return filepath.Join(l.StateDir, walDirName) }
+
+// JournalDir is StateDir/journal, where releases before the shared log
+// kept a journal per transcript (read once at start, to import them).
 func (l Layout) JournalDir() string { return filepath.Join(l.StateDir, journalDirName) }
 
 // JournalPath is StateDir/journal/<key>/<sid>.wal for a main transcript and
