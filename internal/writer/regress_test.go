@@ -862,7 +862,7 @@ func TestListingDropsEmptyLeftBehindJournals(t *testing.T) {
 				if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 					t.Fatal(err)
 				}
-				j, err := journal.Create(fsys.OS, p, journal.Header{ProjectKey: keys[i].ProjectKey, SessionID: keys[i].SessionID}, m.journalOptions())
+				j, err := journal.Create(fsys.OS, p, journal.Header{ProjectKey: keys[i].ProjectKey, SessionID: keys[i].SessionID}, m.logs.opt)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -110,7 +110,8 @@ func newSession(m *Manager, key layout.Key) *session {
 	}
 }
 
-func (s *session) stop()  { s.stopOnce.Do(func() { close(s.stopCh) }) }
+func (s *session) stop() { s.stopOnce.Do(func() { close(s.stopCh) }) }
+
 func (s *session) abort() { s.abortOnce.Do(func() { close(s.abortCh) }) }
 
 // run is the writer goroutine: the only code that touches this session's
@@ -304,9 +305,10 @@ func (s *session) drain(st *state) {
 // still queued or about to be queued with err, until no caller holds a
 // reference. Only then can the goroutine end without stranding anyone.
 func (s *session) exit(st *state, err error) {
-	// Before anyone can reach a new writer of this session: if the journal
-	// failed, the new writer must know where to cut it back to.
-	st.noteJournalFailure()
+	// Before anyone can reach a new writer of this session: closing a log
+	// that failed tells the log store where to cut it back to for the new
+	// writer.
+	st.closeFiles()
 	s.m.tryRemove(s, true)
 	// Wake followers now: they move on to a fresh writer.
 	st.notifyChange()
@@ -345,4 +347,5 @@ func (s *session) exit(st *state, err error) {
 type notProcessed struct{ err error }
 
 func (e *notProcessed) Error() string { return e.err.Error() }
+
 func (e *notProcessed) Unwrap() error { return e.err }
