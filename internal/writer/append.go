@@ -226,9 +226,9 @@ func (st *state) commit(group []*appendReq) {
 	for _, r := range live {
 		for _, res := range r.res.Results {
 			if res.Outcome == Stored {
-				st.m.stats.stored.Add(1)
+				st.stats.stored.Add(1)
 			} else {
-				st.m.stats.duplicate.Add(1)
+				st.stats.duplicate.Add(1)
 			}
 		}
 		r.res.Entries = total
@@ -264,11 +264,11 @@ func (st *state) logBatches(batches [][][]byte, metas [][]byte, stored func(i in
 		// anything (a record over its limit): the writer goes on.
 		return fmt.Errorf("journal append to %s: %w", st.key, errdefs.FromIO(err))
 	}
-	st.m.stats.syncs.Add(1)
+	st.stats.syncs.Add(1)
 	i := 0
 	for _, bs := range spans {
 		for _, sp := range bs {
-			st.m.stats.journalBytes.Add(uint64(sp.n))
+			st.stats.journalBytes.Add(uint64(sp.n))
 			stored(i, sp)
 			i++
 		}

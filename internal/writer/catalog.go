@@ -189,14 +189,14 @@ type Info struct {
 }
 
 // stamp reads the stat stamp of key's files and the newest mtime.
-func (m *Manager) stamp(key layout.Key) (index.Stamp, int64) {
+func (d *deps) stamp(key layout.Key) (index.Stamp, int64) {
 	var st index.Stamp
 	var mod int64
-	if fi, err := m.cfg.FS.Lstat(m.cfg.Layout.TranscriptPath(key)); err == nil {
+	if fi, err := d.cfg.FS.Lstat(d.cfg.Layout.TranscriptPath(key)); err == nil {
 		st.CanonSize, st.CanonMtime = fi.Size(), fi.ModTime().UnixNano()
 		mod = fi.ModTime().UnixMilli()
 	}
-	if size, mtime, ok := m.logs.stat(key); ok {
+	if size, mtime, ok := d.logs.stat(key); ok {
 		st.JournalSize, st.JournalMtime = size, mtime.UnixNano()
 		if ms := mtime.UnixMilli(); ms > mod {
 			mod = ms

@@ -102,7 +102,7 @@ func (st *state) newGeneration() error {
 	if err := st.saveSidecars(); err != nil {
 		return err
 	}
-	l, err := st.m.logs.create(st.key, st.canon, st.j != nil, st.log)
+	l, err := st.logs.create(st.key, st.canon, st.j != nil, st.log)
 	if err != nil {
 		if st.j != nil {
 			// Create may have renamed the new journal over the old one
@@ -246,8 +246,8 @@ func (st *state) compact(reason string) error {
 		st.failed = err
 		return err
 	}
-	st.m.stats.compactions.Add(1)
-	st.m.stats.compactedBytes.Add(uint64(newFP.size))
+	st.stats.compactions.Add(1)
+	st.stats.compactedBytes.Add(uint64(newFP.size))
 	st.log.Debug("compacted", zap.String("reason", reason), zap.Int("entries", n),
 		zap.Int64("from_bytes", old), zap.Int64("to_bytes", newFP.size))
 	if len(rescued) > 0 {
@@ -319,7 +319,7 @@ func (st *state) absorbForeign() error {
 		st.failed = err
 		return err
 	}
-	st.lineage = st.m.lineage.Add(1)
+	st.lineage = st.lineages.Add(1)
 	st.publish()
 	return nil
 }
@@ -383,5 +383,5 @@ func (st *state) dropEmptyJournal() {
 		return
 	}
 	st.closeFiles()
-	st.m.logs.remove(st.key)
+	st.logs.remove(st.key)
 }

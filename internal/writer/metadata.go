@@ -112,8 +112,8 @@ func (m *Manager) SetArchived(ctx context.Context, key layout.Key, archived bool
 
 // titleSidecar reads the session's custom-title.json sidecar, which the
 // official tools consult for the title too.
-func (m *Manager) titleSidecar(key layout.Key) string {
-	f, err := m.cfg.FS.OpenFile(filepath.Join(m.cfg.Layout.SessionDir(key.Main()), "custom-title.json"), os.O_RDONLY, 0)
+func (d *deps) titleSidecar(key layout.Key) string {
+	f, err := d.cfg.FS.OpenFile(filepath.Join(d.cfg.Layout.SessionDir(key.Main()), "custom-title.json"), os.O_RDONLY, 0)
 	if err != nil {
 		return ""
 	}

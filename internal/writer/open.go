@@ -27,7 +27,7 @@ func (st *state) open() error {
 	st.store = readStore(st.fs, st.cfg.Layout, st.key, st.log)
 	// After a failed write or sync, the journal may show records that never
 	// reached the disk: logStore.open cuts back to what was last synced.
-	j, rec, err := st.m.logs.open(st.key, false)
+	j, rec, err := st.logs.open(st.key, false)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		j = nil
@@ -41,7 +41,7 @@ func (st *state) open() error {
 		return err
 	}
 	st.publishSummary()
-	st.lineage = st.m.lineage.Add(1)
+	st.lineage = st.lineages.Add(1)
 	st.opened = true
 	if j == nil {
 		st.publish()
@@ -179,7 +179,7 @@ func (st *state) removeStaleTemps() {
 	}
 	prefix := st.tempPrefix()
 	sweep(st.dir, func(n string) bool { return strings.HasPrefix(n, prefix) && strings.HasSuffix(n, ".tmp") })
-	sweep(st.m.logs.tempFiles(st.key))
+	sweep(st.logs.tempFiles(st.key))
 	for _, sp := range []string{st.cfg.Layout.StorePath(st.key), strings.TrimSuffix(st.canonPath, layout.TranscriptExt) + ".meta.json"} {
 		sprefix := storeTempPrefix(sp)
 		sweep(filepath.Dir(sp), func(n string) bool { return strings.HasPrefix(n, sprefix) && strings.HasSuffix(n, ".tmp") })
@@ -201,11 +201,11 @@ func (st *state) scanCanonicalPromising(promise bool) error {
 	st.canonExists = false
 	if st.key.Subpath == "" {
 		st.ent = &index.Entry{Key: st.key, Owned: true}
-		st.ent.Sum.SetSidecarTitle(st.m.titleSidecar(st.key))
+		st.ent.Sum.SetSidecarTitle(st.titleSidecar(st.key))
 		// Until the next append the session was last modified when its
 		// files were: a writer opened to read it must not list it as
 		// modified in 1970 (sorted last, and never what --continue picks).
-		_, st.ent.ModifiedMs = st.m.stamp(st.key)
+		_, st.ent.ModifiedMs = st.stamp(st.key)
 	}
 	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {

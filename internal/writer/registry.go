@@ -58,8 +58,8 @@ type counters struct {
 
 // Manager hands out session writers and keeps track of them.
 type Manager struct {
-	cfg Config
-	log *zap.Logger
+	deps // what the session writers share with it
+	log  *zap.Logger
 
 	// progress holds the long operations running (Operations).
 	progress *progress.Registry
@@ -72,9 +72,6 @@ type Manager struct {
 	closing bool
 	wg      sync.WaitGroup
 
-	lineage atomic.Uint64
-	stats   counters
-
 	recoveryErrs []string // guarded by mu
 	// busy holds the sessions whose files delete or restore is moving; no
 	// writer of theirs may start meanwhile. Guarded by mu.
@@ -83,9 +80,6 @@ type Manager struct {
 	// must be finished before their sessions take writers again. Guarded
 	// by mu.
 	intents map[family]*intent
-
-	ix   *index.Index
-	logs *logStore // every use of package journal (journal.go)
 }
 
 // New returns a Manager. It creates the state folder if needed.
@@ -95,8 +89,11 @@ func New(cfg Config) (*Manager, error) {
 	}
 	// Folders are made durable once per process, not at every compaction.
 	cfg.FS = fsys.Remembering(cfg.FS)
-	return &Manager{cfg: cfg, log: cfg.Logger, sessions: make(map[layout.Key]*session), leaving: make(map[layout.Key]*session), ix: index.New(),
-		progress: progress.New(), logs: newLogStore(&cfg)}, nil
+	return &Manager{
+		deps: deps{cfg: cfg, ix: index.New(), logs: newLogStore(&cfg)},
+		log:  cfg.Logger, sessions: make(map[layout.Key]*session), leaving: make(map[layout.Key]*session),
+		progress: progress.New(),
+	}, nil
 }
 
 // Config returns the configuration in force (defaults applied).

@@ -221,7 +221,7 @@ func (st *state) reload() error {
 		st.failed = err
 		return err
 	}
-	st.lineage = st.m.lineage.Add(1)
+	st.lineage = st.lineages.Add(1)
 	if err := st.newGeneration(); err != nil {
 		st.failed = err
 		return err

@@ -126,7 +126,7 @@ func (s *session) run() {
 		<-s.prev
 	}
 	log := s.m.log.With(zap.Stringer("session", s.key))
-	st := newState(s.m, s.key, log)
+	st := newState(&s.m.deps, s.key, log)
 	if err := st.open(); err != nil {
 		log.Error("cannot open session", zap.Error(err))
 		s.exit(st, err)

@@ -5,6 +5,7 @@ import (
 	"hash/crc32"
 	"io"
 	"path/filepath"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 
@@ -32,10 +33,22 @@ type pendingEntry struct {
 	size int // line bytes without newline
 }
 
+// deps are what a session's state needs from the manager that runs it,
+// handed in as one small struct so that the state reaches nothing else of
+// the manager. The manager embeds them too (they are its as well).
+type deps struct {
+	cfg   Config
+	logs  *logStore // the sessions' write-ahead logs (journal.go)
+	ix    *index.Index
+	stats counters
+	// lineages hands out the states' lineages: a new one whenever lines
+	// already served may have moved.
+	lineages atomic.Uint64
+}
+
 // state is everything the writer goroutine owns. Nothing else touches it.
 type state struct {
-	m   *Manager
-	cfg *Config
+	*deps
 	fs  fsys.FS
 	log *zap.Logger
 	key layout.Key
@@ -68,10 +81,10 @@ type state struct {
 	ent *index.Entry
 }
 
-func newState(m *Manager, key layout.Key, log *zap.Logger) *state {
-	canon := m.cfg.Layout.TranscriptPath(key)
+func newState(d *deps, key layout.Key, log *zap.Logger) *state {
+	canon := d.cfg.Layout.TranscriptPath(key)
 	return &state{
-		m: m, cfg: &m.cfg, fs: m.cfg.FS, log: log, key: key,
+		deps: d, fs: d.cfg.FS, log: log, key: key,
 		canonPath: canon,
 		dir:       filepath.Dir(canon),
 		ids:       newIDSet(),
@@ -100,7 +113,7 @@ func (st *state) publish() {
 	if st.ent != nil {
 		st.ent.Pending = uint64(len(st.pending))
 		st.ent.Absent = !st.exists()
-		st.m.ix.Put(*st.ent)
+		st.ix.Put(*st.ent)
 	}
 }
 
@@ -115,11 +128,11 @@ func (st *state) release() {
 		// What this writer saw may not be what is on disk: let the index
 		// rebuild the entry from the files.
 		e.Stamp, e.ModifiedMs = index.Stamp{}, 0
-		st.m.ix.Release(e)
+		st.ix.Release(e)
 		return
 	}
-	e.Stamp, e.ModifiedMs = st.m.stamp(st.key)
-	st.m.ix.Release(e)
+	e.Stamp, e.ModifiedMs = st.stamp(st.key)
+	st.ix.Release(e)
 }
 
 func (st *state) notifyChange() {

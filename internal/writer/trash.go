@@ -149,7 +149,7 @@ func (m *Manager) Delete(ctx context.Context, key layout.Key, purge bool) (strin
 // writer of the family can start meanwhile, so the state machine runs right
 // here instead of on a goroutine of its own.
 func (m *Manager) flushLocked(key layout.Key) (FlushResult, error) {
-	st := newState(m, key, m.log.With(zap.Stringer("session", key)))
+	st := newState(&m.deps, key, m.log.With(zap.Stringer("session", key)))
 	if err := st.open(); err != nil {
 		return FlushResult{Key: key}, err
 	}
