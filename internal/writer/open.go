@@ -42,7 +42,7 @@ func (st *state) open() error {
 	}
 	st.publishSummary()
 	st.lineage = st.lineages.Add(1)
-	st.opened = true
+	st.scanned = true
 	if j == nil {
 		st.publish()
 		return nil

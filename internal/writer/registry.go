@@ -133,8 +133,22 @@ func (m *Manager) acquire(key layout.Key) (*session, error) {
 
 func (m *Manager) release(s *session) {
 	m.mu.Lock()
-	s.refs--
+	s.dropRefLocked()
 	m.mu.Unlock()
+}
+
+// whenUnreferenced returns a channel closed once nobody holds a reference
+// to s (see session.exit).
+func (m *Manager) whenUnreferenced(s *session) <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s.refs == 0 {
+		return closedChan
+	}
+	if s.unref == nil {
+		s.unref = make(chan struct{})
+	}
+	return s.unref
 }
 
 // isLive reports whether s is still the writer callers of its key reach.
@@ -152,7 +166,7 @@ func (m *Manager) follow(key layout.Key) (*session, error) {
 		return nil, err
 	}
 	m.mu.Lock()
-	s.refs--
+	s.dropRefLocked()
 	s.followers++
 	m.mu.Unlock()
 	return s, nil

@@ -73,8 +73,10 @@ type state struct {
 	changed chan struct{}
 	failed  error
 
-	opened         bool // open succeeded
-	compactRetries int  // compactions restarted because another writer appended
+	// scanned: open read the canonical file, so ent is the session's
+	// entry, to hand back to the index as the writer closes (release).
+	scanned        bool
+	compactRetries int // compactions restarted because another writer appended
 
 	// ent is this session's listing entry (main sessions only), kept
 	// current line by line and published to the index.
@@ -120,7 +122,7 @@ func (st *state) publish() {
 // release publishes the final entry with the files' stamp, as the writer
 // closes: from now on the index checks the files for foreign changes.
 func (st *state) release() {
-	if st.ent == nil || !st.opened {
+	if st.ent == nil || !st.scanned {
 		return
 	}
 	e := *st.ent
