@@ -3,7 +3,6 @@ package writer
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 	"go.uber.org/zap"
@@ -114,7 +113,7 @@ func (st *state) addPending(sp span, size int) {
 // summary was folded from another version is refused alone (ErrConflict),
 // the rest of the group goes on.
 func (st *state) commit(group []*appendReq) {
-	now := time.Now()
+	now := st.cfg.Clock.Now()
 	seen := make(map[string]bool)
 	seenBatch := make(map[string]bool)
 	version := st.store.SummaryVersion

@@ -98,7 +98,7 @@ func (m *Manager) SetArchived(ctx context.Context, key layout.Key, archived bool
 		if err := fsys.MkdirAll(st.fs, dir, 0o700); err != nil {
 			return fmt.Errorf("create %s: %w", dir, errdefs.FromIO(err))
 		}
-		body := fmt.Sprintf(`{"archived":%v,"at":%q}`, archived, time.Now().UTC().Format("2006-01-02T15:04:05.000Z"))
+		body := fmt.Sprintf(`{"archived":%v,"at":%q}`, archived, m.cfg.Clock.Now().UTC().Format("2006-01-02T15:04:05.000Z"))
 		err := fsys.WriteFileAtomic(st.fs, path, archiveTempPrefix+uuid.NewString()[:8], 0o600, func(w io.Writer) error {
 			_, err := io.WriteString(w, body)
 			return err

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/google/uuid"
 	"go.uber.org/zap"
@@ -227,7 +226,7 @@ func (st *state) reload() error {
 		return err
 	}
 	if st.ent != nil {
-		st.ent.ModifiedMs = time.Now().UnixMilli()
+		st.ent.ModifiedMs = st.cfg.Clock.Now().UnixMilli()
 		st.publish()
 	}
 	st.notifyChange()
@@ -246,7 +245,7 @@ func (st *state) keepCopy(kind string, src io.ReaderAt, size int64) (string, err
 	if err := fsys.MkdirAll(st.fs, dir, 0o700); err != nil {
 		return "", fmt.Errorf("keep a copy in %s: %w", dir, errdefs.FromIO(err))
 	}
-	path := filepath.Join(dir, time.Now().UTC().Format("20060102T150405.000000000Z")+".jsonl")
+	path := filepath.Join(dir, st.cfg.Clock.Now().UTC().Format("20060102T150405.000000000Z")+".jsonl")
 	err := fsys.WriteFileAtomic(st.fs, path, "."+filepath.Base(path)+".tmp", 0o600, func(w io.Writer) error {
 		_, err := io.Copy(w, io.NewSectionReader(src, 0, size))
 		return err

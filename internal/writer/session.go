@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
@@ -226,11 +226,11 @@ func (s *session) run() {
 	defer st.closeFiles()
 
 	cfg := &s.m.cfg
-	idle := time.NewTimer(cfg.IdleCompact)
+	idle := cfg.Clock.NewTimer(cfg.IdleCompact)
 	defer idle.Stop()
-	lastActive := time.Now()
+	lastActive := cfg.Clock.Now()
 	touch := func() {
-		lastActive = time.Now()
+		lastActive = cfg.Clock.Now()
 		idle.Reset(cfg.IdleCompact)
 	}
 	for {
@@ -253,13 +253,13 @@ func (s *session) run() {
 				return
 			}
 			close(c.done)
-		case <-idle.C:
+		case <-idle.C():
 			if st.failed == nil && st.idleDue() {
 				if err := st.compact("idle"); err != nil {
 					log.Warn("idle compaction failed", zap.Error(err))
 				}
 			}
-			if time.Since(lastActive) >= cfg.IdleRetire && st.failed == nil {
+			if clock.Since(cfg.Clock, lastActive) >= cfg.IdleRetire && st.failed == nil {
 				// Whatever the idle rule left pending goes into the file
 				// now: once the writer is gone nothing would move it there
 				// until the session is written again (official readers
@@ -274,7 +274,7 @@ func (s *session) run() {
 					return
 				}
 			}
-			wait := cfg.IdleRetire - time.Since(lastActive)
+			wait := cfg.IdleRetire - clock.Since(cfg.Clock, lastActive)
 			if wait < cfg.IdleCompact {
 				wait = cfg.IdleCompact
 			}

@@ -186,7 +186,7 @@ func (st *state) saveStore() error {
 	if !st.storeDirty {
 		return nil
 	}
-	st.store.prune(time.Now())
+	st.store.prune(st.cfg.Clock.Now())
 	path := st.cfg.Layout.StorePath(st.key)
 	if st.store.empty() {
 		if err := st.fs.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -46,9 +46,11 @@ func (m *Manager) lockFamily(k layout.Key, why string) (unlock func(), err error
 		s.stop()
 	}
 	for _, s := range open {
+		t := m.cfg.Clock.NewTimer(time.Minute)
 		select {
 		case <-s.exited:
-		case <-time.After(time.Minute):
+			t.Stop()
+		case <-t.C():
 			unlock()
 			return nil, fmt.Errorf("session %s did not close in time: %w", s.key, errdefs.ErrUnavailable)
 		}
@@ -123,7 +125,7 @@ func (m *Manager) Delete(ctx context.Context, key layout.Key, purge bool) (strin
 	if purge {
 		in.Op = opPurge
 	} else {
-		in.Trash = filepath.Join(L.StateDir, "trash", key.ProjectKey, key.SessionID+"-"+time.Now().UTC().Format("20060102T150405.000000000Z"))
+		in.Trash = filepath.Join(L.StateDir, "trash", key.ProjectKey, key.SessionID+"-"+m.cfg.Clock.Now().UTC().Format("20060102T150405.000000000Z"))
 		if key.Subpath != "" {
 			in.Trash += "-" + trashSubpath(key.Subpath)
 		}

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
@@ -573,17 +574,28 @@ func TestReadAndFollow(t *testing.T) {
 
 func TestIdleCompactionAndRetire(t *testing.T) {
 	e := newEnv(t)
-	e.cfg.IdleCompact = 20 * time.Millisecond
-	e.cfg.IdleRetire = 60 * time.Millisecond
+	clk := clock.NewFake(time.Now())
+	e.cfg.Clock = clk
+	e.cfg.IdleCompact = time.Second
+	e.cfg.IdleRetire = 3 * time.Second
 	m := e.manager()
 	defer closeManager(t, m)
 	k := newKey()
 	if _, err := m.Append(context.Background(), k, [][]byte{entry("")}); err != nil {
 		t.Fatal(err)
 	}
-	waitRetired(t, m, k)
-	if n := len(e.canonicalLines(k)); n != 1 {
-		t.Fatalf("idle compaction: %d lines", n)
+	s := settled(t, m, k)
+	if _, err := os.Stat(e.lay.TranscriptPath(k)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("compacted before the writer was idle: %v", err)
+	}
+	advance(t, clk, time.Second) // idle: a small file is compacted at once
+	if n := len(e.canonicalLines(k)); n != 1 || !m.IsActive(k) {
+		t.Fatalf("idle compaction: %d lines, active %v; want 1 line and the writer still there", n, m.IsActive(k))
+	}
+	clk.Advance(2 * time.Second)
+	waitExited(t, s)
+	if m.IsActive(k) {
+		t.Fatal("the idle writer did not retire")
 	}
 	// A retired session reopens on demand.
 	res, err := m.Append(context.Background(), k, [][]byte{entry("")})
@@ -592,15 +604,42 @@ func TestIdleCompactionAndRetire(t *testing.T) {
 	}
 }
 
-// waitRetired waits (10 s at most) for k's idle writer to retire.
-func waitRetired(t *testing.T, m *Manager, k layout.Key) {
+// settled returns k's live writer once it has handled everything sent so
+// far: it answers a request only after re-arming its idle timer, so the
+// next Advance of a fake clock counts from there.
+func settled(t *testing.T, m *Manager, k layout.Key) *session {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for m.IsActive(k) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	if err := m.do(context.Background(), k, func(*state) error { return nil }); err != nil {
+		t.Fatal(err)
 	}
-	if m.IsActive(k) {
-		t.Fatal("idle writer did not retire")
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.sessions[k]
+	if s == nil {
+		t.Fatalf("no writer of %s", k)
+	}
+	return s
+}
+
+// advance moves clk on by d and waits (10 s at most) until the timer that
+// fired is armed again: whatever the writer did when it fired is done.
+func advance(t *testing.T, clk *clock.Fake, d time.Duration) {
+	t.Helper()
+	clk.Advance(d)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := clk.WaitArmed(ctx, 1); err != nil {
+		t.Fatalf("no timer armed again after the clock moved on %v: %v", d, err)
+	}
+}
+
+// waitExited waits (10 s at most) for s's goroutine to end.
+func waitExited(t *testing.T, s *session) {
+	t.Helper()
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the writer did not exit")
 	}
 }
 
@@ -611,8 +650,10 @@ func waitRetired(t *testing.T, m *Manager, k layout.Key) {
 // the session again.
 func TestRetireCompactsWhatIdleLeft(t *testing.T) {
 	e := newEnv(t)
-	e.cfg.IdleCompact = 20 * time.Millisecond
-	e.cfg.IdleRetire = 300 * time.Millisecond
+	clk := clock.NewFake(time.Now())
+	e.cfg.Clock = clk
+	e.cfg.IdleCompact = time.Second
+	e.cfg.IdleRetire = 10 * time.Second
 	e.cfg.IdleFloor = 4 << 10
 	m := e.manager()
 	defer closeManager(t, m)
@@ -633,11 +674,14 @@ func TestRetireCompactsWhatIdleLeft(t *testing.T) {
 	if _, err := m.Append(ctx, k, [][]byte{entry(uuid.NewString())}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	s := settled(t, m, k)
+	advance(t, clk, time.Second)
+	clk.Advance(5 * time.Second)
 	if n := len(e.canonicalLines(k)); n != 64 || !m.IsActive(k) {
 		t.Fatalf("before retiring: %d lines, active %v; want the tail still journaled", n, m.IsActive(k))
 	}
-	waitRetired(t, m, k)
+	clk.Advance(4 * time.Second)
+	waitExited(t, s)
 	if n := len(e.canonicalLines(k)); n != 65 {
 		t.Fatalf("after retiring: %d lines, want 65", n)
 	}
