@@ -92,12 +92,7 @@ func (m *Manager) AllKeys(projectKey string, subagents bool) ([]layout.Key, erro
 			set[k] = true
 		}
 	}
-	keys := make([]layout.Key, 0, len(set))
-	for k := range set {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
-	return keys, nil
+	return sortedKeys(set, byName), nil
 }
 
 // existsOnDisk reports whether key has a canonical file or a journal, so
@@ -495,12 +490,7 @@ func (m *Manager) mainKeys(projectKey string) ([]layout.Key, error) {
 	for _, k := range logged {
 		set[k] = true
 	}
-	keys := make([]layout.Key, 0, len(set))
-	for k := range set {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].Less(keys[j]) })
-	return keys, nil
+	return sortedKeys(set, layout.Key.Less), nil
 }
 
 // Find returns the keys of every session with this id (and subpath) in any
@@ -522,11 +512,28 @@ func (m *Manager) Find(sessionID, subpath string) ([]layout.Key, error) {
 		}
 	}
 	m.mu.Unlock()
-	dir := m.cfg.Layout.ProjectsDir()
-	ents, err := m.cfg.FS.ReadDir(dir)
+	onDisk, err := inProjects(m.cfg.FS, m.cfg.Layout.ProjectsDir(), sessionID, subpath, m.cfg.Layout.TranscriptPath)
+	if err != nil {
+		return nil, err
+	}
+	logged, err := m.logs.projectsWith(sessionID, subpath)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range append(onDisk, logged...) {
+		found[k] = true
+	}
+	return sortedKeys(found, func(a, b layout.Key) bool { return a.ProjectKey < b.ProjectKey }), nil
+}
+
+// inProjects returns the keys of sessionID (and subpath) in the projects
+// that are folders of dir, where path(key) is a regular file.
+func inProjects(FS fsys.FS, dir, sessionID, subpath string, path func(layout.Key) string) ([]layout.Key, error) {
+	ents, err := FS.ReadDir(dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("list %s: %w", dir, errdefs.FromIO(err))
 	}
+	var keys []layout.Key
 	for _, e := range ents {
 		if !e.IsDir() {
 			continue
@@ -535,24 +542,25 @@ func (m *Manager) Find(sessionID, subpath string) ([]layout.Key, error) {
 		if k.Validate() != nil {
 			continue
 		}
-		if fi, err := m.cfg.FS.Lstat(m.cfg.Layout.TranscriptPath(k)); err == nil && fi.Mode().IsRegular() {
-			found[k] = true
+		if fi, err := FS.Lstat(path(k)); err == nil && fi.Mode().IsRegular() {
+			keys = append(keys, k)
 		}
 	}
-	logged, err := m.logs.projectsWith(sessionID, subpath)
-	if err != nil {
-		return nil, err
-	}
-	for _, k := range logged {
-		found[k] = true
-	}
-	keys := make([]layout.Key, 0, len(found))
-	for k := range found {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].ProjectKey < keys[j].ProjectKey })
 	return keys, nil
 }
+
+// sortedKeys returns the keys of set in the order less gives.
+func sortedKeys(set map[layout.Key]bool, less func(a, b layout.Key) bool) []layout.Key {
+	keys := make([]layout.Key, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return less(keys[i], keys[j]) })
+	return keys
+}
+
+// byName orders keys by their string form.
+func byName(a, b layout.Key) bool { return a.String() < b.String() }
 
 // lineScanner scans r. A file handed over whole (view's path for a session
 // without journal) is scanned by offset, so a huge line costs one buffer
@@ -580,10 +588,5 @@ func (m *Manager) journaledKeys() ([]layout.Key, error) {
 	for _, k := range logged {
 		set[k] = true
 	}
-	keys := make([]layout.Key, 0, len(set))
-	for k := range set {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
-	return keys, nil
+	return sortedKeys(set, byName), nil
 }

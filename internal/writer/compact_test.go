@@ -17,6 +17,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
+	"github.com/sessiond/sessiond/internal/layout"
 )
 
 // faultFS fails one chosen operation kind after it has run a number of
@@ -90,17 +91,7 @@ func TestCrashBetweenRenameAndJournalReset(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The session works again and holds each entry once.
-			res, err := m.Append(ctx, k, [][]byte{entry("")})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Entries != 4 {
-				t.Fatalf("session holds %d entries after recovery and one append, want 4", res.Entries)
-			}
-			closeManager(t, m)
-			if n := len(e.canonicalLines(k)); n != 4 {
-				t.Fatalf("%d lines, want 4", n)
-			}
+			e.appendOneThenClose(m, k, 4)
 		})
 	}
 }
@@ -142,17 +133,7 @@ func TestFailedRenameKeepsEntries(t *testing.T) {
 	ff.failOn = nil
 	ff.mu.Unlock()
 	// The next request reopens the writer from disk.
-	res, err := m.Append(ctx, k, [][]byte{entry("")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Entries != 4 {
-		t.Fatalf("entries %d, want 4", res.Entries)
-	}
-	closeManager(t, m)
-	if n := len(e.canonicalLines(k)); n != 4 {
-		t.Fatalf("%d lines, want 4", n)
-	}
+	e.appendOneThenClose(m, k, 4)
 }
 
 // TestForeignAppendKept: lines another program appends to the canonical
@@ -309,5 +290,23 @@ func TestSmallCompactionAllocatesLittle(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	if per := (after.TotalAlloc - before.TotalAlloc) / rounds; per > 256<<10 {
 		t.Fatalf("an append and flush of a tiny session allocates %d KiB", per>>10)
+	}
+}
+
+// appendOneThenClose appends one more entry to k, closes m, and checks
+// that the session held want entries then, and its canonical file as many
+// lines.
+func (e *env) appendOneThenClose(m *Manager, k layout.Key, want uint64) {
+	e.t.Helper()
+	res, err := m.Append(context.Background(), k, [][]byte{entry("")})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if res.Entries != want {
+		e.t.Fatalf("the session holds %d entries after one more append, want %d", res.Entries, want)
+	}
+	closeManager(e.t, m)
+	if n := len(e.canonicalLines(k)); uint64(n) != want {
+		e.t.Fatalf("%d lines, want %d", n, want)
 	}
 }

@@ -326,28 +326,10 @@ func (ls *logStore) subkeys(main layout.Key) ([]string, error) {
 	return out, nil
 }
 
-// projectsWith lists the projects in which key's session id and subpath
-// (key.ProjectKey is ignored) have a log.
+// projectsWith lists the keys of sessionID (and subpath) that have a log,
+// in any project.
 func (ls *logStore) projectsWith(sessionID, subpath string) ([]layout.Key, error) {
-	dir := ls.layout.JournalDir()
-	ents, err := ls.fs.ReadDir(dir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("list %s: %w", dir, errdefs.FromIO(err))
-	}
-	var keys []layout.Key
-	for _, e := range ents {
-		if !e.IsDir() {
-			continue
-		}
-		k := layout.Key{ProjectKey: e.Name(), SessionID: sessionID, Subpath: subpath}
-		if k.Validate() != nil {
-			continue
-		}
-		if fi, err := ls.fs.Lstat(ls.layout.JournalPath(k)); err == nil && fi.Mode().IsRegular() {
-			keys = append(keys, k)
-		}
-	}
-	return keys, nil
+	return inProjects(ls.fs, ls.layout.JournalDir(), sessionID, subpath, ls.layout.JournalPath)
 }
 
 // syncFolders makes the names of the logs of keys, opened with

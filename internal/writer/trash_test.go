@@ -28,6 +28,15 @@ func deleteFixture(t *testing.T, c *fstest.CrashFS) {
 	closeManager(t, m)
 }
 
+// killedDelete returns a delete of kDel by a process killed right after it.
+func killedDelete(t *testing.T) func(c *fstest.CrashFS) {
+	return func(c *fstest.CrashFS) {
+		m := newCrashManager(t, c, nil)
+		m.Delete(bg, kDel, false)
+		abortManager(m)
+	}
+}
+
 // Bug: Delete moved the main transcript and the session folder (its
 // subagents, its archive mark) one after the other; a crash between the
 // two left the session half in the trash and half in place, and Restore
@@ -39,11 +48,7 @@ func deleteFixture(t *testing.T, c *fstest.CrashFS) {
 func TestDeleteInterruptedIsFinished(t *testing.T) {
 	c := fstest.NewCrashFS()
 	deleteFixture(t, c)
-	doDelete := func(c *fstest.CrashFS) {
-		m := newCrashManager(t, c, nil)
-		m.Delete(bg, kDel, false)
-		abortManager(m)
-	}
+	doDelete := killedDelete(t)
 	at := opIndex(t, c, doDelete, func(ev fstest.Event) bool {
 		return ev.Op == fstest.OpSyncDir && strings.Contains(ev.Path, "/trash/") // the first move's target folder
 	})
@@ -134,11 +139,7 @@ func TestDeleteCompactsSubagentJournals(t *testing.T) {
 func TestRecoverSyncsIntentBeforeActing(t *testing.T) {
 	c := fstest.NewCrashFS()
 	deleteFixture(t, c)
-	doDelete := func(c *fstest.CrashFS) {
-		m := newCrashManager(t, c, nil)
-		m.Delete(bg, kDel, false)
-		abortManager(m)
-	}
+	doDelete := killedDelete(t)
 	at := opIndex(t, c, doDelete, func(ev fstest.Event) bool {
 		return ev.Op == fstest.OpSyncDir && strings.HasSuffix(ev.Path, "/intents")
 	})
