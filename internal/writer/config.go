@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
 )
@@ -15,6 +16,11 @@ type Config struct {
 	Layout layout.Layout
 	FS     fsys.FS
 	Logger *zap.Logger
+	// Clock is where the writers take the time from: idle compaction and
+	// retirement, how long batch ids are remembered, and the times they
+	// stamp (appends, archive marks, trash and repair copies). nil is the
+	// system clock; tests use a clock.Fake to move time without sleeping.
+	Clock clock.Clock
 
 	// MaxEntryBytes is the largest entry accepted. Real tool results reach
 	// 12 MB, so the default leaves room above that.
@@ -67,6 +73,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real
 	}
 	if c.MaxEntryBytes <= 0 {
 		c.MaxEntryBytes = DefaultMaxEntryBytes

@@ -195,14 +195,7 @@ func crashDuringRecovery(t *testing.T, wl *workload) (n crashCounts) {
 	})
 	seen := map[string]bool{}
 	for _, i := range outer {
-		c := fstest.NewCrashFS()
-		if wl.setup != nil {
-			wl.setup(c)
-		}
-		c.CrashAt(base + i)
-		w := newWorld(t, wl, c, nil)
-		wl.run(w)
-		w.stop()
+		c, w := runToCrash(t, wl, base+i)
 		_, ev := c.Crashed()
 		for _, first := range []string{"kill -9", "power loss"} {
 			var left *fstest.CrashFS
@@ -292,4 +285,18 @@ func TestCrashDuringRecovery(t *testing.T) {
 		}
 	})
 	summary(t, "recovery crash points checked: %d (synced-only) + %d (random), over %d crashes of a recovery", total.synced, total.random, total.points)
+}
+
+// runToCrash runs wl on a fresh disk that crashes at operation op, and
+// stops its manager as a killed process would.
+func runToCrash(t *testing.T, wl *workload, op int64) (*fstest.CrashFS, *world) {
+	c := fstest.NewCrashFS()
+	if wl.setup != nil {
+		wl.setup(c)
+	}
+	c.CrashAt(op)
+	w := newWorld(t, wl, c, nil)
+	wl.run(w)
+	w.stop()
+	return c, w
 }

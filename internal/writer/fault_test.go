@@ -258,14 +258,7 @@ func faultDuringRecovery(t *testing.T, wl *workload, from func(fstest.Event) boo
 		w.stop()
 	}, from)
 	for _, i := range outer {
-		c := fstest.NewCrashFS()
-		if wl.setup != nil {
-			wl.setup(c)
-		}
-		c.CrashAt(base + i)
-		w := newWorld(t, wl, c, nil)
-		wl.run(w)
-		w.stop()
+		c, w := runToCrash(t, wl, base+i)
 		_, ev := c.Crashed()
 		left := c.CrashClone(nil)
 		for j := int64(1); ; j++ {

@@ -8,13 +8,103 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
-	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
 )
+
+// view calls fn with a reader over key's whole content: the canonical
+// file followed by the journaled entries, as they will be once compacted.
+// A session without a writer or journal is read straight from its file, so
+// checking thousands of old sessions starts no writers.
+func (m *Manager) view(ctx context.Context, key layout.Key, fn func(r io.Reader, pending int) error) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	if !m.existsOnDisk(key) {
+		return m.notFound(key)
+	}
+	if logged, _ := m.logs.exists(key); !logged && !m.IsActive(key) {
+		path := m.cfg.Layout.TranscriptPath(key)
+		f, err := m.cfg.FS.OpenFile(path, os.O_RDONLY, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			return m.notFound(key)
+		}
+		if err != nil {
+			return fmt.Errorf("open %s: %w", path, errdefs.FromIO(err))
+		}
+		defer f.Close()
+		return fn(f, 0)
+	}
+	// A writer opened for this (a journal left behind) retires after it:
+	// CheckAll views every session.
+	var sn *snapshot
+	err := m.doRetire(ctx, key, retireIfOpened, func(st *state) error {
+		var err error
+		sn, err = st.snapshot()
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	defer sn.close()
+	if !sn.exists {
+		return m.notFound(key)
+	}
+	return fn(sn.reader(), len(sn.pending))
+}
+
+// reader streams the snapshot's content as one JSONL file.
+func (sn *snapshot) reader() io.Reader {
+	var parts []io.Reader
+	if sn.canon != nil {
+		parts = append(parts, io.NewSectionReader(sn.canon, 0, sn.canonSize))
+		if !sn.canonEndsNL && len(sn.pending) > 0 {
+			parts = append(parts, strings.NewReader("\n"))
+		}
+	}
+	if len(sn.pending) > 0 {
+		parts = append(parts, &pendingReader{sn: sn})
+	}
+	return io.MultiReader(parts...)
+}
+
+type pendingReader struct {
+	sn  *snapshot
+	i   int
+	buf []byte
+	cur []byte
+}
+
+func readPending(sn *snapshot, i int, buf []byte) ([]byte, error) {
+	line, err := sn.journal.entry(sn.pending[i], buf)
+	if err != nil {
+		return nil, fmt.Errorf("read journal: %w", errdefs.FromIO(err))
+	}
+	return line, nil
+}
+
+func (p *pendingReader) Read(b []byte) (int, error) {
+	for len(p.cur) == 0 {
+		if p.i >= len(p.sn.pending) {
+			return 0, io.EOF
+		}
+		line, err := readPending(p.sn, p.i, p.buf)
+		if err != nil {
+			return 0, err
+		}
+		p.buf = append(line, '\n')
+		p.cur = p.buf
+		p.buf = p.buf[:0]
+		p.i++
+	}
+	n := copy(b, p.cur)
+	p.cur = p.cur[n:]
+	return n, nil
+}
 
 // Entry is one line served to a reader.
 type Entry struct {
@@ -41,8 +131,8 @@ type snapshot struct {
 	canonSize    int64
 	canonEntries uint64
 	canonEndsNL  bool
-	journal      fsys.File
-	pending      []journal.Span
+	journal      logReader
+	pending      []span
 	lineage      uint64
 	changed      <-chan struct{}
 	exists       bool
@@ -53,7 +143,7 @@ func (sn *snapshot) close() {
 		sn.canon.Close()
 	}
 	if sn.journal != nil {
-		sn.journal.Close()
+		sn.journal.close()
 	}
 }
 
@@ -70,60 +160,18 @@ func (st *state) snapshot() (*snapshot, error) {
 		sn.canon = f
 	}
 	if len(st.pending) > 0 {
-		f, err := st.fs.OpenFile(st.jpath, os.O_RDONLY, 0)
+		r, err := st.j.reader()
 		if err != nil {
 			sn.close()
-			return nil, fmt.Errorf("open %s: %w", st.jpath, errdefs.FromIO(err))
+			return nil, err
 		}
-		sn.journal = f
-		sn.pending = make([]journal.Span, len(st.pending))
+		sn.journal = r
+		sn.pending = make([]span, len(st.pending))
 		for i, p := range st.pending {
 			sn.pending[i] = p.span
 		}
 	}
 	return sn, nil
-}
-
-// existsOnDisk reports whether key has a canonical file or a journal, so
-// reads of unknown sessions fail without starting a writer. A failed Lstat
-// says nothing about existence: then it answers yes, so the operation runs
-// and reports the disk's error instead of "not found".
-func (m *Manager) existsOnDisk(key layout.Key) bool {
-	ok, err := m.existsOnDiskErr(key)
-	return ok || err != nil
-}
-
-// notFound is the error for a transcript that does not exist. For a
-// subagent transcript of a session that does, it says so: the user is
-// looking for a subpath, not for a missing session.
-func (m *Manager) notFound(key layout.Key) error {
-	if key.Subpath != "" && m.existsOnDisk(key.Main()) {
-		return fmt.Errorf("session %s/%s has no subagent transcript %s (sessionctl subkeys %s lists the ones it has): %w",
-			key.ProjectKey, key.SessionID, key.Subpath, key.SessionID, errdefs.ErrNotFound)
-	}
-	return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
-}
-
-// existsOnDiskErr is existsOnDisk for callers that must tell "no" from
-// "could not look": a refusal because the session exists must not be the
-// answer to a failing disk.
-func (m *Manager) existsOnDiskErr(key layout.Key) (bool, error) {
-	m.mu.Lock()
-	s := m.sessions[key]
-	m.mu.Unlock()
-	if s != nil && s.hasContent.Load() {
-		return true, nil
-	}
-	for _, p := range []string{m.cfg.Layout.TranscriptPath(key), m.cfg.Layout.JournalPath(key)} {
-		_, err := m.cfg.FS.Lstat(p)
-		switch {
-		case err == nil:
-			return true, nil
-		case !errors.Is(err, fs.ErrNotExist):
-			return false, fmt.Errorf("session %s: %w", key, errdefs.FromIO(err))
-		}
-	}
-	return false, nil
 }
 
 // ReadOptions select what Read serves.
@@ -320,7 +368,7 @@ func (r *reader) serve(sn *snapshot) error {
 	for i, sp := range sn.pending {
 		idx := sn.canonEntries + uint64(i)
 		if idx >= r.next {
-			line, err := journal.ReadEntryAt(sn.journal, sp, buf)
+			line, err := sn.journal.entry(sp, buf)
 			if err != nil {
 				return fmt.Errorf("read journal: %w", errdefs.FromIO(err))
 			}
@@ -329,7 +377,7 @@ func (r *reader) serve(sn *snapshot) error {
 			}
 			r.next = idx + 1
 		}
-		off += int64(sp.Len) + 1
+		off += int64(sp.n) + 1
 	}
 	if r.next >= sn.canonEntries {
 		r.lineage, r.hintIdx, r.hintOff = sn.lineage, sn.canonEntries+uint64(len(sn.pending)), off

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
@@ -63,6 +63,75 @@ const (
 	retireIfOpened
 )
 
+// phase is where a session writer is in its life. Only the writer
+// goroutine moves it, and only through enter, along these transitions:
+//
+//	opening -> fresh                (opened)
+//	opening -> closing              (the session could not be opened)
+//	fresh   -> serving              (served its first request)
+//	fresh, serving -> retiring      (idle, or asked to by its request)
+//	fresh, serving -> stopping      (Close, delete, restore)
+//	fresh, serving -> closing       (a write failed, or Close ran out of time)
+//	stopping -> closing             (drained and compacted)
+//	retiring, closing -> exited
+//
+// Requests to stop come from other goroutines through stopCh and abortCh;
+// the writer acts on them by entering stopping or closing.
+type phase uint8
+
+const (
+	// opening: waiting for the writer it replaces to exit, then loading
+	// the session from disk.
+	opening phase = iota
+	// fresh: open, and no request served yet: opened for the first one
+	// queued (retireIfOpened retires such a writer after its request).
+	fresh
+	// serving: has served a request; retires when idle long enough.
+	serving
+	// stopping: asked to stop (Close, or a delete or restore of the
+	// session): answers what is queued, compacts, then closes.
+	stopping
+	// retiring: healthy and out of the registry, nobody using it: drops
+	// an empty log, closes its files, hands its entry back to the index.
+	retiring
+	// closing: out of the registry; answers every request still queued
+	// or about to be with an error, until nobody holds a reference, then
+	// closes its files.
+	closing
+	// exited: the goroutine is gone (session.exited is closed).
+	exited
+)
+
+var phaseNames = [...]string{"opening", "fresh", "serving", "stopping", "retiring", "closing", "exited"}
+
+func (p phase) String() string { return phaseNames[p] }
+
+// next lists the phases each phase may move to.
+var next = [...][]phase{
+	opening:  {fresh, closing},
+	fresh:    {serving, stopping, retiring, closing},
+	serving:  {stopping, retiring, closing},
+	stopping: {closing},
+	retiring: {exited},
+	closing:  {exited},
+	exited:   nil,
+}
+
+// enter moves the writer to phase p. A move the lifecycle does not allow
+// is a bug in the writer, never a condition to handle.
+func (s *session) enter(p phase) {
+	if p == s.phase && p == serving {
+		return
+	}
+	for _, q := range next[s.phase] {
+		if q == p {
+			s.phase = p
+			return
+		}
+	}
+	panic(fmt.Sprintf("writer of %s: no move from %s to %s", s.key, s.phase, p))
+}
+
 // session is the handle callers use to reach one writer goroutine.
 type session struct {
 	m    *Manager
@@ -70,7 +139,10 @@ type session struct {
 	reqs chan *appendReq
 	ctrl chan *ctrlReq
 
-	stopCh  chan struct{} // Close: finish, compact, exit
+	// phase belongs to the writer goroutine (see phase).
+	phase phase
+
+	stopCh  chan struct{} // Close, delete, restore: finish, compact, exit
 	abortCh chan struct{} // Close ran out of time: exit now
 	exited  chan struct{} // closed when the goroutine is gone
 	// prev is the exited channel of the writer this one replaces, when
@@ -84,8 +156,11 @@ type session struct {
 	// Guarded by m.mu. refs counts callers about to queue a request: the
 	// writer may not exit before they are answered. followers counts open
 	// Follow streams: they only keep the writer from retiring when idle.
+	// unref, once the closing writer waits for it, is closed when refs
+	// reaches zero.
 	refs      int
 	followers int
+	unref     chan struct{}
 
 	// hasContent mirrors the writer's state.exists() after each request,
 	// so "does this session exist" needs no round trip: a writer started
@@ -110,14 +185,30 @@ func newSession(m *Manager, key layout.Key) *session {
 	}
 }
 
-func (s *session) stop()  { s.stopOnce.Do(func() { close(s.stopCh) }) }
+func (s *session) stop() { s.stopOnce.Do(func() { close(s.stopCh) }) }
+
 func (s *session) abort() { s.abortOnce.Do(func() { close(s.abortCh) }) }
+
+// dropRefLocked drops a reference to s; the caller holds m.mu.
+func (s *session) dropRefLocked() {
+	s.refs--
+	if s.refs == 0 && s.unref != nil {
+		close(s.unref)
+		s.unref = nil
+	}
+}
+
+// errShutdown answers what a writer stopped by Close did not serve.
+var errShutdown = fmt.Errorf("sessiond is shutting down: %w", errdefs.ErrUnavailable)
 
 // run is the writer goroutine: the only code that touches this session's
 // files while it lives.
 func (s *session) run() {
 	defer s.m.wg.Done()
-	defer s.m.exited(s)
+	defer func() {
+		s.enter(exited)
+		s.m.exited(s)
+	}()
 	if s.prev != nil {
 		// The predecessor may be removing the journal this writer would
 		// open: writing into a file unlinked after it was opened would
@@ -125,34 +216,34 @@ func (s *session) run() {
 		<-s.prev
 	}
 	log := s.m.log.With(zap.Stringer("session", s.key))
-	st := newState(s.m, s.key, log)
+	st := newState(&s.m.deps, s.key, log)
 	if err := st.open(); err != nil {
 		log.Error("cannot open session", zap.Error(err))
 		s.exit(st, err)
 		return
 	}
+	s.enter(fresh)
 	defer st.closeFiles()
 
 	cfg := &s.m.cfg
-	idle := time.NewTimer(cfg.IdleCompact)
+	idle := cfg.Clock.NewTimer(cfg.IdleCompact)
 	defer idle.Stop()
-	lastActive := time.Now()
+	lastActive := cfg.Clock.Now()
 	touch := func() {
-		lastActive = time.Now()
+		lastActive = cfg.Clock.Now()
 		idle.Reset(cfg.IdleCompact)
 	}
-	fresh := true // no request served yet: opened for the first one
 	for {
 		select {
 		case r := <-s.reqs:
-			fresh = false
+			s.enter(serving)
 			st.commit(s.group(r))
 			s.hasContent.Store(st.exists())
 			touch()
 		case c := <-s.ctrl:
 			s.took(&c.reply)
-			opened := fresh
-			fresh = false
+			opened := s.phase == fresh
+			s.enter(serving)
 			c.err = c.op(st)
 			s.hasContent.Store(st.exists())
 			touch()
@@ -162,13 +253,13 @@ func (s *session) run() {
 				return
 			}
 			close(c.done)
-		case <-idle.C:
+		case <-idle.C():
 			if st.failed == nil && st.idleDue() {
 				if err := st.compact("idle"); err != nil {
 					log.Warn("idle compaction failed", zap.Error(err))
 				}
 			}
-			if time.Since(lastActive) >= cfg.IdleRetire && st.failed == nil {
+			if clock.Since(cfg.Clock, lastActive) >= cfg.IdleRetire && st.failed == nil {
 				// Whatever the idle rule left pending goes into the file
 				// now: once the writer is gone nothing would move it there
 				// until the session is written again (official readers
@@ -183,7 +274,7 @@ func (s *session) run() {
 					return
 				}
 			}
-			wait := cfg.IdleRetire - time.Since(lastActive)
+			wait := cfg.IdleRetire - clock.Since(cfg.Clock, lastActive)
 			if wait < cfg.IdleCompact {
 				wait = cfg.IdleCompact
 			}
@@ -191,10 +282,11 @@ func (s *session) run() {
 		case <-s.stopCh:
 			select {
 			case <-s.abortCh: // abort wins: the time for a clean stop is over
-				s.exit(st, fmt.Errorf("sessiond is shutting down: %w", errdefs.ErrUnavailable))
+				s.exit(st, errShutdown)
 				return
 			default:
 			}
+			s.enter(stopping)
 			s.drain(st)
 			if st.failed == nil {
 				if err := st.compact("shutdown"); err != nil {
@@ -203,10 +295,10 @@ func (s *session) run() {
 					st.dropEmptyJournal()
 				}
 			}
-			s.exit(st, fmt.Errorf("sessiond is shutting down: %w", errdefs.ErrUnavailable))
+			s.exit(st, errShutdown)
 			return
 		case <-s.abortCh:
-			s.exit(st, fmt.Errorf("sessiond is shutting down: %w", errdefs.ErrUnavailable))
+			s.exit(st, errShutdown)
 			return
 		}
 		if st.failed != nil {
@@ -224,6 +316,7 @@ func (s *session) retire(st *state) bool {
 	if st.failed != nil || !s.m.tryRemove(s, false) {
 		return false
 	}
+	s.enter(retiring)
 	st.dropEmptyJournal()
 	st.closeFiles()
 	st.release()
@@ -304,40 +397,40 @@ func (s *session) drain(st *state) {
 // still queued or about to be queued with err, until no caller holds a
 // reference. Only then can the goroutine end without stranding anyone.
 func (s *session) exit(st *state, err error) {
-	// Before anyone can reach a new writer of this session: if the journal
-	// failed, the new writer must know where to cut it back to.
-	st.noteJournalFailure()
+	// Before anyone can reach a new writer of this session: closing a log
+	// that failed tells the log store where to cut it back to for the new
+	// writer.
+	st.closeFiles()
 	s.m.tryRemove(s, true)
+	s.enter(closing)
 	// Wake followers now: they move on to a fresh writer.
 	st.notifyChange()
-	fail := func() {
-		for {
-			select {
-			case r := <-s.reqs:
-				r.err = err
-				close(r.done)
-			case c := <-s.ctrl:
-				s.took(&c.reply)
-				c.err = err
-				close(c.done)
-			default:
-				return
-			}
+	// Out of the registry, nobody new can reach the writer, and a request
+	// is only ever queued by a caller holding a reference (a retiring one
+	// hands its reference on with the request, dropped as it is taken).
+	// So once the references are gone, what is queued is all there will
+	// ever be.
+	unref := s.m.whenUnreferenced(s)
+	for done := false; !done; {
+		select {
+		case r := <-s.reqs:
+			r.err = err
+			close(r.done)
+		case c := <-s.ctrl:
+			s.took(&c.reply)
+			c.err = err
+			close(c.done)
+		case <-unref:
+			done = len(s.reqs) == 0 && len(s.ctrl) == 0
+			unref = closedChan
 		}
-	}
-	for {
-		fail()
-		s.m.mu.Lock()
-		idle := s.refs == 0 && len(s.reqs) == 0 && len(s.ctrl) == 0
-		s.m.mu.Unlock()
-		if idle {
-			break
-		}
-		time.Sleep(time.Millisecond)
 	}
 	st.closeFiles()
 	st.release()
 }
+
+// closedChan is always ready.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // notProcessed marks the answer given to a request the writer never looked
 // at because it was exiting; the manager retries such requests on a fresh
@@ -345,4 +438,5 @@ func (s *session) exit(st *state, err error) {
 type notProcessed struct{ err error }
 
 func (e *notProcessed) Error() string { return e.err.Error() }
+
 func (e *notProcessed) Unwrap() error { return e.err }

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,14 +20,6 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
 )
-
-// What the SDKs' SessionStore contract needs besides the lines: a retried
-// batch must not be stored twice even when its entries carry no uuid, and
-// each session keeps the summary the adapter folds batch by batch.
-//
-// Both travel with the batch in its journal Meta record, so they are durable
-// exactly when the batch is, and move to the transcript's store sidecar
-// (layout.StorePath) before the journal that holds them is replaced.
 
 const (
 	// BatchIDMemory is how long a transcript remembers the id of a batch it
@@ -189,50 +180,13 @@ func readStore(FS fsys.FS, L layout.Layout, key layout.Key, log *zap.Logger) sto
 	return s
 }
 
-// noteAgentMeta remembers the .meta.json sidecar an agent_metadata entry
-// of a subagent transcript describes: the SDK mirrors the sidecar to its
-// store as such entries, and disk readers (listSubagents) read the file.
-func (st *state) noteAgentMeta(line []byte) {
-	if st.key.Subpath == "" {
-		return
-	}
-	if meta, ok := transcript.AgentMetaSidecar(line); ok {
-		st.agentMeta = meta
-	}
-}
-
-// saveSidecars writes what the journal about to be replaced holds beyond
-// the lines: the store sidecar and a subagent's .meta.json.
-func (st *state) saveSidecars() error {
-	if err := st.saveStore(); err != nil {
-		return err
-	}
-	if st.agentMeta == nil {
-		return nil
-	}
-	path := strings.TrimSuffix(st.canonPath, layout.TranscriptExt) + ".meta.json"
-	if err := fsys.MkdirAll(st.fs, filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", filepath.Dir(path), errdefs.FromIO(err))
-	}
-	meta := st.agentMeta
-	err := fsys.WriteFileAtomic(st.fs, path, storeTempPrefix(path)+uuid.NewString()[:8]+".tmp", 0o600, func(w io.Writer) error {
-		_, err := w.Write(meta)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, errdefs.FromIO(err))
-	}
-	st.agentMeta = nil
-	return nil
-}
-
 // saveStore writes the store sidecar if it changed since it was read or
 // last written: temp file, sync, rename, folder sync.
 func (st *state) saveStore() error {
 	if !st.storeDirty {
 		return nil
 	}
-	st.store.prune(time.Now())
+	st.store.prune(st.cfg.Clock.Now())
 	path := st.cfg.Layout.StorePath(st.key)
 	if st.store.empty() {
 		if err := st.fs.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
@@ -280,7 +281,11 @@ func TestStorePrune(t *testing.T) {
 // file's mtime, does not make a current summary stale.
 func TestSummaryStaleAfterOtherAppends(t *testing.T) {
 	c := fstest.NewCrashFS()
-	m := newCrashManager(t, c, nil)
+	// The files' mtimes come from the system clock: the fake one starts
+	// well before them.
+	clk := clock.NewFake(time.Now().Add(-time.Hour))
+	wl := &workload{cfg: func(c *Config) { c.Clock = clk }}
+	m := newCrashManager(t, c, wl)
 	k := fixedKey(1, "")
 	mtimes := func(what string) (summary, session int64) {
 		t.Helper()
@@ -297,14 +302,14 @@ func TestSummaryStaleAfterOtherAppends(t *testing.T) {
 	if s, l := mtimes("after a summary"); s != l {
 		t.Fatalf("current summary mtime %d, session %d: want equal", s, l)
 	}
-	time.Sleep(5 * time.Millisecond)
+	clk.Advance(5 * time.Millisecond)
 	if _, err := appendOpt(t, m, k, AppendOptions{}, `{"type":"custom-title","customTitle":"renamed by sessionctl"}`); err != nil {
 		t.Fatal(err)
 	}
 	if s, l := mtimes("after a line without summary"); s >= l {
 		t.Fatalf("stale summary mtime %d, session %d: want it older", s, l)
 	}
-	time.Sleep(5 * time.Millisecond)
+	clk.Advance(5 * time.Millisecond)
 	if _, err := appendOpt(t, m, k, AppendOptions{Summary: &SummaryUpdate{Data: []byte(`{"n":2}`), ExpectedVersion: 1}}, `{"type":"user","uuid":"b"}`); err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +317,7 @@ func TestSummaryStaleAfterOtherAppends(t *testing.T) {
 		t.Fatal(err)
 	}
 	closeManager(t, m)
-	m = newCrashManager(t, c, nil)
+	m = newCrashManager(t, c, wl)
 	defer closeManager(t, m)
 	if s, l := mtimes("after compaction and restart"); s != l {
 		t.Fatalf("current summary mtime %d, session %d after compaction: want equal", s, l)
@@ -412,4 +417,27 @@ func TestSummaryCoverage(t *testing.T) {
 	if sums, _ := m.ListSummaries(bg, k.ProjectKey, k.SessionID); len(sums) != 1 || sums[0].Covers != 3 || sums[0].Entries != 3 {
 		t.Fatalf("after the whole fold: %+v", sums)
 	}
+}
+
+// TestBatchIDForgottenAfterMemory: a batch id is remembered for
+// BatchIDMemory of the writer's clock; after that a resent batch is
+// stored again.
+func TestBatchIDForgottenAfterMemory(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	m := newCrashManager(t, fstest.NewCrashFS(), &workload{cfg: func(c *Config) { c.Clock = clk }})
+	defer closeManager(t, m)
+	k := fixedKey(1, "")
+	opt := AppendOptions{BatchID: "batch-1"}
+	send := func(what string, wantDup bool, wantEntries uint64) {
+		t.Helper()
+		res, err := appendOpt(t, m, k, opt, `{"type":"user","message":"no uuid"}`)
+		if err != nil || res.DuplicateBatch != wantDup || res.Entries != wantEntries {
+			t.Fatalf("%s: %+v %v; want duplicate %v, %d entries", what, res, err, wantDup, wantEntries)
+		}
+	}
+	send("first", false, 1)
+	clk.Advance(BatchIDMemory - time.Second)
+	send("resent within the memory", true, 1)
+	clk.Advance(time.Second)
+	send("resent after the memory", false, 2)
 }

@@ -2,16 +2,13 @@ package writer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
@@ -20,6 +17,149 @@ import (
 	"github.com/sessiond/sessiond/internal/progress"
 	"github.com/sessiond/sessiond/internal/transcript"
 )
+
+// Subkeys lists the subagent transcripts of key's session, from disk,
+// journals and open writers.
+func (m *Manager) Subkeys(key layout.Key) ([]string, error) {
+	main := key.Main()
+	if err := main.Validate(); err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	dir := m.cfg.Layout.SessionDir(main)
+	err := walk(m.cfg.FS, dir, func(path string, d fs.DirEntry) error {
+		if d.Type().IsRegular() {
+			if k, ok := m.cfg.Layout.ParseTranscriptPath(path); ok && k.Subpath != "" && k.Main() == main {
+				set[k.Subpath] = true
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("list %s: %w", dir, errdefs.FromIO(err))
+	}
+	logged, err := m.logs.subkeys(main)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range logged {
+		set[s] = true
+	}
+	m.mu.Lock()
+	for k := range m.sessions {
+		if k.Main() == main && k.Subpath != "" {
+			set[k.Subpath] = true
+		}
+	}
+	m.mu.Unlock()
+	out := make([]string, 0, len(set))
+	for s := range set {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// AllKeys lists every transcript key of one project (or all), subagents
+// included when subagents is set: files on disk, journals, open writers.
+func (m *Manager) AllKeys(projectKey string, subagents bool) ([]layout.Key, error) {
+	set := map[layout.Key]bool{}
+	L := m.cfg.Layout
+	root := L.ProjectsDir()
+	if projectKey != "" {
+		if err := layout.ValidateProjectKey(projectKey); err != nil {
+			return nil, err
+		}
+		root = L.ProjectDir(projectKey)
+	}
+	err := walk(m.cfg.FS, root, func(path string, d fs.DirEntry) error {
+		if d.Type().IsRegular() && strings.HasSuffix(path, ".jsonl") {
+			if k, ok := L.ParseTranscriptPath(path); ok && (subagents || k.Subpath == "") {
+				set[k] = true
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("list %s: %w", root, errdefs.FromIO(err))
+	}
+	journaled, err := m.journaledKeys()
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range journaled {
+		if (projectKey == "" || k.ProjectKey == projectKey) && (subagents || k.Subpath == "") {
+			set[k] = true
+		}
+	}
+	return sortedKeys(set, byName), nil
+}
+
+// existsOnDisk reports whether key has a canonical file or a journal, so
+// reads of unknown sessions fail without starting a writer. A failed Lstat
+// says nothing about existence: then it answers yes, so the operation runs
+// and reports the disk's error instead of "not found".
+func (m *Manager) existsOnDisk(key layout.Key) bool {
+	ok, err := m.existsOnDiskErr(key)
+	return ok || err != nil
+}
+
+// notFound is the error for a transcript that does not exist. For a
+// subagent transcript of a session that does, it says so: the user is
+// looking for a subpath, not for a missing session.
+func (m *Manager) notFound(key layout.Key) error {
+	if key.Subpath != "" && m.existsOnDisk(key.Main()) {
+		return fmt.Errorf("session %s/%s has no subagent transcript %s (sessionctl subkeys %s lists the ones it has): %w",
+			key.ProjectKey, key.SessionID, key.Subpath, key.SessionID, errdefs.ErrNotFound)
+	}
+	return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+}
+
+// existsOnDiskErr is existsOnDisk for callers that must tell "no" from
+// "could not look": a refusal because the session exists must not be the
+// answer to a failing disk.
+func (m *Manager) existsOnDiskErr(key layout.Key) (bool, error) {
+	m.mu.Lock()
+	s := m.sessions[key]
+	m.mu.Unlock()
+	if s != nil && s.hasContent.Load() {
+		return true, nil
+	}
+	_, err := m.cfg.FS.Lstat(m.cfg.Layout.TranscriptPath(key))
+	switch {
+	case err == nil:
+		return true, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return false, fmt.Errorf("session %s: %w", key, errdefs.FromIO(err))
+	}
+	logged, err := m.logs.exists(key)
+	if err != nil {
+		return false, fmt.Errorf("session %s: %w", key, errdefs.FromIO(err))
+	}
+	return logged, nil
+}
+
+// walk visits every entry below dir (not following symlinks).
+func walk(fsys interface {
+	ReadDir(string) ([]fs.DirEntry, error)
+}, dir string, fn func(path string, d fs.DirEntry) error) error {
+	ents, err := fsys.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, d := range ents {
+		p := filepath.Join(dir, d.Name())
+		if err := fn(p, d); err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if err := walk(fsys, p, fn); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 // Info describes one session.
 type Info struct {
@@ -44,16 +184,16 @@ type Info struct {
 }
 
 // stamp reads the stat stamp of key's files and the newest mtime.
-func (m *Manager) stamp(key layout.Key) (index.Stamp, int64) {
+func (d *deps) stamp(key layout.Key) (index.Stamp, int64) {
 	var st index.Stamp
 	var mod int64
-	if fi, err := m.cfg.FS.Lstat(m.cfg.Layout.TranscriptPath(key)); err == nil {
+	if fi, err := d.cfg.FS.Lstat(d.cfg.Layout.TranscriptPath(key)); err == nil {
 		st.CanonSize, st.CanonMtime = fi.Size(), fi.ModTime().UnixNano()
 		mod = fi.ModTime().UnixMilli()
 	}
-	if fi, err := m.cfg.FS.Lstat(m.cfg.Layout.JournalPath(key)); err == nil {
-		st.JournalSize, st.JournalMtime = fi.Size(), fi.ModTime().UnixNano()
-		if ms := fi.ModTime().UnixMilli(); ms > mod {
+	if size, mtime, ok := d.logs.stat(key); ok {
+		st.JournalSize, st.JournalMtime = size, mtime.UnixNano()
+		if ms := mtime.UnixMilli(); ms > mod {
 			mod = ms
 		}
 	}
@@ -77,8 +217,8 @@ func (m *Manager) entryFor(ctx context.Context, key layout.Key) (index.Entry, er
 			}
 		}
 	}
-	_, jerr := m.cfg.FS.Lstat(m.cfg.Layout.JournalPath(key))
-	if key.Subpath == "" && (jerr == nil || m.IsActive(key)) {
+	logged, _ := m.logs.exists(key)
+	if key.Subpath == "" && (logged || m.IsActive(key)) {
 		// A writer indexes its session as it opens; make sure one runs.
 		// One opened only for this (a journal left behind by a writer
 		// whose last compaction failed) moves the journal into the file
@@ -126,32 +266,6 @@ func (m *Manager) entryFor(ctx context.Context, key layout.Key) (index.Entry, er
 		m.ix.Put(e)
 	}
 	return e, nil
-}
-
-// archived reads the session's archived.json marker: archived unless
-// someone prompted in the session after it was set (the official rule).
-func (m *Manager) archived(key layout.Key, lastPromptMs int64) bool {
-	f, err := m.cfg.FS.OpenFile(m.ArchiveMarkerPath(key), os.O_RDONLY, 0)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 4097))
-	if err != nil || len(b) > 4096 {
-		return false
-	}
-	var mark struct {
-		Archived bool   `json:"archived"`
-		At       string `json:"at"`
-	}
-	if json.Unmarshal(b, &mark) != nil || !mark.Archived {
-		return false
-	}
-	at, err := time.Parse(time.RFC3339Nano, mark.At)
-	if err != nil {
-		return false
-	}
-	return lastPromptMs <= at.UnixMilli()
 }
 
 func (m *Manager) infoFrom(key layout.Key, e index.Entry) Info {
@@ -361,10 +475,7 @@ func (m *Manager) mainKeys(projectKey string) ([]layout.Key, error) {
 			}
 		}
 	}
-	// Sessions that so far live only in a journal, or in a writer: the
-	// main journals sit at the top of their project's journal folder, so
-	// only those folders are read (not every project's, nor the subagent
-	// journals below them).
+	// Sessions that so far live only in a journal, or in a writer.
 	m.mu.Lock()
 	for k := range m.sessions {
 		if k.Subpath == "" && (projectKey == "" || k.ProjectKey == projectKey) {
@@ -372,40 +483,14 @@ func (m *Manager) mainKeys(projectKey string) ([]layout.Key, error) {
 		}
 	}
 	m.mu.Unlock()
-	jprojects := projects
-	if projectKey == "" {
-		ents, err := m.cfg.FS.ReadDir(L.JournalDir())
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("list %s: %w", L.JournalDir(), errdefs.FromIO(err))
-		}
-		jprojects = nil
-		for _, e := range ents {
-			if e.IsDir() {
-				jprojects = append(jprojects, e.Name())
-			}
-		}
+	logged, err := m.logs.mainKeys(projectKey)
+	if err != nil {
+		return nil, err
 	}
-	for _, p := range jprojects {
-		dir := filepath.Join(L.JournalDir(), p)
-		ents, err := m.cfg.FS.ReadDir(dir)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("list %s: %w", dir, errdefs.FromIO(err))
-		}
-		for _, e := range ents {
-			if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), layout.JournalExt) {
-				continue
-			}
-			if k, ok := L.ParseJournalPath(filepath.Join(dir, e.Name())); ok && k.Subpath == "" {
-				set[k] = true
-			}
-		}
+	for _, k := range logged {
+		set[k] = true
 	}
-	keys := make([]layout.Key, 0, len(set))
-	for k := range set {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].Less(keys[j]) })
-	return keys, nil
+	return sortedKeys(set, layout.Key.Less), nil
 }
 
 // Find returns the keys of every session with this id (and subpath) in any
@@ -427,37 +512,55 @@ func (m *Manager) Find(sessionID, subpath string) ([]layout.Key, error) {
 		}
 	}
 	m.mu.Unlock()
-	for _, base := range []struct {
-		dir  string
-		path func(layout.Key) string
-	}{
-		{m.cfg.Layout.ProjectsDir(), m.cfg.Layout.TranscriptPath},
-		{m.cfg.Layout.JournalDir(), m.cfg.Layout.JournalPath},
-	} {
-		ents, err := m.cfg.FS.ReadDir(base.dir)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("list %s: %w", base.dir, errdefs.FromIO(err))
+	onDisk, err := inProjects(m.cfg.FS, m.cfg.Layout.ProjectsDir(), sessionID, subpath, m.cfg.Layout.TranscriptPath)
+	if err != nil {
+		return nil, err
+	}
+	logged, err := m.logs.projectsWith(sessionID, subpath)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range append(onDisk, logged...) {
+		found[k] = true
+	}
+	return sortedKeys(found, func(a, b layout.Key) bool { return a.ProjectKey < b.ProjectKey }), nil
+}
+
+// inProjects returns the keys of sessionID (and subpath) in the projects
+// that are folders of dir, where path(key) is a regular file.
+func inProjects(FS fsys.FS, dir, sessionID, subpath string, path func(layout.Key) string) ([]layout.Key, error) {
+	ents, err := FS.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("list %s: %w", dir, errdefs.FromIO(err))
+	}
+	var keys []layout.Key
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
 		}
-		for _, e := range ents {
-			if !e.IsDir() {
-				continue
-			}
-			k := layout.Key{ProjectKey: e.Name(), SessionID: sessionID, Subpath: subpath}
-			if k.Validate() != nil {
-				continue
-			}
-			if fi, err := m.cfg.FS.Lstat(base.path(k)); err == nil && fi.Mode().IsRegular() {
-				found[k] = true
-			}
+		k := layout.Key{ProjectKey: e.Name(), SessionID: sessionID, Subpath: subpath}
+		if k.Validate() != nil {
+			continue
+		}
+		if fi, err := FS.Lstat(path(k)); err == nil && fi.Mode().IsRegular() {
+			keys = append(keys, k)
 		}
 	}
-	keys := make([]layout.Key, 0, len(found))
-	for k := range found {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].ProjectKey < keys[j].ProjectKey })
 	return keys, nil
 }
+
+// sortedKeys returns the keys of set in the order less gives.
+func sortedKeys(set map[layout.Key]bool, less func(a, b layout.Key) bool) []layout.Key {
+	keys := make([]layout.Key, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return less(keys[i], keys[j]) })
+	return keys
+}
+
+// byName orders keys by their string form.
+func byName(a, b layout.Key) bool { return a.String() < b.String() }
 
 // lineScanner scans r. A file handed over whole (view's path for a session
 // without journal) is scanned by offset, so a huge line costs one buffer
@@ -467,4 +570,23 @@ func lineScanner(r io.Reader) *transcript.LineScanner {
 		return transcript.NewLineScannerAt(f)
 	}
 	return transcript.NewLineScanner(r)
+}
+
+// journaledKeys lists the open sessions and every session with a journal
+// on disk, sorted.
+func (m *Manager) journaledKeys() ([]layout.Key, error) {
+	set := make(map[layout.Key]bool)
+	m.mu.Lock()
+	for k := range m.sessions {
+		set[k] = true
+	}
+	m.mu.Unlock()
+	logged, err := m.logs.keys()
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range logged {
+		set[k] = true
+	}
+	return sortedKeys(set, byName), nil
 }

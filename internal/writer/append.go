@@ -1,0 +1,313 @@
+package writer
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/transcript"
+)
+
+// Outcome says what happened to one appended entry.
+type Outcome int
+
+const (
+	Stored Outcome = iota + 1
+	Duplicate
+)
+
+// Result is the fate of one appended entry.
+type Result struct {
+	Outcome Outcome
+	UUID    string
+	Index   uint64 // position in the session, for stored entries
+	Size    int    // bytes of the stored line without its newline
+}
+
+// AppendResult answers one Append.
+type AppendResult struct {
+	Results []Result
+	Entries uint64 // entries the session holds afterwards
+	// DuplicateBatch: the transcript had stored a batch with this batch
+	// id; nothing was written now.
+	DuplicateBatch bool
+	// SummaryVersion is the session's summary version afterwards.
+	SummaryVersion uint64
+}
+
+// Append validates entries and stores them atomically in key's session.
+// A key whose files or folders run through a symbolic link is refused
+// (errdefs.ErrUnsafePath), checked once per live writer. Validation
+// happens here, in the caller's goroutine, so the CPU work of many callers
+// runs in parallel and the writer only deduplicates and writes.
+func (m *Manager) Append(ctx context.Context, key layout.Key, raw [][]byte) (*AppendResult, error) {
+	return m.AppendBatch(ctx, key, raw, AppendOptions{})
+}
+
+// AppendBatch is Append with the SessionStore options: a batch id that
+// makes a resent batch a no-op, and a summary replaced with the batch.
+func (m *Manager) AppendBatch(ctx context.Context, key layout.Key, raw [][]byte, opt AppendOptions) (*AppendResult, error) {
+	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	if err := opt.validate(key); err != nil {
+		return nil, err
+	}
+	entries := make([]transcript.Entry, len(raw))
+	total := 0
+	for i, r := range raw {
+		e, err := transcript.Normalize(r, m.cfg.MaxEntryBytes)
+		if err != nil {
+			return nil, fmt.Errorf("entry %d of %d: %w", i+1, len(raw), err)
+		}
+		entries[i] = e
+		total += len(e.Line) + 1
+	}
+	checked := m.pathChecked(key)
+	if !checked {
+		if err := m.cfg.Layout.CheckOnDisk(key); err != nil {
+			return nil, err
+		}
+	}
+	m.stats.appends.Add(1)
+	req := &appendReq{reply: newReply(), opt: opt, entries: entries, bytes: total}
+	err := m.submit(ctx, key, &req.reply, func(s *session) bool {
+		if !checked {
+			s.pathChecked.Store(true)
+		}
+		select {
+		case s.reqs <- req:
+			return true
+		case <-s.exited:
+		case <-ctx.Done():
+		}
+		return false
+	})
+	if err != nil {
+		return nil, err
+	}
+	return req.res, nil
+}
+
+// pathChecked reports whether key has a live writer whose paths an
+// earlier Append already checked for symbolic links.
+func (m *Manager) pathChecked(key layout.Key) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.sessions[key]
+	return s != nil && s.pathChecked.Load()
+}
+
+func (st *state) addPending(sp span, size int) {
+	st.pending = append(st.pending, pendingEntry{span: sp, size: size})
+	st.pendingBytes += int64(size) + 1
+}
+
+// commit is one group commit: deduplicate, journal everything in one write
+// and one sync, then acknowledge each request. A request whose batch id
+// the transcript already stored is answered as a duplicate batch; one whose
+// summary was folded from another version is refused alone (ErrConflict),
+// the rest of the group goes on.
+func (st *state) commit(group []*appendReq) {
+	now := st.cfg.Clock.Now()
+	seen := make(map[string]bool)
+	seenBatch := make(map[string]bool)
+	version := st.store.SummaryVersion
+	lines := st.totalEntries() // the transcript's line count as batches are added
+	var metaRecs [][]byte
+	var lineBatches [][][]byte
+	var metas []batchMeta
+	type slot struct{ req, entry int }
+	var order []slot
+	live := group[:0:0]
+	for _, r := range group {
+		r.res = &AppendResult{Results: make([]Result, len(r.entries))}
+		if id := r.opt.BatchID; id != "" && (seenBatch[id] || st.store.seen(id, now)) {
+			r.res.DuplicateBatch = true
+			for ei, e := range r.entries {
+				r.res.Results[ei] = Result{Outcome: Duplicate, UUID: e.UUID, Size: len(e.Line)}
+			}
+			live = append(live, r)
+			continue
+		}
+		if s := r.opt.Summary; s != nil && s.ExpectedVersion != version {
+			r.res, r.err = nil, summaryConflict(st.key, s.ExpectedVersion, version)
+			close(r.done)
+			continue
+		}
+		if s := r.opt.Summary; s != nil && s.CheckCoverage && s.Covers != lines {
+			r.res, r.err = nil, coverageConflict(st.key, s.Covers, lines)
+			close(r.done)
+			continue
+		}
+		ri := len(live)
+		live = append(live, r)
+		var batch [][]byte
+		for ei, e := range r.entries {
+			res := &r.res.Results[ei]
+			res.UUID = e.UUID
+			res.Size = len(e.Line)
+			if e.UUID != "" {
+				if seen[e.UUID] || st.ids.has(e.UUID) {
+					res.Outcome = Duplicate
+					continue
+				}
+				seen[e.UUID] = true
+			}
+			res.Outcome = Stored
+			batch = append(batch, e.Line)
+			order = append(order, slot{ri, ei})
+		}
+		if len(batch) == 0 {
+			// Nothing stored, so no batch to remember and no summary
+			// change: the summary follows what the transcript holds.
+			continue
+		}
+		lines += uint64(len(batch))
+		m := batchMeta{BatchID: r.opt.BatchID, At: now.UnixMilli(), Entries: lines}
+		if s := r.opt.Summary; s != nil {
+			version++
+			m.Summary, m.SummaryVersion = s.Data, version
+		}
+		var rec []byte
+		if m.BatchID != "" || m.Summary != nil {
+			rec = m.encode()
+			if m.BatchID != "" {
+				seenBatch[m.BatchID] = true
+			}
+		}
+		lineBatches = append(lineBatches, batch)
+		metaRecs = append(metaRecs, rec)
+		metas = append(metas, m)
+	}
+	if len(lineBatches) > 0 {
+		err := st.logBatches(lineBatches, metaRecs, func(i int, sp span) {
+			s := order[i]
+			res := &live[s.req].res.Results[s.entry]
+			res.Index = st.totalEntries()
+			if res.UUID != "" {
+				st.ids.add(res.UUID)
+			}
+			st.addPending(sp, res.Size)
+			line := live[s.req].entries[s.entry].Line
+			if st.ent != nil {
+				st.ent.AddValid(line)
+			}
+			st.noteAgentMeta(line)
+		})
+		if err != nil {
+			for _, r := range live {
+				r.res = nil
+				r.err = err
+				close(r.done)
+			}
+			return
+		}
+		for i, m := range metas {
+			if metaRecs[i] != nil {
+				st.store.apply(m)
+				st.storeDirty = true
+			}
+		}
+		st.publishSummary()
+	}
+	if len(lineBatches) > 0 && st.ent != nil {
+		// Before the acks: a caller that lists right after its append
+		// must see it. The summaries stored now are as new as this.
+		st.ent.ModifiedMs = now.UnixMilli()
+		st.publish()
+	}
+	total := st.totalEntries()
+	for _, r := range live {
+		for _, res := range r.res.Results {
+			if res.Outcome == Stored {
+				st.stats.stored.Add(1)
+			} else {
+				st.stats.duplicate.Add(1)
+			}
+		}
+		r.res.Entries = total
+		r.res.SummaryVersion = st.store.SummaryVersion
+		close(r.done)
+	}
+	if len(lineBatches) > 0 {
+		st.notifyChange()
+		if st.sizeDue() {
+			if err := st.compact("size"); err != nil {
+				st.log.Warn("compaction failed; entries stay in the journal", zap.Error(err))
+			}
+		}
+	}
+}
+
+// logBatches writes batches to the session's log (creating it on first
+// use) and calls stored for each entry, in order, once they are durable.
+func (st *state) logBatches(batches [][][]byte, metas [][]byte, stored func(i int, sp span)) error {
+	if st.j == nil {
+		if err := st.newGeneration(); err != nil {
+			return err
+		}
+	}
+	spans, err := st.j.append(batches, metas)
+	if err != nil {
+		if st.j.broken() {
+			// A write or sync failed: the log is done for (see
+			// sessionLog.broken); the writer reopens from disk.
+			st.failed = err
+		}
+		// Otherwise the journal refused the batches before writing
+		// anything (a record over its limit): the writer goes on.
+		return fmt.Errorf("journal append to %s: %w", st.key, errdefs.FromIO(err))
+	}
+	st.stats.syncs.Add(1)
+	i := 0
+	for _, bs := range spans {
+		for _, sp := range bs {
+			st.stats.journalBytes.Add(uint64(sp.n))
+			stored(i, sp)
+			i++
+		}
+	}
+	return nil
+}
+
+// idSet holds the uuids a session contains; canonical UUIDs are stored in
+// 16 bytes to keep large sessions cheap.
+type idSet struct {
+	u map[uuid.UUID]struct{}
+	s map[string]struct{}
+}
+
+func newIDSet() idSet { return idSet{u: make(map[uuid.UUID]struct{}), s: make(map[string]struct{})} }
+
+func compactID(id string) (uuid.UUID, bool) {
+	if len(id) != 36 {
+		return uuid.UUID{}, false
+	}
+	u, err := uuid.Parse(id)
+	if err != nil || u.String() != id {
+		return uuid.UUID{}, false
+	}
+	return u, true
+}
+
+func (x idSet) has(id string) bool {
+	if u, ok := compactID(id); ok {
+		_, found := x.u[u]
+		return found
+	}
+	_, found := x.s[id]
+	return found
+}
+
+func (x idSet) add(id string) {
+	if u, ok := compactID(id); ok {
+		x.u[u] = struct{}{}
+		return
+	}
+	x.s[id] = struct{}{}
+}

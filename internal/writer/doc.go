@@ -1,0 +1,38 @@
+// Package writer owns every transcript file sessiond writes. Each session
+// (one transcript: a main session or a subagent) has exactly one goroutine
+// that owns its log and canonical file; every append, flush and
+// compaction of that session runs there, so writes can never interleave.
+// Concurrent callers reach the goroutine through a bounded queue; it drains
+// what is queued, logs it with one write and one sync (group commit), and
+// only then acknowledges each caller.
+//
+// The files, by job:
+//
+//   - registry.go: the Manager, its registry of live session writers
+//     (acquire, release, follow), how a request reaches a writer (submit),
+//     Close and Stats.
+//   - session.go: the writer goroutine of one session and its lifecycle.
+//   - state.go: what the writer goroutine owns (state) and publishes to
+//     the listing index.
+//   - open.go: loading a session from disk as its writer starts: the
+//     canonical file's scan and the replay of its log.
+//   - append.go: the append path: validation, group commit, deduplication
+//     by uuid.
+//   - store.go: the SessionStore parts of an append (batch ids, summaries)
+//     and their sidecar.
+//   - compact.go: Flush and compaction (moving logged entries into the
+//     canonical file), including lines other programs append meanwhile.
+//   - journal.go: the write-ahead log behind sessionLog and logStore: the
+//     only user of package journal.
+//   - recover.go: recovery at start (Recover, CheckJournals, Replay) and
+//     the sweep of temp files a crash left.
+//   - read.go: consistent snapshots of a session, Read and Follow.
+//   - catalog.go: listing and finding sessions (List, Info, Find, AllKeys,
+//     Subkeys, ListSummaries) from the index and the folders.
+//   - metadata.go: titles, tags, archive marks and a subagent's
+//     .meta.json sidecar.
+//   - repair.go: Check, Repair and Fork, handed to package transcript.
+//   - trash.go and intent.go: Delete and Restore, made crash-safe by
+//     durable intents.
+//   - config.go: the Config and its defaults.
+package writer

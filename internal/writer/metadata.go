@@ -1,0 +1,152 @@
+package writer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/transcript"
+)
+
+// noteAgentMeta remembers the .meta.json sidecar an agent_metadata entry
+// of a subagent transcript describes: the SDK mirrors the sidecar to its
+// store as such entries, and disk readers (listSubagents) read the file.
+func (st *state) noteAgentMeta(line []byte) {
+	if st.key.Subpath == "" {
+		return
+	}
+	if meta, ok := transcript.AgentMetaSidecar(line); ok {
+		st.agentMeta = meta
+	}
+}
+
+// saveSidecars writes what the journal about to be replaced holds beyond
+// the lines: the store sidecar and a subagent's .meta.json.
+func (st *state) saveSidecars() error {
+	if err := st.saveStore(); err != nil {
+		return err
+	}
+	if st.agentMeta == nil {
+		return nil
+	}
+	path := strings.TrimSuffix(st.canonPath, layout.TranscriptExt) + ".meta.json"
+	if err := fsys.MkdirAll(st.fs, filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(path), errdefs.FromIO(err))
+	}
+	meta := st.agentMeta
+	err := fsys.WriteFileAtomic(st.fs, path, storeTempPrefix(path)+uuid.NewString()[:8]+".tmp", 0o600, func(w io.Writer) error {
+		_, err := w.Write(meta)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, errdefs.FromIO(err))
+	}
+	st.agentMeta = nil
+	return nil
+}
+
+// AppendMetadata appends one metadata line (custom-title, tag) to an
+// existing session, as the official writers do: never creating one.
+func (m *Manager) AppendMetadata(ctx context.Context, key layout.Key, line []byte) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	if key.Subpath != "" {
+		// The official readers take a session's title and tag from its
+		// main transcript only: in a subagent's it would change nothing.
+		return fmt.Errorf("a title or tag applies to a whole session, not to the subagent transcript %s: %w", key.Subpath, errdefs.ErrInvalidArgument)
+	}
+	if !m.existsOnDisk(key) {
+		return m.notFound(key)
+	}
+	_, err := m.Append(ctx, key, [][]byte{line})
+	return err
+}
+
+// archiveTempPrefix starts the temp file name of an archive mark being
+// written; Recover sweeps what a crash leaves of them.
+const archiveTempPrefix = ".archived.json.tmp-"
+
+// ArchiveMarkerPath is where the official tools keep a session's archived
+// mark.
+func (m *Manager) ArchiveMarkerPath(key layout.Key) string {
+	return filepath.Join(m.cfg.Layout.SessionDir(key.Main()), "archived.json")
+}
+
+// SetArchived writes the session's archived.json marker as the official
+// archiveSession / unarchiveSession do.
+func (m *Manager) SetArchived(ctx context.Context, key layout.Key, archived bool) error {
+	if key.Subpath != "" {
+		return fmt.Errorf("archive applies to a whole session, not to the subagent transcript %s: %w", key.Subpath, errdefs.ErrInvalidArgument)
+	}
+	if !m.existsOnDisk(key) {
+		return m.notFound(key)
+	}
+	return m.do(ctx, key, func(st *state) error {
+		path := m.ArchiveMarkerPath(key)
+		dir := filepath.Dir(path)
+		if err := fsys.MkdirAll(st.fs, dir, 0o700); err != nil {
+			return fmt.Errorf("create %s: %w", dir, errdefs.FromIO(err))
+		}
+		body := fmt.Sprintf(`{"archived":%v,"at":%q}`, archived, m.cfg.Clock.Now().UTC().Format("2006-01-02T15:04:05.000Z"))
+		err := fsys.WriteFileAtomic(st.fs, path, archiveTempPrefix+uuid.NewString()[:8], 0o600, func(w io.Writer) error {
+			_, err := io.WriteString(w, body)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("write %s: %w", path, errdefs.FromIO(err))
+		}
+		return nil
+	})
+}
+
+// titleSidecar reads the session's custom-title.json sidecar, which the
+// official tools consult for the title too.
+func (d *deps) titleSidecar(key layout.Key) string {
+	f, err := d.cfg.FS.OpenFile(filepath.Join(d.cfg.Layout.SessionDir(key.Main()), "custom-title.json"), os.O_RDONLY, 0)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil {
+		return ""
+	}
+	return transcript.ParseTitleSidecar(b)
+}
+
+// archived reads the session's archived.json marker: archived unless
+// someone prompted in the session after it was set (the official rule).
+func (m *Manager) archived(key layout.Key, lastPromptMs int64) bool {
+	f, err := m.cfg.FS.OpenFile(m.ArchiveMarkerPath(key), os.O_RDONLY, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 4097))
+	if err != nil || len(b) > 4096 {
+		return false
+	}
+	var mark struct {
+		Archived bool   `json:"archived"`
+		At       string `json:"at"`
+	}
+	if json.Unmarshal(b, &mark) != nil || !mark.Archived {
+		return false
+	}
+	at, err := time.Parse(time.RFC3339Nano, mark.At)
+	if err != nil {
+		return false
+	}
+	return lastPromptMs <= at.UnixMilli()
+}

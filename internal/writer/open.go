@@ -1,0 +1,313 @@
+package writer
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/index"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/transcript"
+)
+
+// open loads the session from disk and replays its journal, deciding from
+// the compaction marker and the canonical file's fingerprint whether the
+// journaled entries already reached the canonical file.
+func (st *state) open() error {
+	if err := st.checkPath(); err != nil {
+		return err
+	}
+	st.removeStaleTemps()
+	st.store = readStore(st.fs, st.cfg.Layout, st.key, st.log)
+	// After a failed write or sync, the journal may show records that never
+	// reached the disk: logStore.open cuts back to what was last synced.
+	j, rec, err := st.logs.open(st.key, false)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		j = nil
+	case err != nil:
+		return fmt.Errorf("open journal of %s: %w", st.key, err)
+	}
+	if err := st.scanCanonical(); err != nil {
+		if j != nil {
+			j.close()
+		}
+		return err
+	}
+	st.publishSummary()
+	st.lineage = st.lineages.Add(1)
+	st.scanned = true
+	if j == nil {
+		st.publish()
+		return nil
+	}
+	st.j = j
+	if rec.truncated > 0 {
+		st.log.Warn("journal had a torn tail (entries never acknowledged); truncated", zap.Int64("bytes", rec.truncated))
+	}
+	if h := rec.owner; h != st.key {
+		j.close()
+		st.j = nil
+		return fmt.Errorf("journal %s belongs to %s/%s/%s, not %s: %w", rec.name, h.ProjectKey, h.SessionID, h.Subpath, st.key, errdefs.ErrCorrupt)
+	}
+	// Batch ids and summaries count whether or not the entries are still
+	// pending: newGeneration saves them before it drops this journal.
+	st.applyMetas(rec.metas)
+	if rec.compacted != nil {
+		ok, err := st.hasPrefix(*rec.compacted)
+		if err != nil {
+			return err
+		}
+		if ok {
+			// The last compaction renamed its file into place before the
+			// journal was replaced: everything journaled is already there.
+			// But a process killed between that rename and its folder
+			// sync leaves the rename in the page cache only: make it
+			// durable before the journal, the only other copy of the
+			// entries, is replaced.
+			if st.canon.size > rec.compacted.size {
+				st.log.Warn("another program appended to the transcript after sessiond's last compaction; its lines are kept")
+			}
+			if err := st.syncCanonical(); err != nil {
+				return err
+			}
+			st.publish()
+			return st.newGeneration()
+		}
+	}
+	base := rec.base
+	if ok, err := st.hasPrefix(base); err != nil {
+		return err
+	} else if !ok {
+		st.log.Warn("the transcript was rewritten by another program since sessiond journaled entries; journaled entries will follow its current content, duplicates by uuid dropped")
+	} else if st.canon.size > base.size {
+		st.log.Info("another program appended to the transcript; journaled entries will follow its lines")
+	}
+	dropped, err := st.replay(rec.entries)
+	if err != nil {
+		return err
+	}
+	if dropped {
+		// Journaled entries were dropped because the file already holds
+		// them, written there by another program that may never have
+		// synced them; the journal may go once nothing is pending, so the
+		// file must be durable first.
+		if err := st.syncCanonical(); err != nil {
+			return err
+		}
+	}
+	st.publish()
+	return nil
+}
+
+// replay makes the journaled entries at spans pending after the canonical
+// file's lines, dropping those whose uuid the session already holds, and
+// reports whether it dropped any. It reads the journal twice, in large
+// chunks: the first pass decides which entries stay, which fixes the size
+// the transcript will have; the listing summary, told that size, then
+// only searches the lines that can fall in its head and tail windows.
+func (st *state) replay(spans []span) (dropped bool, err error) {
+	keep := make([]span, 0, len(spans))
+	size := st.canon.size
+	err = st.j.read(spans, func(i int, line []byte) error {
+		if id, ok := transcript.TopLevelString(line, "uuid"); ok && id != "" {
+			if st.ids.has(id) {
+				dropped = true
+				return nil
+			}
+			st.ids.add(id)
+		}
+		keep = append(keep, spans[i])
+		st.addPending(spans[i], len(line))
+		st.noteAgentMeta(line)
+		size += int64(len(line)) + 1
+		return nil
+	})
+	if err == nil && st.ent != nil {
+		st.ent.Sum.ExpectAtLeast(size)
+		err = st.j.read(keep, func(_ int, line []byte) error {
+			// Journaled entries passed the transcript rules when they
+			// were appended (AddValid, as the writer fed them then).
+			// The one exception, lines another program appended during
+			// a compaction's rename (rescue), counts as whole until the
+			// next compaction's rescan of the file.
+			st.ent.AddValid(line)
+			return nil
+		})
+	}
+	if err != nil {
+		return false, fmt.Errorf("read journal of %s: %w", st.key, errdefs.FromIO(err))
+	}
+	return dropped, nil
+}
+
+// checkPath refuses a canonical path that is not a regular file: a
+// symlink planted there must never be followed or overwritten.
+func (st *state) checkPath() error {
+	fi, err := st.fs.Lstat(st.canonPath)
+	if err == nil && !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file (%s); sessiond never writes through links or over folders: move it away: %w", st.canonPath, fi.Mode().Type(), errdefs.ErrUnsafePath)
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("inspect %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	return nil
+}
+
+// removeStaleTemps deletes this session's temp files left by a crash: a
+// compaction's next to the canonical file and a journal generation's next
+// to the journal. Only this writer creates them, and it is not running one.
+func (st *state) removeStaleTemps() {
+	sweep := func(dir string, match func(string) bool) {
+		ents, err := st.fs.ReadDir(dir)
+		if err != nil {
+			return
+		}
+		for _, e := range ents {
+			if n := e.Name(); match(n) {
+				if err := st.fs.Remove(filepath.Join(dir, n)); err == nil {
+					st.log.Info("removed a temp file left by a crash", zap.String("file", filepath.Join(dir, n)))
+				}
+			}
+		}
+	}
+	prefix := st.tempPrefix()
+	sweep(st.dir, func(n string) bool { return strings.HasPrefix(n, prefix) && strings.HasSuffix(n, ".tmp") })
+	sweep(st.logs.tempFiles(st.key))
+	for _, sp := range []string{st.cfg.Layout.StorePath(st.key), strings.TrimSuffix(st.canonPath, layout.TranscriptExt) + ".meta.json"} {
+		sprefix := storeTempPrefix(sp)
+		sweep(filepath.Dir(sp), func(n string) bool { return strings.HasPrefix(n, sprefix) && strings.HasSuffix(n, ".tmp") })
+	}
+}
+
+// scanCanonical reads the canonical file once: its line count, the uuids
+// it holds, whether it ends in a whole line, and its fingerprint.
+func (st *state) scanCanonical() error { return st.scanCanonicalPromising(true) }
+
+// scanCanonicalPromising is scanCanonical; with promise, the listing
+// summary is told the file's size first, so it only searches the lines
+// that can fall in its windows (transcript.Summary.ExpectAtLeast).
+func (st *state) scanCanonicalPromising(promise bool) error {
+	st.ids = newIDSet()
+	st.canonEntries = 0
+	st.canonEndsNL = true
+	st.canon = fingerprint{}
+	st.canonExists = false
+	if st.key.Subpath == "" {
+		st.ent = &index.Entry{Key: st.key, Owned: true}
+		st.ent.Sum.SetSidecarTitle(st.titleSidecar(st.key))
+		// Until the next append the session was last modified when its
+		// files were: a writer opened to read it must not list it as
+		// modified in 1970 (sorted last, and never what --continue picks).
+		_, st.ent.ModifiedMs = st.stamp(st.key)
+	}
+	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	defer f.Close()
+	st.canonExists = true
+	var promised int64
+	if st.ent != nil && promise {
+		if fi, err := f.Stat(); err == nil {
+			promised = fi.Size()
+			st.ent.Sum.ExpectAtLeast(promised)
+		}
+	}
+	sc := transcript.NewLineScannerAt(f)
+	var size int64
+	for sc.Scan() {
+		line := sc.Line()
+		st.canonEntries++
+		size = sc.Offset() + int64(len(line))
+		if sc.HasNewline() {
+			size++
+		} else {
+			st.canonEndsNL = false
+		}
+		if id, ok := transcript.TopLevelString(line, "uuid"); ok && id != "" {
+			st.ids.add(id)
+		}
+		if st.ent != nil {
+			st.ent.Add(line, sc.HasNewline())
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	if size < promised {
+		// The file shrank during the scan (another program rewrote it):
+		// the promise was false and the summary may have skipped lines of
+		// its tail window. Scan again, searching every line.
+		st.log.Warn("the transcript shrank while it was read; reading it again", zap.Int64("was", promised), zap.Int64("read", size))
+		return st.scanCanonicalPromising(false)
+	}
+	tail, err := tailCRC(f, size)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	st.canon = fingerprint{size, tail}
+	return nil
+}
+
+// hasPrefix reports whether the canonical file on disk starts with the
+// content fp describes.
+func (st *state) hasPrefix(fp fingerprint) (bool, error) {
+	if fp.size == 0 {
+		return true, nil
+	}
+	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("open %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return false, errdefs.FromIO(err)
+	}
+	if fi.Size() < fp.size {
+		return false, nil
+	}
+	t, err := tailCRC(f, fp.size)
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	return t == fp.tail, nil
+}
+
+// syncCanonical makes the canonical file as this process sees it durable:
+// its content and its name. It runs before a journal generation whose
+// entries the file is believed to hold is dropped, because what the page
+// cache shows (a rename by a killed process, lines another program never
+// synced) may not be on disk yet.
+func (st *state) syncCanonical() error {
+	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // nothing to rely on, nothing to make durable
+	}
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	err = f.Sync()
+	f.Close()
+	if err == nil {
+		err = st.fs.SyncDir(st.dir)
+	}
+	if err != nil {
+		st.failed = err
+		return fmt.Errorf("sync %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	return nil
+}

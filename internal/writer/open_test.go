@@ -1,0 +1,100 @@
+package writer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/transcript"
+)
+
+func TestSymlinkAtSessionPathRefused(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	defer closeManager(t, m)
+	k := newKey()
+	target := filepath.Join(t.TempDir(), "elsewhere")
+	os.WriteFile(target, nil, 0o600)
+	os.MkdirAll(filepath.Dir(e.lay.TranscriptPath(k)), 0o700)
+	if err := os.Symlink(target, e.lay.TranscriptPath(k)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := m.Append(context.Background(), k, [][]byte{entry("")})
+	// Append checks the key's paths (layout.CheckOnDisk) before the writer
+	// opens anything; the writer's own O_NOFOLLOW opens are the second line.
+	if !errors.Is(err, errdefs.ErrUnsafePath) || !strings.Contains(err.Error(), "is a symbolic link") {
+		t.Fatalf("want a refusal naming the link, got %v", err)
+	}
+	if b, _ := os.ReadFile(target); len(b) != 0 {
+		t.Fatal("wrote through the symlink")
+	}
+}
+
+// shrinkFS makes every transcript look 1 MiB longer to Stat on an open
+// file than it is, as if another program had cut it during the read.
+type shrinkFS struct{ fsys.FS }
+
+func (s shrinkFS) OpenFile(name string, flag int, perm os.FileMode) (fsys.File, error) {
+	f, err := s.FS.OpenFile(name, flag, perm)
+	if err != nil || !strings.HasSuffix(name, ".jsonl") {
+		return f, err
+	}
+	return shrinkFile{f}, nil
+}
+
+type shrinkFile struct{ fsys.File }
+
+type grownInfo struct{ fs.FileInfo }
+
+func (g grownInfo) Size() int64 { return g.FileInfo.Size() + 1<<20 }
+
+func (f shrinkFile) Stat() (fs.FileInfo, error) {
+	fi, err := f.File.Stat()
+	if err != nil {
+		return nil, err
+	}
+	return grownInfo{fi}, nil
+}
+
+// TestScanCanonicalShrunkFile: a writer that scans a transcript which
+// turns out shorter than its size said (cut meanwhile) scans it again, so
+// the listing summary, told the larger size, still finds the title in the
+// tail window.
+func TestScanCanonicalShrunkFile(t *testing.T) {
+	e := newEnv(t)
+	k := newKey()
+	var b bytes.Buffer
+	for i := 0; i < 200; i++ {
+		b.Write(entry(uuid.NewString(), "p", strings.Repeat("x", 1000)))
+		b.WriteByte('\n')
+	}
+	b.Write(transcript.CustomTitleLine(k.SessionID, "Shrunk"))
+	b.WriteByte('\n')
+	path := e.lay.TranscriptPath(k)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.fs = shrinkFS{fsys.OS}
+	m := e.manager()
+	defer closeManager(t, m)
+	// A writer scans the file as it opens.
+	if _, err := m.Append(context.Background(), k, [][]byte{entry(uuid.NewString())}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := m.Info(context.Background(), k)
+	if err != nil || info.Title != "Shrunk" || info.Entries != 202 {
+		t.Fatalf("info %+v, %v; want the title and 202 entries", info, err)
+	}
+}

@@ -1,0 +1,345 @@
+package writer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/index"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/progress"
+)
+
+// family is a session with all its subagent transcripts.
+type family struct{ projectKey, sessionID string }
+
+func familyOf(k layout.Key) family { return family{k.ProjectKey, k.SessionID} }
+
+// busyError refuses a writer of a session that a delete or restore is
+// moving: a passing state, so it is ErrUnavailable.
+type busyError struct {
+	family family
+	why    string // "deleted", "restored"
+}
+
+func (e *busyError) Error() string {
+	return fmt.Sprintf("session %s/%s is being %s; retry", e.family.projectKey, e.family.sessionID, e.why)
+}
+
+func (e *busyError) Unwrap() error { return errdefs.ErrUnavailable }
+
+// Stats are the manager's counters since it started.
+type Stats struct {
+	ActiveSessions    int
+	Appends           uint64
+	EntriesStored     uint64
+	EntriesDuplicate  uint64
+	JournalSyncs      uint64
+	JournalBytes      uint64
+	Compactions       uint64
+	CompactedBytes    uint64
+	RecoveredSessions uint64
+	// ReplayPending counts the journals found at start whose entries are
+	// not in their canonical files yet (see Replay).
+	ReplayPending  uint64
+	RecoveryErrors []string
+}
+
+type counters struct {
+	appends, stored, duplicate, syncs, journalBytes, compactions, compactedBytes, recovered atomic.Uint64
+	replayPending                                                                           atomic.Int64
+}
+
+// Manager hands out session writers and keeps track of them.
+type Manager struct {
+	deps // what the session writers share with it
+	log  *zap.Logger
+
+	// progress holds the long operations running (Operations).
+	progress *progress.Registry
+
+	mu       sync.Mutex
+	sessions map[layout.Key]*session
+	// leaving are writers out of sessions whose goroutine has not ended
+	// yet: a new writer of the same key waits for the old one.
+	leaving map[layout.Key]*session
+	closing bool
+	wg      sync.WaitGroup
+
+	recoveryErrs []string // guarded by mu
+	// busy holds the sessions whose files delete or restore is moving; no
+	// writer of theirs may start meanwhile. Guarded by mu.
+	busy map[family]string
+	// intents holds the deletes and restores that were interrupted and
+	// must be finished before their sessions take writers again. Guarded
+	// by mu.
+	intents map[family]*intent
+}
+
+// New returns a Manager. It creates the state folder if needed.
+func New(cfg Config) (*Manager, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	// Folders are made durable once per process, not at every compaction.
+	cfg.FS = fsys.Remembering(cfg.FS)
+	return &Manager{
+		deps: deps{cfg: cfg, ix: index.New(), logs: newLogStore(&cfg)},
+		log:  cfg.Logger, sessions: make(map[layout.Key]*session), leaving: make(map[layout.Key]*session),
+		progress: progress.New(),
+	}, nil
+}
+
+// Config returns the configuration in force (defaults applied).
+func (m *Manager) Config() Config { return m.cfg }
+
+// Operations lists the long operations in progress: the index built at
+// start, replay, checks of many transcripts, repairs.
+func (m *Manager) Operations() []progress.Snapshot { return m.progress.List() }
+
+// acquire returns the live writer of key, starting one if needed, and
+// takes a reference that keeps it from retiring until release.
+func (m *Manager) acquire(key layout.Key) (*session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closing {
+		return nil, fmt.Errorf("sessiond is shutting down: %w", errdefs.ErrUnavailable)
+	}
+	if why, ok := m.busy[familyOf(key)]; ok {
+		return nil, &busyError{family: familyOf(key), why: why}
+	}
+	if in := m.intents[familyOf(key)]; in != nil {
+		return nil, fmt.Errorf("session %s/%s: an interrupted %s must finish first; retry the %s: %w", key.ProjectKey, key.SessionID, in.Op, in.Op, errdefs.ErrUnavailable)
+	}
+	s := m.sessions[key]
+	if s == nil {
+		s = newSession(m, key)
+		if old := m.leaving[key]; old != nil {
+			s.prev = old.exited
+		}
+		m.sessions[key] = s
+		m.wg.Add(1)
+		go s.run()
+	}
+	s.refs++
+	return s, nil
+}
+
+func (m *Manager) release(s *session) {
+	m.mu.Lock()
+	s.dropRefLocked()
+	m.mu.Unlock()
+}
+
+// whenUnreferenced returns a channel closed once nobody holds a reference
+// to s (see session.exit).
+func (m *Manager) whenUnreferenced(s *session) <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s.refs == 0 {
+		return closedChan
+	}
+	if s.unref == nil {
+		s.unref = make(chan struct{})
+	}
+	return s.unref
+}
+
+// isLive reports whether s is still the writer callers of its key reach.
+func (m *Manager) isLive(s *session) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sessions[s.key] == s
+}
+
+// follow marks key's live writer as followed, so it does not retire while
+// a Follow stream waits on it; unfollow undoes it.
+func (m *Manager) follow(key layout.Key) (*session, error) {
+	s, err := m.acquire(key)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	s.dropRefLocked()
+	s.followers++
+	m.mu.Unlock()
+	return s, nil
+}
+
+func (m *Manager) unfollow(s *session) {
+	m.mu.Lock()
+	s.followers--
+	m.mu.Unlock()
+}
+
+// tryRemove takes s out of the map when nobody holds a reference and its
+// queue is empty; after that no caller can reach it, so it may exit.
+func (m *Manager) tryRemove(s *session, force bool) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !force && m.inUseLocked(s) {
+		return false
+	}
+	if m.sessions[s.key] == s {
+		delete(m.sessions, s.key)
+		m.leaving[s.key] = s
+	}
+	return true
+}
+
+// inUse reports whether someone holds, follows or queues for s: a writer
+// in use cannot retire.
+func (m *Manager) inUse(s *session) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.inUseLocked(s)
+}
+
+func (m *Manager) inUseLocked(s *session) bool {
+	return s.refs > 0 || s.followers > 0 || len(s.reqs) > 0 || len(s.ctrl) > 0
+}
+
+// exited is the last thing a writer goroutine does.
+func (m *Manager) exited(s *session) {
+	m.mu.Lock()
+	if m.leaving[s.key] == s {
+		delete(m.leaving, s.key)
+	}
+	m.mu.Unlock()
+	close(s.exited)
+}
+
+// do runs op on key's writer goroutine and waits for it.
+func (m *Manager) do(ctx context.Context, key layout.Key, op func(*state) error) error {
+	return m.doRetire(ctx, key, stay, op)
+}
+
+// doRetire is do; retire says whether the writer then retires at once
+// (see retireMode).
+func (m *Manager) doRetire(ctx context.Context, key layout.Key, retire retireMode, op func(*state) error) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	// A retiring request takes the caller's reference to the writer
+	// along: the writer drops it when it takes the request, so that its
+	// retirement does not depend on whether this goroutine got round to
+	// releasing it yet.
+	c := &ctrlReq{reply: newReply(), op: op, retire: retire}
+	c.passRef = retire != stay
+	return m.submit(ctx, key, &c.reply, func(s *session) bool {
+		select {
+		case s.ctrl <- c:
+			return true
+		case <-s.exited:
+		case <-ctx.Done():
+		}
+		return false
+	})
+}
+
+// testHookQueued, when set by a test, runs in submit between queueing a
+// request and releasing the caller's reference to the writer.
+var testHookQueued atomic.Pointer[func()]
+
+// submit hands a request to key's live writer with enqueue (which reports
+// whether the writer took it) and waits for the answer. A writer that was
+// exiting answers without looking at the request; it is then tried again on
+// a fresh writer. Once queued, a request is always answered: the caller
+// waits even when ctx ends, so it never has to guess whether it was stored.
+func (m *Manager) submit(ctx context.Context, key layout.Key, r *reply, enqueue func(*session) bool) error {
+	for attempt := 0; ; attempt++ {
+		s, err := m.acquire(key)
+		if err != nil {
+			return err
+		}
+		sent := enqueue(s)
+		if h := testHookQueued.Load(); h != nil {
+			(*h)()
+		}
+		if !sent || !r.passRef {
+			m.release(s)
+		}
+		if !sent {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("request for %s not queued: %w", key, err)
+			}
+			if attempt > 3 {
+				return fmt.Errorf("session %s writer keeps failing: %w", key, errdefs.ErrUnavailable)
+			}
+			continue
+		}
+		<-r.done
+		var np *notProcessed
+		if errors.As(r.err, &np) && attempt < 3 {
+			pass := r.passRef
+			*r = newReply()
+			r.passRef = pass
+			continue
+		}
+		return r.err
+	}
+}
+
+// Close stops taking requests, lets every writer finish what is queued,
+// compacts every session and closes all files. When ctx ends first the
+// journals still hold every acknowledged entry; Close then returns ctx's
+// error and the next start recovers them.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	m.closing = true
+	all := make([]*session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
+	for _, s := range all {
+		s.stop()
+	}
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		for _, s := range all {
+			s.abort()
+		}
+		<-done
+		return fmt.Errorf("shutdown cut short, journals will be replayed at next start: %w", ctx.Err())
+	}
+}
+
+// Stats returns the counters.
+func (m *Manager) Stats() Stats {
+	m.mu.Lock()
+	n := len(m.sessions)
+	recErrs := append([]string(nil), m.recoveryErrs...)
+	m.mu.Unlock()
+	return Stats{
+		RecoveryErrors:    recErrs,
+		ActiveSessions:    n,
+		Appends:           m.stats.appends.Load(),
+		EntriesStored:     m.stats.stored.Load(),
+		EntriesDuplicate:  m.stats.duplicate.Load(),
+		JournalSyncs:      m.stats.syncs.Load(),
+		JournalBytes:      m.stats.journalBytes.Load(),
+		Compactions:       m.stats.compactions.Load(),
+		CompactedBytes:    m.stats.compactedBytes.Load(),
+		RecoveredSessions: m.stats.recovered.Load(),
+		ReplayPending:     uint64(max(0, m.stats.replayPending.Load())),
+	}
+}
+
+// IsActive reports whether a writer holds key open.
+func (m *Manager) IsActive(key layout.Key) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.sessions[key]
+	return ok
+}

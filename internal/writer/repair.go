@@ -1,0 +1,340 @@
+package writer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/progress"
+	"github.com/sessiond/sessiond/internal/transcript"
+)
+
+// CheckResult is the damage found in one transcript.
+type CheckResult struct {
+	Key    layout.Key
+	Report *transcript.Report
+}
+
+// Check reports the damage in key.
+func (m *Manager) Check(ctx context.Context, key layout.Key) (CheckResult, error) {
+	res := CheckResult{Key: key}
+	err := m.view(ctx, key, func(r io.Reader, _ int) error {
+		rep, err := transcript.Check(r, transcript.CheckOptions{SessionID: key.SessionID})
+		if err != nil {
+			return fmt.Errorf("check %s: %w", key, errdefs.FromIO(err))
+		}
+		res.Report = rep
+		return nil
+	})
+	return res, err
+}
+
+// CheckAll checks every transcript (subagents included) of one project, or
+// of every project when projectKey is "".
+func (m *Manager) CheckAll(ctx context.Context, projectKey string) ([]CheckResult, error) {
+	keys, err := m.AllKeys(projectKey, true)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]CheckResult, 0, len(keys))
+	op := m.progress.Start(ctx, "check", "transcripts", int64(len(keys)))
+	defer op.End()
+	for _, k := range keys {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		r, err := m.Check(ctx, k)
+		op.Add(1)
+		if errdefs.Is(err, errdefs.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// RepairOutcome describes one repair.
+type RepairOutcome struct {
+	Key    layout.Key
+	Result *transcript.RepairResult
+	Backup string // where the original was kept
+}
+
+// Repair rewrites key so that check finds nothing repairable. It runs on
+// the session's writer goroutine, so appends arriving meanwhile wait and
+// follow the repaired content. The original file is kept under the state
+// folder first; the repaired one replaces it by rename.
+func (m *Manager) Repair(ctx context.Context, key layout.Key, dryRun bool) (RepairOutcome, error) {
+	out := RepairOutcome{Key: key}
+	if err := key.Validate(); err != nil {
+		return out, err
+	}
+	if !m.existsOnDisk(key) {
+		return out, m.notFound(key)
+	}
+	op := m.progress.Start(ctx, "repair", "bytes", 0)
+	defer op.End()
+	err := m.do(ctx, key, func(st *state) error {
+		if !st.exists() {
+			return m.notFound(key)
+		}
+		if dryRun && len(st.pending) > 0 {
+			sn, err := st.snapshot()
+			if err != nil {
+				return err
+			}
+			defer sn.close()
+			tmp, err := spool(sn.reader())
+			if err != nil {
+				return err
+			}
+			defer tmp.Close()
+			out.Result, err = transcript.Repair(tmp, tmp.size, io.Discard, transcript.RepairOptions{SessionID: key.SessionID})
+			return err
+		}
+		if err := st.compact("repair"); err != nil {
+			return err
+		}
+		var err error
+		out.Result, out.Backup, err = st.repair(dryRun, op)
+		return err
+	})
+	return out, err
+}
+
+// countingWriter counts what is written through it into op.
+type countingWriter struct {
+	w  io.Writer
+	op *progress.Op
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.op.Add(int64(n))
+	return n, err
+}
+
+// spooled is a snapshot copied to an unlinked temp file, for a dry-run
+// repair that must read its input twice.
+type spooled struct {
+	*os.File
+	size int64
+}
+
+func spool(r io.Reader) (*spooled, error) {
+	f, err := os.CreateTemp("", "sessiond-dryrun-*")
+	if err != nil {
+		return nil, errdefs.FromIO(err)
+	}
+	os.Remove(f.Name())
+	n, err := io.Copy(f, r)
+	if err != nil {
+		f.Close()
+		// A failed read of the session is the disk's error, and says so.
+		return nil, errdefs.FromIO(err)
+	}
+	return &spooled{f, n}, nil
+}
+
+func (st *state) repair(dryRun bool, op *progress.Op) (*transcript.RepairResult, string, error) {
+	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, "", fmt.Errorf("open %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, "", errdefs.FromIO(err)
+	}
+	// Progress is the repaired output written against the file's size:
+	// Repair reads its input several times (check, plan, write), and its
+	// output is about as long as its input.
+	op.SetTotal(fi.Size())
+	src := f
+	opt := transcript.RepairOptions{SessionID: st.key.SessionID}
+	if dryRun {
+		res, err := transcript.Repair(src, fi.Size(), countingWriter{io.Discard, op}, opt)
+		return res, "", err
+	}
+	tmpPath := filepath.Join(st.dir, st.tempPrefix()+uuid.NewString()[:8]+".tmp")
+	tmp, err := st.fs.OpenFile(tmpPath, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, "", fmt.Errorf("repair %s: %w", st.key, errdefs.FromIO(err))
+	}
+	done := false
+	defer func() {
+		if !done {
+			tmp.Close()
+			st.fs.Remove(tmpPath)
+		}
+	}()
+	res, err := transcript.Repair(src, fi.Size(), countingWriter{tmp, op}, opt)
+	if err != nil {
+		return nil, "", fmt.Errorf("repair %s: %w", st.key, errdefs.FromIO(err))
+	}
+	if !res.Changed {
+		return res, "", nil
+	}
+	if err := tmp.Sync(); err != nil {
+		return nil, "", fmt.Errorf("repair %s: %w", st.key, errdefs.FromIO(err))
+	}
+	if err := tmp.Close(); err != nil {
+		return nil, "", errdefs.FromIO(err)
+	}
+	backup, err := st.keepCopy("repairs", src, fi.Size())
+	if err != nil {
+		return nil, "", err
+	}
+	if err := st.fs.Rename(tmpPath, st.canonPath); err != nil {
+		return nil, "", fmt.Errorf("repair %s: %w", st.key, errdefs.FromIO(err))
+	}
+	done = true
+	if err := st.fs.SyncDir(st.dir); err != nil {
+		st.failed = err
+		return nil, "", fmt.Errorf("repair %s: %w", st.key, errdefs.FromIO(err))
+	}
+	if err := st.reload(); err != nil {
+		return nil, "", err
+	}
+	st.log.Info("repaired", zap.Int("actions", len(res.Actions)), zap.String("original_kept_at", backup))
+	return res, backup, nil
+}
+
+// reload takes a canonical file replaced as a whole (repair) as the new
+// base: lines served before may have moved.
+func (st *state) reload() error {
+	if err := st.scanCanonical(); err != nil {
+		st.failed = err
+		return err
+	}
+	st.lineage = st.lineages.Add(1)
+	if err := st.newGeneration(); err != nil {
+		st.failed = err
+		return err
+	}
+	if st.ent != nil {
+		st.ent.ModifiedMs = st.cfg.Clock.Now().UnixMilli()
+		st.publish()
+	}
+	st.notifyChange()
+	return nil
+}
+
+// keepCopy copies the first size bytes of src into the state folder under
+// kind/<project>/<session>[/<subpath>]/<time>.jsonl, synced, and returns
+// its path.
+func (st *state) keepCopy(kind string, src io.ReaderAt, size int64) (string, error) {
+	rel := filepath.Join(st.key.ProjectKey, st.key.SessionID)
+	if st.key.Subpath != "" {
+		rel = filepath.Join(rel, st.key.Subpath)
+	}
+	dir := filepath.Join(st.cfg.Layout.StateDir, kind, rel)
+	if err := fsys.MkdirAll(st.fs, dir, 0o700); err != nil {
+		return "", fmt.Errorf("keep a copy in %s: %w", dir, errdefs.FromIO(err))
+	}
+	path := filepath.Join(dir, st.cfg.Clock.Now().UTC().Format("20060102T150405.000000000Z")+".jsonl")
+	err := fsys.WriteFileAtomic(st.fs, path, "."+filepath.Base(path)+".tmp", 0o600, func(w io.Writer) error {
+		_, err := io.Copy(w, io.NewSectionReader(src, 0, size))
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("keep a copy at %s: %w", path, errdefs.FromIO(err))
+	}
+	return path, nil
+}
+
+// ForkOutcome describes a new fork.
+type ForkOutcome struct {
+	Key     layout.Key
+	Entries int
+	Title   string
+}
+
+// Fork writes a copy of src (up to upTo) as a new session newID of the same
+// project, with the official forkSession rewriting. The new file appears
+// whole or not at all, and never replaces an existing one.
+func (m *Manager) Fork(ctx context.Context, src layout.Key, upTo, title, newID string) (ForkOutcome, error) {
+	if src.Subpath != "" {
+		return ForkOutcome{}, fmt.Errorf("fork copies a main session; %s is a subagent transcript (fork its session instead): %w", src, errdefs.ErrInvalidArgument)
+	}
+	if newID == "" {
+		newID = uuid.NewString()
+	}
+	dst := layout.Key{ProjectKey: src.ProjectKey, SessionID: newID}
+	if err := dst.Validate(); err != nil {
+		return ForkOutcome{}, err
+	}
+	if ok, err := m.existsOnDiskErr(dst); err != nil {
+		return ForkOutcome{}, err
+	} else if ok {
+		return ForkOutcome{}, fmt.Errorf("session %s already exists; a fork never overwrites: %w", dst, errdefs.ErrAlreadyExists)
+	}
+	out := ForkOutcome{Key: dst}
+	// Spool a consistent view of the source first: the fork is written on
+	// the new session's goroutine, which must not wait on the source's.
+	var data *spooled
+	err := m.view(ctx, src, func(r io.Reader, _ int) error {
+		var err error
+		data, err = spool(r)
+		return err
+	})
+	if err != nil {
+		return out, err
+	}
+	defer data.Close()
+	err = m.do(ctx, dst, func(st *state) error {
+		if st.exists() {
+			return fmt.Errorf("session %s already exists; a fork never overwrites: %w", dst, errdefs.ErrAlreadyExists)
+		}
+		if err := fsys.MkdirAll(st.fs, st.dir, 0o700); err != nil {
+			return fmt.Errorf("create %s: %w", st.dir, errdefs.FromIO(err))
+		}
+		tmpPath := filepath.Join(st.dir, st.tempPrefix()+uuid.NewString()[:8]+".tmp")
+		tmp, err := st.fs.OpenFile(tmpPath, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return fmt.Errorf("fork: %w", errdefs.FromIO(err))
+		}
+		defer st.fs.Remove(tmpPath)
+		defer tmp.Close()
+		res, err := transcript.Fork(io.NewSectionReader(data, 0, data.size), tmp, transcript.ForkOptions{SessionID: src.SessionID, NewSessionID: newID, UpTo: upTo, Title: title, SidecarTitle: m.titleSidecar(src)})
+		if err != nil {
+			// Fork's own refusals carry their kind; a failed write of the
+			// temp file is the disk's, and a full disk must say so.
+			return fmt.Errorf("fork %s: %w", src, errdefs.FromIO(err))
+		}
+		if err := tmp.Sync(); err != nil {
+			return fmt.Errorf("fork: %w", errdefs.FromIO(err))
+		}
+		// Link, not rename: it fails instead of replacing a file that
+		// appeared meanwhile.
+		if err := st.fs.Link(tmpPath, st.canonPath); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return fmt.Errorf("session %s already exists; a fork never overwrites: %w", dst, errdefs.ErrAlreadyExists)
+			}
+			return fmt.Errorf("fork: %w", errdefs.FromIO(err))
+		}
+		if err := st.fs.Remove(tmpPath); err != nil {
+			return fmt.Errorf("fork: %w", errdefs.FromIO(err))
+		}
+		if err := st.fs.SyncDir(st.dir); err != nil {
+			st.failed = err
+			return fmt.Errorf("fork: %w", errdefs.FromIO(err))
+		}
+		out.Entries, out.Title = res.Entries, res.Title
+		return st.reload()
+	})
+	return out, err
+}

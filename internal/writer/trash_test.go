@@ -1,0 +1,298 @@
+package writer
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
+)
+
+// deleteFixture writes a session with a subagent transcript and an
+// archive mark, all flushed.
+func deleteFixture(t *testing.T, c *fstest.CrashFS) {
+	m := newCrashManager(t, c, nil)
+	mustAppendTo(t, m, kDel, line(kDel, "00000000-0000-4000-8000-000000000001", "main"))
+	mustAppendTo(t, m, kDelSub, line(kDelSub, "00000000-0000-4000-8000-000000000002", "sub"))
+	if err := m.SetArchived(bg, kDel, true); err != nil {
+		t.Fatal(err)
+	}
+	closeManager(t, m)
+}
+
+// killedDelete returns a delete of kDel by a process killed right after it.
+func killedDelete(t *testing.T) func(c *fstest.CrashFS) {
+	return func(c *fstest.CrashFS) {
+		m := newCrashManager(t, c, nil)
+		m.Delete(bg, kDel, false)
+		abortManager(m)
+	}
+}
+
+// Bug: Delete moved the main transcript and the session folder (its
+// subagents, its archive mark) one after the other; a crash between the
+// two left the session half in the trash and half in place, and Restore
+// then refused ("exists again"). Now the moves are recorded in a durable
+// intent first and Recover finishes them. The crash comes right after
+// the second rename, before any folder sync: a killed process, then a
+// power loss during the recovery's own moves would also be covered by
+// TestCrashDuringRecovery.
+func TestDeleteInterruptedIsFinished(t *testing.T) {
+	c := fstest.NewCrashFS()
+	deleteFixture(t, c)
+	doDelete := killedDelete(t)
+	at := opIndex(t, c, doDelete, func(ev fstest.Event) bool {
+		return ev.Op == fstest.OpSyncDir && strings.Contains(ev.Path, "/trash/") // the first move's target folder
+	})
+	c.CrashAt(at + 1) // the main transcript is in the trash, the session folder not yet
+	doDelete(c)
+	for _, mode := range []string{"power loss", "kill -9"} {
+		v := c.CrashClone(nil)
+		if mode == "kill -9" {
+			v = c.KillClone()
+		}
+		m := newCrashManager(t, v, nil)
+		if rep, err := m.Recover(bg); err != nil || len(rep.Failed) > 0 {
+			t.Fatalf("%s: Recover: %v %v", mode, err, rep.Failed)
+		}
+		closeManager(t, m)
+		places := sessionPlaces(v)
+		if len(places) != 1 || places[0].trash == "" || !places[0].main || !places[0].sub || !places[0].archived {
+			t.Fatalf("%s: after recovery the session is at %v, want whole in the trash", mode, places)
+		}
+	}
+}
+
+// The same interruption by a failing disk: Delete reports it, the session
+// refuses writers meanwhile, and a retried Delete finishes the job; a
+// failed Restore likewise.
+func TestDeleteAndRestoreRetriedAfterFault(t *testing.T) {
+	c := fstest.NewCrashFS()
+	deleteFixture(t, c)
+	ff := fstest.NewFaultFS(c)
+	m := newCrashManager(t, ff, nil)
+	defer closeManager(t, m)
+	ff.Inject(fstest.Fault{Op: fstest.OpRename, Nth: 3, Err: syscall.EIO}) // renames: the intent, the transcript, the session folder
+	if _, err := m.Delete(bg, kDel, false); !errors.Is(err, errdefs.ErrIO) {
+		t.Fatalf("delete with a failing rename: %v", err)
+	}
+	if _, err := m.Append(bg, kDel, [][]byte{[]byte(`{"type":"user"}`)}); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("append to a half-deleted session: %v, want unavailable", err)
+	}
+	ff.Clear()
+	trash, err := m.Delete(bg, kDel, false)
+	if err != nil || trash == "" {
+		t.Fatalf("retried delete: %q %v", trash, err)
+	}
+	if p := sessionPlaces(c); len(p) != 1 || p[0].trash != trash || !p[0].main || !p[0].sub || !p[0].archived {
+		t.Fatalf("after the retried delete: %v", p)
+	}
+	ff.Inject(fstest.Fault{Op: fstest.OpRename, Nth: 3, Err: syscall.ENOSPC})
+	if err := m.Restore(bg, kDel); !errors.Is(err, errdefs.ErrNoSpace) {
+		t.Fatalf("restore with a full disk: %v", err)
+	}
+	ff.Clear()
+	if err := m.Restore(bg, kDel); err != nil {
+		t.Fatalf("retried restore: %v", err)
+	}
+	if p := sessionPlaces(c); len(p) != 1 || p[0].trash != "" || !p[0].main || !p[0].sub || !p[0].archived {
+		t.Fatalf("after the retried restore: %v", p)
+	}
+	mustAppendTo(t, m, kDel, line(kDel, "00000000-0000-4000-8000-000000000003", "after"))
+}
+
+// Bug: Delete compacted the main journal before removing it but removed
+// the folder of subagent journals as it was, with whatever entries a
+// subagent writer had not compacted (its shutdown compaction failed, or
+// the process died before it): acknowledged entries deleted, not trashed.
+func TestDeleteCompactsSubagentJournals(t *testing.T) {
+	c := fstest.NewCrashFS()
+	m := newCrashManager(t, c, nil)
+	mustAppendTo(t, m, kDel, line(kDel, "00000000-0000-4000-8000-000000000001", "main"))
+	sub := line(kDelSub, "00000000-0000-4000-8000-000000000002", "only in the journal")
+	mustAppendTo(t, m, kDelSub, sub)
+	abortManager(m) // the subagent's entry stays in its journal
+	m = newCrashManager(t, c, nil)
+	trash, err := m.Delete(bg, kDel, false)
+	closeManager(t, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.ReadFile(path.Join(trash, kDel.SessionID, "subagents", "agent-a.jsonl"))
+	if err != nil || !strings.Contains(string(b), sub) {
+		t.Fatalf("the subagent's acknowledged entry is not in the trash: %q %v", b, err)
+	}
+}
+
+// Bug: an interrupted delete's intent, written by a process killed before
+// the intents folder was synced, was acted on by the next start before it
+// was durable; a power loss in the middle of finishing it took the intent
+// away and left the session split. Now Recover syncs intents first.
+func TestRecoverSyncsIntentBeforeActing(t *testing.T) {
+	c := fstest.NewCrashFS()
+	deleteFixture(t, c)
+	doDelete := killedDelete(t)
+	at := opIndex(t, c, doDelete, func(ev fstest.Event) bool {
+		return ev.Op == fstest.OpSyncDir && strings.HasSuffix(ev.Path, "/intents")
+	})
+	c.CrashAt(at) // the intent renamed into place, its folder not synced
+	doDelete(c)
+	killed := c.KillClone()
+	// The next start finishes the delete, but power goes out right after
+	// the first move reached the trash.
+	recoverOnce := func(c *fstest.CrashFS) {
+		m := newCrashManager(t, c, nil)
+		m.Recover(bg)
+		abortManager(m)
+	}
+	at2 := opIndex(t, killed, recoverOnce, func(ev fstest.Event) bool {
+		return ev.Op == fstest.OpSyncDir && strings.Contains(ev.Path, "/trash/")
+	})
+	killed.CrashAt(at2 + 1)
+	recoverOnce(killed)
+	v := killed.CrashClone(nil)
+	m := newCrashManager(t, v, nil)
+	if rep, err := m.Recover(bg); err != nil || len(rep.Failed) > 0 {
+		t.Fatalf("Recover: %v %v", err, rep.Failed)
+	}
+	closeManager(t, m)
+	if p := sessionPlaces(v); len(p) != 1 || !p[0].main || !p[0].sub || !p[0].archived {
+		t.Fatalf("session split after two crashes: %v", p)
+	}
+}
+
+// Bug: finishing an interrupted move compares the two copies of a file
+// that both exist; a failed read was taken for different content, so the
+// session was left "for a human to merge" instead of failing with the
+// disk's error and being finished on the next try.
+func TestSameContentReadErrorIsNoConflict(t *testing.T) {
+	c := fstest.NewCrashFS()
+	c.WriteFile("/a", []byte("same"), 0o600)
+	c.WriteFile("/b", []byte("same"), 0o600)
+	ff := fstest.NewFaultFS(c)
+	ff.CountReads(true)
+	if same, err := sameContent(ff, "/a", "/b"); !same || err != nil {
+		t.Fatalf("same files: %v %v", same, err)
+	}
+	ff.Inject(fstest.Fault{Op: fstest.OpRead, Path: func(p string) bool { return p == "/b" }, Err: syscall.EIO})
+	if same, err := sameContent(ff, "/a", "/b"); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("with a failing read: same %v, err %v; want the read error", same, err)
+	}
+}
+
+// A purge (delete without trash) crashed at any operation leaves the
+// session whole or gone, never half: the intent covers removals too.
+func TestPurgeCrashEveryOperation(t *testing.T) {
+	points := 0
+	for i := int64(1); ; i++ {
+		c := fstest.NewCrashFS()
+		deleteFixture(t, c)
+		c.CrashAt(c.Ops() + i)
+		m := newCrashManager(t, c, nil)
+		_, err := m.Delete(bg, kDel, true)
+		abortManager(m)
+		if crashed, _ := c.Crashed(); !crashed {
+			if err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		points++
+		_, ev := c.Crashed()
+		for seed := int64(-1); seed < 3; seed++ {
+			v := c.CrashClone(nil)
+			if seed >= 0 {
+				v = c.CrashClone(seedRNG(seed))
+			}
+			m := newCrashManager(t, v, nil)
+			if rep, err := m.Recover(bg); err != nil || len(rep.Failed) > 0 {
+				t.Fatalf("crash at %v: Recover: %v %v", ev, err, rep.Failed)
+			}
+			closeManager(t, m)
+			p := sessionPlaces(v)
+			whole := len(p) == 1 && p[0].trash == "" && p[0].main && p[0].sub && p[0].archived
+			if len(p) != 0 && !whole {
+				t.Fatalf("crash at %v (seed %d): purge left %v", ev, seed, p)
+			}
+		}
+	}
+	t.Logf("crash points checked: %d", points)
+}
+
+// TestRestoreLoneSubagent: a subagent transcript deleted on its own went
+// to the trash with a hint that restore would bring it back, but restore
+// refused subpaths and looked only for whole sessions. It now brings it
+// back (its sidecar too), and refuses when the transcript exists again.
+func TestRestoreLoneSubagent(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	defer closeManager(t, m)
+	main := newKey()
+	sub := main
+	sub.Subpath = "subagents/agent-a1"
+	mainLine, subLine := string(entry(uuid.NewString())), string(entry(uuid.NewString(), "n", "sub"))
+	mustAppendTo(t, m, main, mainLine)
+	mustAppendTo(t, m, sub, subLine)
+	if _, err := m.FlushAll(bg); err != nil {
+		t.Fatal(err)
+	}
+	meta := strings.TrimSuffix(e.lay.TranscriptPath(sub), ".jsonl") + ".meta.json"
+	if err := os.WriteFile(meta, []byte(`{"agentType":"x"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing of it in the trash yet.
+	if err := m.Restore(bg, sub); !errdefs.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "subagents/agent-a1") {
+		t.Fatalf("restore before any delete: %v, want not found naming the subagent", err)
+	}
+	if got := m.TrashedProjects(main.SessionID, sub.Subpath); len(got) != 0 {
+		t.Fatalf("trashed projects before the delete: %v", got)
+	}
+	if _, err := m.Delete(bg, sub, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(e.lay.TranscriptPath(sub)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("subagent transcript after its delete: %v", err)
+	}
+	// The whole session is not in the trash: only its subagent is.
+	if got := m.TrashedProjects(main.SessionID, ""); len(got) != 0 {
+		t.Fatalf("the main session is reported in the trash of %v", got)
+	}
+	if got := m.TrashedProjects(main.SessionID, sub.Subpath); len(got) != 1 || got[0] != project {
+		t.Fatalf("trashed projects of the subagent: %v, want [%s]", got, project)
+	}
+	if err := m.Restore(bg, sub); err != nil {
+		t.Fatalf("restore of the subagent: %v", err)
+	}
+	if got := e.canonicalLines(sub); len(got) != 1 || got[0] != subLine {
+		t.Fatalf("restored subagent holds %q", got)
+	}
+	if b, err := os.ReadFile(meta); err != nil || string(b) != `{"agentType":"x"}` {
+		t.Fatalf("restored sidecar: %q, %v", b, err)
+	}
+	if got := e.canonicalLines(main); len(got) != 1 || got[0] != mainLine {
+		t.Fatalf("main transcript after the subagent's round trip: %q", got)
+	}
+	if ents, err := os.ReadDir(filepath.Join(e.lay.StateDir, "trash", project)); err != nil || len(ents) != 0 {
+		t.Fatalf("trash after the restore: %v, %v; want it empty", ents, err)
+	}
+	// Deleted again, then written again: restore refuses to overwrite.
+	if _, err := m.Delete(bg, sub, false); err != nil {
+		t.Fatal(err)
+	}
+	mustAppendTo(t, m, sub, string(entry(uuid.NewString(), "n", "new")))
+	if err := m.Restore(bg, sub); !errdefs.Is(err, errdefs.ErrAlreadyExists) {
+		t.Fatalf("restore over a subagent written again: %v, want already exists", err)
+	}
+	// A whole session's restore still ignores lone subagents' entries.
+	if err := m.Restore(bg, main); !errdefs.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("restore of the main session, never deleted: %v, want not found", err)
+	}
+}
