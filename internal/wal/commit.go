@@ -89,6 +89,23 @@ func (l *Log) commit(group []*request) {
 				bindSeg: seg.seq, segs: map[uint64]struct{}{}}
 			p.bind = true
 			buf = frame.Append(buf, typeBind, payload, seg.id, int64(len(buf)))
+		} else if e := l.epochs[s.key]; e != nil && len(e.Batches) == 0 && e.Compacted == nil && e.bindSeg != seg.seq && len(r.batches) > 0 {
+			// The stream's first entries, and its Bind sits in an older
+			// segment that nothing held while the stream was empty: it
+			// may be gone already, or go before these entries do. Bind
+			// the stream anew here, so recovery always finds the Bind of
+			// a stream with entries (the old, empty one is superseded).
+			b := bindRec{ProjectKey: s.key.ProjectKey, SessionID: s.key.SessionID, Subpath: s.key.Subpath,
+				BaseSize: e.Base.Size, BaseTail: e.Base.Tail, Legacy: e.Legacy, Stream: l.newStreamID()}
+			payload, err := encodeBind(b)
+			if err != nil {
+				r.err = err
+				continue
+			}
+			p.ep = &epoch{Epoch: Epoch{Key: s.key, Stream: b.Stream, Base: e.Base, Legacy: e.Legacy},
+				bindSeg: seg.seq, segs: map[uint64]struct{}{}}
+			p.bind = true
+			buf = frame.Append(buf, typeBind, payload, seg.id, int64(len(buf)))
 		} else if e := l.epochs[s.key]; e != nil {
 			p.ep = e
 		} else {
@@ -150,6 +167,7 @@ func (l *Log) commit(group []*request) {
 			}
 			l.epochs[e.Key] = e
 			p.r.st.lazy = nil
+			p.r.st.id = e.Stream
 		}
 		for i, sp := range p.spans {
 			e.Batches = append(e.Batches, Batch{Seq: e.seq + uint64(i) + 1, Entries: sp, Meta: clone(p.r.meta(i))})

@@ -391,3 +391,71 @@ func TestCorruptSegmentIsKeptAsideAndCut(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCloseForgetsOnlyItsOwnStream: a writer retiring after compaction
+// closes its handle while the session's next writer may already have begun
+// a stream; the old handle's Close must not forget the new stream (the
+// next append would find none), whatever the order.
+func TestCloseForgetsOnlyItsOwnStream(t *testing.T) {
+	l, _ := openLog(t, fsys.OS, t.TempDir(), Options{})
+	defer l.Close()
+	k := key("a")
+	old := l.Stream(k)
+	if err := old.Begin(Fingerprint{}, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	next := l.Stream(k)
+	if err := next.Begin(Fingerprint{Size: 1}, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	if _, err := next.Append(batchesOf([]string{"after"}), nil); err != nil {
+		t.Fatalf("the new stream was forgotten by the old handle's Close: %v", err)
+	}
+	if e, ok := l.Epoch(k); !ok || e.Base.Size != 1 || len(e.Batches) != 1 {
+		t.Fatalf("epoch %+v %v", e, ok)
+	}
+	next.Close()
+	if _, ok := l.Epoch(k); !ok {
+		t.Fatal("a stream with a batch was forgotten at Close")
+	}
+}
+
+// Bug (found by the writer's fault sweep): a stream begun after a
+// compaction and then left empty held nothing, so the segment with its
+// Bind could go; its next entries landed in a later segment and recovery,
+// finding no Bind for them, dropped acknowledged entries. A stream's first
+// entries now bind it anew when its Bind is in an older segment.
+func TestEmptyStreamWhoseBindSegmentWentKeepsItsEntries(t *testing.T) {
+	dir := t.TempDir()
+	l, _ := openLog(t, fsys.OS, dir, Options{SegmentSize: 2048})
+	idle := l.Stream(key("idle"))
+	if err := idle.Begin(Fingerprint{Size: 5}, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	busy := l.Stream(key("busy"))
+	busy.Begin(Fingerprint{}, 0, true)
+	for i := 0; i < 5; i++ {
+		if _, err := busy.Append(batchesOf([]string{strings.Repeat("b", 1000)}), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := busy.Begin(Fingerprint{Size: 5000}, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, segName(1))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the first segment, holding only the idle stream's Bind, should have gone: %v", err)
+	}
+	if _, err := idle.Append(batchesOf([]string{"late"}), nil); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l, _ = openLog(t, fsys.OS, dir, Options{SegmentSize: 2048})
+	defer l.Close()
+	if got := contents(t, l, key("idle")); len(got) != 1 || got[0][0] != "late" {
+		t.Fatalf("the acknowledged entry of a stream whose Bind segment went: %q", got)
+	}
+	if e, _ := l.Epoch(key("idle")); e.Base.Size != 5 {
+		t.Fatalf("base %+v", e.Base)
+	}
+}

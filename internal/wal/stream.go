@@ -111,6 +111,10 @@ func (l *Log) Pending() []layout.Key {
 type Stream struct {
 	l   *Log
 	key layout.Key
+	// id is the stream this handle last bound or found: Close forgets
+	// only that one, never a newer stream of the transcript another
+	// handle began.
+	id uint64
 	// lazy is a Bind not written yet: it goes in the same write as the
 	// stream's next request.
 	lazy *bindRec
@@ -118,7 +122,15 @@ type Stream struct {
 
 // Stream returns key's handle. There must be at most one per key at a
 // time (the session writer's).
-func (l *Log) Stream(key layout.Key) *Stream { return &Stream{l: l, key: key} }
+func (l *Log) Stream(key layout.Key) *Stream {
+	s := &Stream{l: l, key: key}
+	l.mu.Lock()
+	if e := l.epochs[key]; e != nil {
+		s.id = e.Stream
+	}
+	l.mu.Unlock()
+	return s
+}
 
 // Close lets the handle go. A stream with nothing logged is forgotten
 // (its Bind still supersedes older streams in the files until they go);
@@ -126,7 +138,7 @@ func (l *Log) Stream(key layout.Key) *Stream { return &Stream{l: l, key: key} }
 func (s *Stream) Close() {
 	s.l.mu.Lock()
 	defer s.l.mu.Unlock()
-	if e := s.l.epochs[s.key]; e != nil && len(e.Batches) == 0 && e.Compacted == nil {
+	if e := s.l.epochs[s.key]; e != nil && e.Stream == s.id && len(e.Batches) == 0 && e.Compacted == nil {
 		delete(s.l.epochs, s.key)
 	}
 	s.lazy = nil

@@ -263,7 +263,6 @@ func (st *state) logBatches(batches [][][]byte, metas [][]byte, stored func(i in
 		// anything (a record over its limit): the writer goes on.
 		return fmt.Errorf("journal append to %s: %w", st.key, errdefs.FromIO(err))
 	}
-	st.stats.syncs.Add(1)
 	i := 0
 	for _, bs := range spans {
 		for _, sp := range bs {

@@ -18,8 +18,8 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
-	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/wal"
 )
 
 // TestInfoCountsPending: the listing entry says how many entries wait in
@@ -260,15 +260,11 @@ func TestListingDropsEmptyLeftBehindJournals(t *testing.T) {
 			keys := make([]layout.Key, 5)
 			for i := range keys {
 				keys[i] = newKey()
-				p := e.lay.JournalPath(keys[i])
-				if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+				// A stream begun and never written: what a writer whose
+				// first append was refused leaves in the log.
+				if err := m.logs.wal.Stream(keys[i]).Begin(wal.Fingerprint{}, 0, false); err != nil {
 					t.Fatal(err)
 				}
-				j, err := journal.Create(fsys.OS, p, journal.Header{ProjectKey: keys[i].ProjectKey, SessionID: keys[i].SessionID}, m.logs.opt)
-				if err != nil {
-					t.Fatal(err)
-				}
-				j.Close()
 			}
 			switch walk {
 			case "List":

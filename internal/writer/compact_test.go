@@ -58,7 +58,9 @@ func (f *faultFS) SyncDir(name string) error {
 // entries are already in the canonical file and not append them again,
 // also those without a uuid.
 func TestCrashBetweenRenameAndJournalReset(t *testing.T) {
-	for _, point := range []string{"canonical-syncdir", "journal-rename"} {
+	// (A failing start of the log's next stream, after the rename: see
+	// TestFailedNewGenerationAfterForeignLinesReopens.)
+	for _, point := range []string{"canonical-syncdir"} {
 		t.Run(point, func(t *testing.T) {
 			e := newEnv(t)
 			ff := &faultFS{FS: fsys.OS}
@@ -71,12 +73,7 @@ func TestCrashBetweenRenameAndJournalReset(t *testing.T) {
 			}
 			ff.mu.Lock()
 			ff.failOn = func(op, path string) bool {
-				switch point {
-				case "canonical-syncdir":
-					return op == "syncdir" && path == filepath.Dir(e.lay.TranscriptPath(k))
-				default:
-					return op == "rename" && strings.HasSuffix(path, ".wal")
-				}
+				return op == "syncdir" && path == filepath.Dir(e.lay.TranscriptPath(k))
 			}
 			ff.mu.Unlock()
 			if _, err := m.Flush(ctx, k); !errors.Is(err, errInjected) {
@@ -207,13 +204,20 @@ func TestFailedFolderSyncIsRedone(t *testing.T) {
 	c := fstest.NewCrashFS()
 	ff := fstest.NewFaultFS(c)
 	k := fixedKey(1, "")
-	ff.Inject(fstest.Fault{Op: fstest.OpSyncDir, Err: syscall.EIO}) // the first folder made
 	m := newCrashManager(t, ff, nil)
-	if _, err := m.Append(bg, k, [][]byte{[]byte(line(k, "", "lost, and said so"))}); !errors.Is(err, errdefs.ErrIO) {
-		t.Fatalf("append with a failing folder sync: %v", err)
-	}
 	acked := line(k, "00000000-0000-4000-8000-000000000001", "acked")
 	mustAppendTo(t, m, k, acked)
+	// The compaction makes the project folder; its sync fails.
+	ff.Inject(fstest.Fault{Op: fstest.OpSyncDir, Err: syscall.EIO})
+	if _, err := m.Flush(bg, k); !errors.Is(err, errdefs.ErrIO) {
+		t.Fatalf("flush with a failing folder sync: %v", err)
+	}
+	ff.Clear()
+	// The next compaction must sync the folder again before the log lets
+	// the entries go.
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
 	abortManager(m)
 	if got := recoverAndRead(t, c.CrashClone(nil), k); !strings.Contains(got, acked) {
 		t.Fatalf("power loss lost an acknowledged entry: %q", got)

@@ -49,6 +49,13 @@ type Config struct {
 	// IdleRetire: after this long without activity a writer compacts
 	// whatever the idle rule left pending, closes its files and exits.
 	IdleRetire time.Duration
+
+	// WALSegmentSize is the size at which the shared write-ahead log
+	// starts a new segment file; WALMaxSize is the bound past which the
+	// sessions holding its oldest segment are compacted so it can go
+	// (see package wal). Zero: wal's defaults.
+	WALSegmentSize int64
+	WALMaxSize     int64
 }
 
 // Defaults.

@@ -61,8 +61,8 @@ func faultEveryOp(t *testing.T, wl *workload, kind faultKind) faultCounts {
 		}
 		ff := fstest.NewFaultFS(c)
 		ff.CountReads(kind.reads)
-		ff.Inject(kind.fault(i))
 		w := newWorld(t, wl, c, ff)
+		ff.Inject(kind.fault(i))
 		wl.run(w)
 		fired := ff.Fired()
 		if len(fired) == 0 {
@@ -266,10 +266,18 @@ func faultDuringRecovery(t *testing.T, wl *workload, from func(fstest.Event) boo
 			ff := fstest.NewFaultFS(d)
 			ff.CountReads(true) // every operation, reads included
 			ff.Inject(fstest.Fault{Nth: j, Err: syscall.EIO, LoseUnsynced: true})
-			m := newCrashManager(t, ff, wl)
-			rep, err := m.Recover(w.ctx)
+			// Opening the manager opens the write-ahead log, which is
+			// recovery's first part: a fault there fails New.
+			var rep RecoverReport
+			m, err := New(crashConfig(ff, wl))
+			if err == nil {
+				rep, err = m.Recover(w.ctx)
+			}
 			fired := ff.Fired()
 			if len(fired) == 0 {
+				if m == nil {
+					t.Fatalf("New failed without a fault: %v", err)
+				}
 				closeQuietly(m)
 				break
 			}
@@ -287,6 +295,11 @@ func faultDuringRecovery(t *testing.T, wl *workload, from func(fstest.Event) boo
 				absorbed++
 			}
 			ff.Clear()
+			if m == nil {
+				if m, err = New(crashConfig(ff, wl)); err != nil {
+					t.Fatalf("New on a healthy disk: %v", err)
+				}
+			}
 			rep, err = m.Recover(w.ctx)
 			if err != nil || len(rep.Failed) > 0 {
 				probs = append(probs, fmt.Sprintf("second Recover on a healthy disk: %v %v", err, rep.Failed))

@@ -2,11 +2,11 @@ package writer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,87 +40,70 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 	return rep, ctx.Err()
 }
 
-// checkWorkers is how many journals CheckJournals reads at once: the work
-// is reading and checksumming, so more reads in flight than cores keep
-// the disk busy.
-const checkWorkers = 8
-
 // CheckJournals is the part of recovery that must finish before sessiond
 // serves. It finishes interrupted deletes and restores, removes temp files
-// a crash left, and opens every journal once: every record is read and
-// checked against its checksum, a torn tail is cut, a corrupt journal is
-// moved aside (reported in Stats().RecoveryErrors), and the journal and
-// its folder are synced, so what is served from now on is durable. The
-// entries are then served from the journals; Replay moves them into the
-// canonical files. It returns the sessions to replay.
+// a crash left, imports the per-session journals of older releases into
+// the write-ahead log, and lists the sessions whose entries the log
+// holds. The log itself was read and checked once, every segment in
+// order, when the Manager was made (wal.Open): torn tails cut, damaged
+// segments kept aside and reported in Stats().RecoveryErrors. The entries
+// are then served from the log; Replay moves them into the canonical
+// files. It returns the sessions to replay.
 func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Key, error) {
 	var rep RecoverReport
 	m.sweepTemps()
 	m.logs.sweepTemps(m.IsActive)
+	if r := m.logs.rec; r != nil {
+		rep.Bytes = r.Bytes
+		if r.TruncatedBytes > 0 {
+			m.log.Warn("the write-ahead log had a torn tail (entries never acknowledged); truncated", zap.Int64("bytes", r.TruncatedBytes))
+		}
+		for _, c := range r.Corrupt {
+			m.log.Error("damaged write-ahead log segment", zap.String("what", c))
+			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", c, errdefs.ErrCorrupt))
+			m.noteRecoveryError(c)
+		}
+		m.logs.rec = nil
+	}
 	// Interrupted deletes and restores first: their sessions must be
 	// whole in one place before anything replays into them.
 	for _, err := range m.finishIntents() {
 		rep.Failed = append(rep.Failed, err)
 		m.noteRecoveryError(err.Error())
 	}
-	keys, err := m.journaledKeys()
-	if err != nil {
-		return rep, nil, err
+	n, errs := m.logs.importLegacy()
+	for _, err := range errs {
+		m.log.Error("a journal of an older release could not be imported; it is kept", zap.Error(err))
+		rep.Failed = append(rep.Failed, err)
+		m.noteRecoveryError(err.Error())
 	}
-	ok := make([]bool, len(keys))
-	sizes := make([]int64, len(keys))
-	errs := make([]error, len(keys))
-	parallel(ctx, checkWorkers, len(keys), func(i int) {
-		ok[i], sizes[i], errs[i] = m.checkJournal(keys[i])
-	})
+	if n > 0 {
+		m.log.Info("imported the journals of an older release into the write-ahead log", zap.Int("journals", n))
+	}
 	if err := ctx.Err(); err != nil {
 		return rep, nil, err
 	}
-	var todo []layout.Key
-	for i, k := range keys {
-		if errs[i] != nil {
-			m.log.Error("recovery of a session failed; its journal is kept", zap.Stringer("session", k), zap.Error(errs[i]))
-			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", k, errs[i]))
-			m.noteRecoveryError(fmt.Sprintf("%s: %v", k, errs[i]))
-			continue
-		}
-		if !ok[i] {
-			continue
-		}
-		rep.Checked++
-		rep.Bytes += sizes[i]
-		todo = append(todo, k)
-	}
-	// The journals were opened without their folder sync: one per folder.
-	if err := m.logs.syncFolders(todo); err != nil {
+	keys, err := m.logs.keys()
+	if err != nil {
 		return rep, nil, err
 	}
+	var todo []layout.Key
+	m.mu.Lock()
+	for _, k := range keys {
+		if _, live := m.sessions[k]; !live {
+			todo = append(todo, k)
+		}
+	}
+	m.mu.Unlock()
+	slices.SortFunc(todo, func(a, b layout.Key) int {
+		if a.Less(b) {
+			return -1
+		}
+		return 1
+	})
+	rep.Checked = len(todo)
 	m.stats.replayPending.Store(int64(len(todo)))
 	return rep, todo, nil
-}
-
-// checkJournal opens key's journal once (see CheckJournals). ok is false
-// when there is nothing to replay: no journal, or a live writer owns it
-// (the writer replayed it as it opened).
-func (m *Manager) checkJournal(key layout.Key) (ok bool, size int64, err error) {
-	m.mu.Lock()
-	_, live := m.sessions[key]
-	m.mu.Unlock()
-	if live {
-		return true, 0, nil
-	}
-	j, rec, err := m.logs.open(key, true)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return false, 0, nil
-	case err != nil:
-		return false, 0, fmt.Errorf("open journal: %w", err)
-	}
-	if rec.truncated > 0 {
-		m.log.Warn("journal had a torn tail (entries never acknowledged); truncated",
-			zap.Stringer("session", key), zap.Int64("bytes", rec.truncated))
-	}
-	return true, rec.size, j.close()
 }
 
 // ReplayReport tells what Replay did.
@@ -216,7 +199,13 @@ func (m *Manager) sweepTemps() {
 		})
 	}
 	sweep(L.ProjectsDir(), func(n string) bool {
-		return strings.HasPrefix(n, ".") && strings.Contains(n, ".compact-") && strings.HasSuffix(n, ".tmp") ||
+		// Compaction temps, and the sidecars' (store state, a subagent's
+		// .meta.json): a writer sweeps its session's when it opens, but
+		// with the shared log recovery opens only sessions with entries
+		// still logged.
+		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".tmp") &&
+			(strings.Contains(n, ".compact-") || strings.Contains(n, layout.StoreExt+".") ||
+				strings.Contains(n, "sessiond-store.json.") || strings.Contains(n, ".meta.json.")) ||
 			strings.HasPrefix(n, archiveTempPrefix)
 	})
 	sweep(filepath.Join(L.StateDir, "repairs"), func(n string) bool {

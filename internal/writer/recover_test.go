@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"path"
 	"slices"
 	"strings"
@@ -83,15 +84,21 @@ func TestCheckJournalsServesBeforeReplay(t *testing.T) {
 			}
 		}
 	}
-	crash(t, m)
-	// Damage the last journal in its middle: corruption, not a torn tail.
+	// Damage the first batch of the last session in the shared log: the
+	// writes after it are intact, so this is corruption, not a torn tail.
 	bad := keys[3]
-	jp := e.lay.JournalPath(bad)
+	ep, ok := m.logs.wal.Epoch(bad)
+	if !ok {
+		t.Fatal("no stream for the last session")
+	}
+	first := ep.Batches[0].Entries[0]
+	crash(t, m)
+	jp := filepath.Join(e.lay.WALDir(), fmt.Sprintf("%016x.wal", first.Seg))
 	data, err := os.ReadFile(jp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data[len(data)/2] ^= 0x55
+	data[first.Off+30] ^= 0x55
 	if err := os.WriteFile(jp, data, 0o600); err != nil {
 		t.Fatal(err)
 	}

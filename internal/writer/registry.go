@@ -52,8 +52,8 @@ type Stats struct {
 }
 
 type counters struct {
-	appends, stored, duplicate, syncs, journalBytes, compactions, compactedBytes, recovered atomic.Uint64
-	replayPending                                                                           atomic.Int64
+	appends, stored, duplicate, journalBytes, compactions, compactedBytes, recovered atomic.Uint64
+	replayPending                                                                    atomic.Int64
 }
 
 // Manager hands out session writers and keeps track of them.
@@ -89,11 +89,30 @@ func New(cfg Config) (*Manager, error) {
 	}
 	// Folders are made durable once per process, not at every compaction.
 	cfg.FS = fsys.Remembering(cfg.FS)
-	return &Manager{
-		deps: deps{cfg: cfg, ix: index.New(), logs: newLogStore(&cfg)},
+	m := &Manager{
+		deps: deps{cfg: cfg, ix: index.New()},
 		log:  cfg.Logger, sessions: make(map[layout.Key]*session), leaving: make(map[layout.Key]*session),
 		progress: progress.New(),
-	}, nil
+	}
+	logs, err := openLogStore(&m.cfg, m.relieve)
+	if err != nil {
+		return nil, err
+	}
+	m.logs = logs
+	return m, nil
+}
+
+// relieve compacts the sessions holding the write-ahead log's oldest
+// segment, which the log reports when it has grown past its bound: an
+// idle session would otherwise keep the segment, and every later one,
+// forever.
+func (m *Manager) relieve(keys []layout.Key) {
+	for _, k := range keys {
+		if _, err := m.flush(context.Background(), k, retireIfOpened); err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
+			m.log.Warn("compaction to free the write-ahead log's oldest segment failed; the log stays over its bound until it succeeds",
+				zap.Stringer("session", k), zap.Error(err))
+		}
+	}
 }
 
 // Config returns the configuration in force (defaults applied).
@@ -305,13 +324,14 @@ func (m *Manager) Close(ctx context.Context) error {
 	go func() { m.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-		return nil
+		return m.logs.close()
 	case <-ctx.Done():
 		for _, s := range all {
 			s.abort()
 		}
 		<-done
-		return fmt.Errorf("shutdown cut short, journals will be replayed at next start: %w", ctx.Err())
+		m.logs.close()
+		return fmt.Errorf("shutdown cut short, logged entries will be replayed at next start: %w", ctx.Err())
 	}
 }
 
@@ -327,7 +347,7 @@ func (m *Manager) Stats() Stats {
 		Appends:           m.stats.appends.Load(),
 		EntriesStored:     m.stats.stored.Load(),
 		EntriesDuplicate:  m.stats.duplicate.Load(),
-		JournalSyncs:      m.stats.syncs.Load(),
+		JournalSyncs:      m.logs.wal.Stats().Syncs,
 		JournalBytes:      m.stats.journalBytes.Load(),
 		Compactions:       m.stats.compactions.Load(),
 		CompactedBytes:    m.stats.compactedBytes.Load(),

@@ -7,14 +7,12 @@ import (
 	"io/fs"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/sessiond/sessiond/internal/clock"
-	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
 )
 
@@ -133,90 +131,6 @@ func TestRetireCompactsWhatIdleLeft(t *testing.T) {
 	}
 	if _, err := os.Stat(e.lay.JournalPath(k)); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("journal left after retiring with nothing pending: %v", err)
-	}
-}
-
-// blockRemoveFS holds the first Remove of path until release is closed.
-type blockRemoveFS struct {
-	fsys.FS
-	path    string
-	once    sync.Once
-	entered chan struct{}
-	release chan struct{}
-}
-
-func (b *blockRemoveFS) Remove(name string) error {
-	if name == b.path {
-		held := false
-		b.once.Do(func() { held = true })
-		if held {
-			close(b.entered)
-			<-b.release
-		}
-	}
-	return b.FS.Remove(name)
-}
-
-// TestNewWriterWaitsForTheRetiringOne: a writer retiring after the replay
-// removes its empty journal once it is out of the sessions map. An append
-// arriving in that instant starts a new writer, which must not open that
-// journal before the old writer is done with it: entries written into a
-// file that is then unlinked would be acknowledged and lost at the next
-// crash.
-func TestNewWriterWaitsForTheRetiringOne(t *testing.T) {
-	e := newEnv(t)
-	k := newKey()
-	bfs := &blockRemoveFS{FS: fsys.OS, path: e.lay.JournalPath(k), entered: make(chan struct{}), release: make(chan struct{})}
-	e.fs = bfs
-	m := e.manager()
-	ctx := context.Background()
-	first, late := entry(uuid.NewString()), entry(uuid.NewString())
-	if _, err := m.Append(ctx, k, [][]byte{first}); err != nil {
-		t.Fatal(err)
-	}
-	flushed := make(chan error, 1)
-	go func() {
-		_, err := m.flush(ctx, k, retireIfDone) // as the replay does
-		flushed <- err
-	}()
-	<-bfs.entered // retired, and removing its empty journal
-	appended := make(chan error, 1)
-	go func() {
-		_, err := m.Append(ctx, k, [][]byte{late})
-		appended <- err
-	}()
-	// Without the wait the append is acknowledged at once, into the
-	// journal about to be removed; with it, it waits for the release.
-	select {
-	case <-appended:
-		appended <- nil
-	case <-time.After(300 * time.Millisecond):
-	}
-	close(bfs.release)
-	if err := <-flushed; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-appended; err != nil {
-		t.Fatal(err)
-	}
-	crash(t, m)
-
-	m = e.manager()
-	defer closeManager(t, m)
-	if _, err := m.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	if err := m.Read(ctx, k, ReadOptions{}, func(es []Entry) error {
-		for _, x := range es {
-			got = append(got, string(x.Data))
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{string(first), string(late)}; strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("after the crash: %q, want %q", got, want)
 	}
 }
 

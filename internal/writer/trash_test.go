@@ -195,8 +195,8 @@ func TestPurgeCrashEveryOperation(t *testing.T) {
 	for i := int64(1); ; i++ {
 		c := fstest.NewCrashFS()
 		deleteFixture(t, c)
-		c.CrashAt(c.Ops() + i)
 		m := newCrashManager(t, c, nil)
+		c.CrashAt(c.Ops() + i)
 		_, err := m.Delete(bg, kDel, true)
 		abortManager(m)
 		if crashed, _ := c.Crashed(); !crashed {
