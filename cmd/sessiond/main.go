@@ -20,6 +20,7 @@ import (
 	"github.com/sessiond/sessiond/internal/buildinfo"
 	"github.com/sessiond/sessiond/internal/daemon"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/wal"
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
@@ -43,6 +44,8 @@ func run() error {
 		idleCompact     = flag.Duration("idle-compact", writer.DefaultIdleCompact, "compact a session after this long without appends")
 		idleRetire      = flag.Duration("idle-retire", writer.DefaultIdleRetire, "close a session's files after this long without activity")
 		minCompact      = flag.Int64("min-compact-bytes", writer.DefaultMinCompactBytes, "compact a session once its journal holds this many bytes of entries and at least as many as its transcript (benchmarks raise it to keep large journals)")
+		walSegment      = flag.Int64("wal-segment-size", wal.DefaultSegmentSize, "size at which the write-ahead log starts a new segment file")
+		walMax          = flag.Int64("wal-max-size", wal.DefaultMaxSize, "once the write-ahead log's segments add up to more, the sessions holding the oldest one are compacted so it can go")
 		logFormat       = flag.String("log-format", "auto", "auto (console on a terminal, else JSON), console or json")
 		logLevel        = flag.String("log-level", "info", "debug, info, warn or error")
 		showVersion     = flag.Bool("version", false, "print the version and exit")
@@ -64,6 +67,7 @@ func run() error {
 		{"shutdown-timeout", *shutdownTimeout > 0}, {"max-entry-bytes", *maxEntry > 0},
 		{"max-message-bytes", *maxMessage > 0}, {"idle-compact", *idleCompact > 0},
 		{"idle-retire", *idleRetire > 0}, {"min-compact-bytes", *minCompact > 0},
+		{"wal-segment-size", *walSegment > 0}, {"wal-max-size", *walMax > 0},
 	} {
 		if !f.ok {
 			return fmt.Errorf("--%s must be greater than zero (%s); leave it out for the default", f.name, flag.Lookup(f.name).Value)
@@ -101,7 +105,7 @@ func run() error {
 		Socket: *socketPath, Root: *rootDir, StateDir: *stateDir,
 		ShutdownTimeout: *shutdownTimeout, MaxMessageBytes: *maxMessage, Version: version(),
 		Writer: writer.Config{MaxEntryBytes: *maxEntry, IdleCompact: *idleCompact, IdleRetire: *idleRetire,
-			MinCompactBytes: *minCompact},
+			MinCompactBytes: *minCompact, WALSegmentSize: *walSegment, WALMaxSize: *walMax},
 		Logger: log,
 	})
 }
