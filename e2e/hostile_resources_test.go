@@ -169,8 +169,12 @@ func TestHostileDescriptorExhaustion(t *testing.T) {
 	}
 	wg.Wait()
 	close(stopSampling)
-	if n := <-peak; n < baseline+10 {
-		t.Errorf("50 writers held at most %d descriptors (baseline %d): the idle check below proves nothing", n, baseline)
+	// With the shared write-ahead log a live writer holds no file of its
+	// own (a journal per session once held one each): 50 writers must not
+	// cost 50 descriptors; a few transient ones (a canonical file read as
+	// a writer opens) are fine.
+	if n := <-peak; n >= baseline+25 {
+		t.Errorf("50 writers held up to %d descriptors (baseline %d): descriptors grow with live sessions", n, baseline)
 	} else {
 		t.Logf("50 writers held up to %d descriptors (baseline %d)", n, baseline)
 	}
