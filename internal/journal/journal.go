@@ -278,26 +278,11 @@ func (j *Journal) write(b []byte, what string) error {
 	} else {
 		j.scratch = nil
 	}
-	op := "write"
-	n, err := j.f.Write(b)
-	if err == nil && n != len(b) {
-		err = io.ErrShortWrite
-	}
-	if err == nil {
-		op = "sync"
-		err = j.f.Sync()
-	}
-	if err != nil {
-		j.failed = errdefs.FromIO(fmt.Errorf("journal %s: %s: %s of %d bytes at offset %d: %w", j.path, what, op, len(b), j.end, err))
-		// Cut the failed write off right away, best effort: after a
-		// failed sync its pages may look written while never reaching
-		// the disk, and whoever opens the file next (this process, or the
-		// next one should this one die) must not append after them. The
-		// journal stays failed either way; DurableEnd tells the reopen
-		// where to cut if this does not work.
-		if terr := j.f.Truncate(j.end); terr == nil {
-			_ = j.f.Sync()
-		}
+	if err := frame.WriteSynced(j.f, b, j.end); err != nil {
+		// Failed for good, even if WriteSynced's cut worked (the file's
+		// offset is past it); DurableEnd tells the reopen where to cut
+		// should the cut have failed.
+		j.failed = errdefs.FromIO(fmt.Errorf("journal %s: %s: %w", j.path, what, err))
 		return j.failed
 	}
 	j.end += int64(len(b))
