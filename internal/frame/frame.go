@@ -26,7 +26,8 @@
 // The position-in-write field is what lets recovery tell a torn tail from
 // corruption: a writer issues the next write only after the previous one
 // was synced, so a valid frame whose write began after a bad frame proves
-// the bad bytes had been synced (FindLaterWrite).
+// the bad bytes had been synced (FindLaterWrite). WriteSynced writes that
+// way, and cuts a failed write back off.
 package frame
 
 import (

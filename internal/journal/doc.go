@@ -1,7 +1,26 @@
-// Package journal is the durable write-ahead log of one transcript: the
-// session writer appends client batches to it (one write and one sync per
-// group commit) before acknowledging them, and recovery reads it back after a
-// crash. It knows nothing about JSONL; an entry is opaque bytes.
+// Package journal reads and writes the per-session journals of sessiond
+// releases before the shared write-ahead log (internal/wal): one file per
+// transcript, "<state>/journal/<project>/<session>[/<subpath>].wal", where
+// the session writer appended client batches (one write and one sync per
+// group commit) before acknowledging them. It knows nothing about JSONL; an
+// entry is opaque bytes.
+//
+// sessiond no longer writes these files. At start it opens every journal it
+// finds and imports it into the write-ahead log (its committed batches with
+// their meta, its base fingerprint and compaction marker, under its
+// generation), then removes it (internal/writer's importLegacy): an upgrade
+// loses nothing that was acknowledged. Open therefore keeps its full
+// recovery: a journal left by a crash of the old daemon gets its torn tail
+// cut, or is moved aside as corrupt, exactly as that daemon would have done.
+//
+// The writing half (Create, Append, AppendMeta, MarkCompacted) stays so that
+// tests and the upgrade fixtures can produce old-format journals, byte for
+// byte what older releases wrote (testdata/basic.wal pins it); nothing else
+// should call it.
+//
+// The frames are internal/frame's, the same code the write-ahead log uses;
+// this package defines the record types and payloads below. The format is
+// frozen: it describes files users may still have on disk.
 //
 // # Files and generations
 //
@@ -13,10 +32,10 @@
 //
 // # Frames
 //
-// A file is a sequence of frames. Every frame starts at an 8-byte aligned
-// offset and is zero-padded to the next 8-byte boundary, so the first 8 bytes
-// of a header (length and type) never straddle a sector and cannot tear. All
-// integers are little-endian.
+// A file is a sequence of internal/frame frames, laid out as below. Every
+// frame starts at an 8-byte aligned offset and is zero-padded to the next
+// 8-byte boundary, so the first 8 bytes of a header (length and type) never
+// straddle a sector and cannot tear. All integers are little-endian.
 //
 //	offset size field
 //	0      4    payload length n (at most Options.MaxRecord)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/frame"
 	"github.com/sessiond/sessiond/internal/fsys"
 )
 
@@ -90,7 +91,7 @@ func FuzzOpen(f *testing.F) {
 		if rec.Header.Generation == 0 {
 			t.Fatal("accepted generation 0")
 		}
-		if rec.End < frameHeaderSize || rec.End%frameAlign != 0 || rec.End > int64(len(data)) ||
+		if rec.End < frame.HeaderSize || rec.End%frame.Align != 0 || rec.End > int64(len(data)) ||
 			rec.TruncatedBytes != int64(len(data))-rec.End || j.Size() != rec.End {
 			t.Fatalf("End %d TruncatedBytes %d Size %d for %d bytes", rec.End, rec.TruncatedBytes, j.Size(), len(data))
 		}
@@ -102,7 +103,7 @@ func FuzzOpen(f *testing.F) {
 				t.Fatalf("batch %d has seq %d", i, b.Seq)
 			}
 			for _, s := range b.Entries {
-				if s.Off%frameAlign != 0 || s.Off < 2*frameHeaderSize || s.Len < 0 || s.Off+int64(s.Len) > rec.End {
+				if s.Off%frame.Align != 0 || s.Off < 2*frame.HeaderSize || s.Len < 0 || s.Off+int64(s.Len) > rec.End {
 					t.Fatalf("span %+v outside the journal (End %d)", s, rec.End)
 				}
 				p, err := j.ReadEntry(s, nil)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/frame"
 	"github.com/sessiond/sessiond/internal/fsys"
 )
 
@@ -154,7 +155,7 @@ func expectCorrupt(t testing.TB, path string, original []byte, damageAt int64) {
 
 // frameSpec is one frame for buildJournal.
 type frameSpec struct {
-	typ     recordType
+	typ     frame.Type
 	payload []byte
 }
 
@@ -179,11 +180,11 @@ func buildJournal(t testing.TB, gen uint64, writes ...[]frameSpec) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := appendFrame(nil, typeHeader, p, 0, 0)
+	out := frame.Append(nil, typeHeader, p, 0, 0)
 	for _, w := range writes {
 		start := len(out)
 		for _, r := range w {
-			out = appendFrame(out, r.typ, r.payload, gen, int64(len(out)-start))
+			out = frame.Append(out, r.typ, r.payload, gen, int64(len(out)-start))
 		}
 	}
 	return out

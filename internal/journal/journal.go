@@ -4,13 +4,13 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
 	"sync"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/frame"
 	"github.com/sessiond/sessiond/internal/fsys"
 )
 
@@ -85,9 +85,9 @@ func (o Options) maxRecord() (int, error) {
 	switch {
 	case o.MaxRecord == 0:
 		return DefaultMaxRecord, nil
-	case o.MaxRecord < commitPayloadSize || o.MaxRecord > maxRecordLimit:
+	case o.MaxRecord < commitPayloadSize || o.MaxRecord > frame.MaxRecordLimit:
 		return 0, fmt.Errorf("journal MaxRecord %d is outside %d..%d: %w",
-			o.MaxRecord, commitPayloadSize, maxRecordLimit, errdefs.ErrInvalidArgument)
+			o.MaxRecord, commitPayloadSize, frame.MaxRecordLimit, errdefs.ErrInvalidArgument)
 	}
 	return o.MaxRecord, nil
 }
@@ -134,13 +134,13 @@ func Create(fs fsys.FS, path string, h Header, opt Options) (*Journal, error) {
 		return nil, fmt.Errorf("create journal %s: header is %d bytes, over the %d-byte record limit: %w",
 			path, len(payload), maxRecord, errdefs.ErrTooLarge)
 	}
-	frame := appendFrame(nil, typeHeader, payload, 0, 0)
+	hdr := frame.Append(nil, typeHeader, payload, 0, 0)
 
 	// ".tmp-…" never ends in .wal or .jsonl, so neither recovery nor
 	// transcript readers mistake a leftover temp file for a real one.
 	tmpName := fmt.Sprintf("%s.tmp-%016x", filepath.Base(path), randomUint64())
 	err = fsys.WriteFileAtomic(fs, path, tmpName, 0o600, func(w io.Writer) error {
-		_, err := w.Write(frame)
+		_, err := w.Write(hdr)
 		return err
 	})
 	if err != nil {
@@ -150,7 +150,7 @@ func Create(fs fsys.FS, path string, h Header, opt Options) (*Journal, error) {
 	if err != nil {
 		return nil, errdefs.FromIO(fmt.Errorf("reopen new journal %s: %w", path, err))
 	}
-	end := int64(len(frame))
+	end := int64(len(hdr))
 	if _, err := f.Seek(end, io.SeekStart); err != nil {
 		f.Close()
 		return nil, errdefs.FromIO(fmt.Errorf("reopen new journal %s: %w", path, err))
@@ -213,23 +213,23 @@ func (j *Journal) AppendMeta(batches [][][]byte, metas [][]byte) ([][]Span, erro
 				return nil, fmt.Errorf("journal %s: entry %d of batch %d is %d bytes, over the %d-byte record limit: %w",
 					j.path, k, i, len(e), j.maxRecord, errdefs.ErrTooLarge)
 			}
-			total += frameSize(len(e))
+			total += frame.Size(len(e))
 		}
 		entries += len(b)
-		total += frameSize(commitPayloadSize)
+		total += frame.Size(commitPayloadSize)
 		if m := meta(i); m != nil {
 			if len(m) > MaxMeta || len(b) == 0 {
 				return nil, fmt.Errorf("journal %s: meta record of batch %d is %d bytes for %d entries (at most %d bytes, at least one entry): %w",
 					j.path, i, len(m), len(b), MaxMeta, errdefs.ErrInvalidArgument)
 			}
-			total += frameSize(len(m))
+			total += frame.Size(len(m))
 		}
 	}
 	// Every frame is at least 16 bytes, so this also keeps each batch's
 	// entry count within the Commit record's uint32.
-	if total > maxWrite {
+	if total > frame.MaxWrite {
 		return nil, fmt.Errorf("journal %s: %d bytes in one append, over the %d-byte limit of a write: %w",
-			j.path, total, int64(maxWrite), errdefs.ErrTooLarge)
+			j.path, total, frame.MaxWrite, errdefs.ErrTooLarge)
 	}
 
 	buf := j.scratch[:0]
@@ -240,16 +240,16 @@ func (j *Journal) AppendMeta(batches [][][]byte, metas [][]byte) ([][]Span, erro
 	for i, b := range batches {
 		first := len(all)
 		for _, e := range b {
-			all = append(all, Span{Off: j.end + int64(len(buf)) + frameHeaderSize, Len: len(e)})
-			buf = appendFrame(buf, typeEntry, e, gen, int64(len(buf)))
+			all = append(all, Span{Off: j.end + int64(len(buf)) + frame.HeaderSize, Len: len(e)})
+			buf = frame.Append(buf, typeEntry, e, gen, int64(len(buf)))
 		}
 		spans[i] = all[first:len(all):len(all)]
 		if m := meta(i); m != nil {
-			buf = appendFrame(buf, typeMeta, m, gen, int64(len(buf)))
+			buf = frame.Append(buf, typeMeta, m, gen, int64(len(buf)))
 		}
 		seq++
 		c := encodeCommit(seq, len(b))
-		buf = appendFrame(buf, typeCommit, c[:], gen, int64(len(buf)))
+		buf = frame.Append(buf, typeCommit, c[:], gen, int64(len(buf)))
 	}
 	if err := j.write(buf, "append"); err != nil {
 		return nil, err
@@ -267,7 +267,7 @@ func (j *Journal) MarkCompacted(m Marker) error {
 		return fmt.Errorf("journal %s: compacted marker size %d is negative: %w", j.path, m.Size, errdefs.ErrInvalidArgument)
 	}
 	p := encodeMarker(m)
-	return j.write(appendFrame(j.scratch[:0], typeCompacted, p[:], j.hdr.Generation, 0), "mark compacted")
+	return j.write(frame.Append(j.scratch[:0], typeCompacted, p[:], j.hdr.Generation, 0), "mark compacted")
 }
 
 // write puts b at End in one Write, syncs, and advances End; any failure
@@ -278,26 +278,11 @@ func (j *Journal) write(b []byte, what string) error {
 	} else {
 		j.scratch = nil
 	}
-	op := "write"
-	n, err := j.f.Write(b)
-	if err == nil && n != len(b) {
-		err = io.ErrShortWrite
-	}
-	if err == nil {
-		op = "sync"
-		err = j.f.Sync()
-	}
-	if err != nil {
-		j.failed = errdefs.FromIO(fmt.Errorf("journal %s: %s: %s of %d bytes at offset %d: %w", j.path, what, op, len(b), j.end, err))
-		// Cut the failed write off right away, best effort: after a
-		// failed sync its pages may look written while never reaching
-		// the disk, and whoever opens the file next (this process, or the
-		// next one should this one die) must not append after them. The
-		// journal stays failed either way; DurableEnd tells the reopen
-		// where to cut if this does not work.
-		if terr := j.f.Truncate(j.end); terr == nil {
-			_ = j.f.Sync()
-		}
+	if err := frame.WriteSynced(j.f, b, j.end); err != nil {
+		// Failed for good, even if WriteSynced's cut worked (the file's
+		// offset is past it); DurableEnd tells the reopen where to cut
+		// should the cut have failed.
+		j.failed = errdefs.FromIO(fmt.Errorf("journal %s: %s: %w", j.path, what, err))
 		return j.failed
 	}
 	j.end += int64(len(b))
@@ -318,7 +303,7 @@ func (j *Journal) ReadEntry(s Span, buf []byte) ([]byte, error) {
 	if err := j.usable(); err != nil {
 		return nil, err
 	}
-	if s.Len < 0 || s.Len > j.maxRecord || s.Off < frameHeaderSize || s.Off+int64(s.Len) > j.end {
+	if s.Len < 0 || s.Len > j.maxRecord || s.Off < frame.HeaderSize || s.Off+int64(s.Len) > j.end {
 		return nil, fmt.Errorf("journal %s: span %d+%d is outside the journal (end %d): %w",
 			j.path, s.Off, s.Len, j.end, errdefs.ErrInvalidArgument)
 	}
@@ -326,8 +311,7 @@ func (j *Journal) ReadEntry(s Span, buf []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal %s: %w", j.path, err)
 	}
-	crc := crc32.Update(checksumStart(j.hdr.Generation, h[:]), castagnoli, payload)
-	if crc != binary.LittleEndian.Uint32(h[8:12]) {
+	if !frame.Verify(j.hdr.Generation, h[:], payload) {
 		return nil, fmt.Errorf("journal %s: entry at offset %d fails its checksum: %w", j.path, s.Off, errdefs.ErrCorrupt)
 	}
 	return payload, nil
@@ -348,33 +332,33 @@ func (j *Journal) ReadEntries(spans []Span, fn func(i int, payload []byte) error
 		return err
 	}
 	n := int(min(j.end, readChunk))
-	var w *window
+	var w *frame.Window
 	if n == readChunk {
 		// Replay and compaction read every journal of a thousand
 		// sessions: the chunk buffers are shared, not garbage.
 		bp := chunkPool.Get().(*[]byte)
 		defer chunkPool.Put(bp)
-		w = &window{r: j.f, size: j.end, buf: *bp}
+		w = frame.NewWindowBuf(j.f, j.end, *bp)
 	} else {
-		w = newWindow(j.f, j.end, n)
+		w = frame.NewWindow(j.f, j.end, n)
 	}
 	var big []byte
 	last := int64(0)
 	for i, s := range spans {
-		if s.Len < 0 || s.Len > j.maxRecord || s.Off < frameHeaderSize || s.Off+int64(s.Len) > j.end || s.Off < last {
+		if s.Len < 0 || s.Len > j.maxRecord || s.Off < frame.HeaderSize || s.Off+int64(s.Len) > j.end || s.Off < last {
 			return fmt.Errorf("journal %s: span %d+%d is outside the journal (end %d) or out of order: %w",
 				j.path, s.Off, s.Len, j.end, errdefs.ErrInvalidArgument)
 		}
 		last = s.Off + int64(s.Len)
 		var hdr, payload []byte
-		if n := frameHeaderSize + s.Len; n <= len(w.buf) {
-			b, err := w.at(s.Off-frameHeaderSize, n)
+		if n := frame.HeaderSize + s.Len; n <= w.BufSize() {
+			b, err := w.At(s.Off-frame.HeaderSize, n)
 			if err != nil {
-				return fmt.Errorf("journal %s: read %d bytes at offset %d: %w", j.path, n, s.Off-frameHeaderSize, errdefs.FromIO(err))
+				return fmt.Errorf("journal %s: read %d bytes at offset %d: %w", j.path, n, s.Off-frame.HeaderSize, errdefs.FromIO(err))
 			}
-			hdr, payload = b[:frameHeaderSize], b[frameHeaderSize:]
-			h, err := parseFrameHeader(hdr, maxRecordLimit)
-			if err != nil || h.typ != typeEntry || int64(h.length) != int64(s.Len) {
+			hdr, payload = b[:frame.HeaderSize], b[frame.HeaderSize:]
+			h, err := frame.ParseHeader(hdr, rules(frame.MaxRecordLimit))
+			if err != nil || h.Type != typeEntry || int64(h.Length) != int64(s.Len) {
 				return fmt.Errorf("journal %s: no %d-byte entry record at offset %d (wrong file or span?): %w",
 					j.path, s.Len, s.Off, errdefs.ErrInvalidArgument)
 			}
@@ -385,8 +369,7 @@ func (j *Journal) ReadEntries(spans []Span, fn func(i int, payload []byte) error
 			}
 			hdr, payload, big = h[:], p, p[:0]
 		}
-		crc := crc32.Update(checksumStart(j.hdr.Generation, hdr), castagnoli, payload)
-		if crc != binary.LittleEndian.Uint32(hdr[8:12]) {
+		if !frame.Verify(j.hdr.Generation, hdr, payload) {
 			return fmt.Errorf("journal %s: entry at offset %d fails its checksum: %w", j.path, s.Off, errdefs.ErrCorrupt)
 		}
 		if err := fn(i, payload); err != nil {
@@ -401,19 +384,19 @@ func (j *Journal) ReadEntries(spans []Span, fn func(i int, payload []byte) error
 // not the checksum, which needs the generation: spans come from Append or
 // Open, which checked it. buf is used if it is large enough.
 func ReadEntryAt(r io.ReaderAt, s Span, buf []byte) ([]byte, error) {
-	if s.Len < 0 || s.Off < frameHeaderSize {
+	if s.Len < 0 || s.Off < frame.HeaderSize {
 		return nil, fmt.Errorf("journal span %d+%d is not an entry's span: %w", s.Off, s.Len, errdefs.ErrInvalidArgument)
 	}
 	_, payload, err := readEntry(r, s, buf)
 	return payload, err
 }
 
-func readEntry(r io.ReaderAt, s Span, buf []byte) (hdr [frameHeaderSize]byte, payload []byte, err error) {
-	if err := readFull(r, hdr[:], s.Off-frameHeaderSize); err != nil {
+func readEntry(r io.ReaderAt, s Span, buf []byte) (hdr [frame.HeaderSize]byte, payload []byte, err error) {
+	if err := frame.ReadFull(r, hdr[:], s.Off-frame.HeaderSize); err != nil {
 		return hdr, nil, err
 	}
-	h, err := parseFrameHeader(hdr[:], maxRecordLimit)
-	if err != nil || h.typ != typeEntry || int64(h.length) != int64(s.Len) {
+	h, err := frame.ParseHeader(hdr[:], rules(frame.MaxRecordLimit))
+	if err != nil || h.Type != typeEntry || int64(h.Length) != int64(s.Len) {
 		return hdr, nil, fmt.Errorf("no %d-byte entry record at offset %d (wrong file or span?): %w",
 			s.Len, s.Off, errdefs.ErrInvalidArgument)
 	}
@@ -422,25 +405,10 @@ func readEntry(r io.ReaderAt, s Span, buf []byte) (hdr [frameHeaderSize]byte, pa
 	} else {
 		payload = make([]byte, s.Len)
 	}
-	if err := readFull(r, payload, s.Off); err != nil {
+	if err := frame.ReadFull(r, payload, s.Off); err != nil {
 		return hdr, nil, err
 	}
 	return hdr, payload, nil
-}
-
-// readFull is ReadAt that tells a span past the end of the file (the
-// caller's mistake) from a failed read (the disk's).
-func readFull(r io.ReaderAt, b []byte, off int64) error {
-	n, err := r.ReadAt(b, off)
-	switch {
-	case n == len(b):
-		return nil
-	case err == io.EOF:
-		return fmt.Errorf("%d bytes at offset %d run past the end of the file: %w", len(b), off, errdefs.ErrInvalidArgument)
-	case err == nil:
-		err = io.ErrUnexpectedEOF
-	}
-	return errdefs.FromIO(fmt.Errorf("read %d bytes at offset %d: %w", len(b), off, err))
 }
 
 // Header returns the generation's header record.

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/frame"
 	"github.com/sessiond/sessiond/internal/fsys"
 )
 
@@ -140,7 +141,7 @@ func TestCreateErrors(t *testing.T) {
 		{"header over MaxRecord", path, nil, Options{MaxRecord: 100}, errdefs.ErrTooLarge},
 		{"negative MaxRecord", path, nil, Options{MaxRecord: -1}, errdefs.ErrInvalidArgument},
 		{"tiny MaxRecord", path, nil, Options{MaxRecord: commitPayloadSize - 1}, errdefs.ErrInvalidArgument},
-		{"MaxRecord over the limit", path, nil, Options{MaxRecord: maxRecordLimit + 1}, errdefs.ErrInvalidArgument},
+		{"MaxRecord over the limit", path, nil, Options{MaxRecord: frame.MaxRecordLimit + 1}, errdefs.ErrInvalidArgument},
 	}
 	for _, tc := range cases {
 		h := testHeader(0)
@@ -225,8 +226,8 @@ func TestReadEntry(t *testing.T) {
 		{"past the end", Span{Off: j.Size(), Len: 1}},
 		{"wrong length", Span{Off: s.Off, Len: s.Len - 1}},
 		{"not at a record", Span{Off: s.Off + 8, Len: 1}},
-		{"at the header", Span{Off: frameHeaderSize, Len: 1}},
-		{"at a commit", Span{Off: spans[0][1].Off + frameSize(len("second")), Len: commitPayloadSize}},
+		{"at the header", Span{Off: frame.HeaderSize, Len: 1}},
+		{"at a commit", Span{Off: spans[0][1].Off + frame.Size(len("second")), Len: commitPayloadSize}},
 	}
 	for _, tc := range bad {
 		if _, err := j.ReadEntry(tc.s, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/frame"
 	"github.com/sessiond/sessiond/internal/fsys"
 )
 
@@ -82,7 +83,7 @@ func TestMetaTornWithItsBatch(t *testing.T) {
 	}
 	mustClose(t, j)
 	// Cut in the middle of the second write's meta payload.
-	cut := spans[0][0].Off + frameSize(len("two")) + 500
+	cut := spans[0][0].Off + frame.Size(len("two")) + 500
 	if err := os.Truncate(path, cut); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestMetaTornWithItsBatch(t *testing.T) {
 // no entries before it, two metas, an entry after the meta) end the valid
 // part of the journal like any other contradiction.
 func TestMetaOutOfPlace(t *testing.T) {
-	for name, frames := range map[string][]recordType{
+	for name, frames := range map[string][]frame.Type{
 		"meta first":        {typeMeta, typeCommit},
 		"two metas":         {typeEntry, typeMeta, typeMeta, typeCommit},
 		"entry after meta":  {typeEntry, typeMeta, typeEntry, typeCommit},
@@ -125,7 +126,7 @@ func TestMetaOutOfPlace(t *testing.T) {
 					c := encodeCommit(1, entries)
 					payload = c[:]
 				}
-				buf = appendFrame(buf, typ, payload, gen, int64(len(buf)))
+				buf = frame.Append(buf, typ, payload, gen, int64(len(buf)))
 			}
 			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 			if err != nil {

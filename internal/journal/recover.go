@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/frame"
 	"github.com/sessiond/sessiond/internal/fsys"
 )
 
@@ -147,11 +148,11 @@ func scan(r io.ReaderAt, size int64, maxRecord int) (*scanResult, error) {
 	// No reach goes past the end of the file, so a small journal needs no
 	// more than its size: most journals are a few hundred bytes, and a
 	// writer opens one every time it starts.
-	w := newWindow(r, size, int(min(max(size, frameHeaderSize), windowSize)))
+	w := frame.NewWindow(r, size, int(min(max(size, frame.HeaderSize), windowSize)))
 	res := &scanResult{damage: -1, proof: -1}
 	hdr, end, err := readHeaderRecord(w, maxRecord)
 	if err != nil {
-		if isFrameError(err) {
+		if frame.IsError(err) {
 			res.damage, res.reason = 0, fmt.Errorf("header record: %w", err)
 			return res, nil
 		}
@@ -160,17 +161,19 @@ func scan(r io.ReaderAt, size int64, maxRecord int) (*scanResult, error) {
 	res.rec.Header, res.rec.End = hdr, end
 
 	st := walk{}
-	off := end
+	off, rl := end, rules(maxRecord)
 	for off < size {
-		h, err := readFrame(w, off, hdr.Generation, maxRecord)
+		h, err := frame.Read(w, off, hdr.Generation, rl)
 		if err == nil {
 			err = res.apply(w, &st, h, off)
 		}
 		if err != nil {
-			if !isFrameError(err) {
+			if !frame.IsError(err) {
 				return nil, err
 			}
-			proof, err2 := findLaterWrite(w, off, hdr.Generation, maxRecord)
+			// A Header frame never proves a later write: its checksum
+			// is seeded with 0, not the generation.
+			proof, err2 := frame.FindLaterWrite(w, off, hdr.Generation, rl)
 			if err2 != nil {
 				return nil, err2
 			}
@@ -180,127 +183,100 @@ func scan(r io.ReaderAt, size int64, maxRecord int) (*scanResult, error) {
 			}
 			break
 		}
-		off += h.size()
+		off += h.Size()
 	}
 	res.rec.TruncatedBytes = size - res.rec.End
 	return res, nil
 }
 
-func readHeaderRecord(w *window, maxRecord int) (Header, int64, error) {
-	h, err := readFrame(w, 0, 0, maxRecord)
+func readHeaderRecord(w *frame.Window, maxRecord int) (Header, int64, error) {
+	h, err := frame.Read(w, 0, 0, rules(maxRecord))
 	if err != nil {
 		return Header{}, 0, err
 	}
 	switch {
-	case h.typ != typeHeader:
-		return Header{}, 0, frameError(fmt.Sprintf("first record is a %v record", h.typ))
-	case h.posInWrite != 0:
-		return Header{}, 0, frameError("first record claims to be inside a write")
-	case h.length > maxHeaderPayload:
-		return Header{}, 0, frameError(fmt.Sprintf("header payload of %d bytes is over %d", h.length, maxHeaderPayload))
+	case h.Type != typeHeader:
+		return Header{}, 0, frame.Error(fmt.Sprintf("first record is a %s record", typeName(h.Type)))
+	case h.PosInWrite != 0:
+		return Header{}, 0, frame.Error("first record claims to be inside a write")
+	case h.Length > maxHeaderPayload:
+		return Header{}, 0, frame.Error(fmt.Sprintf("header payload of %d bytes is over %d", h.Length, maxHeaderPayload))
 	}
-	b, err := w.at(frameHeaderSize, int(h.length))
+	b, err := w.At(frame.HeaderSize, int(h.Length))
 	if err != nil {
 		return Header{}, 0, err
 	}
 	hdr, err := decodeHeader(b)
-	return hdr, h.size(), err
+	return hdr, h.Size(), err
 }
 
 // apply adds the valid frame h at off to the result, or says why it
 // contradicts the frames before it.
-func (res *scanResult) apply(w *window, st *walk, h frameHeader, off int64) error {
-	start := h.writeStart(off)
+func (res *scanResult) apply(w *frame.Window, st *walk, h frame.Header, off int64) error {
+	start := h.WriteStart(off)
 	if start != off && start != st.writeStart {
-		return frameError(fmt.Sprintf("frame says its write began at offset %d, the frames before it say %d", start, st.writeStart))
+		return frame.Error(fmt.Sprintf("frame says its write began at offset %d, the frames before it say %d", start, st.writeStart))
 	}
 	if start == off && len(st.pending) > 0 {
 		// Append writes entries and their commit in one write.
-		return frameError("a new write begins while entries of the previous one lack their commit")
+		return frame.Error("a new write begins while entries of the previous one lack their commit")
 	}
 	st.writeStart = start
-	switch h.typ {
+	switch h.Type {
 	case typeEntry:
 		if st.meta != nil {
-			return frameError("entry after the meta record of its batch")
+			return frame.Error("entry after the meta record of its batch")
 		}
-		st.pending = append(st.pending, Span{Off: off + frameHeaderSize, Len: int(h.length)})
+		st.pending = append(st.pending, Span{Off: off + frame.HeaderSize, Len: int(h.Length)})
 	case typeCommit:
-		if h.length != commitPayloadSize {
-			return frameError(fmt.Sprintf("commit payload is %d bytes, not %d", h.length, commitPayloadSize))
+		if h.Length != commitPayloadSize {
+			return frame.Error(fmt.Sprintf("commit payload is %d bytes, not %d", h.Length, commitPayloadSize))
 		}
-		b, err := w.at(off+frameHeaderSize, commitPayloadSize)
+		b, err := w.At(off+frame.HeaderSize, commitPayloadSize)
 		if err != nil {
 			return err
 		}
 		seq, count := decodeCommit(b)
 		if seq != res.lastSeq+1 {
-			return frameError(fmt.Sprintf("commit of batch %d follows batch %d", seq, res.lastSeq))
+			return frame.Error(fmt.Sprintf("commit of batch %d follows batch %d", seq, res.lastSeq))
 		}
 		if count != len(st.pending) {
-			return frameError(fmt.Sprintf("commit counts %d entries, %d precede it", count, len(st.pending)))
+			return frame.Error(fmt.Sprintf("commit counts %d entries, %d precede it", count, len(st.pending)))
 		}
 		res.rec.Batches = append(res.rec.Batches, Batch{Seq: seq, Entries: st.pending, Meta: st.meta})
 		st.pending, st.meta = nil, nil
 		res.lastSeq = seq
-		res.rec.End = off + h.size()
+		res.rec.End = off + h.Size()
 	case typeMeta:
 		switch {
 		case len(st.pending) == 0:
-			return frameError("meta record with no entries before it")
+			return frame.Error("meta record with no entries before it")
 		case st.meta != nil:
-			return frameError("second meta record in one batch")
-		case h.length > MaxMeta:
-			return frameError(fmt.Sprintf("meta payload of %d bytes is over %d", h.length, MaxMeta))
+			return frame.Error("second meta record in one batch")
+		case h.Length > MaxMeta:
+			return frame.Error(fmt.Sprintf("meta payload of %d bytes is over %d", h.Length, MaxMeta))
 		}
-		b, err := w.at(off+frameHeaderSize, int(h.length))
+		b, err := w.At(off+frame.HeaderSize, int(h.Length))
 		if err != nil {
 			return err
 		}
 		st.meta = append(make([]byte, 0, len(b)), b...)
 	case typeCompacted:
-		if h.length != markerPayloadSize {
-			return frameError(fmt.Sprintf("compacted payload is %d bytes, not %d", h.length, markerPayloadSize))
+		if h.Length != markerPayloadSize {
+			return frame.Error(fmt.Sprintf("compacted payload is %d bytes, not %d", h.Length, markerPayloadSize))
 		}
-		b, err := w.at(off+frameHeaderSize, markerPayloadSize)
+		b, err := w.At(off+frame.HeaderSize, markerPayloadSize)
 		if err != nil {
 			return err
 		}
 		m := decodeMarker(b)
 		if m.Size < 0 {
-			return frameError("compacted marker has a negative size")
+			return frame.Error("compacted marker has a negative size")
 		}
 		res.rec.Compacted = &m
-		res.rec.End = off + h.size()
+		res.rec.End = off + h.Size()
 	default:
-		return frameError(fmt.Sprintf("%v record after the start of the file", h.typ))
+		return frame.Error(fmt.Sprintf("%s record after the start of the file", typeName(h.Type)))
 	}
 	return nil
-}
-
-// findLaterWrite looks at every aligned offset after the bad frame at bad
-// for a valid frame of generation gen whose write began after bad. Such a
-// frame was written after a sync that covered bad, so it turns a torn tail
-// into corruption. It returns that frame's offset, or -1.
-func findLaterWrite(w *window, bad int64, gen uint64, maxRecord int) (int64, error) {
-	for c := bad + frameAlign; c+frameHeaderSize <= w.size; c += frameAlign {
-		b, err := w.at(c, frameHeaderSize)
-		if err != nil {
-			return -1, err
-		}
-		// Cheap header checks first: a zero-filled or garbage tail fails
-		// them at nearly every offset, so the checksum runs rarely. (A
-		// Header frame never passes it: its checksum is seeded with 0.)
-		h, err := parseFrameHeader(b, maxRecord)
-		if err != nil || h.writeStart(c) <= bad || c+h.size() > w.size {
-			continue
-		}
-		switch _, err := readFrame(w, c, gen, maxRecord); {
-		case err == nil:
-			return c, nil
-		case !isFrameError(err):
-			return -1, err
-		}
-	}
-	return -1, nil
 }

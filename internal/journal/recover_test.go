@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/frame"
 	"github.com/sessiond/sessiond/internal/fsys"
 )
 
@@ -168,8 +169,8 @@ func TestTornWriteWithHole(t *testing.T) {
 	spans := mustAppend(t, j, []string{"b1 first", "b1 second"}, []string{"b2 only"})
 	mustClose(t, j)
 	data := readFile(t, path)
-	commit1 := spans[0][1].Off + frameSize(len("b1 second")) - frameHeaderSize
-	commit1End := commit1 + frameSize(commitPayloadSize)
+	commit1 := spans[0][1].Off + frame.Size(len("b1 second")) - frame.HeaderSize
+	commit1End := commit1 + frame.Size(commitPayloadSize)
 
 	hole := func(from, n int64) []byte {
 		d := bytes.Clone(data)
@@ -183,7 +184,7 @@ func TestTornWriteWithHole(t *testing.T) {
 		end  int64
 	}{
 		{"first entry missing", hole(lastStart, 8), [][]string{{"acked"}}, lastStart},
-		{"second entry missing", hole(spans[0][1].Off-frameHeaderSize, frameSize(len("b1 second"))), [][]string{{"acked"}}, lastStart},
+		{"second entry missing", hole(spans[0][1].Off-frame.HeaderSize, frame.Size(len("b1 second"))), [][]string{{"acked"}}, lastStart},
 		{"first commit missing", hole(commit1, 16), [][]string{{"acked"}}, lastStart},
 		{"second batch's entry missing", hole(spans[1][0].Off, 4), [][]string{{"acked"}, {"b1 first", "b1 second"}}, commit1End},
 	}
@@ -197,9 +198,9 @@ func TestTornWriteWithHole(t *testing.T) {
 
 func TestCorruptionInTheMiddle(t *testing.T) {
 	tw := makeThreeWrites(t)
-	firstEntry := tw.spans[0][0].Off - frameHeaderSize
-	firstCommit := tw.spans[0][1].Off - frameHeaderSize + frameSize(len(tw.want[0][1]))
-	secondEntry := tw.spans[1][0].Off - frameHeaderSize
+	firstEntry := tw.spans[0][0].Off - frame.HeaderSize
+	firstCommit := tw.spans[0][1].Off - frame.HeaderSize + frame.Size(len(tw.want[0][1]))
+	secondEntry := tw.spans[1][0].Off - frame.HeaderSize
 	flip := func(at int64, mask byte) func([]byte) {
 		return func(d []byte) { d[at] ^= mask }
 	}
@@ -216,9 +217,9 @@ func TestCorruptionInTheMiddle(t *testing.T) {
 		{"header payload", flip(30, 0x02), 0},
 		{"first entry payload", flip(tw.spans[0][0].Off+3, 0x04), firstEntry},
 		{"first entry length", flip(firstEntry, 0x08), firstEntry},
-		{"first entry zeroed", func(d []byte) { clear(d[firstEntry : firstEntry+frameSize(tw.spans[0][0].Len)]) }, firstEntry},
-		{"first commit seq", flip(firstCommit+frameHeaderSize, 0x01), firstCommit},
-		{"first commit count", flip(firstCommit+frameHeaderSize+8, 0x01), firstCommit},
+		{"first entry zeroed", func(d []byte) { clear(d[firstEntry : firstEntry+frame.Size(tw.spans[0][0].Len)]) }, firstEntry},
+		{"first commit seq", flip(firstCommit+frame.HeaderSize, 0x01), firstCommit},
+		{"first commit count", flip(firstCommit+frame.HeaderSize+8, 0x01), firstCommit},
 		{"second write's entry", flip(tw.spans[1][0].Off, 0x40), secondEntry},
 		{"everything after the header is garbage but the last write", func(d []byte) {
 			for i := firstEntry; i < tw.lastStart; i++ {
@@ -242,7 +243,7 @@ func TestCorruptionInTheMiddle(t *testing.T) {
 // gets its name), so even with nothing after it Open refuses to guess.
 func TestBadHeaderAlone(t *testing.T) {
 	hdr := buildJournal(t, testGen)
-	payload := hdr[frameHeaderSize : frameHeaderSize+binary.LittleEndian.Uint32(hdr[0:4])]
+	payload := hdr[frame.HeaderSize : frame.HeaderSize+binary.LittleEndian.Uint32(hdr[0:4])]
 	dir := t.TempDir()
 	for i, data := range [][]byte{
 		nil,
@@ -250,10 +251,10 @@ func TestBadHeaderAlone(t *testing.T) {
 		hdr[:len(hdr)-1],
 		append(bytes.Clone(hdr[:20]), 'X'),
 		make([]byte, 64),
-		appendFrame(nil, typeEntry, []byte("x"), 0, 0),        // valid frame, wrong type
-		appendFrame(nil, typeHeader, payload, 0, frameAlign),  // header claiming to be mid-write
-		appendFrame(nil, typeHeader, []byte(`{"v":1}`), 0, 0), // generation 0
-		appendFrame(nil, typeHeader, []byte(`{"v":1,`), 0, 0), // not JSON
+		frame.Append(nil, typeEntry, []byte("x"), 0, 0),        // valid frame, wrong type
+		frame.Append(nil, typeHeader, payload, 0, frame.Align), // header claiming to be mid-write
+		frame.Append(nil, typeHeader, []byte(`{"v":1}`), 0, 0), // generation 0
+		frame.Append(nil, typeHeader, []byte(`{"v":1,`), 0, 0), // not JSON
 	} {
 		path := filepath.Join(dir, fmt.Sprintf("h%d.wal", i))
 		writeFile(t, path, data)
@@ -291,7 +292,7 @@ func TestRecordOrderChecks(t *testing.T) {
 			for _, w := range tc.bad {
 				for _, r := range w {
 					if k < tc.at {
-						damageAt += frameSize(len(r.payload))
+						damageAt += frame.Size(len(r.payload))
 					}
 					k++
 				}
@@ -323,9 +324,9 @@ func TestPositionInWriteChecked(t *testing.T) {
 	data := buildJournal(t, testGen, []frameSpec{entryRec("ok"), commitRec(1, 1)})
 	good := int64(len(data))
 	// One write of two frames, but the second claims a different start.
-	data = appendFrame(data, typeEntry, []byte("x"), testGen, 0)
+	data = frame.Append(data, typeEntry, []byte("x"), testGen, 0)
 	bad := int64(len(data))
-	data = appendFrame(data, typeCommit, commitRec(2, 1).payload, testGen, 8)
+	data = frame.Append(data, typeCommit, commitRec(2, 1).payload, testGen, 8)
 	path := filepath.Join(t.TempDir(), "s.wal")
 	writeFile(t, path, data)
 	j, rec := openExpect(t, path, [][]string{{"ok"}})
@@ -335,15 +336,15 @@ func TestPositionInWriteChecked(t *testing.T) {
 	}
 	// With a later write after it, the same frame is corruption.
 	later := int64(len(data))
-	data = appendFrame(data, typeEntry, []byte("later"), testGen, 0)
-	data = appendFrame(data, typeCommit, commitRec(3, 1).payload, testGen, int64(len(data))-later)
+	data = frame.Append(data, typeEntry, []byte("later"), testGen, 0)
+	data = frame.Append(data, typeCommit, commitRec(3, 1).payload, testGen, int64(len(data))-later)
 	writeFile(t, path, data)
 	expectCorrupt(t, path, data, bad)
 }
 
 func TestOpenNewerVersionLeavesFileAlone(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.wal")
-	data := appendFrame(nil, typeHeader, []byte(`{"v":2,"generation":77}`), 0, 0)
+	data := frame.Append(nil, typeHeader, []byte(`{"v":2,"generation":77}`), 0, 0)
 	writeFile(t, path, data)
 	_, _, err := Open(fsys.OS, path, Options{})
 	if err == nil || errors.Is(err, errdefs.ErrCorrupt) {

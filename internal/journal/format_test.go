@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"io"
 	"testing"
+
+	"github.com/sessiond/sessiond/internal/frame"
 )
 
 const testGen = 0x0123456789abcdef
@@ -15,20 +17,20 @@ const testGen = 0x0123456789abcdef
 // decodeAll checks the single frame in b through a window of bufSize bytes
 // (small windows make payloads stream across refills) and returns its
 // header and payload.
-func decodeAll(b []byte, gen uint64, maxRecord, bufSize int) (frameHeader, []byte, error) {
-	w := newWindow(bytes.NewReader(b), int64(len(b)), bufSize)
-	h, err := readFrame(w, 0, gen, maxRecord)
+func decodeAll(b []byte, gen uint64, maxRecord, bufSize int) (frame.Header, []byte, error) {
+	w := frame.NewWindow(bytes.NewReader(b), int64(len(b)), bufSize)
+	h, err := frame.Read(w, 0, gen, rules(maxRecord))
 	if err != nil {
 		return h, nil, err
 	}
-	return h, b[frameHeaderSize : frameHeaderSize+int(h.length)], nil
+	return h, b[frame.HeaderSize : frame.HeaderSize+int(h.Length)], nil
 }
 
 // fixCRC recomputes the checksum of the frame at the start of f so a test
 // can reach the checks that come after it.
 func fixCRC(f []byte, gen uint64) {
 	n := binary.LittleEndian.Uint32(f[0:4])
-	crc := crc32.Update(checksumStart(gen, f), castagnoli, f[frameHeaderSize:frameHeaderSize+int(n)])
+	crc := crc32.Update(frame.ChecksumStart(gen, f), frame.Castagnoli, f[frame.HeaderSize:frame.HeaderSize+int(n)])
 	binary.LittleEndian.PutUint32(f[8:12], crc)
 }
 
@@ -42,7 +44,7 @@ func TestFrameRoundTrip(t *testing.T) {
 	marker := encodeMarker(Marker{Size: 1 << 40, Tail: 0xfeedface})
 	type frameCase struct {
 		name    string
-		typ     recordType
+		typ     frame.Type
 		gen     uint64
 		payload []byte
 	}
@@ -58,24 +60,24 @@ func TestFrameRoundTrip(t *testing.T) {
 	for _, tc := range cases {
 		for _, pos := range []int64{0, 8, 1 << 20} {
 			prefix := []byte("prefix!!") // appendFrame must append, not overwrite
-			f := appendFrame(append([]byte{}, prefix...), tc.typ, tc.payload, tc.gen, pos)
+			f := frame.Append(append([]byte{}, prefix...), tc.typ, tc.payload, tc.gen, pos)
 			if !bytes.Equal(f[:len(prefix)], prefix) {
 				t.Fatalf("%s: prefix overwritten", tc.name)
 			}
 			f = f[len(prefix):]
-			if len(f)%frameAlign != 0 || int64(len(f)) != frameSize(len(tc.payload)) {
-				t.Fatalf("%s: frame is %d bytes, want %d (8-byte aligned)", tc.name, len(f), frameSize(len(tc.payload)))
+			if len(f)%frame.Align != 0 || int64(len(f)) != frame.Size(len(tc.payload)) {
+				t.Fatalf("%s: frame is %d bytes, want %d (8-byte aligned)", tc.name, len(f), frame.Size(len(tc.payload)))
 			}
-			if pad := f[frameHeaderSize+len(tc.payload):]; len(pad) >= frameAlign || !bytes.Equal(pad, make([]byte, len(pad))) {
+			if pad := f[frame.HeaderSize+len(tc.payload):]; len(pad) >= frame.Align || !bytes.Equal(pad, make([]byte, len(pad))) {
 				t.Fatalf("%s: padding %x, want < 8 zero bytes", tc.name, pad)
 			}
-			for _, bufSize := range []int{frameHeaderSize, 64, windowSize} {
+			for _, bufSize := range []int{frame.HeaderSize, 64, windowSize} {
 				h, p, err := decodeAll(f, tc.gen, maxRecord, bufSize)
 				if err != nil {
 					t.Fatalf("%s (window %d): %v", tc.name, bufSize, err)
 				}
-				if h.typ != tc.typ || !bytes.Equal(p, tc.payload) || h.writeStart(1<<30) != 1<<30-pos {
-					t.Fatalf("%s: decoded type %v, payload %d bytes, write start %d", tc.name, h.typ, len(p), h.writeStart(1<<30))
+				if h.Type != tc.typ || !bytes.Equal(p, tc.payload) || h.WriteStart(1<<30) != 1<<30-pos {
+					t.Fatalf("%s: decoded type %v, payload %d bytes, write start %d", tc.name, h.Type, len(p), h.WriteStart(1<<30))
 				}
 			}
 		}
@@ -103,44 +105,44 @@ func TestFrameLayout(t *testing.T) {
 	binary.LittleEndian.PutUint32(want[8:12], crc32.Checksum(covered, crc32.MakeTable(crc32.Castagnoli)))
 
 	p := encodeCommit(9, 2)
-	if got := appendFrame(nil, typeCommit, p[:], testGen, 24); !bytes.Equal(got, want) {
+	if got := frame.Append(nil, typeCommit, p[:], testGen, 24); !bytes.Equal(got, want) {
 		t.Fatalf("commit frame\n got %x\nwant %x", got, want)
 	}
 }
 
 func TestFrameRejects(t *testing.T) {
 	const maxRecord = 64
-	entry := func(n int) []byte { return appendFrame(nil, typeEntry, bytes.Repeat([]byte{'x'}, n), testGen, 0) }
+	entry := func(n int) []byte { return frame.Append(nil, typeEntry, bytes.Repeat([]byte{'x'}, n), testGen, 0) }
 	cases := []struct {
 		name  string
 		frame func() []byte
 		gen   uint64
 		want  error
 	}{
-		{"over max length", func() []byte { return entry(maxRecord + 1) }, testGen, errTooLong},
+		{"over max length", func() []byte { return entry(maxRecord + 1) }, testGen, frame.ErrTooLong},
 		{"max length is fine", func() []byte { return entry(maxRecord) }, testGen, nil},
 		{"length near 4 GiB", func() []byte {
 			f := entry(8)
 			binary.LittleEndian.PutUint32(f[0:4], 0xfffffff0)
 			return f
-		}, testGen, errTooLong},
-		{"wrong generation", func() []byte { return entry(10) }, testGen + 1, errChecksum},
-		{"generation 0 for an entry", func() []byte { return entry(10) }, 0, errChecksum},
-		{"payload byte flipped", func() []byte { f := entry(10); f[20] ^= 1; return f }, testGen, errChecksum},
-		{"crc byte flipped", func() []byte { f := entry(10); f[9] ^= 0x80; return f }, testGen, errChecksum},
-		{"position in write changed", func() []byte { f := entry(10); f[12] = 1; return f }, testGen, errChecksum},
-		{"length shortened", func() []byte { f := entry(10); f[0] = 9; return f }, testGen, errChecksum},
-		{"type changed to commit", func() []byte { f := entry(10); f[4] = byte(typeCommit); return f }, testGen, errChecksum},
-		{"type 0 (zero fill)", func() []byte { return make([]byte, 32) }, testGen, errRecordType},
-		{"type 6", func() []byte { f := entry(10); f[4] = 6; fixCRC(f, testGen); return f }, testGen, errRecordType},
-		{"type 255", func() []byte { f := entry(10); f[4] = 255; fixCRC(f, testGen); return f }, testGen, errRecordType},
-		{"reserved byte 5", func() []byte { f := entry(10); f[5] = 1; fixCRC(f, testGen); return f }, testGen, errReserved},
-		{"reserved byte 6", func() []byte { f := entry(10); f[6] = 0x40; fixCRC(f, testGen); return f }, testGen, errReserved},
-		{"reserved byte 7", func() []byte { f := entry(10); f[7] = 0xff; fixCRC(f, testGen); return f }, testGen, errReserved},
-		{"padding not zero", func() []byte { f := entry(10); f[len(f)-1] = 1; return f }, testGen, errPadding},
-		{"length runs past the end", func() []byte { f := entry(10); return f[:len(f)-1] }, testGen, errShortFrame},
-		{"header cut", func() []byte { return entry(10)[:15] }, testGen, errShortFrame},
-		{"nothing", func() []byte { return nil }, testGen, errShortFrame},
+		}, testGen, frame.ErrTooLong},
+		{"wrong generation", func() []byte { return entry(10) }, testGen + 1, frame.ErrChecksum},
+		{"generation 0 for an entry", func() []byte { return entry(10) }, 0, frame.ErrChecksum},
+		{"payload byte flipped", func() []byte { f := entry(10); f[20] ^= 1; return f }, testGen, frame.ErrChecksum},
+		{"crc byte flipped", func() []byte { f := entry(10); f[9] ^= 0x80; return f }, testGen, frame.ErrChecksum},
+		{"position in write changed", func() []byte { f := entry(10); f[12] = 1; return f }, testGen, frame.ErrChecksum},
+		{"length shortened", func() []byte { f := entry(10); f[0] = 9; return f }, testGen, frame.ErrChecksum},
+		{"type changed to commit", func() []byte { f := entry(10); f[4] = byte(typeCommit); return f }, testGen, frame.ErrChecksum},
+		{"type 0 (zero fill)", func() []byte { return make([]byte, 32) }, testGen, frame.ErrType},
+		{"type 6", func() []byte { f := entry(10); f[4] = 6; fixCRC(f, testGen); return f }, testGen, frame.ErrType},
+		{"type 255", func() []byte { f := entry(10); f[4] = 255; fixCRC(f, testGen); return f }, testGen, frame.ErrType},
+		{"reserved byte 5", func() []byte { f := entry(10); f[5] = 1; fixCRC(f, testGen); return f }, testGen, frame.ErrReserved},
+		{"reserved byte 6", func() []byte { f := entry(10); f[6] = 0x40; fixCRC(f, testGen); return f }, testGen, frame.ErrReserved},
+		{"reserved byte 7", func() []byte { f := entry(10); f[7] = 0xff; fixCRC(f, testGen); return f }, testGen, frame.ErrReserved},
+		{"padding not zero", func() []byte { f := entry(10); f[len(f)-1] = 1; return f }, testGen, frame.ErrPadding},
+		{"length runs past the end", func() []byte { f := entry(10); return f[:len(f)-1] }, testGen, frame.ErrShort},
+		{"header cut", func() []byte { return entry(10)[:15] }, testGen, frame.ErrShort},
+		{"nothing", func() []byte { return nil }, testGen, frame.ErrShort},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -148,7 +150,7 @@ func TestFrameRejects(t *testing.T) {
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
-			if err != nil && !isFrameError(err) {
+			if err != nil && !frame.IsError(err) {
 				t.Fatalf("%v is not reported as a bad frame", err)
 			}
 		})
@@ -162,9 +164,9 @@ func (failingReader) ReadAt([]byte, int64) (int, error) { return 0, io.ErrClosed
 // A read that fails must never look like damage: Open would cut or move
 // aside a healthy journal.
 func TestFrameReadErrorIsNotDamage(t *testing.T) {
-	w := newWindow(failingReader{}, 1<<20, 64)
-	_, err := readFrame(w, 0, testGen, 1024)
-	if err == nil || isFrameError(err) || !errors.Is(err, io.ErrClosedPipe) {
+	w := frame.NewWindow(failingReader{}, 1<<20, 64)
+	_, err := frame.Read(w, 0, testGen, rules(1024))
+	if err == nil || frame.IsError(err) || !errors.Is(err, io.ErrClosedPipe) {
 		t.Fatalf("got %v, want the read error, not a frame error", err)
 	}
 }
@@ -194,7 +196,7 @@ func TestHeaderPayload(t *testing.T) {
 	}
 	for _, tc := range bad {
 		_, err := decodeHeader([]byte(tc.payload))
-		if err == nil || isFrameError(err) != tc.frame {
+		if err == nil || frame.IsError(err) != tc.frame {
 			t.Errorf("%s: got %v, want frame error %v", tc.name, err, tc.frame)
 		}
 	}
