@@ -2,7 +2,6 @@ package wal
 
 import (
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
@@ -214,20 +213,8 @@ func (l *Log) write(seg *segment, b []byte) error {
 	} else {
 		l.scratch = nil
 	}
-	op := "write"
-	n, err := seg.f.Write(b)
-	if err == nil && n != len(b) {
-		err = io.ErrShortWrite
-	}
-	if err == nil {
-		op = "sync"
-		err = seg.f.Sync()
-	}
-	if err != nil {
-		err = errdefs.FromIO(fmt.Errorf("log segment %s: %s of %d bytes at offset %d: %w", seg.path, op, len(b), seg.end, err))
-		if terr := seg.f.Truncate(seg.end); terr == nil {
-			_ = seg.f.Sync()
-		}
+	if err := frame.WriteSynced(seg.f, b, seg.end); err != nil {
+		err = errdefs.FromIO(fmt.Errorf("log segment %s: %w", seg.path, err))
 		l.mu.Lock()
 		l.cur = nil
 		l.prevEnd = seg.end
