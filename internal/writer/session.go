@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -229,9 +230,10 @@ func (s *session) run() {
 	idle := cfg.Clock.NewTimer(cfg.IdleCompact)
 	defer idle.Stop()
 	lastActive := cfg.Clock.Now()
+	var rh rhythm
 	touch := func() {
 		lastActive = cfg.Clock.Now()
-		idle.Reset(cfg.IdleCompact)
+		idle.Reset(rh.idleDelay(cfg.IdleCompact))
 	}
 	for {
 		select {
@@ -239,6 +241,7 @@ func (s *session) run() {
 			s.enter(serving)
 			st.commit(s.group(r))
 			s.hasContent.Store(st.exists())
+			rh.append(cfg.Clock.Now())
 			touch()
 		case c := <-s.ctrl:
 			s.took(&c.reply)
@@ -275,8 +278,8 @@ func (s *session) run() {
 				}
 			}
 			wait := cfg.IdleRetire - clock.Since(cfg.Clock, lastActive)
-			if wait < cfg.IdleCompact {
-				wait = cfg.IdleCompact
+			if d := rh.idleDelay(cfg.IdleCompact); wait < d {
+				wait = d
 			}
 			idle.Reset(wait)
 		case <-s.stopCh:
@@ -440,3 +443,34 @@ type notProcessed struct{ err error }
 func (e *notProcessed) Error() string { return e.err.Error() }
 
 func (e *notProcessed) Unwrap() error { return e.err }
+
+// rhythm follows how often a session is appended to, so that a session
+// written steadily is not taken for idle between two of its appends: an
+// agent appending once a second would otherwise have its whole transcript
+// rewritten once a second (a thousand such sessions: a thousand
+// rewrites a second, for entries the log already holds durably).
+type rhythm struct {
+	last time.Time
+	gap  time.Duration // moving average of the time between appends
+}
+
+func (r *rhythm) append(now time.Time) {
+	if !r.last.IsZero() {
+		g := now.Sub(r.last)
+		if r.gap == 0 {
+			r.gap = g
+		} else {
+			r.gap = (3*r.gap + g) / 4
+		}
+	}
+	r.last = now
+}
+
+// idleDelay is how long a session must go without appends before the
+// idle rule compacts it: IdleCompact, or twice the session's usual gap
+// between appends when that is longer, at most 5 x IdleCompact (so the
+// files official readers see lag by at most that much once a session
+// stops, whatever its rhythm was).
+func (r *rhythm) idleDelay(base time.Duration) time.Duration {
+	return min(max(base, 2*r.gap), 5*base)
+}
