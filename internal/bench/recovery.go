@@ -1,42 +1,32 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
-	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/layout"
 )
 
-// The recovery scenario: the issue asks that 1 GiB of journals across 1,000
-// sessions be replayed at start at no less than half the disk's sequential
-// read speed. sessiond is filled without compacting anything, killed with
-// SIGKILL, its journals are evicted from the page cache, and the time from
-// exec to the first answered Status is compared with reading, cold, in the
-// same run and folder, one file of the same size (the disk's sequential
-// speed) and the same journals one after the other (what many files cost).
+// The recovery scenario: the issue asks that 1 GiB of entries across 1,000
+// sessions be recovered at start at no less than half the disk's
+// sequential read speed. sessiond is filled without compacting anything,
+// so every entry is still in its shared write-ahead log (internal/wal), is
+// killed with SIGKILL, the log's segments are evicted from the page cache,
+// and the time from exec to the first answered Status (the whole log read,
+// in writer.New, before serving) and to every transcript current (the
+// replay into the canonical files, while serving) is compared with
+// reading, cold, in the same run and folder, one file of the log's size
+// (the disk's sequential speed) and the segments one after the other.
 
 func init() {
-	registerExtra(extraDef{name: ScenarioRecovery, title: "recovery: 1 GiB of journals across 1,000 sessions replayed at start",
+	registerExtra(extraDef{name: ScenarioRecovery, title: "recovery: 1 GiB of entries across 1,000 sessions in the write-ahead log, recovered at start",
 		run: runRecovery})
 }
 
@@ -47,9 +37,12 @@ const (
 	recoveryBatchBytes   = 256 << 10
 	recoveryReadBuf      = 4 << 20
 	recoveryStartTimeout = 5 * time.Minute
-	// recoveryNoCompact is the compaction floor sessiond gets: far above
-	// any journal here, so every byte appended is still in a journal when
-	// the daemon is killed and recovery must replay all of it.
+	// recoveryNoCompact is the compaction floor and the write-ahead log's
+	// bound sessiond gets: far above any session and the whole log here,
+	// so nothing is compacted (neither a session past the floor nor the
+	// sessions holding the oldest segment of a log past its bound), every
+	// byte appended is still in the log when the daemon is killed, and
+	// recovery must read and replay all of it.
 	recoveryNoCompact = 1 << 40
 )
 
@@ -63,39 +56,26 @@ type recoverySession struct {
 	sum     [sha256.Size]byte
 }
 
-// timedRead is one cold read baseline.
-type timedRead struct {
-	bytes   int64
-	files   int
-	elapsed time.Duration
-}
-
-func (t timedRead) mbps() float64 { return mbPerSec(t.bytes, t.elapsed) }
-
-func mbPerSec(n int64, d time.Duration) float64 {
-	if d <= 0 {
-		return 0
-	}
-	return float64(n) / 1e6 / d.Seconds()
-}
-
 func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 	sc := &Scenario{Name: ScenarioRecovery}
 	nSessions := int(env.Scaled(recoverySessions, 3))
 	// The per-session size stays that of the issue (1 GiB / 1,000); Scale
 	// only changes how many sessions there are, so a small run still
-	// replays journals of the real size.
+	// replays sessions of the real size.
 	perSession := uint64(recoveryTotalBytes / recoverySessions)
-	sc.Title = fmt.Sprintf("recovery: %d sessions x ~%.2f MB of journal (dist:agent entries), SIGKILL, cold restart",
+	sc.Title = fmt.Sprintf("recovery: %d sessions x ~%.2f MB in the write-ahead log (dist:agent entries), SIGKILL, cold restart",
 		nSessions, float64(perSession)/1e6)
 
 	ddir := filepath.Join(env.Dir, "daemon")
 	if err := os.MkdirAll(ddir, 0o700); err != nil {
 		return sc, err
 	}
+	// After env.SessiondArgs, so they win; a --wal-segment-size there is
+	// kept (the test makes segments small to have several).
 	args := append(append([]string{}, env.SessiondArgs...),
 		"--idle-compact", "1h", "--idle-retire", "1h",
-		"--min-compact-bytes", strconv.FormatInt(recoveryNoCompact, 10))
+		"--min-compact-bytes", strconv.FormatInt(recoveryNoCompact, 10),
+		"--wal-max-size", strconv.FormatInt(recoveryNoCompact, 10))
 	p, err := startDaemon(ctx, env.Sessiond, ddir, args)
 	if err != nil {
 		return sc, err
@@ -111,7 +91,7 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 		}
 	}()
 
-	// 1. Fill the journals.
+	// 1. Fill the log.
 	projectKey := fmt.Sprintf("-sessiond-bench-recovery-%08x", uint32(env.Seed))
 	env.Logf("[recovery] appending ~%.0f MB to %d sessions with %d clients", float64(perSession)*float64(nSessions)/1e6, nSessions, recoveryClients)
 	t0 := time.Now()
@@ -129,8 +109,9 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 	if err != nil {
 		return sc, err
 	}
-	// A compaction would have moved entries out of a journal: the replay
-	// would then be smaller than what the table claims.
+	// A compaction (past the floor, or to free the log's oldest segment)
+	// would have moved entries out of the log and let segments go: the
+	// recovery would then read and replay less than the table claims.
 	if st.GetCompactions() != 0 {
 		return sc, fmt.Errorf("sessiond compacted %d times during the append phase; recovery would not replay everything", st.GetCompactions())
 	}
@@ -143,45 +124,53 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 	p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.exited
 
-	jdir := layout.Layout{StateDir: filepath.Join(ddir, "state")}.JournalDir()
-	journals, jbytes, err := recoveryJournals(jdir)
+	sl := layout.Layout{StateDir: filepath.Join(ddir, "state")}
+	segs, logBytes, err := logSegments(sl.WALDir())
 	if err != nil {
 		return sc, err
 	}
-	if len(journals) != nSessions {
-		return sc, fmt.Errorf("%d journals in %s after the kill, want %d", len(journals), jdir, nSessions)
+	// Every entry byte the daemon counted went into a segment, framed:
+	// fewer bytes on disk means segments went (or entries went elsewhere),
+	// and the rows below would not be the recovery of what was appended.
+	if len(segs) == 0 || logBytes < int64(journalCounter) {
+		return sc, fmt.Errorf("%d log segments, %d bytes in %s after the kill; %d bytes of entries were appended", len(segs), logBytes, sl.WALDir(), journalCounter)
+	}
+	// Nor may anything recovery reads lie outside the log.
+	if old, _, err := legacyJournals(sl.JournalDir()); err != nil || len(old) > 0 {
+		return sc, fmt.Errorf("per-session journals beside the log after the kill: %d (%v)", len(old), err)
 	}
 
-	// 3. Baselines, cold: one file of the journals' total size, then the
-	// journals themselves in recovery's order.
+	// 3. Baselines, cold: one file of the log's total size, then the
+	// segments themselves in recovery's order.
 	big := filepath.Join(env.Dir, "sequential.bin")
 	defer os.Remove(big)
 	tw := time.Now()
-	if err := writeSyncedFile(big, jbytes); err != nil {
+	if err := writeSyncedFile(big, logBytes); err != nil {
 		return sc, err
 	}
 	writeTime := time.Since(tw)
-	if err := evict(append([]string{big}, journals...)...); err != nil {
+	if err := evict(append([]string{big}, segs...)...); err != nil {
 		return sc, err
 	}
 	seq1, err := readCold(big)
 	if err != nil {
 		return sc, err
 	}
-	files, err := readCold(journals...)
+	files, err := readCold(segs...)
 	if err != nil {
 		return sc, err
 	}
-	if files.bytes != jbytes {
-		return sc, fmt.Errorf("read %d bytes of journals, %d on disk", files.bytes, jbytes)
+	if files.bytes != logBytes {
+		return sc, fmt.Errorf("read %d bytes of log segments, %d on disk", files.bytes, logBytes)
 	}
 
 	// 4. Recovery, cold.
-	if err := evict(journals...); err != nil {
+	if err := evict(segs...); err != nil {
 		return sc, err
 	}
-	env.Logf("[recovery] restarting sessiond on %.0f MB of journals", float64(jbytes)/1e6)
-	// Info level: the daemon logs how long Recover itself took.
+	env.Logf("[recovery] restarting sessiond on %.0f MB of write-ahead log (%d segments)", float64(logBytes)/1e6, len(segs))
+	// Info level: the daemon logs when it has read the log and how long
+	// the replay took.
 	rargs := append(append([]string{}, args...), "--log-level", "info")
 	p2, recTime, err := launchDaemon(ctx, env.Sessiond, ddir, rargs, recoveryStartTimeout)
 	if err != nil {
@@ -192,13 +181,27 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 	// waiting on the disk.
 	recCPU, recCPUErr := procCPU(p.cmd.Process.Pid)
 	logPath := filepath.Join(ddir, "sessiond.log")
-	inDaemon, inDaemonOK := recoveryTook(logPath, "checked journals")
+	// "checked journals" is logged once the log was read (wal.Open, in
+	// writer.New) and the sessions it holds listed; it says what the daemon
+	// read, which must be what was evicted.
+	checked, ok := daemonLog(logPath, "checked journals")
+	if !ok {
+		return sc, fmt.Errorf(`no "checked journals" line in %s after the restart`, logPath)
+	}
+	if checked.bytes != logBytes || checked.journals != int64(nSessions) {
+		return sc, fmt.Errorf("sessiond read %d bytes of log holding %d sessions; %d bytes on disk, %d sessions appended to",
+			checked.bytes, checked.journals, logBytes, nSessions)
+	}
+	// Exec to the log read: the line's time less its took (which starts
+	// after writer.New), against the exec time; ms resolution.
+	logRead := checked.at.Add(-checked.took).Sub(p.d.Started())
+	logReadOK := logRead > 0 && logRead <= recTime
 	st, err = statusOf(ctx, p.socket)
 	if err != nil {
 		return sc, err
 	}
 	if got := st.GetReplayPending() + st.GetRecoveredSessions(); got != uint64(nSessions) {
-		return sc, fmt.Errorf("sessiond has %d sessions to replay and %d replayed, %d journaled", st.GetReplayPending(), st.GetRecoveredSessions(), nSessions)
+		return sc, fmt.Errorf("sessiond has %d sessions to replay and %d replayed, %d appended to", st.GetReplayPending(), st.GetRecoveredSessions(), nSessions)
 	}
 	// Then the replay into the canonical files, which runs while sessiond
 	// serves: until Status says none is left.
@@ -211,10 +214,10 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 		return sc, fmt.Errorf("recovery errors: %s", strings.Join(errs, "; "))
 	}
 	if got := st.GetRecoveredSessions(); got != uint64(nSessions) {
-		return sc, fmt.Errorf("sessiond recovered %d sessions, %d journaled", got, nSessions)
+		return sc, fmt.Errorf("sessiond recovered %d sessions, %d appended to", got, nSessions)
 	}
 	recoveredBytes := st.GetCompactedBytes()
-	inReplay, inReplayOK := recoveryTook(logPath, "replayed journals into their transcripts")
+	replayed, replayedOK := daemonLog(logPath, "replayed journals into their transcripts")
 
 	// 5. The disk once more, so the baseline is not one sample taken
 	// before everything else.
@@ -244,7 +247,7 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 	}
 
 	seqMBps := (seq1.mbps() + seq2.mbps()) / 2
-	recMBps := mbPerSec(jbytes, recTime)
+	recMBps := mbPerSec(logBytes, recTime)
 	pct := func(v float64) string { return fmt.Sprintf("%.0f%%", v/seqMBps*100) }
 	row := func(what string, n int64, files int, d time.Duration) []string {
 		v := mbPerSec(n, d)
@@ -255,21 +258,21 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 	fill[5] = "" // writes, not comparable with a read
 	// Recovery writes every byte it replays into a canonical file and
 	// syncs it, so the disk's write speed bounds it too: shown for that.
-	wrow := row("write + fsync one file of that size (info: recovery rewrites every byte)", jbytes, 1, writeTime)
+	wrow := row("write + fsync one file of that size (info: recovery rewrites every byte)", logBytes, 1, writeTime)
 	wrow[5] = ""
 	sc.Table = &Table{Columns: []string{"run", "MB", "files", "seconds", "MB/s", "of seq. read"}}
 	sc.Table.Rows = append(sc.Table.Rows,
 		row("sequential read, one file, cold (before)", seq1.bytes, 1, seq1.elapsed),
 		row("sequential read, one file, cold (after)", seq2.bytes, 1, seq2.elapsed),
-		row(fmt.Sprintf("read the %d journals one after the other, cold", len(journals)), files.bytes, files.files, files.elapsed),
-		row("sessiond recovery: exec -> serving, every journal checked (Status answers)", jbytes, len(journals), recTime))
-	if inDaemonOK {
-		sc.Table.Rows = append(sc.Table.Rows, row("  of which checking the journals (sessiond's log)", jbytes, len(journals), inDaemon))
+		row(fmt.Sprintf("read the %d log segments one after the other, cold", len(segs)), files.bytes, files.files, files.elapsed),
+		row("sessiond recovery: exec -> serving, the whole log read (Status answers)", logBytes, len(segs), recTime))
+	if logReadOK {
+		sc.Table.Rows = append(sc.Table.Rows, row("  of which exec -> the log read (wal.Open; sessiond's log)", logBytes, len(segs), logRead))
 	}
-	full := row("exec -> every transcript current (replay, while serving; info)", jbytes, len(journals), replayTime)
+	full := row("exec -> every transcript current (replay, while serving; info)", logBytes, len(segs), replayTime)
 	sc.Table.Rows = append(sc.Table.Rows, full)
-	if inReplayOK {
-		sc.Table.Rows = append(sc.Table.Rows, row("  of which the replay (sessiond's log, info)", jbytes, len(journals), inReplay))
+	if replayedOK {
+		sc.Table.Rows = append(sc.Table.Rows, row("  of which the replay (sessiond's log, info)", logBytes, len(segs), replayed.took))
 	}
 	sc.Table.Rows = append(sc.Table.Rows, wrow, fill)
 	cpuNote := fmt.Sprintf("sessiond's CPU time (utime+stime): unknown (%v, %v).", recCPUErr, replayCPUErr)
@@ -279,363 +282,25 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 	}
 
 	ch := check("recovery to serving >= 50% of sequential read", recMBps/seqMBps*100, 50, "%", true)
-	ch.Note = fmt.Sprintf("%.0f MB/s vs %.0f MB/s (mean of two cold reads of one %.0f MB file), to serving with every journal checked; every transcript current after %.2f s: %s",
-		recMBps, seqMBps, float64(jbytes)/1e6, replayTime.Seconds(), full[5])
+	ch.Note = fmt.Sprintf("%.0f MB/s vs %.0f MB/s (mean of two cold reads of one %.0f MB file), to serving with the whole log read; every transcript current after %.2f s: %s",
+		recMBps, seqMBps, float64(logBytes)/1e6, replayTime.Seconds(), full[5])
 	// The official readers see the canonical files only: until the
 	// replay ends they read stale transcripts, so the issue judges that
 	// time too.
-	curMBps := mbPerSec(jbytes, replayTime)
+	curMBps := mbPerSec(logBytes, replayTime)
 	cur := check("recovery to every transcript current >= 50% of sequential read", curMBps/seqMBps*100, 50, "%", true)
 	cur.Note = fmt.Sprintf("%.0f MB/s vs %.0f MB/s: exec to the Status showing replay_pending 0 in %.2f s (serving after %.2f s)",
 		curMBps, seqMBps, replayTime.Seconds(), recTime.Seconds())
 	sc.Checks = append(sc.Checks, ch, cur)
 	sc.Notes = append(sc.Notes,
-		fmt.Sprintf("Sizes: %d sessions in one project, entries drawn from dist:agent (mean ~7 KiB, up to 1 MiB; the last one cut to fit) until each session holds %d bytes; %d entries, %.1f MB of entries, %.1f MB of journal files (sessiond's journal_bytes counter: %.1f MB).",
-			nSessions, perSession, sentEntries, float64(sent)/1e6, float64(jbytes)/1e6, float64(journalCounter)/1e6),
-		fmt.Sprintf("sessiond ran with --idle-compact 1h --idle-retire 1h --min-compact-bytes %d, so nothing was compacted before the SIGKILL (Status: 0 compactions); recovered_sessions after the restart: %d.", int64(recoveryNoCompact), nSessions),
-		"Cold: every journal and the baseline file were fsynced, then dropped from the page cache with posix_fadvise(POSIX_FADV_DONTNEED) (no drop_caches: the machine is shared); dentries and inodes stay cached, and the virtual disk's host may cache too, equally for every row.",
-		fmt.Sprintf("Baselines read with %d MiB read() calls; the journals are read in recovery's order (sorted by session key). Recovery time is exec of sessiond to its first answered Status, so it includes process start. Before it serves, sessiond opens every journal (%d at a time): reads every record and checks its checksum, cuts a torn tail, moves a corrupt journal aside, syncs each journal and the folder once; it then serves the entries from the journals. The replay into the canonical files (write, fsync, rename, folder fsync, new journal generation) runs while it serves, a few sessions at a time; the full row is exec to the Status that shows replay_pending 0.", recoveryReadBuf>>20, 8),
+		fmt.Sprintf("Sizes: %d sessions in one project, entries drawn from dist:agent (mean ~7 KiB, up to 1 MiB; the last one cut to fit) until each session holds %d bytes; %d entries, %.1f MB of entries, all in one write-ahead log of %d segments, %.1f MB (sessiond's journal_bytes counter, entries appended to the log: %.1f MB); no per-session journals.",
+			nSessions, perSession, sentEntries, float64(sent)/1e6, len(segs), float64(logBytes)/1e6, float64(journalCounter)/1e6),
+		fmt.Sprintf("sessiond ran with --idle-compact 1h --idle-retire 1h --min-compact-bytes %d --wal-max-size %d (the log's bound far above its size, so no session was compacted to free its oldest segment), so nothing was compacted before the SIGKILL (Status: 0 compactions) and every segment written was still there; after the restart, sessiond's log says it read %d bytes of log holding %d sessions (the bytes evicted), and recovered_sessions was %d.",
+			int64(recoveryNoCompact), int64(recoveryNoCompact), checked.bytes, checked.journals, nSessions),
+		"Cold: every segment and the baseline file were fsynced, then dropped from the page cache with posix_fadvise(POSIX_FADV_DONTNEED) (no drop_caches: the machine is shared); dentries and inodes stay cached, and the virtual disk's host may cache too, equally for every row.",
+		fmt.Sprintf("Baselines read with %d MiB read() calls; the segments are read in recovery's order (by seq). Recovery time is exec of sessiond to its first answered Status, so it includes process start. Before it serves, sessiond reads the log (wal.Open, in writer.New): every segment once, in order, every record checked against its checksum, a torn tail cut, a damaged segment copied aside; it rebuilds each transcript's current stream and starts a new segment for appends. It then lists the sessions whose entries the log holds (%.1f ms here, the \"checked journals\" line; per-session journals of older releases would be imported then: none here) and serves the entries from the log. The \"exec -> the log read\" row is the time of that line less its took, from exec (ms resolution). The replay into the canonical files (the entries read back from the segments and written after the transcript's content into a temp file, fsync, a compaction marker in the log, rename, folder fsync, then a new stream bound in the log) runs while it serves, a few sessions at a time; the full row is exec to the Status that shows replay_pending 0.",
+			recoveryReadBuf>>20, float64(checked.took)/1e6),
 		cpuNote,
 		"Verified: "+verified+".")
 	return sc, nil
-}
-
-// recoveryFill appends to n sessions until each holds perSession bytes,
-// with recoveryClients connections taking sessions in turn. Entries of a
-// session are drawn from a generator seeded by the session's index, and
-// hashed as they are sent.
-func recoveryFill(ctx context.Context, socket, projectKey string, n int, perSession, seed uint64) ([]*recoverySession, error) {
-	sizer, err := ParseSize("dist:agent")
-	if err != nil {
-		return nil, err
-	}
-	sessions := make([]*recoverySession, n)
-	ids := rand.New(rand.NewPCG(seed, 0x7265636f76657279))
-	for i := range sessions {
-		sessions[i] = &recoverySession{id: newUUID(ids)}
-	}
-	work := make(chan int)
-	errc := make(chan error, recoveryClients)
-	var wg sync.WaitGroup
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for range recoveryClients {
-		c, err := client.Dial(socket, client.WithRetry(1, 0))
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return nil, err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer c.Close()
-			for i := range work {
-				if err := fillSession(cctx, c, projectKey, sessions[i], i, perSession, seed, sizer); err != nil {
-					errc <- err
-					cancel()
-					return
-				}
-			}
-		}()
-	}
-feed:
-	for i := range sessions {
-		select {
-		case work <- i:
-		case <-cctx.Done():
-			break feed
-		}
-	}
-	close(work)
-	wg.Wait()
-	select {
-	case err := <-errc:
-		return nil, err
-	default:
-	}
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	return sessions, nil
-}
-
-func fillSession(ctx context.Context, c *client.Client, projectKey string, s *recoverySession, idx int, perSession, seed uint64, sizer Sizer) error {
-	r := rand.New(rand.NewPCG(seed, uint64(idx)))
-	sess := client.Session{ProjectKey: projectKey, ID: s.id}
-	h := sha256.New()
-	var batch [][]byte
-	batchBytes := 0
-	send := func() error {
-		resp, err := c.Append(ctx, sess, batch...)
-		if err != nil {
-			return fmt.Errorf("append to %s: %w", s.id, err)
-		}
-		if len(resp.GetResults()) != len(batch) {
-			return fmt.Errorf("append to %s: %d results for %d entries", s.id, len(resp.GetResults()), len(batch))
-		}
-		for _, res := range resp.GetResults() {
-			if res.GetOutcome() != sessiondv1.EntryOutcome_ENTRY_OUTCOME_STORED {
-				return fmt.Errorf("append to %s: entry %s %v", s.id, res.GetUuid(), res.GetOutcome())
-			}
-		}
-		batch, batchBytes = batch[:0], 0
-		return nil
-	}
-	for s.bytes < perSession {
-		// The last entry is cut to what the session still lacks, so the
-		// total is the issue's 1 GiB and not more (a 1 MiB draw at the
-		// end would add up to 1 MiB to a session).
-		size := sizer.Size(r)
-		if left := int(perSession-s.bytes) - 1; size > left {
-			size = max(left, MinEntry)
-		}
-		line := appendEntry(nil, size, s.id, newUUID(r), s.entries)
-		h.Write(line)
-		h.Write([]byte{'\n'})
-		s.entries++
-		s.bytes += uint64(len(line)) + 1
-		batch = append(batch, line)
-		batchBytes += len(line)
-		if batchBytes >= recoveryBatchBytes {
-			if err := send(); err != nil {
-				return err
-			}
-		}
-	}
-	if len(batch) > 0 {
-		if err := send(); err != nil {
-			return err
-		}
-	}
-	copy(s.sum[:], h.Sum(nil))
-	return nil
-}
-
-// recoveryJournals lists the journal files under dir, in the order
-// recovery replays them (by session key, which the path spells), and
-// their total size.
-func recoveryJournals(dir string) ([]string, int64, error) {
-	var paths []string
-	var total int64
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.Type().IsRegular() && strings.HasSuffix(d.Name(), layout.JournalExt) {
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			paths = append(paths, path)
-			total += fi.Size()
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, 0, fmt.Errorf("list journals: %w", err)
-	}
-	sort.Strings(paths)
-	return paths, total, nil
-}
-
-// writeSyncedFile writes size bytes of incompressible data to path and
-// syncs it: the sequential-read baseline.
-func writeSyncedFile(path string, size int64) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	buf := make([]byte, recoveryReadBuf)
-	r := rand.New(rand.NewPCG(1, 2))
-	for i := 0; i+8 <= len(buf); i += 8 {
-		v := r.Uint64()
-		for k := range 8 {
-			buf[i+k] = byte(v >> (8 * k))
-		}
-	}
-	for left := size; left > 0; {
-		n := int64(len(buf))
-		if n > left {
-			n = left
-		}
-		if _, err := f.Write(buf[:n]); err != nil {
-			f.Close()
-			return fmt.Errorf("write %s: %w", path, err)
-		}
-		left -= n
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	return f.Close()
-}
-
-// evict makes paths cold: fsync first, since POSIX_FADV_DONTNEED drops only
-// clean pages, then drop every cached page of each file.
-func evict(paths ...string) error {
-	for _, p := range paths {
-		f, err := os.OpenFile(p, os.O_RDWR, 0)
-		if err != nil {
-			return err
-		}
-		err = f.Sync()
-		if err == nil {
-			err = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
-		}
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("evict %s: %w", p, err)
-		}
-	}
-	return nil
-}
-
-// readCold reads paths one after the other with large reads and times it.
-func readCold(paths ...string) (timedRead, error) {
-	buf := make([]byte, recoveryReadBuf)
-	t := timedRead{files: len(paths)}
-	start := time.Now()
-	for _, p := range paths {
-		f, err := os.Open(p)
-		if err != nil {
-			return t, err
-		}
-		for {
-			n, err := f.Read(buf)
-			t.bytes += int64(n)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				f.Close()
-				return t, fmt.Errorf("read %s: %w", p, err)
-			}
-		}
-		f.Close()
-	}
-	t.elapsed = time.Since(start)
-	return t, nil
-}
-
-// recoveryTook reads, from sessiond's JSON log, how long its last Recover
-// took (the "recovered journals" line, logged at info level).
-func recoveryTook(logPath, msg string) (time.Duration, bool) {
-	f, err := os.Open(logPath)
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	var took time.Duration
-	found := false
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if !bytes.Contains(sc.Bytes(), []byte(`"`+msg+`"`)) {
-			continue
-		}
-		var line struct {
-			Took json.RawMessage `json:"took"`
-		}
-		if json.Unmarshal(sc.Bytes(), &line) != nil {
-			continue
-		}
-		// zap's JSON encoder writes durations as float seconds by
-		// default; accept a duration string too.
-		var secs float64
-		var str string
-		switch {
-		case json.Unmarshal(line.Took, &secs) == nil:
-			took, found = time.Duration(secs*float64(time.Second)), true
-		case json.Unmarshal(line.Took, &str) == nil:
-			if d, err := time.ParseDuration(str); err == nil {
-				took, found = d, true
-			}
-		}
-	}
-	return took, found
-}
-
-// recoveryVerify flushes every session and checks that its canonical file
-// holds exactly the lines sent, in order.
-func recoveryVerify(ctx context.Context, socket, ddir, projectKey string, sessions []*recoverySession) error {
-	c, err := client.Dial(socket, client.WithRetry(1, 0))
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if _, err := c.FlushAll(ctx); err != nil {
-		return fmt.Errorf("flush: %w", err)
-	}
-	l := layout.Layout{Root: filepath.Join(ddir, "root")}
-	var errs []error
-	for _, s := range sessions {
-		path := l.TranscriptPath(layout.Key{ProjectKey: projectKey, SessionID: s.id})
-		n, size, sum, err := hashLines(path)
-		if err != nil {
-			return err
-		}
-		if n != s.entries || size != s.bytes || sum != s.sum {
-			errs = append(errs, fmt.Errorf("%s: %d lines, %d bytes (content equal: %v); %d entries, %d bytes acknowledged",
-				path, n, size, sum == s.sum, s.entries, s.bytes))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// hashLines returns the number of lines of path, its size and SHA-256; a
-// last line without its newline is an error.
-func hashLines(path string) (lines, size uint64, sum [sha256.Size]byte, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, 0, sum, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	buf := make([]byte, 1<<20)
-	var last byte = '\n'
-	for {
-		n, rerr := f.Read(buf)
-		if n > 0 {
-			h.Write(buf[:n])
-			lines += uint64(bytes.Count(buf[:n], []byte{'\n'}))
-			size += uint64(n)
-			last = buf[n-1]
-		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			return 0, 0, sum, fmt.Errorf("read %s: %w", path, rerr)
-		}
-	}
-	if last != '\n' {
-		return 0, 0, sum, fmt.Errorf("%s ends without a newline", path)
-	}
-	copy(sum[:], h.Sum(nil))
-	return lines, size, sum, nil
-}
-
-// waitReplayed polls Status until sessiond has no journal left to replay
-// into its transcript, and returns the time since exec (serving took
-// served of it) and that Status.
-func waitReplayed(ctx context.Context, p *daemonProc, served time.Duration) (time.Duration, *sessiondv1.StatusResponse, error) {
-	start := time.Now().Add(-served)
-	deadline := time.Now().Add(recoveryStartTimeout)
-	for {
-		st, err := statusOf(ctx, p.socket)
-		if err != nil {
-			return 0, nil, err
-		}
-		if st.GetReplayPending() == 0 {
-			return time.Since(start), st, nil
-		}
-		if time.Now().After(deadline) {
-			return 0, nil, fmt.Errorf("sessiond still had %d journals to replay after %v", st.GetReplayPending(), recoveryStartTimeout)
-		}
-		// Each poll dials afresh: not so often that it takes CPU from
-		// the replay it measures.
-		time.Sleep(20 * time.Millisecond)
-	}
 }

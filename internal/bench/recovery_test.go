@@ -14,9 +14,10 @@ import (
 )
 
 // TestRecoveryScenario runs the recovery scenario at a tiny scale against a
-// real sessiond: a few sessions of the full per-session size, SIGKILL,
-// restart. It checks what the scenario claims about the files, never a
-// speed.
+// real sessiond: a few sessions of the full per-session size in a
+// write-ahead log of small segments (so that recovery reads several),
+// SIGKILL, restart. It checks what the scenario claims about the files,
+// never a speed.
 func TestRecoveryScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs sessiond")
@@ -25,7 +26,8 @@ func TestRecoveryScenario(t *testing.T) {
 	bin := buildSessiond(t)
 	dir := t.TempDir()
 	cfg := Config{Sessiond: bin, Dir: dir, Keep: true, Verify: true, Suite: true,
-		Scenarios: []string{ScenarioRecovery}, Scale: 0.004, Seed: 11, Log: io.Discard}
+		Scenarios: []string{ScenarioRecovery}, Scale: 0.004, Seed: 11, Log: io.Discard,
+		SessiondArgs: []string{"--wal-segment-size", strconv.Itoa(1 << 20)}}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var out strings.Builder
@@ -43,10 +45,10 @@ func TestRecoveryScenario(t *testing.T) {
 	const sessions = 4 // 1000 * 0.004
 	perSession := int64(recoveryTotalBytes / recoverySessions)
 
-	// The table: two sequential reads, the journals, the recovery to
-	// serving and the daemon's own check time, the recovery to every
-	// transcript current and the daemon's own replay time, the write
-	// baseline and the append phase.
+	// The table: two sequential reads, the log's segments, the recovery to
+	// serving and exec to the log read, the recovery to every transcript
+	// current and the daemon's own replay time, the write baseline and the
+	// append phase.
 	if sc.Table == nil || len(sc.Table.Rows) != 9 {
 		t.Fatalf("table %+v", sc.Table)
 	}
@@ -62,8 +64,8 @@ func TestRecoveryScenario(t *testing.T) {
 			}
 		}
 	}
-	// Every byte read or replayed is a journal byte or a copy of that
-	// size: the same MB figure in the rows that read the journals.
+	// Every byte read or replayed is a byte of the log or a copy of that
+	// size: the same MB figure in the rows that read the log.
 	rec, seq, jr, wr := rows["sessiond recovery:"], rows["sequential read,"], rows["read the"], rows["write +"]
 	full := rows["exec ->"]
 	if rec == nil || seq == nil || jr == nil || wr == nil || full == nil || rows["of which"] == nil || rows["append phase"] == nil {
@@ -74,13 +76,32 @@ func TestRecoveryScenario(t *testing.T) {
 		t.Errorf("serving after %s s of %s MB, transcripts current after %s s of %s MB", rec[3], rec[1], full[3], full[1])
 	}
 	if rec[1] != seq[1] || rec[1] != jr[1] || rec[1] != wr[1] {
-		t.Errorf("MB replayed %s, sequential file %s, journals read %s, written %s: want equal", rec[1], seq[1], jr[1], wr[1])
+		t.Errorf("MB recovered %s, sequential file %s, log read %s, written %s: want equal", rec[1], seq[1], jr[1], wr[1])
 	}
+	// The log holds every entry, framed: more than the entries' bytes.
 	if mb, _ := strconv.ParseFloat(rec[1], 64); mb*1e6 < float64(sessions*perSession) {
-		t.Errorf("%s MB of journals for %d sessions of %d bytes", rec[1], sessions, perSession)
+		t.Errorf("%s MB of log for %d sessions of %d bytes", rec[1], sessions, perSession)
 	}
-	if rec[2] != strconv.Itoa(sessions) || jr[2] != strconv.Itoa(sessions) {
-		t.Errorf("journal files: recovery %s, read %s; want %d", rec[2], jr[2], sessions)
+	// ~4.3 MB in segments of 1 MiB (each may end one write past it):
+	// several segments, the same count read by the baseline and recovery.
+	if n, err := strconv.Atoi(rec[2]); err != nil || n < 2 || jr[2] != rec[2] || !strings.Contains(jr[0], "read the "+rec[2]+" log segments") {
+		t.Errorf("log segments: recovery %s, read %s (%q); want the same, at least 2", rec[2], jr[2], jr[0])
+	}
+	if of := rows["of which"]; of != nil && of[2] != rec[2] {
+		t.Errorf("row %q: %s segments, recovery %s", of[0], of[2], rec[2])
+	}
+	var ofWhich int
+	for _, r := range sc.Table.Rows {
+		if strings.HasPrefix(r[0], "  of which exec -> the log read") {
+			ofWhich++
+			// Exec to the log read is part of exec to serving.
+			if mustFloat(t, r[3]) > mustFloat(t, rec[3]) {
+				t.Errorf("log read after %s s, serving after %s s", r[3], rec[3])
+			}
+		}
+	}
+	if ofWhich != 1 {
+		t.Errorf("%d rows for exec -> the log read, want 1: %v", ofWhich, sc.Table.Rows)
 	}
 	// To serving, and to every transcript current, which comes later: a
 	// lower share of the read speed.
@@ -95,14 +116,21 @@ func TestRecoveryScenario(t *testing.T) {
 	if sc.Checks[1].Value > sc.Checks[0].Value {
 		t.Errorf("every transcript current at %.1f%% of the read speed, serving at %.1f%%: the replay ends after serving", sc.Checks[1].Value, sc.Checks[0].Value)
 	}
-	if !strings.Contains(strings.Join(sc.Notes, "\n"), "Verified: yes: 4 sessions") {
+	notes := strings.Join(sc.Notes, "\n")
+	if !strings.Contains(notes, "Verified: yes: 4 sessions") {
 		t.Errorf("notes do not say verified: %q", sc.Notes)
+	}
+	if want := "--wal-max-size " + strconv.Itoa(recoveryNoCompact); !strings.Contains(notes, want) || !strings.Contains(notes, "holding 4 sessions") {
+		t.Errorf("notes do not say %q and that the log held 4 sessions: %q", want, sc.Notes)
 	}
 
 	// Independently of the scenario's own hash check: each canonical file
 	// holds whole, distinct entries of the session, at least the
-	// per-session size, and no journal still holds them.
+	// per-session size; and no per-session journal was ever written.
 	ddir := filepath.Join(dir, "extra-"+ScenarioRecovery, "daemon")
+	if old, _, err := legacyJournals(filepath.Join(ddir, "state", "journal")); err != nil || len(old) != 0 {
+		t.Errorf("per-session journals %v (%v)", old, err)
+	}
 	canon, _ := filepath.Glob(filepath.Join(ddir, "root", "projects", "*", "*.jsonl"))
 	if len(canon) != sessions {
 		t.Fatalf("%d canonical files, want %d", len(canon), sessions)
