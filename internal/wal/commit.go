@@ -35,6 +35,8 @@ func (l *Log) run() {
 				break gather
 			}
 		}
+		group = l.waitForSiblings(group, total)
+		l.noteStreams(group)
 		l.commit(group)
 		l.collect()
 		l.pressure()
@@ -227,4 +229,95 @@ func (l *Log) write(seg *segment, b []byte) error {
 	seg.end += int64(len(b))
 	l.mu.Unlock()
 	return nil
+}
+
+// Commit delay (PostgreSQL's commit_delay and commit_siblings): when many
+// sessions append now and then, each at its own moment, requests rarely
+// queue behind a sync, and every one would cost a sync of its own. So when
+// a commit of appends would carry fewer than siblingTarget requests while
+// at least commitSiblings other streams appended within the last
+// siblingWindow, the committer waits up to Options.CommitDelay for more
+// before writing. A lone client, a busy log whose groups are already
+// large, and compactions (markers, new streams) never wait. A single
+// caller appending to many sessions in turn would wait each time: agents
+// do not do that.
+const (
+	commitSiblings = 3
+	siblingTarget  = 4
+	// siblingWindow is how recent another stream's append must be to
+	// count (Log.window; tests widen it).
+	siblingWindow = 50 * time.Millisecond
+)
+
+// noteStreams remembers which streams committed recently. Called by the
+// committer only.
+func (l *Log) noteStreams(group []*request) {
+	now := time.Now()
+	for _, r := range group {
+		if len(r.batches) > 0 {
+			l.recent[r.st] = now
+		}
+	}
+	if len(l.recent) > 4096 || now.Sub(l.pruned) > l.window {
+		for s, at := range l.recent {
+			if now.Sub(at) > l.window {
+				delete(l.recent, s)
+			}
+		}
+		l.pruned = now
+	}
+}
+
+// waitForSiblings applies the commit delay to group (see above).
+func (l *Log) waitForSiblings(group []*request, total int64) []*request {
+	if l.opt.CommitDelay <= 0 || len(group) >= siblingTarget {
+		return group
+	}
+	for _, r := range group {
+		if len(r.batches) == 0 {
+			// A compaction's marker or a new stream: the caller is a
+			// compaction (a replay runs hundreds one after another),
+			// not an agent whose siblings are about to append.
+			return group
+		}
+	}
+	now := time.Now()
+	others := 0
+	for s, at := range l.recent {
+		if now.Sub(at) <= l.window && !inGroup(group, s) {
+			if others++; others >= commitSiblings {
+				break
+			}
+		}
+	}
+	if others < commitSiblings {
+		return group
+	}
+	if l.delay == nil {
+		l.delay = time.NewTimer(l.opt.CommitDelay)
+	} else {
+		l.delay.Reset(l.opt.CommitDelay)
+	}
+	defer l.delay.Stop()
+	for len(group) < siblingTarget && total < l.opt.MaxWrite {
+		select {
+		case r := <-l.reqs:
+			group = append(group, r)
+			total += r.bytes
+		case <-l.delay.C:
+			return group
+		case <-l.quit:
+			return group
+		}
+	}
+	return group
+}
+
+func inGroup(group []*request, s *Stream) bool {
+	for _, r := range group {
+		if r.st == s {
+			return true
+		}
+	}
+	return false
 }

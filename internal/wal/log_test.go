@@ -462,3 +462,72 @@ func TestEmptyStreamWhoseBindSegmentWentKeepsItsEntries(t *testing.T) {
 		t.Fatalf("base %+v", e.Base)
 	}
 }
+
+// TestCommitDelayGathersSiblings: while several sessions are active, a
+// small commit waits for others (here a long delay, so the second
+// request surely arrives within it) and both share one sync; a lone
+// stream never waits (with an hour's delay, the append still returns).
+func TestCommitDelayGathersSiblings(t *testing.T) {
+	l, _ := openLog(t, fsys.OS, t.TempDir(), Options{CommitDelay: time.Hour})
+	defer l.Close()
+	lone := l.Stream(key("lone"))
+	lone.Begin(Fingerprint{}, 0, true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := lone.Append(batchesOf([]string{"alone"}), nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a lone stream's append waited for siblings that do not exist")
+	}
+	// A log with a delay the test can afford in its warm-up (groups of
+	// fewer than four may wait out the delay there).
+	l, _ = openLog(t, fsys.OS, t.TempDir(), Options{CommitDelay: 500 * time.Millisecond})
+	defer l.Close()
+	l.window = time.Minute // the warm-up's appends count however slow the machine
+	// Five streams begin (compactions never wait), then append at
+	// once: now the log is busy.
+	var ss []*Stream
+	for i := 0; i < 5; i++ {
+		s := l.Stream(key(fmt.Sprint("s", i)))
+		if err := s.Begin(Fingerprint{}, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, s)
+	}
+	var warm sync.WaitGroup
+	for _, s := range ss {
+		warm.Add(1)
+		go func(s *Stream) {
+			defer warm.Done()
+			if _, err := s.Append(batchesOf([]string{"warm"}), nil); err != nil {
+				t.Error(err)
+			}
+		}(s)
+	}
+	warm.Wait()
+	before := l.Stats().Syncs
+	var wg sync.WaitGroup
+	for i, s := range ss[:4] {
+		wg.Add(1)
+		go func(i int, s *Stream) {
+			defer wg.Done()
+			if i > 0 {
+				// Arrive while the first one waits.
+				time.Sleep(20 * time.Millisecond)
+			}
+			if _, err := s.Append(batchesOf([]string{"e"}), nil); err != nil {
+				t.Error(err)
+			}
+		}(i, s)
+	}
+	wg.Wait()
+	if got := l.Stats().Syncs - before; got != 1 {
+		t.Fatalf("4 appends of 4 active sessions took %d syncs, want 1 (the first waited for the others)", got)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/frame"
@@ -43,6 +44,8 @@ func Open(opt Options) (*Log, *Recovery, error) {
 		quit:   make(chan struct{}),
 		done:   make(chan struct{}),
 		epochs: map[layout.Key]*epoch{},
+		recent: map[*Stream]time.Time{},
+		window: siblingWindow,
 	}
 	if err := fsys.MkdirAll(opt.FS, opt.Dir, 0o700); err != nil {
 		return nil, nil, errdefs.FromIO(fmt.Errorf("create log folder %s: %w", opt.Dir, err))
