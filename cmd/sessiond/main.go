@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -49,6 +50,7 @@ func run() error {
 		logFormat       = flag.String("log-format", "auto", "auto (console on a terminal, else JSON), console or json")
 		logLevel        = flag.String("log-level", "info", "debug, info, warn or error")
 		showVersion     = flag.Bool("version", false, "print the version and exit")
+		cpuProfile      = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for `go tool pprof`), finished when sessiond exits")
 	)
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -99,6 +101,19 @@ func run() error {
 	}
 	log.Debug("scheduler", zap.Int("gomaxprocs", runtime.GOMAXPROCS(0)), zap.Int("cpus", runtime.NumCPU()), zap.Bool("gomaxprocs_from_env", userProcs))
 
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return daemon.Run(ctx, daemon.Config{
