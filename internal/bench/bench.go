@@ -6,8 +6,8 @@
 //
 //	(a) naive safe writer: O_APPEND write + fsync per entry, a file per client;
 //	(b) what agents do today: O_APPEND write, no fsync;
-//	(c) the ceiling: the journal package alone, in-process, one group-commit
-//	    goroutine fed by the C clients, no gRPC.
+//	(c) the ceiling: the shared write-ahead log (internal/wal) alone,
+//	    in-process, its one committer fed by the C clients, no gRPC.
 //
 // It prints throughput, per-append latency percentiles, the daemon's
 // journal syncs and mean group-commit batch (from its Status counters), its
@@ -271,13 +271,13 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 			runs = append(runs,
 				runSpec{"a", "(a) O_APPEND+fsync per entry", TargetNaive, cfg.Clients, cfg.Clients},
 				runSpec{"b", "(b) O_APPEND, no fsync", TargetNoSync, cfg.Clients, cfg.Clients},
-				runSpec{"c", "(c) journal group commit, 1 journal", TargetCeiling, cfg.Clients, 1})
+				runSpec{"c", "(c) the shared log alone, 1 session", TargetCeiling, cfg.Clients, 1})
 			if cfg.Sessions > 1 {
-				runs = append(runs, runSpec{"cJ", fmt.Sprintf("(c) %d journals, one committer each", cfg.Sessions), TargetCeiling, cfg.Clients, cfg.Sessions})
+				runs = append(runs, runSpec{"cJ", fmt.Sprintf("(c) the shared log alone, %d sessions", cfg.Sessions), TargetCeiling, cfg.Clients, cfg.Sessions})
 			}
 		}
 		label := map[string]string{TargetDaemon: "sessiond", TargetInProc: "writer in-process (no gRPC)", TargetInProcDaemon: "daemon.Run in-process (gRPC)",
-			TargetCeiling: "(c) journal group commit", TargetNaive: "(a) O_APPEND+fsync", TargetNoSync: "(b) O_APPEND, no fsync", TargetEcho: "(e) gRPC echo, no disk", TargetEchoSync: "(f) gRPC echo + fdatasync",
+			TargetCeiling: "(c) the shared log alone", TargetNaive: "(a) O_APPEND+fsync", TargetNoSync: "(b) O_APPEND, no fsync", TargetEcho: "(e) gRPC echo, no disk", TargetEchoSync: "(f) gRPC echo + fdatasync",
 			TargetRawSync: "(g) plain socket + fdatasync"}[cfg.Target]
 		if cfg.UnaryAppend && (cfg.Target == TargetDaemon || cfg.Target == TargetInProcDaemon) {
 			label += " (unary Append)"

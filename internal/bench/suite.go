@@ -41,7 +41,7 @@ func suiteDefs(inproc bool, scale float64) []scenarioDef {
 		return []runSpec{
 			{"a", "(a) O_APPEND+fsync per entry", TargetNaive, c, c},
 			{"b", "(b) O_APPEND, no fsync", TargetNoSync, c, c},
-			{"c", "(c) journal group commit, 1 journal", TargetCeiling, c, 1},
+			{"c", "(c) the shared log alone, 1 session", TargetCeiling, c, 1},
 		}
 	}
 	with := func(rs []runSpec, more ...runSpec) []runSpec { return append(rs, more...) }
@@ -51,7 +51,8 @@ func suiteDefs(inproc bool, scale float64) []scenarioDef {
 	par := with(base(pc),
 		runSpec{"e", "(e) gRPC round trip alone: echo server, no disk", TargetEcho, pc, 1},
 		runSpec{"d", fmt.Sprintf("sessiond, %d clients -> 1 session", pc), TargetDaemon, pc, 1},
-		runSpec{"d64", fmt.Sprintf("sessiond, %d clients -> %d sessions", pc, pc), TargetDaemon, pc, pc})
+		runSpec{"d64", fmt.Sprintf("sessiond, %d clients -> %d sessions", pc, pc), TargetDaemon, pc, pc},
+		runSpec{"c64", fmt.Sprintf("(c) the shared log alone, %d sessions (info)", pc), TargetCeiling, pc, pc})
 	seq := with(base(1),
 		runSpec{"e", "(e) gRPC round trip alone: echo server, no disk (info)", TargetEcho, 1, 1},
 		runSpec{"f", "(f) echo server + write + fdatasync per request", TargetEchoSync, 1, 1},

@@ -23,6 +23,13 @@ func (l *Log) run() {
 		case <-l.quit:
 			return
 		}
+		if first.group != nil {
+			l.commit(first.group)
+			close(first.done)
+			l.collect()
+			l.pressure()
+			continue
+		}
 		group := []*request{first}
 		total := first.bytes
 	gather:

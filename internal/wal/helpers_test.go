@@ -69,9 +69,8 @@ func readBatches(l *Log, batches []Batch) ([][]string, error) {
 	return out, nil
 }
 
-// group commits one request per stream in one commit of the committer's
-// (the log must be otherwise idle): a write that spans many transcripts,
-// deterministically.
+// group commits one request per stream in one commit of the committer's:
+// a write that spans many transcripts, deterministically.
 func group(l *Log, parts map[*Stream][][][]byte) error {
 	var reqs []*request
 	streams := make([]*Stream, 0, len(parts))
@@ -87,7 +86,9 @@ func group(l *Log, parts map[*Stream][][][]byte) error {
 	for _, s := range streams {
 		reqs = append(reqs, &request{st: s, batches: parts[s], done: make(chan struct{})})
 	}
-	l.commit(reqs)
+	if err := l.submit(&request{group: reqs, done: make(chan struct{})}); err != nil {
+		return err
+	}
 	var errs []error
 	for _, r := range reqs {
 		<-r.done

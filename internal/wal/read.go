@@ -82,10 +82,16 @@ func (l *Log) ReadEntries(spans []Span, fn func(i int, entry []byte) error) erro
 			l.mu.Lock()
 			end := s.end
 			l.mu.Unlock()
-			if bp == nil {
-				bp = chunkPool.Get().(*[]byte)
+			// A window no larger than what the spans cover: compacting a
+			// tiny session must not cost a megabyte.
+			if extent := spanExtent(spans[i:]); extent < readChunk {
+				w = frame.NewWindow(s.f, end, int(extent))
+			} else {
+				if bp == nil {
+					bp = chunkPool.Get().(*[]byte)
+				}
+				w = frame.NewWindowBuf(s.f, end, *bp)
 			}
-			w = frame.NewWindowBuf(s.f, end, *bp)
 		}
 		n := frame.HeaderSize + streamSize + sp.Len
 		if sp.Len < 0 || sp.Off+int64(n) > w.FileSize() {
@@ -119,4 +125,21 @@ func (l *Log) ReadEntries(spans []Span, fn func(i int, entry []byte) error) erro
 		}
 	}
 	return nil
+}
+
+// spanExtent is how many bytes of the segment of spans[0] the spans in it
+// cover, frame headers included, at most readChunk.
+func spanExtent(spans []Span) int64 {
+	first := spans[0]
+	var end int64
+	for _, sp := range spans {
+		if sp.Seg != first.Seg {
+			break
+		}
+		end = sp.Off + frame.HeaderSize + streamSize + int64(sp.Len)
+		if end-first.Off >= readChunk {
+			return readChunk
+		}
+	}
+	return max(end-first.Off, frame.HeaderSize)
 }

@@ -213,6 +213,10 @@ func (s *Stream) MarkCompacted(m Fingerprint) error {
 
 // request is one stream's part of a commit.
 type request struct {
+	// group, for tests only, makes the committer write these requests
+	// (of several streams) in one commit, as it does when they queue
+	// behind a sync: a write spanning many transcripts, on demand.
+	group   []*request
 	st      *Stream
 	batches [][][]byte
 	metas   [][]byte
