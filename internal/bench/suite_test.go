@@ -115,7 +115,15 @@ func TestSuiteScaled(t *testing.T) {
 			if d == nil || d64 == nil || a == nil || e == nil || d.Clients != 3 || d64.Sessions != 3 || d.Label != "sessiond, 3 clients -> 1 session" {
 				t.Fatalf("runs %+v", sc.Results)
 			}
-			if len(sc.Checks) != 3 {
+			// CPU time is counted in clock ticks (10 ms): at this tiny
+			// scale on a loaded machine a server may show none, and then
+			// the CPU check cannot be made (and is left out, not faked).
+			wantChecks := 3
+			if d.CPUSeconds == 0 || e.CPUSeconds == 0 {
+				wantChecks = 2
+				t.Logf("no CPU tick counted for %q (%v s) or %q (%v s): the CPU check is left out", d.Label, d.CPUSeconds, e.Label, e.CPUSeconds)
+			}
+			if len(sc.Checks) != wantChecks {
 				t.Fatalf("checks %+v", sc.Checks)
 			}
 			want := []float64{d64.EntriesPerSec / d.EntriesPerSec * 100, d64.EntriesPerSec / a.EntriesPerSec, d.CPUPerEntryUS / e.CPUPerEntryUS}
@@ -126,6 +134,9 @@ func TestSuiteScaled(t *testing.T) {
 			}
 			// The CPU figures are the servers' own, per entry measured.
 			for _, r := range []*Result{d, e} {
+				if r.CPUSeconds == 0 && wantChecks == 2 {
+					continue
+				}
 				if r.CPUSeconds <= 0 || math.Abs(r.CPUPerEntryUS-r.CPUSeconds*1e6/float64(r.Entries)) > 1e-6 || !serverCPU(r) {
 					t.Errorf("%s: %v s of %q for %d entries, %v us each", r.Label, r.CPUSeconds, r.CPUOf, r.Entries, r.CPUPerEntryUS)
 				}
