@@ -12,42 +12,81 @@ import (
 // commits.
 const maxKeptScratch = 4 << 20
 
-// run is the committer: it takes every request queued, from every stream,
-// and makes them durable with one write and one sync.
-func (l *Log) run() {
-	defer close(l.done)
-	for {
-		var first *request
+// The committer is a role, not a goroutine of its own: the goroutine whose
+// request finds nobody committing takes it (a session writer, for
+// appends), commits everything queued from every stream at that moment
+// (plus what arrives during the commit delay) with one write and one
+// sync, answers every waiter, and hands the role to the oldest request
+// that queued meanwhile, whose goroutine then commits the next group. One
+// goroutine commits at a time, so commits never overlap; an agent alone
+// pays no hand-off to an idle goroutine (a wake-up of another thread cost
+// a lone client about 90 us per append here, a quarter of its latency).
+
+// enqueue adds r to the queue and reports whether its goroutine must lead
+// (nobody was committing).
+func (l *Log) enqueue(r *request) (lead bool) {
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	l.queue = append(l.queue, r)
+	if l.leading {
 		select {
-		case first = <-l.reqs:
-		case <-l.quit:
-			return
+		case l.arrived <- struct{}{}:
+		default:
 		}
-		if first.group != nil {
-			l.commit(first.group)
-			close(first.done)
-			l.collect()
-			l.pressure()
-			continue
+		return false
+	}
+	l.leading = true
+	return true
+}
+
+// take removes from the queue what one write may carry: at least one
+// request, then more up to MaxWrite bytes. Called with l.qmu held.
+func (l *Log) take(group []*request, total int64) ([]*request, int64) {
+	n := 0
+	for n < len(l.queue) && (len(group) == 0 || total < l.opt.MaxWrite) {
+		r := l.queue[n]
+		if r.group != nil && len(group) > 0 {
+			break // a test's group goes alone
 		}
-		group := []*request{first}
-		total := first.bytes
-	gather:
-		for total < l.opt.MaxWrite {
-			select {
-			case r := <-l.reqs:
-				group = append(group, r)
-				total += r.bytes
-			default:
-				break gather
-			}
+		group = append(group, r)
+		total += r.bytes
+		n++
+		if r.group != nil {
+			break
 		}
+	}
+	l.queue = l.queue[n:]
+	if len(l.queue) == 0 {
+		l.queue = nil
+	}
+	return group, total
+}
+
+// lead commits one group, which holds the leader's own request (the oldest
+// queued), then passes the role on.
+func (l *Log) lead() {
+	l.qmu.Lock()
+	group, total := l.take(nil, 0)
+	l.qmu.Unlock()
+	if len(group) == 1 && group[0].group != nil {
+		g := group[0]
+		l.commit(g.group)
+		close(g.done)
+	} else {
 		group = l.waitForSiblings(group, total)
 		l.noteStreams(group)
 		l.commit(group)
-		l.collect()
-		l.pressure()
 	}
+	l.collect()
+	l.pressure()
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	if len(l.queue) == 0 {
+		l.leading = false
+		return
+	}
+	// The oldest waiter leads next; its goroutine is parked on lead.
+	l.queue[0].lead <- struct{}{}
 }
 
 // planned is what one request will change once its write is durable.
@@ -250,7 +289,7 @@ func (l *Log) write(seg *segment, b []byte) error {
 // do not do that.
 const (
 	commitSiblings = 3
-	siblingTarget  = 4
+	siblingTarget  = 8
 	// siblingWindow is how recent another stream's append must be to
 	// count (Log.window; tests widen it).
 	siblingWindow = 50 * time.Millisecond
@@ -308,12 +347,11 @@ func (l *Log) waitForSiblings(group []*request, total int64) []*request {
 	defer l.delay.Stop()
 	for len(group) < siblingTarget && total < l.opt.MaxWrite {
 		select {
-		case r := <-l.reqs:
-			group = append(group, r)
-			total += r.bytes
+		case <-l.arrived:
+			l.qmu.Lock()
+			group, total = l.take(group, total)
+			l.qmu.Unlock()
 		case <-l.delay.C:
-			return group
-		case <-l.quit:
 			return group
 		}
 	}

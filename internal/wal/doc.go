@@ -1,10 +1,14 @@
 // Package wal is sessiond's write-ahead log: one log, shared by every
 // transcript, where a session's appends become durable before they are
-// acknowledged. One committer goroutine takes everything the session
+// acknowledged. One committer at a time takes everything the session
 // writers have queued, from every session at once, writes it with one
 // write() and one fdatasync, and then answers each waiter: a machine with a
 // thousand live sessions pays one sync where a log per session paid a
-// thousand. It knows nothing about JSONL; an entry is opaque bytes.
+// thousand. The committer is a role that passes from goroutine to
+// goroutine (the one whose request finds nobody committing, then the
+// oldest waiter), so a lone agent's append costs no hand-off to another
+// thread (see commit.go). It knows nothing about JSONL; an entry is opaque
+// bytes.
 //
 // # Segments
 //

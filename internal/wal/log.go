@@ -30,7 +30,7 @@ const (
 	// DefaultCommitDelay is short next to a sync on a disk that honours
 	// it (0.1-1 ms here) times the few requests it gathers, and far under
 	// the latency an agent notices.
-	DefaultCommitDelay = 3 * time.Millisecond
+	DefaultCommitDelay = 4 * time.Millisecond
 )
 
 // Options configure a log.
@@ -68,9 +68,13 @@ type Log struct {
 	opt   Options
 	rules frame.Rules
 
-	reqs chan *request
-	quit chan struct{}
-	done chan struct{} // the committer has exited
+	// qmu guards the queue of requests waiting for a commit and who
+	// commits (see lead); arrived tells a leader waiting for siblings
+	// that the queue grew.
+	qmu     sync.Mutex
+	queue   []*request
+	leading bool
+	arrived chan struct{}
 
 	mu      sync.Mutex
 	segs    []*segment // ascending seq; the last one is where appends go
@@ -236,8 +240,9 @@ func (l *Log) Stats() Stats {
 	return s
 }
 
-// Close stops the committer (requests still queued are answered with an
-// error) and closes the segment files. Streams must not be used after.
+// Close refuses new requests, waits until every request already submitted
+// was answered, and closes the segment files. Streams must not be used
+// after.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -247,8 +252,6 @@ func (l *Log) Close() error {
 	l.closed = true
 	l.mu.Unlock()
 	l.inflight.Wait()
-	close(l.quit)
-	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var errs []error

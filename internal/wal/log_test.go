@@ -171,7 +171,13 @@ func TestOneSyncForManySessions(t *testing.T) {
 		}(streams[i])
 	}
 	// Everyone is queued once the log's queue holds them all.
-	for len(l.reqs) < n-1 {
+	for {
+		l.qmu.Lock()
+		queued := len(l.queue)
+		l.qmu.Unlock()
+		if queued >= n-1 {
+			break
+		}
 		time.Sleep(time.Millisecond)
 	}
 	close(release)

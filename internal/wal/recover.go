@@ -38,14 +38,12 @@ func Open(opt Options) (*Log, *Recovery, error) {
 		return nil, nil, err
 	}
 	l := &Log{
-		opt:    opt,
-		rules:  frame.Rules{MaxType: maxType, MaxRecord: opt.MaxRecord + streamSize},
-		reqs:   make(chan *request, 64),
-		quit:   make(chan struct{}),
-		done:   make(chan struct{}),
-		epochs: map[layout.Key]*epoch{},
-		recent: map[*Stream]time.Time{},
-		window: siblingWindow,
+		opt:     opt,
+		rules:   frame.Rules{MaxType: maxType, MaxRecord: opt.MaxRecord + streamSize},
+		arrived: make(chan struct{}, 1),
+		epochs:  map[layout.Key]*epoch{},
+		recent:  map[*Stream]time.Time{},
+		window:  siblingWindow,
 	}
 	if err := fsys.MkdirAll(opt.FS, opt.Dir, 0o700); err != nil {
 		return nil, nil, errdefs.FromIO(fmt.Errorf("create log folder %s: %w", opt.Dir, err))
@@ -59,7 +57,6 @@ func Open(opt Options) (*Log, *Recovery, error) {
 		l.closeFiles()
 		return nil, nil, err
 	}
-	go l.run()
 	l.collect()
 	return l, rec, nil
 }

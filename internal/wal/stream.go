@@ -226,6 +226,8 @@ type request struct {
 	spans [][]Span
 	err   error
 	done  chan struct{}
+	// lead tells a queued request's goroutine that it commits next.
+	lead chan struct{}
 }
 
 func (r *request) meta(i int) []byte {
@@ -249,7 +251,16 @@ func (l *Log) submit(r *request) error {
 	l.inflight.Add(1)
 	l.mu.Unlock()
 	defer l.inflight.Done()
-	l.reqs <- r
+	r.lead = make(chan struct{}, 1)
+	if l.enqueue(r) {
+		l.lead()
+	} else {
+		select {
+		case <-r.done:
+		case <-r.lead:
+			l.lead()
+		}
+	}
 	<-r.done
 	return r.err
 }

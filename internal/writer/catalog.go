@@ -125,18 +125,27 @@ func (m *Manager) existsOnDiskErr(key layout.Key) (bool, error) {
 	if s != nil && s.hasContent.Load() {
 		return true, nil
 	}
-	_, err := m.cfg.FS.Lstat(m.cfg.Layout.TranscriptPath(key))
+	// The log first, then the file: a compaction running meanwhile
+	// renames the file into place before it begins the session's next
+	// (empty) stream, so whichever moment the log is asked at, one of the
+	// two still shows the entries (asked the other way round, a look at
+	// the file just before the rename and at the log just after found
+	// neither, and a Flush right after an Append said "not found").
+	logged, err := m.logs.exists(key)
+	if err != nil {
+		return false, fmt.Errorf("session %s: %w", key, errdefs.FromIO(err))
+	}
+	if logged {
+		return true, nil
+	}
+	_, err = m.cfg.FS.Lstat(m.cfg.Layout.TranscriptPath(key))
 	switch {
 	case err == nil:
 		return true, nil
 	case !errors.Is(err, fs.ErrNotExist):
 		return false, fmt.Errorf("session %s: %w", key, errdefs.FromIO(err))
 	}
-	logged, err := m.logs.exists(key)
-	if err != nil {
-		return false, fmt.Errorf("session %s: %w", key, errdefs.FromIO(err))
-	}
-	return logged, nil
+	return false, nil
 }
 
 // walk visits every entry below dir (not following symlinks).
