@@ -95,11 +95,12 @@ func run() error {
 		return err
 	}
 	defer log.Sync()
-	_, userProcs := os.LookupEnv("GOMAXPROCS")
-	if n := daemon.Procs(runtime.GOMAXPROCS(0), userProcs); n != runtime.GOMAXPROCS(0) {
-		runtime.GOMAXPROCS(n)
-	}
-	log.Debug("scheduler", zap.Int("gomaxprocs", runtime.GOMAXPROCS(0)), zap.Int("cpus", runtime.NumCPU()), zap.Bool("gomaxprocs_from_env", userProcs))
+	// The runtime's default Ps, one per CPU. (Releases with a journal per
+	// session ran with four times as many, because every writer blocked in
+	// its own fdatasync held a P; with the shared log only one goroutine
+	// syncs at a time, and the extra Ps cost a lone client 60 us per append
+	// in idle spinning, see BENCHMARKS.md.)
+	log.Debug("scheduler", zap.Int("gomaxprocs", runtime.GOMAXPROCS(0)), zap.Int("cpus", runtime.NumCPU()))
 
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
