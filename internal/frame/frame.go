@@ -37,6 +37,7 @@ import (
 	"hash/crc32"
 	"io"
 	"slices"
+	"unicode/utf8"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 )
@@ -311,4 +312,17 @@ func ReadFull(r io.ReaderAt, b []byte, off int64) error {
 		err = io.ErrUnexpectedEOF
 	}
 	return errdefs.FromIO(fmt.Errorf("read %d bytes at offset %d: %w", len(b), off, err))
+}
+
+// CheckJSONStrings refuses strings that a JSON record payload would not
+// read back exactly: encoding/json silently replaces invalid UTF-8, and a
+// record naming a transcript must name the same one when it is read.
+// what says whose fields they are, for the error.
+func CheckJSONStrings(what string, ss ...string) error {
+	for _, s := range ss {
+		if !utf8.ValidString(s) {
+			return fmt.Errorf("%s field %q is not valid UTF-8: %w", what, s, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
 }

@@ -3,7 +3,6 @@ package journal
 import (
 	"errors"
 	"fmt"
-	"math/rand"
 	"runtime"
 	"slices"
 	"strings"
@@ -67,26 +66,14 @@ func crashWorkload(c *fstest.CrashFS) (sent [][]string, acked int, marked bool) 
 // were sent after them.
 func TestCrashEveryOperation(t *testing.T) {
 	const seeds = 200
-	points, disks := 0, 0
-	for i := int64(1); ; i++ {
-		c := fstest.NewCrashFS()
+	setup := func(c *fstest.CrashFS) {
 		if err := c.WriteFile("/state/journal/keep", nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		c.CrashAt(i)
+	}
+	points, disks := fstest.EveryCrash(setup, seeds, func(c *fstest.CrashFS) func(*fstest.CrashFS, fstest.Event, int64) {
 		sent, acked, marked := crashWorkload(c)
-		crashed, ev := c.Crashed()
-		if !crashed {
-			break
-		}
-		points++
-		for seed := int64(-1); seed < seeds; seed++ {
-			var rng *rand.Rand
-			if seed >= 0 {
-				rng = rand.New(rand.NewSource(seed*1000 + i))
-			}
-			disks++
-			v := c.CrashClone(rng)
+		return func(v *fstest.CrashFS, ev fstest.Event, seed int64) {
 			j, rec, err := Open(v, crashPath, Options{})
 			if errors.Is(err, errdefs.ErrCorrupt) {
 				t.Fatalf("crash at %v, seed %d: a crash made the journal look corrupt: %v", ev, seed, err)
@@ -95,7 +82,7 @@ func TestCrashEveryOperation(t *testing.T) {
 				if acked > 0 || marked {
 					t.Fatalf("crash at %v, seed %d: Open: %v, with %d batches acknowledged", ev, seed, err, acked)
 				}
-				continue // the journal was never created
+				return // the journal was never created
 			}
 			got := contents(t, j, rec.Batches)
 			j.Close()
@@ -111,7 +98,7 @@ func TestCrashEveryOperation(t *testing.T) {
 				t.Fatalf("crash at %v, seed %d: the acknowledged marker is gone", ev, seed)
 			}
 		}
-	}
+	})
 	if points < 10 {
 		t.Fatalf("only %d crash points: the workload did not run", points)
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"unicode/utf8"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/frame"
@@ -75,12 +74,8 @@ type headerJSON struct {
 }
 
 func encodeHeader(h Header) ([]byte, error) {
-	for _, s := range []string{h.ProjectKey, h.SessionID, h.Subpath} {
-		// JSON would silently replace invalid UTF-8, and the header must
-		// read back exactly as given.
-		if !utf8.ValidString(s) {
-			return nil, fmt.Errorf("journal header field %q is not valid UTF-8: %w", s, errdefs.ErrInvalidArgument)
-		}
+	if err := frame.CheckJSONStrings("journal header", h.ProjectKey, h.SessionID, h.Subpath); err != nil {
+		return nil, err
 	}
 	if h.BaseSize < 0 {
 		return nil, fmt.Errorf("journal header base size %d is negative: %w", h.BaseSize, errdefs.ErrInvalidArgument)

@@ -170,24 +170,10 @@ func TestCrashEveryOperation(t *testing.T) {
 	if testing.Short() {
 		seeds = 10
 	}
-	points, disks := 0, 0
-	for i := int64(1); ; i++ {
-		c := fstest.NewCrashFS()
-		c.WriteFile("/state/keep", nil, 0o600)
-		c.CrashAt(i)
+	setup := func(c *fstest.CrashFS) { c.WriteFile("/state/keep", nil, 0o600) }
+	points, disks := fstest.EveryCrash(setup, seeds, func(c *fstest.CrashFS) func(*fstest.CrashFS, fstest.Event, int64) {
 		m := crashWorkload(c)
-		crashed, ev := c.Crashed()
-		if !crashed {
-			break
-		}
-		points++
-		for seed := int64(-1); seed < seeds; seed++ {
-			var rng *rand.Rand
-			if seed >= 0 {
-				rng = rand.New(rand.NewSource(seed*1000 + i))
-			}
-			disks++
-			v := c.CrashClone(rng)
+		return func(v *fstest.CrashFS, ev fstest.Event, seed int64) {
 			l, rec, err := Open(Options{FS: v, Dir: crashDir})
 			if err != nil {
 				t.Fatalf("crash at %v, seed %d: Open: %v", ev, seed, err)
@@ -209,7 +195,7 @@ func TestCrashEveryOperation(t *testing.T) {
 			}
 			l.Close()
 		}
-	}
+	})
 	if points < 20 {
 		t.Fatalf("only %d crash points: the workload did not run", points)
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"unicode/utf8"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/frame"
@@ -62,12 +61,8 @@ func (b bindRec) key() layout.Key {
 }
 
 func encodeBind(b bindRec) ([]byte, error) {
-	for _, s := range []string{b.ProjectKey, b.SessionID, b.Subpath} {
-		// JSON would silently replace invalid UTF-8, and the key must
-		// read back exactly as given.
-		if !utf8.ValidString(s) {
-			return nil, fmt.Errorf("log key field %q is not valid UTF-8: %w", s, errdefs.ErrInvalidArgument)
-		}
+	if err := frame.CheckJSONStrings("log key", b.ProjectKey, b.SessionID, b.Subpath); err != nil {
+		return nil, err
 	}
 	if b.BaseSize < 0 {
 		return nil, fmt.Errorf("log bind base size %d is negative: %w", b.BaseSize, errdefs.ErrInvalidArgument)
