@@ -108,13 +108,17 @@ func (e *Entry) Add(line []byte, hasNewline bool) {
 // promptTime returns the timestamp of a user line that is a real prompt
 // (not a tool result, not meta).
 func promptTime(line []byte) (int64, bool) {
-	if !bytes.HasPrefix(line, []byte(`{"`)) || !bytes.Contains(line, []byte(`"user"`)) || bytes.Contains(line, []byte(`"tool_result"`)) {
+	// The top-level type first: it comes before the message in the lines
+	// agents write, so the other lines (most of a transcript, and the
+	// largest) leave without a scan of their whole text; this runs for
+	// every line appended or replayed.
+	if !bytes.HasPrefix(line, []byte(`{"`)) {
 		return 0, false
 	}
 	if t, _ := transcript.TopLevelString(line, "type"); t != "user" {
 		return 0, false
 	}
-	if bytes.Contains(line, []byte(`"isMeta":true`)) || bytes.Contains(line, []byte(`"isCompactSummary":true`)) {
+	if bytes.Contains(line, []byte(`"tool_result"`)) || bytes.Contains(line, []byte(`"isMeta":true`)) || bytes.Contains(line, []byte(`"isCompactSummary":true`)) {
 		return 0, false
 	}
 	ts, ok := transcript.TopLevelString(line, "timestamp")
