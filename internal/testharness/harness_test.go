@@ -134,6 +134,17 @@ func TestLogFileAppends(t *testing.T) {
 		if _, err := d.WaitServing(context.Background(), 30*time.Second); err != nil {
 			t.Fatalf("%v\n%s", err, d.Log())
 		}
+		// The "serving" line may come a moment after the health check
+		// first answers SERVING: wait for it before the kill.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			b, _ := os.ReadFile(cfg.LogPath)
+			if strings.Count(string(b), `"sessiond serving"`) == i+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("start %d never logged that it serves:\n%s", i+1, b)
+			}
+		}
 		d.Kill()
 		if d.ExitCode() != -1 {
 			t.Fatalf("exit %d after SIGKILL", d.ExitCode())
