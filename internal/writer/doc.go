@@ -3,8 +3,10 @@
 // that owns its log and canonical file; every append, flush and
 // compaction of that session runs there, so writes can never interleave.
 // Concurrent callers reach the goroutine through a bounded queue; it drains
-// what is queued, logs it with one write and one sync (group commit), and
-// only then acknowledges each caller.
+// what is queued and hands it to the write-ahead log shared by every
+// session (package wal), which makes it durable together with what other
+// sessions queued at that moment, in one write and one sync; only then
+// does it acknowledge each caller.
 //
 // The files, by job:
 //
@@ -22,8 +24,10 @@
 //     and their sidecar.
 //   - compact.go: Flush and compaction (moving logged entries into the
 //     canonical file), including lines other programs append meanwhile.
-//   - journal.go: the write-ahead log behind sessionLog and logStore: the
-//     only user of package journal.
+//   - journal.go: each session's stream in the shared write-ahead log
+//     (package wal) behind sessionLog and logStore, and the import of the
+//     per-session journals of older releases (package journal): the only
+//     user of either.
 //   - recover.go: recovery at start (Recover, CheckJournals, Replay) and
 //     the sweep of temp files a crash left.
 //   - read.go: consistent snapshots of a session, Read and Follow.
