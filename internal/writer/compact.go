@@ -375,13 +375,13 @@ func (st *state) writeTemp(path string, src fsys.File) (fingerprint, error) {
 	return fingerprint{fi.Size(), tail}, nil
 }
 
-// dropEmptyJournal removes the journal of a session that has nothing
-// pending as its writer closes: recovery at start then opens only sessions
-// with something to replay, instead of every session ever written.
+// dropEmptyJournal lets go of the session's stream in the log when nothing
+// is pending as its writer closes: the log forgets a stream with nothing
+// logged, so listings and recovery look only at sessions with something to
+// replay, not at every session ever written.
 func (st *state) dropEmptyJournal() {
 	if st.j == nil || len(st.pending) > 0 || st.failed != nil {
 		return
 	}
 	st.closeFiles()
-	st.logs.remove(st.key)
 }

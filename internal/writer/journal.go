@@ -163,10 +163,6 @@ func (ls *logStore) create(key layout.Key, base fingerprint, replacing bool, _ *
 	return &walLog{s: s, ls: ls}, nil
 }
 
-// remove forgets key's stream, which holds nothing the canonical file
-// lacks.
-func (ls *logStore) remove(key layout.Key) {}
-
 // exists reports whether the log holds entries of key.
 func (ls *logStore) exists(key layout.Key) (bool, error) {
 	e, ok := ls.wal.Epoch(key)
@@ -218,15 +214,6 @@ func (ls *logStore) subkeys(main layout.Key) ([]string, error) {
 // subpath with entries in the log.
 func (ls *logStore) projectsWith(sessionID, subpath string) ([]layout.Key, error) {
 	return ls.filter(func(k layout.Key) bool { return k.SessionID == sessionID && k.Subpath == subpath }), nil
-}
-
-// syncFolders has nothing to do: the log synced what it read at open.
-func (ls *logStore) syncFolders([]layout.Key) error { return nil }
-
-// tempFiles: streams leave no temp files of their own (the log sweeps
-// its segments' at open).
-func (ls *logStore) tempFiles(key layout.Key) (dir string, match func(name string) bool) {
-	return "", nil
 }
 
 // sweepTemps removes the temp files of per-session journals of older
@@ -329,10 +316,6 @@ func (ls *logStore) importOne(k layout.Key, path string) error {
 			s := ls.wal.Stream(k)
 			if err := s.Begin(wal.Fingerprint{Size: h.BaseSize, Tail: h.BaseTail}, h.Generation, true); err != nil {
 				return err
-			}
-			if len(batches) == 0 {
-				// A marker alone: the journal's entries were compacted.
-				batches = nil
 			}
 			if _, err := s.AppendMarked(batches, metas, marker); err != nil {
 				return err

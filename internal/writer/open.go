@@ -179,7 +179,6 @@ func (st *state) removeStaleTemps() {
 	}
 	prefix := st.tempPrefix()
 	sweep(st.dir, func(n string) bool { return strings.HasPrefix(n, prefix) && strings.HasSuffix(n, ".tmp") })
-	sweep(st.logs.tempFiles(st.key))
 	for _, sp := range []string{st.cfg.Layout.StorePath(st.key), strings.TrimSuffix(st.canonPath, layout.TranscriptExt) + ".meta.json"} {
 		sprefix := storeTempPrefix(sp)
 		sweep(filepath.Dir(sp), func(n string) bool { return strings.HasPrefix(n, sprefix) && strings.HasSuffix(n, ".tmp") })
