@@ -292,3 +292,53 @@ func TestFaultEveryOperation(t *testing.T) {
 		t.Fatalf("only %d faults fired", tried)
 	}
 }
+
+// TestSealedSegmentIsCutWhereItsSuccessorSays: a sync fails (its pages
+// stay readable, never written) and so does the cut back to the last
+// synced write. The failed batch must never come back as committed: the
+// next segment's header records where the sealed one ends, and recovery
+// cuts there, before and after a power loss, while every acknowledged
+// batch, before and after the failure, is kept.
+func TestSealedSegmentIsCutWhereItsSuccessorSays(t *testing.T) {
+	c := fstest.NewCrashFS()
+	c.WriteFile("/state/keep", nil, 0o600)
+	ff := fstest.NewFaultFS(c)
+	l, _, err := Open(Options{FS: ff, Dir: crashDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := l.Stream(key("a"))
+	s.Begin(Fingerprint{}, 0, true)
+	if _, err := s.Append(batchesOf([]string{"acked 1"}), nil); err != nil {
+		t.Fatal(err)
+	}
+	inLog := func(p string) bool { return strings.HasPrefix(p, crashDir+"/") }
+	ff.Inject(fstest.Fault{Op: fstest.OpSync, Path: inLog, Err: syscall.EIO, LoseUnsynced: true})
+	ff.Inject(fstest.Fault{Op: fstest.OpTruncate, Path: inLog, Err: syscall.EIO})
+	if _, err := s.Append(batchesOf([]string{"failed"}), nil); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("append with a failing sync: %v", err)
+	}
+	ff.Clear()
+	if _, err := s.Append(batchesOf([]string{"acked 2"}), nil); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	for _, disk := range []struct {
+		name string
+		fs   *fstest.CrashFS
+	}{{"kill -9 (the failed bytes still readable)", c.KillClone()}, {"power loss", c.CrashClone(nil)}} {
+		l, rec, err := Open(Options{FS: disk.fs, Dir: crashDir})
+		if err != nil {
+			t.Fatalf("%s: %v", disk.name, err)
+		}
+		got := contents(t, l, key("a"))
+		l.Close()
+		var flat []string
+		for _, b := range got {
+			flat = append(flat, b...)
+		}
+		if !slices.Equal(flat, []string{"acked 1", "acked 2"}) || len(rec.Corrupt) > 0 {
+			t.Fatalf("%s: recovered %q (corrupt %v), want the two acknowledged batches only", disk.name, flat, rec.Corrupt)
+		}
+	}
+}

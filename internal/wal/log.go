@@ -349,6 +349,12 @@ func (l *Log) Pin(seq uint64) (release func()) {
 func (l *Log) segment(seq uint64) *segment {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.segmentLocked(seq)
+}
+
+// segmentLocked finds segment seq among l.segs (ascending). Called with
+// l.mu held.
+func (l *Log) segmentLocked(seq uint64) *segment {
 	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].seq >= seq })
 	if i < len(l.segs) && l.segs[i].seq == seq {
 		return l.segs[i]

@@ -69,15 +69,6 @@ func (l *Log) letGo(e *epoch) {
 	e.segs = nil
 }
 
-func (l *Log) segmentLocked(seq uint64) *segment {
-	for _, s := range l.segs {
-		if s.seq == seq {
-			return s
-		}
-	}
-	return nil
-}
-
 // Epoch returns a copy of what the log holds for key, or false when it has
 // nothing (no stream, or one with neither batches nor marker).
 func (l *Log) Epoch(key layout.Key) (Epoch, bool) {
