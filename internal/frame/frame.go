@@ -279,6 +279,14 @@ func Read(w *Window, off int64, seed uint64, r Rules) (Header, error) {
 // into corruption. It returns that frame's offset, or -1.
 func FindLaterWrite(w *Window, bad int64, seed uint64, r Rules) (int64, error) {
 	for c := bad + Align; c+HeaderSize <= w.size; c += Align {
+		if z, err := zeroRun(w, c); err != nil {
+			return -1, err
+		} else if z > 0 {
+			// Zero fill (a reserved, never written tail) holds no
+			// header: skip it whole.
+			c += z - Align
+			continue
+		}
 		b, err := w.At(c, HeaderSize)
 		if err != nil {
 			return -1, err
@@ -297,6 +305,26 @@ func FindLaterWrite(w *Window, bad int64, seed uint64, r Rules) (int64, error) {
 		}
 	}
 	return -1, nil
+}
+
+// zeroRun returns how many bytes of zeros start at c, in whole Align
+// units, looking no further than the window's buffer already reaches (0
+// when the word at c is not zero). A header never starts with a zero word
+// (type 0 is invalid).
+func zeroRun(w *Window, c int64) (int64, error) {
+	b, err := w.At(c, Align)
+	if err != nil {
+		return 0, err
+	}
+	if binary.LittleEndian.Uint64(b) != 0 {
+		return 0, nil
+	}
+	b = w.buf[c-w.off : w.n] // At left c inside the buffer
+	i := Align
+	for i+Align <= len(b) && binary.LittleEndian.Uint64(b[i:]) == 0 {
+		i += Align
+	}
+	return int64(i), nil
 }
 
 // ReadFull is ReadAt that tells a range past the end of the file (the

@@ -359,3 +359,25 @@ func CopyRange(dst, src File, off, n int64) (int64, error) {
 	}
 	return io.Copy(dst, io.NewSectionReader(src, off, n))
 }
+
+// Allocator is a File that can reserve space ahead of its writes.
+type Allocator interface {
+	// Allocate makes the file at least size bytes long, the new bytes
+	// reading as zeros, with the blocks reserved on disk (fallocate), so
+	// later writes inside that range change no file size and allocate
+	// nothing: their fdatasync has no metadata to commit.
+	Allocate(size int64) error
+}
+
+// ErrNoAllocate says a file or its filesystem cannot reserve space ahead.
+var ErrNoAllocate = errors.New("the filesystem cannot reserve space ahead")
+
+// Allocate reserves space for f up to size bytes (see Allocator), or
+// returns an error wrapping ErrNoAllocate when f cannot.
+func Allocate(f File, size int64) error {
+	a, ok := f.(Allocator)
+	if !ok {
+		return ErrNoAllocate
+	}
+	return a.Allocate(size)
+}

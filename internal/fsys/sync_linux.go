@@ -47,3 +47,20 @@ func copyRange(dst, src *os.File, off, n int64) (done int64, err error, handled 
 	}
 	return done, nil, true
 }
+
+// Allocate reserves blocks up to size with fallocate (mode 0: the size
+// grows to size, the new bytes read as zeros).
+func (f *osFile) Allocate(size int64) error {
+	for {
+		err := unix.Fallocate(int(f.Fd()), 0, 0, size)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EOPNOTSUPP || err == unix.ENOSYS:
+			return &os.PathError{Op: "fallocate", Path: f.Name(), Err: ErrNoAllocate}
+		case err != nil:
+			return &os.PathError{Op: "fallocate", Path: f.Name(), Err: err}
+		}
+		return nil
+	}
+}

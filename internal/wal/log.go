@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -42,6 +41,10 @@ type Options struct {
 	SegmentSize int64 // 0: DefaultSegmentSize
 	MaxSize     int64 // 0: DefaultMaxSize
 	MaxWrite    int64 // 0: DefaultMaxWrite
+	// Prealloc is the space reserved on disk for a new segment when it is
+	// made (see reserve.go); 0 means SegmentSize, a negative value
+	// reserves nothing and keeps no spares.
+	Prealloc int64
 	// CommitDelay is how long the committer may wait for other sessions'
 	// requests before writing a small group while many sessions are
 	// active (see waitForSiblings). 0 means DefaultCommitDelay; a
@@ -88,6 +91,9 @@ type Log struct {
 	inflight sync.WaitGroup
 	// pressured is the segment seq OnPressure was last told about.
 	pressured uint64
+	// spares are collected segment files kept for reuse (reserve.go);
+	// the committer's, and recovery's before it.
+	spares []string
 
 	syncs, bytes atomic.Uint64
 	scratch      []byte // the committer's
@@ -134,6 +140,12 @@ func (o *Options) fill() error {
 		o.MaxWrite = DefaultMaxWrite
 	}
 	switch {
+	case o.Prealloc == 0:
+		o.Prealloc = o.SegmentSize
+	case o.Prealloc < 0:
+		o.Prealloc = 0
+	}
+	switch {
 	case o.CommitDelay == 0:
 		o.CommitDelay = DefaultCommitDelay
 	case o.CommitDelay < 0:
@@ -154,8 +166,13 @@ func randomUint64() uint64 {
 
 func segName(seq uint64) string { return fmt.Sprintf("%016x.wal", seq) }
 
-// createSegment writes a new segment holding only its header under a temp
-// name, syncs it, renames it into place and syncs the folder.
+// createSegment makes segment seq: a spare (a segment file collected
+// earlier) or a new file under a temp name, its header written at offset
+// 0, space reserved up to Options.Prealloc, synced, renamed into place and
+// the folder synced, so a segment's name always stands for a readable
+// header. A spare's old records stay behind the header: their checksums
+// are seeded with the old segment's id, so recovery never takes them for
+// this segment's (see reserve.go).
 func (l *Log) createSegment(seq uint64, prevEnd int64) (*segment, error) {
 	fs := l.opt.FS
 	id := randomUint64()
@@ -165,22 +182,35 @@ func (l *Log) createSegment(seq uint64, prevEnd int64) (*segment, error) {
 	}
 	hdr := frame.Append(nil, typeHeader, p, 0, 0)
 	path := filepath.Join(l.opt.Dir, segName(seq))
-	tmp := fmt.Sprintf("%s.tmp-%016x", segName(seq), randomUint64())
-	if err := fsys.WriteFileAtomic(fs, path, tmp, 0o600, func(w io.Writer) error {
-		_, err := w.Write(hdr)
-		return err
-	}); err != nil {
+	tmp := filepath.Join(l.opt.Dir, fmt.Sprintf("%s.tmp-%016x", segName(seq), randomUint64()))
+	f, err := l.openSpare(tmp)
+	if err != nil {
 		return nil, errdefs.FromIO(fmt.Errorf("create log segment %s: %w", path, err))
 	}
-	f, err := fs.OpenFile(path, os.O_RDWR, 0)
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+			fs.Remove(tmp)
+		}
+	}()
+	err = writeHeader(f, hdr)
 	if err == nil {
-		_, err = f.Seek(int64(len(hdr)), io.SeekStart)
+		l.reserve(f)
+		err = f.Sync()
+	}
+	if err == nil {
+		err = fs.Rename(tmp, path)
+	}
+	if err == nil {
+		ok = true
+		err = fs.SyncDir(l.opt.Dir)
 		if err != nil {
 			f.Close()
 		}
 	}
 	if err != nil {
-		return nil, errdefs.FromIO(fmt.Errorf("open new log segment %s: %w", path, err))
+		return nil, errdefs.FromIO(fmt.Errorf("create log segment %s: %w", path, err))
 	}
 	return &segment{seq: seq, id: id, path: path, f: f, end: int64(len(hdr))}, nil
 }
@@ -255,6 +285,15 @@ func (l *Log) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var errs []error
+	if s := l.cur; s != nil && s.f != nil {
+		// Give back the space reserved past the last write, so a clean
+		// stop leaves no unwritten tail for the next start to cut.
+		if fi, err := s.f.Stat(); err == nil && fi.Size() > s.end {
+			if err := s.f.Truncate(s.end); err == nil {
+				_ = s.f.Sync()
+			}
+		}
+	}
 	for _, s := range l.segs {
 		if s.f != nil {
 			if err := s.f.Close(); err != nil {
@@ -282,7 +321,7 @@ func (l *Log) collect() {
 		if s.f != nil {
 			s.f.Close()
 		}
-		err := l.opt.FS.Remove(s.path)
+		err := l.retire(s.path)
 		if err == nil {
 			err = l.opt.FS.SyncDir(l.opt.Dir)
 		}

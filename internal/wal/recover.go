@@ -86,6 +86,14 @@ func (l *Log) recover(rec *Recovery) error {
 			_ = fs.Remove(filepath.Join(dir, n))
 			continue
 		}
+		if isSpare(n) {
+			if l.opt.Prealloc > 0 && len(l.spares) < maxSpares {
+				l.spares = append(l.spares, filepath.Join(dir, n))
+			} else {
+				_ = fs.Remove(filepath.Join(dir, n))
+			}
+			continue
+		}
 		base, ok := strings.CutSuffix(n, ".wal")
 		if !ok || len(base) != 16 {
 			continue

@@ -56,7 +56,10 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 	if r := m.logs.rec; r != nil {
 		rep.Bytes = r.Bytes
 		if r.TruncatedBytes > 0 {
-			m.log.Warn("the write-ahead log had a torn tail (entries never acknowledged); truncated", zap.Int64("bytes", r.TruncatedBytes))
+			// After a crash the last segment always ends in unwritten
+			// reserved space (zeros, or a reused file's old records),
+			// and maybe a write that was never acknowledged.
+			m.log.Info("cut the write-ahead log after its last complete record (reserved space never written, or a write never acknowledged)", zap.Int64("bytes", r.TruncatedBytes))
 		}
 		for _, c := range r.Corrupt {
 			m.log.Error("damaged write-ahead log segment", zap.String("what", c))

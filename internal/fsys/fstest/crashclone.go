@@ -149,7 +149,7 @@ func (c *CrashFS) CrashClone(rng *rand.Rand) *CrashFS {
 		}
 		m.sents = cloneEnts(m.ents, nil)
 	})
-	return &CrashFS{root: root}
+	return &CrashFS{root: root, allocate: c.allocate}
 }
 
 // KillClone returns what a new process sees after this one was killed
@@ -182,7 +182,7 @@ func (c *CrashFS) KillClone() *CrashFS {
 			m.dops = append(m.dops, nop)
 		}
 	})
-	return &CrashFS{root: root, countReads: c.countReads, lastOpID: c.lastOpID}
+	return &CrashFS{root: root, countReads: c.countReads, lastOpID: c.lastOpID, allocate: c.allocate}
 }
 
 // cloneTree copies the tree below root, each inode once (so a file with

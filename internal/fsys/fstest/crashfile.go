@@ -7,6 +7,8 @@ import (
 	"os"
 	"path"
 	"syscall"
+
+	"github.com/sessiond/sessiond/internal/fsys"
 )
 
 // crashFile is an open handle. It holds its inode, not its name.
@@ -171,3 +173,25 @@ func (f *crashFile) Stat() (fs.FileInfo, error) {
 }
 
 func (f *crashFile) Name() string { return f.name }
+
+// Allocate models fallocate as what a reader and a crash see of it: a
+// write of zeros from the end of the file to size (an OpWrite), durable at
+// the next Sync like any write. Unless AllowAllocate was set it fails with
+// fsys.ErrNoAllocate, touching nothing.
+func (f *crashFile) Allocate(size int64) error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if !f.fs.allocate {
+		return pathErr("fallocate", f.name, fsys.ErrNoAllocate)
+	}
+	if err := f.gate(OpWrite, "fallocate", true); err != nil {
+		return err
+	}
+	if size < 0 {
+		return pathErr("fallocate", f.name, syscall.EINVAL)
+	}
+	if n := int64(len(f.ino.data)); size > n {
+		f.ino.write(make([]byte, size-n), n)
+	}
+	return nil
+}

@@ -51,8 +51,13 @@ type CrashFS struct {
 	crashed    bool
 	crashEvent Event
 	countReads bool
-	trace      func(Event)
-	lastOpID   uint64
+	// allocate lets files reserve space (fsys.Allocator); off, Allocate
+	// says the filesystem cannot, as some real ones do. Off by default:
+	// a reservation is held in memory as zeros, and tests of large logs
+	// would hold megabytes per crash point.
+	allocate bool
+	trace    func(Event)
+	lastOpID uint64
 }
 
 var _ fsys.FS = (*CrashFS)(nil)
@@ -115,6 +120,14 @@ func newDir(perm fs.FileMode) *inode {
 
 // NewCrashFS returns an empty filesystem holding only the root folder.
 func NewCrashFS() *CrashFS { return &CrashFS{root: newDir(0o755)} }
+
+// AllowAllocate lets files reserve space ahead (fsys.Allocate), modelled
+// as a write of zeros; clones inherit the setting.
+func (c *CrashFS) AllowAllocate(on bool) {
+	c.mu.Lock()
+	c.allocate = on
+	c.mu.Unlock()
+}
 
 // CountReads makes reads (Read, ReadAt, Stat, Lstat, ReadDir) count as
 // operations, so CrashAt can stop at them too.

@@ -319,3 +319,12 @@ func (f *faultFile) Stat() (fs.FileInfo, error) {
 // Errors lists the error kinds a fault-injection sweep tries: a failing
 // disk, a full one and one remounted read-only.
 var Errors = []error{syscall.EIO, syscall.ENOSPC, syscall.EROFS}
+
+// Allocate is a write of zeros to the fault rules (OpWrite), passed on to
+// the wrapped file when it can reserve space.
+func (f *faultFile) Allocate(size int64) error {
+	if a := f.fs.check(OpWrite, f.Name()); a != nil {
+		return pathErr("fallocate", f.Name(), a.err())
+	}
+	return fsys.Allocate(f.File, size)
+}
