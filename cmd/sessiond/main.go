@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"syscall"
 	"time"
 
@@ -51,6 +52,7 @@ func run() error {
 		logLevel        = flag.String("log-level", "info", "debug, info, warn or error")
 		showVersion     = flag.Bool("version", false, "print the version and exit")
 		cpuProfile      = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for `go tool pprof`), finished when sessiond exits")
+		traceFile       = flag.String("trace", "", "write an execution trace of the whole run to this file (for `go tool trace`: where each request waited), finished when sessiond exits")
 	)
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -112,6 +114,19 @@ func run() error {
 		}
 		defer func() {
 			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
+	if *traceFile != "" {
+		f, err := os.Create(*traceFile)
+		if err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+		if err := trace.Start(f); err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+		defer func() {
+			trace.Stop()
 			f.Close()
 		}()
 	}
