@@ -85,6 +85,51 @@ func tailKeysIn(line []byte) (keys uint16) {
 	}
 }
 
+// headKeys are the keys the head window's lookups need, as `"key":`: a
+// line without one of them cannot match that key's patterns (every head
+// pattern starts with its key), so the search for it is left out.
+// headKeyBit numbers them.
+var headKeys = [...]string{"customTitle", "aiTitle", "timestamp", "gitBranch", "cwd", "entrypoint", "sessionKind", "parentUuid", "type", "isSidechain"}
+
+const (
+	hkCustomTitle uint16 = 1 << iota
+	hkAITitle
+	hkTimestamp
+	hkGitBranch
+	hkCwd
+	hkEntrypoint
+	hkSessionKind
+	hkParentUUID
+	hkType
+	hkSidechain
+)
+
+// headKeysIn returns the bits of the headKeys that occur in line as
+// `"key":`, in one pass over the line's colons (as tailKeysIn). A line in
+// the head window used to pay a search of its whole text per pattern,
+// some twenty for a line holding none of them.
+func headKeysIn(line []byte) (keys uint16) {
+	for i := 0; ; {
+		j := bytes.IndexByte(line[i:], ':')
+		if j < 0 {
+			return keys
+		}
+		j += i
+		i = j + 1
+		if j == 0 || line[j-1] != '"' {
+			continue
+		}
+		before := line[:j-1]
+		for b, k := range headKeys {
+			n := len(k)
+			if len(before) > n && before[len(before)-n-1] == '"' && string(before[len(before)-n:]) == k {
+				keys |= 1 << b
+				break
+			}
+		}
+	}
+}
+
 // textPatBit is the bit tailKeysIn sets when a line has the kR key's i-th
 // pattern (textField.pats: `"key":"`, `"key": "`); these bits follow the
 // keys' own.
@@ -154,26 +199,37 @@ func (s *Summary) AddLine(line []byte, newline bool) {
 		if end > window {
 			vis = line[:window-start]
 		}
+		hk := headKeysIn(vis)
 		if st.lines == 0 {
-			s.IsSidechain = containsAnyOf(vis, patSidechain)
+			s.IsSidechain = hk&hkSidechain != 0 && containsAnyOf(vis, patSidechain)
 		}
 		p := &s.parts
-		if v, _, ok := drCustomTitle.line(vis); ok {
-			p.headCT = v
+		if hk&hkCustomTitle != 0 {
+			if v, _, ok := drCustomTitle.line(vis); ok {
+				p.headCT = v
+			}
 		}
-		if v, _, ok := drAITitle.line(vis); ok {
-			p.headAI = v
+		if hk&hkAITitle != 0 {
+			if v, _, ok := drAITitle.line(vis); ok {
+				p.headAI = v
+			}
 		}
-		st.stored.line(vis)
-		st.shown.line(vis)
+		// A prompt and a media block are on user lines: `"type":` first.
+		if hk&hkType != 0 {
+			st.stored.line(vis)
+			st.shown.line(vis)
+			if p.media == "" {
+				p.media = mediaOf(vis)
+			}
+		}
 		p.firstPrompt, p.shownPrompt = st.stored.result(), st.shown.result()
-		if p.media == "" {
-			p.media = mediaOf(vis)
-		}
-		for _, h := range []*headText{&st.ts, &st.gitHd, &st.cwdHd, &st.entryHd, &st.kindHd} {
-			h.feed(vis)
+		for _, h := range [...]struct {
+			h   *headText
+			bit uint16
+		}{{&st.ts, hkTimestamp}, {&st.gitHd, hkGitBranch}, {&st.cwdHd, hkCwd}, {&st.entryHd, hkEntrypoint}, {&st.kindHd, hkSessionKind}} {
+			h.h.feed(vis, hk&h.bit != 0)
 			if newline && end < window {
-				h.feed(summaryNewline)
+				h.h.feed(summaryNewline, false)
 			}
 		}
 		p.timestamp, p.timestampSet = st.ts.result()
@@ -182,7 +238,7 @@ func (s *Summary) AddLine(line []byte, newline bool) {
 		p.entryHead, p.entryHeadSet = st.entryHd.result()
 		switch {
 		case st.kindLine:
-		case bytes.Contains(vis, patParentKey):
+		case hk&hkParentUUID != 0:
 			st.kindLine = true
 			p.kind, _ = scSessionKind.first(vis)
 		default:
@@ -359,7 +415,10 @@ type headText struct {
 	}
 }
 
-func (h *headText) feed(chunk []byte) {
+// feed reads the next chunk of the head window. hasKey says whether the
+// chunk holds the field's `"key":` at all (headKeysIn): without it, only a
+// value already begun can go on.
+func (h *headText) feed(chunk []byte, hasKey bool) {
 	for i := range h.pat {
 		p := &h.pat[i]
 		if p.done {
@@ -367,6 +426,9 @@ func (h *headText) feed(chunk []byte) {
 		}
 		rest := chunk
 		if !p.found {
+			if !hasKey {
+				continue
+			}
 			o := bytes.Index(chunk, h.field.pats[i])
 			if o < 0 {
 				continue

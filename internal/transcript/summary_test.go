@@ -468,6 +468,71 @@ func TestTailKeysIn(t *testing.T) {
 	}
 }
 
+// TestHeadKeysIn checks the head window's one-pass key finder against a
+// search per key, on every line of the fixtures and on lines made to sit
+// on its edges.
+func TestHeadKeysIn(t *testing.T) {
+	lines := [][]byte{
+		[]byte(`"cwd":`), []byte(`x"cwd":`), []byte(`""cwd":`), []byte(`"xcwd":"`), []byte(`cwd":`), []byte(`"cwd"`),
+		[]byte(`{"type":"user","type":`), []byte(`"isSidechain": true`), []byte(`::"timestamp"::"timestamp":`), []byte(`:`), nil,
+		[]byte(`{"parentUuid":null,"sessionKind":"x","entrypoint":"cli","gitBranch":"m","aiTitle":"a","customTitle":"c"}`),
+	}
+	fixtures, _ := filepath.Glob(filepath.Join(fixtureDir, "*.jsonl"))
+	if len(fixtures) == 0 {
+		t.Fatalf("no fixtures in %s", fixtureDir)
+	}
+	for _, f := range fixtures {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, bytes.Split(data, []byte("\n"))...)
+	}
+	seen := uint16(0)
+	for _, line := range lines {
+		var want uint16
+		for b, k := range headKeys {
+			if bytes.Contains(line, []byte(`"`+k+`":`)) {
+				want |= 1 << b
+			}
+		}
+		if got := headKeysIn(line); got != want {
+			t.Fatalf("headKeysIn(%.200q) = %010b, want %010b", line, got, want)
+		}
+		seen |= want
+	}
+	if seen != 1<<len(headKeys)-1 {
+		t.Fatalf("the lines hold only keys %010b: every key must be tried", seen)
+	}
+}
+
+// BenchmarkSummaryAddHead is what every append inside a transcript's first
+// 64 KiB costs the listing summary: the lines of a real transcript fed to
+// a new summary until its head window is full, over and over.
+func BenchmarkSummaryAddHead(b *testing.B) {
+	src, err := os.ReadFile(filepath.Join(fixtureDir, "jimmc414__cctrace__main.jsonl"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	lines := bytes.Split(bytes.TrimSuffix(src, []byte("\n")), []byte("\n"))
+	var s Summary
+	var n, total, fed int
+	i := 0
+	for b.Loop() {
+		if n >= liteWindow {
+			s, n = Summary{}, 0
+		}
+		s.Add(lines[i])
+		n += len(lines[i]) + 1
+		total += len(lines[i]) + 1
+		fed++
+		if i++; i == len(lines) {
+			i = 0
+		}
+	}
+	b.SetBytes(int64(total / max(fed, 1)))
+}
+
 func BenchmarkSummaryAdd(b *testing.B) {
 	src, err := os.ReadFile(filepath.Join(fixtureDir, "jimmc414__cctrace__main.jsonl"))
 	if err != nil {
