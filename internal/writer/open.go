@@ -161,19 +161,14 @@ func (st *state) checkPath() error {
 }
 
 // removeStaleTemps deletes this session's temp files left by a crash: a
-// compaction's next to the canonical file and a journal generation's next
-// to the journal. Only this writer creates them, and it is not running one.
+// compaction's next to the canonical file and the sidecars' next to them.
+// Only this writer creates them, and it is not running one; staleTemps
+// lists each folder once per process.
 func (st *state) removeStaleTemps() {
 	sweep := func(dir string, match func(string) bool) {
-		ents, err := st.fs.ReadDir(dir)
-		if err != nil {
-			return
-		}
-		for _, e := range ents {
-			if n := e.Name(); match(n) {
-				if err := st.fs.Remove(filepath.Join(dir, n)); err == nil {
-					st.log.Info("removed a temp file left by a crash", zap.String("file", filepath.Join(dir, n)))
-				}
+		for _, n := range st.temps.take(st.fs, dir, match) {
+			if err := st.fs.Remove(filepath.Join(dir, n)); err == nil {
+				st.log.Info("removed a temp file left by a crash", zap.String("file", filepath.Join(dir, n)))
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/transcript"
 )
 
@@ -96,5 +97,47 @@ func TestScanCanonicalShrunkFile(t *testing.T) {
 	info, err := m.Info(context.Background(), k)
 	if err != nil || info.Title != "Shrunk" || info.Entries != 202 {
 		t.Fatalf("info %+v, %v; want the title and 202 entries", info, err)
+	}
+}
+
+// Opening many sessions of one project listed the project's folder at every
+// open (a project of 1,000 sessions: 1,000 listings of 1,000 names as its
+// agents started). Each folder is now listed once per Manager, and a temp
+// file a crash left is still removed when its own session opens, even
+// after another session's open listed the folder.
+func TestStaleTempsListedOncePerFolder(t *testing.T) {
+	c := fstest.NewCrashFS()
+	a, b := fixedKey(1, ""), fixedKey(2, "")
+	dir := filepath.Dir(crashLayout.TranscriptPath(a))
+	stale := filepath.Join(dir, "."+a.SessionID+".compact-12345678.tmp")
+	c.WriteFile(stale, []byte("half a compaction"), 0o600)
+	m := newCrashManager(t, c, nil)
+	defer closeManager(t, m)
+	listings := map[string]int{}
+	c.CountReads(true)
+	c.Trace(func(ev fstest.Event) {
+		if ev.Op == fstest.OpReadDir {
+			listings[ev.Path]++
+		}
+	})
+	for i := 3; i < 23; i++ {
+		if _, err := m.Append(bg, fixedKey(i, ""), [][]byte{[]byte(line(fixedKey(i, ""), uuid.NewString(), "x"))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.Append(bg, b, [][]byte{[]byte(line(b, uuid.NewString(), "b"))}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Stat(stale); err != nil {
+		t.Fatalf("another session's open removed a's temp file: %v", err)
+	}
+	if _, err := m.Append(bg, a, [][]byte{[]byte(line(a, uuid.NewString(), "a"))}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a's temp file left by a crash is still there after a opened: %v", err)
+	}
+	if n := listings[dir]; n != 1 {
+		t.Fatalf("the project folder %s was listed %d times for 22 opens, want once (listings: %v)", dir, n, listings)
 	}
 }

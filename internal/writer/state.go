@@ -44,6 +44,8 @@ type deps struct {
 	// lineages hands out the states' lineages: a new one whenever lines
 	// already served may have moved.
 	lineages atomic.Uint64
+	// temps lists each folder's leftover temp files once (temps.go).
+	temps staleTemps
 }
 
 // state is everything the writer goroutine owns. Nothing else touches it.
