@@ -491,5 +491,16 @@ func (s *Server) Status(ctx context.Context, _ *sessiondv1.StatusRequest) (*sess
 		EntriesDuplicate: st.EntriesDuplicate, JournalSyncs: st.JournalSyncs, JournalBytes: st.JournalBytes,
 		Compactions: st.Compactions, CompactedBytes: st.CompactedBytes, RecoveredSessions: st.RecoveredSessions,
 		Draining: s.draining.Load(), RecoveryErrors: st.RecoveryErrors, ReplayPending: st.ReplayPending,
+		PastRecoveryFailures: st.PastRecoveryFailures, Disk: s.diskStatus(st.Disk),
 	}, nil
+}
+
+func (s *Server) diskStatus(d writer.DiskStats) *sessiondv1.DiskStatus {
+	out := &sessiondv1.DiskStatus{BallastPath: d.BallastPath, BallastBytes: uint64(d.BallastSize),
+		BallastPresent: d.BallastPresent, BallastReleased: d.BallastReleased, LagSessions: d.LagSessions, LagBytes: d.LagBytes}
+	for _, x := range d.Deferred {
+		out.Deferred = append(out.Deferred, &sessiondv1.DeferredCompaction{Session: s.resolved(x.Key), Dir: x.Dir,
+			NeedBytes: x.Need, FreeBytes: x.Free, SinceMs: x.Since.UnixMilli(), Message: x.Line()})
+	}
+	return out
 }

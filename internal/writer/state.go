@@ -44,6 +44,10 @@ type deps struct {
 	// lineages hands out the states' lineages: a new one whenever lines
 	// already served may have moved.
 	lineages atomic.Uint64
+	// space is how the writers ride out a full disk (space.go); health
+	// keeps the recovery failures (health.go).
+	space  *diskSpace
+	health *health
 }
 
 // state is everything the writer goroutine owns. Nothing else touches it.
