@@ -717,6 +717,9 @@ func TestFullDiskAtStart(t *testing.T) {
 	writeFiller(t, filler, freeBytes(t, disk)-(100<<10))
 
 	d.start() // fails the test if sessiond does not come up
+	// The replay runs once serving: wait for its verdict (it cannot
+	// compact on this disk) before looking at status.
+	d.waitReplayed()
 	pid := d.Pid()
 	c = d.client(client.WithRetry(1, 0))
 	defer c.Close()
@@ -727,6 +730,9 @@ func TestFullDiskAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("recovery errors reported at start: %q", st.GetRecoveryErrors())
+	if len(st.GetRecoveryErrors()) != 1 {
+		t.Errorf("status reports %d recovery errors at start, want the session's replay that could not compact", len(st.GetRecoveryErrors()))
+	}
 	seen := l.counts(t, "read through sessiond after a start on a full disk", readViaDaemon(t, c, s))
 	l.checkExactlyOnce(t, "read through sessiond after a start on a full disk", s.ID, seen)
 	if len(seen) != 40 {
@@ -737,7 +743,19 @@ func TestFullDiskAtStart(t *testing.T) {
 	}
 
 	l.freeAndFlush(ctx, t, d, c, s, pid, filler, d.transcript(pk, s.ID))
-	if st, err := c.Status(ctx); err == nil && len(st.GetRecoveryErrors()) > 0 {
-		t.Logf("after the successful flush, status still reports recovery errors: %q", st.GetRecoveryErrors())
+	// The session is healthy again: status no longer says its recovery
+	// failed, and counts the failure as past.
+	after, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.GetRecoveryErrors()) > 0 {
+		t.Errorf("after the successful flush, status still reports recovery errors: %q", after.GetRecoveryErrors())
+	}
+	if n := uint64(len(st.GetRecoveryErrors())); after.GetPastRecoveryFailures() != n {
+		t.Errorf("past recovery failures %d, want the %d reported at start", after.GetPastRecoveryFailures(), n)
+	}
+	if out, _, _ := d.ctl("", "status"); strings.Contains(out, "RECOVERY FAILED") || !strings.Contains(out, "recovered since") {
+		t.Errorf("sessionctl status after the recovery:\n%s", out)
 	}
 }

@@ -204,8 +204,40 @@ func statusCmd(g *globals) *cobra.Command {
 			for _, e := range st.GetRecoveryErrors() {
 				fmt.Fprintf(w, "RECOVERY FAILED\t%s\n", e)
 			}
+			if n := st.GetPastRecoveryFailures(); n > 0 {
+				fmt.Fprintf(w, "recovery failures\t%s recovered since (healthy again)\n", count(n, "session"))
+			}
+			describeDisk(w, st.GetDisk())
 			return w.Flush()
 		}),
+	}
+}
+
+// describeDisk adds status's lines about disk space: the lag of the
+// transcripts behind what sessiond acknowledged, the compactions waiting
+// for space (one line each, the first ten), and the ballast.
+func describeDisk(w io.Writer, d *sessiondv1.DiskStatus) {
+	if n := d.GetLagSessions(); n > 0 {
+		fmt.Fprintf(w, "not yet compacted\t%s, %s (served from the write-ahead log)\n", count(n, "session"), humanBytes(d.GetLagBytes()))
+	}
+	for i, c := range d.GetDeferred() {
+		if i == 10 {
+			fmt.Fprintf(w, "COMPACTION DEFERRED\t%d more\n", len(d.GetDeferred())-10)
+			break
+		}
+		ref := c.GetSession()
+		fmt.Fprintf(w, "COMPACTION DEFERRED\t%s/%s: %s (since %s)\n", ref.GetProjectKey(), ref.GetSessionId(), c.GetMessage(),
+			time.UnixMilli(c.GetSinceMs()).Format(time.RFC3339))
+	}
+	switch {
+	case d.GetBallastBytes() == 0:
+	case d.GetBallastReleased():
+		fmt.Fprintf(w, "BALLAST RELEASED\t%s (%s) was deleted when the disk filled; made again once there is room for it twice over\n",
+			d.GetBallastPath(), humanBytes(d.GetBallastBytes()))
+	case d.GetBallastPresent():
+		fmt.Fprintf(w, "ballast\t%s (%s kept for compactions on a full disk)\n", d.GetBallastPath(), humanBytes(d.GetBallastBytes()))
+	default:
+		fmt.Fprintf(w, "ballast\t%s (%s) not made yet: the disk has not had room for it twice over\n", d.GetBallastPath(), humanBytes(d.GetBallastBytes()))
 	}
 }
 

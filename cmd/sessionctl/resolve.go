@@ -55,7 +55,7 @@ func (g *globals) completeSessions(cmd *cobra.Command, prefix string) ([]string,
 		}
 		var out []string
 		for _, in := range infos {
-			if id := in.GetSession().GetSessionId(); strings.HasPrefix(id, strings.ToLower(prefix)) {
+			if id := in.GetSession().GetSessionId(); strings.HasPrefix(strings.ToLower(id), strings.ToLower(prefix)) {
 				out = append(out, id+"\t"+describe(in))
 			}
 		}
@@ -140,7 +140,7 @@ func (g *globals) resolveSession(ctx context.Context, cmd *cobra.Command, c *cli
 	}
 	var match []*sessiondv1.SessionInfo
 	for _, in := range infos {
-		if strings.HasPrefix(in.GetSession().GetSessionId(), strings.ToLower(arg)) {
+		if strings.HasPrefix(strings.ToLower(in.GetSession().GetSessionId()), strings.ToLower(arg)) {
 			match = append(match, in)
 		}
 	}

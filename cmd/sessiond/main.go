@@ -48,6 +48,7 @@ func run() error {
 		minCompact      = flag.Int64("min-compact-bytes", writer.DefaultMinCompactBytes, "compact a session once the log holds this many bytes of its entries and at least as many as its transcript (benchmarks raise it to keep large logs)")
 		walSegment      = flag.Int64("wal-segment-size", wal.DefaultSegmentSize, "size at which the write-ahead log starts a new segment file")
 		walMax          = flag.Int64("wal-max-size", wal.DefaultMaxSize, "once the write-ahead log's segments add up to more, the sessions holding the oldest one are compacted so it can go")
+		ballastSize     = flag.Int64("ballast-size", writer.DefaultBallastSize, "disk space kept in reserve (the file <state-dir>/ballast), released when the disk fills so the compactions waiting can finish, made again once there is room for it twice over; 0 keeps none")
 		logFormat       = flag.String("log-format", "auto", "auto (console on a terminal, else JSON), console or json")
 		logLevel        = flag.String("log-level", "info", "debug, info, warn or error")
 		showVersion     = flag.Bool("version", false, "print the version and exit")
@@ -76,6 +77,9 @@ func run() error {
 		if !f.ok {
 			return fmt.Errorf("--%s must be greater than zero (%s); leave it out for the default", f.name, flag.Lookup(f.name).Value)
 		}
+	}
+	if *ballastSize < 0 {
+		return fmt.Errorf("--ballast-size must be 0 (no reserve) or more, not %d", *ballastSize)
 	}
 	if *rootDir == "" {
 		return fmt.Errorf("no transcripts root: %v; pass --root", rootErr)
@@ -136,7 +140,7 @@ func run() error {
 		Socket: *socketPath, Root: *rootDir, StateDir: *stateDir,
 		ShutdownTimeout: *shutdownTimeout, MaxMessageBytes: *maxMessage, Version: version(),
 		Writer: writer.Config{MaxEntryBytes: *maxEntry, IdleCompact: *idleCompact, IdleRetire: *idleRetire,
-			MinCompactBytes: *minCompact, WALSegmentSize: *walSegment, WALMaxSize: *walMax},
+			MinCompactBytes: *minCompact, WALSegmentSize: *walSegment, WALMaxSize: *walMax, BallastSize: *ballastSize},
 		Logger: log,
 	})
 }

@@ -74,6 +74,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer ln.Close()
+	if wc.BallastSize == 0 {
+		// No reserve wanted: one an earlier run kept is space wasted.
+		if err := os.Remove(wc.Layout.BallastPath()); err == nil {
+			log.Info("removed the ballast (--ballast-size 0)", zap.String("path", wc.Layout.BallastPath()))
+		}
+	}
 
 	// Check every journal before serving (clients that connect meanwhile
 	// wait): a torn tail is cut and every record read back against its

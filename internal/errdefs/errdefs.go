@@ -6,6 +6,7 @@ package errdefs
 
 import (
 	"errors"
+	"fmt"
 	"syscall"
 )
 
@@ -68,6 +69,27 @@ func FromIO(err error) error {
 	}
 	return &kinded{kind: ErrIO, err: err}
 }
+
+// SpaceError is a write that found its disk full, with what a user needs to
+// act: the folder whose disk is full, how many bytes the write needed
+// there, and how many were free when it failed (-1 when the disk could not
+// say). Its kind is ErrNoSpace.
+type SpaceError struct {
+	Dir  string
+	Need int64
+	Free int64
+	Err  error // the filesystem's error
+}
+
+func (e *SpaceError) Error() string {
+	free := "free space unknown"
+	if e.Free >= 0 {
+		free = fmt.Sprintf("%d free", e.Free)
+	}
+	return fmt.Sprintf("%v (needs %d bytes in %s, %s)", e.Err, e.Need, e.Dir, free)
+}
+
+func (e *SpaceError) Unwrap() []error { return []error{ErrNoSpace, e.Err} }
 
 // kinded attaches a kind to an error without changing its message.
 type kinded struct {

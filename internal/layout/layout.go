@@ -141,6 +141,10 @@ func (l Layout) StorePath(k Key) string {
 // WALDir is StateDir/wal, the shared write-ahead log's segments.
 func (l Layout) WALDir() string { return filepath.Join(l.StateDir, walDirName) }
 
+// BallastPath is StateDir/ballast, the file of disk space kept in reserve
+// for compactions on a full disk (see package ballast).
+func (l Layout) BallastPath() string { return filepath.Join(l.StateDir, "ballast") }
+
 // JournalDir is StateDir/journal, where releases before the shared log
 // kept a journal per transcript (read once at start, to import them).
 func (l Layout) JournalDir() string { return filepath.Join(l.StateDir, journalDirName) }

@@ -89,6 +89,25 @@ func ValidateSessionID(id string) error {
 	return nil
 }
 
+// CanonicalSessionID is the form sessiond stores a session under: its id
+// in lower case, as every Claude Code writer names its files (the SDK's
+// randomUUID is lower case). A UUID in upper case names the same session,
+// so it must not name a second file. id must have passed
+// ValidateSessionID (ASCII only).
+func CanonicalSessionID(id string) string { return strings.ToLower(id) }
+
+// SessionIDForms lists the names under which the session id names may be
+// stored, in the order to look for it: the lower-case form sessiond
+// stores every session under, then id as given when it differs (a session
+// an earlier release stored under an upper-case id, which must still be
+// found and written to, not doubled by a lower-case file).
+func SessionIDForms(id string) []string {
+	if lower := CanonicalSessionID(id); lower != id {
+		return []string{lower, id}
+	}
+	return []string{id}
+}
+
 // ValidateSubpath accepts a non-empty subpath: a '/'-separated path relative
 // to the session folder, without the ".jsonl" the daemon appends, such as
 // "subagents/agent-abc". It refuses what the SDKs refuse when they

@@ -225,3 +225,16 @@ func TestKeyString(t *testing.T) {
 		t.Errorf("subpath key String() = %q", got)
 	}
 }
+
+// TestSessionIDForms: a session is stored under its lower-case id and
+// looked for under that first, then under the id as given.
+func TestSessionIDForms(t *testing.T) {
+	const lower = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+	if got := SessionIDForms(lower); len(got) != 1 || got[0] != lower {
+		t.Errorf("SessionIDForms(%s) = %v, want only itself", lower, got)
+	}
+	mixed := "0A1b2C3d-4E5F-4a6B-8c7D-9E0F1A2B3C4D"
+	if got := SessionIDForms(mixed); len(got) != 2 || got[0] != lower || got[1] != mixed {
+		t.Errorf("SessionIDForms(%s) = %v, want [%s %s]", mixed, got, lower, mixed)
+	}
+}

@@ -28,7 +28,14 @@ func toStatus(err error) error {
 	case outOfDescriptors(err):
 		msg += "; sessiond has run out of file descriptors (too many sessions or connections open at once): retry once the load drops, or raise its limit (ulimit -n, or LimitNOFILE= in its systemd unit)"
 	case diskFull(err):
-		msg += "; the disk holding sessiond's files is full: free some space on it, then retry"
+		// The message of a SpaceError already says how much was needed
+		// and free there; the user is told which disk to free.
+		where := "sessiond's files"
+		var se *errdefs.SpaceError
+		if errors.As(err, &se) {
+			where = se.Dir
+		}
+		msg += "; the disk holding " + where + " is full: free some space on it, then retry"
 	case errors.Is(err, syscall.ELOOP):
 		msg += "; a symbolic link sits where sessiond keeps one of its files, and sessiond never follows links: replace it with the real file, or remove it"
 	case errors.Is(err, fs.ErrPermission):

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -32,5 +33,25 @@ func TestToStatusDiskFull(t *testing.T) {
 		if !strings.Contains(st.Message(), err.Error()) || !strings.Contains(st.Message(), "disk holding sessiond's files is full") {
 			t.Errorf("toStatus(%v) message %q does not keep the cause and say the disk is full", err, st.Message())
 		}
+	}
+}
+
+// TestToStatusDiskFullNamesFolder: a write that says where it found the
+// disk full (errdefs.SpaceError) is refused with a message naming that
+// folder and how much it needed there.
+func TestToStatusDiskFullNamesFolder(t *testing.T) {
+	enospc := &os.PathError{Op: "write", Path: "/state/wal/0000000000000003.wal", Err: syscall.ENOSPC}
+	err := fmt.Errorf("journal append to p/x: %w", &errdefs.SpaceError{Dir: "/state/wal", Need: 40960, Free: 4096, Err: errdefs.FromIO(enospc)})
+	st, _ := status.FromError(toStatus(err))
+	if st.Code() != codes.ResourceExhausted {
+		t.Fatalf("toStatus(%v) = %v, want ResourceExhausted", err, st.Code())
+	}
+	for _, want := range []string{"no space left on device", "needs 40960 bytes in /state/wal, 4096 free", "the disk holding /state/wal is full"} {
+		if !strings.Contains(st.Message(), want) {
+			t.Errorf("message %q does not say %q", st.Message(), want)
+		}
+	}
+	if !errors.Is(err, errdefs.ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("a SpaceError is not of kind ErrNoSpace with its cause: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/internal/errdefs"
@@ -97,15 +98,20 @@ func (s *Server) Fork(ctx context.Context, req *sessiondv1.ForkRequest) (*sessio
 	if err != nil {
 		return nil, err
 	}
-	if id := req.GetNewSessionId(); id != "" {
+	id := req.GetNewSessionId()
+	if id != "" {
 		if err := layout.ValidateSessionID(id); err != nil {
 			return nil, fmt.Errorf("new session id: %w", err)
 		}
-		if err := s.info.layout().CheckOnDisk(layout.Key{ProjectKey: k.ProjectKey, SessionID: id}); err != nil {
+		// Under the name the id is stored under, so that a fork onto an
+		// existing session in another case is refused as existing.
+		target := s.m.SessionKey(layout.Key{ProjectKey: k.ProjectKey, SessionID: id})
+		if err := s.info.layout().CheckOnDisk(target); err != nil {
 			return nil, fmt.Errorf("fork target: %w", err)
 		}
+		id = target.SessionID
 	}
-	o, err := s.m.Fork(ctx, k, req.GetUpToUuid(), req.GetTitle(), req.GetNewSessionId())
+	o, err := s.m.Fork(ctx, k, req.GetUpToUuid(), req.GetTitle(), id)
 	if err != nil {
 		return nil, err
 	}
@@ -179,9 +185,18 @@ func (s *Server) Restore(ctx context.Context, req *sessiondv1.RestoreRequest) (*
 	if err != nil {
 		return nil, err
 	}
+	// A deleted session is found in the trash, not among the projects:
+	// under its lower-case id, or where there is none, under the id as
+	// given (see writer.Manager.SessionKey).
+	forms := layout.SessionIDForms(ref.GetSessionId())
+	id, projects := forms[0], []string(nil)
+	for _, f := range forms {
+		if projects = s.m.TrashedProjects(f, ref.GetSubpath()); pk != "" && slices.Contains(projects, pk) || pk == "" && len(projects) > 0 {
+			id = f
+			break
+		}
+	}
 	if pk == "" {
-		// A deleted session is found in the trash, not among the projects.
-		projects := s.m.TrashedProjects(ref.GetSessionId(), ref.GetSubpath())
 		switch len(projects) {
 		case 0:
 			return nil, writer.NotInTrash(layout.Key{SessionID: ref.GetSessionId(), Subpath: ref.GetSubpath()})
@@ -191,7 +206,7 @@ func (s *Server) Restore(ctx context.Context, req *sessiondv1.RestoreRequest) (*
 			return nil, fmt.Errorf("deleted session %s is in the trash of several projects (%v); name the project: %w", ref.GetSessionId(), projects, errdefs.ErrAmbiguous)
 		}
 	}
-	k := layout.Key{ProjectKey: pk, SessionID: ref.GetSessionId(), Subpath: ref.GetSubpath()}
+	k := layout.Key{ProjectKey: pk, SessionID: id, Subpath: ref.GetSubpath()}
 	if err := s.info.layout().CheckOnDisk(k); err != nil {
 		return nil, err
 	}

@@ -144,6 +144,7 @@ func (s *Server) resolveRef(ref *sessiondv1.SessionRef, needProject bool) (layou
 		}
 		k.ProjectKey = p.ProjectKey
 	default:
+		// Find looks for the id in either case.
 		if needProject {
 			return k, fmt.Errorf("the project is required to create or append to a session: set cwd (the agent's working directory) or project_key (sessionctl: --cwd or --project): %w", errdefs.ErrInvalidArgument)
 		}
@@ -155,7 +156,7 @@ func (s *Server) resolveRef(ref *sessiondv1.SessionRef, needProject bool) (layou
 			// The subagent transcript is not anywhere; if its session is
 			// found, the call goes on and says the subpath is missing.
 			if mains, err := s.m.Find(k.SessionID, ""); err == nil && len(mains) == 1 {
-				return layout.Key{ProjectKey: mains[0].ProjectKey, SessionID: k.SessionID, Subpath: k.Subpath}, nil
+				return layout.Key{ProjectKey: mains[0].ProjectKey, SessionID: mains[0].SessionID, Subpath: k.Subpath}, nil
 			}
 		}
 		switch len(keys) {
@@ -174,7 +175,9 @@ func (s *Server) resolveRef(ref *sessiondv1.SessionRef, needProject bool) (layou
 			return k, fmt.Errorf("session %s exists in several projects (%s); name the project with cwd or project_key (sessionctl: --cwd or --project): %w", k.SessionID, names, errdefs.ErrAmbiguous)
 		}
 	}
-	return k, nil
+	// One UUID is one session in any case: stored under the lower-case
+	// id, found under either.
+	return s.m.SessionKey(k), nil
 }
 
 func (s *Server) resolved(k layout.Key) *sessiondv1.ResolvedSession {
@@ -285,7 +288,14 @@ func (s *Server) ListSummaries(ctx context.Context, req *sessiondv1.ListSummarie
 	if err != nil {
 		return nil, err
 	}
-	sums, err := s.m.ListSummaries(ctx, pk, req.GetSessionId())
+	id := req.GetSessionId()
+	if id != "" {
+		if err := layout.ValidateSessionID(id); err != nil {
+			return nil, err
+		}
+		id = s.m.SessionKey(layout.Key{ProjectKey: pk, SessionID: id}).SessionID
+	}
+	sums, err := s.m.ListSummaries(ctx, pk, id)
 	if err != nil {
 		return nil, err
 	}
@@ -481,5 +491,16 @@ func (s *Server) Status(ctx context.Context, _ *sessiondv1.StatusRequest) (*sess
 		EntriesDuplicate: st.EntriesDuplicate, JournalSyncs: st.JournalSyncs, JournalBytes: st.JournalBytes,
 		Compactions: st.Compactions, CompactedBytes: st.CompactedBytes, RecoveredSessions: st.RecoveredSessions,
 		Draining: s.draining.Load(), RecoveryErrors: st.RecoveryErrors, ReplayPending: st.ReplayPending,
+		PastRecoveryFailures: st.PastRecoveryFailures, Disk: s.diskStatus(st.Disk),
 	}, nil
+}
+
+func (s *Server) diskStatus(d writer.DiskStats) *sessiondv1.DiskStatus {
+	out := &sessiondv1.DiskStatus{BallastPath: d.BallastPath, BallastBytes: uint64(d.BallastSize),
+		BallastPresent: d.BallastPresent, BallastReleased: d.BallastReleased, LagSessions: d.LagSessions, LagBytes: d.LagBytes}
+	for _, x := range d.Deferred {
+		out.Deferred = append(out.Deferred, &sessiondv1.DeferredCompaction{Session: s.resolved(x.Key), Dir: x.Dir,
+			NeedBytes: x.Need, FreeBytes: x.Free, SinceMs: x.Since.UnixMilli(), Message: x.Line()})
+	}
+	return out
 }

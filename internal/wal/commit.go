@@ -217,7 +217,7 @@ func (l *Log) commit(group []*request) {
 			p.r.st.id = e.Stream
 		}
 		for i, sp := range p.spans {
-			e.Batches = append(e.Batches, Batch{Seq: e.seq + uint64(i) + 1, Entries: sp, Meta: clone(p.r.meta(i))})
+			e.addBatch(Batch{Seq: e.seq + uint64(i) + 1, Entries: sp, Meta: clone(p.r.meta(i))})
 		}
 		if len(p.spans) > 0 {
 			l.hold(e, e.bindSeg)

@@ -23,7 +23,10 @@
 // commit by a quarter (reserved) to a half (reused) here (reserve.go,
 // BenchmarkCommitReserved). After a crash the last segment therefore ends
 // in zeros or in a reused file's old records; neither validates (see
-// Records), and recovery cuts them like a torn tail. The committer
+// Records), and recovery cuts them like a torn tail. On a full disk
+// (SetLowSpace) the spares are deleted and nothing is reserved ahead until
+// the space is back, so the room goes to the compactions waiting for it.
+// The committer
 // appends to the newest segment only and starts a new one when it passes
 // Options.SegmentSize (a write is never split, so a segment may end one
 // write past it), when a write or sync of it failed, and at every Open:

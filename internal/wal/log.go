@@ -91,9 +91,14 @@ type Log struct {
 	inflight sync.WaitGroup
 	// pressured is the segment seq OnPressure was last told about.
 	pressured uint64
-	// spares are collected segment files kept for reuse (reserve.go);
-	// the committer's, and recovery's before it.
-	spares []string
+	// spares are collected segment files kept for reuse (reserve.go),
+	// guarded by spareMu: the committer takes and adds them, SetLowSpace
+	// removes them from any goroutine.
+	spareMu sync.Mutex
+	spares  []string
+	// lowSpace: the disk filled up; no space is reserved ahead and no
+	// spare kept until it is cleared (SetLowSpace).
+	lowSpace atomic.Bool
 
 	syncs, bytes atomic.Uint64
 	scratch      []byte // the committer's

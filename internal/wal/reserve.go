@@ -44,6 +44,8 @@ const spareSuffix = ".wal-spare"
 // temp name is removed by recovery.
 func (l *Log) openSpare(tmp string) (fsys.File, error) {
 	fs := l.opt.FS
+	l.spareMu.Lock()
+	defer l.spareMu.Unlock()
 	for len(l.spares) > 0 {
 		sp := l.spares[len(l.spares)-1]
 		l.spares = l.spares[:len(l.spares)-1]
@@ -78,7 +80,7 @@ func writeHeader(f fsys.File, hdr []byte) error {
 // appends, as it would without the reservation; only the sync cost
 // differs, and a full disk then fails the append itself, with its error.
 func (l *Log) reserve(f fsys.File) {
-	if l.opt.Prealloc <= 0 {
+	if l.opt.Prealloc <= 0 || l.lowSpace.Load() {
 		return
 	}
 	fi, err := f.Stat()
@@ -93,7 +95,9 @@ func (l *Log) reserve(f fsys.File) {
 // segment name is gone; the caller syncs the folder.
 func (l *Log) retire(path string) error {
 	fs := l.opt.FS
-	if l.opt.Prealloc > 0 && len(l.spares) < maxSpares {
+	l.spareMu.Lock()
+	defer l.spareMu.Unlock()
+	if l.opt.Prealloc > 0 && len(l.spares) < maxSpares && !l.lowSpace.Load() {
 		sp := filepath.Join(l.opt.Dir, fmt.Sprintf("spare-%016x%s", randomUint64(), spareSuffix))
 		if err := fs.Rename(path, sp); err == nil {
 			l.spares = append(l.spares, sp)
@@ -103,6 +107,41 @@ func (l *Log) retire(path string) error {
 		}
 	}
 	return fs.Remove(path)
+}
+
+// SetLowSpace tells the log whether its disk is short of space. Space
+// reserved ahead is itself a reserve: a spare holds a whole segment's
+// blocks that nothing uses yet, and a new segment's fallocate (which on
+// some filesystems keeps what it got when it fails part way) would take
+// the very room that the ballast's release just gave the compactions
+// still waiting (see package ballast). So while the disk is short the
+// spares are deleted at once, collected segments are deleted instead of
+// kept, and new segments grow with their writes. The tail reserved in the
+// segment being written stays: appends fill it without needing a block
+// more, so they go on being acknowledged while the disk is full. The
+// writers set it when a write finds the disk full and clear it once the
+// space is back.
+func (l *Log) SetLowSpace(on bool) {
+	if l.lowSpace.Swap(on) == on || !on {
+		return
+	}
+	l.spareMu.Lock()
+	spares := l.spares
+	l.spares = nil
+	l.spareMu.Unlock()
+	for _, sp := range spares {
+		_ = l.opt.FS.Remove(sp)
+	}
+}
+
+// LowSpace reports whether SetLowSpace(true) is in force.
+func (l *Log) LowSpace() bool { return l.lowSpace.Load() }
+
+// Spares is how many collected segment files are kept for reuse.
+func (l *Log) Spares() int {
+	l.spareMu.Lock()
+	defer l.spareMu.Unlock()
+	return len(l.spares)
 }
 
 // isSpare reports whether a file name in the log's folder is a spare.

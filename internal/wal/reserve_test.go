@@ -102,3 +102,76 @@ func TestSegmentsAreReservedAndReused(t *testing.T) {
 		t.Fatalf("after Close the current segment is %d bytes, its records end at %d", got, now.end)
 	}
 }
+
+// TestLowSpaceGivesReservedSpaceBack: once the disk is short of space
+// (SetLowSpace), the spares are deleted at once, a collected segment is
+// deleted instead of kept, and a new segment reserves nothing ahead, so
+// the room freed for compactions is not taken back by the log; appends
+// still work. Cleared, the log reserves and keeps spares again. Backlog
+// counts what is logged and not compacted.
+func TestLowSpaceGivesReservedSpaceBack(t *testing.T) {
+	dir := t.TempDir()
+	const seg = 8192
+	l, _ := openLog(t, fsys.OS, dir, Options{SegmentSize: seg})
+	defer l.Close()
+	spareFiles := func() int {
+		t.Helper()
+		m, _ := filepath.Glob(filepath.Join(dir, "*"+spareSuffix))
+		return len(m)
+	}
+	// fill logs n entries of 1500 bytes to a new stream of name, then
+	// compacts it (a new Bind), so the segments it filled are collected.
+	fill := func(name string, n int) {
+		t.Helper()
+		s := l.Stream(key(name))
+		s.Begin(Fingerprint{}, 0, true)
+		for i := 0; i < n; i++ {
+			if _, err := s.Append(batchesOf([]string{strings.Repeat("x", 1500)}), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Begin(Fingerprint{Size: int64(n) * 1501}, 0, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fill("a", 8)
+	if spareFiles() == 0 || l.Spares() == 0 {
+		t.Fatal("no spare kept: the test needs one")
+	}
+	// Backlog: a stream with entries counts, a compacted one does not.
+	b := l.Stream(key("b"))
+	b.Begin(Fingerprint{}, 0, true)
+	if _, err := b.Append(batchesOf([]string{"one", "three"}), nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, bytes := l.Backlog(); n != 1 || bytes != 8 {
+		t.Fatalf("Backlog = %d transcripts, %d bytes; want 1 and 8", n, bytes)
+	}
+	if err := b.Begin(Fingerprint{Size: 10}, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if n, bytes := l.Backlog(); n != 0 || bytes != 0 {
+		t.Fatalf("Backlog after the compaction = %d transcripts, %d bytes; want none", n, bytes)
+	}
+
+	l.SetLowSpace(true)
+	if spareFiles() != 0 || l.Spares() != 0 {
+		t.Fatalf("low space: %d spare files left on disk", spareFiles())
+	}
+	fill("c", 8)
+	if spareFiles() != 0 {
+		t.Fatal("low space: a collected segment was kept as a spare")
+	}
+	l.mu.Lock()
+	cur := l.cur
+	l.mu.Unlock()
+	if fi, err := os.Stat(cur.path); err != nil || fi.Size() >= seg {
+		t.Fatalf("low space: the new segment %s reserved space ahead (%v bytes, %v)", cur.path, fi.Size(), err)
+	}
+
+	l.SetLowSpace(false)
+	fill("d", 8)
+	if spareFiles() == 0 {
+		t.Fatal("space back: no spare kept again")
+	}
+}

@@ -216,7 +216,7 @@ func (sc *scanner) apply(w *frame.Window, s *segment, h frame.Header, off int64,
 		if p != nil {
 			entries, meta = p.entries, p.meta
 		}
-		e.Batches = append(e.Batches, Batch{Seq: seq, Entries: entries, Meta: meta})
+		e.addBatch(Batch{Seq: seq, Entries: entries, Meta: meta})
 		e.Modified = s.mtime
 		e.segs[s.seq] = struct{}{}
 		e.segs[e.bindSeg] = struct{}{}

@@ -46,6 +46,17 @@ type epoch struct {
 	bindSeg uint64
 	seq     uint64
 	segs    map[uint64]struct{}
+	// bytes adds up the entries of Batches, for Backlog.
+	bytes int64
+}
+
+// addBatch records a committed batch. Called with l.mu held (or by
+// recovery, alone).
+func (e *epoch) addBatch(b Batch) {
+	e.Batches = append(e.Batches, b)
+	for _, sp := range b.Entries {
+		e.bytes += int64(sp.Len)
+	}
 }
 
 // hold adds segment seq to what the stream holds. Called with l.mu held.
@@ -95,6 +106,23 @@ func (l *Log) Pending() []layout.Key {
 		}
 	}
 	return keys
+}
+
+// Backlog is what the log holds that is not in the transcripts yet: the
+// transcripts whose current stream has batches and no Compacted marker
+// (one with a marker was compacted a moment ago, its next stream about to
+// begin), and the bytes of those batches' entries. The official readers
+// lag behind sessiond by that much.
+func (l *Log) Backlog() (transcripts int, bytes int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.epochs {
+		if len(e.Batches) > 0 && e.Compacted == nil {
+			transcripts++
+			bytes += e.bytes
+		}
+	}
+	return transcripts, bytes
 }
 
 // Stream is one transcript's handle on the log, used by that transcript's

@@ -185,20 +185,27 @@ func (st *state) commit(group []*appendReq) {
 		metas = append(metas, m)
 	}
 	if len(lineBatches) > 0 {
-		err := st.logBatches(lineBatches, metaRecs, func(i int, sp span) {
-			s := order[i]
-			res := &live[s.req].res.Results[s.entry]
-			res.Index = st.totalEntries()
-			if res.UUID != "" {
-				st.ids.add(res.UUID)
-			}
-			st.addPending(sp, res.Size)
-			line := live[s.req].entries[s.entry].Line
-			if st.ent != nil {
-				st.ent.AddValid(line)
-			}
-			st.noteAgentMeta(line)
-		})
+		// While the ballast's room is kept for the compactions that
+		// waited for it, appends do not take it (space.go).
+		err := st.space.appendRoom(batchBytes(lineBatches))
+		if err != nil {
+			err = fmt.Errorf("journal append to %s: %w", st.key, err)
+		} else {
+			err = st.logBatches(lineBatches, metaRecs, func(i int, sp span) {
+				s := order[i]
+				res := &live[s.req].res.Results[s.entry]
+				res.Index = st.totalEntries()
+				if res.UUID != "" {
+					st.ids.add(res.UUID)
+				}
+				st.addPending(sp, res.Size)
+				line := live[s.req].entries[s.entry].Line
+				if st.ent != nil {
+					st.ent.AddValid(line)
+				}
+				st.noteAgentMeta(line)
+			})
+		}
 		if err != nil {
 			for _, r := range live {
 				r.res = nil
@@ -261,7 +268,13 @@ func (st *state) logBatches(batches [][][]byte, metas [][]byte, stored func(i in
 		}
 		// Otherwise the journal refused the batches before writing
 		// anything (a record over its limit): the writer goes on.
-		return fmt.Errorf("journal append to %s: %w", st.key, errdefs.FromIO(err))
+		err = errdefs.FromIO(err)
+		if errdefs.Is(err, errdefs.ErrNoSpace) {
+			// Say where and how much (the caller is told which disk
+			// to free), and free the reserves for the compactions.
+			err = st.space.full(st.cfg.Layout.WALDir(), batchBytes(batches), err)
+		}
+		return fmt.Errorf("journal append to %s: %w", st.key, err)
 	}
 	i := 0
 	for _, bs := range spans {
@@ -272,6 +285,18 @@ func (st *state) logBatches(batches [][][]byte, metas [][]byte, stored func(i in
 		}
 	}
 	return nil
+}
+
+// batchBytes is about what batches take in the log: their entries and a
+// record header each.
+func batchBytes(batches [][][]byte) int64 {
+	var n int64
+	for _, b := range batches {
+		for _, e := range b {
+			n += int64(len(e)) + 32
+		}
+	}
+	return n
 }
 
 // idSet holds the uuids a session contains; canonical UUIDs are stored in

@@ -503,7 +503,8 @@ func (m *Manager) mainKeys(projectKey string) ([]layout.Key, error) {
 }
 
 // Find returns the keys of every session with this id (and subpath) in any
-// project: open writers, canonical files and journals.
+// project: open writers, canonical files and journals. The id may be in
+// either case (see SessionKey).
 func (m *Manager) Find(sessionID, subpath string) ([]layout.Key, error) {
 	if err := layout.ValidateSessionID(sessionID); err != nil {
 		return nil, err
@@ -513,6 +514,19 @@ func (m *Manager) Find(sessionID, subpath string) ([]layout.Key, error) {
 			return nil, err
 		}
 	}
+	// The lower-case form first: an id in upper case finds the session
+	// stored under lower case, and only where there is none the one an
+	// earlier release stored under the id as given.
+	for _, id := range layout.SessionIDForms(sessionID) {
+		keys, err := m.find(id, subpath)
+		if err != nil || len(keys) > 0 {
+			return keys, err
+		}
+	}
+	return nil, nil
+}
+
+func (m *Manager) find(sessionID, subpath string) ([]layout.Key, error) {
 	found := make(map[layout.Key]bool)
 	m.mu.Lock()
 	for k := range m.sessions {
@@ -533,6 +547,43 @@ func (m *Manager) Find(sessionID, subpath string) ([]layout.Key, error) {
 		found[k] = true
 	}
 	return sortedKeys(found, func(a, b layout.Key) bool { return a.ProjectKey < b.ProjectKey }), nil
+}
+
+// SessionKey returns the key under which the session k names is stored:
+// one UUID is one session whatever its case, and sessiond stores every
+// session under the lower-case id (layout.CanonicalSessionID). A session
+// an earlier release stored under an upper- or mixed-case id, exactly as
+// given, is kept under that name while no lower-case one exists, so that
+// writing to it does not start a second file for the same UUID.
+func (m *Manager) SessionKey(k layout.Key) layout.Key {
+	forms := layout.SessionIDForms(k.SessionID)
+	if len(forms) > 1 {
+		for _, id := range forms {
+			c := k
+			c.SessionID = id
+			if m.sessionStored(c) {
+				return c
+			}
+		}
+	}
+	k.SessionID = forms[0]
+	return k
+}
+
+// sessionStored reports whether k's session has anything under its id:
+// a writer, logged entries, its transcript or its session folder. A disk
+// that cannot tell counts as yes.
+func (m *Manager) sessionStored(k layout.Key) bool {
+	if ok, err := m.existsOnDiskErr(k.Main()); ok || err != nil {
+		return true
+	}
+	if k.Subpath != "" {
+		if ok, err := m.existsOnDiskErr(k); ok || err != nil {
+			return true
+		}
+	}
+	_, err := m.cfg.FS.Lstat(m.cfg.Layout.SessionDir(k))
+	return !errors.Is(err, fs.ErrNotExist)
 }
 
 // inProjects returns the keys of sessionID (and subpath) in the projects

@@ -30,12 +30,12 @@ type FlushResult struct {
 
 // Flush compacts key's journal into its canonical file.
 func (m *Manager) Flush(ctx context.Context, key layout.Key) (FlushResult, error) {
-	return m.flush(ctx, key, stay)
+	return m.flush(ctx, key, stay, "flush")
 }
 
 // flush is Flush; retire says whether the writer then retires at once
-// (see retireMode).
-func (m *Manager) flush(ctx context.Context, key layout.Key, retire retireMode) (FlushResult, error) {
+// (see retireMode), reason why it compacts (see automatic).
+func (m *Manager) flush(ctx context.Context, key layout.Key, retire retireMode, reason string) (FlushResult, error) {
 	var res FlushResult
 	if err := key.Validate(); err != nil {
 		return res, err
@@ -48,7 +48,7 @@ func (m *Manager) flush(ctx context.Context, key layout.Key, retire retireMode) 
 			return m.notFound(key)
 		}
 		n := uint64(len(st.pending))
-		if err := st.compact("flush"); err != nil {
+		if err := st.compact(reason); err != nil {
 			return err
 		}
 		res = FlushResult{Key: key, CompactedEntries: n, CanonicalBytes: st.canon.size}
@@ -67,7 +67,7 @@ func (m *Manager) FlushAll(ctx context.Context) ([]FlushResult, error) {
 	var out []FlushResult
 	var errs []error
 	for _, k := range keys {
-		r, err := m.flush(ctx, k, retireIfOpened)
+		r, err := m.flush(ctx, k, retireIfOpened, "flush")
 		if err != nil {
 			if errdefs.Is(err, errdefs.ErrNotFound) {
 				continue
@@ -133,14 +133,47 @@ func (st *state) idleDue() bool {
 		(st.canon.size <= st.cfg.IdleFloor || float64(st.pendingBytes)*st.cfg.IdleRatio >= float64(st.canon.size))
 }
 
-// compact moves the journaled entries into the canonical file: a temp file
+// automatic reports whether a compaction for this reason is one sessiond
+// starts by itself (after appends, when idle, before retiring, under the
+// log's pressure), not one a caller, recovery or the shutdown asks for:
+// while a session's compaction waits for space, only the watcher tries
+// the automatic ones (space.go).
+func automatic(reason string) bool {
+	switch reason {
+	case "size", "idle", "retire", "relieve":
+		return true
+	}
+	return false
+}
+
+// compact is compactNow, with what the disk space says: a compaction
+// waiting for space is not tried by the automatic rules, one that fails
+// for want of space waits for it (diskSpace.compactFailed), and one that
+// succeeds ends the session's wait and its recovery failure.
+func (st *state) compact(reason string) error {
+	if automatic(reason) && st.space.waiting(st.key) {
+		return nil
+	}
+	need := st.canon.size + st.pendingBytes
+	err := st.compactNow(reason)
+	switch {
+	case err != nil:
+		return st.space.compactFailed(st.key, st.dir, need, err)
+	case len(st.pending) == 0:
+		st.space.compacted(st.key)
+		st.health.healthy(st.key)
+	}
+	return nil
+}
+
+// compactNow moves the journaled entries into the canonical file: a temp file
 // in the same folder gets the current content plus the entries, is synced,
 // a marker naming the new content is journaled, the temp file is renamed
 // over the canonical one, the folder is synced, and a new journal
 // generation starts. A crash at any point leaves either the old file with
 // the journal still holding the entries, or the new file with a marker that
 // tells recovery the entries are already in it.
-func (st *state) compact(reason string) error {
+func (st *state) compactNow(reason string) error {
 	if len(st.pending) == 0 || st.failed != nil {
 		return st.failed
 	}
@@ -191,7 +224,7 @@ func (st *state) compact(reason string) error {
 		if depth := st.compactRetries; depth < 3 {
 			st.compactRetries++
 			defer func() { st.compactRetries = depth }()
-			return st.compact(reason)
+			return st.compactNow(reason)
 		}
 		return fmt.Errorf("compact %s: the transcript keeps changing under another writer; will retry later: %w", st.key, errdefs.ErrUnavailable)
 	}

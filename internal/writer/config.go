@@ -56,6 +56,17 @@ type Config struct {
 	// (see package wal). Zero: wal's defaults.
 	WALSegmentSize int64
 	WALMaxSize     int64
+
+	// BallastSize is the disk space kept in reserve for compactions on a
+	// full disk: a file of that size in the state folder, released when
+	// a write finds the disk full and made again once there is room (see
+	// package ballast and space.go). 0 keeps none (the daemon's
+	// --ballast-size has the default).
+	BallastSize int64
+	// FreeSpace tells how many bytes may still be written on the disk
+	// holding a folder; nil is fsys.FreeSpace (statfs). Tests give their
+	// own, to run out of space on a disk that only pretends to.
+	FreeSpace func(dir string) (int64, error)
 }
 
 // Defaults.
@@ -69,6 +80,14 @@ const (
 	DefaultIdleFloor       = 4 << 20
 	DefaultIdleRatio       = 16
 	DefaultIdleRetire      = 30 * time.Second
+	// DefaultBallastSize is the daemon's --ballast-size: a compaction
+	// needs room for its transcript's new copy, and 64 MiB lets one of a
+	// transcript larger than nearly any (a long agent session with large
+	// tool results runs to tens of MB) finish on a full disk, which in
+	// turn lets the log's oldest segments go. It is also one segment of
+	// the log: on a disk of a few GiB it costs a few percent at most
+	// (CockroachDB keeps 1% of the disk, at most 1 GiB).
+	DefaultBallastSize = 64 << 20
 )
 
 func (c *Config) setDefaults() error {
@@ -83,6 +102,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real
+	}
+	if c.FreeSpace == nil {
+		c.FreeSpace = fsys.FreeSpace
+	}
+	if c.BallastSize < 0 {
+		c.BallastSize = 0
 	}
 	if c.MaxEntryBytes <= 0 {
 		c.MaxEntryBytes = DefaultMaxEntryBytes

@@ -38,5 +38,9 @@
 //   - repair.go: Check, Repair and Fork, handed to package transcript.
 //   - trash.go and intent.go: Delete and Restore, made crash-safe by
 //     durable intents.
+//   - space.go: riding out a full disk: the ballast, compactions deferred
+//     until their folder has room and the watcher that does them, the
+//     log's reserve given back; health.go: the recovery failures status
+//     reports, cleared once a session is healthy again.
 //   - config.go: the Config and its defaults.
 package writer

@@ -134,7 +134,7 @@ func (m *Manager) Replay(ctx context.Context, keys []layout.Key) ReplayReport {
 	defer op.End()
 	parallel(ctx, max(2, runtime.GOMAXPROCS(0)), len(keys), func(i int) {
 		k := keys[i]
-		r, err := m.flush(ctx, k, retireIfDone)
+		r, err := m.flush(ctx, k, retireIfDone, "replay")
 		m.stats.replayPending.Add(-1)
 		op.Add(1)
 		mu.Lock()
@@ -146,7 +146,7 @@ func (m *Manager) Replay(ctx context.Context, keys []layout.Key) ReplayReport {
 		case err != nil:
 			m.log.Error("recovery of a session failed; its journal is kept", zap.Stringer("session", k), zap.Error(err))
 			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", k, err))
-			m.noteRecoveryError(fmt.Sprintf("%s: %v", k, err))
+			m.health.sessionFailed(k, fmt.Sprintf("%s: %v", k, err))
 		default:
 			rep.Sessions++
 			rep.Entries += r.CompactedEntries
@@ -177,11 +177,7 @@ func parallel(ctx context.Context, workers, n int, fn func(i int)) {
 	wg.Wait()
 }
 
-func (m *Manager) noteRecoveryError(msg string) {
-	m.mu.Lock()
-	m.recoveryErrs = append(m.recoveryErrs, msg)
-	m.mu.Unlock()
-}
+func (m *Manager) noteRecoveryError(msg string) { m.health.failed(msg) }
 
 // sweepTemps removes the temp files a crash left in the project folders
 // and the session folders below them (compaction, repair and fork temps;

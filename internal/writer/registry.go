@@ -47,8 +47,13 @@ type Stats struct {
 	RecoveredSessions uint64
 	// ReplayPending counts the journals found at start whose entries are
 	// not in their canonical files yet (see Replay).
-	ReplayPending  uint64
-	RecoveryErrors []string
+	ReplayPending uint64
+	// RecoveryErrors are the recovery failures standing; a session's
+	// leaves once its entries are in its transcript, and is counted in
+	// PastRecoveryFailures.
+	RecoveryErrors       []string
+	PastRecoveryFailures uint64
+	Disk                 DiskStats
 }
 
 type counters struct {
@@ -72,7 +77,6 @@ type Manager struct {
 	closing bool
 	wg      sync.WaitGroup
 
-	recoveryErrs []string // guarded by mu
 	// busy holds the sessions whose files delete or restore is moving; no
 	// writer of theirs may start meanwhile. Guarded by mu.
 	busy map[family]string
@@ -90,15 +94,21 @@ func New(cfg Config) (*Manager, error) {
 	// Folders are made durable once per process, not at every compaction.
 	cfg.FS = fsys.Remembering(cfg.FS)
 	m := &Manager{
-		deps: deps{cfg: cfg, ix: index.New()},
+		deps: deps{cfg: cfg, ix: index.New(), health: &health{}},
 		log:  cfg.Logger, sessions: make(map[layout.Key]*session), leaving: make(map[layout.Key]*session),
 		progress: progress.New(),
+	}
+	m.space = newDiskSpace(&m.cfg, m.log)
+	m.space.retry = func(k layout.Key) error {
+		_, err := m.flush(context.Background(), k, retireIfOpened, "retry")
+		return err
 	}
 	logs, err := openLogStore(&m.cfg, m.relieve)
 	if err != nil {
 		return nil, err
 	}
 	m.logs = logs
+	m.space.start(logs.wal)
 	return m, nil
 }
 
@@ -108,7 +118,10 @@ func New(cfg Config) (*Manager, error) {
 // forever.
 func (m *Manager) relieve(keys []layout.Key) {
 	for _, k := range keys {
-		if _, err := m.flush(context.Background(), k, retireIfOpened); err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
+		if m.space.waiting(k) {
+			continue // the watcher compacts it once there is room
+		}
+		if _, err := m.flush(context.Background(), k, retireIfOpened, "relieve"); err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
 			m.log.Warn("compaction to free the write-ahead log's oldest segment failed; the log stays over its bound until it succeeds",
 				zap.Stringer("session", k), zap.Error(err))
 		}
@@ -301,6 +314,7 @@ func (m *Manager) submit(ctx context.Context, key layout.Key, r *reply, enqueue 
 			r.passRef = pass
 			continue
 		}
+		m.space.noticeFull(r.err)
 		return r.err
 	}
 }
@@ -310,6 +324,8 @@ func (m *Manager) submit(ctx context.Context, key layout.Key, r *reply, enqueue 
 // journals still hold every acknowledged entry; Close then returns ctx's
 // error and the next start recovers them.
 func (m *Manager) Close(ctx context.Context) error {
+	// The watcher first: it compacts through the writers stopped below.
+	m.space.close()
 	m.mu.Lock()
 	m.closing = true
 	all := make([]*session, 0, len(m.sessions))
@@ -339,20 +355,25 @@ func (m *Manager) Close(ctx context.Context) error {
 func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	n := len(m.sessions)
-	recErrs := append([]string(nil), m.recoveryErrs...)
 	m.mu.Unlock()
+	recErrs, past := m.health.report()
+	disk := m.space.stats()
+	lagSessions, lagBytes := m.logs.wal.Backlog()
+	disk.LagSessions, disk.LagBytes = uint64(lagSessions), uint64(lagBytes)
 	return Stats{
-		RecoveryErrors:    recErrs,
-		ActiveSessions:    n,
-		Appends:           m.stats.appends.Load(),
-		EntriesStored:     m.stats.stored.Load(),
-		EntriesDuplicate:  m.stats.duplicate.Load(),
-		JournalSyncs:      m.logs.wal.Stats().Syncs,
-		JournalBytes:      m.stats.journalBytes.Load(),
-		Compactions:       m.stats.compactions.Load(),
-		CompactedBytes:    m.stats.compactedBytes.Load(),
-		RecoveredSessions: m.stats.recovered.Load(),
-		ReplayPending:     uint64(max(0, m.stats.replayPending.Load())),
+		RecoveryErrors:       recErrs,
+		PastRecoveryFailures: past,
+		Disk:                 disk,
+		ActiveSessions:       n,
+		Appends:              m.stats.appends.Load(),
+		EntriesStored:        m.stats.stored.Load(),
+		EntriesDuplicate:     m.stats.duplicate.Load(),
+		JournalSyncs:         m.logs.wal.Stats().Syncs,
+		JournalBytes:         m.stats.journalBytes.Load(),
+		Compactions:          m.stats.compactions.Load(),
+		CompactedBytes:       m.stats.compactedBytes.Load(),
+		RecoveredSessions:    m.stats.recovered.Load(),
+		ReplayPending:        uint64(max(0, m.stats.replayPending.Load())),
 	}
 }
 

@@ -156,7 +156,7 @@ func TestRetiringFlushRetiresAtOnce(t *testing.T) {
 		if _, err := m.Append(ctx, k, [][]byte{entry(uuid.NewString(), "n", fmt.Sprint(i))}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.flush(ctx, k, retireIfDone); err != nil {
+		if _, err := m.flush(ctx, k, retireIfDone, "replay"); err != nil {
 			t.Fatal(err)
 		}
 		if m.IsActive(k) {

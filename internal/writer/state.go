@@ -46,6 +46,10 @@ type deps struct {
 	lineages atomic.Uint64
 	// temps lists each folder's leftover temp files once (temps.go).
 	temps staleTemps
+	// space is how the writers ride out a full disk (space.go); health
+	// keeps the recovery failures (health.go).
+	space  *diskSpace
+	health *health
 }
 
 // state is everything the writer goroutine owns. Nothing else touches it.

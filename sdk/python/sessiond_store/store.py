@@ -471,7 +471,9 @@ class SessiondStore:
 
     async def _stored_summary(self, project_key: str, session_id: str) -> Optional[_Summary]:
         for s in await self._list_summaries(project_key, session_id):
-            if s.session_id == session_id:
+            # sessiond stores a session under its lower-case id (one UUID
+            # is one session in any case), whatever case the key has.
+            if s.session_id.lower() == session_id.lower():
                 summary = {"session_id": s.session_id, "mtime": s.mtime_ms, "data": _json_object(s.data)}
                 # A summary missing lines added without one (a rename by
                 # sessionctl, another client) is no base: rebuild.

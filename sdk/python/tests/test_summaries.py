@@ -488,3 +488,19 @@ def test_summary_reported_stale_after_lines_without_one(new_store, project):
         assert summary_mtime < session_mtime
 
     run(go())
+
+
+def test_upper_case_session_id_folds_onto_the_stored_summary(new_store, project):
+    """sessiond stores a session under its lower-case id: a store keyed
+    by the upper-case id is the same session, and finds its summary."""
+
+    async def go():
+        a, b = new_store(fold=count_fold), new_store(fold=count_fold)
+        s = sid()
+        await a.append(key(project, s), [entry(), entry()])
+        await b.append(key(project, s.upper()), [entry()])
+        assert len(await a.load(key(project, s))) == 3
+        assert len(await b.load(key(project, s.upper()))) == 3
+        assert await summary_of(a, project, s) == {"count": 3, "batches": 2}
+
+    run(go())

@@ -285,7 +285,9 @@ export class SessiondStore implements SessionStore {
       this.summariesUnsupported = true;
       return { data: undefined, version: 0 };
     }
-    const stored = list.find((x) => x.sessionId === key.sessionId);
+    // sessiond stores a session under its lower-case id (one UUID is one
+    // session in any case), whatever case the key has.
+    const stored = list.find((x) => x.sessionId.toLowerCase() === key.sessionId.toLowerCase());
     let data: Record<string, unknown> | undefined;
     if (stored !== undefined) {
       try {

@@ -105,6 +105,27 @@ describe("summaries", () => {
     }
   });
 
+  test("a key with the session id in upper case folds onto the summary stored under lower case", async () => {
+    // sessiond stores a session under its lower-case id: one UUID is one session in any case.
+    const lower = { projectKey: project(), sessionId: uuid() };
+    const upper = { projectKey: lower.projectKey, sessionId: lower.sessionId.toUpperCase() };
+    const a = new SessiondStore({ socketPath: daemon.socket });
+    const b = new SessiondStore({ socketPath: daemon.socket });
+    try {
+      const first = [userEntry(lower.sessionId, "first prompt"), { type: "custom-title", customTitle: "Kept", sessionId: lower.sessionId }];
+      await a.append(lower, first);
+      const later = [userEntry(lower.sessionId, "later prompt")];
+      await b.append(upper, later);
+      assert.equal((await a.load(lower)).length, 3);
+      assert.equal((await b.load(upper)).length, 3);
+      const got = await summaryOf(a, lower);
+      assert.deepEqual(got.data, foldSessionSummary(undefined, lower, [...first, ...later]).data);
+    } finally {
+      a.close();
+      b.close();
+    }
+  });
+
   test("the summary's mtime is the listing's and the SDK lists the session from it", async () => {
     const { listSessions } = await import("@anthropic-ai/claude-agent-sdk");
     // The SDK derives the project key from a directory.

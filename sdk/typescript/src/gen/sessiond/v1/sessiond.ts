@@ -366,6 +366,70 @@ export interface StatusResponse {
    * start, the journal replay, checks of many transcripts, repairs.
    */
   operations: Operation[];
+  /**
+   * Sessions whose recovery failed since the daemon started and that are
+   * healthy again (their entries reached their transcripts): they have
+   * left recovery_errors, which lists the failures standing.
+   */
+  pastRecoveryFailures: number;
+  /**
+   * Disk space: the reserve kept for compactions on a full disk, the
+   * compactions waiting for space, and how far the transcripts lag behind
+   * what sessiond acknowledged.
+   */
+  disk: DiskStatus | undefined;
+}
+
+/**
+ * DiskStatus is how sessiond stands with disk space. When a write finds
+ * the disk full, sessiond deletes its ballast (a file of reserved space
+ * in the state folder) so the compactions waiting can finish; a
+ * compaction that does not fit is deferred and tried again as soon as its
+ * folder has the room; the ballast is made again once there is room for
+ * it twice over.
+ */
+export interface DiskStatus {
+  /** The ballast's path and size (--ballast-size; 0: none kept). */
+  ballastPath: string;
+  ballastBytes: number;
+  /** The ballast was released after the disk filled and is not back yet. */
+  ballastReleased: boolean;
+  /**
+   * Sessions with acknowledged entries that are not in their transcripts
+   * yet (they are served from the write-ahead log), and those entries'
+   * bytes: usually a few sessions for a second, lasting while
+   * compactions are deferred.
+   */
+  lagSessions: number;
+  lagBytes: number;
+  /** The compactions waiting for space, oldest first. */
+  deferred: DeferredCompaction[];
+  /**
+   * The ballast file is in place. False with ballast_bytes set and
+   * ballast_released not: the disk never had room for it twice over yet.
+   */
+  ballastPresent: boolean;
+}
+
+/** DeferredCompaction is a compaction that did not fit on its disk. */
+export interface DeferredCompaction {
+  session:
+    | ResolvedSession
+    | undefined;
+  /**
+   * The folder that lacks the space, what the compaction needs there and
+   * what was free when it was last looked at (-1: the disk could not
+   * say).
+   */
+  dir: string;
+  needBytes: number;
+  freeBytes: number;
+  sinceMs: number;
+  /**
+   * The line sessionctl status shows: "compaction deferred: need N bytes
+   * in DIR, M free".
+   */
+  message: string;
 }
 
 /**
@@ -2326,6 +2390,8 @@ function createBaseStatusResponse(): StatusResponse {
     recoveryErrors: [],
     replayPending: 0,
     operations: [],
+    pastRecoveryFailures: 0,
+    disk: undefined,
   };
 }
 
@@ -2387,6 +2453,12 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     }
     for (const v of message.operations) {
       Operation.encode(v!, writer.uint32(154).fork()).join();
+    }
+    if (message.pastRecoveryFailures !== 0) {
+      writer.uint32(200).uint64(message.pastRecoveryFailures);
+    }
+    if (message.disk !== undefined) {
+      DiskStatus.encode(message.disk, writer.uint32(210).fork()).join();
     }
     return writer;
   },
@@ -2556,6 +2628,22 @@ export const StatusResponse: MessageFns<StatusResponse> = {
             message.operations.push(Operation.decode(reader, reader.uint32()));
             continue;
           }
+          case 25: {
+            if (tag !== 200) {
+              break;
+            }
+
+            message.pastRecoveryFailures = longToNumber(reader.uint64());
+            continue;
+          }
+          case 26: {
+            if (tag !== 210) {
+              break;
+            }
+
+            message.disk = DiskStatus.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2592,6 +2680,262 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     message.recoveryErrors = object.recoveryErrors?.map((e) => e) || [];
     message.replayPending = object.replayPending ?? 0;
     message.operations = object.operations?.map((e) => Operation.fromPartial(e)) || [];
+    message.pastRecoveryFailures = object.pastRecoveryFailures ?? 0;
+    message.disk = (object.disk !== undefined && object.disk !== null)
+      ? DiskStatus.fromPartial(object.disk)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseDiskStatus(): DiskStatus {
+  return {
+    ballastPath: "",
+    ballastBytes: 0,
+    ballastReleased: false,
+    lagSessions: 0,
+    lagBytes: 0,
+    deferred: [],
+    ballastPresent: false,
+  };
+}
+
+export const DiskStatus: MessageFns<DiskStatus> = {
+  encode(message: DiskStatus, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.ballastPath !== "") {
+      writer.uint32(10).string(message.ballastPath);
+    }
+    if (message.ballastBytes !== 0) {
+      writer.uint32(16).uint64(message.ballastBytes);
+    }
+    if (message.ballastReleased !== false) {
+      writer.uint32(24).bool(message.ballastReleased);
+    }
+    if (message.lagSessions !== 0) {
+      writer.uint32(32).uint64(message.lagSessions);
+    }
+    if (message.lagBytes !== 0) {
+      writer.uint32(40).uint64(message.lagBytes);
+    }
+    for (const v of message.deferred) {
+      DeferredCompaction.encode(v!, writer.uint32(50).fork()).join();
+    }
+    if (message.ballastPresent !== false) {
+      writer.uint32(56).bool(message.ballastPresent);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DiskStatus {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDiskStatus();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.ballastPath = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.ballastBytes = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.ballastReleased = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.lagSessions = longToNumber(reader.uint64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.lagBytes = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.deferred.push(DeferredCompaction.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.ballastPresent = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<DiskStatus>, I>>(base?: I): DiskStatus {
+    return DiskStatus.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DiskStatus>, I>>(object: I): DiskStatus {
+    const message = createBaseDiskStatus();
+    message.ballastPath = object.ballastPath ?? "";
+    message.ballastBytes = object.ballastBytes ?? 0;
+    message.ballastReleased = object.ballastReleased ?? false;
+    message.lagSessions = object.lagSessions ?? 0;
+    message.lagBytes = object.lagBytes ?? 0;
+    message.deferred = object.deferred?.map((e) => DeferredCompaction.fromPartial(e)) || [];
+    message.ballastPresent = object.ballastPresent ?? false;
+    return message;
+  },
+};
+
+function createBaseDeferredCompaction(): DeferredCompaction {
+  return { session: undefined, dir: "", needBytes: 0, freeBytes: 0, sinceMs: 0, message: "" };
+}
+
+export const DeferredCompaction: MessageFns<DeferredCompaction> = {
+  encode(message: DeferredCompaction, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.session !== undefined) {
+      ResolvedSession.encode(message.session, writer.uint32(10).fork()).join();
+    }
+    if (message.dir !== "") {
+      writer.uint32(18).string(message.dir);
+    }
+    if (message.needBytes !== 0) {
+      writer.uint32(24).int64(message.needBytes);
+    }
+    if (message.freeBytes !== 0) {
+      writer.uint32(32).int64(message.freeBytes);
+    }
+    if (message.sinceMs !== 0) {
+      writer.uint32(40).int64(message.sinceMs);
+    }
+    if (message.message !== "") {
+      writer.uint32(50).string(message.message);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeferredCompaction {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeferredCompaction();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.session = ResolvedSession.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.dir = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.needBytes = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.freeBytes = longToNumber(reader.int64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.sinceMs = longToNumber(reader.int64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<DeferredCompaction>, I>>(base?: I): DeferredCompaction {
+    return DeferredCompaction.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DeferredCompaction>, I>>(object: I): DeferredCompaction {
+    const message = createBaseDeferredCompaction();
+    message.session = (object.session !== undefined && object.session !== null)
+      ? ResolvedSession.fromPartial(object.session)
+      : undefined;
+    message.dir = object.dir ?? "";
+    message.needBytes = object.needBytes ?? 0;
+    message.freeBytes = object.freeBytes ?? 0;
+    message.sinceMs = object.sinceMs ?? 0;
+    message.message = object.message ?? "";
     return message;
   },
 };

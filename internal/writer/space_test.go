@@ -1,0 +1,261 @@
+package writer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sessiond/sessiond/internal/clock"
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
+	"github.com/sessiond/sessiond/internal/layout"
+)
+
+// spaceEnv is a Manager on the real disk behind a FaultFS, with a fake
+// clock and a free space the test sets, counting the compactions tried
+// (temp copies opened) and the watcher's rounds.
+type spaceEnv struct {
+	*env
+	ff       *fstest.FaultFS
+	fake     *clock.Fake
+	free     atomic.Int64
+	attempts atomic.Int64
+	rounds   atomic.Int64
+	m        *Manager
+}
+
+func newSpaceEnv(t *testing.T, cfg func(*Config)) *spaceEnv {
+	e := &spaceEnv{env: newEnv(t), fake: clock.NewFake(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))}
+	e.free.Store(1 << 40)
+	e.ff = fstest.NewFaultFS(fsys.OS)
+	e.ff.Trace(func(ev fstest.Event) {
+		if ev.Op == fstest.OpOpen && strings.Contains(ev.Path, ".compact-") {
+			e.attempts.Add(1)
+		}
+	})
+	e.fs = e.ff
+	e.cfg.Clock = e.fake
+	e.cfg.FreeSpace = func(string) (int64, error) { return e.free.Load(), nil }
+	// The size rule compacts after every append that grows the journal
+	// past the transcript: a compaction after each append, if it could.
+	e.cfg.MinCompactBytes = 1
+	if cfg != nil {
+		cfg(&e.cfg)
+	}
+	hook := func() { e.rounds.Add(1) }
+	testHookSpaceChecked.Store(&hook)
+	t.Cleanup(func() { testHookSpaceChecked.Store(nil) })
+	e.m = e.manager()
+	t.Cleanup(func() { closeManager(t, e.m) })
+	return e
+}
+
+// appendTo appends lines to k and waits for what the writer does after
+// the acknowledgement (the size rule's compaction).
+func (e *spaceEnv) appendTo(k layout.Key, lines ...string) {
+	e.t.Helper()
+	mustAppendTo(e.t, e.m, k, lines...)
+	if err := e.m.do(bg, k, func(*state) error { return nil }); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// tick moves the fake clock one spaceCheck on and waits for the
+// watcher's round.
+func (e *spaceEnv) tick() {
+	e.t.Helper()
+	before := e.rounds.Load()
+	e.fake.Advance(spaceCheck)
+	deadline := time.Now().Add(10 * time.Second)
+	for e.rounds.Load() == before {
+		if time.Now().After(deadline) {
+			e.t.Fatal("the watcher did not run a round after the clock moved")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestDeferredCompactionWaitsForSpace: a compaction that does not fit
+// (ENOSPC writing its temp copy) is deferred with one status line naming
+// the folder, what it needs and what is free; while the free space stays
+// short, neither the appends that follow nor a hundred rounds of the
+// watcher try it again (one statfs a round, no compaction: not a hot
+// loop), an explicit Flush tries once and says where space is missing; once the
+// space is back, the watcher compacts it without any call, and the
+// transcript holds every entry.
+func TestDeferredCompactionWaitsForSpace(t *testing.T) {
+	e := newSpaceEnv(t, nil)
+	m, k := e.m, newKey()
+	e.ff.Inject(fstest.Fault{Op: fstest.OpWrite, Path: func(p string) bool { return strings.Contains(p, ".compact-") }, Err: syscall.ENOSPC, Sticky: true})
+	e.free.Store(10)
+	e.appendTo(k, string(entry("", "n", "0")))
+	if n := e.attempts.Load(); n != 1 {
+		t.Fatalf("%d compactions tried after the first append, want the size rule's 1", n)
+	}
+	d := m.Stats().Disk.Deferred
+	if len(d) != 1 || d[0].Key != k {
+		t.Fatalf("deferred compactions: %+v, want one of %s", d, k)
+	}
+	dir := e.lay.ProjectDir(k.ProjectKey)
+	if line := d[0].Line(); !strings.HasPrefix(line, "compaction deferred: need ") || !strings.Contains(line, " bytes in "+dir+", 10 free") {
+		t.Errorf("status line %q does not say what is needed in %s and what is free", line, dir)
+	}
+	for i := 1; i <= 20; i++ {
+		e.appendTo(k, string(entry("", "n", fmt.Sprint(i))))
+	}
+	for range 100 {
+		e.tick()
+	}
+	if n := e.attempts.Load(); n != 1 {
+		t.Fatalf("%d compactions tried while the disk stayed full, want still 1", n)
+	}
+	if st := m.Stats().Disk; st.LagSessions != 1 || st.LagBytes == 0 {
+		t.Errorf("lag %d sessions, %d bytes; want the deferred session and its entries", st.LagSessions, st.LagBytes)
+	}
+	_, err := m.Flush(bg, k)
+	var se *errdefs.SpaceError
+	if !errors.As(err, &se) || se.Dir != dir || se.Need <= 0 {
+		t.Fatalf("Flush on the full disk = %v, want a SpaceError naming %s", err, dir)
+	}
+	if n := e.attempts.Load(); n != 2 {
+		t.Fatalf("%d compactions tried after the Flush, want 2", n)
+	}
+
+	// Space is back: the watcher compacts it, nobody asks.
+	e.ff.Clear()
+	e.free.Store(1 << 40)
+	for i := 0; len(m.Stats().Disk.Deferred) > 0; i++ {
+		if i == 10 {
+			t.Fatal("the deferred compaction was not done within 10 rounds of free space")
+		}
+		e.tick()
+	}
+	if n := e.attempts.Load(); n != 3 {
+		t.Errorf("%d compactions tried in all, want 3 (size rule, Flush, the watcher's)", n)
+	}
+	if got := e.canonicalLines(k); len(got) != 21 {
+		t.Errorf("the transcript holds %d lines after the space came back, want 21", len(got))
+	}
+	if st := m.Stats().Disk; st.LagSessions != 0 || st.LagBytes != 0 {
+		t.Errorf("lag after the catch-up: %d sessions, %d bytes", st.LagSessions, st.LagBytes)
+	}
+}
+
+// TestBallastReleasedAndRemade: the ballast is made at start; the first
+// write that finds the disk full deletes it and the log gives back its
+// spare space; the compaction waiting is tried again at once (it may fit
+// now); once nothing waits and the disk has room for the ballast twice
+// over, it is made again.
+func TestBallastReleasedAndRemade(t *testing.T) {
+	const size = 64 << 10
+	e := newSpaceEnv(t, func(c *Config) { c.BallastSize = size })
+	m, k := e.m, newKey()
+	path := e.lay.BallastPath()
+	if fi, err := os.Stat(path); err != nil || fi.Size() != size {
+		t.Fatalf("ballast at start: %v, %v; want %d bytes", fi, err, size)
+	}
+	e.ff.Inject(fstest.Fault{Op: fstest.OpWrite, Path: func(p string) bool { return strings.Contains(p, ".compact-") }, Err: syscall.ENOSPC})
+	e.free.Store(10)
+	rounds := e.rounds.Load()
+	e.appendTo(k, string(entry("", "n", "0")))
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the ballast is still there after the disk filled (%v)", err)
+	}
+	if st := m.Stats().Disk; !st.BallastReleased || st.BallastPath != path || st.BallastSize != size {
+		t.Errorf("status: %+v, want the ballast %s released", st, path)
+	}
+	if !m.logs.wal.LowSpace() {
+		t.Error("the log still reserves space ahead on a full disk")
+	}
+	// The release wakes the watcher at once; the free space (10) does
+	// not fit the compaction, so it is not tried.
+	for deadline := time.Now().Add(10 * time.Second); e.rounds.Load() == rounds; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the release did not wake the watcher")
+		}
+	}
+	if n := e.attempts.Load(); n != 1 {
+		t.Errorf("%d compactions tried, want 1", n)
+	}
+	// The ballast's room is the compactions': an append that would take
+	// it is refused, saying so.
+	_, err := m.Append(bg, k, [][]byte{entry("", "n", "1")})
+	var se *errdefs.SpaceError
+	if !errors.As(err, &se) || se.Dir != e.lay.WALDir() || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "kept for the compactions") {
+		t.Errorf("an append into the released ballast's room = %v, want a SpaceError in %s saying the room is kept", err, e.lay.WALDir())
+	}
+	// Some space: the compaction fits, and appends that leave the
+	// ballast's room, but not the ballast twice over.
+	e.free.Store(2*size - 1)
+	for i := 0; len(m.Stats().Disk.Deferred) > 0; i++ {
+		if i == 10 {
+			t.Fatal("the deferred compaction was not done")
+		}
+		e.tick()
+	}
+	e.appendTo(k, string(entry("", "n", "2")))
+	if got := e.canonicalLines(k); len(got) != 2 {
+		t.Errorf("the transcript holds %d lines, want 2 (the first entry and the last; the refused one is not stored)", len(got))
+	}
+	e.tick()
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the ballast was made again without room for it twice over (%v)", err)
+	}
+	e.free.Store(1 << 40)
+	e.tick()
+	if fi, err := os.Stat(path); err != nil || fi.Size() != size {
+		t.Fatalf("the ballast was not made again once space was back: %v, %v", fi, err)
+	}
+	if st := m.Stats().Disk; st.BallastReleased {
+		t.Error("status still says the ballast is released")
+	}
+	if m.logs.wal.LowSpace() {
+		t.Error("the log does not reserve space ahead again once space is back")
+	}
+}
+
+// TestRecoveryFailureClearedWhenHealthy: a session whose replay failed
+// for want of space is reported as a recovery failure until its entries
+// reach its transcript; then it leaves the list and counts as a past
+// failure.
+func TestRecoveryFailureClearedWhenHealthy(t *testing.T) {
+	e := newSpaceEnv(t, func(c *Config) { c.MinCompactBytes = 1 << 30 })
+	k := newKey()
+	mustAppendTo(t, e.m, k, string(entry("", "n", "0")))
+	crash(t, e.m)
+
+	e.ff.Inject(fstest.Fault{Op: fstest.OpWrite, Path: func(p string) bool { return strings.Contains(p, ".compact-") }, Err: syscall.ENOSPC, Sticky: true})
+	e.free.Store(10)
+	m := e.manager()
+	defer closeManager(t, m)
+	rep, err := m.Recover(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Failed) != 1 {
+		t.Fatalf("recovery failed %d sessions, want the one on the full disk", len(rep.Failed))
+	}
+	st := m.Stats()
+	if len(st.RecoveryErrors) != 1 || !strings.Contains(st.RecoveryErrors[0], k.SessionID) || st.PastRecoveryFailures != 0 {
+		t.Fatalf("recovery errors %q, past %d; want the session's, none past", st.RecoveryErrors, st.PastRecoveryFailures)
+	}
+	e.ff.Clear()
+	e.free.Store(1 << 40)
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	st = m.Stats()
+	if len(st.RecoveryErrors) != 0 || st.PastRecoveryFailures != 1 {
+		t.Errorf("after the session was compacted: recovery errors %q, past %d; want none standing, 1 past", st.RecoveryErrors, st.PastRecoveryFailures)
+	}
+	if got := e.canonicalLines(k); len(got) != 1 {
+		t.Errorf("the transcript holds %d lines, want 1", len(got))
+	}
+}
