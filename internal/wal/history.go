@@ -24,7 +24,9 @@ type HistoryInfo struct {
 	Since time.Time
 }
 
-// History calls fn with every committed entry the log still holds for key
+// History calls fn with every committed entry the log still holds for key,
+// and where it lies (the Span Append gave it: retained segments keep their
+// seq)
 // (retained segments first, then the live ones; superseded streams, whose
 // entries are already compacted, included), in the order they were
 // logged: the order they were acknowledged in. A stream is known by its
@@ -36,7 +38,7 @@ type HistoryInfo struct {
 //
 // While History runs, nothing is collected or expired, so the segments it
 // lists stay: it is meant for repair, not for a hot path.
-func (l *Log) History(key layout.Key, fn func(entry []byte) error) (HistoryInfo, error) {
+func (l *Log) History(key layout.Key, fn func(sp Span, entry []byte) error) (HistoryInfo, error) {
 	type part struct {
 		seq  uint64
 		path string
@@ -66,7 +68,7 @@ func (l *Log) History(key layout.Key, fn func(entry []byte) error) (HistoryInfo,
 		l.readers--
 		l.mu.Unlock()
 	}()
-	h := &historian{l: l, key: key, fn: fn, streams: map[uint64]bool{}, pending: map[uint64][][]byte{}}
+	h := &historian{l: l, key: key, fn: fn, streams: map[uint64]bool{}, pending: map[uint64][]pendingEntry{}}
 	for _, p := range parts {
 		f := p.f
 		if f == nil {
@@ -96,9 +98,15 @@ func (l *Log) History(key layout.Key, fn func(entry []byte) error) (HistoryInfo,
 type historian struct {
 	l       *Log
 	key     layout.Key
-	fn      func([]byte) error
+	fn      func(Span, []byte) error
 	streams map[uint64]bool // stream -> bound to key
-	pending map[uint64][][]byte
+	pending map[uint64][]pendingEntry
+	seq     uint64 // the segment being read
+}
+
+type pendingEntry struct {
+	sp Span
+	e  []byte
 }
 
 // segment reads the records of segment seq up to end (-1: the file's
@@ -122,6 +130,7 @@ func (h *historian) segment(f fsys.File, path string, seq uint64, end int64) err
 	}
 	rules := h.l.rules
 	clear(h.pending)
+	h.seq = seq
 	for off := start; off < end; {
 		hd, err := frame.Read(w, off, sh.ID, rules)
 		if err != nil {
@@ -167,7 +176,7 @@ func (h *historian) record(f fsys.File, w *frame.Window, hd frame.Header, off in
 		if err := frame.ReadFull(f, e, body+streamSize); err != nil {
 			return err
 		}
-		h.pending[id] = append(h.pending[id], e)
+		h.pending[id] = append(h.pending[id], pendingEntry{Span{Seg: h.seq, Off: off, Len: len(e)}, e})
 	case typeCommit:
 		if hd.Length != commitSize {
 			return nil
@@ -183,7 +192,7 @@ func (h *historian) record(f fsys.File, w *frame.Window, hd frame.Header, off in
 			return nil
 		}
 		for _, e := range entries {
-			if err := h.fn(e); err != nil {
+			if err := h.fn(e.sp, e.e); err != nil {
 				return err
 			}
 		}

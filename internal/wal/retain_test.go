@@ -18,7 +18,10 @@ import (
 func history(t testing.TB, l *Log, k layout.Key) []string {
 	t.Helper()
 	var out []string
-	if _, err := l.History(k, func(e []byte) error {
+	if _, err := l.History(k, func(sp Span, e []byte) error {
+		if got, err := l.ReadEntry(sp, nil); err == nil && string(got) != string(e) {
+			t.Errorf("History's span %v reads %.20q, it gave %.20q", sp, got, e)
+		}
 		out = append(out, string(e))
 		return nil
 	}); err != nil {
@@ -257,7 +260,7 @@ func retainWorkload(fs fsys.FS) *retainModel {
 func (m *retainModel) check(l *Log) error {
 	for k, sent := range m.sent {
 		var got []string
-		if _, err := l.History(k, func(e []byte) error { got = append(got, string(e)); return nil }); err != nil {
+		if _, err := l.History(k, func(_ Span, e []byte) error { got = append(got, string(e)); return nil }); err != nil {
 			return err
 		}
 		i := 0

@@ -56,6 +56,14 @@ type Config struct {
 	// (see package wal). Zero: wal's defaults.
 	WALSegmentSize int64
 	WALMaxSize     int64
+	// WALRetention keeps the log's segments for this long after every
+	// session in them was compacted, within WALRetentionSize (the oldest
+	// go first), so that repair can put back acknowledged entries another
+	// program's rewrite dropped from a transcript (see restore.go and
+	// wal's retain.go). Zero: the defaults; a negative WALRetention keeps
+	// nothing.
+	WALRetention     time.Duration
+	WALRetentionSize int64
 }
 
 // Defaults.
@@ -69,6 +77,13 @@ const (
 	DefaultIdleFloor       = 4 << 20
 	DefaultIdleRatio       = 16
 	DefaultIdleRetire      = 30 * time.Second
+	// DefaultWALRetention: a day covers a rewrite noticed the next
+	// morning; DefaultWALRetentionSize caps it at what a busy machine's
+	// agents log in about a day (BENCHMARKS.md: a heavy session writes
+	// tens of MB a day), a small part of a disk that holds the
+	// transcripts themselves.
+	DefaultWALRetention     = 24 * time.Hour
+	DefaultWALRetentionSize = 1 << 30
 )
 
 func (c *Config) setDefaults() error {
@@ -113,6 +128,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.IdleRetire < c.IdleCompact {
 		c.IdleRetire = c.IdleCompact
+	}
+	if c.WALRetention == 0 {
+		c.WALRetention = DefaultWALRetention
+	}
+	if c.WALRetentionSize <= 0 {
+		c.WALRetentionSize = DefaultWALRetentionSize
 	}
 	return nil
 }

@@ -51,6 +51,7 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 // files. It returns the sessions to replay.
 func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Key, error) {
 	var rep RecoverReport
+	m.loadMissing()
 	m.sweepTemps()
 	m.logs.sweepTemps(m.IsActive)
 	if r := m.logs.rec; r != nil {
@@ -216,5 +217,8 @@ func (m *Manager) sweepTemps() {
 	})
 	sweep(m.intentDir(), func(n string) bool {
 		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".json.tmp")
+	})
+	sweep(L.MissingDir(), func(n string) bool {
+		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".tmp")
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -49,6 +50,14 @@ type Stats struct {
 	// not in their canonical files yet (see Replay).
 	ReplayPending  uint64
 	RecoveryErrors []string
+	// The write-ahead log's retained segments (Config.WALRetention):
+	// how many, their size, and when the oldest was let go.
+	RetainedSegments int
+	RetainedBytes    int64
+	OldestRetained   time.Time
+	// Missing lists the transcripts found lacking entries sessiond had
+	// acknowledged (missing.go).
+	Missing []MissingInfo
 }
 
 type counters struct {
@@ -90,7 +99,7 @@ func New(cfg Config) (*Manager, error) {
 	// Folders are made durable once per process, not at every compaction.
 	cfg.FS = fsys.Remembering(cfg.FS)
 	m := &Manager{
-		deps: deps{cfg: cfg, ix: index.New()},
+		deps: deps{cfg: cfg, ix: index.New(), missing: &missingRegistry{}},
 		log:  cfg.Logger, sessions: make(map[layout.Key]*session), leaving: make(map[layout.Key]*session),
 		progress: progress.New(),
 	}
@@ -341,13 +350,18 @@ func (m *Manager) Stats() Stats {
 	n := len(m.sessions)
 	recErrs := append([]string(nil), m.recoveryErrs...)
 	m.mu.Unlock()
+	ws := m.logs.wal.Stats()
 	return Stats{
+		RetainedSegments:  ws.RetainedSegments,
+		RetainedBytes:     ws.RetainedBytes,
+		OldestRetained:    ws.OldestRetained,
+		Missing:           m.Missing(),
 		RecoveryErrors:    recErrs,
 		ActiveSessions:    n,
 		Appends:           m.stats.appends.Load(),
 		EntriesStored:     m.stats.stored.Load(),
 		EntriesDuplicate:  m.stats.duplicate.Load(),
-		JournalSyncs:      m.logs.wal.Stats().Syncs,
+		JournalSyncs:      ws.Syncs,
 		JournalBytes:      m.stats.journalBytes.Load(),
 		Compactions:       m.stats.compactions.Load(),
 		CompactedBytes:    m.stats.compactedBytes.Load(),
