@@ -201,12 +201,32 @@ func statusCmd(g *globals) *cobra.Command {
 			for _, op := range st.GetOperations() {
 				fmt.Fprintf(w, "in progress\t%s\n", describeOperation(op))
 			}
+			if r := st.GetWalRetention(); r != nil {
+				fmt.Fprintf(w, "log retention\t%s\n", describeRetention(r))
+			}
 			for _, e := range st.GetRecoveryErrors() {
 				fmt.Fprintf(w, "RECOVERY FAILED\t%s\n", e)
+			}
+			for _, a := range st.GetAcknowledgedMissing() {
+				fmt.Fprintf(w, "ENTRIES MISSING\t%s: %s sessiond acknowledged no longer in it (another program rewrote it); `sessionctl check %s` names them, `sessionctl repair %s` puts back what the log retains\n",
+					a.GetSession().GetPath(), count(a.GetCount(), "entry"), a.GetSession().GetSessionId(), a.GetSession().GetSessionId())
 			}
 			return w.Flush()
 		}),
 	}
+}
+
+// describeRetention says what the write-ahead log keeps after compaction.
+func describeRetention(r *sessiondv1.WalRetention) string {
+	if r.GetRetentionMs() <= 0 {
+		return "none (--wal-retention 0): repair cannot put back entries another program's rewrite dropped"
+	}
+	s := fmt.Sprintf("%s after compaction, up to %s: %s kept (%s)", time.Duration(r.GetRetentionMs())*time.Millisecond,
+		humanBytes(r.GetSizeBudget()), count(r.GetRetainedSegments(), "segment"), humanBytes(r.GetRetainedBytes()))
+	if ms := r.GetOldestRetainedMs(); ms > 0 {
+		s += ", the oldest since " + time.UnixMilli(ms).Format(time.RFC3339)
+	}
+	return s
 }
 
 // maxLineBytes is the largest line sessionctl sends: a gRPC message

@@ -47,6 +47,8 @@ func run() error {
 		minCompact      = flag.Int64("min-compact-bytes", writer.DefaultMinCompactBytes, "compact a session once the log holds this many bytes of its entries and at least as many as its transcript (benchmarks raise it to keep large logs)")
 		walSegment      = flag.Int64("wal-segment-size", wal.DefaultSegmentSize, "size at which the write-ahead log starts a new segment file")
 		walMax          = flag.Int64("wal-max-size", wal.DefaultMaxSize, "once the write-ahead log's segments add up to more, the sessions holding the oldest one are compacted so it can go")
+		walRetention    = flag.Duration("wal-retention", writer.DefaultWALRetention, "keep the write-ahead log's segments this long after their sessions were compacted, so repair can put back acknowledged entries another program's rewrite of a transcript dropped (0 keeps none)")
+		walRetentionMax = flag.Int64("wal-retention-size", writer.DefaultWALRetentionSize, "the most the retained segments may add up to, in bytes; the oldest go first (and all of them when the disk is full)")
 		logFormat       = flag.String("log-format", "auto", "auto (console on a terminal, else JSON), console or json")
 		logLevel        = flag.String("log-level", "info", "debug, info, warn or error")
 		showVersion     = flag.Bool("version", false, "print the version and exit")
@@ -70,10 +72,18 @@ func run() error {
 		{"max-message-bytes", *maxMessage > 0}, {"idle-compact", *idleCompact > 0},
 		{"idle-retire", *idleRetire > 0}, {"min-compact-bytes", *minCompact > 0},
 		{"wal-segment-size", *walSegment > 0}, {"wal-max-size", *walMax > 0},
+		{"wal-retention-size", *walRetentionMax > 0},
 	} {
 		if !f.ok {
 			return fmt.Errorf("--%s must be greater than zero (%s); leave it out for the default", f.name, flag.Lookup(f.name).Value)
 		}
+	}
+	if *walRetention < 0 {
+		return fmt.Errorf("--wal-retention must not be negative (%s); 0 keeps nothing after compaction", *walRetention)
+	}
+	retention := *walRetention
+	if retention == 0 {
+		retention = -1 // writer.Config: negative keeps nothing, 0 is the default
 	}
 	if *rootDir == "" {
 		return fmt.Errorf("no transcripts root: %v; pass --root", rootErr)
@@ -121,7 +131,8 @@ func run() error {
 		Socket: *socketPath, Root: *rootDir, StateDir: *stateDir,
 		ShutdownTimeout: *shutdownTimeout, MaxMessageBytes: *maxMessage, Version: version(),
 		Writer: writer.Config{MaxEntryBytes: *maxEntry, IdleCompact: *idleCompact, IdleRetire: *idleRetire,
-			MinCompactBytes: *minCompact, WALSegmentSize: *walSegment, WALMaxSize: *walMax},
+			MinCompactBytes: *minCompact, WALSegmentSize: *walSegment, WALMaxSize: *walMax,
+			WALRetention: retention, WALRetentionSize: *walRetentionMax},
 		Logger: log,
 	})
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/frame"
+	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
 )
@@ -382,4 +383,95 @@ func frameTorn(t *testing.T, k layout.Key) []byte {
 	rec := encodeAckRecord(fingerprint{size: 1}, 0, []ackID{{sp: span{seg: 99, off: 64}, uuid: uuid.NewString()}})
 	b := frame.Append(nil, ackRecord, rec, ledgerSeed(k), 0)
 	return b[:len(b)/2]
+}
+
+// renameHookFS runs after, once, right after a rename onto target.
+type renameHookFS struct {
+	fsys.FS
+	target string
+	after  func()
+}
+
+func (f *renameHookFS) Rename(o, n string) error {
+	err := f.FS.Rename(o, n)
+	if err == nil && n == f.target && f.after != nil {
+		h := f.after
+		f.after = nil
+		h()
+	}
+	return err
+}
+
+// agentAppend appends line to path as an agent does: open, write, close.
+func agentAppend(t *testing.T, path, line string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(line + "\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Bug (e2e's TestForeignAppendRace under load): an agent's line written
+// to the old file during a compaction's rename was rescued into the log
+// and compacted after the agent's next line, written to the new file a
+// moment later: the agent's lines came out of order. And a line the agent
+// wrote to the old file after the rescue (opened before the rename,
+// written after: an agent descheduled in between) was lost.
+func TestForeignLinesDuringRenameKeepTheirOrder(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(map[bool]string{false: "written during the rename", true: "written after the rescue"}[late], func(t *testing.T) {
+			e := newEnv(t)
+			k := newKey()
+			path := e.lay.TranscriptPath(k)
+			hook := &renameHookFS{FS: fsys.OS, target: path}
+			e.fs = hook
+			m := e.manager()
+			defer closeManager(t, m)
+			mine1, mine2 := chained(k, uuid.NewString(), "", "mine 1"), chained(k, uuid.NewString(), "", "mine 2")
+			a, b := chained(k, uuid.NewString(), "", "agent A"), chained(k, uuid.NewString(), "", "agent B")
+			mustAppendTo(t, m, k, mine1)
+			if _, err := m.Flush(bg, k); err != nil {
+				t.Fatal(err)
+			}
+			mustAppendTo(t, m, k, mine2)
+			// The agent opens the transcript before the compaction's rename.
+			old, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer old.Close()
+			agentLines := func() {
+				if _, err := old.WriteString(a + "\n"); err != nil {
+					t.Fatal(err)
+				}
+				agentAppend(t, path, b) // opened after the rename: the new file
+			}
+			if !late {
+				hook.after = agentLines
+			}
+			if _, err := m.Flush(bg, k); err != nil {
+				t.Fatal(err)
+			}
+			if late {
+				agentLines()
+			}
+			if _, err := m.Flush(bg, k); err != nil {
+				t.Fatal(err)
+			}
+			want := []string{mine1, mine2, a, b}
+			if got := e.canonicalLines(k); !slices.Equal(got, want) {
+				t.Fatalf("the file holds\n%s\nwant the agent's lines kept, in their order:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+			// Rescued lines are the agent's, never acknowledged by
+			// sessiond: not in the ledger.
+			led, err := readLedger(e.fs, e.lay, k)
+			if err != nil || len(led.ids) != 2 {
+				t.Fatalf("ledger holds %d entries (%v), want sessiond's 2", len(led.ids), err)
+			}
+		})
+	}
 }
