@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand"
 	"os"
 	"path"
@@ -105,6 +106,10 @@ type workload struct {
 	// heal retries, once a fault is gone, what the workload needs
 	// finished; nil when a failed call needs no retry.
 	heal func(w *world) []string
+	// settle runs on the Manager that recovered a crashed disk, before
+	// anything is checked: what the workload needs finished after a
+	// crash (a repair); nil for nothing.
+	settle func(w *world, m *Manager) []string
 }
 
 func newWorld(t testing.TB, wl *workload, c *fstest.CrashFS, ff *fstest.FaultFS) *world {
@@ -239,6 +244,54 @@ func (w *world) foreign(key layout.Key, lines ...string) error {
 	})
 }
 
+// foreignSave replaces key's canonical file as a program that loaded it
+// earlier saves its copy back: the first keep lines the file holds now,
+// then its own lines, with open("w") (truncate, then write), fsync. Its
+// own lines count as acknowledged once the fsync returned; the lines it
+// kept are sessiond's.
+func (w *world) foreignSave(key layout.Key, keep int, own ...string) error {
+	b := &sent{key: key, lines: own, caller: foreignCaller}
+	w.mu.Lock()
+	w.batches = append(w.batches, b)
+	w.mu.Unlock()
+	return w.do("foreign save "+key.String(), func() error {
+		path := crashLayout.TranscriptPath(key)
+		f, err := w.fs.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		data := make([]byte, fi.Size())
+		if _, err := f.ReadAt(data, 0); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		var lines []string
+		for _, l := range strings.SplitAfter(string(data), "\n") {
+			if len(lines) < keep && strings.HasSuffix(l, "\n") {
+				lines = append(lines, strings.TrimSuffix(l, "\n"))
+			}
+		}
+		if err := f.Truncate(0); err != nil {
+			return err
+		}
+		if _, err := f.Write([]byte(strings.Join(append(lines, own...), "\n") + "\n")); err != nil {
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		w.mu.Lock()
+		w.ackN++
+		b.acked, b.ackN = true, w.ackN
+		w.mu.Unlock()
+		return nil
+	})
+}
+
 func (w *world) setFlag(name string) {
 	w.mu.Lock()
 	w.flags[name] = true
@@ -293,6 +346,9 @@ func (w *world) verify(v *fstest.CrashFS, probe bool) []string {
 	}
 	for _, f := range rep.Failed {
 		probs = append(probs, fmt.Sprintf("Recover failed a session: %v", f))
+	}
+	if w.wl.settle != nil && len(probs) == 0 {
+		probs = append(probs, w.wl.settle(w, m)...)
 	}
 	probs = append(probs, checkTemps(v)...)
 	probs = append(probs, w.checkEntries(v, nil)...)
