@@ -300,7 +300,11 @@ func (st *state) appendLedger(fp fingerprint, missing int, ids []ackID) error {
 	}
 	defer f.Close()
 	rec := frame.Append(nil, ackRecord, encodeAckRecord(fp, missing, ids), ledgerSeed(st.key), 0)
-	err = f.Truncate(st.ackEnd) // what follows the last whole record was never synced whole
+	fi, err := f.Stat()
+	if err == nil && fi.Size() > st.ackEnd {
+		// What follows the last whole record was never synced whole.
+		err = f.Truncate(st.ackEnd)
+	}
 	if err == nil {
 		_, err = f.Seek(st.ackEnd, io.SeekStart)
 	}

@@ -220,28 +220,7 @@ func (w *world) flush(key layout.Key) error {
 // O_APPEND, one write, fsync. They count as acknowledged once the fsync
 // returned: sessiond must keep them.
 func (w *world) foreign(key layout.Key, lines ...string) error {
-	b := &sent{key: key, lines: lines, caller: foreignCaller}
-	w.mu.Lock()
-	w.batches = append(w.batches, b)
-	w.mu.Unlock()
-	return w.do("foreign append "+key.String(), func() error {
-		f, err := w.fs.OpenFile(crashLayout.TranscriptPath(key), os.O_WRONLY|os.O_APPEND, 0)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if _, err := f.Write([]byte(strings.Join(lines, "\n") + "\n")); err != nil {
-			return err
-		}
-		if err := f.Sync(); err != nil {
-			return err
-		}
-		w.mu.Lock()
-		w.ackN++
-		b.acked, b.ackN = true, w.ackN
-		w.mu.Unlock()
-		return nil
-	})
+	return w.foreignWrite("foreign append", key, os.O_WRONLY|os.O_APPEND, lines, func(fsys.File) ([]string, error) { return lines, nil })
 }
 
 // foreignSave replaces key's canonical file as a program that loaded it
@@ -250,24 +229,14 @@ func (w *world) foreign(key layout.Key, lines ...string) error {
 // own lines count as acknowledged once the fsync returned; the lines it
 // kept are sessiond's.
 func (w *world) foreignSave(key layout.Key, keep int, own ...string) error {
-	b := &sent{key: key, lines: own, caller: foreignCaller}
-	w.mu.Lock()
-	w.batches = append(w.batches, b)
-	w.mu.Unlock()
-	return w.do("foreign save "+key.String(), func() error {
-		path := crashLayout.TranscriptPath(key)
-		f, err := w.fs.OpenFile(path, os.O_RDWR, 0)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
+	return w.foreignWrite("foreign save", key, os.O_RDWR, own, func(f fsys.File) ([]string, error) {
 		fi, err := f.Stat()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		data := make([]byte, fi.Size())
 		if _, err := f.ReadAt(data, 0); err != nil && !errors.Is(err, io.EOF) {
-			return err
+			return nil, err
 		}
 		var lines []string
 		for _, l := range strings.SplitAfter(string(data), "\n") {
@@ -275,10 +244,30 @@ func (w *world) foreignSave(key layout.Key, keep int, own ...string) error {
 				lines = append(lines, strings.TrimSuffix(l, "\n"))
 			}
 		}
-		if err := f.Truncate(0); err != nil {
+		return append(lines, own...), f.Truncate(0)
+	})
+}
+
+// foreignWrite is another program's write of key's canonical file, opened
+// with flag: the lines content returns, in one write, then fsync. own, the
+// lines that are the program's, count as acknowledged once the fsync
+// returned.
+func (w *world) foreignWrite(what string, key layout.Key, flag int, own []string, content func(fsys.File) ([]string, error)) error {
+	b := &sent{key: key, lines: own, caller: foreignCaller}
+	w.mu.Lock()
+	w.batches = append(w.batches, b)
+	w.mu.Unlock()
+	return w.do(what+" "+key.String(), func() error {
+		f, err := w.fs.OpenFile(crashLayout.TranscriptPath(key), flag, 0)
+		if err != nil {
 			return err
 		}
-		if _, err := f.Write([]byte(strings.Join(append(lines, own...), "\n") + "\n")); err != nil {
+		defer f.Close()
+		lines, err := content(f)
+		if err != nil {
+			return err
+		}
+		if _, err := f.Write([]byte(strings.Join(lines, "\n") + "\n")); err != nil {
 			return err
 		}
 		if err := f.Sync(); err != nil {

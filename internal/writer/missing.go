@@ -82,14 +82,21 @@ func (r *missingRegistry) get(k layout.Key) (MissingInfo, bool) {
 }
 
 // Missing lists the transcripts found lacking entries sessiond had
-// acknowledged, in key order.
+// acknowledged, in key order; not those deleted since (their finding
+// comes back if they are restored and still lack them).
 func (m *Manager) Missing() []MissingInfo {
 	m.missing.mu.Lock()
-	out := make([]MissingInfo, 0, len(m.missing.m))
+	all := make([]MissingInfo, 0, len(m.missing.m))
 	for _, in := range m.missing.m {
-		out = append(out, in)
+		all = append(all, in)
 	}
 	m.missing.mu.Unlock()
+	out := all[:0]
+	for _, in := range all {
+		if _, err := m.cfg.FS.Lstat(m.cfg.Layout.TranscriptPath(in.Key)); err == nil {
+			out = append(out, in)
+		}
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key.Less(out[j].Key) })
 	return out
 }

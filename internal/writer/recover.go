@@ -212,9 +212,11 @@ func (m *Manager) sweepTemps() {
 				strings.Contains(n, "sessiond-store.json.") || strings.Contains(n, ".meta.json.")) ||
 			strings.HasPrefix(n, archiveTempPrefix)
 	})
-	sweep(filepath.Join(L.StateDir, "repairs"), func(n string) bool {
-		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, layout.TranscriptExt+".tmp")
-	})
+	for _, kept := range []string{"repairs", "foreign"} {
+		sweep(filepath.Join(L.StateDir, kept), func(n string) bool {
+			return strings.HasPrefix(n, ".") && strings.HasSuffix(n, layout.TranscriptExt+".tmp")
+		})
+	}
 	sweep(m.intentDir(), func(n string) bool {
 		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".json.tmp")
 	})

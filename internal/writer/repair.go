@@ -308,7 +308,13 @@ func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*tra
 		return nil, "", err
 	}
 	if plan != nil {
-		st.setMissing(plan.remaining(), "repair")
+		rest := plan.remaining()
+		st.setMissing(rest, "repair")
+		// The ledger's last record names the repaired file now, so the
+		// next open need not compare the file with it again.
+		if err := st.appendLedger(st.canon, len(rest), nil); err != nil {
+			st.log.Warn("cannot record the repaired transcript in its ledger", zap.Error(err))
+		}
 	}
 	st.log.Info("repaired", zap.Int("actions", len(res.Actions)), zap.String("original_kept_at", backup))
 	return res, backup, nil
