@@ -156,6 +156,11 @@ func (l Layout) AckedDir() string { return filepath.Join(l.StateDir, ackedDirNam
 // invalid key.
 func (l Layout) AckedPath(k Key) string { return keyPath(l.AckedDir(), k, AckedExt) }
 
+// ParseAckedPath is the inverse of AckedPath.
+func (l Layout) ParseAckedPath(path string) (Key, bool) {
+	return parseKeyPath(l.AckedDir(), path, AckedExt)
+}
+
 // MissingDir is StateDir/missing, where sessiond notes the transcripts
 // found missing entries it had acknowledged, until they are repaired.
 func (l Layout) MissingDir() string { return filepath.Join(l.StateDir, missingDirName) }

@@ -75,7 +75,7 @@
 // Options.Retention is set: it is renamed "<seq>-<unix ms>.wal-retained",
 // out of the log (recovery does not read it), and kept that long while
 // the retained segments stay within Options.RetentionSize, the oldest
-// going first; History reads a transcript's entries back from them (see
+// going first; Lookup reads entries back from them by their spans (see
 // retain.go). A full disk drops them all.
 //
 // An idle transcript whose entries sit in the oldest segment would keep it

@@ -58,7 +58,7 @@ type Options struct {
 	// them lets the segment go. Nil: nobody is told.
 	OnPressure func(keys []layout.Key)
 	// Retention keeps the segments the checkpoint lets go for this long
-	// after it does, for History (see retain.go); 0 keeps none.
+	// after it does, for Lookup (see retain.go); 0 keeps none.
 	Retention time.Duration
 	// RetentionSize bounds the retained segments' total size (the oldest
 	// go first); 0 means DefaultRetentionSize.
@@ -110,8 +110,8 @@ type Log struct {
 	// spares are collected segment files kept for reuse (reserve.go);
 	// the committer's, and recovery's before it.
 	spares []string
-	// retained are the segments out of the log kept for History, oldest
-	// first (retain.go); readers counts History calls running, which
+	// retained are the segments out of the log kept for Lookup, oldest
+	// first (retain.go); readers counts Lookup calls running, which
 	// keep segments from being collected or retained ones from going.
 	retained []*retainedSeg
 	readers  int

@@ -22,7 +22,7 @@ import (
 // and Kafka keeps a topic for retention.ms for the same reason: what was
 // acknowledged can still be read back after the copy it was checkpointed
 // into is damaged. Here that copy is a transcript another program may
-// rewrite: History reads a transcript's entries back from the retained
+// rewrite: Lookup reads its entries back, by their spans, from the retained
 // segments (and the live ones), so sessiond can put back what such a
 // rewrite dropped.
 //
@@ -45,7 +45,7 @@ import (
 // retainedSuffix ends the name of a retained segment.
 const retainedSuffix = ".wal-retained"
 
-// retainedSeg is a segment out of the log, kept for History.
+// retainedSeg is a segment out of the log, kept for Lookup.
 type retainedSeg struct {
 	seq  uint64
 	path string
@@ -95,13 +95,14 @@ func (l *Log) let(s *segment) error {
 		}
 		return l.retire(s.path)
 	}
+	// The file keeps its reserved space: once expired it becomes a spare
+	// (retire), and a reused file's blocks are what makes its syncs cheap
+	// (reserve.go). A segment leaves the log once full, so little of it
+	// is unwritten; the budget counts the file's size all the same.
+	size := s.end
 	if s.f != nil {
-		// Give back the space reserved past its last record: a retained
-		// segment is never written again. Best effort; a longer file
-		// only holds zeros or a reused file's old records there, which
-		// never validate.
-		if fi, err := s.f.Stat(); err == nil && fi.Size() > s.end {
-			_ = s.f.Truncate(s.end)
+		if fi, err := s.f.Stat(); err == nil && fi.Size() > size {
+			size = fi.Size()
 		}
 		s.f.Close()
 	}
@@ -111,14 +112,14 @@ func (l *Log) let(s *segment) error {
 		return err
 	}
 	l.mu.Lock()
-	l.retained = append(l.retained, &retainedSeg{seq: s.seq, path: path, at: at, size: s.end})
+	l.retained = append(l.retained, &retainedSeg{seq: s.seq, path: path, at: at, size: size})
 	l.mu.Unlock()
 	return nil
 }
 
 // expire removes the retained segments older than Options.Retention, and
 // the oldest while the retained total is over Options.RetentionSize, one
-// at a time with a folder sync after each; never while History reads
+// at a time with a folder sync after each; never while Lookup reads
 // them. Called by the committer only (and by Open).
 func (l *Log) expire() {
 	now := l.now()

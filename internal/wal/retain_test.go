@@ -14,13 +14,27 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 )
 
-// history reads key's entries back through History.
-func history(t testing.TB, l *Log, k layout.Key) []string {
+// logged is an entry as Append acknowledged it: its bytes and span.
+type logged struct {
+	e  string
+	sp Span
+}
+
+// lookup reads entries back by their spans and returns those found, in
+// order; every one found must be the entry logged there.
+func lookup(t testing.TB, l *Log, es []logged) []string {
 	t.Helper()
+	spans := make([]Span, len(es))
+	for i, e := range es {
+		spans[i] = e.sp
+		if i%2 == 0 {
+			spans[i].Len = 0 // not known: the frame says
+		}
+	}
 	var out []string
-	if _, err := l.History(k, func(sp Span, e []byte) error {
-		if got, err := l.ReadEntry(sp, nil); err == nil && string(got) != string(e) {
-			t.Errorf("History's span %v reads %.20q, it gave %.20q", sp, got, e)
+	if _, err := l.Lookup(spans, func(i int, e []byte) error {
+		if string(e) != es[i].e {
+			t.Errorf("span %v reads %.20q, %.20q was logged there", spans[i], e, es[i].e)
 		}
 		out = append(out, string(e))
 		return nil
@@ -30,18 +44,27 @@ func history(t testing.TB, l *Log, k layout.Key) []string {
 	return out
 }
 
+func entriesOf(es []logged) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.e
+	}
+	return out
+}
+
 // fill appends n entries of about size bytes to s, each its own batch,
-// named prefix-i, and returns them.
-func fill(t testing.TB, s *Stream, prefix string, n, size int) []string {
+// named prefix-i, and returns them with their spans.
+func fill(t testing.TB, s *Stream, prefix string, n, size int) []logged {
 	t.Helper()
-	var out []string
+	var out []logged
 	for i := 0; i < n; i++ {
 		e := fmt.Sprintf("%s-%d-", prefix, i)
 		e += strings.Repeat("x", max(0, size-len(e)))
-		if _, err := s.Append(batchesOf([]string{e}), nil); err != nil {
+		sp, err := s.Append(batchesOf([]string{e}), nil)
+		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, e)
+		out = append(out, logged{e, sp[0][0]})
 	}
 	return out
 }
@@ -69,10 +92,10 @@ func retainedFiles(t testing.TB, dir string) []string {
 
 // TestRetainedSegmentsReadBack: segments let go after a compaction are
 // kept as retained files, not read by recovery, listed in Stats, and
-// History reads every entry of the transcript back from them and from
-// the live segments, in the order they were logged (superseded streams
-// included, other transcripts' entries not), across a restart. Once they
-// are older than the retention, they go.
+// Lookup reads every entry back from them and from the live segments by
+// the spans Append gave (superseded streams included), across a restart.
+// Once they are older than the retention, they go, and so do their
+// entries.
 func TestRetainedSegmentsReadBack(t *testing.T) {
 	dir := t.TempDir()
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
@@ -81,15 +104,15 @@ func TestRetainedSegmentsReadBack(t *testing.T) {
 	a, b := l.Stream(key("a")), l.Stream(key("b"))
 	a.Begin(Fingerprint{}, 0, true)
 	b.Begin(Fingerprint{}, 0, true)
-	var want []string
+	var all []logged
 	for round := 0; round < 3; round++ {
-		want = append(want, fill(t, a, fmt.Sprintf("a%d", round), 8, 1500)...)
-		fill(t, b, fmt.Sprintf("b%d", round), 2, 700)
+		all = append(all, fill(t, a, fmt.Sprintf("a%d", round), 8, 1500)...)
+		all = append(all, fill(t, b, fmt.Sprintf("b%d", round), 2, 700)...)
 		compact(t, a)
 		compact(t, b)
 	}
 	// One more commit lets the last compactions' segments go.
-	want = append(want, fill(t, a, "a-last", 1, 100)...)
+	all = append(all, fill(t, a, "a-last", 1, 100)...)
 	st := l.Stats()
 	if st.RetainedSegments == 0 || st.RetainedBytes == 0 || !st.OldestRetained.Equal(now.Truncate(time.Millisecond)) {
 		t.Fatalf("Stats after compactions: %+v, want retained segments let go at %v", st, now)
@@ -97,8 +120,12 @@ func TestRetainedSegmentsReadBack(t *testing.T) {
 	if n := len(retainedFiles(t, dir)); n != st.RetainedSegments {
 		t.Fatalf("%d retained files, Stats says %d", n, st.RetainedSegments)
 	}
-	if got := history(t, l, key("a")); !slices.Equal(got, want) {
-		t.Fatalf("History read back %d entries, want the %d logged, in order:\ngot  %.300q\nwant %.300q", len(got), len(want), got, want)
+	if all[0].sp.Seg >= st.Oldest {
+		t.Fatalf("the first entry is in live segment %d: the test reads no retained one", all[0].sp.Seg)
+	}
+	want := entriesOf(all)
+	if got := lookup(t, l, all); !slices.Equal(got, want) {
+		t.Fatalf("Lookup read back %d entries, want the %d logged, in order", len(got), len(want))
 	}
 	l.Close()
 
@@ -110,8 +137,8 @@ func TestRetainedSegmentsReadBack(t *testing.T) {
 	if l.Stats().RetainedSegments != st.RetainedSegments {
 		t.Fatalf("after a restart %d retained segments listed, want %d", l.Stats().RetainedSegments, st.RetainedSegments)
 	}
-	if got := history(t, l, key("a")); !slices.Equal(got, want) {
-		t.Fatalf("after a restart History read back %d entries, want %d", len(got), len(want))
+	if got := lookup(t, l, all); !slices.Equal(got, want) {
+		t.Fatalf("after a restart Lookup read back %d entries, want %d", len(got), len(want))
 	}
 
 	// Past the retention, the next commit lets them go.
@@ -125,8 +152,8 @@ func TestRetainedSegmentsReadBack(t *testing.T) {
 	if n := len(retainedFiles(t, dir)); n != 0 {
 		t.Fatalf("%d retained files left past the retention", n)
 	}
-	if got := history(t, l, key("a")); len(got) >= len(want) || len(got) > 0 && !strings.HasPrefix(got[len(got)-1], "a-last") {
-		t.Fatalf("past the retention History still reads %d entries (last %.20q)", len(got), got[len(got)-1])
+	if got := lookup(t, l, all); len(got) == 0 || len(got) >= len(want) || !slices.Equal(got, want[len(want)-len(got):]) {
+		t.Fatalf("past the retention Lookup reads %d of %d entries; want only the newest, in live segments", len(got), len(want))
 	}
 	l.Close()
 }
@@ -141,10 +168,10 @@ func TestRetentionSizeBudget(t *testing.T) {
 	defer l.Close()
 	a := l.Stream(key("a"))
 	a.Begin(Fingerprint{}, 0, true)
-	var want []string
+	var all []logged
 	maxRetained := 0
 	for round := 0; round < 12; round++ {
-		want = append(want, fill(t, a, fmt.Sprintf("r%d", round), 6, 1500)...)
+		all = append(all, fill(t, a, fmt.Sprintf("r%d", round), 6, 1500)...)
 		compact(t, a)
 		st := l.Stats()
 		if st.RetainedBytes > budget {
@@ -155,13 +182,14 @@ func TestRetentionSizeBudget(t *testing.T) {
 	if maxRetained < 2 {
 		t.Fatalf("at most %d segments retained: the budget of 3 segments was never used", maxRetained)
 	}
-	got := history(t, l, key("a"))
+	want := entriesOf(all)
+	got := lookup(t, l, all)
 	if len(got) == 0 || len(got) >= len(want) {
-		t.Fatalf("History read %d of %d entries: want the newest only", len(got), len(want))
+		t.Fatalf("Lookup read %d of %d entries: want the newest only", len(got), len(want))
 	}
 	// What is left is the newest part, whole: the oldest went first.
 	if tail := want[len(want)-len(got):]; !slices.Equal(got, tail) {
-		t.Fatalf("History is not the newest %d entries logged:\ngot  %.200q\nwant %.200q", len(got), got, tail)
+		t.Fatalf("Lookup is not the newest %d entries logged:\ngot  %.200q\nwant %.200q", len(got), got, tail)
 	}
 }
 
@@ -200,7 +228,7 @@ func TestRetainedDroppedOnFullDisk(t *testing.T) {
 // transcript, in order (every append one entry, one caller).
 type retainModel struct {
 	sent  map[layout.Key][]string
-	acked map[layout.Key]int
+	acked map[layout.Key][]logged
 	// expired is set once the workload moved its clock past the
 	// retention: from then on old entries may rightly be gone.
 	expired bool
@@ -212,7 +240,7 @@ type retainModel struct {
 // clock moves past the retention and more commits expire them (spares
 // kept, files removed). Each step is a crash point of the sweep.
 func retainWorkload(fs fsys.FS) *retainModel {
-	m := &retainModel{sent: map[layout.Key][]string{}, acked: map[layout.Key]int{}, now: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
+	m := &retainModel{sent: map[layout.Key][]string{}, acked: map[layout.Key][]logged{}, now: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
 	opt := Options{FS: fs, Dir: crashDir, SegmentSize: crashSegment, Retention: time.Hour, Now: func() time.Time { return m.now }}
 	l, _, err := Open(opt)
 	if err != nil {
@@ -227,10 +255,11 @@ func retainWorkload(fs fsys.FS) *retainModel {
 	}
 	appendOne := func(k layout.Key, e string) bool {
 		m.sent[k] = append(m.sent[k], e)
-		if _, err := st[k].Append(batchesOf([]string{e}), nil); err != nil {
+		sp, err := st[k].Append(batchesOf([]string{e}), nil)
+		if err != nil {
 			return false
 		}
-		m.acked[k] = len(m.sent[k])
+		m.acked[k] = append(m.acked[k], logged{e, sp[0][0]})
 		return true
 	}
 	big := strings.Repeat("y", 2500)
@@ -253,32 +282,31 @@ func retainWorkload(fs fsys.FS) *retainModel {
 	return m
 }
 
-// check verifies a recovered log against the model: recovery's own
-// invariants (model-free: the current stream), and History: never an
-// entry that was not sent, never one twice, always in order; and before
-// the clock moved, every acknowledged entry.
+// check verifies a recovered log against the model: Lookup of every
+// acknowledged entry's span never reads anything but that entry, and
+// before the clock moved past the retention it finds every one.
 func (m *retainModel) check(l *Log) error {
-	for k, sent := range m.sent {
-		var got []string
-		if _, err := l.History(k, func(_ Span, e []byte) error { got = append(got, string(e)); return nil }); err != nil {
+	for k, acked := range m.acked {
+		spans := make([]Span, len(acked))
+		for i, a := range acked {
+			spans[i] = a.sp
+		}
+		found := 0
+		var bad error
+		if _, err := l.Lookup(spans, func(i int, e []byte) error {
+			found++
+			if string(e) != acked[i].e && bad == nil {
+				bad = fmt.Errorf("%s: span %v reads %.12q, %.12q was acknowledged there", k.SessionID, spans[i], e, acked[i].e)
+			}
+			return nil
+		}); err != nil {
 			return err
 		}
-		i := 0
-		for _, g := range got {
-			for i < len(sent) && sent[i] != g {
-				i++
-			}
-			if i == len(sent) {
-				return fmt.Errorf("%s: History returned %.12q out of order, twice or never sent (%d entries read)", k.SessionID, g, len(got))
-			}
-			i++
+		if bad != nil {
+			return bad
 		}
-		if !m.expired {
-			for _, e := range sent[:m.acked[k]] {
-				if !slices.Contains(got, e) {
-					return fmt.Errorf("%s: acknowledged entry %.12q not in History before any expiry (%d read, %d acknowledged)", k.SessionID, e, len(got), m.acked[k])
-				}
-			}
+		if !m.expired && found != len(acked) {
+			return fmt.Errorf("%s: %d of %d acknowledged entries read back before any expiry", k.SessionID, found, len(acked))
 		}
 	}
 	return nil
@@ -287,7 +315,7 @@ func (m *retainModel) check(l *Log) error {
 // TestCrashDuringRetention crashes the retention workload at every
 // operation (segments retained, folder syncs, expiry into spares and
 // removals) on synced-only and random disks: recovery never calls it
-// corruption, lists what is retained, and History keeps its promises.
+// corruption, lists what is retained, and Lookup keeps its promises.
 func TestCrashDuringRetention(t *testing.T) {
 	seeds := int64(20)
 	if testing.Short() {

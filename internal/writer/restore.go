@@ -66,27 +66,25 @@ func countOf(n int, one, many string) string {
 	return fmt.Sprintf("%d %s", n, many)
 }
 
-// retained finds which of the missing entries the log still holds, with
-// their bytes when keep.
-func (ls *logStore) retained(key layout.Key, missing []ackID, keep bool) (map[span][]byte, wal.HistoryInfo, error) {
-	want := make(map[span]bool, len(missing))
-	for _, id := range missing {
-		want[id.sp] = true
+// retained finds which of the missing entries the log still holds, by
+// the spans the ledger recorded (wal.Log.Lookup), with their bytes when
+// keep.
+func (ls *logStore) retained(missing []ackID, keep bool) (map[span][]byte, wal.LookupInfo, error) {
+	spans := make([]wal.Span, len(missing))
+	for i, id := range missing {
+		spans[i] = wal.Span{Seg: id.sp.seg, Off: id.sp.off}
 	}
 	found := map[span][]byte{}
-	info, err := ls.wal.History(key, func(sp wal.Span, e []byte) error {
-		k := span{seg: sp.Seg, off: sp.Off}
-		if want[k] {
-			var b []byte
-			if keep {
-				b = append([]byte(nil), e...)
-			}
-			found[k] = b
+	info, err := ls.wal.Lookup(spans, func(i int, e []byte) error {
+		var b []byte
+		if keep {
+			b = append([]byte(nil), e...)
 		}
+		found[missing[i].sp] = b
 		return nil
 	})
 	if err != nil {
-		return nil, info, fmt.Errorf("read the write-ahead log's history of %s: %w", key, err)
+		return nil, info, fmt.Errorf("read entries back from the write-ahead log: %w", err)
 	}
 	return found, info, nil
 }
@@ -100,7 +98,7 @@ func (m *Manager) checkAcked(key layout.Key, mt *ackMatcher, rep *transcript.Rep
 	if len(missing) == 0 {
 		return nil
 	}
-	found, info, err := m.logs.retained(key, missing, false)
+	found, info, err := m.logs.retained(missing, false)
 	if err != nil {
 		return err
 	}
@@ -177,7 +175,7 @@ func (st *state) planRestore() (*restorePlan, error) {
 	if len(missing) == 0 {
 		return nil, nil
 	}
-	found, info, err := st.logs.retained(st.key, missing, true)
+	found, info, err := st.logs.retained(missing, true)
 	if err != nil {
 		return nil, err
 	}
