@@ -157,11 +157,11 @@ func (st *state) setMissing(ids []ackID, where string) {
 		in.DetectedMs = prev.DetectedMs
 	}
 	st.missing.put(in)
-	if !had || prev.Count != in.Count {
-		shown := list[:min(len(list), 20)]
-		st.log.Error("the transcript no longer holds entries sessiond acknowledged: another program rewrote it without them; `sessionctl check` lists them and `sessionctl repair` puts back those the write-ahead log still holds",
-			zap.String("found_by", where), zap.Int("missing", len(ids)), zap.Strings("uuids", shown))
+	if had && prev.Count == in.Count {
+		return // logged and noted when found
 	}
+	st.log.Error("the transcript no longer holds entries sessiond acknowledged: another program rewrote it without them; `sessionctl check` lists them and `sessionctl repair` puts back those the write-ahead log still holds",
+		zap.String("found_by", where), zap.Int("missing", len(ids)), zap.Strings("uuids", list[:min(len(list), 20)]))
 	body, err := json.Marshal(missingNote{Count: in.Count, IDs: list, DetectedMs: in.DetectedMs})
 	if err == nil {
 		err = fsys.MkdirAll(st.fs, filepath.Dir(path), 0o700)
