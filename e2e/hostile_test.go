@@ -234,6 +234,9 @@ func TestHostileInputs(t *testing.T) {
 	// The write-ahead log, shared by every session: only a case that
 	// stores something may change it.
 	walDir := filepath.Join(d.state, "wal")
+	// A compaction records the entries it moved in the transcript's
+	// ledger of acknowledged entries.
+	ackedDir := filepath.Join(d.state, "acked")
 
 	byCwd := func(sid string) *sessiondv1.SessionRef {
 		return &sessiondv1.SessionRef{Project: &sessiondv1.SessionRef_Cwd{Cwd: cwd}, SessionId: sid}
@@ -528,7 +531,7 @@ func TestHostileInputs(t *testing.T) {
 			}
 			_, err = api.Flush(ctx, &sessiondv1.FlushRequest{Session: ref})
 			return err
-		}, touches: []string{filepath.Join(projDir, dupSID+".jsonl"), walDir},
+		}, touches: []string{filepath.Join(projDir, dupSID+".jsonl"), walDir, ackedDir},
 			check: func(t *testing.T) {
 				b, err := os.ReadFile(filepath.Join(projDir, dupSID+".jsonl"))
 				if want := dupLine + "\n" + `{"type":"user","n":2}` + "\n"; err != nil || string(b) != want {

@@ -372,14 +372,16 @@ func TestRepairMakesSessionResumable(t *testing.T) {
 }
 
 // TestForeignAppendRace: an agent appending to the canonical file directly
-// while sessiond appends and compacts: no line lost, none duplicated.
+// while sessiond appends and compacts: no line lost, none duplicated, the
+// agent's lines in their order.
 //
-// Not parallel: under heavy load (many tests at once) it has failed about 1
-// run in 8, a foreign line lost or out of order, which is a bug of the
-// foreign-append rescue during compaction (issue 19: foreign writers), not
-// of the test. Alone it passed 60 of 60; it stays in the serial phase until
-// that bug is fixed.
+// Under heavy load it used to fail (a foreign line out of order, or lost):
+// a line the agent wrote to the file a compaction had just replaced was
+// rescued after the lines it wrote to the new file next, and one written
+// there after the rescue was lost. internal/writer's
+// TestForeignLinesDuringRenameKeepTheirOrder replays both.
 func TestForeignAppendRace(t *testing.T) {
+	t.Parallel()
 	d := newDaemon(t, "--idle-compact", "2ms")
 	d.start()
 	c := d.client()

@@ -556,14 +556,21 @@ func TestSessiondRefusesNonPositiveFlags(t *testing.T) {
 	for _, tc := range [][]string{
 		{"--max-entry-bytes", "-5"}, {"--max-message-bytes", "0"}, {"--idle-compact", "-1s"},
 		{"--idle-retire", "0s"}, {"--shutdown-timeout", "-3s"}, {"--min-compact-bytes", "0"},
+		{"--wal-retention-size", "0"},
+		// 0 is a valid retention (keep nothing); less is not.
+		{"--wal-retention", "-1h", "must not be negative"},
 	} {
+		want := " must be greater than zero"
+		if len(tc) > 2 {
+			want, tc = " "+tc[2], tc[:2]
+		}
 		dir := t.TempDir()
 		sock := filepath.Join(dir, "s.sock")
 		cmd := exec.Command(bins.Sessiond(), append([]string{"--socket", sock,
 			"--root", filepath.Join(dir, "root"), "--state-dir", filepath.Join(dir, "state")}, tc...)...)
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
-		if !errors.As(err, &ee) || !strings.Contains(string(out), tc[0]+" must be greater than zero") {
+		if !errors.As(err, &ee) || !strings.Contains(string(out), tc[0]+want) {
 			t.Errorf("sessiond %v: %v, %q; want a refusal naming %s", tc, err, out, tc[0])
 		}
 		if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {

@@ -201,6 +201,9 @@ func statusCmd(g *globals) *cobra.Command {
 			for _, op := range st.GetOperations() {
 				fmt.Fprintf(w, "in progress\t%s\n", describeOperation(op))
 			}
+			if r := st.GetWalRetention(); r != nil {
+				fmt.Fprintf(w, "log retention\t%s\n", describeRetention(r))
+			}
 			for _, e := range st.GetRecoveryErrors() {
 				fmt.Fprintf(w, "RECOVERY FAILED\t%s\n", e)
 			}
@@ -208,6 +211,10 @@ func statusCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "recovery failures\t%s recovered since (healthy again)\n", count(n, "session"))
 			}
 			describeDisk(w, st.GetDisk())
+			for _, a := range st.GetAcknowledgedMissing() {
+				fmt.Fprintf(w, "ENTRIES MISSING\t%s: %s sessiond acknowledged no longer in it (another program rewrote it); `sessionctl check %s` names them, `sessionctl repair %s` puts back what the log retains\n",
+					a.GetSession().GetPath(), count(a.GetCount(), "entry"), a.GetSession().GetSessionId(), a.GetSession().GetSessionId())
+			}
 			return w.Flush()
 		}),
 	}
@@ -239,6 +246,19 @@ func describeDisk(w io.Writer, d *sessiondv1.DiskStatus) {
 	default:
 		fmt.Fprintf(w, "ballast\t%s (%s) not made yet: the disk has not had room for it twice over\n", d.GetBallastPath(), humanBytes(d.GetBallastBytes()))
 	}
+}
+
+// describeRetention says what the write-ahead log keeps after compaction.
+func describeRetention(r *sessiondv1.WalRetention) string {
+	if r.GetRetentionMs() <= 0 {
+		return "none (--wal-retention 0): repair cannot put back entries another program's rewrite dropped"
+	}
+	s := fmt.Sprintf("%s after compaction, up to %s: %s kept (%s)", time.Duration(r.GetRetentionMs())*time.Millisecond,
+		humanBytes(r.GetSizeBudget()), count(r.GetRetainedSegments(), "segment"), humanBytes(r.GetRetainedBytes()))
+	if ms := r.GetOldestRetainedMs(); ms > 0 {
+		s += ", the oldest since " + time.UnixMilli(ms).Format(time.RFC3339)
+	}
+	return s
 }
 
 // maxLineBytes is the largest line sessionctl sends: a gRPC message

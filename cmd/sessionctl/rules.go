@@ -19,7 +19,9 @@ func checkCmd(g *globals) *cobra.Command {
 		Short: "Report damage in transcripts (exit 0 clean, 1 damaged, 2 could not check)",
 		Long: "Reports torn, spliced or NUL-damaged lines, invalid UTF-8 and lone surrogates, broken\n" +
 			"parentUuid chains, tool_use blocks without their tool_result, stray results and duplicate\n" +
-			"uuids, with line numbers. Works on sessions sessiond never wrote too.",
+			"uuids, with line numbers. Works on sessions sessiond never wrote too. For those it wrote,\n" +
+			"it also reports entries it acknowledged that are no longer in the file (another program\n" +
+			"rewrote it without them: acknowledged_missing, with their uuids).",
 		Args: cobra.MaximumNArgs(1),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			if all == (len(args) == 1) {
@@ -94,7 +96,11 @@ func repairCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "repair UUID [--dry-run]",
 		Short: "Repair a damaged session so it can be resumed (the original is kept)",
-		Args:  cobra.ExactArgs(1),
+		Long: "Repairs what check reports. Entries sessiond acknowledged that another program's rewrite\n" +
+			"dropped come back first, from the write-ahead log (it keeps compacted entries for\n" +
+			"sessiond --wal-retention), each once, in the order they were acknowledged, after the last\n" +
+			"acknowledged entry the file kept; the other program's lines stay. The original is kept.",
+		Args: cobra.ExactArgs(1),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			var resp *sessiondv1.RepairResponse
 			err := g.withProgress(cmd.Context(), c, "repair", func(ctx context.Context) error {

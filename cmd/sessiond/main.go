@@ -49,6 +49,8 @@ func run() error {
 		walSegment      = flag.Int64("wal-segment-size", wal.DefaultSegmentSize, "size at which the write-ahead log starts a new segment file")
 		walMax          = flag.Int64("wal-max-size", wal.DefaultMaxSize, "once the write-ahead log's segments add up to more, the sessions holding the oldest one are compacted so it can go")
 		ballastSize     = flag.Int64("ballast-size", writer.DefaultBallastSize, "disk space kept in reserve (the file <state-dir>/ballast), released when the disk fills so the compactions waiting can finish, made again once there is room for it twice over; 0 keeps none")
+		walRetention    = flag.Duration("wal-retention", writer.DefaultWALRetention, "keep the write-ahead log's segments this long after their sessions were compacted, so repair can put back acknowledged entries another program's rewrite of a transcript dropped (0 keeps none)")
+		walRetentionMax = flag.Int64("wal-retention-size", writer.DefaultWALRetentionSize, "the most the retained segments may add up to, in bytes; the oldest go first (and all of them when the disk is full)")
 		logFormat       = flag.String("log-format", "auto", "auto (console on a terminal, else JSON), console or json")
 		logLevel        = flag.String("log-level", "info", "debug, info, warn or error")
 		showVersion     = flag.Bool("version", false, "print the version and exit")
@@ -73,6 +75,7 @@ func run() error {
 		{"max-message-bytes", *maxMessage > 0}, {"idle-compact", *idleCompact > 0},
 		{"idle-retire", *idleRetire > 0}, {"min-compact-bytes", *minCompact > 0},
 		{"wal-segment-size", *walSegment > 0}, {"wal-max-size", *walMax > 0},
+		{"wal-retention-size", *walRetentionMax > 0},
 	} {
 		if !f.ok {
 			return fmt.Errorf("--%s must be greater than zero (%s); leave it out for the default", f.name, flag.Lookup(f.name).Value)
@@ -80,6 +83,13 @@ func run() error {
 	}
 	if *ballastSize < 0 {
 		return fmt.Errorf("--ballast-size must be 0 (no reserve) or more, not %d", *ballastSize)
+	}
+	if *walRetention < 0 {
+		return fmt.Errorf("--wal-retention must not be negative (%s); 0 keeps nothing after compaction", *walRetention)
+	}
+	retention := *walRetention
+	if retention == 0 {
+		retention = -1 // writer.Config: negative keeps nothing, 0 is the default
 	}
 	if *rootDir == "" {
 		return fmt.Errorf("no transcripts root: %v; pass --root", rootErr)
@@ -140,7 +150,8 @@ func run() error {
 		Socket: *socketPath, Root: *rootDir, StateDir: *stateDir,
 		ShutdownTimeout: *shutdownTimeout, MaxMessageBytes: *maxMessage, Version: version(),
 		Writer: writer.Config{MaxEntryBytes: *maxEntry, IdleCompact: *idleCompact, IdleRetire: *idleRetire,
-			MinCompactBytes: *minCompact, WALSegmentSize: *walSegment, WALMaxSize: *walMax, BallastSize: *ballastSize},
+			MinCompactBytes: *minCompact, WALSegmentSize: *walSegment, WALMaxSize: *walMax, BallastSize: *ballastSize,
+			WALRetention: retention, WALRetentionSize: *walRetentionMax},
 		Logger: log,
 	})
 }

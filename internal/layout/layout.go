@@ -20,12 +20,18 @@ import (
 const (
 	TranscriptExt = ".jsonl"
 	JournalExt    = ".wal"
+	// AckedExt ends the name of a transcript's ledger of acknowledged
+	// entries; MissingExt the note of those found missing from it.
+	AckedExt   = ".acked"
+	MissingExt = ".missing.json"
 )
 
 const (
 	projectsDirName = "projects"
 	journalDirName  = "journal"
 	walDirName      = "wal"
+	ackedDirName    = "acked"
+	missingDirName  = "missing"
 )
 
 // Key addresses one transcript: the main transcript of a session when
@@ -144,6 +150,33 @@ func (l Layout) WALDir() string { return filepath.Join(l.StateDir, walDirName) }
 // BallastPath is StateDir/ballast, the file of disk space kept in reserve
 // for compactions on a full disk (see package ballast).
 func (l Layout) BallastPath() string { return filepath.Join(l.StateDir, "ballast") }
+
+// AckedDir is StateDir/acked, where sessiond records, per transcript,
+// the entries it acknowledged and compacted into it.
+func (l Layout) AckedDir() string { return filepath.Join(l.StateDir, ackedDirName) }
+
+// AckedPath is StateDir/acked/<key>/<sid>.acked for a main transcript and
+// StateDir/acked/<key>/<sid>/<subpath>.acked otherwise, or "" for an
+// invalid key.
+func (l Layout) AckedPath(k Key) string { return keyPath(l.AckedDir(), k, AckedExt) }
+
+// ParseAckedPath is the inverse of AckedPath.
+func (l Layout) ParseAckedPath(path string) (Key, bool) {
+	return parseKeyPath(l.AckedDir(), path, AckedExt)
+}
+
+// MissingDir is StateDir/missing, where sessiond notes the transcripts
+// found missing entries it had acknowledged, until they are repaired.
+func (l Layout) MissingDir() string { return filepath.Join(l.StateDir, missingDirName) }
+
+// MissingPath is StateDir/missing/<key>/<sid>.missing.json (subpath
+// transcripts: <sid>/<subpath>.missing.json), or "" for an invalid key.
+func (l Layout) MissingPath(k Key) string { return keyPath(l.MissingDir(), k, MissingExt) }
+
+// ParseMissingPath is the inverse of MissingPath.
+func (l Layout) ParseMissingPath(path string) (Key, bool) {
+	return parseKeyPath(l.MissingDir(), path, MissingExt)
+}
 
 // JournalDir is StateDir/journal, where releases before the shared log
 // kept a journal per transcript (read once at start, to import them).

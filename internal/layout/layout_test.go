@@ -26,6 +26,9 @@ func TestPaths(t *testing.T) {
 		{l.JournalDir(), "/home/me/.local/state/sessiond/journal"},
 		{l.JournalPath(main), "/home/me/.local/state/sessiond/journal/-home-me-proj/" + testSID + ".wal"},
 		{l.JournalPath(sub), "/home/me/.local/state/sessiond/journal/-home-me-proj/" + testSID + "/subagents/workflows/run-1/agent-abc.wal"},
+		{l.AckedPath(main), "/home/me/.local/state/sessiond/acked/-home-me-proj/" + testSID + ".acked"},
+		{l.AckedPath(sub), "/home/me/.local/state/sessiond/acked/-home-me-proj/" + testSID + "/subagents/workflows/run-1/agent-abc.acked"},
+		{l.MissingPath(sub), "/home/me/.local/state/sessiond/missing/-home-me-proj/" + testSID + "/subagents/workflows/run-1/agent-abc.missing.json"},
 		// Unclean roots still give clean paths.
 		{Layout{Root: "/r/", StateDir: "/s//x/"}.TranscriptPath(main), "/r/projects/-home-me-proj/" + testSID + ".jsonl"},
 		{Layout{Root: "/r/", StateDir: "/s//x/"}.JournalPath(main), "/s/x/journal/-home-me-proj/" + testSID + ".wal"},

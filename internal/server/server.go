@@ -483,7 +483,20 @@ func (s *Server) Status(ctx context.Context, _ *sessiondv1.StatusRequest) (*sess
 	for _, o := range s.m.Operations() {
 		ops = append(ops, &sessiondv1.Operation{Id: o.ID, Kind: o.Kind, Unit: o.Unit, Done: uint64(o.Done), Total: uint64(o.Total), StartedMs: o.Started.UnixMilli()})
 	}
+	cfg := s.m.Config()
+	ret := &sessiondv1.WalRetention{
+		RetentionMs: max(cfg.WALRetention, 0).Milliseconds(), SizeBudget: uint64(cfg.WALRetentionSize),
+		RetainedSegments: uint64(st.RetainedSegments), RetainedBytes: uint64(st.RetainedBytes),
+	}
+	if !st.OldestRetained.IsZero() {
+		ret.OldestRetainedMs = st.OldestRetained.UnixMilli()
+	}
+	var missing []*sessiondv1.AcknowledgedMissing
+	for _, in := range st.Missing {
+		missing = append(missing, &sessiondv1.AcknowledgedMissing{Session: s.resolved(in.Key), Count: uint64(in.Count), Ids: in.IDs, DetectedMs: in.DetectedMs})
+	}
 	return &sessiondv1.StatusResponse{
+		WalRetention: ret, AcknowledgedMissing: missing,
 		Operations: ops,
 		Version:    s.info.Version, Pid: int32(os.Getpid()), StartedMs: s.info.Started.UnixMilli(),
 		Socket: s.info.Socket, Root: s.info.Root, StateDir: s.info.StateDir,

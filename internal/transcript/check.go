@@ -24,6 +24,11 @@ const (
 	KindMultipleRoots   = "multiple_roots"      // a root (parentUuid null) that nothing explains, after the first
 	KindOrphanToolUse   = "orphan_tool_use"     // a tool_use with no tool_result in the next user turn
 	KindStrayToolResult = "stray_tool_result"   // a tool_result whose tool_use is not in the assistant turn before it
+	// KindAcknowledgedMissing is not found by Check, which sees the file
+	// alone: sessiond reports it when the file lacks entries it had
+	// acknowledged and compacted there (another program rewrote it
+	// without them); repair puts back those its log still holds.
+	KindAcknowledgedMissing = "acknowledged_missing"
 )
 
 // Repairable reports whether Repair fixes problems of the kind. Two kinds

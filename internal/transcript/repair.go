@@ -33,6 +33,9 @@ const (
 	ActionNeutraliseBlock = "neutralise_tool_result" // stray tool_result blocks were removed from a line
 	ActionRepointParent   = "repoint_parent"         // a parentUuid was changed
 	ActionDropDuplicate   = "drop_duplicate"         // a later copy of a uuid was dropped
+	// ActionRestore is sessiond's, not Repair's: an entry sessiond had
+	// acknowledged, missing from the file, was put back from its log.
+	ActionRestore = "restore_acknowledged"
 )
 
 // LostResultMessage is the content of the tool_result Repair inserts for

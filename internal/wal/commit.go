@@ -267,6 +267,8 @@ func (l *Log) write(seg *segment, b []byte) error {
 		l.cur = nil
 		l.prevEnd = seg.end
 		l.mu.Unlock()
+		// This write fails either way; the client's retry may find room.
+		l.freeOnFull(err)
 		return err
 	}
 	l.syncs.Add(1)

@@ -74,6 +74,13 @@
 // is never gone while an older one holding that stream's entries is still
 // there.
 //
+// A segment the checkpoint lets go is not deleted at once when
+// Options.Retention is set: it is renamed "<seq>-<unix ms>.wal-retained",
+// out of the log (recovery does not read it), and kept that long while
+// the retained segments stay within Options.RetentionSize, the oldest
+// going first; Lookup reads entries back from them by their spans (see
+// retain.go). A full disk drops them all.
+//
 // An idle transcript whose entries sit in the oldest segment would keep it
 // forever. So when the segments add up to more than Options.MaxSize, the
 // committer reports, once per new segment, every transcript holding the

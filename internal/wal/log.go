@@ -30,6 +30,9 @@ const (
 	// it (0.1-1 ms here) times the few requests it gathers, and far under
 	// the latency an agent notices.
 	DefaultCommitDelay = 4 * time.Millisecond
+	// DefaultRetentionSize bounds the retained segments when
+	// Options.RetentionSize is 0 (see retain.go).
+	DefaultRetentionSize = 1 << 30
 )
 
 // Options configure a log.
@@ -54,6 +57,14 @@ type Options struct {
 	// hold the oldest segment when the log is over MaxSize: compacting
 	// them lets the segment go. Nil: nobody is told.
 	OnPressure func(keys []layout.Key)
+	// Retention keeps the segments the checkpoint lets go for this long
+	// after it does, for Lookup (see retain.go); 0 keeps none.
+	Retention time.Duration
+	// RetentionSize bounds the retained segments' total size (the oldest
+	// go first); 0 means DefaultRetentionSize.
+	RetentionSize int64
+	// Now is the clock retention reads; nil is time.Now.
+	Now func() time.Time
 }
 
 // Stats are the log's counters.
@@ -63,6 +74,11 @@ type Stats struct {
 	Segments int    // segment files now
 	Size     int64  // their total size
 	Oldest   uint64 // seq of the oldest segment
+	// The retained segments (see retain.go): how many, their total size,
+	// and when the oldest was let go (zero when none).
+	RetainedSegments int
+	RetainedBytes    int64
+	OldestRetained   time.Time
 }
 
 // Log is the shared write-ahead log. Its methods are safe for concurrent
@@ -99,6 +115,11 @@ type Log struct {
 	// lowSpace: the disk filled up; no space is reserved ahead and no
 	// spare kept until it is cleared (SetLowSpace).
 	lowSpace atomic.Bool
+	// retained are the segments out of the log kept for Lookup, oldest
+	// first (retain.go); readers counts Lookup calls running, which
+	// keep segments from being collected or retained ones from going.
+	retained []*retainedSeg
+	readers  int
 
 	syncs, bytes atomic.Uint64
 	scratch      []byte // the committer's
@@ -143,6 +164,9 @@ func (o *Options) fill() error {
 	}
 	if o.MaxWrite <= 0 {
 		o.MaxWrite = DefaultMaxWrite
+	}
+	if o.RetentionSize <= 0 {
+		o.RetentionSize = DefaultRetentionSize
 	}
 	switch {
 	case o.Prealloc == 0:
@@ -230,6 +254,11 @@ func (l *Log) roll() error {
 	prevEnd := l.prevEnd
 	l.mu.Unlock()
 	s, err := l.createSegment(seq, prevEnd)
+	if errors.Is(err, errdefs.ErrNoSpace) && l.hasRetained() {
+		// The retained history yields to appends (see retain.go).
+		l.dropRetained()
+		s, err = l.createSegment(seq, prevEnd)
+	}
 	if err != nil {
 		return err
 	}
@@ -272,6 +301,13 @@ func (l *Log) Stats() Stats {
 	if len(l.segs) > 0 {
 		s.Oldest = l.segs[0].seq
 	}
+	s.RetainedSegments = len(l.retained)
+	for _, r := range l.retained {
+		s.RetainedBytes += r.size
+	}
+	if len(l.retained) > 0 {
+		s.OldestRetained = l.retained[0].at
+	}
 	return s
 }
 
@@ -310,32 +346,31 @@ func (l *Log) Close() error {
 	return errors.Join(errs...)
 }
 
-// collect deletes the oldest segments no stream or reader holds, one at a
-// time with a folder sync after each (see the package comment), never the
-// one appends go to. Called by the committer only.
+// collect takes the oldest segments no stream or reader holds out of the
+// log (retained, or deleted when retention is off), one at a time with a
+// folder sync after each (see the package comment), never the one appends
+// go to, then expires retained segments. Called by the committer only.
 func (l *Log) collect() {
 	for {
 		l.mu.Lock()
-		if len(l.segs) < 2 || l.segs[0].refs > 0 || l.segs[0].pins > 0 || l.segs[0] == l.cur {
+		if l.readers > 0 || len(l.segs) < 2 || l.segs[0].refs > 0 || l.segs[0].pins > 0 || l.segs[0] == l.cur {
 			l.mu.Unlock()
-			return
+			break
 		}
 		s := l.segs[0]
 		l.segs = l.segs[1:]
 		l.mu.Unlock()
-		if s.f != nil {
-			s.f.Close()
-		}
-		err := l.retire(s.path)
+		err := l.let(s)
 		if err == nil {
 			err = l.opt.FS.SyncDir(l.opt.Dir)
 		}
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			// The segment stays on disk: recovery reads it again and
 			// finds its streams superseded. Not worth failing anyone.
-			return
+			break
 		}
 	}
+	l.expire()
 }
 
 // pressure tells OnPressure which transcripts hold the oldest segment when

@@ -94,6 +94,9 @@ func (l *Log) recover(rec *Recovery) error {
 			}
 			continue
 		}
+		if l.listRetained(n) {
+			continue
+		}
 		base, ok := strings.CutSuffix(n, ".wal")
 		if !ok || len(base) != 16 {
 			continue

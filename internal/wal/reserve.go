@@ -39,9 +39,12 @@ const maxSpares = 2
 const spareSuffix = ".wal-spare"
 
 // openSpare gives a file for a new segment under the temp name tmp: the
-// newest spare, renamed, or a new empty file. The rename needs no folder
-// sync: a spare lost in a crash is only a file made anew next time, and a
-// temp name is removed by recovery.
+// newest spare, renamed, or a new empty file. The rename is made durable
+// (a folder sync, once per segment) before the file is written: without
+// it a crash could keep the segment's later rename into place and lose
+// this one, leaving the file under both names, and the next start would
+// reuse the "spare" and overwrite the segment (the crash sweep of
+// TestCrashDuringRetention found it).
 func (l *Log) openSpare(tmp string) (fsys.File, error) {
 	fs := l.opt.FS
 	l.spareMu.Lock()
@@ -51,6 +54,10 @@ func (l *Log) openSpare(tmp string) (fsys.File, error) {
 		l.spares = l.spares[:len(l.spares)-1]
 		if err := fs.Rename(sp, tmp); err != nil {
 			continue // gone or unusable: a new file does as well
+		}
+		if err := fs.SyncDir(l.opt.Dir); err != nil {
+			fs.Remove(tmp)
+			continue
 		}
 		f, err := fs.OpenFile(tmp, os.O_RDWR, 0)
 		if err != nil {

@@ -102,9 +102,9 @@ func (m *Manager) pathChecked(key layout.Key) bool {
 	return s != nil && s.pathChecked.Load()
 }
 
-func (st *state) addPending(sp span, size int) {
-	st.pending = append(st.pending, pendingEntry{span: sp, size: size})
-	st.pendingBytes += int64(size) + 1
+func (st *state) addPending(p pendingEntry) {
+	st.pending = append(st.pending, p)
+	st.pendingBytes += int64(p.size) + 1
 }
 
 // commit is one group commit: deduplicate, journal everything in one write
@@ -198,7 +198,7 @@ func (st *state) commit(group []*appendReq) {
 				if res.UUID != "" {
 					st.ids.add(res.UUID)
 				}
-				st.addPending(sp, res.Size)
+				st.addPending(pendingEntry{span: sp, size: res.Size, uuid: res.UUID})
 				line := live[s.req].entries[s.entry].Line
 				if st.ent != nil {
 					st.ent.AddValid(line)

@@ -2,12 +2,10 @@ package writer
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,7 +16,6 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
-	"github.com/sessiond/sessiond/internal/transcript"
 )
 
 // FlushResult describes one compacted session.
@@ -168,12 +165,20 @@ func (st *state) compact(reason string) error {
 
 // compactNow moves the journaled entries into the canonical file: a temp file
 // in the same folder gets the current content plus the entries, is synced,
-// a marker naming the new content is journaled, the temp file is renamed
-// over the canonical one, the folder is synced, and a new journal
-// generation starts. A crash at any point leaves either the old file with
-// the journal still holding the entries, or the new file with a marker that
-// tells recovery the entries are already in it.
+// the entries are added to the ledger (acked.go), a marker naming the new
+// content is journaled, the temp file is renamed over the canonical one,
+// the folder is synced, and a new journal generation starts. A crash at
+// any point leaves either the old file with the journal still holding the
+// entries, or the new file with a marker that tells recovery the entries
+// are already in it; either way the ledger or the journal lists them.
 func (st *state) compactNow(reason string) error {
+	if st.failed != nil {
+		return st.failed
+	}
+	// Lines appended late to the file the last compaction replaced join
+	// the pending ones first (foreign.go).
+	st.rescueLate(true)
+	st.dropHeld()
 	if len(st.pending) == 0 || st.failed != nil {
 		return st.failed
 	}
@@ -186,12 +191,27 @@ func (st *state) compactNow(reason string) error {
 		if err := st.absorbForeign(); err != nil {
 			return err
 		}
+		if !ok {
+			// Rewritten, not just appended to: rescued lines have no
+			// place of their own any more, and did the rewrite keep
+			// every entry sessiond acknowledged?
+			st.rescueAt = -1
+			st.detectMissing(false, "a rewrite by another program")
+		}
 		if len(st.pending) == 0 {
 			// Every journaled entry is in the file now, written there by
 			// another program that may not have synced it: make it
-			// durable before dropping the journal.
+			// durable before dropping the journal (and listing the
+			// entries the file holds in the ledger, which the journal
+			// listed until now).
 			if err := st.syncCanonical(); err != nil {
 				return err
+			}
+			if len(st.ackDropped) > 0 {
+				if err := st.appendLedger(st.canon, len(st.missingIDs), st.ackDropped); err != nil {
+					return fmt.Errorf("compact %s: %w", st.key, err)
+				}
+				st.ackDropped = nil
 			}
 			return st.newGeneration()
 		}
@@ -209,10 +229,14 @@ func (st *state) compactNow(reason string) error {
 			return fmt.Errorf("compact %s: %w", st.key, errdefs.FromIO(err))
 		}
 		src = f
-		defer src.Close()
+		defer func() {
+			if src != nil {
+				src.Close()
+			}
+		}()
 	}
 	tmpPath := filepath.Join(st.dir, st.tempPrefix()+uuid.NewString()[:8]+".tmp")
-	newFP, err := st.writeTemp(tmpPath, src)
+	newFP, acked, moved, err := st.writeTemp(tmpPath, src)
 	if err != nil {
 		st.fs.Remove(tmpPath)
 		return fmt.Errorf("compact %s: %w", st.key, errdefs.FromIO(err))
@@ -229,11 +253,25 @@ func (st *state) compactNow(reason string) error {
 		return fmt.Errorf("compact %s: the transcript keeps changing under another writer; will retry later: %w", st.key, errdefs.ErrUnavailable)
 	}
 	// The sidecars go first: once the marker is down, recovery takes the
-	// journal as compacted and no longer reads what it holds.
+	// journal as compacted and no longer reads what it holds. So does the
+	// ledger, for the same reason.
 	if err := st.saveSidecars(); err != nil {
 		st.fs.Remove(tmpPath)
 		return fmt.Errorf("compact %s: %w", st.key, err)
 	}
+	if !st.canonExists {
+		// The file is made now: a ledger at this key is an earlier
+		// transcript's, deleted (acked.go).
+		if err := st.resetLedger(); err != nil {
+			st.fs.Remove(tmpPath)
+			return fmt.Errorf("compact %s: %w", st.key, err)
+		}
+	}
+	if err := st.appendLedger(newFP, len(st.missingIDs), append(acked, st.ackDropped...)); err != nil {
+		st.fs.Remove(tmpPath)
+		return fmt.Errorf("compact %s: %w", st.key, err)
+	}
+	st.ackDropped = nil
 	// From here on a failure leaves the disk in a state only recovery may
 	// judge, so the writer fails and reopens from disk.
 	if err := st.j.markCompacted(newFP); err != nil {
@@ -250,16 +288,6 @@ func (st *state) compactNow(reason string) error {
 		st.failed = err
 		return fmt.Errorf("compact %s: %w", st.key, errdefs.FromIO(err))
 	}
-	var rescued []byte
-	if src != nil {
-		if fi, err := src.Stat(); err == nil && fi.Size() > st.canon.size {
-			rescued = make([]byte, fi.Size()-st.canon.size)
-			if _, err := src.ReadAt(rescued, st.canon.size); err != nil && err != io.EOF {
-				st.failed = err
-				return fmt.Errorf("compact %s: read lines appended during the rename: %w", st.key, errdefs.FromIO(err))
-			}
-		}
-	}
 	if fi, err := st.fs.Lstat(st.canonPath); err == nil && st.ent != nil {
 		// Readers of the file list it by its mtime, which the rename just
 		// set: list it so here too, as the listing does once the writer
@@ -270,11 +298,17 @@ func (st *state) compactNow(reason string) error {
 		}
 	}
 	n := len(st.pending)
+	old := st.canon
 	st.canonExists = true
 	st.canonEntries += uint64(n)
 	st.canonEndsNL = true
-	old := st.canon.size
 	st.canon = newFP
+	st.rescueAt = -1
+	if moved {
+		// Rescued lines went in before lines appended after them (see
+		// foreign.go): lines already served moved.
+		st.lineage = st.lineages.Add(1)
+	}
 	if err := st.newGeneration(); err != nil {
 		st.failed = err
 		return err
@@ -282,9 +316,15 @@ func (st *state) compactNow(reason string) error {
 	st.stats.compactions.Add(1)
 	st.stats.compactedBytes.Add(uint64(newFP.size))
 	st.log.Debug("compacted", zap.String("reason", reason), zap.Int("entries", n),
-		zap.Int64("from_bytes", old), zap.Int64("to_bytes", newFP.size))
-	if len(rescued) > 0 {
-		if err := st.rescue(rescued); err != nil {
+		zap.Int64("from_bytes", old.size), zap.Int64("to_bytes", newFP.size))
+	if src != nil {
+		// The replaced file: what another program appended to it during
+		// the rename is rescued now, and what it appends late, until the
+		// next compaction or idle tick (foreign.go).
+		st.hold(src, old)
+		src = nil
+		st.rescueAt = newFP.size
+		if err := st.rescueHeld(false); err != nil {
 			return err
 		}
 	}
@@ -293,119 +333,95 @@ func (st *state) compactNow(reason string) error {
 	return nil
 }
 
-// rescue journals lines another program appended to the old canonical
-// file while compaction renamed the new one into place; they follow in the
-// next compaction. Lines whose uuid the session holds are dropped.
-func (st *state) rescue(data []byte) error {
-	st.log.Warn("another program appended to the transcript during a compaction; its lines are kept", zap.Int("bytes", len(data)))
-	var lines [][]byte
-	for _, l := range bytes.SplitAfter(data, []byte{'\n'}) {
-		l = bytes.TrimSuffix(l, []byte{'\n'})
-		if len(l) == 0 {
-			continue
-		}
-		if id, ok := transcript.TopLevelString(l, "uuid"); ok && id != "" {
-			if st.ids.has(id) {
-				continue
-			}
-			st.ids.add(id)
-		}
-		lines = append(lines, l)
-	}
-	if len(lines) == 0 {
-		return nil
-	}
-	return st.logBatches([][][]byte{lines}, nil, func(i int, sp span) {
-		st.addPending(sp, len(lines[i]))
-		if st.ent != nil {
-			st.ent.Add(lines[i], true)
-		}
-	})
-}
-
-// canonStatChanged reports whether the canonical file's size differs from
-// what this writer last saw (a cheap check before the tail checksum).
-func (st *state) canonStatChanged() bool {
-	fi, err := st.fs.Lstat(st.canonPath)
-	if err != nil {
-		return st.canonExists
-	}
-	return fi.Size() != st.canon.size
-}
-
-// absorbForeign rescans a canonical file another program changed and drops
-// journaled entries whose uuid it now holds. Lines already served may have
-// moved, so the lineage changes.
-func (st *state) absorbForeign() error {
-	st.log.Warn("the transcript was changed by another program; keeping its lines and appending sessiond's entries after them")
-	pending := st.pending
-	if err := st.scanCanonical(); err != nil {
-		return err
-	}
-	st.pending = nil
-	st.pendingBytes = 0
-	spans := make([]span, len(pending))
-	for i, p := range pending {
-		spans[i] = p.span
-	}
-	if _, err := st.replay(spans); err != nil {
-		st.failed = err
-		return err
-	}
-	st.lineage = st.lineages.Add(1)
-	st.publish()
-	return nil
-}
-
 // writeTemp writes the current canonical content plus the pending entries
-// to path and syncs it.
-func (st *state) writeTemp(path string, src fsys.File) (fingerprint, error) {
+// to path and syncs it. It returns the new file's fingerprint, the
+// acknowledged entries it wrote (for the ledger), and whether rescued
+// lines went in before lines already in the file (see foreign.go).
+func (st *state) writeTemp(path string, src fsys.File) (fp fingerprint, acked []ackID, moved bool, err error) {
 	tmp, err := st.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return fingerprint{}, err
+		return fingerprint{}, nil, false, err
 	}
 	defer tmp.Close()
-	if src != nil {
-		if _, err := fsys.CopyRange(tmp, src, 0, st.canon.size); err != nil {
-			return fingerprint{}, err
+	// Rescued lines go where the last compaction's content ended, before
+	// what was appended after it (lines written later), when the file
+	// still has that content.
+	at := st.canon.size
+	var rescued, rest []pendingEntry
+	for _, p := range st.pending {
+		if p.foreign && st.rescueAt >= 0 && st.rescueAt <= st.canon.size {
+			rescued = append(rescued, p)
+			// Moved when it goes before a line served before it.
+			moved = moved || len(rest) > 0 || st.rescueAt < st.canon.size
+		} else {
+			rest = append(rest, p)
 		}
+	}
+	if len(rescued) > 0 {
+		at = st.rescueAt
 	}
 	// A buffer no larger than what is written: a 1 MiB buffer for every
 	// compaction of a small session is pure garbage.
 	w := bufio.NewWriterSize(tmp, int(min(max(st.pendingBytes+1, 4096), 1<<20)))
-	if !st.canonEndsNL {
+	copySrc := func(from, to int64) error {
+		if src == nil || to <= from {
+			return nil
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		_, err := fsys.CopyRange(tmp, src, from, to-from)
+		return err
+	}
+	writeLines := func(ps []pendingEntry) error {
+		spans := make([]span, len(ps))
+		for i, p := range ps {
+			spans[i] = p.span
+		}
+		return st.j.read(spans, func(i int, line []byte) error {
+			if p := ps[i]; !p.foreign {
+				acked = append(acked, ackIDOf(p.span, p.uuid, line))
+			}
+			w.Write(line)
+			return w.WriteByte('\n')
+		})
+	}
+	if err := copySrc(0, at); err != nil {
+		return fingerprint{}, nil, false, err
+	}
+	if len(rescued) > 0 {
+		if err := writeLines(rescued); err != nil {
+			return fingerprint{}, nil, false, err
+		}
+		if err := copySrc(at, st.canon.size); err != nil {
+			return fingerprint{}, nil, false, err
+		}
+	}
+	if !st.canonEndsNL && len(rest) > 0 {
 		// A torn last line written by someone else stays its own line.
 		w.WriteByte('\n')
 	}
-	spans := make([]span, len(st.pending))
-	for i, p := range st.pending {
-		spans[i] = p.span
-	}
-	err = st.j.read(spans, func(_ int, line []byte) error {
-		w.Write(line)
-		return w.WriteByte('\n')
-	})
-	if err != nil {
-		return fingerprint{}, err
+	if err := writeLines(rest); err != nil {
+		return fingerprint{}, nil, false, err
 	}
 	if err := w.Flush(); err != nil {
-		return fingerprint{}, err
+		return fingerprint{}, nil, false, err
 	}
 	if err := tmp.Sync(); err != nil {
-		return fingerprint{}, err
+		return fingerprint{}, nil, false, err
 	}
 	fi, err := tmp.Stat()
 	if err != nil {
-		return fingerprint{}, err
+		return fingerprint{}, nil, false, err
 	}
 	tail, err := tailCRC(tmp, fi.Size())
 	if err != nil {
-		return fingerprint{}, err
+		return fingerprint{}, nil, false, err
 	}
 	if err := tmp.Close(); err != nil {
-		return fingerprint{}, err
+		return fingerprint{}, nil, false, err
 	}
-	return fingerprint{fi.Size(), tail}, nil
+	return fingerprint{fi.Size(), tail}, acked, moved, nil
 }
 
 // dropEmptyJournal lets go of the session's stream in the log when nothing

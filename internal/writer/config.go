@@ -67,6 +67,14 @@ type Config struct {
 	// holding a folder; nil is fsys.FreeSpace (statfs). Tests give their
 	// own, to run out of space on a disk that only pretends to.
 	FreeSpace func(dir string) (int64, error)
+	// WALRetention keeps the log's segments for this long after every
+	// session in them was compacted, within WALRetentionSize (the oldest
+	// go first), so that repair can put back acknowledged entries another
+	// program's rewrite dropped from a transcript (see restore.go and
+	// wal's retain.go). Zero: the defaults; a negative WALRetention keeps
+	// nothing.
+	WALRetention     time.Duration
+	WALRetentionSize int64
 }
 
 // Defaults.
@@ -88,6 +96,13 @@ const (
 	// the log: on a disk of a few GiB it costs a few percent at most
 	// (CockroachDB keeps 1% of the disk, at most 1 GiB).
 	DefaultBallastSize = 64 << 20
+	// DefaultWALRetention: a day covers a rewrite noticed the next
+	// morning; DefaultWALRetentionSize caps it at what a busy machine's
+	// agents log in about a day (BENCHMARKS.md: a heavy session writes
+	// tens of MB a day), a small part of a disk that holds the
+	// transcripts themselves.
+	DefaultWALRetention     = 24 * time.Hour
+	DefaultWALRetentionSize = 1 << 30
 )
 
 func (c *Config) setDefaults() error {
@@ -138,6 +153,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.IdleRetire < c.IdleCompact {
 		c.IdleRetire = c.IdleCompact
+	}
+	if c.WALRetention == 0 {
+		c.WALRetention = DefaultWALRetention
+	}
+	if c.WALRetentionSize <= 0 {
+		c.WALRetentionSize = DefaultWALRetentionSize
 	}
 	return nil
 }

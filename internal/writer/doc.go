@@ -23,7 +23,15 @@
 //   - store.go: the SessionStore parts of an append (batch ids, summaries)
 //     and their sidecar.
 //   - compact.go: Flush and compaction (moving logged entries into the
-//     canonical file), including lines other programs append meanwhile.
+//     canonical file).
+//   - foreign.go: lines other programs append meanwhile: absorbed before
+//     a compaction, rescued from the file a compaction replaced.
+//   - acked.go: the ledger of the entries each transcript was given
+//     (acknowledged and compacted there).
+//   - missing.go: comparing it with the file, and reporting what another
+//     program's rewrite dropped (log, Status, notes).
+//   - restore.go: repair's putting them back from the log's retained
+//     segments.
 //   - journal.go: each session's stream in the shared write-ahead log
 //     (package wal) behind sessionLog and logStore, and the import of the
 //     per-session journals of older releases (package journal): the only

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand"
 	"os"
 	"path"
@@ -105,6 +106,10 @@ type workload struct {
 	// heal retries, once a fault is gone, what the workload needs
 	// finished; nil when a failed call needs no retry.
 	heal func(w *world) []string
+	// settle runs on the Manager that recovered a crashed disk, before
+	// anything is checked: what the workload needs finished after a
+	// crash (a repair); nil for nothing.
+	settle func(w *world, m *Manager) []string
 }
 
 func newWorld(t testing.TB, wl *workload, c *fstest.CrashFS, ff *fstest.FaultFS) *world {
@@ -215,16 +220,53 @@ func (w *world) flush(key layout.Key) error {
 // O_APPEND, one write, fsync. They count as acknowledged once the fsync
 // returned: sessiond must keep them.
 func (w *world) foreign(key layout.Key, lines ...string) error {
-	b := &sent{key: key, lines: lines, caller: foreignCaller}
+	return w.foreignWrite("foreign append", key, os.O_WRONLY|os.O_APPEND, lines, func(fsys.File) ([]string, error) { return lines, nil })
+}
+
+// foreignSave replaces key's canonical file as a program that loaded it
+// earlier saves its copy back: the first keep lines the file holds now,
+// then its own lines, with open("w") (truncate, then write), fsync. Its
+// own lines count as acknowledged once the fsync returned; the lines it
+// kept are sessiond's.
+func (w *world) foreignSave(key layout.Key, keep int, own ...string) error {
+	return w.foreignWrite("foreign save", key, os.O_RDWR, own, func(f fsys.File) ([]string, error) {
+		fi, err := f.Stat()
+		if err != nil {
+			return nil, err
+		}
+		data := make([]byte, fi.Size())
+		if _, err := f.ReadAt(data, 0); err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		var lines []string
+		for _, l := range strings.SplitAfter(string(data), "\n") {
+			if len(lines) < keep && strings.HasSuffix(l, "\n") {
+				lines = append(lines, strings.TrimSuffix(l, "\n"))
+			}
+		}
+		return append(lines, own...), f.Truncate(0)
+	})
+}
+
+// foreignWrite is another program's write of key's canonical file, opened
+// with flag: the lines content returns, in one write, then fsync. own, the
+// lines that are the program's, count as acknowledged once the fsync
+// returned.
+func (w *world) foreignWrite(what string, key layout.Key, flag int, own []string, content func(fsys.File) ([]string, error)) error {
+	b := &sent{key: key, lines: own, caller: foreignCaller}
 	w.mu.Lock()
 	w.batches = append(w.batches, b)
 	w.mu.Unlock()
-	return w.do("foreign append "+key.String(), func() error {
-		f, err := w.fs.OpenFile(crashLayout.TranscriptPath(key), os.O_WRONLY|os.O_APPEND, 0)
+	return w.do(what+" "+key.String(), func() error {
+		f, err := w.fs.OpenFile(crashLayout.TranscriptPath(key), flag, 0)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
+		lines, err := content(f)
+		if err != nil {
+			return err
+		}
 		if _, err := f.Write([]byte(strings.Join(lines, "\n") + "\n")); err != nil {
 			return err
 		}
@@ -293,6 +335,9 @@ func (w *world) verify(v *fstest.CrashFS, probe bool) []string {
 	}
 	for _, f := range rep.Failed {
 		probs = append(probs, fmt.Sprintf("Recover failed a session: %v", f))
+	}
+	if w.wl.settle != nil && len(probs) == 0 {
+		probs = append(probs, w.wl.settle(w, m)...)
 	}
 	probs = append(probs, checkTemps(v)...)
 	probs = append(probs, w.checkEntries(v, nil)...)

@@ -61,6 +61,7 @@ type recovered struct {
 	// logged before is already in it.
 	compacted *fingerprint
 	entries   []span   // committed entries, in order
+	foreign   []bool   // for each entry: a line another program appended, rescued (see pendingEntry)
 	metas     [][]byte // committed batches' meta records, in order
 	truncated int64    // bytes of torn tail cut (never acknowledged)
 	size      int64    // bytes of entries logged
@@ -111,10 +112,13 @@ type logStore struct {
 func openLogStore(cfg *Config, pressure func([]layout.Key)) (*logStore, error) {
 	l, rec, err := wal.Open(wal.Options{
 		FS: cfg.FS, Dir: cfg.Layout.WALDir(),
-		MaxRecord:   cfg.MaxEntryBytes + 1024,
-		SegmentSize: cfg.WALSegmentSize,
-		MaxSize:     cfg.WALMaxSize,
-		OnPressure:  pressure,
+		MaxRecord:     cfg.MaxEntryBytes + 1024,
+		SegmentSize:   cfg.WALSegmentSize,
+		MaxSize:       cfg.WALMaxSize,
+		OnPressure:    pressure,
+		Retention:     max(cfg.WALRetention, 0),
+		RetentionSize: cfg.WALRetentionSize,
+		Now:           cfg.Clock.Now,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open the write-ahead log: %w", err)
@@ -140,11 +144,14 @@ func (ls *logStore) open(key layout.Key, _ bool) (sessionLog, *recovered, error)
 		r.compacted = &fingerprint{c.Size, c.Tail}
 	}
 	for _, b := range e.Batches {
+		foreign := false
 		if b.Meta != nil {
 			r.metas = append(r.metas, b.Meta)
+			foreign = isForeignMeta(b.Meta)
 		}
 		for _, sp := range b.Entries {
 			r.entries = append(r.entries, span{sp.Seg, sp.Off, sp.Len})
+			r.foreign = append(r.foreign, foreign)
 			r.size += int64(sp.Len)
 		}
 	}

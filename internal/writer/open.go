@@ -45,6 +45,7 @@ func (st *state) open() error {
 	st.scanned = true
 	if j == nil {
 		st.publish()
+		st.detectMissing(true, "open")
 		return nil
 	}
 	st.j = j
@@ -78,7 +79,11 @@ func (st *state) open() error {
 				return err
 			}
 			st.publish()
-			return st.newGeneration()
+			if err := st.newGeneration(); err != nil {
+				return err
+			}
+			st.detectMissing(true, "open")
+			return nil
 		}
 	}
 	base := rec.base
@@ -89,7 +94,7 @@ func (st *state) open() error {
 	} else if st.canon.size > base.size {
 		st.log.Info("another program appended to the transcript; journaled entries will follow its lines")
 	}
-	dropped, err := st.replay(rec.entries)
+	dropped, err := st.replay(rec.entries, rec.foreign)
 	if err != nil {
 		return err
 	}
@@ -103,6 +108,7 @@ func (st *state) open() error {
 		}
 	}
 	st.publish()
+	st.detectMissing(true, "open")
 	return nil
 }
 
@@ -112,19 +118,28 @@ func (st *state) open() error {
 // chunks: the first pass decides which entries stay, which fixes the size
 // the transcript will have; the listing summary, told that size, then
 // only searches the lines that can fall in its head and tail windows.
-func (st *state) replay(spans []span) (dropped bool, err error) {
+//
+// foreign, when not nil, says which entries are rescued lines of another
+// program (pendingEntry.foreign). An acknowledged entry dropped because
+// the file holds its uuid goes to ackDropped, for the ledger.
+func (st *state) replay(spans []span, foreign []bool) (dropped bool, err error) {
 	keep := make([]span, 0, len(spans))
 	size := st.canon.size
 	err = st.j.read(spans, func(i int, line []byte) error {
+		p := pendingEntry{span: spans[i], size: len(line), foreign: i < len(foreign) && foreign[i]}
 		if id, ok := transcript.TopLevelString(line, "uuid"); ok && id != "" {
 			if st.ids.has(id) {
 				dropped = true
+				if !p.foreign {
+					st.ackDropped = append(st.ackDropped, ackID{sp: spans[i], uuid: id})
+				}
 				return nil
 			}
 			st.ids.add(id)
+			p.uuid = id
 		}
 		keep = append(keep, spans[i])
-		st.addPending(spans[i], len(line))
+		st.addPending(p)
 		st.noteAgentMeta(line)
 		size += int64(len(line)) + 1
 		return nil

@@ -51,6 +51,7 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 // files. It returns the sessions to replay.
 func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Key, error) {
 	var rep RecoverReport
+	m.loadMissing()
 	m.sweepTemps()
 	m.logs.sweepTemps(m.IsActive)
 	if r := m.logs.rec; r != nil {
@@ -207,10 +208,15 @@ func (m *Manager) sweepTemps() {
 				strings.Contains(n, "sessiond-store.json.") || strings.Contains(n, ".meta.json.")) ||
 			strings.HasPrefix(n, archiveTempPrefix)
 	})
-	sweep(filepath.Join(L.StateDir, "repairs"), func(n string) bool {
-		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, layout.TranscriptExt+".tmp")
-	})
+	for _, kept := range []string{"repairs", "foreign"} {
+		sweep(filepath.Join(L.StateDir, kept), func(n string) bool {
+			return strings.HasPrefix(n, ".") && strings.HasSuffix(n, layout.TranscriptExt+".tmp")
+		})
+	}
 	sweep(m.intentDir(), func(n string) bool {
 		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".json.tmp")
+	})
+	sweep(L.MissingDir(), func(n string) bool {
+		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".tmp")
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -54,6 +55,14 @@ type Stats struct {
 	RecoveryErrors       []string
 	PastRecoveryFailures uint64
 	Disk                 DiskStats
+	// The write-ahead log's retained segments (Config.WALRetention):
+	// how many, their size, and when the oldest was let go.
+	RetainedSegments int
+	RetainedBytes    int64
+	OldestRetained   time.Time
+	// Missing lists the transcripts found lacking entries sessiond had
+	// acknowledged (missing.go).
+	Missing []MissingInfo
 }
 
 type counters struct {
@@ -94,7 +103,7 @@ func New(cfg Config) (*Manager, error) {
 	// Folders are made durable once per process, not at every compaction.
 	cfg.FS = fsys.Remembering(cfg.FS)
 	m := &Manager{
-		deps: deps{cfg: cfg, ix: index.New(), health: &health{}},
+		deps: deps{cfg: cfg, ix: index.New(), health: &health{}, missing: &missingRegistry{}},
 		log:  cfg.Logger, sessions: make(map[layout.Key]*session), leaving: make(map[layout.Key]*session),
 		progress: progress.New(),
 	}
@@ -360,15 +369,20 @@ func (m *Manager) Stats() Stats {
 	disk := m.space.stats()
 	lagSessions, lagBytes := m.logs.wal.Backlog()
 	disk.LagSessions, disk.LagBytes = uint64(lagSessions), uint64(lagBytes)
+	ws := m.logs.wal.Stats()
 	return Stats{
 		RecoveryErrors:       recErrs,
 		PastRecoveryFailures: past,
 		Disk:                 disk,
+		RetainedSegments:     ws.RetainedSegments,
+		RetainedBytes:        ws.RetainedBytes,
+		OldestRetained:       ws.OldestRetained,
+		Missing:              m.Missing(),
 		ActiveSessions:       n,
 		Appends:              m.stats.appends.Load(),
 		EntriesStored:        m.stats.stored.Load(),
 		EntriesDuplicate:     m.stats.duplicate.Load(),
-		JournalSyncs:         m.logs.wal.Stats().Syncs,
+		JournalSyncs:         ws.Syncs,
 		JournalBytes:         m.stats.journalBytes.Load(),
 		Compactions:          m.stats.compactions.Load(),
 		CompactedBytes:       m.stats.compactedBytes.Load(),

@@ -26,16 +26,44 @@ type CheckResult struct {
 }
 
 // Check reports the damage in key.
+//
+// Besides what transcript.Check finds in the file, it compares the file
+// with the entries sessiond acknowledged and compacted into it (its
+// ledger, read before the file: what was compacted since is in the file
+// or still pending, and both are read) and reports those missing
+// (restore.go).
 func (m *Manager) Check(ctx context.Context, key layout.Key) (CheckResult, error) {
 	res := CheckResult{Key: key}
-	err := m.view(ctx, key, func(r io.Reader, _ int) error {
+	if err := key.Validate(); err != nil {
+		return res, err
+	}
+	led, err := readLedger(m.cfg.FS, m.cfg.Layout, key)
+	if err != nil {
+		return res, err
+	}
+	var mt *ackMatcher
+	if led != nil && len(led.ids) > 0 {
+		mt = newAckMatcher(led)
+	}
+	err = m.view(ctx, key, func(r io.Reader, _ int) error {
+		var split *lineSplitter
+		if mt != nil {
+			split = &lineSplitter{m: mt}
+			r = io.TeeReader(r, split)
+		}
 		rep, err := transcript.Check(r, transcript.CheckOptions{SessionID: key.SessionID})
 		if err != nil {
 			return fmt.Errorf("check %s: %w", key, errdefs.FromIO(err))
 		}
 		res.Report = rep
+		if split != nil {
+			split.close()
+		}
 		return nil
 	})
+	if err == nil && mt != nil {
+		err = m.checkAcked(key, mt, res.Report)
+	}
 	return res, err
 }
 
@@ -92,27 +120,62 @@ func (m *Manager) Repair(ctx context.Context, key layout.Key, dryRun bool) (Repa
 			return m.notFound(key)
 		}
 		if dryRun && len(st.pending) > 0 {
-			sn, err := st.snapshot()
-			if err != nil {
-				return err
-			}
-			defer sn.close()
-			tmp, err := spool(sn.reader())
-			if err != nil {
-				return err
-			}
-			defer tmp.Close()
-			out.Result, err = transcript.Repair(tmp, tmp.size, io.Discard, transcript.RepairOptions{SessionID: key.SessionID})
-			return err
+			return st.repairDryPending(ctx, &out)
 		}
 		if err := st.compact("repair"); err != nil {
 			return err
 		}
 		var err error
-		out.Result, out.Backup, err = st.repair(dryRun, op)
+		out.Result, out.Backup, err = st.repair(ctx, dryRun, op)
 		return err
 	})
 	return out, err
+}
+
+// repairDryPending is a dry run of repair on a session with pending
+// entries, which a dry run must not compact: it repairs a copy of what
+// the session holds (with the acknowledged entries missing from its file
+// put back, see restore.go).
+func (st *state) repairDryPending(ctx context.Context, out *RepairOutcome) error {
+	plan, err := st.planRestore()
+	if err != nil {
+		return err
+	}
+	sn, err := st.snapshot()
+	if err != nil {
+		return err
+	}
+	defer sn.close()
+	tmp, err := spool(sn.reader())
+	if err != nil {
+		return err
+	}
+	defer tmp.Close()
+	opt := transcript.RepairOptions{SessionID: st.key.SessionID}
+	if plan == nil || plan.restored == 0 {
+		out.Result, err = transcript.Repair(tmp, tmp.size, io.Discard, opt)
+		if err == nil && plan != nil {
+			plan.withRestore(out.Result, nil)
+		}
+		return err
+	}
+	before, err := checkOriginal(ctx, tmp, tmp.size, st.key.SessionID)
+	if err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(plan.write(pw, tmp, tmp.size)) }()
+	restored, err := spool(pr)
+	pr.Close()
+	if err != nil {
+		return err
+	}
+	defer restored.Close()
+	out.Result, err = transcript.Repair(restored, restored.size, io.Discard, opt)
+	if err == nil {
+		plan.withRestore(out.Result, before)
+	}
+	return err
 }
 
 // countingWriter counts what is written through it into op.
@@ -149,7 +212,13 @@ func spool(r io.Reader) (*spooled, error) {
 	return &spooled{f, n}, nil
 }
 
-func (st *state) repair(dryRun bool, op *progress.Op) (*transcript.RepairResult, string, error) {
+func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*transcript.RepairResult, string, error) {
+	// The acknowledged entries another program's rewrite dropped go back
+	// first (restore.go): then the chain repair below sees them.
+	plan, err := st.planRestore()
+	if err != nil {
+		return nil, "", err
+	}
 	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, "", fmt.Errorf("open %s: %w", st.canonPath, errdefs.FromIO(err))
@@ -159,15 +228,38 @@ func (st *state) repair(dryRun bool, op *progress.Op) (*transcript.RepairResult,
 	if err != nil {
 		return nil, "", errdefs.FromIO(err)
 	}
+	var src io.ReaderAt = f
+	size := fi.Size()
+	var before *transcript.Report
+	if plan != nil && plan.restored > 0 {
+		if before, err = checkOriginal(ctx, f, size, st.key.SessionID); err != nil {
+			return nil, "", err
+		}
+		r, path, n, err := st.restoreTemp(plan, f, size)
+		if err != nil {
+			return nil, "", err
+		}
+		defer st.fs.Remove(path)
+		defer r.Close()
+		src, size = r, n
+	}
+	fold := func(res *transcript.RepairResult) *transcript.RepairResult {
+		if plan != nil {
+			plan.withRestore(res, before)
+		}
+		return res
+	}
 	// Progress is the repaired output written against the file's size:
 	// Repair reads its input several times (check, plan, write), and its
 	// output is about as long as its input.
-	op.SetTotal(fi.Size())
-	src := f
+	op.SetTotal(size)
 	opt := transcript.RepairOptions{SessionID: st.key.SessionID}
 	if dryRun {
-		res, err := transcript.Repair(src, fi.Size(), countingWriter{io.Discard, op}, opt)
-		return res, "", err
+		res, err := transcript.Repair(src, size, countingWriter{io.Discard, op}, opt)
+		if err != nil {
+			return nil, "", err
+		}
+		return fold(res), "", nil
 	}
 	tmpPath := filepath.Join(st.dir, st.tempPrefix()+uuid.NewString()[:8]+".tmp")
 	tmp, err := st.fs.OpenFile(tmpPath, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -181,11 +273,17 @@ func (st *state) repair(dryRun bool, op *progress.Op) (*transcript.RepairResult,
 			st.fs.Remove(tmpPath)
 		}
 	}()
-	res, err := transcript.Repair(src, fi.Size(), countingWriter{tmp, op}, opt)
+	res, err := transcript.Repair(src, size, countingWriter{tmp, op}, opt)
 	if err != nil {
 		return nil, "", fmt.Errorf("repair %s: %w", st.key, errdefs.FromIO(err))
 	}
+	res = fold(res)
 	if !res.Changed {
+		if plan != nil {
+			// Missing, and none of it in the log any more: the finding
+			// stands.
+			st.setMissing(plan.remaining(), "repair")
+		}
 		return res, "", nil
 	}
 	if err := tmp.Sync(); err != nil {
@@ -194,7 +292,7 @@ func (st *state) repair(dryRun bool, op *progress.Op) (*transcript.RepairResult,
 	if err := tmp.Close(); err != nil {
 		return nil, "", errdefs.FromIO(err)
 	}
-	backup, err := st.keepCopy("repairs", src, fi.Size())
+	backup, err := st.keepCopy("repairs", f, fi.Size())
 	if err != nil {
 		return nil, "", err
 	}
@@ -209,6 +307,15 @@ func (st *state) repair(dryRun bool, op *progress.Op) (*transcript.RepairResult,
 	if err := st.reload(); err != nil {
 		return nil, "", err
 	}
+	if plan != nil {
+		rest := plan.remaining()
+		st.setMissing(rest, "repair")
+		// The ledger's last record names the repaired file now, so the
+		// next open need not compare the file with it again.
+		if err := st.appendLedger(st.canon, len(rest), nil); err != nil {
+			st.log.Warn("cannot record the repaired transcript in its ledger", zap.Error(err))
+		}
+	}
 	st.log.Info("repaired", zap.Int("actions", len(res.Actions)), zap.String("original_kept_at", backup))
 	return res, backup, nil
 }
@@ -220,6 +327,7 @@ func (st *state) reload() error {
 		st.failed = err
 		return err
 	}
+	st.rescueAt = -1
 	st.lineage = st.lineages.Add(1)
 	if err := st.newGeneration(); err != nil {
 		st.failed = err

@@ -257,6 +257,10 @@ func (s *session) run() {
 			}
 			close(c.done)
 		case <-idle.C():
+			// The file the last compaction replaced is let go now, its
+			// late lines rescued first (foreign.go).
+			st.rescueLate(true)
+			st.dropHeld()
 			if st.failed == nil && st.idleDue() {
 				if err := st.compact("idle"); err != nil {
 					log.Warn("idle compaction failed", zap.Error(err))
@@ -337,6 +341,8 @@ func (s *session) retireAfter(st *state, c *ctrlReq, opened bool) bool {
 		if !opened || st.failed != nil || s.m.inUse(s) {
 			return false
 		}
+		st.rescueLate(true)
+		st.dropHeld()
 		if len(st.pending) > 0 {
 			// As the idle retirement does: once the writer is gone
 			// nothing moves the entries into the file until the session

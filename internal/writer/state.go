@@ -30,7 +30,12 @@ type fingerprint struct {
 
 type pendingEntry struct {
 	span span
-	size int // line bytes without newline
+	size int    // line bytes without newline
+	uuid string // "" for an entry without uuid
+	// foreign: a line another program appended to the file during a
+	// compaction's rename, rescued into the log (foreign.go): never
+	// acknowledged to anyone, so not in the ledger (acked.go).
+	foreign bool
 }
 
 // deps are what a session's state needs from the manager that runs it,
@@ -41,6 +46,9 @@ type deps struct {
 	logs  *logStore // the sessions' write-ahead logs (journal.go)
 	ix    *index.Index
 	stats counters
+	// missing lists the transcripts found lacking entries sessiond had
+	// acknowledged (missing.go).
+	missing *missingRegistry
 	// lineages hands out the states' lineages: a new one whenever lines
 	// already served may have moved.
 	lineages atomic.Uint64
@@ -87,6 +95,23 @@ type state struct {
 	// ent is this session's listing entry (main sessions only), kept
 	// current line by line and published to the index.
 	ent *index.Entry
+
+	// ackEnd is where the ledger's last whole record ends, -1 until
+	// read (acked.go); ackDropped are acknowledged entries of the log's
+	// current stream that are not pending because the file already held
+	// their uuid (replay): the next ledger record lists them too, before
+	// the stream goes. missingIDs is what the last comparison of the
+	// ledger with the file found missing (missing.go).
+	ackEnd     int64
+	ackDropped []ackID
+	missingIDs []ackID
+
+	// The file the last compaction replaced, kept open a while so that
+	// lines another program appends to it late are rescued, and where
+	// rescued lines go (foreign.go).
+	held     fsys.File
+	heldOff  int64 // how much of held is accounted for
+	rescueAt int64 // offset in the canonical file for rescued lines, -1: none
 }
 
 func newState(d *deps, key layout.Key, log *zap.Logger) *state {
@@ -97,6 +122,8 @@ func newState(d *deps, key layout.Key, log *zap.Logger) *state {
 		dir:       filepath.Dir(canon),
 		ids:       newIDSet(),
 		changed:   make(chan struct{}),
+		ackEnd:    -1,
+		rescueAt:  -1,
 	}
 }
 
@@ -149,6 +176,7 @@ func (st *state) notifyChange() {
 }
 
 func (st *state) closeFiles() {
+	st.dropHeld()
 	if st.j != nil {
 		st.j.close()
 		st.j = nil

@@ -96,6 +96,17 @@ type batchMeta struct {
 	Entries        uint64          `json:"entries,omitempty"` // lines in the transcript right after the batch
 	Summary        json.RawMessage `json:"summary,omitempty"`
 	SummaryVersion uint64          `json:"summary_version,omitempty"`
+	// Foreign marks a batch of lines another program appended, rescued
+	// during a compaction (foreign.go): not acknowledged entries.
+	Foreign bool `json:"foreign,omitempty"`
+}
+
+// isForeignMeta reports whether a batch's meta record marks it foreign.
+func isForeignMeta(b []byte) bool {
+	var m struct {
+		Foreign bool `json:"foreign"`
+	}
+	return json.Unmarshal(b, &m) == nil && m.Foreign
 }
 
 // encode is the meta's journal record: JSON without HTML escaping, so the
@@ -229,6 +240,9 @@ func (st *state) applyMetas(metas [][]byte) {
 			// future format: keep the entries, skip what it says.
 			st.log.Warn("unreadable batch meta record in the journal; skipped", zap.Error(err))
 			continue
+		}
+		if m.Foreign {
+			continue // says nothing about the store
 		}
 		st.store.apply(m)
 		st.storeDirty = true

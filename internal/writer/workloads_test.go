@@ -30,10 +30,72 @@ var (
 	kDelSub   = fixedKey(7, "subagents/agent-a")
 	kStore    = fixedKey(8, "")
 	kStoreSub = fixedKey(8, "subagents/agent-s")
+	kRewrite  = fixedKey(9, "")
 )
 
 func allWorkloads() []*workload {
-	return []*workload{wlGroupCommit(), wlCompaction(), wlFork(), wlRepair(), wlDeleteRestore(), wlStore()}
+	return []*workload{wlGroupCommit(), wlCompaction(), wlFork(), wlRepair(), wlDeleteRestore(), wlStore(), wlForeignRewrite()}
+}
+
+// wlForeignRewrite: entries compacted in two compactions (segments small
+// enough to roll, so the log retains them), another program's truncating
+// save of the transcript (open("w"): its stale copy, shorter, and a line
+// of its own, synced), an entry appended after it, then repair and a
+// flush. Whatever the crash or fault, once recovered and repaired (settle)
+// every acknowledged entry is in the file once, in order (the harness's
+// checks), the program's line too once its save was synced, and check
+// finds nothing missing.
+func wlForeignRewrite() *workload {
+	return &workload{
+		name:  "foreign-rewrite",
+		cfg:   func(c *Config) { c.WALSegmentSize = 1500 },
+		probe: []layout.Key{kRewrite, kBy},
+		run: func(w *world) {
+			w.append(0, kRewrite, line(kRewrite, w.id(), "r1"), line(kRewrite, "", "r2"), line(kRewrite, w.id(), "r3"))
+			w.flush(kRewrite)
+			w.append(0, kRewrite, line(kRewrite, w.id(), "r4"), line(kRewrite, "", "r5"))
+			w.flush(kRewrite)
+			w.append(1, kBy, line(kBy, w.id(), "by1"))
+			w.foreignSave(kRewrite, 2, line(kRewrite, w.id(), "the other program's"))
+			w.append(0, kRewrite, line(kRewrite, w.id(), "r6"))
+			if w.do("repair", func() error { _, err := w.m.Repair(w.ctx, kRewrite, false); return err }) == nil {
+				w.setFlag("repaired")
+			}
+			w.flush(kRewrite)
+		},
+		settle: func(w *world, m *Manager) []string {
+			if _, err := m.Repair(w.ctx, kRewrite, false); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				return []string{fmt.Sprintf("repair after recovery: %v", err)}
+			}
+			return nil
+		},
+		heal: func(w *world) []string {
+			if _, err := w.m.Repair(w.ctx, kRewrite, false); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				return []string{fmt.Sprintf("retried repair: %v", err)}
+			}
+			return nil
+		},
+		check: func(w *world, v *fstest.CrashFS) []string {
+			m := newCrashManager(w.t, v.KillClone(), w.wl)
+			defer closeQuietly(m)
+			if _, err := m.Recover(w.ctx); err != nil {
+				return []string{fmt.Sprintf("foreign-rewrite check: recover: %v", err)}
+			}
+			res, err := m.Check(w.ctx, kRewrite)
+			if errors.Is(err, errdefs.ErrNotFound) && !w.hasAcked(kRewrite) {
+				return nil
+			}
+			if err != nil {
+				return []string{fmt.Sprintf("foreign-rewrite check: %v", err)}
+			}
+			for _, p := range res.Report.Problems {
+				if p.Kind == transcript.KindAcknowledgedMissing {
+					return []string{fmt.Sprintf("after repair check still finds acknowledged entries missing: %s", p.Message)}
+				}
+			}
+			return nil
+		},
+	}
 }
 
 // storeAgentMeta is an agent_metadata entry as the SDK mirrors it.

@@ -1545,9 +1545,17 @@ type StatusResponse struct {
 	// Disk space: the reserve kept for compactions on a full disk, the
 	// compactions waiting for space, and how far the transcripts lag behind
 	// what sessiond acknowledged.
-	Disk          *DiskStatus `protobuf:"bytes,26,opt,name=disk,proto3" json:"disk,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Disk *DiskStatus `protobuf:"bytes,26,opt,name=disk,proto3" json:"disk,omitempty"`
+	// What the write-ahead log keeps after compaction, for repair to put
+	// back acknowledged entries another program's rewrite dropped.
+	WalRetention *WalRetention `protobuf:"bytes,30,opt,name=wal_retention,json=walRetention,proto3" json:"wal_retention,omitempty"`
+	// Transcripts found lacking entries sessiond had acknowledged (another
+	// program rewrote them without those): `sessionctl check` names them,
+	// `sessionctl repair` puts back what the log retains. Empty when all is
+	// well.
+	AcknowledgedMissing []*AcknowledgedMissing `protobuf:"bytes,31,rep,name=acknowledged_missing,json=acknowledgedMissing,proto3" json:"acknowledged_missing,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1723,6 +1731,20 @@ func (x *StatusResponse) GetPastRecoveryFailures() uint64 {
 func (x *StatusResponse) GetDisk() *DiskStatus {
 	if x != nil {
 		return x.Disk
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetWalRetention() *WalRetention {
+	if x != nil {
+		return x.WalRetention
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetAcknowledgedMissing() []*AcknowledgedMissing {
+	if x != nil {
+		return x.AcknowledgedMissing
 	}
 	return nil
 }
@@ -1924,6 +1946,160 @@ func (x *DeferredCompaction) GetMessage() string {
 	return ""
 }
 
+// WalRetention is the write-ahead log's retention of compacted segments.
+type WalRetention struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How long a segment is kept after every session in it was compacted
+	// (--wal-retention); 0 when nothing is kept.
+	RetentionMs int64 `protobuf:"varint,1,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
+	// The most the retained segments may add up to (--wal-retention-size);
+	// the oldest go first.
+	SizeBudget       uint64 `protobuf:"varint,2,opt,name=size_budget,json=sizeBudget,proto3" json:"size_budget,omitempty"`
+	RetainedSegments uint64 `protobuf:"varint,3,opt,name=retained_segments,json=retainedSegments,proto3" json:"retained_segments,omitempty"`
+	RetainedBytes    uint64 `protobuf:"varint,4,opt,name=retained_bytes,json=retainedBytes,proto3" json:"retained_bytes,omitempty"`
+	// When the oldest retained segment was let go; 0 when none is retained.
+	OldestRetainedMs int64 `protobuf:"varint,5,opt,name=oldest_retained_ms,json=oldestRetainedMs,proto3" json:"oldest_retained_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *WalRetention) Reset() {
+	*x = WalRetention{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WalRetention) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WalRetention) ProtoMessage() {}
+
+func (x *WalRetention) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WalRetention.ProtoReflect.Descriptor instead.
+func (*WalRetention) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *WalRetention) GetRetentionMs() int64 {
+	if x != nil {
+		return x.RetentionMs
+	}
+	return 0
+}
+
+func (x *WalRetention) GetSizeBudget() uint64 {
+	if x != nil {
+		return x.SizeBudget
+	}
+	return 0
+}
+
+func (x *WalRetention) GetRetainedSegments() uint64 {
+	if x != nil {
+		return x.RetainedSegments
+	}
+	return 0
+}
+
+func (x *WalRetention) GetRetainedBytes() uint64 {
+	if x != nil {
+		return x.RetainedBytes
+	}
+	return 0
+}
+
+func (x *WalRetention) GetOldestRetainedMs() int64 {
+	if x != nil {
+		return x.OldestRetainedMs
+	}
+	return 0
+}
+
+// AcknowledgedMissing is a transcript that lacks entries sessiond had
+// acknowledged.
+type AcknowledgedMissing struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session *ResolvedSession       `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Count   uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// The missing entries' uuids (content:<digest> for entries without a
+	// uuid), in acknowledged order; at most 10,000.
+	Ids           []string `protobuf:"bytes,3,rep,name=ids,proto3" json:"ids,omitempty"`
+	DetectedMs    int64    `protobuf:"varint,4,opt,name=detected_ms,json=detectedMs,proto3" json:"detected_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcknowledgedMissing) Reset() {
+	*x = AcknowledgedMissing{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcknowledgedMissing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcknowledgedMissing) ProtoMessage() {}
+
+func (x *AcknowledgedMissing) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcknowledgedMissing.ProtoReflect.Descriptor instead.
+func (*AcknowledgedMissing) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *AcknowledgedMissing) GetSession() *ResolvedSession {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *AcknowledgedMissing) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *AcknowledgedMissing) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *AcknowledgedMissing) GetDetectedMs() int64 {
+	if x != nil {
+		return x.DetectedMs
+	}
+	return 0
+}
+
 // Operation is a long operation in progress. A client that starts one names
 // it with the gRPC metadata key "sessiond-operation" (the value is its id)
 // and can follow it through Status.
@@ -1944,7 +2120,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1956,7 +2132,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1969,7 +2145,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{22}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Operation) GetId() string {
@@ -2027,7 +2203,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2215,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2228,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{23}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CheckRequest) GetSession() *SessionRef {
@@ -2078,7 +2254,9 @@ type Problem struct {
 	Offset uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
 	// malformed, torn, nul_bytes, spliced, invalid_utf8, lone_surrogate,
 	// duplicate_uuid, session_id_mismatch, dangling_parent, cycle,
-	// multiple_roots, orphan_tool_use, stray_tool_result.
+	// multiple_roots, orphan_tool_use, stray_tool_result,
+	// acknowledged_missing (entries sessiond acknowledged that another
+	// program's rewrite dropped; line is 0, ids are their uuids).
 	Kind    string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
 	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
 	// The uuids or tool ids involved.
@@ -2093,7 +2271,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2283,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2296,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{24}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Problem) GetLine() uint64 {
@@ -2175,7 +2353,7 @@ type SessionCheck struct {
 
 func (x *SessionCheck) Reset() {
 	*x = SessionCheck{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2365,7 @@ func (x *SessionCheck) String() string {
 func (*SessionCheck) ProtoMessage() {}
 
 func (x *SessionCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2378,7 @@ func (x *SessionCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCheck.ProtoReflect.Descriptor instead.
 func (*SessionCheck) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{25}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SessionCheck) GetSession() *ResolvedSession {
@@ -2242,7 +2420,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2432,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2445,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{26}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CheckResponse) GetSessions() []*SessionCheck {
@@ -2295,7 +2473,7 @@ type RepairRequest struct {
 
 func (x *RepairRequest) Reset() {
 	*x = RepairRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2485,7 @@ func (x *RepairRequest) String() string {
 func (*RepairRequest) ProtoMessage() {}
 
 func (x *RepairRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2498,7 @@ func (x *RepairRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRequest.ProtoReflect.Descriptor instead.
 func (*RepairRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{27}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RepairRequest) GetSession() *SessionRef {
@@ -2341,7 +2519,9 @@ type RepairAction struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Line  uint64                 `protobuf:"varint,1,opt,name=line,proto3" json:"line,omitempty"`
 	// split, drop, strip_nul, replace_invalid, insert_tool_result,
-	// neutralise_tool_result, repoint_parent, drop_duplicate.
+	// neutralise_tool_result, repoint_parent, drop_duplicate,
+	// restore_acknowledged (an acknowledged entry put back from the
+	// write-ahead log; line is the one it goes after).
 	Kind          string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
 	Before        []byte `protobuf:"bytes,4,opt,name=before,proto3" json:"before,omitempty"`
@@ -2352,7 +2532,7 @@ type RepairAction struct {
 
 func (x *RepairAction) Reset() {
 	*x = RepairAction{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2544,7 @@ func (x *RepairAction) String() string {
 func (*RepairAction) ProtoMessage() {}
 
 func (x *RepairAction) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2557,7 @@ func (x *RepairAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairAction.ProtoReflect.Descriptor instead.
 func (*RepairAction) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{28}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RepairAction) GetLine() uint64 {
@@ -2432,7 +2612,7 @@ type RepairResponse struct {
 
 func (x *RepairResponse) Reset() {
 	*x = RepairResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2444,7 +2624,7 @@ func (x *RepairResponse) String() string {
 func (*RepairResponse) ProtoMessage() {}
 
 func (x *RepairResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2457,7 +2637,7 @@ func (x *RepairResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairResponse.ProtoReflect.Descriptor instead.
 func (*RepairResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{29}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RepairResponse) GetSession() *ResolvedSession {
@@ -2519,7 +2699,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2531,7 +2711,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2544,7 +2724,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{30}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ForkRequest) GetSession() *SessionRef {
@@ -2586,7 +2766,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2598,7 +2778,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2611,7 +2791,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{31}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ForkResponse) GetSession() *ResolvedSession {
@@ -2645,7 +2825,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +2837,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +2850,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{32}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RenameRequest) GetSession() *SessionRef {
@@ -2698,7 +2878,7 @@ type TagRequest struct {
 
 func (x *TagRequest) Reset() {
 	*x = TagRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2710,7 +2890,7 @@ func (x *TagRequest) String() string {
 func (*TagRequest) ProtoMessage() {}
 
 func (x *TagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2723,7 +2903,7 @@ func (x *TagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagRequest.ProtoReflect.Descriptor instead.
 func (*TagRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{33}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TagRequest) GetSession() *SessionRef {
@@ -2750,7 +2930,7 @@ type SetArchivedRequest struct {
 
 func (x *SetArchivedRequest) Reset() {
 	*x = SetArchivedRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2762,7 +2942,7 @@ func (x *SetArchivedRequest) String() string {
 func (*SetArchivedRequest) ProtoMessage() {}
 
 func (x *SetArchivedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2775,7 +2955,7 @@ func (x *SetArchivedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetArchivedRequest.ProtoReflect.Descriptor instead.
 func (*SetArchivedRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{34}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetArchivedRequest) GetSession() *SessionRef {
@@ -2801,7 +2981,7 @@ type MetadataResponse struct {
 
 func (x *MetadataResponse) Reset() {
 	*x = MetadataResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2813,7 +2993,7 @@ func (x *MetadataResponse) String() string {
 func (*MetadataResponse) ProtoMessage() {}
 
 func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2826,7 +3006,7 @@ func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataResponse.ProtoReflect.Descriptor instead.
 func (*MetadataResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{35}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *MetadataResponse) GetSession() *ResolvedSession {
@@ -2847,7 +3027,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2859,7 +3039,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2872,7 +3052,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{36}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeleteRequest) GetSession() *SessionRef {
@@ -2900,7 +3080,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2912,7 +3092,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2925,7 +3105,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{37}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeleteResponse) GetSession() *ResolvedSession {
@@ -2951,7 +3131,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2963,7 +3143,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2976,7 +3156,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{38}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RestoreRequest) GetSession() *SessionRef {
@@ -2995,7 +3175,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3007,7 +3187,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3020,7 +3200,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{39}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RestoreResponse) GetSession() *ResolvedSession {
@@ -3039,7 +3219,7 @@ type ListSubkeysRequest struct {
 
 func (x *ListSubkeysRequest) Reset() {
 	*x = ListSubkeysRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3051,7 +3231,7 @@ func (x *ListSubkeysRequest) String() string {
 func (*ListSubkeysRequest) ProtoMessage() {}
 
 func (x *ListSubkeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3064,7 +3244,7 @@ func (x *ListSubkeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubkeysRequest.ProtoReflect.Descriptor instead.
 func (*ListSubkeysRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{40}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListSubkeysRequest) GetSession() *SessionRef {
@@ -3084,7 +3264,7 @@ type ListSubkeysResponse struct {
 
 func (x *ListSubkeysResponse) Reset() {
 	*x = ListSubkeysResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3096,7 +3276,7 @@ func (x *ListSubkeysResponse) String() string {
 func (*ListSubkeysResponse) ProtoMessage() {}
 
 func (x *ListSubkeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3109,7 +3289,7 @@ func (x *ListSubkeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubkeysResponse.ProtoReflect.Descriptor instead.
 func (*ListSubkeysResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{41}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListSubkeysResponse) GetSubkeys() []string {
@@ -3136,7 +3316,7 @@ type ListSummariesRequest struct {
 
 func (x *ListSummariesRequest) Reset() {
 	*x = ListSummariesRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3148,7 +3328,7 @@ func (x *ListSummariesRequest) String() string {
 func (*ListSummariesRequest) ProtoMessage() {}
 
 func (x *ListSummariesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3161,7 +3341,7 @@ func (x *ListSummariesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSummariesRequest.ProtoReflect.Descriptor instead.
 func (*ListSummariesRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{42}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListSummariesRequest) GetProject() isListSummariesRequest_Project {
@@ -3231,7 +3411,7 @@ type SessionSummary struct {
 
 func (x *SessionSummary) Reset() {
 	*x = SessionSummary{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3243,7 +3423,7 @@ func (x *SessionSummary) String() string {
 func (*SessionSummary) ProtoMessage() {}
 
 func (x *SessionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3256,7 +3436,7 @@ func (x *SessionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSummary.ProtoReflect.Descriptor instead.
 func (*SessionSummary) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{43}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SessionSummary) GetSessionId() string {
@@ -3311,7 +3491,7 @@ type ListSummariesResponse struct {
 
 func (x *ListSummariesResponse) Reset() {
 	*x = ListSummariesResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3323,7 +3503,7 @@ func (x *ListSummariesResponse) String() string {
 func (*ListSummariesResponse) ProtoMessage() {}
 
 func (x *ListSummariesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3336,7 +3516,7 @@ func (x *ListSummariesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSummariesResponse.ProtoReflect.Descriptor instead.
 func (*ListSummariesResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{44}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListSummariesResponse) GetSummaries() []*SessionSummary {
@@ -3455,7 +3635,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x05total\x18\x02 \x01(\rR\x05total\"F\n" +
 	"\x11GetSessionRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\"\x0f\n" +
-	"\rStatusRequest\"\x86\x06\n" +
+	"\rStatusRequest\"\x9b\a\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x1d\n" +
@@ -3481,7 +3661,9 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"operations\x18\x13 \x03(\v2\x16.sessiond.v1.OperationR\n" +
 	"operations\x124\n" +
 	"\x16past_recovery_failures\x18\x19 \x01(\x04R\x14pastRecoveryFailures\x12+\n" +
-	"\x04disk\x18\x1a \x01(\v2\x17.sessiond.v1.DiskStatusR\x04disk\"\xa5\x02\n" +
+	"\x04disk\x18\x1a \x01(\v2\x17.sessiond.v1.DiskStatusR\x04disk\x12>\n" +
+	"\rwal_retention\x18\x1e \x01(\v2\x19.sessiond.v1.WalRetentionR\fwalRetention\x12S\n" +
+	"\x14acknowledged_missing\x18\x1f \x03(\v2 .sessiond.v1.AcknowledgedMissingR\x13acknowledgedMissing\"\xa5\x02\n" +
 	"\n" +
 	"DiskStatus\x12!\n" +
 	"\fballast_path\x18\x01 \x01(\tR\vballastPath\x12#\n" +
@@ -3499,7 +3681,20 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\n" +
 	"free_bytes\x18\x04 \x01(\x03R\tfreeBytes\x12\x19\n" +
 	"\bsince_ms\x18\x05 \x01(\x03R\asinceMs\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage\"\x8c\x01\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\"\xd4\x01\n" +
+	"\fWalRetention\x12!\n" +
+	"\fretention_ms\x18\x01 \x01(\x03R\vretentionMs\x12\x1f\n" +
+	"\vsize_budget\x18\x02 \x01(\x04R\n" +
+	"sizeBudget\x12+\n" +
+	"\x11retained_segments\x18\x03 \x01(\x04R\x10retainedSegments\x12%\n" +
+	"\x0eretained_bytes\x18\x04 \x01(\x04R\rretainedBytes\x12,\n" +
+	"\x12oldest_retained_ms\x18\x05 \x01(\x03R\x10oldestRetainedMs\"\x96\x01\n" +
+	"\x13AcknowledgedMissing\x126\n" +
+	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x10\n" +
+	"\x03ids\x18\x03 \x03(\tR\x03ids\x12\x1f\n" +
+	"\vdetected_ms\x18\x04 \x01(\x03R\n" +
+	"detectedMs\"\x8c\x01\n" +
 	"\tOperation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -3636,7 +3831,7 @@ func file_sessiond_v1_sessiond_proto_rawDescGZIP() []byte {
 }
 
 var file_sessiond_v1_sessiond_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(EntryOutcome)(0),             // 0: sessiond.v1.EntryOutcome
 	(*SessionRef)(nil),            // 1: sessiond.v1.SessionRef
@@ -3661,29 +3856,31 @@ var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(*StatusResponse)(nil),        // 20: sessiond.v1.StatusResponse
 	(*DiskStatus)(nil),            // 21: sessiond.v1.DiskStatus
 	(*DeferredCompaction)(nil),    // 22: sessiond.v1.DeferredCompaction
-	(*Operation)(nil),             // 23: sessiond.v1.Operation
-	(*CheckRequest)(nil),          // 24: sessiond.v1.CheckRequest
-	(*Problem)(nil),               // 25: sessiond.v1.Problem
-	(*SessionCheck)(nil),          // 26: sessiond.v1.SessionCheck
-	(*CheckResponse)(nil),         // 27: sessiond.v1.CheckResponse
-	(*RepairRequest)(nil),         // 28: sessiond.v1.RepairRequest
-	(*RepairAction)(nil),          // 29: sessiond.v1.RepairAction
-	(*RepairResponse)(nil),        // 30: sessiond.v1.RepairResponse
-	(*ForkRequest)(nil),           // 31: sessiond.v1.ForkRequest
-	(*ForkResponse)(nil),          // 32: sessiond.v1.ForkResponse
-	(*RenameRequest)(nil),         // 33: sessiond.v1.RenameRequest
-	(*TagRequest)(nil),            // 34: sessiond.v1.TagRequest
-	(*SetArchivedRequest)(nil),    // 35: sessiond.v1.SetArchivedRequest
-	(*MetadataResponse)(nil),      // 36: sessiond.v1.MetadataResponse
-	(*DeleteRequest)(nil),         // 37: sessiond.v1.DeleteRequest
-	(*DeleteResponse)(nil),        // 38: sessiond.v1.DeleteResponse
-	(*RestoreRequest)(nil),        // 39: sessiond.v1.RestoreRequest
-	(*RestoreResponse)(nil),       // 40: sessiond.v1.RestoreResponse
-	(*ListSubkeysRequest)(nil),    // 41: sessiond.v1.ListSubkeysRequest
-	(*ListSubkeysResponse)(nil),   // 42: sessiond.v1.ListSubkeysResponse
-	(*ListSummariesRequest)(nil),  // 43: sessiond.v1.ListSummariesRequest
-	(*SessionSummary)(nil),        // 44: sessiond.v1.SessionSummary
-	(*ListSummariesResponse)(nil), // 45: sessiond.v1.ListSummariesResponse
+	(*WalRetention)(nil),          // 23: sessiond.v1.WalRetention
+	(*AcknowledgedMissing)(nil),   // 24: sessiond.v1.AcknowledgedMissing
+	(*Operation)(nil),             // 25: sessiond.v1.Operation
+	(*CheckRequest)(nil),          // 26: sessiond.v1.CheckRequest
+	(*Problem)(nil),               // 27: sessiond.v1.Problem
+	(*SessionCheck)(nil),          // 28: sessiond.v1.SessionCheck
+	(*CheckResponse)(nil),         // 29: sessiond.v1.CheckResponse
+	(*RepairRequest)(nil),         // 30: sessiond.v1.RepairRequest
+	(*RepairAction)(nil),          // 31: sessiond.v1.RepairAction
+	(*RepairResponse)(nil),        // 32: sessiond.v1.RepairResponse
+	(*ForkRequest)(nil),           // 33: sessiond.v1.ForkRequest
+	(*ForkResponse)(nil),          // 34: sessiond.v1.ForkResponse
+	(*RenameRequest)(nil),         // 35: sessiond.v1.RenameRequest
+	(*TagRequest)(nil),            // 36: sessiond.v1.TagRequest
+	(*SetArchivedRequest)(nil),    // 37: sessiond.v1.SetArchivedRequest
+	(*MetadataResponse)(nil),      // 38: sessiond.v1.MetadataResponse
+	(*DeleteRequest)(nil),         // 39: sessiond.v1.DeleteRequest
+	(*DeleteResponse)(nil),        // 40: sessiond.v1.DeleteResponse
+	(*RestoreRequest)(nil),        // 41: sessiond.v1.RestoreRequest
+	(*RestoreResponse)(nil),       // 42: sessiond.v1.RestoreResponse
+	(*ListSubkeysRequest)(nil),    // 43: sessiond.v1.ListSubkeysRequest
+	(*ListSubkeysResponse)(nil),   // 44: sessiond.v1.ListSubkeysResponse
+	(*ListSummariesRequest)(nil),  // 45: sessiond.v1.ListSummariesRequest
+	(*SessionSummary)(nil),        // 46: sessiond.v1.SessionSummary
+	(*ListSummariesResponse)(nil), // 47: sessiond.v1.ListSummariesResponse
 }
 var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	1,  // 0: sessiond.v1.AppendRequest.session:type_name -> sessiond.v1.SessionRef
@@ -3701,72 +3898,75 @@ var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	2,  // 12: sessiond.v1.SessionInfo.session:type_name -> sessiond.v1.ResolvedSession
 	16, // 13: sessiond.v1.ListSessionsResponse.sessions:type_name -> sessiond.v1.SessionInfo
 	1,  // 14: sessiond.v1.GetSessionRequest.session:type_name -> sessiond.v1.SessionRef
-	23, // 15: sessiond.v1.StatusResponse.operations:type_name -> sessiond.v1.Operation
+	25, // 15: sessiond.v1.StatusResponse.operations:type_name -> sessiond.v1.Operation
 	21, // 16: sessiond.v1.StatusResponse.disk:type_name -> sessiond.v1.DiskStatus
-	22, // 17: sessiond.v1.DiskStatus.deferred:type_name -> sessiond.v1.DeferredCompaction
-	2,  // 18: sessiond.v1.DeferredCompaction.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 19: sessiond.v1.CheckRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 20: sessiond.v1.SessionCheck.session:type_name -> sessiond.v1.ResolvedSession
-	25, // 21: sessiond.v1.SessionCheck.problems:type_name -> sessiond.v1.Problem
-	26, // 22: sessiond.v1.CheckResponse.sessions:type_name -> sessiond.v1.SessionCheck
-	1,  // 23: sessiond.v1.RepairRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 24: sessiond.v1.RepairResponse.session:type_name -> sessiond.v1.ResolvedSession
-	29, // 25: sessiond.v1.RepairResponse.actions:type_name -> sessiond.v1.RepairAction
-	25, // 26: sessiond.v1.RepairResponse.before:type_name -> sessiond.v1.Problem
-	25, // 27: sessiond.v1.RepairResponse.after:type_name -> sessiond.v1.Problem
-	1,  // 28: sessiond.v1.ForkRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 29: sessiond.v1.ForkResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 30: sessiond.v1.RenameRequest.session:type_name -> sessiond.v1.SessionRef
-	1,  // 31: sessiond.v1.TagRequest.session:type_name -> sessiond.v1.SessionRef
-	1,  // 32: sessiond.v1.SetArchivedRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 33: sessiond.v1.MetadataResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 34: sessiond.v1.DeleteRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 35: sessiond.v1.DeleteResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 36: sessiond.v1.RestoreRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 37: sessiond.v1.RestoreResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 38: sessiond.v1.ListSubkeysRequest.session:type_name -> sessiond.v1.SessionRef
-	44, // 39: sessiond.v1.ListSummariesResponse.summaries:type_name -> sessiond.v1.SessionSummary
-	3,  // 40: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
-	3,  // 41: sessiond.v1.Sessiond.AppendStream:input_type -> sessiond.v1.AppendRequest
-	9,  // 42: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
-	12, // 43: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
-	12, // 44: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
-	15, // 45: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
-	18, // 46: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
-	19, // 47: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
-	24, // 48: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
-	28, // 49: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
-	31, // 50: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
-	33, // 51: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
-	34, // 52: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
-	35, // 53: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
-	37, // 54: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
-	39, // 55: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
-	41, // 56: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
-	43, // 57: sessiond.v1.Sessiond.ListSummaries:input_type -> sessiond.v1.ListSummariesRequest
-	8,  // 58: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
-	5,  // 59: sessiond.v1.Sessiond.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
-	11, // 60: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
-	14, // 61: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
-	14, // 62: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
-	17, // 63: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
-	16, // 64: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
-	20, // 65: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
-	27, // 66: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
-	30, // 67: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
-	32, // 68: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
-	36, // 69: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
-	36, // 70: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
-	36, // 71: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
-	38, // 72: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
-	40, // 73: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
-	42, // 74: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
-	45, // 75: sessiond.v1.Sessiond.ListSummaries:output_type -> sessiond.v1.ListSummariesResponse
-	58, // [58:76] is the sub-list for method output_type
-	40, // [40:58] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	23, // 17: sessiond.v1.StatusResponse.wal_retention:type_name -> sessiond.v1.WalRetention
+	24, // 18: sessiond.v1.StatusResponse.acknowledged_missing:type_name -> sessiond.v1.AcknowledgedMissing
+	22, // 19: sessiond.v1.DiskStatus.deferred:type_name -> sessiond.v1.DeferredCompaction
+	2,  // 20: sessiond.v1.DeferredCompaction.session:type_name -> sessiond.v1.ResolvedSession
+	2,  // 21: sessiond.v1.AcknowledgedMissing.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 22: sessiond.v1.CheckRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 23: sessiond.v1.SessionCheck.session:type_name -> sessiond.v1.ResolvedSession
+	27, // 24: sessiond.v1.SessionCheck.problems:type_name -> sessiond.v1.Problem
+	28, // 25: sessiond.v1.CheckResponse.sessions:type_name -> sessiond.v1.SessionCheck
+	1,  // 26: sessiond.v1.RepairRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 27: sessiond.v1.RepairResponse.session:type_name -> sessiond.v1.ResolvedSession
+	31, // 28: sessiond.v1.RepairResponse.actions:type_name -> sessiond.v1.RepairAction
+	27, // 29: sessiond.v1.RepairResponse.before:type_name -> sessiond.v1.Problem
+	27, // 30: sessiond.v1.RepairResponse.after:type_name -> sessiond.v1.Problem
+	1,  // 31: sessiond.v1.ForkRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 32: sessiond.v1.ForkResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 33: sessiond.v1.RenameRequest.session:type_name -> sessiond.v1.SessionRef
+	1,  // 34: sessiond.v1.TagRequest.session:type_name -> sessiond.v1.SessionRef
+	1,  // 35: sessiond.v1.SetArchivedRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 36: sessiond.v1.MetadataResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 37: sessiond.v1.DeleteRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 38: sessiond.v1.DeleteResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 39: sessiond.v1.RestoreRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 40: sessiond.v1.RestoreResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 41: sessiond.v1.ListSubkeysRequest.session:type_name -> sessiond.v1.SessionRef
+	46, // 42: sessiond.v1.ListSummariesResponse.summaries:type_name -> sessiond.v1.SessionSummary
+	3,  // 43: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
+	3,  // 44: sessiond.v1.Sessiond.AppendStream:input_type -> sessiond.v1.AppendRequest
+	9,  // 45: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
+	12, // 46: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
+	12, // 47: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
+	15, // 48: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
+	18, // 49: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
+	19, // 50: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
+	26, // 51: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
+	30, // 52: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
+	33, // 53: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
+	35, // 54: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
+	36, // 55: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
+	37, // 56: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
+	39, // 57: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
+	41, // 58: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
+	43, // 59: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
+	45, // 60: sessiond.v1.Sessiond.ListSummaries:input_type -> sessiond.v1.ListSummariesRequest
+	8,  // 61: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
+	5,  // 62: sessiond.v1.Sessiond.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
+	11, // 63: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
+	14, // 64: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
+	14, // 65: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
+	17, // 66: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
+	16, // 67: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
+	20, // 68: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
+	29, // 69: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
+	32, // 70: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
+	34, // 71: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
+	38, // 72: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
+	38, // 73: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
+	38, // 74: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
+	40, // 75: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
+	42, // 76: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
+	44, // 77: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
+	47, // 78: sessiond.v1.Sessiond.ListSummaries:output_type -> sessiond.v1.ListSummariesResponse
+	61, // [61:79] is the sub-list for method output_type
+	43, // [43:61] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_sessiond_v1_sessiond_proto_init() }
@@ -3782,7 +3982,7 @@ func file_sessiond_v1_sessiond_proto_init() {
 		(*ListSessionsRequest_Cwd)(nil),
 		(*ListSessionsRequest_ProjectKey)(nil),
 	}
-	file_sessiond_v1_sessiond_proto_msgTypes[42].OneofWrappers = []any{
+	file_sessiond_v1_sessiond_proto_msgTypes[44].OneofWrappers = []any{
 		(*ListSummariesRequest_Cwd)(nil),
 		(*ListSummariesRequest_ProjectKey)(nil),
 	}
@@ -3792,7 +3992,7 @@ func file_sessiond_v1_sessiond_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessiond_v1_sessiond_proto_rawDesc), len(file_sessiond_v1_sessiond_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   45,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

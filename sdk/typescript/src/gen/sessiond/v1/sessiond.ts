@@ -377,7 +377,23 @@ export interface StatusResponse {
    * compactions waiting for space, and how far the transcripts lag behind
    * what sessiond acknowledged.
    */
-  disk: DiskStatus | undefined;
+  disk:
+    | DiskStatus
+    | undefined;
+  /**
+   * What the write-ahead log keeps after compaction, for repair to put
+   * back acknowledged entries another program's rewrite dropped.
+   */
+  walRetention:
+    | WalRetention
+    | undefined;
+  /**
+   * Transcripts found lacking entries sessiond had acknowledged (another
+   * program rewrote them without those): `sessionctl check` names them,
+   * `sessionctl repair` puts back what the log retains. Empty when all is
+   * well.
+   */
+  acknowledgedMissing: AcknowledgedMissing[];
 }
 
 /**
@@ -432,6 +448,39 @@ export interface DeferredCompaction {
   message: string;
 }
 
+/** WalRetention is the write-ahead log's retention of compacted segments. */
+export interface WalRetention {
+  /**
+   * How long a segment is kept after every session in it was compacted
+   * (--wal-retention); 0 when nothing is kept.
+   */
+  retentionMs: number;
+  /**
+   * The most the retained segments may add up to (--wal-retention-size);
+   * the oldest go first.
+   */
+  sizeBudget: number;
+  retainedSegments: number;
+  retainedBytes: number;
+  /** When the oldest retained segment was let go; 0 when none is retained. */
+  oldestRetainedMs: number;
+}
+
+/**
+ * AcknowledgedMissing is a transcript that lacks entries sessiond had
+ * acknowledged.
+ */
+export interface AcknowledgedMissing {
+  session: ResolvedSession | undefined;
+  count: number;
+  /**
+   * The missing entries' uuids (content:<digest> for entries without a
+   * uuid), in acknowledged order; at most 10,000.
+   */
+  ids: string[];
+  detectedMs: number;
+}
+
 /**
  * Operation is a long operation in progress. A client that starts one names
  * it with the gRPC metadata key "sessiond-operation" (the value is its id)
@@ -470,7 +519,9 @@ export interface Problem {
   /**
    * malformed, torn, nul_bytes, spliced, invalid_utf8, lone_surrogate,
    * duplicate_uuid, session_id_mismatch, dangling_parent, cycle,
-   * multiple_roots, orphan_tool_use, stray_tool_result.
+   * multiple_roots, orphan_tool_use, stray_tool_result,
+   * acknowledged_missing (entries sessiond acknowledged that another
+   * program's rewrite dropped; line is 0, ids are their uuids).
    */
   kind: string;
   message: string;
@@ -509,7 +560,9 @@ export interface RepairAction {
   line: number;
   /**
    * split, drop, strip_nul, replace_invalid, insert_tool_result,
-   * neutralise_tool_result, repoint_parent, drop_duplicate.
+   * neutralise_tool_result, repoint_parent, drop_duplicate,
+   * restore_acknowledged (an acknowledged entry put back from the
+   * write-ahead log; line is the one it goes after).
    */
   kind: string;
   detail: string;
@@ -2392,6 +2445,8 @@ function createBaseStatusResponse(): StatusResponse {
     operations: [],
     pastRecoveryFailures: 0,
     disk: undefined,
+    walRetention: undefined,
+    acknowledgedMissing: [],
   };
 }
 
@@ -2459,6 +2514,12 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     }
     if (message.disk !== undefined) {
       DiskStatus.encode(message.disk, writer.uint32(210).fork()).join();
+    }
+    if (message.walRetention !== undefined) {
+      WalRetention.encode(message.walRetention, writer.uint32(242).fork()).join();
+    }
+    for (const v of message.acknowledgedMissing) {
+      AcknowledgedMissing.encode(v!, writer.uint32(250).fork()).join();
     }
     return writer;
   },
@@ -2644,6 +2705,22 @@ export const StatusResponse: MessageFns<StatusResponse> = {
             message.disk = DiskStatus.decode(reader, reader.uint32());
             continue;
           }
+          case 30: {
+            if (tag !== 242) {
+              break;
+            }
+
+            message.walRetention = WalRetention.decode(reader, reader.uint32());
+            continue;
+          }
+          case 31: {
+            if (tag !== 250) {
+              break;
+            }
+
+            message.acknowledgedMissing.push(AcknowledgedMissing.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2684,6 +2761,10 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     message.disk = (object.disk !== undefined && object.disk !== null)
       ? DiskStatus.fromPartial(object.disk)
       : undefined;
+    message.walRetention = (object.walRetention !== undefined && object.walRetention !== null)
+      ? WalRetention.fromPartial(object.walRetention)
+      : undefined;
+    message.acknowledgedMissing = object.acknowledgedMissing?.map((e) => AcknowledgedMissing.fromPartial(e)) || [];
     return message;
   },
 };
@@ -2936,6 +3017,202 @@ export const DeferredCompaction: MessageFns<DeferredCompaction> = {
     message.freeBytes = object.freeBytes ?? 0;
     message.sinceMs = object.sinceMs ?? 0;
     message.message = object.message ?? "";
+    return message;
+  },
+};
+
+function createBaseWalRetention(): WalRetention {
+  return { retentionMs: 0, sizeBudget: 0, retainedSegments: 0, retainedBytes: 0, oldestRetainedMs: 0 };
+}
+
+export const WalRetention: MessageFns<WalRetention> = {
+  encode(message: WalRetention, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.retentionMs !== 0) {
+      writer.uint32(8).int64(message.retentionMs);
+    }
+    if (message.sizeBudget !== 0) {
+      writer.uint32(16).uint64(message.sizeBudget);
+    }
+    if (message.retainedSegments !== 0) {
+      writer.uint32(24).uint64(message.retainedSegments);
+    }
+    if (message.retainedBytes !== 0) {
+      writer.uint32(32).uint64(message.retainedBytes);
+    }
+    if (message.oldestRetainedMs !== 0) {
+      writer.uint32(40).int64(message.oldestRetainedMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WalRetention {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWalRetention();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.retentionMs = longToNumber(reader.int64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.sizeBudget = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.retainedSegments = longToNumber(reader.uint64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.retainedBytes = longToNumber(reader.uint64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.oldestRetainedMs = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<WalRetention>, I>>(base?: I): WalRetention {
+    return WalRetention.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WalRetention>, I>>(object: I): WalRetention {
+    const message = createBaseWalRetention();
+    message.retentionMs = object.retentionMs ?? 0;
+    message.sizeBudget = object.sizeBudget ?? 0;
+    message.retainedSegments = object.retainedSegments ?? 0;
+    message.retainedBytes = object.retainedBytes ?? 0;
+    message.oldestRetainedMs = object.oldestRetainedMs ?? 0;
+    return message;
+  },
+};
+
+function createBaseAcknowledgedMissing(): AcknowledgedMissing {
+  return { session: undefined, count: 0, ids: [], detectedMs: 0 };
+}
+
+export const AcknowledgedMissing: MessageFns<AcknowledgedMissing> = {
+  encode(message: AcknowledgedMissing, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.session !== undefined) {
+      ResolvedSession.encode(message.session, writer.uint32(10).fork()).join();
+    }
+    if (message.count !== 0) {
+      writer.uint32(16).uint64(message.count);
+    }
+    for (const v of message.ids) {
+      writer.uint32(26).string(v!);
+    }
+    if (message.detectedMs !== 0) {
+      writer.uint32(32).int64(message.detectedMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AcknowledgedMissing {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAcknowledgedMissing();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.session = ResolvedSession.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.count = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.ids.push(reader.string());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.detectedMs = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<AcknowledgedMissing>, I>>(base?: I): AcknowledgedMissing {
+    return AcknowledgedMissing.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AcknowledgedMissing>, I>>(object: I): AcknowledgedMissing {
+    const message = createBaseAcknowledgedMissing();
+    message.session = (object.session !== undefined && object.session !== null)
+      ? ResolvedSession.fromPartial(object.session)
+      : undefined;
+    message.count = object.count ?? 0;
+    message.ids = object.ids?.map((e) => e) || [];
+    message.detectedMs = object.detectedMs ?? 0;
     return message;
   },
 };

@@ -1,0 +1,150 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"time"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/frame"
+	"github.com/sessiond/sessiond/internal/fsys"
+)
+
+// LookupInfo says how far back the log reaches.
+type LookupInfo struct {
+	// Since is when the oldest retained segment was let go; zero when no
+	// segment is retained. Entries compacted before it (by more than a
+	// segment's worth) are no longer in the log.
+	Since time.Time
+}
+
+// Lookup reads back entries by the spans Append gave them, from the live
+// segments or the retained ones (see retain.go), long after their streams
+// were compacted and superseded: a transcript's record of what it was
+// given (its spans) finds the bytes again while the log keeps them. A
+// span's Len may be 0 (not known): the frame says it. Each entry is
+// checked against its checksum, seeded with its segment's id, so a span
+// never reads anything but the entry logged there. fn is called, in the
+// order of spans, for each entry found; spans whose segment the log no
+// longer has are skipped, and so are spans that do not point at an entry
+// (not this log's). The entry is valid only during the call; an error from
+// fn stops the lookup and is returned as is.
+//
+// While Lookup runs, nothing is collected or expired, so the segments it
+// reads stay: it is meant for repair and check, not for a hot path.
+func (l *Log) Lookup(spans []Span, fn func(i int, entry []byte) error) (LookupInfo, error) {
+	var info LookupInfo
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return info, fmt.Errorf("log is closed: %w", errdefs.ErrUnavailable)
+	}
+	l.readers++
+	if len(l.retained) > 0 {
+		info.Since = l.retained[0].at
+	}
+	retained := make(map[uint64]string, len(l.retained))
+	for _, r := range l.retained {
+		retained[r.seq] = r.path
+	}
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.readers--
+		l.mu.Unlock()
+	}()
+	type opened struct {
+		f   fsys.File
+		id  uint64
+		end int64
+		own bool // opened here, closed at the end
+	}
+	files := map[uint64]*opened{}
+	defer func() {
+		for _, o := range files {
+			if o != nil && o.own {
+				o.f.Close()
+			}
+		}
+	}()
+	open := func(seq uint64) (*opened, error) {
+		if o, ok := files[seq]; ok {
+			return o, nil
+		}
+		files[seq] = nil
+		if s := l.segment(seq); s != nil {
+			l.mu.Lock()
+			o := &opened{f: s.f, id: s.id, end: s.end}
+			l.mu.Unlock()
+			if o.f == nil {
+				return nil, nil
+			}
+			files[seq] = o
+			return o, nil
+		}
+		path, ok := retained[seq]
+		if !ok {
+			return nil, nil
+		}
+		f, err := l.opt.FS.OpenFile(path, os.O_RDONLY, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, errdefs.FromIO(fmt.Errorf("open log segment %s: %w", path, err))
+		}
+		o := &opened{f: f, own: true}
+		files[seq] = o
+		fi, err := f.Stat()
+		if err != nil {
+			return nil, errdefs.FromIO(fmt.Errorf("read log segment %s: %w", path, err))
+		}
+		o.end = fi.Size()
+		w := frame.NewWindow(f, o.end, int(min(max(o.end, frame.HeaderSize), 64<<10)))
+		h, _, err := readHeader(w)
+		switch {
+		case err != nil && !frame.IsError(err):
+			return nil, errdefs.FromIO(fmt.Errorf("read log segment %s: %w", path, err))
+		case err != nil || h.Seq != seq:
+			files[seq] = nil // not a segment of this log: nothing in it counts
+			return nil, nil
+		}
+		o.id = h.ID
+		return o, nil
+	}
+	var hdr [frame.HeaderSize]byte
+	var buf []byte
+	for i, sp := range spans {
+		o, err := open(sp.Seg)
+		if err != nil {
+			return info, err
+		}
+		if o == nil || sp.Off < 0 || sp.Off+frame.HeaderSize > o.end {
+			continue
+		}
+		if err := frame.ReadFull(o.f, hdr[:], sp.Off); err != nil {
+			return info, err
+		}
+		h, err := frame.ParseHeader(hdr[:], l.rules)
+		if err != nil || h.Type != typeEntry || int(h.Length) < streamSize || sp.Len > 0 && int(h.Length) != sp.Len+streamSize ||
+			sp.Off+h.Size() > o.end {
+			continue
+		}
+		if cap(buf) < int(h.Length) {
+			buf = make([]byte, h.Length)
+		}
+		payload := buf[:h.Length]
+		if err := frame.ReadFull(o.f, payload, sp.Off+frame.HeaderSize); err != nil {
+			return info, err
+		}
+		if !frame.Verify(o.id, hdr[:], payload) || streamOf(payload) == 0 {
+			continue
+		}
+		if err := fn(i, payload[streamSize:]); err != nil {
+			return info, err
+		}
+	}
+	return info, nil
+}

@@ -1,0 +1,172 @@
+package writer
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+
+	"go.uber.org/zap"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/transcript"
+)
+
+// Other programs writing the canonical file. An agent may append lines to
+// the transcript itself (open, write, close) while sessiond appends and
+// compacts: its lines are kept, in their order. A compaction renames a
+// new file over the old one; an agent that opened the old file just
+// before writes into it, a file no name leads to any more. So the
+// compaction keeps the old file open (held) and rescues what lands in it:
+// at once after the rename, then again before the next compaction and at
+// the next idle tick, after which it lets the old file go (an agent that
+// holds a transcript open longer than that loses what it writes there;
+// agents open, write and close). Rescued lines are logged like entries,
+// marked foreign (not acknowledged to anyone, so not in the ledger), and
+// the next compaction writes them where the old file ended: before the
+// lines the agent appended to the new file after them, which it wrote
+// later. (Appended after those, as they once were, an agent's lines came
+// out of order: e2e's TestForeignAppendRace under load.) A rescued line
+// whose uuid the session holds is dropped. After a crash the rescued lines
+// are replayed from the log after the file's lines.
+
+// canonStatChanged reports whether the canonical file's size differs from
+// what this writer last saw (a cheap check before the tail checksum).
+func (st *state) canonStatChanged() bool {
+	fi, err := st.fs.Lstat(st.canonPath)
+	if err != nil {
+		return st.canonExists
+	}
+	return fi.Size() != st.canon.size
+}
+
+// absorbForeign rescans a canonical file another program changed and drops
+// journaled entries whose uuid it now holds. Lines already served may have
+// moved, so the lineage changes.
+func (st *state) absorbForeign() error {
+	st.log.Warn("the transcript was changed by another program; keeping its lines and appending sessiond's entries after them")
+	pending := st.pending
+	if err := st.scanCanonical(); err != nil {
+		return err
+	}
+	st.pending = nil
+	st.pendingBytes = 0
+	spans := make([]span, len(pending))
+	foreign := make([]bool, len(pending))
+	for i, p := range pending {
+		spans[i], foreign[i] = p.span, p.foreign
+	}
+	if _, err := st.replay(spans, foreign); err != nil {
+		st.failed = err
+		return err
+	}
+	st.lineage = st.lineages.Add(1)
+	st.publish()
+	return nil
+}
+
+// hold keeps f, the file a compaction just replaced, whose content was
+// old, to rescue what other programs append to it.
+func (st *state) hold(f fsys.File, old fingerprint) {
+	st.dropHeld()
+	// The old file must still be what was copied: a program that
+	// rewrote it meanwhile (open("w") just before the rename) wrote a
+	// version that no name leads to. Rescuing a slice of it as lines would
+	// splice garbage in; a copy is kept instead, for a person to merge.
+	if t, err := tailCRC(f, old.size); err != nil || t != old.tail {
+		fi, _ := f.Stat()
+		size := int64(0)
+		if fi != nil {
+			size = fi.Size()
+		}
+		where, err := st.keepCopy("foreign", f, size)
+		st.log.Error("another program rewrote the transcript while sessiond replaced it; its version no longer has a name and is not merged",
+			zap.String("kept_at", where), zap.Error(err))
+		f.Close()
+		return
+	}
+	st.held, st.heldOff = f, old.size
+}
+
+// dropHeld lets the held file go.
+func (st *state) dropHeld() {
+	if st.held != nil {
+		st.held.Close()
+		st.held = nil
+	}
+}
+
+// rescueLate rescues what was appended to the held file since, logging a
+// failure (the writer goes on: the lines are in that file, not lost by
+// sessiond's doing).
+func (st *state) rescueLate(final bool) {
+	if err := st.rescueHeld(final); err != nil {
+		st.log.Warn("cannot rescue lines another program appended to the transcript during a compaction", zap.Error(err))
+	}
+}
+
+// rescueHeld logs, as rescued lines, what was appended to the held file
+// past heldOff: whole lines only, unless final (the file is let go next,
+// and a line cut short is kept as it is).
+func (st *state) rescueHeld(final bool) error {
+	if st.held == nil || st.failed != nil {
+		return nil
+	}
+	fi, err := st.held.Stat()
+	if err != nil || fi.Size() <= st.heldOff {
+		return nil
+	}
+	data := make([]byte, fi.Size()-st.heldOff)
+	if _, err := st.held.ReadAt(data, st.heldOff); err != nil && err != io.EOF {
+		return fmt.Errorf("compact %s: read lines appended during the rename: %w", st.key, errdefs.FromIO(err))
+	}
+	if !final {
+		data = data[:bytes.LastIndexByte(data, '\n')+1]
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	if err := st.rescue(data); err != nil {
+		return err
+	}
+	st.heldOff += int64(len(data))
+	return nil
+}
+
+// rescue logs lines another program appended to the old canonical file
+// while compaction renamed the new one into place; they go into the file
+// at the next compaction. Lines whose uuid the session holds are dropped.
+func (st *state) rescue(data []byte) error {
+	st.log.Warn("another program appended to the transcript during a compaction; its lines are kept", zap.Int("bytes", len(data)))
+	var lines [][]byte
+	var ids []string
+	for _, l := range bytes.SplitAfter(data, []byte{'\n'}) {
+		l = bytes.TrimSuffix(l, []byte{'\n'})
+		if len(l) == 0 {
+			continue
+		}
+		id, ok := transcript.TopLevelString(l, "uuid")
+		if ok && id != "" {
+			if st.ids.has(id) {
+				continue
+			}
+			st.ids.add(id)
+		}
+		lines = append(lines, l)
+		ids = append(ids, id)
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	meta := batchMeta{Foreign: true, At: st.cfg.Clock.Now().UnixMilli()}
+	err := st.logBatches([][][]byte{lines}, [][]byte{meta.encode()}, func(i int, sp span) {
+		st.addPending(pendingEntry{span: sp, size: len(lines[i]), uuid: ids[i], foreign: true})
+		if st.ent != nil {
+			st.ent.Add(lines[i], true)
+		}
+	})
+	if err == nil {
+		st.notifyChange()
+	}
+	return err
+}
