@@ -47,6 +47,7 @@ func run() error {
 		minCompact      = flag.Int64("min-compact-bytes", writer.DefaultMinCompactBytes, "compact a session once the log holds this many bytes of its entries and at least as many as its transcript (benchmarks raise it to keep large logs)")
 		walSegment      = flag.Int64("wal-segment-size", wal.DefaultSegmentSize, "size at which the write-ahead log starts a new segment file")
 		walMax          = flag.Int64("wal-max-size", wal.DefaultMaxSize, "once the write-ahead log's segments add up to more, the sessions holding the oldest one are compacted so it can go")
+		trashRetention  = flag.Duration("trash-retention", writer.DefaultTrashRetention, "how long a deleted session's copy stays in the trash before it is purged (checked at start and hourly); the default is the official CLI's own cleanupPeriodDays, 30 days")
 		logFormat       = flag.String("log-format", "auto", "auto (console on a terminal, else JSON), console or json")
 		logLevel        = flag.String("log-level", "info", "debug, info, warn or error")
 		showVersion     = flag.Bool("version", false, "print the version and exit")
@@ -70,6 +71,7 @@ func run() error {
 		{"max-message-bytes", *maxMessage > 0}, {"idle-compact", *idleCompact > 0},
 		{"idle-retire", *idleRetire > 0}, {"min-compact-bytes", *minCompact > 0},
 		{"wal-segment-size", *walSegment > 0}, {"wal-max-size", *walMax > 0},
+		{"trash-retention", *trashRetention > 0},
 	} {
 		if !f.ok {
 			return fmt.Errorf("--%s must be greater than zero (%s); leave it out for the default", f.name, flag.Lookup(f.name).Value)
@@ -121,7 +123,7 @@ func run() error {
 		Socket: *socketPath, Root: *rootDir, StateDir: *stateDir,
 		ShutdownTimeout: *shutdownTimeout, MaxMessageBytes: *maxMessage, Version: version(),
 		Writer: writer.Config{MaxEntryBytes: *maxEntry, IdleCompact: *idleCompact, IdleRetire: *idleRetire,
-			MinCompactBytes: *minCompact, WALSegmentSize: *walSegment, WALMaxSize: *walMax},
+			MinCompactBytes: *minCompact, WALSegmentSize: *walSegment, WALMaxSize: *walMax, TrashRetention: *trashRetention},
 		Logger: log,
 	})
 }

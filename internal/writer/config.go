@@ -56,6 +56,10 @@ type Config struct {
 	// (see package wal). Zero: wal's defaults.
 	WALSegmentSize int64
 	WALMaxSize     int64
+
+	// TrashRetention is how long a deleted session's copy stays in the
+	// trash before PurgeTrash removes it.
+	TrashRetention time.Duration
 }
 
 // Defaults.
@@ -69,6 +73,9 @@ const (
 	DefaultIdleFloor       = 4 << 20
 	DefaultIdleRatio       = 16
 	DefaultIdleRetire      = 30 * time.Second
+	// DefaultTrashRetention is the official CLI's own default for how long
+	// it keeps transcripts (cleanupPeriodDays, 30).
+	DefaultTrashRetention = 30 * 24 * time.Hour
 )
 
 func (c *Config) setDefaults() error {
@@ -110,6 +117,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.IdleRetire <= 0 {
 		c.IdleRetire = DefaultIdleRetire
+	}
+	if c.TrashRetention <= 0 {
+		c.TrashRetention = DefaultTrashRetention
 	}
 	if c.IdleRetire < c.IdleCompact {
 		c.IdleRetire = c.IdleCompact

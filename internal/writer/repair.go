@@ -181,6 +181,9 @@ func (st *state) repair(dryRun bool, op *progress.Op) (*transcript.RepairResult,
 			st.fs.Remove(tmpPath)
 		}
 	}()
+	if err := st.keepAttrs(tmp); err != nil {
+		return nil, "", fmt.Errorf("repair %s: %w", st.key, errdefs.FromIO(err))
+	}
 	res, err := transcript.Repair(src, fi.Size(), countingWriter{tmp, op}, opt)
 	if err != nil {
 		return nil, "", fmt.Errorf("repair %s: %w", st.key, errdefs.FromIO(err))
