@@ -33,7 +33,7 @@ var (
 )
 
 func allWorkloads() []*workload {
-	return []*workload{wlGroupCommit(), wlCompaction(), wlFork(), wlRepair(), wlDeleteRestore(), wlStore()}
+	return []*workload{wlGroupCommit(), wlCompaction(), wlFork(), wlRepair(), wlDeleteRestore(), wlTrashMerge(), wlStore()}
 }
 
 // storeAgentMeta is an agent_metadata entry as the SDK mirrors it.
