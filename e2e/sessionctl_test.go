@@ -556,6 +556,7 @@ func TestSessiondRefusesNonPositiveFlags(t *testing.T) {
 	for _, tc := range [][]string{
 		{"--max-entry-bytes", "-5"}, {"--max-message-bytes", "0"}, {"--idle-compact", "-1s"},
 		{"--idle-retire", "0s"}, {"--shutdown-timeout", "-3s"}, {"--min-compact-bytes", "0"},
+		{"--trash-retention", "0s"},
 	} {
 		dir := t.TempDir()
 		sock := filepath.Join(dir, "s.sock")

@@ -117,8 +117,12 @@ func trashCmd(g *globals) *cobra.Command {
 // retention says how long the trash keeps a copy.
 func retention(seconds uint64) string {
 	d := time.Duration(seconds) * time.Second
-	if d%(24*time.Hour) == 0 && d > 0 {
-		return count(uint64(d/(24*time.Hour)), "day")
+	switch days := d / (24 * time.Hour); {
+	case d%(24*time.Hour) != 0 || days == 0:
+	case days == 1:
+		return "1 day"
+	default:
+		return fmt.Sprintf("%d days", days)
 	}
 	return d.String()
 }

@@ -228,3 +228,17 @@ func (s *Server) ListTrash(ctx context.Context, req *sessiondv1.ListTrashRequest
 	}
 	return out, nil
 }
+
+// ListSubkeys implements sessiond.v1.Sessiond.
+func (s *Server) ListSubkeys(ctx context.Context, req *sessiondv1.ListSubkeysRequest) (*sessiondv1.ListSubkeysResponse, error) {
+	ref := req.GetSession()
+	k, err := s.resolve(&sessiondv1.SessionRef{Project: ref.GetProject(), SessionId: ref.GetSessionId()}, false)
+	if err != nil {
+		return nil, err
+	}
+	subs, err := s.m.Subkeys(k)
+	if err != nil {
+		return nil, err
+	}
+	return &sessiondv1.ListSubkeysResponse{Subkeys: subs}, nil
+}

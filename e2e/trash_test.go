@@ -1,0 +1,108 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/sessiond/sessiond/internal/layout"
+)
+
+// TestSessionctlTrashRestoreAll is issue 19's probe through the real
+// daemon and sessionctl: an agent keeps appending while its session is
+// deleted twice, so the trash holds two copies and the session exists
+// again. sessionctl trash lists both copies (with their entries), status
+// shows the trash, and restore --all merges them into the live session:
+// every acknowledged entry once, in the order the agent wrote them, the
+// parentUuid chain whole again (check finds it broken before).
+func TestSessionctlTrashRestoreAll(t *testing.T) {
+	t.Parallel()
+	d := newDaemon(t, "--trash-retention", "720h")
+	d.start()
+	cwd := t.TempDir()
+	pk, err := layout.ProjectKeyFromCwd(cwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := uuid.NewString()
+	var want []string
+	parent := ""
+	batch := func(n int, tag string) string {
+		var b strings.Builder
+		for i := 0; i < n; i++ {
+			id := uuid.NewString()
+			p := "null"
+			if parent != "" {
+				p = `"` + parent + `"`
+			}
+			l := fmt.Sprintf(`{"type":"user","uuid":%q,"parentUuid":%s,"sessionId":%q,"cwd":%q,"message":{"role":"user","content":"%s %d"}}`, id, p, sid, cwd, tag, i)
+			want = append(want, l)
+			b.WriteString(l + "\n")
+			parent = id
+		}
+		return b.String()
+	}
+	run := func(want string, args ...string) string {
+		t.Helper()
+		out, errOut, code := d.ctl("", args...)
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("sessionctl %v: exit %d, out %q, err %q; want %q", args, code, out, errOut, want)
+		}
+		return out
+	}
+	appendBatch := func(body string) {
+		t.Helper()
+		if _, errOut, code := d.ctl(body, "append", "--cwd", cwd, "--session", sid); code != 0 {
+			t.Fatalf("append: %s", errOut)
+		}
+	}
+	appendBatch(batch(5, "before the first delete"))
+	run("moved", "delete", sid)
+	appendBatch(batch(4, "between the deletes"))
+	run("moved", "delete", sid)
+	appendBatch(batch(3, "after the second delete"))
+	run("the trash is empty", "trash", "--project", "-no-such-project")
+	out := run("(2 copies, 9 entries", "trash", sid)
+	if strings.Count(out, sid) != 2 || !strings.Contains(out, pk) {
+		t.Fatalf("trash lists:\n%s\nwant both copies of %s in %s", out, sid, pk)
+	}
+	out = run("", "--json", "trash", "--cwd", cwd)
+	var listed struct {
+		Copies []struct {
+			SessionID string `json:"session_id"`
+			Entries   uint64
+			Bytes     uint64
+			DeletedMs int64 `json:"deleted_ms"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &listed); err != nil {
+		t.Fatalf("trash --json: %v\n%s", err, out)
+	}
+	if c := listed.Copies; len(c) != 2 || c[0].Entries != 5 || c[1].Entries != 4 || c[0].Bytes == 0 || c[0].DeletedMs > c[1].DeletedMs {
+		t.Fatalf("trash --json: %+v, want the copy of 5 entries, then the one of 4", c)
+	}
+	run("2 deleted copies", "status")
+	run("each kept 30 days", "status")
+	// The agent's chain starts in the trash: broken until the restore.
+	if out, _, code := d.ctl("", "check", sid); code != 1 {
+		t.Fatalf("check before the restore: exit %d\n%s; want the broken chain reported", code, out)
+	}
+	run("2 trashed copies merged into the session, which exists again: 9 entries back, 0 duplicates", "restore", sid, "--all")
+	b, err := os.ReadFile(d.transcript(pk, sid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSuffix(string(b), "\n"); got != strings.Join(want, "\n") {
+		t.Fatalf("after restore --all the transcript holds\n%s\nwant every acknowledged entry once, in order:\n%s", got, strings.Join(want, "\n"))
+	}
+	run("clean", "check", sid)
+	run("no deleted copy of "+sid, "trash", sid)
+	run("0 deleted copies", "status")
+	// The session goes on.
+	appendBatch(batch(1, "after the restore"))
+	run("13", "info", sid)
+}
