@@ -64,17 +64,27 @@ func (m *Manager) RestoreTrash(ctx context.Context, key layout.Key, opt RestoreO
 		return out, err
 	}
 	defer unlock()
-	if done, err := m.finishPending(key); err != nil {
+	done, err := m.finishPending(key)
+	if err != nil {
 		return out, err
-	} else if done != nil && done.Op == opRestore && done.Subpath == key.Subpath && done.All == opt.All {
-		// This very restore was interrupted before; it is done now.
-		return RestoreOutcome{Copies: max(1, len(done.Entries)), Merged: len(done.Merges) > 0}, nil
+	}
+	// A restore of this session interrupted before is done now: it was
+	// this very one when it took the same copies, or when none is left.
+	again := done != nil && done.Op == opRestore && done.Subpath == key.Subpath
+	doneOutcome := func() RestoreOutcome {
+		return RestoreOutcome{Copies: max(1, len(done.Entries)), Merged: len(done.Merges) > 0}
+	}
+	if again && done.All == opt.All {
+		return doneOutcome(), nil
 	}
 	entries, err := m.trashEntries(key)
 	if err != nil {
 		return out, fmt.Errorf("restore %s: %w", key, err)
 	}
 	if len(entries) == 0 {
+		if again {
+			return doneOutcome(), nil
+		}
 		return out, NotInTrash(key)
 	}
 	if !opt.All {

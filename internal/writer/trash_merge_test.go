@@ -13,6 +13,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
 )
 
 // Issue 19: an agent kept appending after its session was deleted; each
@@ -142,6 +143,71 @@ func TestRestoreMergesNewestCopy(t *testing.T) {
 	copies, err := m.ListTrash(bg, project, k.SessionID)
 	if err != nil || len(copies) != 1 || copies[0].Entries != 1 {
 		t.Fatalf("trash after restoring the newest copy: %+v %v; want the older one left", copies, err)
+	}
+}
+
+// A restore cut short by a failing disk is finished by the next restore
+// of the session, even one asking for more (--all): the interrupted
+// restore's copy first, then the older ones, each entry once, in order.
+func TestRestoreFinishedByRetryWithAll(t *testing.T) {
+	c := fstest.NewCrashFS()
+	ff := fstest.NewFaultFS(c)
+	m := newCrashManager(t, ff, nil)
+	defer closeManager(t, m)
+	k := kMerge
+	a, b, x := line(k, "00000000-0000-4000-8000-0000000000a1", "a"), line(k, "00000000-0000-4000-8000-0000000000b1", "b"), line(k, "00000000-0000-4000-8000-0000000000c1", "c")
+	for _, l := range []string{a, b} {
+		mustAppendTo(t, m, k, l)
+		if _, err := m.Delete(bg, k, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustAppendTo(t, m, k, x)
+	if _, err := m.Flush(bg, k); err != nil { // the only compaction left is the merge's
+		t.Fatal(err)
+	}
+	ff.Inject(fstest.Fault{Op: fstest.OpRename, Path: func(p string) bool { return strings.Contains(p, ".compact-") && strings.Contains(p, "/projects/") }, Err: syscall.EIO})
+	if _, err := m.RestoreTrash(bg, k, RestoreOptions{}); !errdefs.Is(err, errdefs.ErrIO) {
+		t.Fatalf("restore with a failing rename: %v, want an i/o error", err)
+	}
+	if len(ff.Fired()) == 0 {
+		t.Fatal("the fault never fired: the merge renamed nothing")
+	}
+	if _, err := m.Append(bg, k, [][]byte{[]byte(line(k, "", "meanwhile"))}); !errdefs.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("append to a session half restored: %v, want unavailable", err)
+	}
+	ff.Clear()
+	out, err := m.RestoreTrash(bg, k, RestoreOptions{All: true})
+	if err != nil || out.Copies != 1 || !out.Merged {
+		t.Fatalf("retried restore --all: %+v, %v; want the older copy merged after the interrupted restore", out, err)
+	}
+	got, _ := c.ReadFile(crashLayout.TranscriptPath(k))
+	if string(got) != a+"\n"+b+"\n"+x+"\n" {
+		t.Fatalf("after the retried restore:\n%s\nwant a, b, c", got)
+	}
+	if p := mergePlaces(c, k); len(p) != 1 {
+		t.Fatalf("copies left in the trash: %v", p)
+	}
+	// Once more with a single copy: the retried --all finds none left,
+	// and says the restore is done (not "nothing in the trash").
+	if _, err := m.Delete(bg, k, false); err != nil {
+		t.Fatal(err)
+	}
+	y := line(k, "00000000-0000-4000-8000-0000000000d1", "d")
+	mustAppendTo(t, m, k, y)
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	ff.Inject(fstest.Fault{Op: fstest.OpRename, Path: func(p string) bool { return strings.Contains(p, ".compact-") && strings.Contains(p, "/projects/") }, Err: syscall.EIO})
+	if _, err := m.RestoreTrash(bg, k, RestoreOptions{}); !errdefs.Is(err, errdefs.ErrIO) {
+		t.Fatalf("restore with a failing rename: %v, want an i/o error", err)
+	}
+	ff.Clear()
+	if out, err := m.RestoreTrash(bg, k, RestoreOptions{All: true}); err != nil || out.Copies != 1 {
+		t.Fatalf("retried restore --all of the only copy: %+v, %v", out, err)
+	}
+	if got, _ := c.ReadFile(crashLayout.TranscriptPath(k)); string(got) != a+"\n"+b+"\n"+x+"\n"+y+"\n" {
+		t.Fatalf("after the second retried restore:\n%s", got)
 	}
 }
 
