@@ -46,14 +46,7 @@ func TestSessionctlTrashRestoreAll(t *testing.T) {
 		}
 		return b.String()
 	}
-	run := func(want string, args ...string) string {
-		t.Helper()
-		out, errOut, code := d.ctl("", args...)
-		if code != 0 || !strings.Contains(out, want) {
-			t.Fatalf("sessionctl %v: exit %d, out %q, err %q; want %q", args, code, out, errOut, want)
-		}
-		return out
-	}
+	run := d.ctlOK
 	appendBatch := func(body string) {
 		t.Helper()
 		if _, errOut, code := d.ctl(body, "append", "--cwd", cwd, "--session", sid); code != 0 {

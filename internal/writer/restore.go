@@ -188,11 +188,20 @@ func (m *Manager) planRestore(p *restorePlan, live string, roots []string, rel s
 			if err := m.planRestore(p, live, rs, r); err != nil {
 				return err
 			}
-		case transcript && (!exists || fi.Mode().IsRegular()):
+		case dirs > 0 || transcript && exists && !fi.Mode().IsRegular():
+			// A folder where a file is (or the other way round), or a
+			// link where a transcript goes: dropping either side could
+			// lose entries, and sessiond never writes through a link.
+			return fmt.Errorf("%s and its trashed copies %v are not all files or all folders; move it away (or merge by hand) before restoring: %w",
+				dst, paths, errdefs.ErrAlreadyExists)
+		case transcript:
 			p.merges = append(p.merges, mergeStep{Dst: dst, Srcs: paths})
 		case !exists:
 			p.moves = append(p.moves, [2]string{newest, dst})
 		}
+		// Otherwise the session has a file of its own there (a sidecar,
+		// the archive mark): it is kept, the trashed ones go with the
+		// trash.
 	}
 	return nil
 }

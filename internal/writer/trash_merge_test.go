@@ -390,3 +390,44 @@ func TestRewriteKeepsModeAndOwner(t *testing.T) {
 		t.Fatalf("after the restore: %d lines, want the two kept by repair and the new one", n)
 	}
 }
+
+// A restore that would have to drop a trashed folder or transcript (a
+// file where the copy has a folder, a link where the transcript goes)
+// refuses, touching nothing, instead of dropping it with the trash.
+func TestRestoreRefusesWhatItCannotMerge(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	defer closeManager(t, m)
+	k := newKey()
+	sub := k
+	sub.Subpath = "subagents/agent-a1"
+	mustAppendTo(t, m, k, string(entry(uuid.NewString())))
+	mustAppendTo(t, m, sub, string(entry(uuid.NewString())))
+	if _, err := m.Delete(bg, k, false); err != nil {
+		t.Fatal(err)
+	}
+	dir := e.lay.SessionDir(k)
+	if err := os.WriteFile(dir, []byte("not a folder"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Restore(bg, k); !errdefs.Is(err, errdefs.ErrAlreadyExists) || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("restore over a file where the session folder goes: %v, want already exists naming %s", err, dir)
+	}
+	os.Remove(dir)
+	if err := os.Symlink(filepath.Join(t.TempDir(), "elsewhere.jsonl"), e.lay.TranscriptPath(k)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Restore(bg, k); !errdefs.Is(err, errdefs.ErrAlreadyExists) {
+		t.Fatalf("restore over a link where the transcript goes: %v, want already exists", err)
+	}
+	os.Remove(e.lay.TranscriptPath(k))
+	if copies, err := m.ListTrash(bg, project, k.SessionID); err != nil || len(copies) != 1 || copies[0].Entries != 2 {
+		t.Fatalf("the trash after the refusals: %+v, %v; want the copy whole", copies, err)
+	}
+	if err := m.Restore(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.canonicalLines(sub)); n != 1 {
+		t.Fatalf("the subagent after the restore: %d lines", n)
+	}
+}
