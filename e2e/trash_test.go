@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -98,4 +100,38 @@ func TestSessionctlTrashRestoreAll(t *testing.T) {
 	// The session goes on.
 	appendBatch(batch(1, "after the restore"))
 	run("13", "info", sid)
+}
+
+// TestTrashPurgedAtStart: sessiond purges the copies past --trash-retention
+// when it starts (then hourly), and keeps the others.
+func TestTrashPurgedAtStart(t *testing.T) {
+	t.Parallel()
+	d := newDaemon(t, "--trash-retention", "24h")
+	old, young := uuid.NewString(), uuid.NewString()
+	for sid, stamp := range map[string]string{old: "20200101T000000.000000000Z", young: time.Now().UTC().Format("20060102T150405.000000000Z")} {
+		dir := filepath.Join(d.state, "trash", "-p", sid+"-"+stamp)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, sid+".jsonl"), []byte(`{"type":"user","uuid":"`+uuid.NewString()+`"}`+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.start()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, _, code := d.ctl("", "trash")
+		if code == 0 && !strings.Contains(out, old) {
+			if !strings.Contains(out, young) {
+				t.Fatalf("the copy within the retention went too:\n%s", out)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the copy deleted in 2020 is still in the trash:\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.ctlOK("1 deleted copy", "status")
+	d.ctlOK("each kept 1 day", "status")
 }
