@@ -342,9 +342,33 @@ func (c *Client) Delete(ctx context.Context, s Session, purge bool) (*sessiondv1
 	return c.api.Delete(ctx, &sessiondv1.DeleteRequest{Session: s.ref(), Purge: purge})
 }
 
-// Restore brings s back from the trash.
+// Restore brings s back from the trash: its newest copy, merged into s if
+// s exists again.
 func (c *Client) Restore(ctx context.Context, s Session) (*sessiondv1.RestoreResponse, error) {
 	return c.api.Restore(ctx, &sessiondv1.RestoreRequest{Session: s.ref()})
+}
+
+// RestoreAll brings every trashed copy of s back, oldest first, merged
+// into s if s exists again.
+func (c *Client) RestoreAll(ctx context.Context, s Session) (*sessiondv1.RestoreResponse, error) {
+	return c.api.Restore(ctx, &sessiondv1.RestoreRequest{Session: s.ref(), All: true})
+}
+
+// ListTrash lists the trashed copies of s.ID (every session's when it is
+// empty) in s's project (every project's when s names none).
+func (c *Client) ListTrash(ctx context.Context, s Session) ([]*sessiondv1.TrashedCopy, error) {
+	req := &sessiondv1.ListTrashRequest{SessionId: s.ID}
+	switch {
+	case s.Cwd != "":
+		req.Project = &sessiondv1.ListTrashRequest_Cwd{Cwd: s.Cwd}
+	case s.ProjectKey != "":
+		req.Project = &sessiondv1.ListTrashRequest_ProjectKey{ProjectKey: s.ProjectKey}
+	}
+	resp, err := c.api.ListTrash(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetCopies(), nil
 }
 
 // Subkeys lists s's subagent transcripts.

@@ -180,8 +180,9 @@ func requirePrivateModes(t *testing.T, step string, roots ...string) {
 
 // TestAccessFileModes: whatever sessiond creates, in the transcripts root
 // and in its state folder, is 0600 (files) or 0700 (folders): after
-// appends and compaction, subagents, fork, repair (a foreign 0644 file
-// included), rename, tag, archive, delete and restore.
+// appends and compaction, subagents, fork, repair (of a foreign 0644 file,
+// which keeps its mode: it is not sessiond's), rename, tag, archive, delete
+// and restore.
 func TestAccessFileModes(t *testing.T) {
 	t.Parallel()
 	d := hostileDaemon(t)
@@ -225,6 +226,17 @@ func TestAccessFileModes(t *testing.T) {
 	must("repair", err)
 	if !rep.GetChanged() || rep.GetBackupPath() == "" {
 		t.Fatalf("repair changed nothing: %v", rep)
+	}
+	// The repaired file is that program's: it keeps its mode (issue 19; a
+	// rewrite used to make it 0600). Its copy in the state folder is
+	// sessiond's, and private.
+	if fi, err := os.Stat(damaged); err != nil {
+		t.Fatal(err)
+	} else if fi.Mode().Perm() != 0o644 {
+		t.Fatalf("the repaired foreign transcript is %v, want it still -rw-r--r--", fi.Mode())
+	}
+	if err := os.Remove(damaged); err != nil {
+		t.Fatal(err)
 	}
 	requirePrivateModes(t, "repair", d.root, d.state)
 

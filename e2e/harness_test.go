@@ -184,6 +184,16 @@ func (d *daemon) ctl(stdin string, args ...string) (string, string, int) {
 	return runCmd(d.t, cmd, stdin)
 }
 
+// ctlOK runs sessionctl without input; it must succeed and print want.
+func (d *daemon) ctlOK(want string, args ...string) string {
+	d.t.Helper()
+	out, errOut, code := d.ctl("", args...)
+	if code != 0 || !strings.Contains(out, want) {
+		d.t.Fatalf("sessionctl %v: exit %d, out %q, err %q; want %q", args, code, out, errOut, want)
+	}
+	return out
+}
+
 // runCmd runs cmd with stdin and returns its stdout, stderr and exit
 // status; a command that could not run at all fails the test.
 func runCmd(t *testing.T, cmd *exec.Cmd, stdin string) (string, string, int) {

@@ -479,14 +479,7 @@ func TestSessionctlSessionOperations(t *testing.T) {
 	if _, errOut, code := d.ctl(string(sub), "append", "--cwd", cwd, "--session", sid, "--subpath", "subagents/agent-acompact-f46190"); code != 0 {
 		t.Fatal(errOut)
 	}
-	run := func(want string, args ...string) string {
-		t.Helper()
-		out, errOut, code := d.ctl("", args...)
-		if code != 0 || !strings.Contains(out, want) {
-			t.Fatalf("sessionctl %v: exit %d, out %q, err %q; want %q", args, code, out, errOut, want)
-		}
-		return out
-	}
+	run := d.ctlOK
 	run("clean", "check", sid)
 	run("clean", "check", sid, "--subpath", "subagents/agent-acompact-f46190")
 	// A relative --cwd means one below sessionctl's working directory.

@@ -559,6 +559,7 @@ func TestSessiondRefusesNonPositiveFlags(t *testing.T) {
 		{"--wal-retention-size", "0"},
 		// 0 is a valid retention (keep nothing); less is not.
 		{"--wal-retention", "-1h", "must not be negative"},
+		{"--trash-retention", "0s"},
 	} {
 		want := " must be greater than zero"
 		if len(tc) > 2 {

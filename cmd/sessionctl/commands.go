@@ -192,6 +192,8 @@ func statusCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(w, "journal syncs\t%d (%s)\n", st.GetJournalSyncs(), humanBytes(st.GetJournalBytes()))
 			fmt.Fprintf(w, "compactions\t%d (%s written)\n", st.GetCompactions(), humanBytes(st.GetCompactedBytes()))
 			fmt.Fprintf(w, "recovered at start\t%s\n", count(st.GetRecoveredSessions(), "session"))
+			fmt.Fprintf(w, "trash\t%s, %s (each kept %s; sessionctl trash lists them)\n", count(st.GetTrashCopies(), "deleted copy"),
+				humanBytes(st.GetTrashBytes()), retention(st.GetTrashRetentionSeconds()))
 			if n := st.GetReplayPending(); n > 0 {
 				fmt.Fprintf(w, "replaying\t%s still to move from their journals into their transcripts (served meanwhile)\n", count(n, "session"))
 			}

@@ -285,24 +285,6 @@ func deleteCmd(g *globals) *cobra.Command {
 	return c
 }
 
-func restoreCmd(g *globals) *cobra.Command {
-	var sf sessionFlags
-	c := &cobra.Command{
-		Use:   "restore UUID [--subpath SUBPATH]",
-		Short: "Bring a deleted session (or a subagent transcript deleted on its own) back from the trash",
-		Args:  cobra.ExactArgs(1),
-		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
-			resp, err := c.Restore(cmd.Context(), sf.session(args[0]))
-			if err != nil {
-				return err
-			}
-			return g.done(resp, "restored %s", resp.GetSession().GetPath())
-		}),
-	}
-	sf.add(c)
-	return c
-}
-
 func subkeysCmd(g *globals) *cobra.Command {
 	var sf sessionFlags
 	c := &cobra.Command{

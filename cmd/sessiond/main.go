@@ -51,6 +51,7 @@ func run() error {
 		ballastSize     = flag.Int64("ballast-size", writer.DefaultBallastSize, "disk space kept in reserve (the file <state-dir>/ballast), released when the disk fills so the compactions waiting can finish, made again once there is room for it twice over; 0 keeps none")
 		walRetention    = flag.Duration("wal-retention", writer.DefaultWALRetention, "keep the write-ahead log's segments this long after their sessions were compacted, so repair can put back acknowledged entries another program's rewrite of a transcript dropped (0 keeps none)")
 		walRetentionMax = flag.Int64("wal-retention-size", writer.DefaultWALRetentionSize, "the most the retained segments may add up to, in bytes; the oldest go first (and all of them when the disk is full)")
+		trashRetention  = flag.Duration("trash-retention", writer.DefaultTrashRetention, "how long a deleted session's copy stays in the trash before it is purged (checked at start and hourly); the default is the official CLI's own cleanupPeriodDays, 30 days")
 		logFormat       = flag.String("log-format", "auto", "auto (console on a terminal, else JSON), console or json")
 		logLevel        = flag.String("log-level", "info", "debug, info, warn or error")
 		showVersion     = flag.Bool("version", false, "print the version and exit")
@@ -76,6 +77,7 @@ func run() error {
 		{"idle-retire", *idleRetire > 0}, {"min-compact-bytes", *minCompact > 0},
 		{"wal-segment-size", *walSegment > 0}, {"wal-max-size", *walMax > 0},
 		{"wal-retention-size", *walRetentionMax > 0},
+		{"trash-retention", *trashRetention > 0},
 	} {
 		if !f.ok {
 			return fmt.Errorf("--%s must be greater than zero (%s); leave it out for the default", f.name, flag.Lookup(f.name).Value)
@@ -151,7 +153,7 @@ func run() error {
 		ShutdownTimeout: *shutdownTimeout, MaxMessageBytes: *maxMessage, Version: version(),
 		Writer: writer.Config{MaxEntryBytes: *maxEntry, IdleCompact: *idleCompact, IdleRetire: *idleRetire,
 			MinCompactBytes: *minCompact, WALSegmentSize: *walSegment, WALMaxSize: *walMax, BallastSize: *ballastSize,
-			WALRetention: retention, WALRetentionSize: *walRetentionMax},
+			WALRetention: retention, WALRetentionSize: *walRetentionMax, TrashRetention: *trashRetention},
 		Logger: log,
 	})
 }

@@ -121,6 +121,10 @@ func Run(ctx context.Context, cfg Config) error {
 				zap.Uint64("entries", r.Entries), zap.Int("failed", len(r.Failed)), zap.Duration("took", time.Since(t)))
 		}()
 	}
+	// Trashed copies past their retention go now and every hour; only
+	// after CheckJournals, which finishes restores that were reading them.
+	purged := make(chan struct{})
+	go func() { defer close(purged); m.RunTrashPurge(ctx) }()
 	// Index the sessions already on disk (written before sessiond, or by
 	// other programs), so the first listing is as fast as the next.
 	go func() {
@@ -165,6 +169,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	closeCtx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	<-purged // ctx is done: it stops between two copies
 	err = m.Close(closeCtx)
 	<-replayed
 	if err != nil {

@@ -210,10 +210,38 @@ func (s *Server) Restore(ctx context.Context, req *sessiondv1.RestoreRequest) (*
 	if err := s.info.layout().CheckOnDisk(k); err != nil {
 		return nil, err
 	}
-	if err := s.m.Restore(ctx, k); err != nil {
+	o, err := s.m.RestoreTrash(ctx, k, writer.RestoreOptions{All: req.GetAll()})
+	if err != nil {
 		return nil, err
 	}
-	return &sessiondv1.RestoreResponse{Session: s.resolved(k)}, nil
+	return &sessiondv1.RestoreResponse{Session: s.resolved(k), Copies: uint32(o.Copies), Merged: o.Merged,
+		Entries: o.Entries, Duplicates: o.Duplicates}, nil
+}
+
+// ListTrash implements sessiond.v1.Sessiond.
+func (s *Server) ListTrash(ctx context.Context, req *sessiondv1.ListTrashRequest) (*sessiondv1.ListTrashResponse, error) {
+	_, byCwd := req.GetProject().(*sessiondv1.ListTrashRequest_Cwd)
+	_, byKey := req.GetProject().(*sessiondv1.ListTrashRequest_ProjectKey)
+	pk, err := projectKeyOf(byCwd, req.GetCwd(), byKey, req.GetProjectKey())
+	if err != nil {
+		return nil, err
+	}
+	if id := req.GetSessionId(); id != "" {
+		if err := layout.ValidateSessionID(id); err != nil {
+			return nil, err
+		}
+	}
+	copies, err := s.m.ListTrash(ctx, pk, req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	out := &sessiondv1.ListTrashResponse{}
+	for _, c := range copies {
+		out.Copies = append(out.Copies, &sessiondv1.TrashedCopy{ProjectKey: c.Key.ProjectKey, SessionId: c.Key.SessionID,
+			Subpath: c.Key.Subpath, DeletedMs: c.DeletedAt.UnixMilli(), Entries: c.Entries, Transcripts: uint32(c.Transcripts),
+			Bytes: uint64(c.Bytes), Path: c.Path})
+	}
+	return out, nil
 }
 
 // ListSubkeys implements sessiond.v1.Sessiond.

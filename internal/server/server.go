@@ -478,7 +478,7 @@ func (s *Server) sessionInfo(in writer.Info) *sessiondv1.SessionInfo {
 
 // Status implements sessiond.v1.Sessiond.
 func (s *Server) Status(ctx context.Context, _ *sessiondv1.StatusRequest) (*sessiondv1.StatusResponse, error) {
-	st := s.m.Stats()
+	st, trash := s.m.Stats(), s.m.TrashUsage()
 	var ops []*sessiondv1.Operation
 	for _, o := range s.m.Operations() {
 		ops = append(ops, &sessiondv1.Operation{Id: o.ID, Kind: o.Kind, Unit: o.Unit, Done: uint64(o.Done), Total: uint64(o.Total), StartedMs: o.Started.UnixMilli()})
@@ -505,6 +505,7 @@ func (s *Server) Status(ctx context.Context, _ *sessiondv1.StatusRequest) (*sess
 		Compactions: st.Compactions, CompactedBytes: st.CompactedBytes, RecoveredSessions: st.RecoveredSessions,
 		Draining: s.draining.Load(), RecoveryErrors: st.RecoveryErrors, ReplayPending: st.ReplayPending,
 		PastRecoveryFailures: st.PastRecoveryFailures, Disk: s.diskStatus(st.Disk),
+		TrashCopies: uint32(trash.Copies), TrashBytes: uint64(trash.Bytes), TrashRetentionSeconds: uint64(trash.Retention.Seconds()),
 	}, nil
 }
 

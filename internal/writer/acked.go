@@ -46,7 +46,7 @@ import (
 //
 // The ledger is what makes the report correct after a restart and after
 // retention expired: it knows the uuids even when the log no longer holds
-// the bytes (see restore.go for putting them back).
+// the bytes (see putback.go for putting them back).
 //
 // Record (one frame of internal/frame, type 1, seeded with the key):
 // canonical size int64, tail uint32, entries known missing then uint32,

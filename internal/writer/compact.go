@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,8 +82,12 @@ func (m *Manager) FlushAll(ctx context.Context) ([]FlushResult, error) {
 
 // tempPrefix names this session's compaction temp files. They start with a
 // dot and end in ".tmp", so no reader ever takes them for a transcript.
-func (st *state) tempPrefix() string {
-	base := strings.TrimSuffix(filepath.Base(st.canonPath), ".jsonl")
+func (st *state) tempPrefix() string { return compactTempPrefix(st.canonPath) }
+
+// compactTempPrefix starts the names of the temp files that replace the
+// transcript at canonPath (a restore's merge uses them too).
+func compactTempPrefix(canonPath string) string {
+	base := strings.TrimSuffix(filepath.Base(canonPath), ".jsonl")
 	if len(base) > 200 {
 		// Keep the temp name within the 255-byte limit of a file name while
 		// still unique to this transcript.
@@ -343,6 +348,9 @@ func (st *state) writeTemp(path string, src fsys.File) (fp fingerprint, acked []
 		return fingerprint{}, nil, false, err
 	}
 	defer tmp.Close()
+	if err := st.keepAttrs(tmp); err != nil {
+		return fingerprint{}, nil, false, err
+	}
 	// Rescued lines go where the last compaction's content ended, before
 	// what was appended after it (lines written later), when the file
 	// still has that content.
@@ -422,6 +430,19 @@ func (st *state) writeTemp(path string, src fsys.File) (fp fingerprint, acked []
 		return fingerprint{}, nil, false, err
 	}
 	return fingerprint{fi.Size(), tail}, acked, moved, nil
+}
+
+// keepAttrs gives tmp, about to replace the canonical file, that file's
+// mode and owner (fsys.KeepAttrs); a new transcript stays 0600.
+func (st *state) keepAttrs(tmp fsys.File) error {
+	fi, err := st.fs.Lstat(st.canonPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return fsys.KeepAttrs(tmp, fi)
 }
 
 // dropEmptyJournal lets go of the session's stream in the log when nothing

@@ -70,11 +70,14 @@ type Config struct {
 	// WALRetention keeps the log's segments for this long after every
 	// session in them was compacted, within WALRetentionSize (the oldest
 	// go first), so that repair can put back acknowledged entries another
-	// program's rewrite dropped from a transcript (see restore.go and
+	// program's rewrite dropped from a transcript (see putback.go and
 	// wal's retain.go). Zero: the defaults; a negative WALRetention keeps
 	// nothing.
 	WALRetention     time.Duration
 	WALRetentionSize int64
+	// TrashRetention is how long a deleted session's copy stays in the
+	// trash before PurgeTrash removes it.
+	TrashRetention time.Duration
 }
 
 // Defaults.
@@ -103,6 +106,9 @@ const (
 	// transcripts themselves.
 	DefaultWALRetention     = 24 * time.Hour
 	DefaultWALRetentionSize = 1 << 30
+	// DefaultTrashRetention is the official CLI's own default for how long
+	// it keeps transcripts (cleanupPeriodDays, 30).
+	DefaultTrashRetention = 30 * 24 * time.Hour
 )
 
 func (c *Config) setDefaults() error {
@@ -150,6 +156,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.IdleRetire <= 0 {
 		c.IdleRetire = DefaultIdleRetire
+	}
+	if c.TrashRetention <= 0 {
+		c.TrashRetention = DefaultTrashRetention
 	}
 	if c.IdleRetire < c.IdleCompact {
 		c.IdleRetire = c.IdleCompact

@@ -281,7 +281,7 @@ func TestCrashDuringRecovery(t *testing.T) {
 	var total crashCounts
 	var mu sync.Mutex
 	t.Run("workloads", func(t *testing.T) {
-		for _, wl := range []*workload{wlCompaction(), wlRepair(), wlFork(), wlDeleteRestore()} {
+		for _, wl := range []*workload{wlCompaction(), wlRepair(), wlFork(), wlDeleteRestore(), wlTrashMerge()} {
 			t.Run(wl.name, func(t *testing.T) {
 				t.Parallel()
 				n := crashDuringRecovery(t, wl)

@@ -30,7 +30,7 @@
 //     (acknowledged and compacted there).
 //   - missing.go: comparing it with the file, and reporting what another
 //     program's rewrite dropped (log, Status, notes).
-//   - restore.go: repair's putting them back from the log's retained
+//   - putback.go: repair's putting them back from the log's retained
 //     segments.
 //   - journal.go: each session's stream in the shared write-ahead log
 //     (package wal) behind sessionLog and logStore, and the import of the
@@ -45,10 +45,14 @@
 //     .meta.json sidecar.
 //   - repair.go: Check, Repair and Fork, handed to package transcript.
 //   - trash.go and intent.go: Delete and Restore, made crash-safe by
-//     durable intents.
+//     durable intents; restore.go and merge.go: a restore into a session
+//     that exists again merges the trashed entries in front of its own;
+//     trashlist.go: listing the trash and purging it after its retention.
 //   - space.go: riding out a full disk: the ballast, compactions deferred
 //     until their folder has room and the watcher that does them, the
 //     log's reserve given back; health.go: the recovery failures status
 //     reports, cleared once a session is healthy again.
+//   - temps.go: the temp files a crashed process left, found once per
+//     folder.
 //   - config.go: the Config and its defaults.
 package writer

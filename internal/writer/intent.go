@@ -45,8 +45,17 @@ type intent struct {
 	Trash string `json:"trash,omitempty"`
 	// Moves are [from, to] pairs; an empty to removes from (purge).
 	Moves [][2]string `json:"moves"`
+	// Merges are the transcripts a restore rebuilds from trashed copies
+	// and the live file (see mergeTranscript), after the moves.
+	Merges []mergeStep `json:"merges,omitempty"`
+	// Entries are the trash entries a restore empties, oldest first; they
+	// are removed last, newest first (see mergeTranscript for why).
+	Entries []string `json:"entries,omitempty"`
+	// All: the restore took every trashed copy (RestoreOptions.All).
+	All bool `json:"all,omitempty"`
 
-	path string // where the intent is stored
+	path   string      // where the intent is stored
+	merged mergeCounts // what this process's merges did
 }
 
 func (in *intent) key() layout.Key {
@@ -131,10 +140,27 @@ func (m *Manager) finishIntent(in *intent) error {
 			return err
 		}
 	}
-	if in.Op == opRestore && in.Trash != "" {
-		if err := fsys.RemoveAll(m.cfg.FS, in.Trash); err != nil {
-			return fmt.Errorf("clear trash entry %s: %w", in.Trash, errdefs.FromIO(err))
+	for _, mg := range in.Merges {
+		c, err := m.mergeTranscript(mg)
+		if err != nil {
+			return err
 		}
+		in.merged.add(c)
+	}
+	if in.Op == opRestore {
+		// Newest first: while they go, the copies left of each merged
+		// transcript stay the oldest ones, which a merge done again reads
+		// as the start of the file it made (mergeTranscript).
+		entries := append([]string{in.Trash}, in.Entries...)
+		for i := len(entries) - 1; i >= 0; i-- {
+			if entries[i] == "" {
+				continue
+			}
+			if err := fsys.RemoveAll(m.cfg.FS, entries[i]); err != nil {
+				return fmt.Errorf("clear trash entry %s: %w", entries[i], errdefs.FromIO(err))
+			}
+		}
+		m.trashChanged()
 	}
 	if err := m.cfg.FS.Remove(in.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return errdefs.FromIO(err)
@@ -313,8 +339,20 @@ func (m *Manager) readIntent(path string) (*intent, error) {
 		}
 		return false
 	}
-	if in.Trash != "" && !inside(in.Trash) {
-		return nil, fmt.Errorf("trash entry %s lies outside sessiond's folders: %w", in.Trash, errdefs.ErrCorrupt)
+	for _, e := range append([]string{in.Trash}, in.Entries...) {
+		if e != "" && !inside(e) {
+			return nil, fmt.Errorf("trash entry %s lies outside sessiond's folders: %w", e, errdefs.ErrCorrupt)
+		}
+	}
+	for _, mg := range in.Merges {
+		if !inside(mg.Dst) || len(mg.Srcs) == 0 || in.Op != opRestore {
+			return nil, fmt.Errorf("merge into %q lies outside sessiond's folders: %w", mg.Dst, errdefs.ErrCorrupt)
+		}
+		for _, s := range mg.Srcs {
+			if !inside(s) {
+				return nil, fmt.Errorf("merge from %q lies outside sessiond's folders: %w", s, errdefs.ErrCorrupt)
+			}
+		}
 	}
 	for _, mv := range in.Moves {
 		if !inside(mv[0]) || mv[1] != "" && !inside(mv[1]) || mv[1] == "" && in.Op != opPurge {

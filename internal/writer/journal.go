@@ -246,7 +246,7 @@ func (ls *logStore) drop(key layout.Key, compact func(layout.Key) error) error {
 	})
 	for _, k := range keys {
 		if err := compact(k); err != nil {
-			return fmt.Errorf("the logged entries of %s could not be compacted into its transcript, so it was not deleted: %w", k, err)
+			return fmt.Errorf("the logged entries of %s could not be compacted into its transcript, so its files were left where they are: %w", k, err)
 		}
 	}
 	return nil

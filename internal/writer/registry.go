@@ -93,6 +93,15 @@ type Manager struct {
 	// must be finished before their sessions take writers again. Guarded
 	// by mu.
 	intents map[family]*intent
+	// purging holds the sessions one of whose trashed copies PurgeTrash
+	// is removing; the channel closes when it is done. Guarded by mu.
+	purging map[family]chan struct{}
+	// trashCount is TrashUsage's last count, made at trashCountAt, while
+	// trashGen (bumped by every change sessiond makes to the trash) still
+	// is what it was. Guarded by mu.
+	trashCount   *TrashUsage
+	trashCountAt time.Time
+	trashGen     uint64
 }
 
 // New returns a Manager. It creates the state folder if needed.

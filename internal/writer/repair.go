@@ -31,7 +31,7 @@ type CheckResult struct {
 // with the entries sessiond acknowledged and compacted into it (its
 // ledger, read before the file: what was compacted since is in the file
 // or still pending, and both are read) and reports those missing
-// (restore.go).
+// (putback.go).
 func (m *Manager) Check(ctx context.Context, key layout.Key) (CheckResult, error) {
 	res := CheckResult{Key: key}
 	if err := key.Validate(); err != nil {
@@ -135,9 +135,9 @@ func (m *Manager) Repair(ctx context.Context, key layout.Key, dryRun bool) (Repa
 // repairDryPending is a dry run of repair on a session with pending
 // entries, which a dry run must not compact: it repairs a copy of what
 // the session holds (with the acknowledged entries missing from its file
-// put back, see restore.go).
+// put back, see putback.go).
 func (st *state) repairDryPending(ctx context.Context, out *RepairOutcome) error {
-	plan, err := st.planRestore()
+	plan, err := st.planPutback()
 	if err != nil {
 		return err
 	}
@@ -155,7 +155,7 @@ func (st *state) repairDryPending(ctx context.Context, out *RepairOutcome) error
 	if plan == nil || plan.restored == 0 {
 		out.Result, err = transcript.Repair(tmp, tmp.size, io.Discard, opt)
 		if err == nil && plan != nil {
-			plan.withRestore(out.Result, nil)
+			plan.withPutback(out.Result, nil)
 		}
 		return err
 	}
@@ -173,7 +173,7 @@ func (st *state) repairDryPending(ctx context.Context, out *RepairOutcome) error
 	defer restored.Close()
 	out.Result, err = transcript.Repair(restored, restored.size, io.Discard, opt)
 	if err == nil {
-		plan.withRestore(out.Result, before)
+		plan.withPutback(out.Result, before)
 	}
 	return err
 }
@@ -214,8 +214,8 @@ func spool(r io.Reader) (*spooled, error) {
 
 func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*transcript.RepairResult, string, error) {
 	// The acknowledged entries another program's rewrite dropped go back
-	// first (restore.go): then the chain repair below sees them.
-	plan, err := st.planRestore()
+	// first (putback.go): then the chain repair below sees them.
+	plan, err := st.planPutback()
 	if err != nil {
 		return nil, "", err
 	}
@@ -235,7 +235,7 @@ func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*tra
 		if before, err = checkOriginal(ctx, f, size, st.key.SessionID); err != nil {
 			return nil, "", err
 		}
-		r, path, n, err := st.restoreTemp(plan, f, size)
+		r, path, n, err := st.putbackTemp(plan, f, size)
 		if err != nil {
 			return nil, "", err
 		}
@@ -245,7 +245,7 @@ func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*tra
 	}
 	fold := func(res *transcript.RepairResult) *transcript.RepairResult {
 		if plan != nil {
-			plan.withRestore(res, before)
+			plan.withPutback(res, before)
 		}
 		return res
 	}
@@ -273,6 +273,9 @@ func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*tra
 			st.fs.Remove(tmpPath)
 		}
 	}()
+	if err := st.keepAttrs(tmp); err != nil {
+		return nil, "", fmt.Errorf("repair %s: %w", st.key, errdefs.FromIO(err))
+	}
 	res, err := transcript.Repair(src, size, countingWriter{tmp, op}, opt)
 	if err != nil {
 		return nil, "", fmt.Errorf("repair %s: %w", st.key, errdefs.FromIO(err))

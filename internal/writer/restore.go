@@ -1,321 +1,237 @@
 package writer
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"fmt"
-	"io"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 
-	"github.com/google/uuid"
 	"go.uber.org/zap"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
-	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
-	"github.com/sessiond/sessiond/internal/transcript"
-	"github.com/sessiond/sessiond/internal/wal"
 )
 
-// Putting back acknowledged entries another program's rewrite dropped
-// (see acked.go and missing.go). The ledger says which entries are
-// missing and in which order they were acknowledged; the write-ahead log,
-// which keeps compacted segments for a while (wal's retention), still
-// has their bytes. Repair inserts each missing entry once, right after
-// the nearest entry acknowledged before it that the file holds (at the
-// start when none is), in acknowledged order, and keeps every line the
-// other program wrote where it is. An entry whose bytes the log no longer
-// holds cannot come back: the finding stays, and says so.
-
-// ackProblem is the check finding for missing acknowledged entries.
-func ackProblem(missing []ackID, retained int, since time.Time) transcript.Problem {
-	ids := missingIDs(missing)
-	shown := ids[:min(len(ids), 5)]
-	more := ""
-	if len(ids) > len(shown) {
-		more = fmt.Sprintf(" and %d more", len(missing)-len(shown))
-	}
-	msg := fmt.Sprintf("%s that sessiond acknowledged and wrote to this transcript %s missing from it (%s%s): another program rewrote the file without them",
-		countOf(len(missing), "entry", "entries"), map[bool]string{true: "is", false: "are"}[len(missing) == 1], strings.Join(shown, ", "), more)
-	switch gone := len(missing) - retained; {
-	case gone == 0:
-		msg += "; sessiond's write-ahead log still holds every one, and repair puts them back in the order they were acknowledged, keeping the other program's lines"
-	case retained == 0:
-		msg += fmt.Sprintf("; the write-ahead log no longer holds them (it keeps compacted entries %s), so repair cannot bring them back: look for a copy (a backup, the other program's)", retainedSince(since))
-	default:
-		msg += fmt.Sprintf("; repair puts back the %d the write-ahead log still holds, in the order they were acknowledged; it cannot bring back the other %d (the log keeps compacted entries %s)", retained, gone, retainedSince(since))
-	}
-	return transcript.Problem{Kind: transcript.KindAcknowledgedMissing, Message: msg, IDs: ids}
+// RestoreOptions choose what a restore brings back.
+type RestoreOptions struct {
+	// All brings back every trashed copy of the session, oldest first,
+	// instead of only the newest.
+	All bool
 }
 
-func retainedSince(since time.Time) string {
-	if since.IsZero() {
-		return "for --wal-retention after their compaction, and keeps none now"
-	}
-	return "for --wal-retention after their compaction; the oldest it keeps now were compacted " + since.UTC().Format(time.RFC3339)
+// RestoreOutcome tells what a restore did.
+type RestoreOutcome struct {
+	Copies int // trashed copies brought back
+	// Merged: the session existed again (its agent went on writing after
+	// the delete), and the trashed entries were merged into it.
+	Merged bool
+	// Entries are the transcript lines brought back from the trash;
+	// Duplicates the lines dropped because the session, or an older copy,
+	// held the same entry.
+	Entries, Duplicates uint64
 }
 
-func countOf(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
+// Restore brings back the newest trashed copy of key's session
+// (RestoreTrash without options).
+func (m *Manager) Restore(ctx context.Context, key layout.Key) error {
+	_, err := m.RestoreTrash(ctx, key, RestoreOptions{})
+	return err
 }
 
-// retained finds which of the missing entries the log still holds, by
-// the spans the ledger recorded (wal.Log.Lookup), with their bytes when
-// keep.
-func (ls *logStore) retained(missing []ackID, keep bool) (map[span][]byte, wal.LookupInfo, error) {
-	spans := make([]wal.Span, len(missing))
-	for i, id := range missing {
-		spans[i] = wal.Span{Seg: id.sp.seg, Off: id.sp.off}
+// RestoreTrash brings back the newest trashed copy of key's session, or
+// with opt.All every one, oldest first. Where the session is not there,
+// its files move back as they are. Where it exists again (an agent that
+// kept appending after the delete recreated it), the copies are merged
+// into it instead: each transcript gets its trashed entries first, then
+// its own, every entry once (mergeTranscript); other files (sidecars, the
+// archive mark) come back only where the session has none of its own.
+//
+// Like Delete it locks the session's writers out, compacts what they
+// logged, and records every move and merge in a durable intent first, so a
+// crash or a failing disk midway leaves the session as it was or as the
+// restore makes it once finished (by a retried restore or the next start),
+// never with an entry lost or twice.
+func (m *Manager) RestoreTrash(ctx context.Context, key layout.Key, opt RestoreOptions) (RestoreOutcome, error) {
+	var out RestoreOutcome
+	if err := key.Validate(); err != nil {
+		return out, err
 	}
-	found := map[span][]byte{}
-	info, err := ls.wal.Lookup(spans, func(i int, e []byte) error {
-		var b []byte
-		if keep {
-			b = append([]byte(nil), e...)
+	unlock, err := m.lockFamily(key, "restored")
+	if err != nil {
+		return out, err
+	}
+	defer unlock()
+	done, err := m.finishPending(key)
+	if err != nil {
+		return out, err
+	}
+	// A restore of this session interrupted before is done now: it was
+	// this very one when it took the same copies, or when none is left.
+	again := done != nil && done.Op == opRestore && done.Subpath == key.Subpath
+	doneOutcome := func() RestoreOutcome {
+		return RestoreOutcome{Copies: max(1, len(done.Entries)), Merged: len(done.Merges) > 0}
+	}
+	if again && done.All == opt.All {
+		return doneOutcome(), nil
+	}
+	entries, err := m.trashEntries(key)
+	if err != nil {
+		return out, fmt.Errorf("restore %s: %w", key, err)
+	}
+	if len(entries) == 0 {
+		if again {
+			return doneOutcome(), nil
 		}
-		found[missing[i].sp] = b
-		return nil
+		return out, NotInTrash(key)
+	}
+	if !opt.All {
+		entries = entries[len(entries)-1:]
+	}
+	if out.Merged, err = m.existsOnDiskErr(key); err != nil {
+		return out, err
+	}
+	// Entries still logged for the session go into its files first: the
+	// merge reads the files.
+	err = m.logs.drop(key, func(k layout.Key) error {
+		_, err := m.flushLocked(k)
+		return err
 	})
 	if err != nil {
-		return nil, info, fmt.Errorf("read entries back from the write-ahead log: %w", err)
+		return out, err
 	}
-	return found, info, nil
+	p := &restorePlan{}
+	if err := m.planRestore(p, m.cfg.Layout.ProjectDir(key.ProjectKey), entries, ""); err != nil {
+		return out, fmt.Errorf("restore %s: %w", key, err)
+	}
+	in := &intent{Op: opRestore, ProjectKey: key.ProjectKey, SessionID: key.SessionID, Subpath: key.Subpath,
+		Moves: p.moves, Merges: p.merges, Entries: entries, All: opt.All}
+	if err := m.runIntent(in); err != nil {
+		return out, fmt.Errorf("restore %s: %w", key, err)
+	}
+	out.Copies = len(entries)
+	out.Entries = p.movedLines + in.merged.restored
+	out.Duplicates = in.merged.dropped
+	m.log.Info("restored session", zap.Stringer("session", key), zap.Int("copies", out.Copies), zap.Bool("merged", out.Merged),
+		zap.Uint64("entries", out.Entries), zap.Uint64("duplicates", out.Duplicates))
+	return out, nil
 }
 
-// checkAcked adds the finding for key's missing acknowledged entries to
-// a check's report, given the matcher Check's reading fed, and records
-// what it found (Status, log, note).
-func (m *Manager) checkAcked(key layout.Key, mt *ackMatcher, rep *transcript.Report) error {
-	missing := mt.missing()
-	m.recordMissing(key, missing, "check")
-	if len(missing) == 0 {
-		return nil
+// restorePlan is what a restore does: moves of what comes back as it is,
+// merges of transcripts the session has again or that several copies
+// hold.
+type restorePlan struct {
+	moves      [][2]string
+	merges     []mergeStep
+	movedLines uint64 // lines of the transcripts moved back whole
+}
+
+// planRestore plans the restore of rel, a folder in each of roots (trash
+// entries, oldest first), into the live folder live/rel. What the session
+// lacks and one copy holds moves back whole (a folder at once); a
+// transcript the session has, or several copies hold, is merged; any other
+// file comes back from the newest copy holding it where the session has
+// none (where it has, its own stays and the trashed ones go with the
+// trash).
+func (m *Manager) planRestore(p *restorePlan, live string, roots []string, rel string) error {
+	FS := m.cfg.FS
+	type held struct {
+		root string
+		dir  bool
 	}
-	found, info, err := m.logs.retained(missing, false)
-	if err != nil {
-		return err
+	holders := map[string][]held{}
+	for _, r := range roots {
+		ents, err := FS.ReadDir(filepath.Join(r, rel))
+		if err != nil {
+			return errdefs.FromIO(err)
+		}
+		for _, e := range ents {
+			holders[e.Name()] = append(holders[e.Name()], held{r, e.IsDir()})
+		}
 	}
-	rep.Problems = append([]transcript.Problem{ackProblem(missing, len(found), info.Since)}, rep.Problems...)
+	names := make([]string, 0, len(holders))
+	for n := range holders {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		hs, r := holders[n], filepath.Join(rel, n)
+		dst := filepath.Join(live, r)
+		fi, err := FS.Lstat(dst)
+		exists := err == nil
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return errdefs.FromIO(err)
+		}
+		dirs, paths := 0, make([]string, len(hs))
+		for i, h := range hs {
+			paths[i] = filepath.Join(h.root, r)
+			if h.dir {
+				dirs++
+			}
+		}
+		newest := paths[len(paths)-1]
+		_, transcript := m.cfg.Layout.ParseTranscriptPath(dst)
+		transcript = transcript && dirs == 0
+		switch {
+		case !exists && len(hs) == 1:
+			p.moves = append(p.moves, [2]string{newest, dst})
+			if err := m.countMoved(p, newest); err != nil {
+				return err
+			}
+		case dirs == len(hs) && (!exists || fi.IsDir()):
+			var rs []string
+			for _, h := range hs {
+				rs = append(rs, h.root)
+			}
+			if err := m.planRestore(p, live, rs, r); err != nil {
+				return err
+			}
+		case dirs > 0 || transcript && exists && !fi.Mode().IsRegular():
+			// A folder where a file is (or the other way round), or a
+			// link where a transcript goes: dropping either side could
+			// lose entries, and sessiond never writes through a link.
+			return fmt.Errorf("%s and its trashed copies %v are not all files or all folders; move it away (or merge by hand) before restoring: %w",
+				dst, paths, errdefs.ErrAlreadyExists)
+		case transcript:
+			p.merges = append(p.merges, mergeStep{Dst: dst, Srcs: paths})
+		case !exists:
+			p.moves = append(p.moves, [2]string{newest, dst})
+		}
+		// Otherwise the session has a file of its own there (a sidecar,
+		// the archive mark): it is kept, the trashed ones go with the
+		// trash.
+	}
 	return nil
 }
 
-// recordMissing records a finding made outside the session's writer (by
-// check): the registry, the note and the log, as setMissing does.
-func (m *Manager) recordMissing(key layout.Key, missing []ackID, where string) {
-	st := &state{deps: &m.deps, fs: m.cfg.FS, log: m.log.With(zap.Stringer("session", key)), key: key}
-	st.setMissing(missing, where)
-}
-
-// restorePlan is what repair puts back: for each place in the file, the
-// entries that go there.
-type restorePlan struct {
-	missing  []ackID
-	inserts  []insertion // by offset
-	restored int
-	since    time.Time
-}
-
-type insertion struct {
-	off    int64 // in the file, at a line start (or its end)
-	needNL bool  // the line before it has no newline
-	line   int64 // 1-based line it goes after (0: at the start)
-	ids    []ackID
-	lines  [][]byte
-}
-
-// planRestore compares the ledger with the canonical file (plus the
-// pending entries, which a dry run leaves pending) and finds where each
-// missing entry the log still holds goes. nil when nothing is missing.
-func (st *state) planRestore() (*restorePlan, error) {
-	led, err := readLedger(st.fs, st.cfg.Layout, st.key)
-	if err != nil || led == nil || len(led.ids) == 0 || !st.canonExists {
-		return nil, err
+// countMoved adds the lines of the transcripts at path (a file or a
+// folder moved back whole) to p.movedLines.
+func (m *Manager) countMoved(p *restorePlan, path string) error {
+	count := func(f string) error {
+		if !strings.HasSuffix(f, layout.TranscriptExt) {
+			return nil
+		}
+		n, err := countLines(m.cfg.FS, f)
+		p.movedLines += n
+		return errdefs.FromIO(err)
 	}
-	mt := newAckMatcher(led)
-	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
+	fi, err := m.cfg.FS.Lstat(path)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", st.canonPath, errdefs.FromIO(err))
+		return errdefs.FromIO(err)
 	}
-	defer f.Close()
-	// Where each line of the file ends, and whether it has its newline.
-	var ends []int64
-	lastNL := true
-	sc := transcript.NewLineScannerAt(f)
-	for sc.Scan() {
-		mt.line(len(ends), sc.Line())
-		end := sc.Offset() + int64(len(sc.Line()))
-		if sc.HasNewline() {
-			end++
+	if !fi.IsDir() {
+		if fi.Mode().IsRegular() {
+			return count(path)
 		}
-		lastNL = sc.HasNewline()
-		ends = append(ends, end)
+		return nil
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
-	}
-	n := len(ends)
-	if len(st.pending) > 0 {
-		spans := make([]span, len(st.pending))
-		for i, p := range st.pending {
-			spans[i] = p.span
+	err = walk(m.cfg.FS, path, func(f string, d fs.DirEntry) error {
+		if d.Type().IsRegular() {
+			return count(f)
 		}
-		err := st.j.read(spans, func(i int, line []byte) error { mt.line(n+i, line); return nil })
-		if err != nil {
-			return nil, fmt.Errorf("read the log of %s: %w", st.key, errdefs.FromIO(err))
-		}
-	}
-	missing := mt.missing()
-	if len(missing) == 0 {
-		return nil, nil
-	}
-	found, info, err := st.logs.retained(missing, true)
-	if err != nil {
-		return nil, err
-	}
-	plan := &restorePlan{missing: missing, since: info.Since}
-	byAnchor := map[int]*insertion{}
-	anchor := -1 // the last line, of the file, holding an entry acknowledged before this one
-	for i, id := range led.ids {
-		if at := mt.at[i]; at >= 0 {
-			if at < n {
-				anchor = at
-			}
-			continue
-		}
-		b, ok := found[id.sp]
-		if !ok {
-			continue
-		}
-		ins := byAnchor[anchor]
-		if ins == nil {
-			ins = &insertion{line: int64(anchor + 1)}
-			if anchor >= 0 {
-				ins.off = ends[anchor]
-				ins.needNL = anchor == n-1 && !lastNL
-			}
-			byAnchor[anchor] = ins
-		}
-		ins.ids = append(ins.ids, id)
-		ins.lines = append(ins.lines, b)
-		plan.restored++
-	}
-	for _, ins := range byAnchor {
-		plan.inserts = append(plan.inserts, *ins)
-	}
-	sort.Slice(plan.inserts, func(i, j int) bool { return plan.inserts[i].off < plan.inserts[j].off })
-	return plan, nil
-}
-
-// actions are the plan's repair actions, in line order.
-func (p *restorePlan) actions() []transcript.Action {
-	var out []transcript.Action
-	for _, ins := range p.inserts {
-		for k, id := range ins.ids {
-			after := ins.lines[k]
-			if len(after) > 200 {
-				after = after[:200]
-			}
-			out = append(out, transcript.Action{Line: ins.line, Kind: transcript.ActionRestore,
-				Detail: fmt.Sprintf("put back entry %s, acknowledged by sessiond and missing from the file, from the write-ahead log", id), After: after})
-		}
-	}
-	return out
-}
-
-// remaining is what stays missing once the plan is carried out.
-func (p *restorePlan) remaining() []ackID {
-	put := map[span]bool{}
-	for _, ins := range p.inserts {
-		for _, id := range ins.ids {
-			put[id.sp] = true
-		}
-	}
-	var out []ackID
-	for _, id := range p.missing {
-		if !put[id.sp] {
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
-// write writes the file src (size bytes) with the plan's entries put
-// back to dst.
-func (p *restorePlan) write(dst io.Writer, src io.ReaderAt, size int64) error {
-	w := bufio.NewWriterSize(dst, 64<<10)
-	var at int64
-	for _, ins := range p.inserts {
-		if _, err := io.Copy(w, io.NewSectionReader(src, at, ins.off-at)); err != nil {
-			return err
-		}
-		at = ins.off
-		if ins.needNL {
-			w.WriteByte('\n')
-		}
-		for _, l := range ins.lines {
-			w.Write(l)
-			w.WriteByte('\n')
-		}
-	}
-	if _, err := io.Copy(w, io.NewSectionReader(src, at, size-at)); err != nil {
-		return err
-	}
-	return w.Flush()
-}
-
-// restoreTemp carries out the plan into a synced temp file next to the
-// canonical file, returned open; the caller removes it.
-func (st *state) restoreTemp(p *restorePlan, src fsys.File, size int64) (fsys.File, string, int64, error) {
-	path := filepath.Join(st.dir, st.tempPrefix()+uuid.NewString()[:8]+".tmp")
-	f, err := st.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return nil, "", 0, fmt.Errorf("repair %s: %w", st.key, errdefs.FromIO(err))
-	}
-	err = p.write(f, src, size)
-	var fi os.FileInfo
-	if err == nil {
-		fi, err = f.Stat()
-	}
-	if err != nil {
-		f.Close()
-		st.fs.Remove(path)
-		return nil, "", 0, fmt.Errorf("repair %s: %w", st.key, errdefs.FromIO(err))
-	}
-	return f, path, fi.Size(), nil
-}
-
-// withRestore folds the plan into a repair's result: its actions first,
-// the finding in Before, and what stays missing in After.
-func (p *restorePlan) withRestore(res *transcript.RepairResult, before *transcript.Report) {
-	res.Actions = append(p.actions(), res.Actions...)
-	res.Changed = res.Changed || p.restored > 0
-	if before != nil {
-		res.Before = before
-	}
-	if res.Before != nil {
-		res.Before.Problems = append([]transcript.Problem{ackProblem(p.missing, p.restored, p.since)}, res.Before.Problems...)
-	}
-	if rest := p.remaining(); len(rest) > 0 && res.After != nil {
-		res.After.Problems = append([]transcript.Problem{ackProblem(rest, 0, p.since)}, res.After.Problems...)
-	}
-}
-
-// checkOriginal is Check of the file as it was before repair (Repair
-// itself checks what it reads: the file with the entries put back).
-func checkOriginal(ctx context.Context, src io.ReaderAt, size int64, sid string) (*transcript.Report, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	rep, err := transcript.Check(io.NewSectionReader(src, 0, size), transcript.CheckOptions{SessionID: sid})
-	if err != nil {
-		return nil, errdefs.FromIO(err)
-	}
-	return rep, nil
+		return nil
+	})
+	return errdefs.FromIO(err)
 }

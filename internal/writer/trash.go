@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -24,6 +23,14 @@ func (m *Manager) lockFamily(k layout.Key, why string) (unlock func(), err error
 		m.busy = make(map[family]string)
 	}
 	f := familyOf(k)
+	// A purge of one of the session's trashed copies takes a moment and
+	// must not run under a restore reading it: wait for it.
+	for m.purging[f] != nil {
+		done := m.purging[f]
+		m.mu.Unlock()
+		<-done
+		m.mu.Lock()
+	}
 	if w, ok := m.busy[f]; ok {
 		m.mu.Unlock()
 		return nil, &busyError{family: f, why: w}
@@ -140,7 +147,11 @@ func (m *Manager) Delete(ctx context.Context, key layout.Key, purge bool) (strin
 		}
 		in.Moves = append(in.Moves, [2]string{mv[0], dst})
 	}
-	if err := m.runIntent(in); err != nil {
+	err = m.runIntent(in)
+	if !purge {
+		m.trashChanged()
+	}
+	if err != nil {
 		return "", fmt.Errorf("delete %s: %w", key, err)
 	}
 	m.log.Info("deleted session", zap.Stringer("session", key), zap.Bool("purge", purge), zap.String("trash", in.Trash))
@@ -163,69 +174,6 @@ func (m *Manager) flushLocked(key layout.Key) (FlushResult, error) {
 	return FlushResult{Key: key, CompactedEntries: n, CanonicalBytes: st.canon.size}, nil
 }
 
-// Restore brings back the newest trashed copy of key's session. It refuses
-// when a session with that id exists again. Like Delete, it records its
-// moves in a durable intent first, so it is never left half done.
-func (m *Manager) Restore(ctx context.Context, key layout.Key) error {
-	if err := key.Validate(); err != nil {
-		return err
-	}
-	unlock, err := m.lockFamily(key, "restored")
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if done, err := m.finishPending(key); err != nil {
-		return err
-	} else if done != nil && done.Op == opRestore && done.Subpath == key.Subpath {
-		return nil // this very restore was interrupted before; it is done now
-	}
-	entry, err := m.newestTrash(key)
-	if err != nil {
-		return err
-	}
-	L, FS := m.cfg.Layout, m.cfg.FS
-	if ok, err := m.existsOnDiskErr(key); err != nil {
-		return err
-	} else if ok {
-		return fmt.Errorf("session %s exists again; delete or move it before restoring: %w", key, errdefs.ErrAlreadyExists)
-	}
-	// What Delete moved into the trash entry, and where it goes back.
-	var moves [][2]string
-	if key.Subpath == "" {
-		if _, err := FS.Lstat(L.SessionDir(key)); err == nil {
-			return fmt.Errorf("session folder %s exists again; move it away before restoring: %w", L.SessionDir(key), errdefs.ErrAlreadyExists)
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("restore %s: %w", key, errdefs.FromIO(err))
-		}
-		moves = [][2]string{{key.SessionID + ".jsonl", L.TranscriptPath(key)}, {key.SessionID, L.SessionDir(key)}}
-	} else {
-		p := L.TranscriptPath(key)
-		rel := filepath.Join(key.SessionID, key.Subpath)
-		meta := strings.TrimSuffix(p, ".jsonl") + ".meta.json"
-		if _, err := FS.Lstat(meta); err == nil {
-			return fmt.Errorf("%s exists again; move it away before restoring: %w", meta, errdefs.ErrAlreadyExists)
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("restore %s: %w", key, errdefs.FromIO(err))
-		}
-		moves = [][2]string{{rel + ".jsonl", p}, {rel + ".meta.json", meta}, {rel + layout.StoreExt, L.StorePath(key)}}
-	}
-	in := &intent{Op: opRestore, ProjectKey: key.ProjectKey, SessionID: key.SessionID, Subpath: key.Subpath, Trash: entry}
-	for _, mv := range moves {
-		src := filepath.Join(entry, mv[0])
-		if _, err := FS.Lstat(src); errors.Is(err, fs.ErrNotExist) {
-			continue
-		} else if err != nil {
-			return fmt.Errorf("restore %s: %w", key, errdefs.FromIO(err))
-		}
-		in.Moves = append(in.Moves, [2]string{src, mv[1]})
-	}
-	if err := m.runIntent(in); err != nil {
-		return fmt.Errorf("restore %s: %w", key, err)
-	}
-	return nil
-}
-
 // NotInTrash is the error for a restore that finds nothing to restore;
 // key.ProjectKey may be empty (no project's trash holds it).
 func NotInTrash(key layout.Key) error {
@@ -242,46 +190,3 @@ func NotInTrash(key layout.Key) error {
 // trashSubpath is how a lone subagent's subpath ends its trash entry's
 // name.
 func trashSubpath(subpath string) string { return strings.ReplaceAll(subpath, "/", "_") }
-
-// TrashedProjects lists the projects whose trash holds sessionID (or,
-// with a subpath, that subagent transcript of it, deleted on its own).
-func (m *Manager) TrashedProjects(sessionID, subpath string) []string {
-	root := filepath.Join(m.cfg.Layout.StateDir, "trash")
-	projects, _ := m.cfg.FS.ReadDir(root)
-	var out []string
-	for _, p := range projects {
-		k := layout.Key{ProjectKey: p.Name(), SessionID: sessionID, Subpath: subpath}
-		if _, err := m.newestTrash(k); err == nil {
-			out = append(out, p.Name())
-		}
-	}
-	return out
-}
-
-func (m *Manager) newestTrash(key layout.Key) (string, error) {
-	dir := filepath.Join(m.cfg.Layout.StateDir, "trash", key.ProjectKey)
-	ents, err := m.cfg.FS.ReadDir(dir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", errdefs.FromIO(err)
-	}
-	var names []string
-	for _, e := range ents {
-		n := e.Name()
-		if !e.IsDir() || !strings.HasPrefix(n, key.SessionID+"-") {
-			continue
-		}
-		// A whole session's entry is <sid>-<stamp>, a lone subagent's
-		// <sid>-<stamp>-<subpath with / as _> (Delete; the stamp has no
-		// "-"), and the names sort by stamp.
-		stamp, sub, lone := strings.Cut(n[len(key.SessionID)+1:], "-")
-		if stamp == "" || lone != (key.Subpath != "") || lone && sub != trashSubpath(key.Subpath) {
-			continue
-		}
-		names = append(names, n)
-	}
-	if len(names) == 0 {
-		return "", NotInTrash(key)
-	}
-	sort.Strings(names)
-	return filepath.Join(dir, names[len(names)-1]), nil
-}

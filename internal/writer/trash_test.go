@@ -283,13 +283,18 @@ func TestRestoreLoneSubagent(t *testing.T) {
 	if ents, err := os.ReadDir(filepath.Join(e.lay.StateDir, "trash", project)); err != nil || len(ents) != 0 {
 		t.Fatalf("trash after the restore: %v, %v; want it empty", ents, err)
 	}
-	// Deleted again, then written again: restore refuses to overwrite.
+	// Deleted again, then written again: restore merges the trashed
+	// entries in front of the new one.
 	if _, err := m.Delete(bg, sub, false); err != nil {
 		t.Fatal(err)
 	}
-	mustAppendTo(t, m, sub, string(entry(uuid.NewString(), "n", "new")))
-	if err := m.Restore(bg, sub); !errdefs.Is(err, errdefs.ErrAlreadyExists) {
-		t.Fatalf("restore over a subagent written again: %v, want already exists", err)
+	newLine := string(entry(uuid.NewString(), "n", "new"))
+	mustAppendTo(t, m, sub, newLine)
+	if err := m.Restore(bg, sub); err != nil {
+		t.Fatalf("restore into a subagent written again: %v", err)
+	}
+	if got := e.canonicalLines(sub); len(got) != 2 || got[0] != subLine || got[1] != newLine {
+		t.Fatalf("subagent after the merge holds %q, want the trashed entry then the new one", got)
 	}
 	// A whole session's restore still ignores lone subagents' entries.
 	if err := m.Restore(bg, main); !errdefs.Is(err, errdefs.ErrNotFound) {

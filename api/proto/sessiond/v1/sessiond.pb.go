@@ -1554,8 +1554,13 @@ type StatusResponse struct {
 	// `sessionctl repair` puts back what the log retains. Empty when all is
 	// well.
 	AcknowledgedMissing []*AcknowledgedMissing `protobuf:"bytes,31,rep,name=acknowledged_missing,json=acknowledgedMissing,proto3" json:"acknowledged_missing,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The trash: deleted copies kept, the bytes of their files, and how long
+	// a copy is kept before it is purged (sessiond --trash-retention).
+	TrashCopies           uint32 `protobuf:"varint,20,opt,name=trash_copies,json=trashCopies,proto3" json:"trash_copies,omitempty"`
+	TrashBytes            uint64 `protobuf:"varint,21,opt,name=trash_bytes,json=trashBytes,proto3" json:"trash_bytes,omitempty"`
+	TrashRetentionSeconds uint64 `protobuf:"varint,22,opt,name=trash_retention_seconds,json=trashRetentionSeconds,proto3" json:"trash_retention_seconds,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1747,6 +1752,27 @@ func (x *StatusResponse) GetAcknowledgedMissing() []*AcknowledgedMissing {
 		return x.AcknowledgedMissing
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetTrashCopies() uint32 {
+	if x != nil {
+		return x.TrashCopies
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetTrashBytes() uint64 {
+	if x != nil {
+		return x.TrashBytes
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetTrashRetentionSeconds() uint64 {
+	if x != nil {
+		return x.TrashRetentionSeconds
+	}
+	return 0
 }
 
 // DiskStatus is how sessiond stands with disk space. When a write finds
@@ -3123,8 +3149,11 @@ func (x *DeleteResponse) GetTrashPath() string {
 }
 
 type RestoreRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       *SessionRef            `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session *SessionRef            `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// Bring back every trashed copy of the session, oldest first, instead of
+	// only the newest.
+	All           bool `protobuf:"varint,20,opt,name=all,proto3" json:"all,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3166,9 +3195,25 @@ func (x *RestoreRequest) GetSession() *SessionRef {
 	return nil
 }
 
+func (x *RestoreRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
 type RestoreResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       *ResolvedSession       `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session *ResolvedSession       `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// Trashed copies brought back.
+	Copies uint32 `protobuf:"varint,20,opt,name=copies,proto3" json:"copies,omitempty"`
+	// The session existed again, and the copies were merged into it.
+	Merged bool `protobuf:"varint,21,opt,name=merged,proto3" json:"merged,omitempty"`
+	// Transcript lines brought back, and lines dropped because the session
+	// (or an older copy) held the same entry: by uuid, or for a line without
+	// one by its content.
+	Entries       uint64 `protobuf:"varint,22,opt,name=entries,proto3" json:"entries,omitempty"`
+	Duplicates    uint64 `protobuf:"varint,23,opt,name=duplicates,proto3" json:"duplicates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3210,6 +3255,278 @@ func (x *RestoreResponse) GetSession() *ResolvedSession {
 	return nil
 }
 
+func (x *RestoreResponse) GetCopies() uint32 {
+	if x != nil {
+		return x.Copies
+	}
+	return 0
+}
+
+func (x *RestoreResponse) GetMerged() bool {
+	if x != nil {
+		return x.Merged
+	}
+	return false
+}
+
+func (x *RestoreResponse) GetEntries() uint64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *RestoreResponse) GetDuplicates() uint64 {
+	if x != nil {
+		return x.Duplicates
+	}
+	return 0
+}
+
+type ListTrashRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The project; when neither is set, every project.
+	//
+	// Types that are valid to be assigned to Project:
+	//
+	//	*ListTrashRequest_Cwd
+	//	*ListTrashRequest_ProjectKey
+	Project isListTrashRequest_Project `protobuf_oneof:"project"`
+	// When set, only this session's copies.
+	SessionId     string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTrashRequest) Reset() {
+	*x = ListTrashRequest{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTrashRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTrashRequest) ProtoMessage() {}
+
+func (x *ListTrashRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTrashRequest.ProtoReflect.Descriptor instead.
+func (*ListTrashRequest) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ListTrashRequest) GetProject() isListTrashRequest_Project {
+	if x != nil {
+		return x.Project
+	}
+	return nil
+}
+
+func (x *ListTrashRequest) GetCwd() string {
+	if x != nil {
+		if x, ok := x.Project.(*ListTrashRequest_Cwd); ok {
+			return x.Cwd
+		}
+	}
+	return ""
+}
+
+func (x *ListTrashRequest) GetProjectKey() string {
+	if x != nil {
+		if x, ok := x.Project.(*ListTrashRequest_ProjectKey); ok {
+			return x.ProjectKey
+		}
+	}
+	return ""
+}
+
+func (x *ListTrashRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type isListTrashRequest_Project interface {
+	isListTrashRequest_Project()
+}
+
+type ListTrashRequest_Cwd struct {
+	Cwd string `protobuf:"bytes,1,opt,name=cwd,proto3,oneof"`
+}
+
+type ListTrashRequest_ProjectKey struct {
+	ProjectKey string `protobuf:"bytes,2,opt,name=project_key,json=projectKey,proto3,oneof"`
+}
+
+func (*ListTrashRequest_Cwd) isListTrashRequest_Project() {}
+
+func (*ListTrashRequest_ProjectKey) isListTrashRequest_Project() {}
+
+// TrashedCopy is one deleted copy of a session in the trash.
+type TrashedCopy struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ProjectKey string                 `protobuf:"bytes,1,opt,name=project_key,json=projectKey,proto3" json:"project_key,omitempty"`
+	SessionId  string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Set for a subagent transcript deleted on its own.
+	Subpath string `protobuf:"bytes,3,opt,name=subpath,proto3" json:"subpath,omitempty"`
+	// When it was deleted, epoch ms.
+	DeletedMs int64 `protobuf:"varint,4,opt,name=deleted_ms,json=deletedMs,proto3" json:"deleted_ms,omitempty"`
+	// Lines of its transcripts (subagents' included), how many transcripts
+	// it holds, and the size of all its files.
+	Entries     uint64 `protobuf:"varint,5,opt,name=entries,proto3" json:"entries,omitempty"`
+	Transcripts uint32 `protobuf:"varint,6,opt,name=transcripts,proto3" json:"transcripts,omitempty"`
+	Bytes       uint64 `protobuf:"varint,7,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// Where it lies, in sessiond's state folder.
+	Path          string `protobuf:"bytes,8,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrashedCopy) Reset() {
+	*x = TrashedCopy{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrashedCopy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrashedCopy) ProtoMessage() {}
+
+func (x *TrashedCopy) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrashedCopy.ProtoReflect.Descriptor instead.
+func (*TrashedCopy) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *TrashedCopy) GetProjectKey() string {
+	if x != nil {
+		return x.ProjectKey
+	}
+	return ""
+}
+
+func (x *TrashedCopy) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *TrashedCopy) GetSubpath() string {
+	if x != nil {
+		return x.Subpath
+	}
+	return ""
+}
+
+func (x *TrashedCopy) GetDeletedMs() int64 {
+	if x != nil {
+		return x.DeletedMs
+	}
+	return 0
+}
+
+func (x *TrashedCopy) GetEntries() uint64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *TrashedCopy) GetTranscripts() uint32 {
+	if x != nil {
+		return x.Transcripts
+	}
+	return 0
+}
+
+func (x *TrashedCopy) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *TrashedCopy) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type ListTrashResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// By project and session, each session's copies oldest first.
+	Copies        []*TrashedCopy `protobuf:"bytes,1,rep,name=copies,proto3" json:"copies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTrashResponse) Reset() {
+	*x = ListTrashResponse{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTrashResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTrashResponse) ProtoMessage() {}
+
+func (x *ListTrashResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTrashResponse.ProtoReflect.Descriptor instead.
+func (*ListTrashResponse) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ListTrashResponse) GetCopies() []*TrashedCopy {
+	if x != nil {
+		return x.Copies
+	}
+	return nil
+}
+
 type ListSubkeysRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       *SessionRef            `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
@@ -3219,7 +3536,7 @@ type ListSubkeysRequest struct {
 
 func (x *ListSubkeysRequest) Reset() {
 	*x = ListSubkeysRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3231,7 +3548,7 @@ func (x *ListSubkeysRequest) String() string {
 func (*ListSubkeysRequest) ProtoMessage() {}
 
 func (x *ListSubkeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3244,7 +3561,7 @@ func (x *ListSubkeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubkeysRequest.ProtoReflect.Descriptor instead.
 func (*ListSubkeysRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{42}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListSubkeysRequest) GetSession() *SessionRef {
@@ -3264,7 +3581,7 @@ type ListSubkeysResponse struct {
 
 func (x *ListSubkeysResponse) Reset() {
 	*x = ListSubkeysResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3276,7 +3593,7 @@ func (x *ListSubkeysResponse) String() string {
 func (*ListSubkeysResponse) ProtoMessage() {}
 
 func (x *ListSubkeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3289,7 +3606,7 @@ func (x *ListSubkeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubkeysResponse.ProtoReflect.Descriptor instead.
 func (*ListSubkeysResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{43}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListSubkeysResponse) GetSubkeys() []string {
@@ -3316,7 +3633,7 @@ type ListSummariesRequest struct {
 
 func (x *ListSummariesRequest) Reset() {
 	*x = ListSummariesRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3328,7 +3645,7 @@ func (x *ListSummariesRequest) String() string {
 func (*ListSummariesRequest) ProtoMessage() {}
 
 func (x *ListSummariesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3341,7 +3658,7 @@ func (x *ListSummariesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSummariesRequest.ProtoReflect.Descriptor instead.
 func (*ListSummariesRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{44}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListSummariesRequest) GetProject() isListSummariesRequest_Project {
@@ -3411,7 +3728,7 @@ type SessionSummary struct {
 
 func (x *SessionSummary) Reset() {
 	*x = SessionSummary{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3423,7 +3740,7 @@ func (x *SessionSummary) String() string {
 func (*SessionSummary) ProtoMessage() {}
 
 func (x *SessionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3436,7 +3753,7 @@ func (x *SessionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSummary.ProtoReflect.Descriptor instead.
 func (*SessionSummary) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{45}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SessionSummary) GetSessionId() string {
@@ -3491,7 +3808,7 @@ type ListSummariesResponse struct {
 
 func (x *ListSummariesResponse) Reset() {
 	*x = ListSummariesResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3503,7 +3820,7 @@ func (x *ListSummariesResponse) String() string {
 func (*ListSummariesResponse) ProtoMessage() {}
 
 func (x *ListSummariesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3516,7 +3833,7 @@ func (x *ListSummariesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSummariesResponse.ProtoReflect.Descriptor instead.
 func (*ListSummariesResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{46}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListSummariesResponse) GetSummaries() []*SessionSummary {
@@ -3635,7 +3952,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x05total\x18\x02 \x01(\rR\x05total\"F\n" +
 	"\x11GetSessionRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\"\x0f\n" +
-	"\rStatusRequest\"\x9b\a\n" +
+	"\rStatusRequest\"\x97\b\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x1d\n" +
@@ -3663,7 +3980,11 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x16past_recovery_failures\x18\x19 \x01(\x04R\x14pastRecoveryFailures\x12+\n" +
 	"\x04disk\x18\x1a \x01(\v2\x17.sessiond.v1.DiskStatusR\x04disk\x12>\n" +
 	"\rwal_retention\x18\x1e \x01(\v2\x19.sessiond.v1.WalRetentionR\fwalRetention\x12S\n" +
-	"\x14acknowledged_missing\x18\x1f \x03(\v2 .sessiond.v1.AcknowledgedMissingR\x13acknowledgedMissing\"\xa5\x02\n" +
+	"\x14acknowledged_missing\x18\x1f \x03(\v2 .sessiond.v1.AcknowledgedMissingR\x13acknowledgedMissing\x12!\n" +
+	"\ftrash_copies\x18\x14 \x01(\rR\vtrashCopies\x12\x1f\n" +
+	"\vtrash_bytes\x18\x15 \x01(\x04R\n" +
+	"trashBytes\x126\n" +
+	"\x17trash_retention_seconds\x18\x16 \x01(\x04R\x15trashRetentionSeconds\"\xa5\x02\n" +
 	"\n" +
 	"DiskStatus\x12!\n" +
 	"\fballast_path\x18\x01 \x01(\tR\vballastPath\x12#\n" +
@@ -3766,11 +4087,39 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x0eDeleteResponse\x126\n" +
 	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\x12\x1d\n" +
 	"\n" +
-	"trash_path\x18\x02 \x01(\tR\ttrashPath\"C\n" +
+	"trash_path\x18\x02 \x01(\tR\ttrashPath\"U\n" +
 	"\x0eRestoreRequest\x121\n" +
-	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\"I\n" +
+	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x10\n" +
+	"\x03all\x18\x14 \x01(\bR\x03all\"\xb3\x01\n" +
 	"\x0fRestoreResponse\x126\n" +
-	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\"G\n" +
+	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\x12\x16\n" +
+	"\x06copies\x18\x14 \x01(\rR\x06copies\x12\x16\n" +
+	"\x06merged\x18\x15 \x01(\bR\x06merged\x12\x18\n" +
+	"\aentries\x18\x16 \x01(\x04R\aentries\x12\x1e\n" +
+	"\n" +
+	"duplicates\x18\x17 \x01(\x04R\n" +
+	"duplicates\"s\n" +
+	"\x10ListTrashRequest\x12\x12\n" +
+	"\x03cwd\x18\x01 \x01(\tH\x00R\x03cwd\x12!\n" +
+	"\vproject_key\x18\x02 \x01(\tH\x00R\n" +
+	"projectKey\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionIdB\t\n" +
+	"\aproject\"\xec\x01\n" +
+	"\vTrashedCopy\x12\x1f\n" +
+	"\vproject_key\x18\x01 \x01(\tR\n" +
+	"projectKey\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x18\n" +
+	"\asubpath\x18\x03 \x01(\tR\asubpath\x12\x1d\n" +
+	"\n" +
+	"deleted_ms\x18\x04 \x01(\x03R\tdeletedMs\x12\x18\n" +
+	"\aentries\x18\x05 \x01(\x04R\aentries\x12 \n" +
+	"\vtranscripts\x18\x06 \x01(\rR\vtranscripts\x12\x14\n" +
+	"\x05bytes\x18\a \x01(\x04R\x05bytes\x12\x12\n" +
+	"\x04path\x18\b \x01(\tR\x04path\"E\n" +
+	"\x11ListTrashResponse\x120\n" +
+	"\x06copies\x18\x01 \x03(\v2\x18.sessiond.v1.TrashedCopyR\x06copies\"G\n" +
 	"\x12ListSubkeysRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\"/\n" +
 	"\x13ListSubkeysResponse\x12\x18\n" +
@@ -3795,7 +4144,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\fEntryOutcome\x12\x1d\n" +
 	"\x19ENTRY_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ENTRY_OUTCOME_STORED\x10\x01\x12\x1b\n" +
-	"\x17ENTRY_OUTCOME_DUPLICATE\x10\x022\x86\n" +
+	"\x17ENTRY_OUTCOME_DUPLICATE\x10\x022\xd2\n" +
 	"\n" +
 	"\bSessiond\x12A\n" +
 	"\x06Append\x12\x1a.sessiond.v1.AppendRequest\x1a\x1b.sessiond.v1.AppendResponse\x12Q\n" +
@@ -3814,7 +4163,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x03Tag\x12\x17.sessiond.v1.TagRequest\x1a\x1d.sessiond.v1.MetadataResponse\x12M\n" +
 	"\vSetArchived\x12\x1f.sessiond.v1.SetArchivedRequest\x1a\x1d.sessiond.v1.MetadataResponse\x12A\n" +
 	"\x06Delete\x12\x1a.sessiond.v1.DeleteRequest\x1a\x1b.sessiond.v1.DeleteResponse\x12D\n" +
-	"\aRestore\x12\x1b.sessiond.v1.RestoreRequest\x1a\x1c.sessiond.v1.RestoreResponse\x12P\n" +
+	"\aRestore\x12\x1b.sessiond.v1.RestoreRequest\x1a\x1c.sessiond.v1.RestoreResponse\x12J\n" +
+	"\tListTrash\x12\x1d.sessiond.v1.ListTrashRequest\x1a\x1e.sessiond.v1.ListTrashResponse\x12P\n" +
 	"\vListSubkeys\x12\x1f.sessiond.v1.ListSubkeysRequest\x1a .sessiond.v1.ListSubkeysResponse\x12V\n" +
 	"\rListSummaries\x12!.sessiond.v1.ListSummariesRequest\x1a\".sessiond.v1.ListSummariesResponseB?Z=github.com/sessiond/sessiond/api/proto/sessiond/v1;sessiondv1b\x06proto3"
 
@@ -3831,7 +4181,7 @@ func file_sessiond_v1_sessiond_proto_rawDescGZIP() []byte {
 }
 
 var file_sessiond_v1_sessiond_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(EntryOutcome)(0),             // 0: sessiond.v1.EntryOutcome
 	(*SessionRef)(nil),            // 1: sessiond.v1.SessionRef
@@ -3876,11 +4226,14 @@ var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(*DeleteResponse)(nil),        // 40: sessiond.v1.DeleteResponse
 	(*RestoreRequest)(nil),        // 41: sessiond.v1.RestoreRequest
 	(*RestoreResponse)(nil),       // 42: sessiond.v1.RestoreResponse
-	(*ListSubkeysRequest)(nil),    // 43: sessiond.v1.ListSubkeysRequest
-	(*ListSubkeysResponse)(nil),   // 44: sessiond.v1.ListSubkeysResponse
-	(*ListSummariesRequest)(nil),  // 45: sessiond.v1.ListSummariesRequest
-	(*SessionSummary)(nil),        // 46: sessiond.v1.SessionSummary
-	(*ListSummariesResponse)(nil), // 47: sessiond.v1.ListSummariesResponse
+	(*ListTrashRequest)(nil),      // 43: sessiond.v1.ListTrashRequest
+	(*TrashedCopy)(nil),           // 44: sessiond.v1.TrashedCopy
+	(*ListTrashResponse)(nil),     // 45: sessiond.v1.ListTrashResponse
+	(*ListSubkeysRequest)(nil),    // 46: sessiond.v1.ListSubkeysRequest
+	(*ListSubkeysResponse)(nil),   // 47: sessiond.v1.ListSubkeysResponse
+	(*ListSummariesRequest)(nil),  // 48: sessiond.v1.ListSummariesRequest
+	(*SessionSummary)(nil),        // 49: sessiond.v1.SessionSummary
+	(*ListSummariesResponse)(nil), // 50: sessiond.v1.ListSummariesResponse
 }
 var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	1,  // 0: sessiond.v1.AppendRequest.session:type_name -> sessiond.v1.SessionRef
@@ -3924,49 +4277,52 @@ var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	2,  // 38: sessiond.v1.DeleteResponse.session:type_name -> sessiond.v1.ResolvedSession
 	1,  // 39: sessiond.v1.RestoreRequest.session:type_name -> sessiond.v1.SessionRef
 	2,  // 40: sessiond.v1.RestoreResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 41: sessiond.v1.ListSubkeysRequest.session:type_name -> sessiond.v1.SessionRef
-	46, // 42: sessiond.v1.ListSummariesResponse.summaries:type_name -> sessiond.v1.SessionSummary
-	3,  // 43: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
-	3,  // 44: sessiond.v1.Sessiond.AppendStream:input_type -> sessiond.v1.AppendRequest
-	9,  // 45: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
-	12, // 46: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
-	12, // 47: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
-	15, // 48: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
-	18, // 49: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
-	19, // 50: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
-	26, // 51: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
-	30, // 52: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
-	33, // 53: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
-	35, // 54: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
-	36, // 55: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
-	37, // 56: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
-	39, // 57: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
-	41, // 58: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
-	43, // 59: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
-	45, // 60: sessiond.v1.Sessiond.ListSummaries:input_type -> sessiond.v1.ListSummariesRequest
-	8,  // 61: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
-	5,  // 62: sessiond.v1.Sessiond.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
-	11, // 63: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
-	14, // 64: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
-	14, // 65: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
-	17, // 66: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
-	16, // 67: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
-	20, // 68: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
-	29, // 69: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
-	32, // 70: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
-	34, // 71: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
-	38, // 72: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
-	38, // 73: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
-	38, // 74: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
-	40, // 75: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
-	42, // 76: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
-	44, // 77: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
-	47, // 78: sessiond.v1.Sessiond.ListSummaries:output_type -> sessiond.v1.ListSummariesResponse
-	61, // [61:79] is the sub-list for method output_type
-	43, // [43:61] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	44, // 41: sessiond.v1.ListTrashResponse.copies:type_name -> sessiond.v1.TrashedCopy
+	1,  // 42: sessiond.v1.ListSubkeysRequest.session:type_name -> sessiond.v1.SessionRef
+	49, // 43: sessiond.v1.ListSummariesResponse.summaries:type_name -> sessiond.v1.SessionSummary
+	3,  // 44: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
+	3,  // 45: sessiond.v1.Sessiond.AppendStream:input_type -> sessiond.v1.AppendRequest
+	9,  // 46: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
+	12, // 47: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
+	12, // 48: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
+	15, // 49: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
+	18, // 50: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
+	19, // 51: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
+	26, // 52: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
+	30, // 53: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
+	33, // 54: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
+	35, // 55: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
+	36, // 56: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
+	37, // 57: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
+	39, // 58: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
+	41, // 59: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
+	43, // 60: sessiond.v1.Sessiond.ListTrash:input_type -> sessiond.v1.ListTrashRequest
+	46, // 61: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
+	48, // 62: sessiond.v1.Sessiond.ListSummaries:input_type -> sessiond.v1.ListSummariesRequest
+	8,  // 63: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
+	5,  // 64: sessiond.v1.Sessiond.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
+	11, // 65: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
+	14, // 66: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
+	14, // 67: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
+	17, // 68: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
+	16, // 69: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
+	20, // 70: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
+	29, // 71: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
+	32, // 72: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
+	34, // 73: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
+	38, // 74: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
+	38, // 75: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
+	38, // 76: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
+	40, // 77: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
+	42, // 78: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
+	45, // 79: sessiond.v1.Sessiond.ListTrash:output_type -> sessiond.v1.ListTrashResponse
+	47, // 80: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
+	50, // 81: sessiond.v1.Sessiond.ListSummaries:output_type -> sessiond.v1.ListSummariesResponse
+	63, // [63:82] is the sub-list for method output_type
+	44, // [44:63] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_sessiond_v1_sessiond_proto_init() }
@@ -3982,7 +4338,11 @@ func file_sessiond_v1_sessiond_proto_init() {
 		(*ListSessionsRequest_Cwd)(nil),
 		(*ListSessionsRequest_ProjectKey)(nil),
 	}
-	file_sessiond_v1_sessiond_proto_msgTypes[44].OneofWrappers = []any{
+	file_sessiond_v1_sessiond_proto_msgTypes[42].OneofWrappers = []any{
+		(*ListTrashRequest_Cwd)(nil),
+		(*ListTrashRequest_ProjectKey)(nil),
+	}
+	file_sessiond_v1_sessiond_proto_msgTypes[47].OneofWrappers = []any{
 		(*ListSummariesRequest_Cwd)(nil),
 		(*ListSummariesRequest_ProjectKey)(nil),
 	}
@@ -3992,7 +4352,7 @@ func file_sessiond_v1_sessiond_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessiond_v1_sessiond_proto_rawDesc), len(file_sessiond_v1_sessiond_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   47,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,7 @@ const (
 	Sessiond_SetArchived_FullMethodName   = "/sessiond.v1.Sessiond/SetArchived"
 	Sessiond_Delete_FullMethodName        = "/sessiond.v1.Sessiond/Delete"
 	Sessiond_Restore_FullMethodName       = "/sessiond.v1.Sessiond/Restore"
+	Sessiond_ListTrash_FullMethodName     = "/sessiond.v1.Sessiond/ListTrash"
 	Sessiond_ListSubkeys_FullMethodName   = "/sessiond.v1.Sessiond/ListSubkeys"
 	Sessiond_ListSummaries_FullMethodName = "/sessiond.v1.Sessiond/ListSummaries"
 )
@@ -95,8 +96,14 @@ type SessiondClient interface {
 	// Delete moves a session (with its subagent transcripts) to the trash in
 	// sessiond's state folder, or removes it for good with purge.
 	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
-	// Restore brings a deleted session back from the trash.
+	// Restore brings a deleted session back from the trash: its newest
+	// trashed copy, or with all every one, oldest first. Into a session that
+	// exists again (its agent kept appending after the delete) the copies are
+	// merged: trashed entries first, every entry once.
 	Restore(ctx context.Context, in *RestoreRequest, opts ...grpc.CallOption) (*RestoreResponse, error)
+	// ListTrash lists the trashed copies of deleted sessions: of one
+	// session, of one project's sessions, or of all.
+	ListTrash(ctx context.Context, in *ListTrashRequest, opts ...grpc.CallOption) (*ListTrashResponse, error)
 	// ListSubkeys lists a session's subagent transcripts.
 	ListSubkeys(ctx context.Context, in *ListSubkeysRequest, opts ...grpc.CallOption) (*ListSubkeysResponse, error)
 	// ListSummaries returns the SessionStore summaries (see
@@ -294,6 +301,16 @@ func (c *sessiondClient) Restore(ctx context.Context, in *RestoreRequest, opts .
 	return out, nil
 }
 
+func (c *sessiondClient) ListTrash(ctx context.Context, in *ListTrashRequest, opts ...grpc.CallOption) (*ListTrashResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTrashResponse)
+	err := c.cc.Invoke(ctx, Sessiond_ListTrash_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *sessiondClient) ListSubkeys(ctx context.Context, in *ListSubkeysRequest, opts ...grpc.CallOption) (*ListSubkeysResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListSubkeysResponse)
@@ -367,8 +384,14 @@ type SessiondServer interface {
 	// Delete moves a session (with its subagent transcripts) to the trash in
 	// sessiond's state folder, or removes it for good with purge.
 	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)
-	// Restore brings a deleted session back from the trash.
+	// Restore brings a deleted session back from the trash: its newest
+	// trashed copy, or with all every one, oldest first. Into a session that
+	// exists again (its agent kept appending after the delete) the copies are
+	// merged: trashed entries first, every entry once.
 	Restore(context.Context, *RestoreRequest) (*RestoreResponse, error)
+	// ListTrash lists the trashed copies of deleted sessions: of one
+	// session, of one project's sessions, or of all.
+	ListTrash(context.Context, *ListTrashRequest) (*ListTrashResponse, error)
 	// ListSubkeys lists a session's subagent transcripts.
 	ListSubkeys(context.Context, *ListSubkeysRequest) (*ListSubkeysResponse, error)
 	// ListSummaries returns the SessionStore summaries (see
@@ -432,6 +455,9 @@ func (UnimplementedSessiondServer) Delete(context.Context, *DeleteRequest) (*Del
 }
 func (UnimplementedSessiondServer) Restore(context.Context, *RestoreRequest) (*RestoreResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Restore not implemented")
+}
+func (UnimplementedSessiondServer) ListTrash(context.Context, *ListTrashRequest) (*ListTrashResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTrash not implemented")
 }
 func (UnimplementedSessiondServer) ListSubkeys(context.Context, *ListSubkeysRequest) (*ListSubkeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSubkeys not implemented")
@@ -723,6 +749,24 @@ func _Sessiond_Restore_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Sessiond_ListTrash_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTrashRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessiondServer).ListTrash(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sessiond_ListTrash_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessiondServer).ListTrash(ctx, req.(*ListTrashRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Sessiond_ListSubkeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListSubkeysRequest)
 	if err := dec(in); err != nil {
@@ -817,6 +861,10 @@ var Sessiond_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Restore",
 			Handler:    _Sessiond_Restore_Handler,
+		},
+		{
+			MethodName: "ListTrash",
+			Handler:    _Sessiond_ListTrash_Handler,
 		},
 		{
 			MethodName: "ListSubkeys",

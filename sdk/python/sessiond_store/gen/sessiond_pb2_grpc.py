@@ -94,6 +94,11 @@ class SessiondStub(object):
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.RestoreRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.RestoreResponse.FromString,
         )
+    self.ListTrash = channel.unary_unary(
+        '/sessiond.v1.Sessiond/ListTrash',
+        request_serializer=sessiond_dot_v1_dot_sessiond__pb2.ListTrashRequest.SerializeToString,
+        response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ListTrashResponse.FromString,
+        )
     self.ListSubkeys = channel.unary_unary(
         '/sessiond.v1.Sessiond/ListSubkeys',
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.ListSubkeysRequest.SerializeToString,
@@ -233,7 +238,18 @@ class SessiondServicer(object):
     raise NotImplementedError('Method not implemented!')
 
   def Restore(self, request, context):
-    """Restore brings a deleted session back from the trash.
+    """Restore brings a deleted session back from the trash: its newest
+    trashed copy, or with all every one, oldest first. Into a session that
+    exists again (its agent kept appending after the delete) the copies are
+    merged: trashed entries first, every entry once.
+    """
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+    context.set_details('Method not implemented!')
+    raise NotImplementedError('Method not implemented!')
+
+  def ListTrash(self, request, context):
+    """ListTrash lists the trashed copies of deleted sessions: of one
+    session, of one project's sessions, or of all.
     """
     context.set_code(grpc.StatusCode.UNIMPLEMENTED)
     context.set_details('Method not implemented!')
@@ -337,6 +353,11 @@ def add_SessiondServicer_to_server(servicer, server):
           servicer.Restore,
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.RestoreRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.RestoreResponse.SerializeToString,
+      ),
+      'ListTrash': grpc.unary_unary_rpc_method_handler(
+          servicer.ListTrash,
+          request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ListTrashRequest.FromString,
+          response_serializer=sessiond_dot_v1_dot_sessiond__pb2.ListTrashResponse.SerializeToString,
       ),
       'ListSubkeys': grpc.unary_unary_rpc_method_handler(
           servicer.ListSubkeys,

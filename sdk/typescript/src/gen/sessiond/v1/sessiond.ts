@@ -394,6 +394,13 @@ export interface StatusResponse {
    * well.
    */
   acknowledgedMissing: AcknowledgedMissing[];
+  /**
+   * The trash: deleted copies kept, the bytes of their files, and how long
+   * a copy is kept before it is purged (sessiond --trash-retention).
+   */
+  trashCopies: number;
+  trashBytes: number;
+  trashRetentionSeconds: number;
 }
 
 /**
@@ -645,11 +652,64 @@ export interface DeleteResponse {
 }
 
 export interface RestoreRequest {
-  session: SessionRef | undefined;
+  session:
+    | SessionRef
+    | undefined;
+  /**
+   * Bring back every trashed copy of the session, oldest first, instead of
+   * only the newest.
+   */
+  all: boolean;
 }
 
 export interface RestoreResponse {
-  session: ResolvedSession | undefined;
+  session:
+    | ResolvedSession
+    | undefined;
+  /** Trashed copies brought back. */
+  copies: number;
+  /** The session existed again, and the copies were merged into it. */
+  merged: boolean;
+  /**
+   * Transcript lines brought back, and lines dropped because the session
+   * (or an older copy) held the same entry: by uuid, or for a line without
+   * one by its content.
+   */
+  entries: number;
+  duplicates: number;
+}
+
+export interface ListTrashRequest {
+  cwd?: string | undefined;
+  projectKey?:
+    | string
+    | undefined;
+  /** When set, only this session's copies. */
+  sessionId: string;
+}
+
+/** TrashedCopy is one deleted copy of a session in the trash. */
+export interface TrashedCopy {
+  projectKey: string;
+  sessionId: string;
+  /** Set for a subagent transcript deleted on its own. */
+  subpath: string;
+  /** When it was deleted, epoch ms. */
+  deletedMs: number;
+  /**
+   * Lines of its transcripts (subagents' included), how many transcripts
+   * it holds, and the size of all its files.
+   */
+  entries: number;
+  transcripts: number;
+  bytes: number;
+  /** Where it lies, in sessiond's state folder. */
+  path: string;
+}
+
+export interface ListTrashResponse {
+  /** By project and session, each session's copies oldest first. */
+  copies: TrashedCopy[];
 }
 
 export interface ListSubkeysRequest {
@@ -2447,6 +2507,9 @@ function createBaseStatusResponse(): StatusResponse {
     disk: undefined,
     walRetention: undefined,
     acknowledgedMissing: [],
+    trashCopies: 0,
+    trashBytes: 0,
+    trashRetentionSeconds: 0,
   };
 }
 
@@ -2520,6 +2583,15 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     }
     for (const v of message.acknowledgedMissing) {
       AcknowledgedMissing.encode(v!, writer.uint32(250).fork()).join();
+    }
+    if (message.trashCopies !== 0) {
+      writer.uint32(160).uint32(message.trashCopies);
+    }
+    if (message.trashBytes !== 0) {
+      writer.uint32(168).uint64(message.trashBytes);
+    }
+    if (message.trashRetentionSeconds !== 0) {
+      writer.uint32(176).uint64(message.trashRetentionSeconds);
     }
     return writer;
   },
@@ -2721,6 +2793,30 @@ export const StatusResponse: MessageFns<StatusResponse> = {
             message.acknowledgedMissing.push(AcknowledgedMissing.decode(reader, reader.uint32()));
             continue;
           }
+          case 20: {
+            if (tag !== 160) {
+              break;
+            }
+
+            message.trashCopies = reader.uint32();
+            continue;
+          }
+          case 21: {
+            if (tag !== 168) {
+              break;
+            }
+
+            message.trashBytes = longToNumber(reader.uint64());
+            continue;
+          }
+          case 22: {
+            if (tag !== 176) {
+              break;
+            }
+
+            message.trashRetentionSeconds = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2765,6 +2861,9 @@ export const StatusResponse: MessageFns<StatusResponse> = {
       ? WalRetention.fromPartial(object.walRetention)
       : undefined;
     message.acknowledgedMissing = object.acknowledgedMissing?.map((e) => AcknowledgedMissing.fromPartial(e)) || [];
+    message.trashCopies = object.trashCopies ?? 0;
+    message.trashBytes = object.trashBytes ?? 0;
+    message.trashRetentionSeconds = object.trashRetentionSeconds ?? 0;
     return message;
   },
 };
@@ -4542,13 +4641,16 @@ export const DeleteResponse: MessageFns<DeleteResponse> = {
 };
 
 function createBaseRestoreRequest(): RestoreRequest {
-  return { session: undefined };
+  return { session: undefined, all: false };
 }
 
 export const RestoreRequest: MessageFns<RestoreRequest> = {
   encode(message: RestoreRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.session !== undefined) {
       SessionRef.encode(message.session, writer.uint32(10).fork()).join();
+    }
+    if (message.all !== false) {
+      writer.uint32(160).bool(message.all);
     }
     return writer;
   },
@@ -4574,6 +4676,14 @@ export const RestoreRequest: MessageFns<RestoreRequest> = {
             message.session = SessionRef.decode(reader, reader.uint32());
             continue;
           }
+          case 20: {
+            if (tag !== 160) {
+              break;
+            }
+
+            message.all = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4594,18 +4704,31 @@ export const RestoreRequest: MessageFns<RestoreRequest> = {
     message.session = (object.session !== undefined && object.session !== null)
       ? SessionRef.fromPartial(object.session)
       : undefined;
+    message.all = object.all ?? false;
     return message;
   },
 };
 
 function createBaseRestoreResponse(): RestoreResponse {
-  return { session: undefined };
+  return { session: undefined, copies: 0, merged: false, entries: 0, duplicates: 0 };
 }
 
 export const RestoreResponse: MessageFns<RestoreResponse> = {
   encode(message: RestoreResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.session !== undefined) {
       ResolvedSession.encode(message.session, writer.uint32(10).fork()).join();
+    }
+    if (message.copies !== 0) {
+      writer.uint32(160).uint32(message.copies);
+    }
+    if (message.merged !== false) {
+      writer.uint32(168).bool(message.merged);
+    }
+    if (message.entries !== 0) {
+      writer.uint32(176).uint64(message.entries);
+    }
+    if (message.duplicates !== 0) {
+      writer.uint32(184).uint64(message.duplicates);
     }
     return writer;
   },
@@ -4631,6 +4754,38 @@ export const RestoreResponse: MessageFns<RestoreResponse> = {
             message.session = ResolvedSession.decode(reader, reader.uint32());
             continue;
           }
+          case 20: {
+            if (tag !== 160) {
+              break;
+            }
+
+            message.copies = reader.uint32();
+            continue;
+          }
+          case 21: {
+            if (tag !== 168) {
+              break;
+            }
+
+            message.merged = reader.bool();
+            continue;
+          }
+          case 22: {
+            if (tag !== 176) {
+              break;
+            }
+
+            message.entries = longToNumber(reader.uint64());
+            continue;
+          }
+          case 23: {
+            if (tag !== 184) {
+              break;
+            }
+
+            message.duplicates = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4651,6 +4806,283 @@ export const RestoreResponse: MessageFns<RestoreResponse> = {
     message.session = (object.session !== undefined && object.session !== null)
       ? ResolvedSession.fromPartial(object.session)
       : undefined;
+    message.copies = object.copies ?? 0;
+    message.merged = object.merged ?? false;
+    message.entries = object.entries ?? 0;
+    message.duplicates = object.duplicates ?? 0;
+    return message;
+  },
+};
+
+function createBaseListTrashRequest(): ListTrashRequest {
+  return { cwd: undefined, projectKey: undefined, sessionId: "" };
+}
+
+export const ListTrashRequest: MessageFns<ListTrashRequest> = {
+  encode(message: ListTrashRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.cwd !== undefined) {
+      writer.uint32(10).string(message.cwd);
+    }
+    if (message.projectKey !== undefined) {
+      writer.uint32(18).string(message.projectKey);
+    }
+    if (message.sessionId !== "") {
+      writer.uint32(26).string(message.sessionId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListTrashRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListTrashRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.cwd = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.projectKey = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<ListTrashRequest>, I>>(base?: I): ListTrashRequest {
+    return ListTrashRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListTrashRequest>, I>>(object: I): ListTrashRequest {
+    const message = createBaseListTrashRequest();
+    message.cwd = object.cwd ?? undefined;
+    message.projectKey = object.projectKey ?? undefined;
+    message.sessionId = object.sessionId ?? "";
+    return message;
+  },
+};
+
+function createBaseTrashedCopy(): TrashedCopy {
+  return { projectKey: "", sessionId: "", subpath: "", deletedMs: 0, entries: 0, transcripts: 0, bytes: 0, path: "" };
+}
+
+export const TrashedCopy: MessageFns<TrashedCopy> = {
+  encode(message: TrashedCopy, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.projectKey !== "") {
+      writer.uint32(10).string(message.projectKey);
+    }
+    if (message.sessionId !== "") {
+      writer.uint32(18).string(message.sessionId);
+    }
+    if (message.subpath !== "") {
+      writer.uint32(26).string(message.subpath);
+    }
+    if (message.deletedMs !== 0) {
+      writer.uint32(32).int64(message.deletedMs);
+    }
+    if (message.entries !== 0) {
+      writer.uint32(40).uint64(message.entries);
+    }
+    if (message.transcripts !== 0) {
+      writer.uint32(48).uint32(message.transcripts);
+    }
+    if (message.bytes !== 0) {
+      writer.uint32(56).uint64(message.bytes);
+    }
+    if (message.path !== "") {
+      writer.uint32(66).string(message.path);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TrashedCopy {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTrashedCopy();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.projectKey = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.subpath = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.deletedMs = longToNumber(reader.int64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.entries = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.transcripts = reader.uint32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.bytes = longToNumber(reader.uint64());
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.path = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<TrashedCopy>, I>>(base?: I): TrashedCopy {
+    return TrashedCopy.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TrashedCopy>, I>>(object: I): TrashedCopy {
+    const message = createBaseTrashedCopy();
+    message.projectKey = object.projectKey ?? "";
+    message.sessionId = object.sessionId ?? "";
+    message.subpath = object.subpath ?? "";
+    message.deletedMs = object.deletedMs ?? 0;
+    message.entries = object.entries ?? 0;
+    message.transcripts = object.transcripts ?? 0;
+    message.bytes = object.bytes ?? 0;
+    message.path = object.path ?? "";
+    return message;
+  },
+};
+
+function createBaseListTrashResponse(): ListTrashResponse {
+  return { copies: [] };
+}
+
+export const ListTrashResponse: MessageFns<ListTrashResponse> = {
+  encode(message: ListTrashResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.copies) {
+      TrashedCopy.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListTrashResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListTrashResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.copies.push(TrashedCopy.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<ListTrashResponse>, I>>(base?: I): ListTrashResponse {
+    return ListTrashResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListTrashResponse>, I>>(object: I): ListTrashResponse {
+    const message = createBaseListTrashResponse();
+    message.copies = object.copies?.map((e) => TrashedCopy.fromPartial(e)) || [];
     return message;
   },
 };
@@ -5204,7 +5636,12 @@ export const SessiondService = {
     responseSerialize: (value: DeleteResponse): Buffer => Buffer.from(DeleteResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): DeleteResponse => DeleteResponse.decode(value),
   },
-  /** Restore brings a deleted session back from the trash. */
+  /**
+   * Restore brings a deleted session back from the trash: its newest
+   * trashed copy, or with all every one, oldest first. Into a session that
+   * exists again (its agent kept appending after the delete) the copies are
+   * merged: trashed entries first, every entry once.
+   */
   restore: {
     path: "/sessiond.v1.Sessiond/Restore" as const,
     requestStream: false as const,
@@ -5213,6 +5650,19 @@ export const SessiondService = {
     requestDeserialize: (value: Buffer): RestoreRequest => RestoreRequest.decode(value),
     responseSerialize: (value: RestoreResponse): Buffer => Buffer.from(RestoreResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): RestoreResponse => RestoreResponse.decode(value),
+  },
+  /**
+   * ListTrash lists the trashed copies of deleted sessions: of one
+   * session, of one project's sessions, or of all.
+   */
+  listTrash: {
+    path: "/sessiond.v1.Sessiond/ListTrash" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListTrashRequest): Buffer => Buffer.from(ListTrashRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListTrashRequest => ListTrashRequest.decode(value),
+    responseSerialize: (value: ListTrashResponse): Buffer => Buffer.from(ListTrashResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListTrashResponse => ListTrashResponse.decode(value),
   },
   /** ListSubkeys lists a session's subagent transcripts. */
   listSubkeys: {
@@ -5305,8 +5755,18 @@ export interface SessiondServer extends UntypedServiceImplementation {
    * sessiond's state folder, or removes it for good with purge.
    */
   delete: handleUnaryCall<DeleteRequest, DeleteResponse>;
-  /** Restore brings a deleted session back from the trash. */
+  /**
+   * Restore brings a deleted session back from the trash: its newest
+   * trashed copy, or with all every one, oldest first. Into a session that
+   * exists again (its agent kept appending after the delete) the copies are
+   * merged: trashed entries first, every entry once.
+   */
   restore: handleUnaryCall<RestoreRequest, RestoreResponse>;
+  /**
+   * ListTrash lists the trashed copies of deleted sessions: of one
+   * session, of one project's sessions, or of all.
+   */
+  listTrash: handleUnaryCall<ListTrashRequest, ListTrashResponse>;
   /** ListSubkeys lists a session's subagent transcripts. */
   listSubkeys: handleUnaryCall<ListSubkeysRequest, ListSubkeysResponse>;
   /**
@@ -5550,7 +6010,12 @@ export interface SessiondClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: DeleteResponse) => void,
   ): ClientUnaryCall;
-  /** Restore brings a deleted session back from the trash. */
+  /**
+   * Restore brings a deleted session back from the trash: its newest
+   * trashed copy, or with all every one, oldest first. Into a session that
+   * exists again (its agent kept appending after the delete) the copies are
+   * merged: trashed entries first, every entry once.
+   */
   restore(
     request: RestoreRequest,
     callback: (error: ServiceError | null, response: RestoreResponse) => void,
@@ -5565,6 +6030,25 @@ export interface SessiondClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: RestoreResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * ListTrash lists the trashed copies of deleted sessions: of one
+   * session, of one project's sessions, or of all.
+   */
+  listTrash(
+    request: ListTrashRequest,
+    callback: (error: ServiceError | null, response: ListTrashResponse) => void,
+  ): ClientUnaryCall;
+  listTrash(
+    request: ListTrashRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListTrashResponse) => void,
+  ): ClientUnaryCall;
+  listTrash(
+    request: ListTrashRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListTrashResponse) => void,
   ): ClientUnaryCall;
   /** ListSubkeys lists a session's subagent transcripts. */
   listSubkeys(
