@@ -50,15 +50,15 @@ func tailKeyBit(key string) uint16 {
 	panic("transcript: " + key + " is not a tail key")
 }
 
-// tailKeysIn returns the tailKeyBits of the keys that occur in line as
-// `"key":`: exactly the lines on which bytes.Contains would find the
-// pattern, for the price of one pass over the line's colons instead of a
-// search per key.
-func tailKeysIn(line []byte) (keys uint16) {
+// keysIn calls found for each occurrence in line of one of keys as
+// `"key":`, with the key's index and the offset of its colon: exactly
+// where bytes.Contains would find the pattern, for the price of one pass
+// over the line's colons instead of a search per key.
+func keysIn(line []byte, keys []string, found func(b, colon int)) {
 	for i := 0; ; {
 		j := bytes.IndexByte(line[i:], ':')
 		if j < 0 {
-			return keys
+			return
 		}
 		j += i
 		i = j + 1
@@ -66,23 +66,34 @@ func tailKeysIn(line []byte) (keys uint16) {
 			continue
 		}
 		before := line[:j-1]
-		for b, k := range tailKeys {
+		for b, k := range keys {
 			n := len(k)
+			// A quote before and after: at most one key can match here.
 			if len(before) > n && before[len(before)-n-1] == '"' && string(before[len(before)-n:]) == k {
-				keys |= 1 << b
-				// For the kR keys, which of textField's two patterns.
-				if k == "gitBranch" || k == "entrypoint" {
-					after := line[j+1:]
-					switch {
-					case len(after) > 0 && after[0] == '"':
-						keys |= textPatBit(k, 0)
-					case len(after) > 1 && after[0] == ' ' && after[1] == '"':
-						keys |= textPatBit(k, 1)
-					}
-				}
+				found(b, j)
+				break
 			}
 		}
 	}
+}
+
+// tailKeysIn returns the tailKeyBits of the keys that occur in line as
+// `"key":` (keysIn), and for the kR keys which of textField's two
+// patterns follows.
+func tailKeysIn(line []byte) (keys uint16) {
+	keysIn(line, tailKeys[:], func(b, j int) {
+		keys |= 1 << b
+		if k := tailKeys[b]; k == "gitBranch" || k == "entrypoint" {
+			after := line[j+1:]
+			switch {
+			case len(after) > 0 && after[0] == '"':
+				keys |= textPatBit(k, 0)
+			case len(after) > 1 && after[0] == ' ' && after[1] == '"':
+				keys |= textPatBit(k, 1)
+			}
+		}
+	})
+	return keys
 }
 
 // headKeys are the keys the head window's lookups need, as `"key":`: a
@@ -105,29 +116,12 @@ const (
 )
 
 // headKeysIn returns the bits of the headKeys that occur in line as
-// `"key":`, in one pass over the line's colons (as tailKeysIn). A line in
-// the head window used to pay a search of its whole text per pattern,
-// some twenty for a line holding none of them.
+// `"key":` (keysIn). A line in the head window used to pay a search of
+// its whole text per pattern, some twenty for a line holding none of
+// them.
 func headKeysIn(line []byte) (keys uint16) {
-	for i := 0; ; {
-		j := bytes.IndexByte(line[i:], ':')
-		if j < 0 {
-			return keys
-		}
-		j += i
-		i = j + 1
-		if j == 0 || line[j-1] != '"' {
-			continue
-		}
-		before := line[:j-1]
-		for b, k := range headKeys {
-			n := len(k)
-			if len(before) > n && before[len(before)-n-1] == '"' && string(before[len(before)-n:]) == k {
-				keys |= 1 << b
-				break
-			}
-		}
-	}
+	keysIn(line, headKeys[:], func(b, _ int) { keys |= 1 << b })
+	return keys
 }
 
 // textPatBit is the bit tailKeysIn sets when a line has the kR key's i-th
