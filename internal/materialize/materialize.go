@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"path/filepath"
 	"strings"
 
@@ -343,6 +344,13 @@ func (m *run) write(rel string, fill func(io.Writer) error) error {
 	tmp := ".materialize-" + uuid.NewString()[:8] + ".tmp"
 	if err := fsys.WriteFileAtomic(m.fs, path, tmp, 0o600, fill); err != nil {
 		if errors.Is(err, errEmpty) {
+			// WriteFileAtomic removed the temp file unless that failed,
+			// which it does not report: no temp file may stay in the
+			// copy that is kept.
+			tmpPath := filepath.Join(dir, tmp)
+			if rerr := m.fs.Remove(tmpPath); rerr != nil && !errors.Is(rerr, iofs.ErrNotExist) {
+				return fmt.Errorf("remove %s: %w", tmpPath, rerr)
+			}
 			return err
 		}
 		return fmt.Errorf("write %s: %w", path, err)

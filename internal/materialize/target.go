@@ -45,7 +45,8 @@ func claim(fsy fsys.FS, dir string) (*target, error) {
 	t := &target{fs: fsy, dir: abs}
 	fi, err := fsy.Lstat(abs)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		// (ENOTDIR: a file on the way; create says so.)
 		return t, t.create()
 	case err != nil:
 		return nil, fmt.Errorf("inspect %s: %w", abs, err)
@@ -83,7 +84,7 @@ func more(n int) string {
 func (t *target) create() error {
 	parent := filepath.Dir(t.dir)
 	pfi, err := t.fs.Stat(parent)
-	if errors.Is(err, fs.ErrNotExist) || err == nil && !pfi.IsDir() {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || err == nil && !pfi.IsDir() {
 		return refused(fmt.Errorf("%s cannot be made: its parent %s is not a folder that exists; %s: %w", t.dir, parent, want, errdefs.ErrInvalidArgument))
 	}
 	if err != nil {
