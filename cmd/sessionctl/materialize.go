@@ -129,13 +129,11 @@ func (g *globals) printMaterialized(res *materialize.Result) error {
 		enc.SetEscapeHTML(false)
 		return enc.Encode(out)
 	}
-	sidecars := len(res.Files) - res.Transcripts()
-	fmt.Fprintf(g.out, "materialized session %s into %s: %s (%s, %s)", k.SessionID, res.Dir, count(res.Transcripts(), "transcript"),
-		count(entries, "entry"), humanBytes(uint64(bytes)))
-	if sidecars > 0 {
+	fmt.Fprintf(g.out, "materialized session %s into %s: %s (%s)", k.SessionID, res.Dir, count(res.Transcripts(), "transcript"), count(entries, "entry"))
+	if sidecars := len(res.Files) - res.Transcripts(); sidecars > 0 {
 		fmt.Fprintf(g.out, " and %s", count(sidecars, "sidecar"))
 	}
-	fmt.Fprintln(g.out)
+	fmt.Fprintf(g.out, ", %s\n", humanBytes(uint64(bytes)))
 	w := tabwriter.NewWriter(g.out, 0, 0, 2, ' ', 0)
 	for _, f := range res.Files {
 		what := count(f.Entries, "entry")
