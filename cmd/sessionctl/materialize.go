@@ -60,10 +60,17 @@ when the request is refused before anything is read.`,
 				if errors.Is(err, materialize.ErrRefused) {
 					return exitWith(2, err)
 				}
-				if ctx.Err() != nil {
-					return fmt.Errorf("interrupted; nothing of the copy is kept in %s: %w", into, err)
+				var ce *materialize.CleanupError
+				kept := "nothing of the copy is kept in " + into
+				if errors.As(err, &ce) {
+					kept = ce.Error()
 				}
-				fmt.Fprintf(g.errOut, "sessionctl: materialize failed; nothing of the copy is kept in %s\n", into)
+				if ctx.Err() != nil {
+					// The signal is the cause; the cancelled call's
+					// error says no more.
+					return fmt.Errorf("interrupted; %s", kept)
+				}
+				fmt.Fprintf(g.errOut, "sessionctl: materialize failed; %s\n", kept)
 				return err
 			}
 			return g.printMaterialized(res)

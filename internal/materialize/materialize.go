@@ -125,6 +125,19 @@ func (r *Result) Totals() (entries, bytes int64) {
 // written, and nothing was removed.
 var ErrRefused = errors.New("refused")
 
+// CleanupError is wrapped by the error of a materialization that failed
+// and could not remove what it had written.
+type CleanupError struct {
+	Dir string
+	Err error
+}
+
+func (e *CleanupError) Error() string {
+	return fmt.Sprintf("removing %s failed too, remove it yourself (it may hold credentials): %v", e.Dir, e.Err)
+}
+
+func (e *CleanupError) Unwrap() error { return e.Err }
+
 // refusal is an error of a refused request: its kind and ErrRefused.
 type refusal struct{ error }
 
@@ -169,7 +182,7 @@ func Materialize(ctx context.Context, src Source, req Request) (res *Result, err
 		if err != nil {
 			res = nil
 			if rerr := t.undo(); rerr != nil {
-				err = fmt.Errorf("%w; removing %s failed too, remove it yourself (it may hold credentials): %v", err, t.dir, rerr)
+				err = fmt.Errorf("%w; %w", err, &CleanupError{Dir: t.dir, Err: rerr})
 			}
 		}
 	}()

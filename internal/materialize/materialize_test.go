@@ -473,3 +473,20 @@ func readAll(fsy fsys.FS, p string) (string, error) {
 	b, err := io.ReadAll(f)
 	return string(b), err
 }
+
+// TestMaterializeSaysWhenItCannotRemove: a copy that failed and could not
+// be removed either says so, naming the folder, for the user to remove.
+func TestMaterializeSaysWhenItCannotRemove(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "copy")
+	ff := fstest.NewFaultFS(fsys.OS)
+	ff.Inject(fstest.Fault{Op: fstest.OpSync, Nth: 2})
+	ff.Inject(fstest.Fault{Op: fstest.OpRemove, Sticky: true, Err: fs.ErrPermission})
+	_, err := Materialize(context.Background(), session(), Request{Ref: Ref{SessionID: sid}, Dir: dir, FS: ff})
+	var ce *CleanupError
+	if !errors.As(err, &ce) || ce.Dir != dir || !strings.Contains(err.Error(), "removing "+dir+" failed too, remove it yourself") {
+		t.Fatalf("got %v, want the failure and the folder left named", err)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("the fault did not keep the folder: %v", err)
+	}
+}
