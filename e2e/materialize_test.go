@@ -20,6 +20,7 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/mockapi"
 	"github.com/sessiond/sessiond/internal/sdkcheck"
 )
 
@@ -369,4 +370,68 @@ func TestMaterializeLeavesNothingOnFailure(t *testing.T) {
 	}
 	// The daemon, continued, still serves: the copy works after all that.
 	w.d.ctlOK("materialized session", "materialize", w.sid, "--into", filepath.Join(t.TempDir(), "copy"))
+}
+
+// TestMaterializeResumesWithTheCLI: the real Claude Code CLI, given no
+// store, resumes a session from the folder sessionctl materialize wrote
+// (CLAUDE_CONFIG_DIR=<copy> claude --resume <id>): the API receives the
+// whole earlier conversation, the CLI appends to the copy, and sessiond's
+// session is left as it was.
+func TestMaterializeResumesWithTheCLI(t *testing.T) {
+	t.Parallel()
+	a := newAgentEnv(t)
+	r := a.turn(filepath.Join(t.TempDir(), "agent-config"), "use a subagent", "", "batched")
+	stored := a.stored(r.SessionID, "")
+	subs, err := a.client().Subkeys(context.Background(), client.Session{ProjectKey: a.pk, ID: r.SessionID})
+	if err != nil || len(subs) != 1 {
+		t.Fatalf("subkeys %v, %v; want the subagent's", subs, err)
+	}
+	copyDir := filepath.Join(t.TempDir(), "copy")
+	a.d.ctlOK("materialized session", "materialize", r.SessionID, "--into", copyDir, "--cwd", a.cwd)
+	if _, err := os.Stat(filepath.Join(copyDir, "projects", a.pk, r.SessionID, subs[0]+".meta.json")); err != nil {
+		t.Errorf("the subagent's .meta.json is not in the copy: %v", err)
+	}
+	before := len(a.api.Requests())
+
+	r2 := a.turn(copyDir, "say hi", r.SessionID, "none")
+	if r2.SessionID != r.SessionID {
+		t.Fatalf("resumed as %s, want %s", r2.SessionID, r.SessionID)
+	}
+	if refused := a.refusals(); len(refused) > 0 {
+		t.Fatalf("the API refused the resumed conversation: %v", refused)
+	}
+	var hi *mockapi.Request
+	for _, q := range a.api.Requests()[before:] {
+		if q.Kind == "hi" {
+			hi = &q
+		}
+	}
+	if hi == nil {
+		t.Fatal("the resumed turn never reached the API")
+	}
+	prompted := false
+	uses, results := 0, 0
+	for _, m := range hi.Messages {
+		for _, b := range m.Content {
+			switch {
+			case b.Type == "text" && m.Role == "user" && strings.Contains(b.Text, "use a subagent"):
+				prompted = true
+			case b.Type == "tool_use":
+				uses++
+			case b.Type == "tool_result":
+				results++
+			}
+		}
+	}
+	if !prompted || uses != 1 || results != 1 {
+		t.Fatalf("the resumed request (%d messages) carries the first prompt: %v, %d tool_use, %d tool_result; want the first turn's prompt and its Agent call answered",
+			len(hi.Messages), prompted, uses, results)
+	}
+	local := a.local(copyDir, r.SessionID, "")
+	if len(local) <= len(stored) || !reflect.DeepEqual(local[:len(stored)], stored) {
+		t.Fatalf("the copy holds %d entries after the resumed turn; want sessiond's %d, then the new turn's", len(local), len(stored))
+	}
+	if after := a.stored(r.SessionID, ""); !reflect.DeepEqual(after, stored) {
+		t.Fatalf("sessiond's session changed (%d entries, was %d): the copy is not sessiond's", len(after), len(stored))
+	}
 }
