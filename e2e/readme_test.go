@@ -94,7 +94,7 @@ func TestReadmeWalkthrough(t *testing.T) {
 	}
 	out := runReadme(t, script)
 	for _, want := range []string{"now holds 1 entry", "now holds 2 entries", "subagents/agent-abc", ": clean (2 lines)",
-		"nothing to repair", `"customTitle":"First turn"`, "restored"} {
+		"nothing to repair", `"customTitle":"First turn"`, "restored", "materialized session"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the walkthrough's output lacks %q:\n%s", want, out)
 		}

@@ -5,9 +5,11 @@
 // the Go test decides what is right.
 //
 //   {"op":"turn", "socket", "cwd", "configDir", "home", "baseURL", "prompt",
-//    "resume"?, "flush"?: "batched"|"eager"}
+//    "resume"?, "flush"?: "batched"|"eager"|"none"}
 //     prints {"msg": {type, subtype, session_id, is_error}} for each message,
-//     then {"end": {"session_id", "error"?}}.
+//     then {"end": {"session_id", "error"?}}. flush "none" runs without a
+//     store: the CLI reads and writes its config dir alone (a resume finds
+//     the session there, as in a folder sessionctl materialize wrote).
 //   {"op":"functions", "socket", "root", "cwd", "sessionId"}
 //     prints {"store": {...}, "disk": {...}}: what listSessions,
 //     getSessionInfo, getSessionMessages, listSubagents and
@@ -24,7 +26,7 @@ const out = (o) => process.stdout.write(JSON.stringify(o) + '\n');
 async function turn() {
   // The agent's config dir is where its CLI writes local copies: the store
   // tells sessiond, which refuses it when it is sessiond's own root.
-  const store = new SessiondStore({ socketPath: cfg.socket, agentConfigDir: cfg.configDir });
+  const store = cfg.flush === 'none' ? null : new SessiondStore({ socketPath: cfg.socket, agentConfigDir: cfg.configDir });
   const env = {
     ...process.env,
     ANTHROPIC_BASE_URL: cfg.baseURL,
@@ -43,8 +45,7 @@ async function turn() {
         cwd: cfg.cwd,
         env,
         allowedTools: ['Bash', 'Agent', 'Task'],
-        sessionStore: store,
-        sessionStoreFlush: cfg.flush ?? 'batched',
+        ...(store ? { sessionStore: store, sessionStoreFlush: cfg.flush ?? 'batched' } : {}),
         ...(cfg.resume ? { resume: cfg.resume } : {}),
       },
     });
@@ -56,7 +57,7 @@ async function turn() {
   } catch (e) {
     out({ end: { session_id: sessionId, error: String(e?.message ?? e) } });
   } finally {
-    store.close();
+    store?.close();
   }
 }
 
