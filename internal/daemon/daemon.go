@@ -17,6 +17,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/metrics"
 	"github.com/sessiond/sessiond/internal/server"
 	"github.com/sessiond/sessiond/internal/socket"
 	"github.com/sessiond/sessiond/internal/writer"
@@ -34,6 +35,10 @@ type Config struct {
 	Version         string
 	Writer          writer.Config
 	Logger          *zap.Logger
+	// MetricsListen, when set, is where the Prometheus metrics are served
+	// (metrics.ParseAddress: 127.0.0.1:PORT, [::1]:PORT, localhost:PORT
+	// or unix:/path); empty serves none and costs the hot paths nothing.
+	MetricsListen string
 }
 
 // Run serves until ctx ends, then drains: new calls get UNAVAILABLE, open
@@ -62,6 +67,21 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.MaxMessageBytes < wc.MaxEntryBytes+(1<<20) {
 		return fmt.Errorf("--max-message-bytes (%d) must exceed --max-entry-bytes (%d) by at least 1 MiB", cfg.MaxMessageBytes, wc.MaxEntryBytes)
 	}
+	// Metrics are set up before the writers, whose log feeds them; the
+	// address is checked before anything is touched.
+	var met *metrics.Metrics
+	var metricsAddr metrics.Address
+	if cfg.MetricsListen != "" {
+		a, err := metrics.ParseAddress(cfg.MetricsListen)
+		if err != nil {
+			return err
+		}
+		metricsAddr = a
+		met = metrics.New(cfg.Version)
+		wc.WALOnCommit = met.ObserveCommit
+	}
+	// Recovery starts here: writer.New reads and checks the log.
+	recoveryStart := time.Now()
 	m, err := writer.New(wc)
 	if err != nil {
 		return err
@@ -74,6 +94,14 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer ln.Close()
+	var metricsLn net.Listener
+	if met != nil {
+		if metricsLn, err = metrics.Listen(metricsAddr); err != nil {
+			m.Close(context.Background())
+			return err
+		}
+		defer metricsLn.Close() // until the server owns it
+	}
 	if wc.BallastSize == 0 {
 		// No reserve wanted: one an earlier run kept is space wasted.
 		if err := os.Remove(wc.Layout.BallastPath()); err == nil {
@@ -100,10 +128,30 @@ func Run(ctx context.Context, cfg Config) error {
 		StateDir: cfg.StateDir, Started: start})
 	uidUnary, uidStream := socket.SameUserInterceptors(uint32(os.Getuid()))
 	drainUnary, drainStream := srv.Interceptors()
+	unary := []grpc.UnaryServerInterceptor{uidUnary, drainUnary}
+	stream := []grpc.StreamServerInterceptor{uidStream, drainStream}
+	var metricsSrv *metrics.Server
+	if met != nil {
+		met.SetRecovery(time.Since(recoveryStart))
+		if err := met.Register(metrics.NewStatsCollector(m)); err != nil {
+			m.Close(context.Background())
+			return err
+		}
+		srv.ObserveAppends(met.ObserveAppend)
+		// First in the chain: they see the codes the drain interceptor
+		// makes of the handlers' errors, and the calls refused before.
+		mu, ms := met.Interceptors()
+		unary = append([]grpc.UnaryServerInterceptor{mu}, unary...)
+		stream = append([]grpc.StreamServerInterceptor{ms}, stream...)
+		metricsSrv = met.Serve(metricsLn, zap.NewStdLog(log.Named("metrics")))
+		// The address bound (a port 0 became a real one), as the flag takes it.
+		bound := metrics.Address{Network: metricsAddr.Network, Addr: metricsLn.Addr().String()}
+		log.Info("serving metrics", zap.Stringer("metrics_listen", bound))
+	}
 	g := grpc.NewServer(append(TransportOptions(cfg.MaxMessageBytes),
 		grpc.Creds(socket.PeerCredentials()),
-		grpc.ChainUnaryInterceptor(uidUnary, drainUnary),
-		grpc.ChainStreamInterceptor(uidStream, drainStream),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 	)...)
 	srv.Register(g)
 
@@ -172,6 +220,10 @@ func Run(ctx context.Context, cfg Config) error {
 	<-purged // ctx is done: it stops between two copies
 	err = m.Close(closeCtx)
 	<-replayed
+	// Metrics are served through the drain, for whoever watches it.
+	if cerr := metricsSrv.Close(closeCtx); cerr != nil {
+		log.Warn("stopping the metrics server", zap.Error(cerr))
+	}
 	if err != nil {
 		log.Error("shutdown incomplete", zap.Error(err))
 		return errors.Join(runErr, err)

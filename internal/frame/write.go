@@ -3,6 +3,7 @@ package frame
 import (
 	"fmt"
 	"io"
+	"time"
 )
 
 // SyncFile is what WriteSynced needs of a log file.
@@ -26,20 +27,32 @@ type SyncFile interface {
 // cut there in case the cut failed. The error says which call failed, the
 // size of b and end.
 func WriteSynced(f SyncFile, b []byte, end int64) error {
+	_, err := WriteSyncedTimed(f, b, end)
+	return err
+}
+
+// WriteSyncedTimed is WriteSynced that also says how long the sync took
+// (0 when the write failed before it), for the log's fsync histogram: the
+// sync alone, as etcd's wal_fsync_duration_seconds, since it is what a
+// slow or failing disk stretches.
+func WriteSyncedTimed(f SyncFile, b []byte, end int64) (time.Duration, error) {
 	op := "write"
+	var took time.Duration
 	n, err := f.Write(b)
 	if err == nil && n != len(b) {
 		err = io.ErrShortWrite
 	}
 	if err == nil {
 		op = "sync"
+		t := time.Now()
 		err = f.Sync()
+		took = time.Since(t)
 	}
 	if err == nil {
-		return nil
+		return took, nil
 	}
 	if terr := f.Truncate(end); terr == nil {
 		_ = f.Sync()
 	}
-	return fmt.Errorf("%s of %d bytes at offset %d: %w", op, len(b), end, err)
+	return took, fmt.Errorf("%s of %d bytes at offset %d: %w", op, len(b), end, err)
 }

@@ -53,6 +53,8 @@ type Server struct {
 	// end instead of holding up the shutdown.
 	streams      context.Context
 	closeStreams context.CancelFunc
+	// observeAppend, when set, times every append (ObserveAppends).
+	observeAppend AppendObserver
 }
 
 // New returns a Server over m.
@@ -187,8 +189,27 @@ func (s *Server) resolved(k layout.Key) *sessiondv1.ResolvedSession {
 
 func (i Info) layout() layout.Layout { return layout.Layout{Root: i.Root, StateDir: i.StateDir} }
 
+// AppendObserver is told of every Append, and every message of an
+// AppendStream, once it is answered: how long it took, its entries, and
+// its error (nil when it succeeded). It runs on the call's goroutine, so
+// it must be quick (the daemon's metrics: a histogram or two).
+type AppendObserver func(took time.Duration, entries int, err error)
+
+// ObserveAppends sets the AppendObserver; call it before Register.
+func (s *Server) ObserveAppends(f AppendObserver) { s.observeAppend = f }
+
 // Append implements sessiond.v1.Sessiond.
 func (s *Server) Append(ctx context.Context, req *sessiondv1.AppendRequest) (*sessiondv1.AppendResponse, error) {
+	if s.observeAppend == nil {
+		return s.append(ctx, req)
+	}
+	t := time.Now()
+	resp, err := s.append(ctx, req)
+	s.observeAppend(time.Since(t), len(req.GetEntries())+len(req.GetEntriesText()), err)
+	return resp, err
+}
+
+func (s *Server) append(ctx context.Context, req *sessiondv1.AppendRequest) (*sessiondv1.AppendResponse, error) {
 	// The writer checks the key's paths for links (once per live writer,
 	// see writer.Manager.Append), so resolveRef, not resolve.
 	k, err := s.resolveRef(req.GetSession(), true)

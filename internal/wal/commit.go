@@ -115,6 +115,7 @@ func (l *Log) commit(group []*request) {
 	seg := l.cur
 	buf := l.scratch[:0]
 	plans := make([]planned, 0, len(group))
+	entries := 0 // for OnCommit
 	l.mu.Lock()
 	// Streams bound earlier in this same group, so a second request of a
 	// stream finds the epoch the first one made.
@@ -169,6 +170,7 @@ func (l *Log) commit(group []*request) {
 		}
 		p.spans = make([][]Span, len(r.batches))
 		for i, b := range r.batches {
+			entries += len(b)
 			sp := make([]Span, len(b))
 			for k, e := range b {
 				sp[k] = Span{Seg: seg.seq, Off: seg.end + int64(len(buf)), Len: len(e)}
@@ -196,12 +198,16 @@ func (l *Log) commit(group []*request) {
 	if len(plans) == 0 {
 		return
 	}
-	if err := l.write(seg, buf); err != nil {
+	synced, err := l.write(seg, buf)
+	if err != nil {
 		for _, p := range plans {
 			p.r.err = err
 			close(p.r.done)
 		}
 		return
+	}
+	if l.opt.OnCommit != nil {
+		l.opt.OnCommit(Commit{Entries: entries, Bytes: len(buf), Sync: synced})
 	}
 	now := time.Now()
 	l.mu.Lock()
@@ -252,16 +258,18 @@ func clone(b []byte) []byte {
 	return append(make([]byte, 0, len(b)), b...)
 }
 
-// write puts b at the segment's end in one write and syncs. On failure the
-// segment is cut back to its last synced write (best effort) and sealed:
-// the next commit starts a new segment that records where this one ends.
-func (l *Log) write(seg *segment, b []byte) error {
+// write puts b at the segment's end in one write and syncs, and says how
+// long the sync took. On failure the segment is cut back to its last
+// synced write (best effort) and sealed: the next commit starts a new
+// segment that records where this one ends.
+func (l *Log) write(seg *segment, b []byte) (time.Duration, error) {
 	if cap(b) <= maxKeptScratch {
 		l.scratch = b[:0]
 	} else {
 		l.scratch = nil
 	}
-	if err := frame.WriteSynced(seg.f, b, seg.end); err != nil {
+	synced, err := frame.WriteSyncedTimed(seg.f, b, seg.end)
+	if err != nil {
 		err = errdefs.FromIO(fmt.Errorf("log segment %s: %w", seg.path, err))
 		l.mu.Lock()
 		l.cur = nil
@@ -269,14 +277,14 @@ func (l *Log) write(seg *segment, b []byte) error {
 		l.mu.Unlock()
 		// This write fails either way; the client's retry may find room.
 		l.freeOnFull(err)
-		return err
+		return 0, err
 	}
 	l.syncs.Add(1)
 	l.bytes.Add(uint64(len(b)))
 	l.mu.Lock()
 	seg.end += int64(len(b))
 	l.mu.Unlock()
-	return nil
+	return synced, nil
 }
 
 // Commit delay (PostgreSQL's commit_delay and commit_siblings): when many

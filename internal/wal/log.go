@@ -65,6 +65,20 @@ type Options struct {
 	RetentionSize int64
 	// Now is the clock retention reads; nil is time.Now.
 	Now func() time.Time
+	// OnCommit, when set, is told of every write that reached the disk
+	// (for sessiond's metrics: the package that counts them imports wal,
+	// never the other way round). The committer calls it before it
+	// answers the write's requests, so a caller that appended and then
+	// looks sees its commit counted; it must be quick and must not call
+	// back into the log.
+	OnCommit func(Commit)
+}
+
+// Commit describes one write and sync of the log, for Options.OnCommit.
+type Commit struct {
+	Entries int           // entries the write carried
+	Bytes   int           // bytes written: the entries with their frames
+	Sync    time.Duration // how long the fdatasync took
 }
 
 // Stats are the log's counters.

@@ -9,6 +9,7 @@ import (
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/wal"
 )
 
 // Config tunes the writers. Zero values take the defaults below.
@@ -78,6 +79,10 @@ type Config struct {
 	// TrashRetention is how long a deleted session's copy stays in the
 	// trash before PurgeTrash removes it.
 	TrashRetention time.Duration
+	// WALOnCommit, when set, is told of every write of the log that
+	// reached the disk (wal.Options.OnCommit): the daemon's metrics. The
+	// log's committer calls it, so it must be quick.
+	WALOnCommit func(wal.Commit)
 }
 
 // Defaults.

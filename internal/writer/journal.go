@@ -119,6 +119,7 @@ func openLogStore(cfg *Config, pressure func([]layout.Key)) (*logStore, error) {
 		Retention:     max(cfg.WALRetention, 0),
 		RetentionSize: cfg.WALRetentionSize,
 		Now:           cfg.Clock.Now,
+		OnCommit:      cfg.WALOnCommit,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open the write-ahead log: %w", err)

@@ -55,6 +55,9 @@ type Stats struct {
 	RecoveryErrors       []string
 	PastRecoveryFailures uint64
 	Disk                 DiskStats
+	// The write-ahead log's segments in use and their total size.
+	WALSegments int
+	WALSize     int64
 	// The write-ahead log's retained segments (Config.WALRetention):
 	// how many, their size, and when the oldest was let go.
 	RetainedSegments int
@@ -383,6 +386,8 @@ func (m *Manager) Stats() Stats {
 		RecoveryErrors:       recErrs,
 		PastRecoveryFailures: past,
 		Disk:                 disk,
+		WALSegments:          ws.Segments,
+		WALSize:              ws.Size,
 		RetainedSegments:     ws.RetainedSegments,
 		RetainedBytes:        ws.RetainedBytes,
 		OldestRetained:       ws.OldestRetained,
