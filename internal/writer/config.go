@@ -78,6 +78,10 @@ type Config struct {
 	// TrashRetention is how long a deleted session's copy stays in the
 	// trash before PurgeTrash removes it.
 	TrashRetention time.Duration
+	// Changed, when set, is told of every change to a transcript (see
+	// Change): the PostgreSQL mirror follows the transcripts through it.
+	// It is called on the writer goroutines and must not block.
+	Changed func(Change)
 }
 
 // Defaults.
