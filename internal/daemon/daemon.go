@@ -17,6 +17,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/mirror"
 	"github.com/sessiond/sessiond/internal/server"
 	"github.com/sessiond/sessiond/internal/socket"
 	"github.com/sessiond/sessiond/internal/writer"
@@ -34,6 +35,9 @@ type Config struct {
 	Version         string
 	Writer          writer.Config
 	Logger          *zap.Logger
+	// Mirror, when set, mirrors every transcript into PostgreSQL (see
+	// package mirror).
+	Mirror *mirror.Config
 }
 
 // Run serves until ctx ends, then drains: new calls get UNAVAILABLE, open
@@ -61,6 +65,17 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.MaxMessageBytes < wc.MaxEntryBytes+(1<<20) {
 		return fmt.Errorf("--max-message-bytes (%d) must exceed --max-entry-bytes (%d) by at least 1 MiB", cfg.MaxMessageBytes, wc.MaxEntryBytes)
+	}
+	var mir *mirror.Mirror
+	if cfg.Mirror != nil {
+		mc := *cfg.Mirror
+		mc.Logger = log
+		var err error
+		if mir, err = mirror.New(mc); err != nil {
+			return err
+		}
+		// The writers tell the mirror what changed; it never holds them up.
+		wc.Changed = mir.Notify
 	}
 	m, err := writer.New(wc)
 	if err != nil {
@@ -96,8 +111,18 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Info("checked journals", zap.Int("journals", rep.Checked), zap.Int64("bytes", rep.Bytes),
 			zap.Int("failed", len(rep.Failed)), zap.Duration("took", time.Since(start)))
 	}
+	if mir != nil {
+		// After the journals' check: what it reads is what was
+		// acknowledged. It connects in the background (PostgreSQL may
+		// be down) and stops before the writers do.
+		if err := mir.Start(ctx, m); err != nil {
+			m.Close(context.Background())
+			return fmt.Errorf("mirror: %w", err)
+		}
+		defer mir.Close()
+	}
 	srv := server.New(m, log, server.Info{Version: cfg.Version, Socket: cfg.Socket, Root: cfg.Root,
-		StateDir: cfg.StateDir, Started: start})
+		StateDir: cfg.StateDir, Started: start, Mirror: mir})
 	uidUnary, uidStream := socket.SameUserInterceptors(uint32(os.Getuid()))
 	drainUnary, drainStream := srv.Interceptors()
 	g := grpc.NewServer(append(TransportOptions(cfg.MaxMessageBytes),
@@ -170,6 +195,11 @@ func Run(ctx context.Context, cfg Config) error {
 	closeCtx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	<-purged // ctx is done: it stops between two copies
+	if mir != nil {
+		// Its reads go through the writers, which close next; what it
+		// has not mirrored yet is at the next start.
+		mir.Close()
+	}
 	err = m.Close(closeCtx)
 	<-replayed
 	if err != nil {
