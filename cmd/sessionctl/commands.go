@@ -270,8 +270,12 @@ func describeMirror(w io.Writer, m *sessiondv1.MirrorStatus, now time.Time) {
 		}
 		fmt.Fprintf(w, "mirror behind\t%s (%s)%s; appends go on locally, the mirror catches up by itself\n", count(n, "entry"), humanBytes(m.GetBytesBehind()), since)
 	}
-	if n := m.GetUnchecked(); n > 0 {
-		fmt.Fprintf(w, "mirror unchecked\t%s not compared with PostgreSQL since start yet\n", count(n, "transcript"))
+	if n := m.GetUnchecked(); n > 0 || m.GetListing() {
+		more := ""
+		if m.GetListing() {
+			more = " (still listing them)"
+		}
+		fmt.Fprintf(w, "mirror unchecked\t%s not compared with PostgreSQL since start yet%s\n", count(n, "transcript"), more)
 	}
 	if e := m.GetLastError(); e != "" {
 		fmt.Fprintf(w, "mirror last error\t%s (%s)\n", e, time.UnixMilli(m.GetLastErrorMs()).Format(time.RFC3339))

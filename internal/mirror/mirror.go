@@ -37,8 +37,8 @@ type Mirror struct {
 	wake      chan struct{}
 	connected bool
 	// schema: the tables exist; scanned: the cursors were loaded for the
-	// scan at start.
-	schema, scanned bool
+	// scan at start; listed: the local transcripts were listed for it.
+	schema, scanned, listed bool
 	lastErr         string
 	lastErrAt       time.Time
 	rows            uint64 // rows written since start
@@ -187,6 +187,7 @@ func (mr *Mirror) listLocal(ctx context.Context) {
 			for _, k := range keys {
 				mr.enqueueLocked(k)
 			}
+			mr.listed = true
 			mr.mu.Unlock()
 			mr.log.Debug("listed the local transcripts", zap.Int("transcripts", len(keys)))
 			return
@@ -443,6 +444,9 @@ type Status struct {
 	// start.
 	Transcripts uint64
 	Unchecked   uint64
+	// Listing: the local transcripts are still being listed at start, so
+	// Unchecked is not complete yet.
+	Listing bool
 	// RowsWritten: rows written since start.
 	RowsWritten uint64
 	LastError   string
@@ -453,7 +457,8 @@ type Status struct {
 func (mr *Mirror) Status() Status {
 	mr.mu.Lock()
 	defer mr.mu.Unlock()
-	st := Status{Target: mr.Target(), Connected: mr.connected, RowsWritten: mr.rows, LastError: mr.lastErr, LastErrorAt: mr.lastErrAt}
+	st := Status{Target: mr.Target(), Connected: mr.connected, RowsWritten: mr.rows, LastError: mr.lastErr, LastErrorAt: mr.lastErrAt,
+		Listing: !mr.listed}
 	for _, ts := range mr.keys {
 		if !ts.checked {
 			st.Unchecked++

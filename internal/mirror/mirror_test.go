@@ -212,7 +212,7 @@ func (e *env) waitCaughtUp(within time.Duration) Status {
 	deadline := time.Now().Add(within)
 	for {
 		st := e.mr.Status()
-		if st.Connected && st.EntriesBehind == 0 && st.Unchecked == 0 {
+		if st.Connected && st.EntriesBehind == 0 && st.Unchecked == 0 && !st.Listing {
 			e.mr.mu.Lock()
 			idle := len(e.mr.queue) == 0
 			for _, ts := range e.mr.keys {

@@ -520,7 +520,7 @@ func (s *Server) mirrorStatus() *sessiondv1.MirrorStatus {
 	ms := s.info.Mirror.Status()
 	out := &sessiondv1.MirrorStatus{Configured: true, Target: ms.Target, Connected: ms.Connected,
 		EntriesBehind: ms.EntriesBehind, BytesBehind: ms.BytesBehind, Transcripts: ms.Transcripts,
-		Unchecked: ms.Unchecked, RowsWritten: ms.RowsWritten, LastError: ms.LastError}
+		Unchecked: ms.Unchecked, RowsWritten: ms.RowsWritten, LastError: ms.LastError, Listing: ms.Listing}
 	if !ms.OldestBehind.IsZero() {
 		out.OldestBehindMs = ms.OldestBehind.UnixMilli()
 	}

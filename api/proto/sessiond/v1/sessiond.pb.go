@@ -1814,8 +1814,11 @@ type MirrorStatus struct {
 	RowsWritten uint64 `protobuf:"varint,9,opt,name=rows_written,json=rowsWritten,proto3" json:"rows_written,omitempty"`
 	// The last error (connection, SQL, a transcript that cannot be
 	// mirrored) and when (Unix ms); it stays after the mirror recovered.
-	LastError     string `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
-	LastErrorMs   int64  `protobuf:"varint,11,opt,name=last_error_ms,json=lastErrorMs,proto3" json:"last_error_ms,omitempty"`
+	LastError   string `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	LastErrorMs int64  `protobuf:"varint,11,opt,name=last_error_ms,json=lastErrorMs,proto3" json:"last_error_ms,omitempty"`
+	// Still listing the local transcripts at start: unchecked is not
+	// complete yet.
+	Listing       bool `protobuf:"varint,12,opt,name=listing,proto3" json:"listing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1925,6 +1928,13 @@ func (x *MirrorStatus) GetLastErrorMs() int64 {
 		return x.LastErrorMs
 	}
 	return 0
+}
+
+func (x *MirrorStatus) GetListing() bool {
+	if x != nil {
+		return x.Listing
+	}
+	return false
 }
 
 // DiskStatus is how sessiond stands with disk space. When a write finds
@@ -4137,7 +4147,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\vtrash_bytes\x18\x15 \x01(\x04R\n" +
 	"trashBytes\x126\n" +
 	"\x17trash_retention_seconds\x18\x16 \x01(\x04R\x15trashRetentionSeconds\x121\n" +
-	"\x06mirror\x18( \x01(\v2\x19.sessiond.v1.MirrorStatusR\x06mirror\"\xfe\x02\n" +
+	"\x06mirror\x18( \x01(\v2\x19.sessiond.v1.MirrorStatusR\x06mirror\"\x98\x03\n" +
 	"\fMirrorStatus\x12\x1e\n" +
 	"\n" +
 	"configured\x18\x01 \x01(\bR\n" +
@@ -4153,7 +4163,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\n" +
 	"last_error\x18\n" +
 	" \x01(\tR\tlastError\x12\"\n" +
-	"\rlast_error_ms\x18\v \x01(\x03R\vlastErrorMs\"\xa5\x02\n" +
+	"\rlast_error_ms\x18\v \x01(\x03R\vlastErrorMs\x12\x18\n" +
+	"\alisting\x18\f \x01(\bR\alisting\"\xa5\x02\n" +
 	"\n" +
 	"DiskStatus\x12!\n" +
 	"\fballast_path\x18\x01 \x01(\tR\vballastPath\x12#\n" +

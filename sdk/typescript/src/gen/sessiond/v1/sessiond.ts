@@ -450,6 +450,11 @@ export interface MirrorStatus {
    */
   lastError: string;
   lastErrorMs: number;
+  /**
+   * Still listing the local transcripts at start: unchecked is not
+   * complete yet.
+   */
+  listing: boolean;
 }
 
 /**
@@ -2945,6 +2950,7 @@ function createBaseMirrorStatus(): MirrorStatus {
     rowsWritten: 0,
     lastError: "",
     lastErrorMs: 0,
+    listing: false,
   };
 }
 
@@ -2982,6 +2988,9 @@ export const MirrorStatus: MessageFns<MirrorStatus> = {
     }
     if (message.lastErrorMs !== 0) {
       writer.uint32(88).int64(message.lastErrorMs);
+    }
+    if (message.listing !== false) {
+      writer.uint32(96).bool(message.listing);
     }
     return writer;
   },
@@ -3087,6 +3096,14 @@ export const MirrorStatus: MessageFns<MirrorStatus> = {
             message.lastErrorMs = longToNumber(reader.int64());
             continue;
           }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.listing = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3115,6 +3132,7 @@ export const MirrorStatus: MessageFns<MirrorStatus> = {
     message.rowsWritten = object.rowsWritten ?? 0;
     message.lastError = object.lastError ?? "";
     message.lastErrorMs = object.lastErrorMs ?? 0;
+    message.listing = object.listing ?? false;
     return message;
   },
 };
