@@ -39,10 +39,10 @@ type Mirror struct {
 	// schema: the tables exist; scanned: the cursors were loaded for the
 	// scan at start; listed: the local transcripts were listed for it.
 	schema, scanned, listed bool
-	lastErr         string
-	lastErrAt       time.Time
-	rows            uint64 // rows written since start
-	closed          bool
+	lastErr                 string
+	lastErrAt               time.Time
+	rows                    uint64 // rows written since start
+	closed                  bool
 }
 
 // tstate is what the mirror knows of one transcript. Guarded by mu.
