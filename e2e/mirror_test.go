@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,10 +15,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/mirror/mirrortest"
 	"github.com/sessiond/sessiond/internal/pgtest"
 )
 
@@ -67,31 +67,9 @@ func mirrorEntry(n int) []byte {
 		uuid.NewString(), n, n)
 }
 
-// refLoad is the reference adapter's load: the session's entries in seq
-// order (its SQL, against its default table).
+// refLoad is the reference adapter's load of s from its default table.
 func refLoad(t *testing.T, dsn string, s client.Session) []string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	rows, err := c.Query(ctx, `SELECT entry FROM claude_session_store WHERE project_key = $1 AND session_id = $2 AND subpath = $3 ORDER BY seq`,
-		s.ProjectKey, s.ID, s.Subpath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
-		var e string
-		err := r.Scan(&e)
-		return e, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return mirrortest.Load(t, dsn, "claude_session_store", layout.Key{ProjectKey: s.ProjectKey, SessionID: s.ID, Subpath: s.Subpath})
 }
 
 // localEntries reads the session through sessiond: its well-formed lines,
@@ -111,27 +89,6 @@ func localEntries(t *testing.T, d *daemon, s client.Session) []string {
 		t.Fatalf("read %s: %v", s.ID, err)
 	}
 	return out
-}
-
-// sameEntries fails unless the rows are the entries, in order, each deep
-// equal as JSON.
-func sameEntries(t *testing.T, what string, rows, entries []string) {
-	t.Helper()
-	if len(rows) != len(entries) {
-		t.Fatalf("%s: %d rows for %d entries", what, len(rows), len(entries))
-	}
-	for i := range rows {
-		var r, e any
-		if err := json.Unmarshal([]byte(rows[i]), &r); err != nil {
-			t.Fatalf("%s: row %d: %v", what, i, err)
-		}
-		if err := json.Unmarshal([]byte(entries[i]), &e); err != nil {
-			t.Fatalf("%s: entry %d: %v", what, i, err)
-		}
-		if !reflect.DeepEqual(r, e) {
-			t.Fatalf("%s: row %d differs:\n row   %s\n entry %s", what, i, rows[i], entries[i])
-		}
-	}
 }
 
 func mirrorStatus(t *testing.T, d *daemon) *sessiondv1.MirrorStatus {
@@ -196,7 +153,7 @@ func TestMirrorAppendsReachPostgres(t *testing.T) {
 	}
 	m := waitMirrored(t, d, 30*time.Second)
 	for s, want := range acked {
-		sameEntries(t, s.Subpath+" rows", refLoad(t, dsn, s), want)
+		mirrortest.SameEntries(t, s.Subpath+" rows", refLoad(t, dsn, s), want)
 	}
 	if m.GetTranscripts() != 2 || m.GetRowsWritten() != uint64(len(acked[main])+len(acked[sub])) || strings.Contains(m.GetTarget(), mirrorPassword) {
 		t.Fatalf("mirror status %v: want 2 transcripts, %d rows and no password", m, len(acked[main])+len(acked[sub]))
@@ -281,7 +238,7 @@ func checkMirrored(t *testing.T, d *daemon, dsn string, sessions []*appender, wh
 	t.Helper()
 	for _, a := range sessions {
 		local := localEntries(t, d, a.s)
-		sameEntries(t, what, refLoad(t, dsn, a.s), local)
+		mirrortest.SameEntries(t, what, refLoad(t, dsn, a.s), local)
 		seen := map[string]bool{}
 		for _, l := range local {
 			var e struct{ UUID string }
@@ -441,15 +398,15 @@ func TestMirrorFollowsRepairAndDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitMirrored(t, d, 30*time.Second)
-	sameEntries(t, "before the repair", refLoad(t, dsn, s), []string{string(e[0]), string(e[3])})
+	mirrortest.SameEntries(t, "before the repair", refLoad(t, dsn, s), []string{string(e[0]), string(e[3])})
 
 	if _, err := c.Repair(ctx, s, false); err != nil {
 		t.Fatal(err)
 	}
 	waitMirrored(t, d, 30*time.Second)
 	want := []string{string(e[0]), string(e[1]), string(e[2]), string(e[3])}
-	sameEntries(t, "local after the repair", localEntries(t, d, s), want)
-	sameEntries(t, "rows after the repair", refLoad(t, dsn, s), want)
+	mirrortest.SameEntries(t, "local after the repair", localEntries(t, d, s), want)
+	mirrortest.SameEntries(t, "rows after the repair", refLoad(t, dsn, s), want)
 
 	// Another program drops a line while the writer is retired; the next
 	// append (a writer opening the file anew) has the mirror check it.
@@ -467,7 +424,7 @@ func TestMirrorFollowsRepairAndDelete(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	waitMirrored(t, d, 30*time.Second)
-	sameEntries(t, "rows after another program's rewrite", refLoad(t, dsn, s), want)
+	mirrortest.SameEntries(t, "rows after another program's rewrite", refLoad(t, dsn, s), want)
 
 	if _, err := c.Delete(ctx, s, false); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package mirror
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/mirror/mirrortest"
 	"github.com/sessiond/sessiond/internal/pgtest"
 	"github.com/sessiond/sessiond/internal/writer"
 )
@@ -139,28 +139,9 @@ func (e *env) append(k layout.Key, lines ...string) {
 	}
 }
 
-// load is the reference adapter's load: the entries in seq order.
+// load is the reference adapter's load of k.
 func load(t *testing.T, dsn string, k layout.Key) []string {
-	t.Helper()
-	c, err := pgx.Connect(bg, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(bg)
-	rows, err := c.Query(bg, `SELECT entry FROM claude_session_store WHERE project_key = $1 AND session_id = $2 AND subpath = $3 ORDER BY seq`,
-		k.ProjectKey, k.SessionID, k.Subpath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
-		var s string
-		err := r.Scan(&s)
-		return s, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return mirrortest.Load(t, dsn, DefaultTable, k)
 }
 
 // exactLines are sessiond's own copies of k's rows, in seq order.
@@ -182,27 +163,6 @@ WHERE l.store_table = 'claude_session_store' AND project_key = $1 AND session_id
 		t.Fatal(err)
 	}
 	return out
-}
-
-// sameJSON fails unless got and want are the same entries, in order,
-// equal as JSON values.
-func sameJSON(t *testing.T, what string, got, want []string) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d rows, want %d", what, len(got), len(want))
-	}
-	for i := range got {
-		var g, w any
-		if err := json.Unmarshal([]byte(got[i]), &g); err != nil {
-			t.Fatalf("%s row %d: %v", what, i, err)
-		}
-		if err := json.Unmarshal([]byte(want[i]), &w); err != nil {
-			t.Fatalf("%s entry %d: %v", what, i, err)
-		}
-		if !reflect.DeepEqual(g, w) {
-			t.Fatalf("%s row %d:\n got %s\nwant %s", what, i, got[i], want[i])
-		}
-	}
 }
 
 // waitCaughtUp waits until the mirror reports nothing behind and every
@@ -277,9 +237,9 @@ func TestMirrorAppends(t *testing.T) {
 	}
 	gotMain := load(t, dsn, main)
 	want3 := strings.Replace(wantMain[3], `a\u0000b`, `a\ufffdb`, 1)
-	sameJSON(t, "main", gotMain, append(append(append([]string{}, wantMain[:3]...), want3), wantMain[4:]...))
-	sameJSON(t, "subagent", load(t, dsn, sub), wantSub)
-	sameJSON(t, "other", load(t, dsn, other), batch)
+	mirrortest.SameEntries(t, "main", gotMain, append(append(append([]string{}, wantMain[:3]...), want3), wantMain[4:]...))
+	mirrortest.SameEntries(t, "subagent", load(t, dsn, sub), wantSub)
+	mirrortest.SameEntries(t, "other", load(t, dsn, other), batch)
 	if got := exactLines(t, dsn, main); !reflect.DeepEqual(got, wantMain) {
 		t.Fatalf("sessiond_lines differ from the appended lines:\n got %q\nwant %q", got, wantMain)
 	}
@@ -320,8 +280,8 @@ func TestMirrorScanAtStart(t *testing.T) {
 
 	e.start()
 	st := e.waitCaughtUp(20 * time.Second)
-	sameJSON(t, "after restart", load(t, dsn, k), want)
-	sameJSON(t, "new session", load(t, dsn, k2), more[:1])
+	mirrortest.SameEntries(t, "after restart", load(t, dsn, k), want)
+	mirrortest.SameEntries(t, "new session", load(t, dsn, k2), more[:1])
 	if st.RowsWritten != 3 {
 		t.Fatalf("the mirror started again wrote %d rows, want the 3 new ones", st.RowsWritten)
 	}
@@ -353,7 +313,7 @@ func TestMirrorFollowsRewriteAndDelete(t *testing.T) {
 	}
 	e.start()
 	e.waitCaughtUp(20 * time.Second)
-	sameJSON(t, "after the rewrite", load(t, dsn, k), rewritten)
+	mirrortest.SameEntries(t, "after the rewrite", load(t, dsn, k), rewritten)
 	if got := exactLines(t, dsn, k); !reflect.DeepEqual(got, rewritten) {
 		t.Fatalf("sessiond_lines after the rewrite: %d lines, want %d", len(got), len(rewritten))
 	}
@@ -377,7 +337,7 @@ func TestMirrorFollowsRewriteAndDelete(t *testing.T) {
 	}
 	e.start()
 	e.waitCaughtUp(20 * time.Second)
-	sameJSON(t, "after a rewrite of a middle line", load(t, dsn, k), rewritten)
+	mirrortest.SameEntries(t, "after a rewrite of a middle line", load(t, dsn, k), rewritten)
 
 	if _, err := e.m.Delete(bg, k, false); err != nil {
 		t.Fatal(err)
@@ -401,7 +361,7 @@ func TestMirrorFollowsRewriteAndDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitCaughtUp(20 * time.Second)
-	sameJSON(t, "after the restore", load(t, dsn, k), rewritten)
+	mirrortest.SameEntries(t, "after the restore", load(t, dsn, k), rewritten)
 	if got := load(t, dsn, sub); len(got) != 1 {
 		t.Fatalf("subagent after the restore: %d rows, want 1", len(got))
 	}
@@ -435,7 +395,7 @@ FROM unnest($4::jsonb[]) WITH ORDINALITY AS t(e, ord) ORDER BY ord`, k.ProjectKe
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	sameJSON(t, "foreign rows", load(t, dsn, k), foreign)
+	mirrortest.SameEntries(t, "foreign rows", load(t, dsn, k), foreign)
 	if st := e.mr.Status(); st.EntriesBehind != 1 {
 		t.Fatalf("entries behind %d, want the 1 not mirrored", st.EntriesBehind)
 	}

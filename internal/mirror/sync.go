@@ -182,20 +182,15 @@ func (j *job) commit(ctx context.Context, b *batch, h chain) error {
 	mr := j.mr
 	next := j.cur
 	next.exists = true
-	next.entries += b.n
-	next.bytes += b.bytes
-	next.rows += uint64(len(b.entries))
+	next.cover(b)
 	next.digest, next.chain = h.digest(), h.state()
 	if next.generation == 0 {
 		next.generation = 1
 	}
 	err := pgx.BeginFunc(ctx, mr.pool, func(tx pgx.Tx) error {
-		got, err := loadCursor(ctx, tx, mr.cfg.Table, j.key, true)
+		got, err := j.lock(ctx, tx)
 		if err != nil {
 			return err
-		}
-		if !got.same(j.cur) {
-			return errCursorMoved
 		}
 		if !got.exists {
 			foreign, err := hasRows(ctx, tx, mr.cfg.Table, j.key)
@@ -206,9 +201,6 @@ func (j *job) commit(ctx context.Context, b *batch, h chain) error {
 				return fmt.Errorf("%s: table %s holds %w for this transcript (another program's, or left by a mirror whose cursor is gone); it is not mirrored until they are removed",
 					j.key, mr.cfg.Table, errForeignRows)
 			}
-		}
-		if err := mr.fence(ctx, tx, j.key); err != nil {
-			return err
 		}
 		if err := insertRows(ctx, tx, mr.cfg.Table, j.key, b.entries, b.lines); err != nil {
 			return err
@@ -221,6 +213,27 @@ func (j *job) commit(ctx context.Context, b *batch, h chain) error {
 	j.advanced(next, uint64(len(b.entries)))
 	b.reset()
 	return nil
+}
+
+// lock takes the cursor's row lock in tx and checks that the cursor is
+// still the one this job holds, and that this sessiond may write the
+// transcript (fence).
+func (j *job) lock(ctx context.Context, tx pgx.Tx) (cursor, error) {
+	got, err := loadCursor(ctx, tx, j.mr.cfg.Table, j.key, true)
+	if err != nil {
+		return cursor{}, err
+	}
+	if !got.same(j.cur) {
+		return cursor{}, errCursorMoved
+	}
+	return got, j.mr.fence(ctx, tx, j.key)
+}
+
+// cover advances c over b's lines and rows.
+func (c *cursor) cover(b *batch) {
+	c.entries += b.n
+	c.bytes += b.bytes
+	c.rows += uint64(len(b.entries))
 }
 
 // advanced records a committed cursor.
@@ -245,14 +258,8 @@ func (j *job) replace(ctx context.Context) (uint64, uint64, error) {
 	var next cursor
 	var lineage, total, rows uint64
 	err := pgx.BeginFunc(ctx, mr.pool, func(tx pgx.Tx) error {
-		got, err := loadCursor(ctx, tx, mr.cfg.Table, j.key, true)
+		got, err := j.lock(ctx, tx)
 		if err != nil {
-			return err
-		}
-		if !got.same(j.cur) {
-			return errCursorMoved
-		}
-		if err := mr.fence(ctx, tx, j.key); err != nil {
 			return err
 		}
 		if err := deleteRows(ctx, tx, mr.cfg.Table, j.key, false); err != nil {
@@ -265,9 +272,7 @@ func (j *job) replace(ctx context.Context) (uint64, uint64, error) {
 			if err := insertRows(ctx, tx, mr.cfg.Table, j.key, b.entries, b.lines); err != nil {
 				return dbErr{err}
 			}
-			next.entries += b.n
-			next.bytes += b.bytes
-			next.rows += uint64(len(b.entries))
+			next.cover(&b)
 			b.reset()
 			return nil
 		}

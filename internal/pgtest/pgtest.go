@@ -222,8 +222,8 @@ func (s *Server) startOnce(ctx context.Context) error {
 	cmd := exec.Command(filepath.Join(s.bin, "postgres"), args...)
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group, so Kill takes every backend with it; and
-	// killed when this process dies, so no server outlives a test run.
+	// Killed when this process dies, so no server outlives a test run
+	// (its backends follow once they notice).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -263,9 +263,9 @@ func (s *Server) startOnce(ctx context.Context) error {
 // disconnected) and waits for it.
 func (s *Server) Stop() error { return s.signal(syscall.SIGINT, 30*time.Second) }
 
-// Kill sends SIGKILL to the postmaster and every backend at once, as a
-// crash of the machine's PostgreSQL would (what the kernel holds stays),
-// and waits for the postmaster to be gone.
+// Kill sends SIGKILL to the postmaster and every backend, as a crash of
+// the machine's PostgreSQL would (what the kernel holds stays), and waits
+// for the postmaster to be gone.
 func (s *Server) Kill() { s.signal(syscall.SIGKILL, 30*time.Second) }
 
 // Running reports whether the server was started and not stopped.
@@ -294,7 +294,7 @@ func (s *Server) signal(sig syscall.Signal, within time.Duration) error {
 		return nil
 	}
 	if sig == syscall.SIGKILL {
-		syscall.Kill(-cmd.Process.Pid, sig)
+		killTree(cmd.Process.Pid)
 	} else {
 		cmd.Process.Signal(sig)
 	}
@@ -302,7 +302,7 @@ func (s *Server) signal(sig syscall.Signal, within time.Duration) error {
 	case <-exited:
 		return nil
 	case <-time.After(within):
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		killTree(cmd.Process.Pid)
 		<-exited
 		return fmt.Errorf("postgres did not stop within %v of %v; killed", within, sig)
 	}
@@ -346,4 +346,45 @@ func (s *Server) logf(format string, args ...any) {
 	if s.opt.Log != nil {
 		s.opt.Log(format, args...)
 	}
+}
+
+// killTree kills the postmaster pid and its children. Backends put
+// themselves in process groups of their own (setsid), so a signal to the
+// postmaster's group misses them: the postmaster is stopped first (so it
+// neither forks nor reacts), its children found in /proc and killed, then
+// it.
+func killTree(pid int) {
+	syscall.Kill(pid, syscall.SIGSTOP)
+	for _, c := range children(pid) {
+		syscall.Kill(c, syscall.SIGKILL)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// children lists the processes whose parent is pid (Linux /proc; none
+// elsewhere, where backends exit once they notice the postmaster died).
+func children(pid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses,
+		// so the fields are counted after its last ')'.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
