@@ -11,7 +11,9 @@
 // that come while it is queued coalesce). At start every local transcript
 // is queued too, and compared with its cursor: what was appended while
 // sessiond or PostgreSQL was down, or rewritten meanwhile, is mirrored
-// then. A few workers (Config.Workers) each take one transcript at a time.
+// then: each transcript is read whole once, in the background, to check
+// its digest. A few workers (Config.Workers) each take one transcript at a
+// time.
 //
 // # Exactly once
 //

@@ -327,7 +327,11 @@ func (mr *Mirror) worker(ctx context.Context) {
 			for i, q := range mr.queue {
 				if ts := mr.keys[q]; !ts.busy {
 					k, ok = q, true
-					mr.queue = append(mr.queue[:i:i], mr.queue[i+1:]...)
+					if i == 0 {
+						mr.queue = mr.queue[1:] // the usual case: no copy
+					} else {
+						mr.queue = append(mr.queue[:i:i], mr.queue[i+1:]...)
+					}
 					ts.queued, ts.busy = false, true
 					break
 				}
