@@ -5,7 +5,7 @@ PROTOC_VERSION := libprotoc 3.21.12
 PROTO_DIR := api/proto
 PROTO_FILES := $(shell find $(PROTO_DIR) -name '*.proto' | sort)
 
-.PHONY: all build test test-go tools grpcurl sdk sdk-ts sdk-py proto proto-check vet fmt-check fuzz fuzz-short bench bench-adapter clean test-adapters
+.PHONY: all build test test-go tools postgres grpcurl sdk sdk-ts sdk-py proto proto-check vet fmt-check fuzz fuzz-short bench bench-adapter clean test-adapters
 
 all: build
 
@@ -18,13 +18,24 @@ build:
 # protobuf-compiler, which pins its version), the official TypeScript SDK
 # (pinned in e2e/sdk/package-lock.json), the TypeScript adapter's packages
 # (with the SDK's Claude Code CLI) and the Python adapter's Debian packages,
-# when they are missing.
-tools: sdk sdk-ts sdk-py grpcurl
+# when they are missing, and Debian's PostgreSQL server (postgres).
+tools: sdk sdk-ts sdk-py grpcurl postgres
 	@v="$$(protoc --version 2>/dev/null)"; if [ "$$v" != "$(PROTOC_VERSION)" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing protobuf-compiler"; (apt-get update -qq && apt-get install -y -qq protobuf-compiler) >/dev/null || exit 1; \
 	  else echo "make needs $(PROTOC_VERSION) for the generated-code check (Debian: sudo apt-get install protobuf-compiler), found: '$$v'" >&2; exit 1; fi; \
 	  v="$$(protoc --version)"; [ "$$v" = "$(PROTOC_VERSION)" ] || { echo "protoc is $$v, want $(PROTOC_VERSION)" >&2; exit 1; }; fi
+
+# postgres installs Debian's postgresql package when no server binaries
+# are found (internal/pgtest looks in $SESSIOND_PG_BIN, then
+# /usr/lib/postgresql/*/bin, then PATH): the mirror's tests start a
+# throwaway server with them, and never skip in CI or under make test.
+postgres:
+	@if [ -z "$$SESSIOND_PG_BIN" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing postgresql"; (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) >/dev/null || exit 1; \
+	  else echo "the mirror's tests need PostgreSQL's server binaries (initdb, postgres); Debian: sudo apt-get install postgresql (or set SESSIOND_PG_BIN to the folder holding them)" >&2; exit 1; fi; \
+	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "postgresql installed, but no /usr/lib/postgresql/*/bin/initdb" >&2; exit 1; }; fi
 
 # sdk installs the official TypeScript SDK (the reference reader the tests
 # and the listing benchmark compare with) when it is missing.
@@ -132,7 +143,7 @@ GOTESTFLAGS ?= -p 4 -parallel 4
 GORACE ?= atexit_sleep_ms=0
 
 test-go:
-	GORACE="$(GORACE)" SESSIOND_TEST_SIZE=small SESSIOND_REQUIRE_SDK=1 $(GO) test -race -count=1 -timeout 30m $(GOTESTFLAGS) ./...
+	GORACE="$(GORACE)" SESSIOND_TEST_SIZE=small SESSIOND_REQUIRE_SDK=1 SESSIOND_REQUIRE_PG=1 $(GO) test -race -count=1 -timeout 30m $(GOTESTFLAGS) ./...
 
 # test-adapters runs the SessionStore adapters' own suites (conformance,
 # round trips, retries, summaries, trust checks) against one freshly built

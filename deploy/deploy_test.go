@@ -148,7 +148,7 @@ func TestSystemdUnits(t *testing.T) {
 		}
 		wantValue(t, svc, "Service", "SystemCallArchitectures", "native")
 		if fams := svc.fields("Service", "RestrictAddressFamilies"); !slices.Equal(fams, []string{"AF_UNIX"}) {
-			t.Errorf("%s: RestrictAddressFamilies=%q, want AF_UNIX alone (sessiond uses no other socket family)", svc.path, strings.Join(fams, " "))
+			t.Errorf("%s: RestrictAddressFamilies=%q, want AF_UNIX alone (sessiond uses no other socket family unless a drop-in mirrors to PostgreSQL over TCP)", svc.path, strings.Join(fams, " "))
 		}
 		if v, _ := svc.last("Service", "UMask"); !modeIs(v, 0o077) {
 			t.Errorf("%s: UMask=%q, want 0077", svc.path, v)

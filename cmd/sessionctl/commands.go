@@ -213,6 +213,7 @@ func statusCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "recovery failures\t%s recovered since (healthy again)\n", count(n, "session"))
 			}
 			describeDisk(w, st.GetDisk())
+			describeMirror(w, st.GetMirror(), time.Now())
 			for _, a := range st.GetAcknowledgedMissing() {
 				fmt.Fprintf(w, "ENTRIES MISSING\t%s: %s sessiond acknowledged no longer in it (another program rewrote it); `sessionctl check %s` names them, `sessionctl repair %s` puts back what the log retains\n",
 					a.GetSession().GetPath(), count(a.GetCount(), "entry"), a.GetSession().GetSessionId(), a.GetSession().GetSessionId())
@@ -247,6 +248,37 @@ func describeDisk(w io.Writer, d *sessiondv1.DiskStatus) {
 		fmt.Fprintf(w, "ballast\t%s (%s kept for compactions on a full disk)\n", d.GetBallastPath(), humanBytes(d.GetBallastBytes()))
 	default:
 		fmt.Fprintf(w, "ballast\t%s (%s) not made yet: the disk has not had room for it twice over\n", d.GetBallastPath(), humanBytes(d.GetBallastBytes()))
+	}
+}
+
+// describeMirror adds status's lines about the PostgreSQL mirror, when
+// there is one: where, whether connected, how far behind, the last error.
+func describeMirror(w io.Writer, m *sessiondv1.MirrorStatus, now time.Time) {
+	if !m.GetConfigured() {
+		return
+	}
+	state := "connected to"
+	if !m.GetConnected() {
+		state = "NOT CONNECTED to"
+	}
+	fmt.Fprintf(w, "mirror\t%s %s: %s up to date, %d rows written since start\n", state, m.GetTarget(),
+		count(m.GetTranscripts(), "transcript"), m.GetRowsWritten())
+	if n := m.GetEntriesBehind(); n > 0 {
+		since := ""
+		if ms := m.GetOldestBehindMs(); ms > 0 {
+			since = fmt.Sprintf(", the oldest for %s", now.Sub(time.UnixMilli(ms)).Round(time.Second))
+		}
+		fmt.Fprintf(w, "mirror behind\t%s (%s)%s; appends go on locally, the mirror catches up by itself\n", count(n, "entry"), humanBytes(m.GetBytesBehind()), since)
+	}
+	if n := m.GetUnchecked(); n > 0 || m.GetListing() {
+		more := ""
+		if m.GetListing() {
+			more = " (still listing them)"
+		}
+		fmt.Fprintf(w, "mirror unchecked\t%s not compared with PostgreSQL since start yet%s\n", count(n, "transcript"), more)
+	}
+	if e := m.GetLastError(); e != "" {
+		fmt.Fprintf(w, "mirror last error\t%s (%s)\n", e, time.UnixMilli(m.GetLastErrorMs()).Format(time.RFC3339))
 	}
 }
 

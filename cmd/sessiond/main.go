@@ -22,6 +22,7 @@ import (
 	"github.com/sessiond/sessiond/internal/buildinfo"
 	"github.com/sessiond/sessiond/internal/daemon"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/mirror"
 	"github.com/sessiond/sessiond/internal/wal"
 	"github.com/sessiond/sessiond/internal/writer"
 )
@@ -53,6 +54,8 @@ func run() error {
 		walRetentionMax = flag.Int64("wal-retention-size", writer.DefaultWALRetentionSize, "the most the retained segments may add up to, in bytes; the oldest go first (and all of them when the disk is full)")
 		trashRetention  = flag.Duration("trash-retention", writer.DefaultTrashRetention, "how long a deleted session's copy stays in the trash before it is purged (checked at start and hourly); the default is the official CLI's own cleanupPeriodDays, 30 days")
 		metricsListen   = flag.String("metrics-listen", "", "serve Prometheus metrics at GET /metrics on this address: 127.0.0.1:PORT, [::1]:PORT, localhost:PORT or unix:/path (a socket made 0600 in a folder only this user controls); other addresses are refused, the endpoint having no authentication. Empty (the default): no metrics")
+		mirrorDSN       = flag.String("mirror", "", "mirror every transcript into PostgreSQL at this connection string (postgres://user@host:5432/db, or key=value pairs; env SESSIOND_MIRROR, which keeps the password out of the process list, as does ~/.pgpass): the reference SessionStore adapter's table, kept exactly once behind the local transcripts, which stay the source of truth")
+		mirrorTable     = flag.String("mirror-table", mirror.DefaultTable, "the table --mirror writes (the reference adapter's layout; letters, digits and _; env SESSIOND_MIRROR_TABLE)")
 		logFormat       = flag.String("log-format", "auto", "auto (console on a terminal, else JSON), console or json")
 		logLevel        = flag.String("log-level", "info", "debug, info, warn or error")
 		showVersion     = flag.Bool("version", false, "print the version and exit")
@@ -89,6 +92,10 @@ func run() error {
 	}
 	if *walRetention < 0 {
 		return fmt.Errorf("--wal-retention must not be negative (%s); 0 keeps nothing after compaction", *walRetention)
+	}
+	mc, err := mirrorConfig(*mirrorDSN, *mirrorTable)
+	if err != nil {
+		return err
 	}
 	retention := *walRetention
 	if retention == 0 {
@@ -155,8 +162,41 @@ func run() error {
 		Writer: writer.Config{MaxEntryBytes: *maxEntry, IdleCompact: *idleCompact, IdleRetire: *idleRetire,
 			MinCompactBytes: *minCompact, WALSegmentSize: *walSegment, WALMaxSize: *walMax, BallastSize: *ballastSize,
 			WALRetention: retention, WALRetentionSize: *walRetentionMax, TrashRetention: *trashRetention},
-		Logger: log, MetricsListen: *metricsListen,
+		Logger: log, MetricsListen: *metricsListen, Mirror: mc,
 	})
+}
+
+// mirrorConfig is the mirror --mirror and --mirror-table ask for (nil:
+// none), with the environment's SESSIOND_MIRROR and SESSIOND_MIRROR_TABLE
+// where the flags were not given. The flag's default stays empty, so -h
+// never prints a connection string from the environment.
+func mirrorConfig(dsn, table string) (*mirror.Config, error) {
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["mirror"] {
+		dsn = os.Getenv("SESSIOND_MIRROR")
+	}
+	if !set["mirror-table"] {
+		if t := os.Getenv("SESSIOND_MIRROR_TABLE"); t != "" {
+			table = t
+		}
+	}
+	if err := mirror.CheckTable(table); err != nil {
+		return nil, fmt.Errorf("--mirror-table: %w", err)
+	}
+	if dsn == "" {
+		if set["mirror"] {
+			return nil, fmt.Errorf("--mirror is empty: give a PostgreSQL connection string, or leave the flag out for no mirror")
+		}
+		return nil, nil
+	}
+	mc := &mirror.Config{DSN: dsn, Table: table}
+	// Parse it now, so a bad string stops sessiond with a message
+	// instead of a mirror that never connects.
+	if _, err := mirror.New(*mc); err != nil {
+		return nil, fmt.Errorf("--mirror: %w", err)
+	}
+	return mc, nil
 }
 
 func version() string { return buildinfo.Version() }

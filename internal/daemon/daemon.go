@@ -18,6 +18,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/metrics"
+	"github.com/sessiond/sessiond/internal/mirror"
 	"github.com/sessiond/sessiond/internal/server"
 	"github.com/sessiond/sessiond/internal/socket"
 	"github.com/sessiond/sessiond/internal/writer"
@@ -39,6 +40,9 @@ type Config struct {
 	// (metrics.ParseAddress: 127.0.0.1:PORT, [::1]:PORT, localhost:PORT
 	// or unix:/path); empty serves none and costs the hot paths nothing.
 	MetricsListen string
+	// Mirror, when set, mirrors every transcript into PostgreSQL (see
+	// package mirror).
+	Mirror *mirror.Config
 }
 
 // Run serves until ctx ends, then drains: new calls get UNAVAILABLE, open
@@ -79,6 +83,17 @@ func Run(ctx context.Context, cfg Config) error {
 		metricsAddr = a
 		met = metrics.New(cfg.Version)
 		wc.WALOnCommit = met.ObserveCommit
+	}
+	var mir *mirror.Mirror
+	if cfg.Mirror != nil {
+		mc := *cfg.Mirror
+		mc.Logger = log
+		var err error
+		if mir, err = mirror.New(mc); err != nil {
+			return err
+		}
+		// The writers tell the mirror what changed; it never holds them up.
+		wc.Changed = mir.Notify
 	}
 	// Recovery starts here: writer.New reads and checks the log.
 	recoveryStart := time.Now()
@@ -124,8 +139,18 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Info("checked journals", zap.Int("journals", rep.Checked), zap.Int64("bytes", rep.Bytes),
 			zap.Int("failed", len(rep.Failed)), zap.Duration("took", time.Since(start)))
 	}
+	if mir != nil {
+		// After the journals' check: what it reads is what was
+		// acknowledged. It connects in the background (PostgreSQL may
+		// be down) and stops before the writers do.
+		if err := mir.Start(ctx, m); err != nil {
+			m.Close(context.Background())
+			return fmt.Errorf("mirror: %w", err)
+		}
+		defer mir.Close()
+	}
 	srv := server.New(m, log, server.Info{Version: cfg.Version, Socket: cfg.Socket, Root: cfg.Root,
-		StateDir: cfg.StateDir, Started: start})
+		StateDir: cfg.StateDir, Started: start, Mirror: mir})
 	uidUnary, uidStream := socket.SameUserInterceptors(uint32(os.Getuid()))
 	drainUnary, drainStream := srv.Interceptors()
 	unary := []grpc.UnaryServerInterceptor{uidUnary, drainUnary}
@@ -218,6 +243,11 @@ func Run(ctx context.Context, cfg Config) error {
 	closeCtx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	<-purged // ctx is done: it stops between two copies
+	if mir != nil {
+		// Its reads go through the writers, which close next; what it
+		// has not mirrored yet is at the next start.
+		mir.Close()
+	}
 	err = m.Close(closeCtx)
 	<-replayed
 	// Metrics are served through the drain, for whoever watches it.

@@ -24,6 +24,7 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/mirror"
 	"github.com/sessiond/sessiond/internal/transcript"
 	"github.com/sessiond/sessiond/internal/writer"
 )
@@ -35,6 +36,8 @@ type Info struct {
 	Root     string
 	StateDir string
 	Started  time.Time
+	// Mirror is the PostgreSQL mirror, nil without --mirror.
+	Mirror *mirror.Mirror
 }
 
 // Server implements sessiond.v1.Sessiond.
@@ -527,7 +530,25 @@ func (s *Server) Status(ctx context.Context, _ *sessiondv1.StatusRequest) (*sess
 		Draining: s.draining.Load(), RecoveryErrors: st.RecoveryErrors, ReplayPending: st.ReplayPending,
 		PastRecoveryFailures: st.PastRecoveryFailures, Disk: s.diskStatus(st.Disk),
 		TrashCopies: uint32(trash.Copies), TrashBytes: uint64(trash.Bytes), TrashRetentionSeconds: uint64(trash.Retention.Seconds()),
+		Mirror: s.mirrorStatus(),
 	}, nil
+}
+
+func (s *Server) mirrorStatus() *sessiondv1.MirrorStatus {
+	if s.info.Mirror == nil {
+		return &sessiondv1.MirrorStatus{}
+	}
+	ms := s.info.Mirror.Status()
+	out := &sessiondv1.MirrorStatus{Configured: true, Target: ms.Target, Connected: ms.Connected,
+		EntriesBehind: ms.EntriesBehind, BytesBehind: ms.BytesBehind, Transcripts: ms.Transcripts,
+		Unchecked: ms.Unchecked, RowsWritten: ms.RowsWritten, LastError: ms.LastError, Listing: ms.Listing}
+	if !ms.OldestBehind.IsZero() {
+		out.OldestBehindMs = ms.OldestBehind.UnixMilli()
+	}
+	if !ms.LastErrorAt.IsZero() {
+		out.LastErrorMs = ms.LastErrorAt.UnixMilli()
+	}
+	return out
 }
 
 func (s *Server) diskStatus(d writer.DiskStats) *sessiondv1.DiskStatus {

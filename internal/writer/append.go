@@ -233,6 +233,7 @@ func (st *state) commit(group []*appendReq) {
 		for _, res := range r.res.Results {
 			if res.Outcome == Stored {
 				st.stats.stored.Add(1)
+				st.unnoted++
 			} else {
 				st.stats.duplicate.Add(1)
 			}

@@ -83,6 +83,10 @@ type Config struct {
 	// reached the disk (wal.Options.OnCommit): the daemon's metrics. The
 	// log's committer calls it, so it must be quick.
 	WALOnCommit func(wal.Commit)
+	// Changed, when set, is told of every change to a transcript (see
+	// Change): the PostgreSQL mirror follows the transcripts through it.
+	// It is called on the writer goroutines and must not block.
+	Changed func(Change)
 }
 
 // Defaults.

@@ -62,6 +62,7 @@ func (st *state) absorbForeign() error {
 	}
 	st.lineage = st.lineages.Add(1)
 	st.publish()
+	st.noteChange()
 	return nil
 }
 

@@ -119,6 +119,11 @@ func New(cfg Config) (*Manager, error) {
 		log:  cfg.Logger, sessions: make(map[layout.Key]*session), leaving: make(map[layout.Key]*session),
 		progress: progress.New(),
 	}
+	// Lineages start from the clock, not 0, so that no two Managers of
+	// one process hand out the same one: a reader that outlives a Manager
+	// (ReadLines' callers) must not take a new writer's file for the one
+	// it read before.
+	m.lineages.Store(uint64(time.Now().UnixNano()))
 	m.space = newDiskSpace(&m.cfg, m.log)
 	m.space.retry = func(k layout.Key) error {
 		_, err := m.flush(context.Background(), k, retireIfOpened, "retry")

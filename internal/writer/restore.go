@@ -108,7 +108,10 @@ func (m *Manager) RestoreTrash(ctx context.Context, key layout.Key, opt RestoreO
 	}
 	in := &intent{Op: opRestore, ProjectKey: key.ProjectKey, SessionID: key.SessionID, Subpath: key.Subpath,
 		Moves: p.moves, Merges: p.merges, Entries: entries, All: opt.All}
-	if err := m.runIntent(in); err != nil {
+	err = m.runIntent(in)
+	// Even a restore that failed midway may have moved files back.
+	m.tell(Change{Key: key, Family: true})
+	if err != nil {
 		return out, fmt.Errorf("restore %s: %w", key, err)
 	}
 	out.Copies = len(entries)

@@ -85,6 +85,9 @@ type state struct {
 
 	lineage uint64 // changes when lines already served may have moved
 	changed chan struct{}
+	// unnoted counts the entries acknowledged since Config.Changed was
+	// last told (Change.Added).
+	unnoted uint64
 	failed  error
 
 	// scanned: open read the canonical file, so ent is the session's
@@ -173,6 +176,7 @@ func (st *state) release() {
 func (st *state) notifyChange() {
 	close(st.changed)
 	st.changed = make(chan struct{})
+	st.noteChange()
 }
 
 func (st *state) closeFiles() {

@@ -154,6 +154,7 @@ func (m *Manager) Delete(ctx context.Context, key layout.Key, purge bool) (strin
 	if err != nil {
 		return "", fmt.Errorf("delete %s: %w", key, err)
 	}
+	m.tell(Change{Key: key, Gone: true})
 	m.log.Info("deleted session", zap.Stringer("session", key), zap.Bool("purge", purge), zap.String("trash", in.Trash))
 	return in.Trash, nil
 }

@@ -1559,8 +1559,11 @@ type StatusResponse struct {
 	TrashCopies           uint32 `protobuf:"varint,20,opt,name=trash_copies,json=trashCopies,proto3" json:"trash_copies,omitempty"`
 	TrashBytes            uint64 `protobuf:"varint,21,opt,name=trash_bytes,json=trashBytes,proto3" json:"trash_bytes,omitempty"`
 	TrashRetentionSeconds uint64 `protobuf:"varint,22,opt,name=trash_retention_seconds,json=trashRetentionSeconds,proto3" json:"trash_retention_seconds,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// The PostgreSQL mirror (sessiond --mirror): whether it is connected,
+	// how far it is behind the local transcripts, its last error.
+	Mirror        *MirrorStatus `protobuf:"bytes,40,opt,name=mirror,proto3" json:"mirror,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1775,6 +1778,165 @@ func (x *StatusResponse) GetTrashRetentionSeconds() uint64 {
 	return 0
 }
 
+func (x *StatusResponse) GetMirror() *MirrorStatus {
+	if x != nil {
+		return x.Mirror
+	}
+	return nil
+}
+
+// MirrorStatus is how the PostgreSQL mirror stands. The local transcripts
+// stay the source of truth: appends never wait for the mirror, which
+// catches up by itself once PostgreSQL answers again.
+type MirrorStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sessiond was started with --mirror (or SESSIOND_MIRROR); every other
+	// field is empty when not.
+	Configured bool `protobuf:"varint,1,opt,name=configured,proto3" json:"configured,omitempty"`
+	// Where it mirrors: user, database, host or socket, port and table.
+	// Never the password.
+	Target string `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	// PostgreSQL answered the last time the mirror asked.
+	Connected bool `protobuf:"varint,3,opt,name=connected,proto3" json:"connected,omitempty"`
+	// What the local transcripts hold that PostgreSQL does not yet: entries
+	// and their bytes. A transcript not compared with its cursor since
+	// start counts the entries acknowledged since.
+	EntriesBehind uint64 `protobuf:"varint,4,opt,name=entries_behind,json=entriesBehind,proto3" json:"entries_behind,omitempty"`
+	BytesBehind   uint64 `protobuf:"varint,5,opt,name=bytes_behind,json=bytesBehind,proto3" json:"bytes_behind,omitempty"`
+	// Since when (Unix ms) the transcript furthest behind has been behind;
+	// 0 when none is: the age of the oldest entry not mirrored yet.
+	OldestBehindMs int64 `protobuf:"varint,6,opt,name=oldest_behind_ms,json=oldestBehindMs,proto3" json:"oldest_behind_ms,omitempty"`
+	// Transcripts whose rows hold all their entries.
+	Transcripts uint64 `protobuf:"varint,7,opt,name=transcripts,proto3" json:"transcripts,omitempty"`
+	// Local transcripts not yet compared with PostgreSQL since start.
+	Unchecked uint64 `protobuf:"varint,8,opt,name=unchecked,proto3" json:"unchecked,omitempty"`
+	// Rows written since start.
+	RowsWritten uint64 `protobuf:"varint,9,opt,name=rows_written,json=rowsWritten,proto3" json:"rows_written,omitempty"`
+	// The last error (connection, SQL, a transcript that cannot be
+	// mirrored) and when (Unix ms); it stays after the mirror recovered.
+	LastError   string `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	LastErrorMs int64  `protobuf:"varint,11,opt,name=last_error_ms,json=lastErrorMs,proto3" json:"last_error_ms,omitempty"`
+	// Still listing the local transcripts at start: unchecked is not
+	// complete yet.
+	Listing       bool `protobuf:"varint,12,opt,name=listing,proto3" json:"listing,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MirrorStatus) Reset() {
+	*x = MirrorStatus{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MirrorStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MirrorStatus) ProtoMessage() {}
+
+func (x *MirrorStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MirrorStatus.ProtoReflect.Descriptor instead.
+func (*MirrorStatus) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *MirrorStatus) GetConfigured() bool {
+	if x != nil {
+		return x.Configured
+	}
+	return false
+}
+
+func (x *MirrorStatus) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *MirrorStatus) GetConnected() bool {
+	if x != nil {
+		return x.Connected
+	}
+	return false
+}
+
+func (x *MirrorStatus) GetEntriesBehind() uint64 {
+	if x != nil {
+		return x.EntriesBehind
+	}
+	return 0
+}
+
+func (x *MirrorStatus) GetBytesBehind() uint64 {
+	if x != nil {
+		return x.BytesBehind
+	}
+	return 0
+}
+
+func (x *MirrorStatus) GetOldestBehindMs() int64 {
+	if x != nil {
+		return x.OldestBehindMs
+	}
+	return 0
+}
+
+func (x *MirrorStatus) GetTranscripts() uint64 {
+	if x != nil {
+		return x.Transcripts
+	}
+	return 0
+}
+
+func (x *MirrorStatus) GetUnchecked() uint64 {
+	if x != nil {
+		return x.Unchecked
+	}
+	return 0
+}
+
+func (x *MirrorStatus) GetRowsWritten() uint64 {
+	if x != nil {
+		return x.RowsWritten
+	}
+	return 0
+}
+
+func (x *MirrorStatus) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *MirrorStatus) GetLastErrorMs() int64 {
+	if x != nil {
+		return x.LastErrorMs
+	}
+	return 0
+}
+
+func (x *MirrorStatus) GetListing() bool {
+	if x != nil {
+		return x.Listing
+	}
+	return false
+}
+
 // DiskStatus is how sessiond stands with disk space. When a write finds
 // the disk full, sessiond deletes its ballast (a file of reserved space
 // in the state folder) so the compactions waiting can finish; a
@@ -1805,7 +1967,7 @@ type DiskStatus struct {
 
 func (x *DiskStatus) Reset() {
 	*x = DiskStatus{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +1979,7 @@ func (x *DiskStatus) String() string {
 func (*DiskStatus) ProtoMessage() {}
 
 func (x *DiskStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +1992,7 @@ func (x *DiskStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskStatus.ProtoReflect.Descriptor instead.
 func (*DiskStatus) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{20}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DiskStatus) GetBallastPath() string {
@@ -1902,7 +2064,7 @@ type DeferredCompaction struct {
 
 func (x *DeferredCompaction) Reset() {
 	*x = DeferredCompaction{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +2076,7 @@ func (x *DeferredCompaction) String() string {
 func (*DeferredCompaction) ProtoMessage() {}
 
 func (x *DeferredCompaction) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +2089,7 @@ func (x *DeferredCompaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeferredCompaction.ProtoReflect.Descriptor instead.
 func (*DeferredCompaction) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{21}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeferredCompaction) GetSession() *ResolvedSession {
@@ -1991,7 +2153,7 @@ type WalRetention struct {
 
 func (x *WalRetention) Reset() {
 	*x = WalRetention{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2003,7 +2165,7 @@ func (x *WalRetention) String() string {
 func (*WalRetention) ProtoMessage() {}
 
 func (x *WalRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2016,7 +2178,7 @@ func (x *WalRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WalRetention.ProtoReflect.Descriptor instead.
 func (*WalRetention) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{22}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WalRetention) GetRetentionMs() int64 {
@@ -2070,7 +2232,7 @@ type AcknowledgedMissing struct {
 
 func (x *AcknowledgedMissing) Reset() {
 	*x = AcknowledgedMissing{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +2244,7 @@ func (x *AcknowledgedMissing) String() string {
 func (*AcknowledgedMissing) ProtoMessage() {}
 
 func (x *AcknowledgedMissing) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2257,7 @@ func (x *AcknowledgedMissing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgedMissing.ProtoReflect.Descriptor instead.
 func (*AcknowledgedMissing) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{23}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AcknowledgedMissing) GetSession() *ResolvedSession {
@@ -2146,7 +2308,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2320,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2333,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{24}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Operation) GetId() string {
@@ -2229,7 +2391,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2241,7 +2403,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2254,7 +2416,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{25}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CheckRequest) GetSession() *SessionRef {
@@ -2297,7 +2459,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2471,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2484,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{26}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Problem) GetLine() uint64 {
@@ -2379,7 +2541,7 @@ type SessionCheck struct {
 
 func (x *SessionCheck) Reset() {
 	*x = SessionCheck{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2391,7 +2553,7 @@ func (x *SessionCheck) String() string {
 func (*SessionCheck) ProtoMessage() {}
 
 func (x *SessionCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2404,7 +2566,7 @@ func (x *SessionCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCheck.ProtoReflect.Descriptor instead.
 func (*SessionCheck) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{27}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SessionCheck) GetSession() *ResolvedSession {
@@ -2446,7 +2608,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2458,7 +2620,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2471,7 +2633,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{28}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CheckResponse) GetSessions() []*SessionCheck {
@@ -2499,7 +2661,7 @@ type RepairRequest struct {
 
 func (x *RepairRequest) Reset() {
 	*x = RepairRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2511,7 +2673,7 @@ func (x *RepairRequest) String() string {
 func (*RepairRequest) ProtoMessage() {}
 
 func (x *RepairRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2524,7 +2686,7 @@ func (x *RepairRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRequest.ProtoReflect.Descriptor instead.
 func (*RepairRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{29}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RepairRequest) GetSession() *SessionRef {
@@ -2558,7 +2720,7 @@ type RepairAction struct {
 
 func (x *RepairAction) Reset() {
 	*x = RepairAction{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2570,7 +2732,7 @@ func (x *RepairAction) String() string {
 func (*RepairAction) ProtoMessage() {}
 
 func (x *RepairAction) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2583,7 +2745,7 @@ func (x *RepairAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairAction.ProtoReflect.Descriptor instead.
 func (*RepairAction) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{30}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RepairAction) GetLine() uint64 {
@@ -2638,7 +2800,7 @@ type RepairResponse struct {
 
 func (x *RepairResponse) Reset() {
 	*x = RepairResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2650,7 +2812,7 @@ func (x *RepairResponse) String() string {
 func (*RepairResponse) ProtoMessage() {}
 
 func (x *RepairResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2663,7 +2825,7 @@ func (x *RepairResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairResponse.ProtoReflect.Descriptor instead.
 func (*RepairResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{31}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RepairResponse) GetSession() *ResolvedSession {
@@ -2725,7 +2887,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2737,7 +2899,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2750,7 +2912,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{32}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ForkRequest) GetSession() *SessionRef {
@@ -2792,7 +2954,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2804,7 +2966,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2817,7 +2979,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{33}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ForkResponse) GetSession() *ResolvedSession {
@@ -2851,7 +3013,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2863,7 +3025,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2876,7 +3038,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{34}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RenameRequest) GetSession() *SessionRef {
@@ -2904,7 +3066,7 @@ type TagRequest struct {
 
 func (x *TagRequest) Reset() {
 	*x = TagRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2916,7 +3078,7 @@ func (x *TagRequest) String() string {
 func (*TagRequest) ProtoMessage() {}
 
 func (x *TagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2929,7 +3091,7 @@ func (x *TagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagRequest.ProtoReflect.Descriptor instead.
 func (*TagRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{35}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TagRequest) GetSession() *SessionRef {
@@ -2956,7 +3118,7 @@ type SetArchivedRequest struct {
 
 func (x *SetArchivedRequest) Reset() {
 	*x = SetArchivedRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2968,7 +3130,7 @@ func (x *SetArchivedRequest) String() string {
 func (*SetArchivedRequest) ProtoMessage() {}
 
 func (x *SetArchivedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2981,7 +3143,7 @@ func (x *SetArchivedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetArchivedRequest.ProtoReflect.Descriptor instead.
 func (*SetArchivedRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{36}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetArchivedRequest) GetSession() *SessionRef {
@@ -3007,7 +3169,7 @@ type MetadataResponse struct {
 
 func (x *MetadataResponse) Reset() {
 	*x = MetadataResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3181,7 @@ func (x *MetadataResponse) String() string {
 func (*MetadataResponse) ProtoMessage() {}
 
 func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3194,7 @@ func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataResponse.ProtoReflect.Descriptor instead.
 func (*MetadataResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{37}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MetadataResponse) GetSession() *ResolvedSession {
@@ -3053,7 +3215,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3065,7 +3227,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3078,7 +3240,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{38}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeleteRequest) GetSession() *SessionRef {
@@ -3106,7 +3268,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3118,7 +3280,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3131,7 +3293,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{39}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteResponse) GetSession() *ResolvedSession {
@@ -3160,7 +3322,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3172,7 +3334,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3185,7 +3347,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{40}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RestoreRequest) GetSession() *SessionRef {
@@ -3220,7 +3382,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3394,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3407,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{41}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RestoreResponse) GetSession() *ResolvedSession {
@@ -3300,7 +3462,7 @@ type ListTrashRequest struct {
 
 func (x *ListTrashRequest) Reset() {
 	*x = ListTrashRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3312,7 +3474,7 @@ func (x *ListTrashRequest) String() string {
 func (*ListTrashRequest) ProtoMessage() {}
 
 func (x *ListTrashRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3325,7 +3487,7 @@ func (x *ListTrashRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTrashRequest.ProtoReflect.Descriptor instead.
 func (*ListTrashRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{42}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListTrashRequest) GetProject() isListTrashRequest_Project {
@@ -3398,7 +3560,7 @@ type TrashedCopy struct {
 
 func (x *TrashedCopy) Reset() {
 	*x = TrashedCopy{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3410,7 +3572,7 @@ func (x *TrashedCopy) String() string {
 func (*TrashedCopy) ProtoMessage() {}
 
 func (x *TrashedCopy) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3423,7 +3585,7 @@ func (x *TrashedCopy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrashedCopy.ProtoReflect.Descriptor instead.
 func (*TrashedCopy) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{43}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TrashedCopy) GetProjectKey() string {
@@ -3492,7 +3654,7 @@ type ListTrashResponse struct {
 
 func (x *ListTrashResponse) Reset() {
 	*x = ListTrashResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +3666,7 @@ func (x *ListTrashResponse) String() string {
 func (*ListTrashResponse) ProtoMessage() {}
 
 func (x *ListTrashResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +3679,7 @@ func (x *ListTrashResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTrashResponse.ProtoReflect.Descriptor instead.
 func (*ListTrashResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{44}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListTrashResponse) GetCopies() []*TrashedCopy {
@@ -3536,7 +3698,7 @@ type ListSubkeysRequest struct {
 
 func (x *ListSubkeysRequest) Reset() {
 	*x = ListSubkeysRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3548,7 +3710,7 @@ func (x *ListSubkeysRequest) String() string {
 func (*ListSubkeysRequest) ProtoMessage() {}
 
 func (x *ListSubkeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3561,7 +3723,7 @@ func (x *ListSubkeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubkeysRequest.ProtoReflect.Descriptor instead.
 func (*ListSubkeysRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{45}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListSubkeysRequest) GetSession() *SessionRef {
@@ -3581,7 +3743,7 @@ type ListSubkeysResponse struct {
 
 func (x *ListSubkeysResponse) Reset() {
 	*x = ListSubkeysResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3593,7 +3755,7 @@ func (x *ListSubkeysResponse) String() string {
 func (*ListSubkeysResponse) ProtoMessage() {}
 
 func (x *ListSubkeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3606,7 +3768,7 @@ func (x *ListSubkeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubkeysResponse.ProtoReflect.Descriptor instead.
 func (*ListSubkeysResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{46}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListSubkeysResponse) GetSubkeys() []string {
@@ -3633,7 +3795,7 @@ type ListSummariesRequest struct {
 
 func (x *ListSummariesRequest) Reset() {
 	*x = ListSummariesRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[47]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3645,7 +3807,7 @@ func (x *ListSummariesRequest) String() string {
 func (*ListSummariesRequest) ProtoMessage() {}
 
 func (x *ListSummariesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[47]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3658,7 +3820,7 @@ func (x *ListSummariesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSummariesRequest.ProtoReflect.Descriptor instead.
 func (*ListSummariesRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{47}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListSummariesRequest) GetProject() isListSummariesRequest_Project {
@@ -3728,7 +3890,7 @@ type SessionSummary struct {
 
 func (x *SessionSummary) Reset() {
 	*x = SessionSummary{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[48]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +3902,7 @@ func (x *SessionSummary) String() string {
 func (*SessionSummary) ProtoMessage() {}
 
 func (x *SessionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[48]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +3915,7 @@ func (x *SessionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSummary.ProtoReflect.Descriptor instead.
 func (*SessionSummary) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{48}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SessionSummary) GetSessionId() string {
@@ -3808,7 +3970,7 @@ type ListSummariesResponse struct {
 
 func (x *ListSummariesResponse) Reset() {
 	*x = ListSummariesResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[49]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3820,7 +3982,7 @@ func (x *ListSummariesResponse) String() string {
 func (*ListSummariesResponse) ProtoMessage() {}
 
 func (x *ListSummariesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[49]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3833,7 +3995,7 @@ func (x *ListSummariesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSummariesResponse.ProtoReflect.Descriptor instead.
 func (*ListSummariesResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{49}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListSummariesResponse) GetSummaries() []*SessionSummary {
@@ -3952,7 +4114,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x05total\x18\x02 \x01(\rR\x05total\"F\n" +
 	"\x11GetSessionRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\"\x0f\n" +
-	"\rStatusRequest\"\x97\b\n" +
+	"\rStatusRequest\"\xca\b\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x1d\n" +
@@ -3984,7 +4146,25 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\ftrash_copies\x18\x14 \x01(\rR\vtrashCopies\x12\x1f\n" +
 	"\vtrash_bytes\x18\x15 \x01(\x04R\n" +
 	"trashBytes\x126\n" +
-	"\x17trash_retention_seconds\x18\x16 \x01(\x04R\x15trashRetentionSeconds\"\xa5\x02\n" +
+	"\x17trash_retention_seconds\x18\x16 \x01(\x04R\x15trashRetentionSeconds\x121\n" +
+	"\x06mirror\x18( \x01(\v2\x19.sessiond.v1.MirrorStatusR\x06mirror\"\x98\x03\n" +
+	"\fMirrorStatus\x12\x1e\n" +
+	"\n" +
+	"configured\x18\x01 \x01(\bR\n" +
+	"configured\x12\x16\n" +
+	"\x06target\x18\x02 \x01(\tR\x06target\x12\x1c\n" +
+	"\tconnected\x18\x03 \x01(\bR\tconnected\x12%\n" +
+	"\x0eentries_behind\x18\x04 \x01(\x04R\rentriesBehind\x12!\n" +
+	"\fbytes_behind\x18\x05 \x01(\x04R\vbytesBehind\x12(\n" +
+	"\x10oldest_behind_ms\x18\x06 \x01(\x03R\x0eoldestBehindMs\x12 \n" +
+	"\vtranscripts\x18\a \x01(\x04R\vtranscripts\x12\x1c\n" +
+	"\tunchecked\x18\b \x01(\x04R\tunchecked\x12!\n" +
+	"\frows_written\x18\t \x01(\x04R\vrowsWritten\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\n" +
+	" \x01(\tR\tlastError\x12\"\n" +
+	"\rlast_error_ms\x18\v \x01(\x03R\vlastErrorMs\x12\x18\n" +
+	"\alisting\x18\f \x01(\bR\alisting\"\xa5\x02\n" +
 	"\n" +
 	"DiskStatus\x12!\n" +
 	"\fballast_path\x18\x01 \x01(\tR\vballastPath\x12#\n" +
@@ -4181,7 +4361,7 @@ func file_sessiond_v1_sessiond_proto_rawDescGZIP() []byte {
 }
 
 var file_sessiond_v1_sessiond_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(EntryOutcome)(0),             // 0: sessiond.v1.EntryOutcome
 	(*SessionRef)(nil),            // 1: sessiond.v1.SessionRef
@@ -4204,36 +4384,37 @@ var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(*GetSessionRequest)(nil),     // 18: sessiond.v1.GetSessionRequest
 	(*StatusRequest)(nil),         // 19: sessiond.v1.StatusRequest
 	(*StatusResponse)(nil),        // 20: sessiond.v1.StatusResponse
-	(*DiskStatus)(nil),            // 21: sessiond.v1.DiskStatus
-	(*DeferredCompaction)(nil),    // 22: sessiond.v1.DeferredCompaction
-	(*WalRetention)(nil),          // 23: sessiond.v1.WalRetention
-	(*AcknowledgedMissing)(nil),   // 24: sessiond.v1.AcknowledgedMissing
-	(*Operation)(nil),             // 25: sessiond.v1.Operation
-	(*CheckRequest)(nil),          // 26: sessiond.v1.CheckRequest
-	(*Problem)(nil),               // 27: sessiond.v1.Problem
-	(*SessionCheck)(nil),          // 28: sessiond.v1.SessionCheck
-	(*CheckResponse)(nil),         // 29: sessiond.v1.CheckResponse
-	(*RepairRequest)(nil),         // 30: sessiond.v1.RepairRequest
-	(*RepairAction)(nil),          // 31: sessiond.v1.RepairAction
-	(*RepairResponse)(nil),        // 32: sessiond.v1.RepairResponse
-	(*ForkRequest)(nil),           // 33: sessiond.v1.ForkRequest
-	(*ForkResponse)(nil),          // 34: sessiond.v1.ForkResponse
-	(*RenameRequest)(nil),         // 35: sessiond.v1.RenameRequest
-	(*TagRequest)(nil),            // 36: sessiond.v1.TagRequest
-	(*SetArchivedRequest)(nil),    // 37: sessiond.v1.SetArchivedRequest
-	(*MetadataResponse)(nil),      // 38: sessiond.v1.MetadataResponse
-	(*DeleteRequest)(nil),         // 39: sessiond.v1.DeleteRequest
-	(*DeleteResponse)(nil),        // 40: sessiond.v1.DeleteResponse
-	(*RestoreRequest)(nil),        // 41: sessiond.v1.RestoreRequest
-	(*RestoreResponse)(nil),       // 42: sessiond.v1.RestoreResponse
-	(*ListTrashRequest)(nil),      // 43: sessiond.v1.ListTrashRequest
-	(*TrashedCopy)(nil),           // 44: sessiond.v1.TrashedCopy
-	(*ListTrashResponse)(nil),     // 45: sessiond.v1.ListTrashResponse
-	(*ListSubkeysRequest)(nil),    // 46: sessiond.v1.ListSubkeysRequest
-	(*ListSubkeysResponse)(nil),   // 47: sessiond.v1.ListSubkeysResponse
-	(*ListSummariesRequest)(nil),  // 48: sessiond.v1.ListSummariesRequest
-	(*SessionSummary)(nil),        // 49: sessiond.v1.SessionSummary
-	(*ListSummariesResponse)(nil), // 50: sessiond.v1.ListSummariesResponse
+	(*MirrorStatus)(nil),          // 21: sessiond.v1.MirrorStatus
+	(*DiskStatus)(nil),            // 22: sessiond.v1.DiskStatus
+	(*DeferredCompaction)(nil),    // 23: sessiond.v1.DeferredCompaction
+	(*WalRetention)(nil),          // 24: sessiond.v1.WalRetention
+	(*AcknowledgedMissing)(nil),   // 25: sessiond.v1.AcknowledgedMissing
+	(*Operation)(nil),             // 26: sessiond.v1.Operation
+	(*CheckRequest)(nil),          // 27: sessiond.v1.CheckRequest
+	(*Problem)(nil),               // 28: sessiond.v1.Problem
+	(*SessionCheck)(nil),          // 29: sessiond.v1.SessionCheck
+	(*CheckResponse)(nil),         // 30: sessiond.v1.CheckResponse
+	(*RepairRequest)(nil),         // 31: sessiond.v1.RepairRequest
+	(*RepairAction)(nil),          // 32: sessiond.v1.RepairAction
+	(*RepairResponse)(nil),        // 33: sessiond.v1.RepairResponse
+	(*ForkRequest)(nil),           // 34: sessiond.v1.ForkRequest
+	(*ForkResponse)(nil),          // 35: sessiond.v1.ForkResponse
+	(*RenameRequest)(nil),         // 36: sessiond.v1.RenameRequest
+	(*TagRequest)(nil),            // 37: sessiond.v1.TagRequest
+	(*SetArchivedRequest)(nil),    // 38: sessiond.v1.SetArchivedRequest
+	(*MetadataResponse)(nil),      // 39: sessiond.v1.MetadataResponse
+	(*DeleteRequest)(nil),         // 40: sessiond.v1.DeleteRequest
+	(*DeleteResponse)(nil),        // 41: sessiond.v1.DeleteResponse
+	(*RestoreRequest)(nil),        // 42: sessiond.v1.RestoreRequest
+	(*RestoreResponse)(nil),       // 43: sessiond.v1.RestoreResponse
+	(*ListTrashRequest)(nil),      // 44: sessiond.v1.ListTrashRequest
+	(*TrashedCopy)(nil),           // 45: sessiond.v1.TrashedCopy
+	(*ListTrashResponse)(nil),     // 46: sessiond.v1.ListTrashResponse
+	(*ListSubkeysRequest)(nil),    // 47: sessiond.v1.ListSubkeysRequest
+	(*ListSubkeysResponse)(nil),   // 48: sessiond.v1.ListSubkeysResponse
+	(*ListSummariesRequest)(nil),  // 49: sessiond.v1.ListSummariesRequest
+	(*SessionSummary)(nil),        // 50: sessiond.v1.SessionSummary
+	(*ListSummariesResponse)(nil), // 51: sessiond.v1.ListSummariesResponse
 }
 var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	1,  // 0: sessiond.v1.AppendRequest.session:type_name -> sessiond.v1.SessionRef
@@ -4251,78 +4432,79 @@ var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	2,  // 12: sessiond.v1.SessionInfo.session:type_name -> sessiond.v1.ResolvedSession
 	16, // 13: sessiond.v1.ListSessionsResponse.sessions:type_name -> sessiond.v1.SessionInfo
 	1,  // 14: sessiond.v1.GetSessionRequest.session:type_name -> sessiond.v1.SessionRef
-	25, // 15: sessiond.v1.StatusResponse.operations:type_name -> sessiond.v1.Operation
-	21, // 16: sessiond.v1.StatusResponse.disk:type_name -> sessiond.v1.DiskStatus
-	23, // 17: sessiond.v1.StatusResponse.wal_retention:type_name -> sessiond.v1.WalRetention
-	24, // 18: sessiond.v1.StatusResponse.acknowledged_missing:type_name -> sessiond.v1.AcknowledgedMissing
-	22, // 19: sessiond.v1.DiskStatus.deferred:type_name -> sessiond.v1.DeferredCompaction
-	2,  // 20: sessiond.v1.DeferredCompaction.session:type_name -> sessiond.v1.ResolvedSession
-	2,  // 21: sessiond.v1.AcknowledgedMissing.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 22: sessiond.v1.CheckRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 23: sessiond.v1.SessionCheck.session:type_name -> sessiond.v1.ResolvedSession
-	27, // 24: sessiond.v1.SessionCheck.problems:type_name -> sessiond.v1.Problem
-	28, // 25: sessiond.v1.CheckResponse.sessions:type_name -> sessiond.v1.SessionCheck
-	1,  // 26: sessiond.v1.RepairRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 27: sessiond.v1.RepairResponse.session:type_name -> sessiond.v1.ResolvedSession
-	31, // 28: sessiond.v1.RepairResponse.actions:type_name -> sessiond.v1.RepairAction
-	27, // 29: sessiond.v1.RepairResponse.before:type_name -> sessiond.v1.Problem
-	27, // 30: sessiond.v1.RepairResponse.after:type_name -> sessiond.v1.Problem
-	1,  // 31: sessiond.v1.ForkRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 32: sessiond.v1.ForkResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 33: sessiond.v1.RenameRequest.session:type_name -> sessiond.v1.SessionRef
-	1,  // 34: sessiond.v1.TagRequest.session:type_name -> sessiond.v1.SessionRef
-	1,  // 35: sessiond.v1.SetArchivedRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 36: sessiond.v1.MetadataResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 37: sessiond.v1.DeleteRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 38: sessiond.v1.DeleteResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 39: sessiond.v1.RestoreRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 40: sessiond.v1.RestoreResponse.session:type_name -> sessiond.v1.ResolvedSession
-	44, // 41: sessiond.v1.ListTrashResponse.copies:type_name -> sessiond.v1.TrashedCopy
-	1,  // 42: sessiond.v1.ListSubkeysRequest.session:type_name -> sessiond.v1.SessionRef
-	49, // 43: sessiond.v1.ListSummariesResponse.summaries:type_name -> sessiond.v1.SessionSummary
-	3,  // 44: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
-	3,  // 45: sessiond.v1.Sessiond.AppendStream:input_type -> sessiond.v1.AppendRequest
-	9,  // 46: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
-	12, // 47: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
-	12, // 48: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
-	15, // 49: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
-	18, // 50: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
-	19, // 51: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
-	26, // 52: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
-	30, // 53: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
-	33, // 54: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
-	35, // 55: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
-	36, // 56: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
-	37, // 57: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
-	39, // 58: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
-	41, // 59: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
-	43, // 60: sessiond.v1.Sessiond.ListTrash:input_type -> sessiond.v1.ListTrashRequest
-	46, // 61: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
-	48, // 62: sessiond.v1.Sessiond.ListSummaries:input_type -> sessiond.v1.ListSummariesRequest
-	8,  // 63: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
-	5,  // 64: sessiond.v1.Sessiond.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
-	11, // 65: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
-	14, // 66: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
-	14, // 67: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
-	17, // 68: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
-	16, // 69: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
-	20, // 70: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
-	29, // 71: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
-	32, // 72: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
-	34, // 73: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
-	38, // 74: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
-	38, // 75: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
-	38, // 76: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
-	40, // 77: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
-	42, // 78: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
-	45, // 79: sessiond.v1.Sessiond.ListTrash:output_type -> sessiond.v1.ListTrashResponse
-	47, // 80: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
-	50, // 81: sessiond.v1.Sessiond.ListSummaries:output_type -> sessiond.v1.ListSummariesResponse
-	63, // [63:82] is the sub-list for method output_type
-	44, // [44:63] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	26, // 15: sessiond.v1.StatusResponse.operations:type_name -> sessiond.v1.Operation
+	22, // 16: sessiond.v1.StatusResponse.disk:type_name -> sessiond.v1.DiskStatus
+	24, // 17: sessiond.v1.StatusResponse.wal_retention:type_name -> sessiond.v1.WalRetention
+	25, // 18: sessiond.v1.StatusResponse.acknowledged_missing:type_name -> sessiond.v1.AcknowledgedMissing
+	21, // 19: sessiond.v1.StatusResponse.mirror:type_name -> sessiond.v1.MirrorStatus
+	23, // 20: sessiond.v1.DiskStatus.deferred:type_name -> sessiond.v1.DeferredCompaction
+	2,  // 21: sessiond.v1.DeferredCompaction.session:type_name -> sessiond.v1.ResolvedSession
+	2,  // 22: sessiond.v1.AcknowledgedMissing.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 23: sessiond.v1.CheckRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 24: sessiond.v1.SessionCheck.session:type_name -> sessiond.v1.ResolvedSession
+	28, // 25: sessiond.v1.SessionCheck.problems:type_name -> sessiond.v1.Problem
+	29, // 26: sessiond.v1.CheckResponse.sessions:type_name -> sessiond.v1.SessionCheck
+	1,  // 27: sessiond.v1.RepairRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 28: sessiond.v1.RepairResponse.session:type_name -> sessiond.v1.ResolvedSession
+	32, // 29: sessiond.v1.RepairResponse.actions:type_name -> sessiond.v1.RepairAction
+	28, // 30: sessiond.v1.RepairResponse.before:type_name -> sessiond.v1.Problem
+	28, // 31: sessiond.v1.RepairResponse.after:type_name -> sessiond.v1.Problem
+	1,  // 32: sessiond.v1.ForkRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 33: sessiond.v1.ForkResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 34: sessiond.v1.RenameRequest.session:type_name -> sessiond.v1.SessionRef
+	1,  // 35: sessiond.v1.TagRequest.session:type_name -> sessiond.v1.SessionRef
+	1,  // 36: sessiond.v1.SetArchivedRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 37: sessiond.v1.MetadataResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 38: sessiond.v1.DeleteRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 39: sessiond.v1.DeleteResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 40: sessiond.v1.RestoreRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 41: sessiond.v1.RestoreResponse.session:type_name -> sessiond.v1.ResolvedSession
+	45, // 42: sessiond.v1.ListTrashResponse.copies:type_name -> sessiond.v1.TrashedCopy
+	1,  // 43: sessiond.v1.ListSubkeysRequest.session:type_name -> sessiond.v1.SessionRef
+	50, // 44: sessiond.v1.ListSummariesResponse.summaries:type_name -> sessiond.v1.SessionSummary
+	3,  // 45: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
+	3,  // 46: sessiond.v1.Sessiond.AppendStream:input_type -> sessiond.v1.AppendRequest
+	9,  // 47: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
+	12, // 48: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
+	12, // 49: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
+	15, // 50: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
+	18, // 51: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
+	19, // 52: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
+	27, // 53: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
+	31, // 54: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
+	34, // 55: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
+	36, // 56: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
+	37, // 57: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
+	38, // 58: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
+	40, // 59: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
+	42, // 60: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
+	44, // 61: sessiond.v1.Sessiond.ListTrash:input_type -> sessiond.v1.ListTrashRequest
+	47, // 62: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
+	49, // 63: sessiond.v1.Sessiond.ListSummaries:input_type -> sessiond.v1.ListSummariesRequest
+	8,  // 64: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
+	5,  // 65: sessiond.v1.Sessiond.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
+	11, // 66: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
+	14, // 67: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
+	14, // 68: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
+	17, // 69: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
+	16, // 70: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
+	20, // 71: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
+	30, // 72: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
+	33, // 73: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
+	35, // 74: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
+	39, // 75: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
+	39, // 76: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
+	39, // 77: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
+	41, // 78: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
+	43, // 79: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
+	46, // 80: sessiond.v1.Sessiond.ListTrash:output_type -> sessiond.v1.ListTrashResponse
+	48, // 81: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
+	51, // 82: sessiond.v1.Sessiond.ListSummaries:output_type -> sessiond.v1.ListSummariesResponse
+	64, // [64:83] is the sub-list for method output_type
+	45, // [45:64] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_sessiond_v1_sessiond_proto_init() }
@@ -4338,11 +4520,11 @@ func file_sessiond_v1_sessiond_proto_init() {
 		(*ListSessionsRequest_Cwd)(nil),
 		(*ListSessionsRequest_ProjectKey)(nil),
 	}
-	file_sessiond_v1_sessiond_proto_msgTypes[42].OneofWrappers = []any{
+	file_sessiond_v1_sessiond_proto_msgTypes[43].OneofWrappers = []any{
 		(*ListTrashRequest_Cwd)(nil),
 		(*ListTrashRequest_ProjectKey)(nil),
 	}
-	file_sessiond_v1_sessiond_proto_msgTypes[47].OneofWrappers = []any{
+	file_sessiond_v1_sessiond_proto_msgTypes[48].OneofWrappers = []any{
 		(*ListSummariesRequest_Cwd)(nil),
 		(*ListSummariesRequest_ProjectKey)(nil),
 	}
@@ -4352,7 +4534,7 @@ func file_sessiond_v1_sessiond_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessiond_v1_sessiond_proto_rawDesc), len(file_sessiond_v1_sessiond_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   50,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -401,6 +401,60 @@ export interface StatusResponse {
   trashCopies: number;
   trashBytes: number;
   trashRetentionSeconds: number;
+  /**
+   * The PostgreSQL mirror (sessiond --mirror): whether it is connected,
+   * how far it is behind the local transcripts, its last error.
+   */
+  mirror: MirrorStatus | undefined;
+}
+
+/**
+ * MirrorStatus is how the PostgreSQL mirror stands. The local transcripts
+ * stay the source of truth: appends never wait for the mirror, which
+ * catches up by itself once PostgreSQL answers again.
+ */
+export interface MirrorStatus {
+  /**
+   * sessiond was started with --mirror (or SESSIOND_MIRROR); every other
+   * field is empty when not.
+   */
+  configured: boolean;
+  /**
+   * Where it mirrors: user, database, host or socket, port and table.
+   * Never the password.
+   */
+  target: string;
+  /** PostgreSQL answered the last time the mirror asked. */
+  connected: boolean;
+  /**
+   * What the local transcripts hold that PostgreSQL does not yet: entries
+   * and their bytes. A transcript not compared with its cursor since
+   * start counts the entries acknowledged since.
+   */
+  entriesBehind: number;
+  bytesBehind: number;
+  /**
+   * Since when (Unix ms) the transcript furthest behind has been behind;
+   * 0 when none is: the age of the oldest entry not mirrored yet.
+   */
+  oldestBehindMs: number;
+  /** Transcripts whose rows hold all their entries. */
+  transcripts: number;
+  /** Local transcripts not yet compared with PostgreSQL since start. */
+  unchecked: number;
+  /** Rows written since start. */
+  rowsWritten: number;
+  /**
+   * The last error (connection, SQL, a transcript that cannot be
+   * mirrored) and when (Unix ms); it stays after the mirror recovered.
+   */
+  lastError: string;
+  lastErrorMs: number;
+  /**
+   * Still listing the local transcripts at start: unchecked is not
+   * complete yet.
+   */
+  listing: boolean;
 }
 
 /**
@@ -2510,6 +2564,7 @@ function createBaseStatusResponse(): StatusResponse {
     trashCopies: 0,
     trashBytes: 0,
     trashRetentionSeconds: 0,
+    mirror: undefined,
   };
 }
 
@@ -2592,6 +2647,9 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     }
     if (message.trashRetentionSeconds !== 0) {
       writer.uint32(176).uint64(message.trashRetentionSeconds);
+    }
+    if (message.mirror !== undefined) {
+      MirrorStatus.encode(message.mirror, writer.uint32(322).fork()).join();
     }
     return writer;
   },
@@ -2817,6 +2875,14 @@ export const StatusResponse: MessageFns<StatusResponse> = {
             message.trashRetentionSeconds = longToNumber(reader.uint64());
             continue;
           }
+          case 40: {
+            if (tag !== 322) {
+              break;
+            }
+
+            message.mirror = MirrorStatus.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2864,6 +2930,209 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     message.trashCopies = object.trashCopies ?? 0;
     message.trashBytes = object.trashBytes ?? 0;
     message.trashRetentionSeconds = object.trashRetentionSeconds ?? 0;
+    message.mirror = (object.mirror !== undefined && object.mirror !== null)
+      ? MirrorStatus.fromPartial(object.mirror)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseMirrorStatus(): MirrorStatus {
+  return {
+    configured: false,
+    target: "",
+    connected: false,
+    entriesBehind: 0,
+    bytesBehind: 0,
+    oldestBehindMs: 0,
+    transcripts: 0,
+    unchecked: 0,
+    rowsWritten: 0,
+    lastError: "",
+    lastErrorMs: 0,
+    listing: false,
+  };
+}
+
+export const MirrorStatus: MessageFns<MirrorStatus> = {
+  encode(message: MirrorStatus, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.configured !== false) {
+      writer.uint32(8).bool(message.configured);
+    }
+    if (message.target !== "") {
+      writer.uint32(18).string(message.target);
+    }
+    if (message.connected !== false) {
+      writer.uint32(24).bool(message.connected);
+    }
+    if (message.entriesBehind !== 0) {
+      writer.uint32(32).uint64(message.entriesBehind);
+    }
+    if (message.bytesBehind !== 0) {
+      writer.uint32(40).uint64(message.bytesBehind);
+    }
+    if (message.oldestBehindMs !== 0) {
+      writer.uint32(48).int64(message.oldestBehindMs);
+    }
+    if (message.transcripts !== 0) {
+      writer.uint32(56).uint64(message.transcripts);
+    }
+    if (message.unchecked !== 0) {
+      writer.uint32(64).uint64(message.unchecked);
+    }
+    if (message.rowsWritten !== 0) {
+      writer.uint32(72).uint64(message.rowsWritten);
+    }
+    if (message.lastError !== "") {
+      writer.uint32(82).string(message.lastError);
+    }
+    if (message.lastErrorMs !== 0) {
+      writer.uint32(88).int64(message.lastErrorMs);
+    }
+    if (message.listing !== false) {
+      writer.uint32(96).bool(message.listing);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): MirrorStatus {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseMirrorStatus();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.configured = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.target = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.connected = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.entriesBehind = longToNumber(reader.uint64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.bytesBehind = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.oldestBehindMs = longToNumber(reader.int64());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.transcripts = longToNumber(reader.uint64());
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.unchecked = longToNumber(reader.uint64());
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.rowsWritten = longToNumber(reader.uint64());
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.lastError = reader.string();
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.lastErrorMs = longToNumber(reader.int64());
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.listing = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<MirrorStatus>, I>>(base?: I): MirrorStatus {
+    return MirrorStatus.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<MirrorStatus>, I>>(object: I): MirrorStatus {
+    const message = createBaseMirrorStatus();
+    message.configured = object.configured ?? false;
+    message.target = object.target ?? "";
+    message.connected = object.connected ?? false;
+    message.entriesBehind = object.entriesBehind ?? 0;
+    message.bytesBehind = object.bytesBehind ?? 0;
+    message.oldestBehindMs = object.oldestBehindMs ?? 0;
+    message.transcripts = object.transcripts ?? 0;
+    message.unchecked = object.unchecked ?? 0;
+    message.rowsWritten = object.rowsWritten ?? 0;
+    message.lastError = object.lastError ?? "";
+    message.lastErrorMs = object.lastErrorMs ?? 0;
+    message.listing = object.listing ?? false;
     return message;
   },
 };

@@ -1,0 +1,61 @@
+// Package mirror copies every transcript sessiond keeps (main sessions and
+// subagents) into PostgreSQL, in the table layout of the official Python
+// SDK's reference SessionStore adapter: whatever a program using that
+// adapter writes, sessiond reads, and the other way round. The local
+// journal stays the source of truth: appends never wait for PostgreSQL.
+//
+// # How it follows the transcripts
+//
+// The writers tell the mirror what changed (writer.Config.Changed: a
+// non-blocking call that marks the transcript and wakes a worker; changes
+// that come while it is queued coalesce). At start every local transcript
+// is queued too, and compared with its cursor: what was appended while
+// sessiond or PostgreSQL was down, or rewritten meanwhile, is mirrored
+// then: each transcript is read whole once, in the background, to check
+// its digest. A few workers (Config.Workers) each take one transcript at a
+// time.
+//
+// # Exactly once
+//
+// A per-transcript cursor (sessiond_cursors) says how many of the
+// transcript's lines are in the table, with the SHA-256 of their bytes.
+// It advances in the transaction that inserts the rows it covers, and that
+// transaction first locks it and checks it is the one the mirror read: a
+// crash of sessiond or of PostgreSQL at any point leaves the rows and the
+// cursor together, so nothing is lost or written twice; a commit whose
+// answer was lost is found out by reading the cursor again.
+//
+// # Rewrites and deletes
+//
+// Before appending after the cursor, the mirror checks that the
+// transcript still starts with the lines the cursor covers: their digest
+// must match (it reads them again, unless the writer's lineage vouches
+// that they have not moved since it last did). When they do not (a
+// repair, a restore that merged copies, another program's rewrite), the
+// transcript is replaced in one transaction: its rows and lines are
+// deleted, every current line is inserted, and the cursor starts over
+// with its generation counted up; readers see the old rows or the new,
+// never a mix. A transcript deleted here (sessionctl delete, the SDK's
+// deleteSession) loses its rows and cursor; a main session's delete takes
+// its subagents' rows along, as the reference adapter's delete does. A
+// restore from the trash mirrors the transcripts it brings back (when
+// their content is what the rows hold, nothing is written). Titles, tags
+// and other metadata are transcript entries, so they are mirrored as
+// such; the archive mark and the sidecars are not mirrored yet.
+//
+// Lines that are not JSON objects (a torn tail, another program's
+// garbage) are counted by the cursor but get no row: jsonb takes only
+// JSON, and the reference adapter's entries are objects. PostgreSQL's
+// jsonb cannot hold U+0000: a \u0000 escape is stored as \ufffd in the
+// entry, and sessiond_lines keeps the exact line.
+//
+// Rows another program wrote for a transcript that has no cursor are
+// left alone, and the transcript is not mirrored (Status says so) until
+// they are removed.
+//
+// # Where the lease goes
+//
+// Every transaction that writes a transcript's rows calls Mirror.fence
+// after locking the cursor: the leases with fencing tokens of issue 16
+// check there that this sessiond still holds the session.
+package mirror

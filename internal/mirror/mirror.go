@@ -1,0 +1,489 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/writer"
+)
+
+// Mirror copies every transcript into PostgreSQL, behind the writers:
+// they tell it what changed (Notify) and never wait for it.
+type Mirror struct {
+	cfg    Config
+	pc     *pgxpool.Config
+	red    *redactor
+	target string
+	log    *zap.Logger
+
+	src  Source
+	pool *pgxpool.Pool
+	// down wakes the connector when a worker lost the connection.
+	down   chan struct{}
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	keys  map[layout.Key]*tstate
+	queue []layout.Key // keys to mirror, oldest first (tstate.queued)
+	// wake is closed and replaced whenever a worker may find work.
+	wake      chan struct{}
+	connected bool
+	// schema: the tables exist; scanned: the cursors were loaded for the
+	// scan at start; listed: the local transcripts were listed for it.
+	schema, scanned, listed bool
+	lastErr                 string
+	lastErrAt               time.Time
+	rows                    uint64 // rows written since start
+	closed                  bool
+}
+
+// tstate is what the mirror knows of one transcript. Guarded by mu.
+type tstate struct {
+	// What the writer last said the transcript holds (localKnown), and
+	// the entries it acknowledged while the cursor was not known yet.
+	local      uint64
+	localBytes int64
+	localKnown bool
+	added      uint64
+	// cur is the cursor as last read or written (known); the first
+	// cur.entries lines were last checked against it under lineage (0:
+	// check them again before going on).
+	known   bool
+	cur     cursor
+	lineage uint64
+	// stale: cur may be out of date (a try failed, and a commit cut off
+	// may have gone through): read it again before writing. It still
+	// bounds the lag meanwhile.
+	stale   bool
+	checked bool // compared with PostgreSQL since start
+	// behindSince: when the transcript was first seen ahead of its
+	// cursor, zero when it is not.
+	behindSince time.Time
+	// gone: the writer said it went to the trash; family: a restore
+	// brought the session's transcripts back.
+	gone, family bool
+	queued, busy bool
+	failures     int
+}
+
+// New checks cfg and returns a mirror that does nothing until Start;
+// Notify may be called already (the writer is made after the mirror, and
+// told to notify it).
+func New(cfg Config) (*Mirror, error) {
+	cfg.setDefaults()
+	if err := CheckTable(cfg.Table); err != nil {
+		return nil, err
+	}
+	pc, red, err := poolConfig(cfg.DSN, cfg.Workers, cfg.ConnectTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return &Mirror{cfg: cfg, pc: pc, red: red, target: Target(cfg.DSN), log: cfg.Logger.Named("mirror"),
+		keys: map[layout.Key]*tstate{}, wake: make(chan struct{}), down: make(chan struct{}, 1)}, nil
+}
+
+// Target is where the mirror writes, without the password.
+func (mr *Mirror) Target() string { return mr.target + " table=" + mr.cfg.Table }
+
+// Start connects (in the background: PostgreSQL may be down), lists
+// every local transcript to compare it with its cursor, and mirrors what
+// changes until ctx ends or Close.
+func (mr *Mirror) Start(ctx context.Context, src Source) error {
+	pool, err := pgxpool.NewWithConfig(context.Background(), mr.pc)
+	if err != nil {
+		return errors.New(mr.red.clean(err.Error()))
+	}
+	mr.src, mr.pool = src, pool
+	ctx, mr.cancel = context.WithCancel(ctx)
+	mr.log.Info("mirroring transcripts to PostgreSQL", zap.String("target", mr.Target()))
+	mr.wg.Add(2 + mr.cfg.Workers)
+	go func() { defer mr.wg.Done(); mr.listLocal(ctx) }()
+	go func() { defer mr.wg.Done(); mr.connector(ctx) }()
+	for range mr.cfg.Workers {
+		go func() { defer mr.wg.Done(); mr.worker(ctx) }()
+	}
+	return nil
+}
+
+// Close stops the mirror: a transaction in flight is rolled back, and
+// what is not mirrored yet is at the next start.
+func (mr *Mirror) Close() {
+	mr.mu.Lock()
+	mr.closed = true
+	mr.mu.Unlock()
+	if mr.cancel != nil {
+		mr.cancel()
+	}
+	mr.wg.Wait()
+	if mr.pool != nil {
+		mr.pool.Close()
+	}
+}
+
+// Notify is writer.Config.Changed: it records what changed and wakes a
+// worker, without waiting for anything.
+func (mr *Mirror) Notify(c writer.Change) {
+	now := mr.cfg.Clock.Now()
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	ts := mr.stateLocked(c.Key)
+	switch {
+	case c.Gone:
+		ts.gone = true
+	case c.Family:
+		ts.family = true
+	default:
+		ts.local, ts.localBytes, ts.localKnown = c.Entries, c.Bytes, true
+		if !ts.known {
+			ts.added += c.Added
+		}
+		if ts.behindSince.IsZero() && (ts.known && c.Entries > ts.cur.entries || !ts.known && ts.added > 0) {
+			ts.behindSince = now
+		}
+	}
+	mr.enqueueLocked(c.Key)
+}
+
+func (mr *Mirror) stateLocked(k layout.Key) *tstate {
+	ts := mr.keys[k]
+	if ts == nil {
+		ts = &tstate{}
+		mr.keys[k] = ts
+	}
+	return ts
+}
+
+func (mr *Mirror) enqueueLocked(k layout.Key) {
+	ts := mr.stateLocked(k)
+	if ts.queued {
+		return
+	}
+	ts.queued = true
+	mr.queue = append(mr.queue, k)
+	mr.signalLocked()
+}
+
+func (mr *Mirror) signalLocked() {
+	close(mr.wake)
+	mr.wake = make(chan struct{})
+}
+
+// listLocal queues every local transcript, to compare it with its cursor
+// (the scan at start): what was appended while sessiond or PostgreSQL was
+// down, or rewritten by another program meanwhile, is mirrored then.
+func (mr *Mirror) listLocal(ctx context.Context) {
+	for delay := mr.cfg.RetryMin; ; delay = min(2*delay, mr.cfg.RetryMax) {
+		keys, err := mr.src.AllKeys("", true)
+		if err == nil {
+			mr.mu.Lock()
+			for _, k := range keys {
+				mr.enqueueLocked(k)
+			}
+			mr.listed = true
+			mr.mu.Unlock()
+			mr.log.Debug("listed the local transcripts", zap.Int("transcripts", len(keys)))
+			return
+		}
+		mr.fail(err)
+		if !mr.sleep(ctx, delay) {
+			return
+		}
+	}
+}
+
+// connector keeps the connection: it checks PostgreSQL answers, creates
+// the tables, loads the cursors once, and tries again with a growing
+// delay while it cannot.
+func (mr *Mirror) connector(ctx context.Context) {
+	delay := mr.cfg.RetryMin
+	for {
+		err := mr.connect(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			delay = mr.cfg.RetryMin
+			select {
+			case <-mr.down:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		mr.fail(err)
+		if !mr.sleep(ctx, delay) {
+			return
+		}
+		delay = min(2*delay, mr.cfg.RetryMax)
+	}
+}
+
+func (mr *Mirror) connect(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, mr.cfg.ConnectTimeout)
+	defer cancel()
+	if err := mr.pool.Ping(cctx); err != nil {
+		mr.setConnected(false)
+		return dbErr{err}
+	}
+	mr.mu.Lock()
+	schema, scanned := mr.schema, mr.scanned
+	mr.mu.Unlock()
+	if !schema {
+		if err := createSchema(cctx, mr.pool, mr.cfg.Table); err != nil {
+			return dbErr{err}
+		}
+		mr.mu.Lock()
+		mr.schema = true
+		mr.mu.Unlock()
+	}
+	if !scanned {
+		// One query for every cursor, so the scan at start needs none per
+		// transcript.
+		curs, err := loadCursors(ctx, mr.pool, mr.cfg.Table)
+		if err != nil {
+			return dbErr{err}
+		}
+		mr.mu.Lock()
+		for k, ts := range mr.keys {
+			if !ts.known && !ts.busy {
+				ts.cur, ts.known, ts.lineage = curs[k], true, 0
+				ts.added = 0
+			}
+		}
+		mr.scanned = true
+		mr.mu.Unlock()
+	}
+	was := mr.setConnected(true)
+	if !was {
+		mr.log.Info("connected to PostgreSQL", zap.String("target", mr.Target()))
+	}
+	return nil
+}
+
+// setConnected records whether PostgreSQL answers and returns what was
+// recorded before; workers wait while it does not.
+func (mr *Mirror) setConnected(ok bool) bool {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	was := mr.connected
+	mr.connected = ok
+	if ok {
+		mr.signalLocked()
+	}
+	return was
+}
+
+// lost tells the connector a worker lost the connection.
+func (mr *Mirror) lost() {
+	if mr.setConnected(false) {
+		mr.log.Warn("lost PostgreSQL; appends go on locally and are mirrored once it is back")
+	}
+	select {
+	case mr.down <- struct{}{}:
+	default:
+	}
+}
+
+// sleep waits d on the mirror's clock; false when ctx ended first.
+func (mr *Mirror) sleep(ctx context.Context, d time.Duration) bool {
+	t := mr.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// fail records err as the last error (without the password) and logs it.
+func (mr *Mirror) fail(err error) {
+	msg := mr.red.clean(err.Error())
+	mr.mu.Lock()
+	repeat := msg == mr.lastErr
+	mr.lastErr, mr.lastErrAt = msg, mr.cfg.Clock.Now()
+	mr.mu.Unlock()
+	if !repeat {
+		mr.log.Warn("mirror error", zap.String("error", msg))
+	}
+}
+
+// worker mirrors the queued transcripts one at a time while PostgreSQL
+// answers; a transcript is never mirrored by two workers at once.
+func (mr *Mirror) worker(ctx context.Context) {
+	for {
+		mr.mu.Lock()
+		var k layout.Key
+		ok := false
+		if mr.connected && len(mr.queue) > 0 {
+			for i, q := range mr.queue {
+				if ts := mr.keys[q]; !ts.busy {
+					k, ok = q, true
+					if i == 0 {
+						mr.queue = mr.queue[1:] // the usual case: no copy
+					} else {
+						mr.queue = append(mr.queue[:i:i], mr.queue[i+1:]...)
+					}
+					ts.queued, ts.busy = false, true
+					break
+				}
+			}
+		}
+		wake := mr.wake
+		mr.mu.Unlock()
+		if !ok {
+			select {
+			case <-wake:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		err := mr.sync(ctx, k)
+		mr.finish(ctx, k, err)
+	}
+}
+
+// finish records how k's turn went and when it comes again.
+func (mr *Mirror) finish(ctx context.Context, k layout.Key, err error) {
+	mr.mu.Lock()
+	ts := mr.keys[k]
+	ts.busy = false
+	if err == nil {
+		ts.failures = 0
+		if ts.queued {
+			mr.signalLocked() // changed meanwhile: a worker may take it now
+		}
+		mr.mu.Unlock()
+		return
+	}
+	// Whatever failed, the cursor is read again before the next try: a
+	// commit cut off by a lost connection may have gone through.
+	ts.stale, ts.lineage = true, 0
+	ts.failures++
+	failures := ts.failures
+	mr.mu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
+	var de dbErr
+	switch {
+	case errors.Is(err, errCursorMoved) && failures < 3:
+		mr.requeue(k) // read the cursor again and go on
+		return
+	case errors.As(err, &de) && connectionLost(de.err):
+		mr.fail(err)
+		mr.requeue(k)
+		mr.lost()
+		return
+	case errors.Is(err, errForeignRows):
+		// Nothing changes by trying again; the next change of the
+		// transcript (or the next start) tries again.
+		mr.fail(err)
+		return
+	}
+	mr.fail(err)
+	delay := mr.cfg.RetryMin << min(failures, 16)
+	delay = min(delay, mr.cfg.RetryMax)
+	mr.wg.Add(1)
+	go func() {
+		defer mr.wg.Done()
+		if mr.sleep(ctx, delay) {
+			mr.requeue(k)
+		}
+	}()
+}
+
+func (mr *Mirror) requeue(k layout.Key) {
+	mr.mu.Lock()
+	if !mr.closed {
+		mr.enqueueLocked(k)
+	}
+	mr.mu.Unlock()
+}
+
+// dbErr marks an error PostgreSQL (or the way to it) gave, as opposed to
+// one reading the local transcript.
+type dbErr struct{ err error }
+
+func (e dbErr) Error() string { return "postgresql: " + e.err.Error() }
+func (e dbErr) Unwrap() error { return e.err }
+
+// connectionLost tells a lost or refused connection, or a server
+// shutting down, from an error in what was asked of it.
+func connectionLost(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code[:2] {
+		case "08", "57", "53", "58": // connection, operator intervention, resources, system
+			return true
+		}
+		return false
+	}
+	return !errors.Is(err, errCursorMoved) && !errors.Is(err, errForeignRows)
+}
+
+// Status is how the mirror stands.
+type Status struct {
+	Target    string
+	Connected bool
+	// EntriesBehind and BytesBehind: what the local transcripts hold that
+	// PostgreSQL does not yet, as far as the mirror knows (a transcript
+	// not compared with its cursor yet counts the entries acknowledged
+	// since start); OldestBehind: since when the transcript furthest
+	// behind has been (zero: none is).
+	EntriesBehind uint64
+	BytesBehind   uint64
+	OldestBehind  time.Time
+	// Transcripts: transcripts whose cursor covers all they hold;
+	// Unchecked: local transcripts not compared with PostgreSQL since
+	// start.
+	Transcripts uint64
+	Unchecked   uint64
+	// Listing: the local transcripts are still being listed at start, so
+	// Unchecked is not complete yet.
+	Listing bool
+	// RowsWritten: rows written since start.
+	RowsWritten uint64
+	LastError   string
+	LastErrorAt time.Time
+}
+
+// Status reports the mirror's state.
+func (mr *Mirror) Status() Status {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	st := Status{Target: mr.Target(), Connected: mr.connected, RowsWritten: mr.rows, LastError: mr.lastErr, LastErrorAt: mr.lastErrAt,
+		Listing: !mr.listed}
+	for _, ts := range mr.keys {
+		if !ts.checked {
+			st.Unchecked++
+		}
+		var behind uint64
+		switch {
+		case ts.known && ts.localKnown && ts.local > ts.cur.entries:
+			behind = ts.local - ts.cur.entries
+			if b := ts.localBytes - int64(ts.cur.bytes); b > 0 {
+				st.BytesBehind += uint64(b)
+			}
+		case !ts.known:
+			behind = ts.added
+		}
+		st.EntriesBehind += behind
+		if behind > 0 && !ts.behindSince.IsZero() && (st.OldestBehind.IsZero() || ts.behindSince.Before(st.OldestBehind)) {
+			st.OldestBehind = ts.behindSince
+		}
+		if behind == 0 && ts.checked && ts.known && ts.cur.exists {
+			st.Transcripts++
+		}
+	}
+	return st
+}

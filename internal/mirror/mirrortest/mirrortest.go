@@ -1,0 +1,66 @@
+// Package mirrortest holds what the mirror's tests and the end-to-end
+// tests share: the reference adapter's load, and the comparison of rows
+// with entries the contract asks for (deep equality as JSON: jsonb keeps
+// neither key order nor spacing).
+package mirrortest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sessiond/sessiond/internal/layout"
+)
+
+// Load is the reference adapter's load of key from table (its SQL): the
+// entries' texts in seq order.
+func Load(t testing.TB, dsn, table string, key layout.Key) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	rows, err := c.Query(ctx, fmt.Sprintf(`SELECT entry FROM %s WHERE project_key = $1 AND session_id = $2 AND subpath = $3 ORDER BY seq`, table),
+		key.ProjectKey, key.SessionID, key.Subpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var e string
+		err := r.Scan(&e)
+		return e, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// SameEntries fails t unless rows are entries, in order, each deep equal
+// as JSON.
+func SameEntries(t testing.TB, what string, rows, entries []string) {
+	t.Helper()
+	if len(rows) != len(entries) {
+		t.Fatalf("%s: %d rows for %d entries", what, len(rows), len(entries))
+	}
+	for i := range rows {
+		var r, e any
+		if err := json.Unmarshal([]byte(rows[i]), &r); err != nil {
+			t.Fatalf("%s: row %d: %v", what, i, err)
+		}
+		if err := json.Unmarshal([]byte(entries[i]), &e); err != nil {
+			t.Fatalf("%s: entry %d: %v", what, i, err)
+		}
+		if !reflect.DeepEqual(r, e) {
+			t.Fatalf("%s: row %d differs:\n row   %s\n entry %s", what, i, rows[i], entries[i])
+		}
+	}
+}

@@ -1,0 +1,362 @@
+package mirror
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/writer"
+)
+
+var (
+	// errRewritten: the lines the cursor covers are not the transcript's
+	// first lines any more (a repair, a restore merging copies, another
+	// program's rewrite): the transcript is replaced as a whole.
+	errRewritten = errors.New("the transcript was rewritten since it was mirrored")
+	// errCursorMoved: the cursor is not what this mirror last saw (a
+	// commit whose answer was lost went through, or another sessiond
+	// wrote it): read it again.
+	errCursorMoved = errors.New("the transcript's cursor moved meanwhile")
+	// errForeignRows: rows another program wrote for the transcript, with
+	// no cursor of sessiond's.
+	errForeignRows = errors.New("rows that sessiond did not write")
+)
+
+// job is one turn at one transcript, on one worker.
+type job struct {
+	mr  *Mirror
+	key layout.Key
+	cur cursor
+	// lineage under which cur's lines were last checked (0: none).
+	lineage uint64
+}
+
+// sync brings key's rows up to date with the local transcript: appends
+// what is new, replaces the whole transcript when it was rewritten, and
+// deletes it when it went to the trash.
+func (mr *Mirror) sync(ctx context.Context, k layout.Key) error {
+	mr.mu.Lock()
+	ts := mr.keys[k]
+	j := &job{mr: mr, key: k, cur: ts.cur, lineage: ts.lineage}
+	load := !ts.known || ts.stale
+	gone, family := ts.gone, ts.family
+	ts.gone, ts.family = false, false
+	mr.mu.Unlock()
+
+	if family && k.Subpath == "" {
+		// A restore brought the session's subagents back too.
+		subs, err := mr.src.Subkeys(k)
+		if err != nil {
+			return err
+		}
+		mr.mu.Lock()
+		for _, s := range subs {
+			mr.enqueueLocked(layout.Key{ProjectKey: k.ProjectKey, SessionID: k.SessionID, Subpath: s})
+		}
+		mr.mu.Unlock()
+	}
+	if load {
+		c, err := loadCursor(ctx, mr.pool, mr.cfg.Table, k, false)
+		if err != nil {
+			return dbErr{err}
+		}
+		j.cur, j.lineage = c, 0
+		mr.update(k, func(ts *tstate) { ts.cur, ts.known, ts.stale, ts.lineage, ts.added = c, true, false, 0, 0 })
+	}
+	total, lineage, err := j.push(ctx)
+	if errors.Is(err, errRewritten) {
+		mr.log.Info("transcript rewritten since it was mirrored (a repair, a restore's merge or another program); replacing its rows",
+			zap.Stringer("session", k), zap.Uint64("mirrored_entries", j.cur.entries))
+		total, lineage, err = j.replace(ctx)
+	}
+	if errdefs.Is(err, errdefs.ErrNotFound) {
+		// Gone from the disk: deleted here (a main key takes its
+		// subagents along, as the reference adapter's delete does).
+		return j.remove(ctx, gone && k.Subpath == "")
+	}
+	if err != nil {
+		return err
+	}
+	mr.update(k, func(ts *tstate) {
+		ts.lineage, ts.checked = lineage, true
+		if !ts.localKnown || ts.local <= total {
+			ts.local, ts.localBytes, ts.localKnown = total, int64(j.cur.bytes), true
+		}
+		if ts.local <= ts.cur.entries {
+			ts.behindSince = time.Time{}
+		}
+	})
+	return nil
+}
+
+// update runs fn on k's state under the lock.
+func (mr *Mirror) update(k layout.Key, fn func(*tstate)) {
+	mr.mu.Lock()
+	fn(mr.stateLocked(k))
+	mr.mu.Unlock()
+}
+
+// batch gathers the rows of one transaction.
+type batch struct {
+	entries, lines []string
+	n              uint64 // transcript lines, rows or not
+	bytes          uint64
+	size           int
+}
+
+func (b *batch) add(line []byte) {
+	b.n++
+	b.bytes += uint64(len(line)) + 1
+	b.size += len(line)
+	if e, ok := entryText(line); ok {
+		b.entries = append(b.entries, e)
+		b.lines = append(b.lines, string(line))
+		b.size += len(e)
+	}
+}
+
+func (b *batch) full(mr *Mirror) bool {
+	return len(b.entries) >= mr.cfg.BatchEntries || b.size >= mr.cfg.BatchBytes
+}
+
+func (b *batch) reset() { *b = batch{entries: b.entries[:0], lines: b.lines[:0]} }
+
+// push checks that the transcript still starts with the lines the cursor
+// covers (reading them again unless the writer's lineage vouches for
+// them) and appends the lines after them, a batch per transaction. It
+// returns the transcript's entries and the lineage it read under.
+func (j *job) push(ctx context.Context) (uint64, uint64, error) {
+	mr := j.mr
+	h := newChain()
+	from := uint64(0)
+	if j.lineage != 0 && j.cur.exists {
+		if c, err := resume(j.cur.chain); err == nil {
+			h, from = c, j.cur.entries
+		}
+	}
+	var b batch
+	lineage, total, err := mr.src.ReadLines(ctx, j.key, from, func(es []writer.Entry) error {
+		for _, e := range es {
+			if e.Index < j.cur.entries {
+				h.add(e.Data)
+				if e.Index == j.cur.entries-1 && !bytes.Equal(h.digest(), j.cur.digest) {
+					return errRewritten
+				}
+				continue
+			}
+			b.add(e.Data)
+			h.add(e.Data)
+			if b.full(mr) {
+				if err := j.commit(ctx, &b, h); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if total < j.cur.entries {
+		return 0, 0, errRewritten
+	}
+	if b.n > 0 {
+		if err := j.commit(ctx, &b, h); err != nil {
+			return 0, 0, err
+		}
+	}
+	return total, lineage, nil
+}
+
+// commit appends b's rows and advances the cursor over b's lines, in one
+// transaction, provided the cursor is still the one this job holds.
+func (j *job) commit(ctx context.Context, b *batch, h chain) error {
+	mr := j.mr
+	next := j.cur
+	next.exists = true
+	next.cover(b)
+	next.digest, next.chain = h.digest(), h.state()
+	if next.generation == 0 {
+		next.generation = 1
+	}
+	err := pgx.BeginFunc(ctx, mr.pool, func(tx pgx.Tx) error {
+		got, err := j.lock(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if !got.exists {
+			foreign, err := hasRows(ctx, tx, mr.cfg.Table, j.key)
+			if err != nil {
+				return err
+			}
+			if foreign {
+				return fmt.Errorf("%s: table %s holds %w for this transcript (another program's, or left by a mirror whose cursor is gone); it is not mirrored until they are removed",
+					j.key, mr.cfg.Table, errForeignRows)
+			}
+		}
+		if err := insertRows(ctx, tx, mr.cfg.Table, j.key, b.entries, b.lines); err != nil {
+			return err
+		}
+		return saveCursor(ctx, tx, mr.cfg.Table, j.key, next)
+	})
+	if err != nil {
+		return j.dbError(err)
+	}
+	j.advanced(next, uint64(len(b.entries)))
+	b.reset()
+	return nil
+}
+
+// lock takes the cursor's row lock in tx and checks that the cursor is
+// still the one this job holds, and that this sessiond may write the
+// transcript (fence).
+func (j *job) lock(ctx context.Context, tx pgx.Tx) (cursor, error) {
+	got, err := loadCursor(ctx, tx, j.mr.cfg.Table, j.key, true)
+	if err != nil {
+		return cursor{}, err
+	}
+	if !got.same(j.cur) {
+		return cursor{}, errCursorMoved
+	}
+	return got, j.mr.fence(ctx, tx, j.key)
+}
+
+// cover advances c over b's lines and rows.
+func (c *cursor) cover(b *batch) {
+	c.entries += b.n
+	c.bytes += b.bytes
+	c.rows += uint64(len(b.entries))
+}
+
+// advanced records a committed cursor.
+func (j *job) advanced(next cursor, rows uint64) {
+	j.cur = next
+	j.mr.mu.Lock()
+	defer j.mr.mu.Unlock()
+	j.mr.rows += rows
+	ts := j.mr.stateLocked(j.key)
+	ts.cur, ts.known, ts.stale = next, true, false
+	if ts.localKnown && ts.local <= next.entries {
+		ts.behindSince = time.Time{}
+	}
+}
+
+// replace writes the transcript anew, in one transaction: its rows and
+// lines go, every current line goes in, and the cursor starts over (its
+// generation counted up). Readers of the table see the old rows or the
+// new, never a mix.
+func (j *job) replace(ctx context.Context) (uint64, uint64, error) {
+	mr := j.mr
+	var next cursor
+	var lineage, total, rows uint64
+	err := pgx.BeginFunc(ctx, mr.pool, func(tx pgx.Tx) error {
+		got, err := j.lock(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if err := deleteRows(ctx, tx, mr.cfg.Table, j.key, false); err != nil {
+			return err
+		}
+		h := newChain()
+		var b batch
+		next = cursor{exists: true, generation: got.generation + 1}
+		flush := func() error {
+			if err := insertRows(ctx, tx, mr.cfg.Table, j.key, b.entries, b.lines); err != nil {
+				return dbErr{err}
+			}
+			next.cover(&b)
+			b.reset()
+			return nil
+		}
+		lineage, total, err = mr.src.ReadLines(ctx, j.key, 0, func(es []writer.Entry) error {
+			for _, e := range es {
+				b.add(e.Data)
+				h.add(e.Data)
+				if b.full(mr) {
+					if err := flush(); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+		next.digest, next.chain = h.digest(), h.state()
+		rows = next.rows
+		return saveCursor(ctx, tx, mr.cfg.Table, j.key, next)
+	})
+	if err != nil {
+		return 0, 0, j.dbError(err)
+	}
+	j.advanced(next, rows)
+	return total, lineage, nil
+}
+
+// remove deletes the transcript's rows, lines and cursor (cascade: the
+// whole session's).
+func (j *job) remove(ctx context.Context, cascade bool) error {
+	mr := j.mr
+	err := pgx.BeginFunc(ctx, mr.pool, func(tx pgx.Tx) error {
+		if err := mr.fence(ctx, tx, j.key); err != nil {
+			return err
+		}
+		return deleteRows(ctx, tx, mr.cfg.Table, j.key, cascade)
+	})
+	if err != nil {
+		return j.dbError(err)
+	}
+	mr.log.Info("deleted a transcript's rows (the session was deleted here)", zap.Stringer("session", j.key), zap.Bool("with_subagents", cascade))
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	for k, ts := range mr.keys {
+		if k == j.key || cascade && k.ProjectKey == j.key.ProjectKey && k.SessionID == j.key.SessionID {
+			ts.cur, ts.known, ts.stale, ts.lineage, ts.checked = cursor{}, true, false, 0, true
+			ts.local, ts.localBytes, ts.localKnown, ts.added = 0, 0, true, 0
+			ts.behindSince = time.Time{}
+		}
+	}
+	return nil
+}
+
+// dbError marks an error of the transaction as PostgreSQL's, unless it
+// is one of the mirror's own verdicts or the local transcript's.
+func (j *job) dbError(err error) error {
+	var de dbErr
+	var pe *pgconn.PgError
+	switch {
+	case errors.Is(err, errRewritten), errors.Is(err, errCursorMoved), errors.Is(err, errForeignRows), errors.As(err, &de):
+		return err
+	case errors.As(err, &pe) && pe.Code == "23505":
+		// Another sessiond made the cursor first.
+		return fmt.Errorf("%w: %v", errCursorMoved, err)
+	case errors.As(err, &pe):
+		return dbErr{err}
+	}
+	for _, k := range errdefs.Kinds {
+		if errors.Is(err, k) {
+			return err // the local transcript's (a read that failed)
+		}
+	}
+	return dbErr{err}
+}
+
+// fence is where every transaction that writes a transcript's rows checks
+// that this sessiond may still write them. Leases with fencing tokens
+// (issue 16, part 4) go here: the session's lease row is read FOR SHARE
+// and the transaction fails unless it holds this process's token.
+func (mr *Mirror) fence(ctx context.Context, tx pgx.Tx, key layout.Key) error {
+	return nil
+}

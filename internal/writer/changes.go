@@ -1,0 +1,119 @@
+package writer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/transcript"
+)
+
+// Change tells Config.Changed that a transcript changed: entries were
+// acknowledged, lines moved (a repair, lines another program wrote), or
+// the session left for the trash or came back from it. It says what
+// changed, not how: a watcher reads the transcript again (ReadLines).
+type Change struct {
+	Key layout.Key
+	// Entries and Bytes are what the transcript holds now, acknowledged
+	// entries not compacted yet included (Bytes as the file will be once
+	// they are); 0 with Gone or Family.
+	Entries uint64
+	Bytes   int64
+	// Added is how many entries were acknowledged since the last Change
+	// of this writer (a watcher that does not know yet how far it is
+	// behind counts them).
+	Added uint64
+	// Gone: the transcript went to the trash (or was purged); for a main
+	// key, with every subagent transcript of its session.
+	Gone bool
+	// Family: a restore brought back or merged the session's transcripts
+	// (for a main key, its subagents' too).
+	Family bool
+}
+
+// tell tells Config.Changed about c. It must not block: the writer
+// goroutines and deletes call it.
+func (d *deps) tell(c Change) {
+	if d.cfg.Changed != nil {
+		d.cfg.Changed(c)
+	}
+}
+
+// noteChange tells Config.Changed what st holds now.
+func (st *state) noteChange() {
+	if st.cfg.Changed == nil {
+		return
+	}
+	bytes := st.canon.size + st.pendingBytes
+	if !st.canonEndsNL && st.canonExists && len(st.pending) > 0 {
+		bytes++
+	}
+	st.tell(Change{Key: st.key, Entries: st.totalEntries(), Bytes: bytes, Added: st.unnoted})
+	st.unnoted = 0
+}
+
+// ReadLines serves key's entries from index from, in order, as Read does
+// without Follow, and says which lineage the content it served has: a
+// caller that reads again and gets the same lineage (not 0) may trust
+// that the lines served before are still where they were, byte for byte,
+// so it need not read them again (the lineage changes whenever they may
+// have moved: a repair, lines another program wrote, a writer opening
+// the file). Lineage 0: no writer was open and the file was read as it
+// is, with no such promise. total is the number of entries the
+// transcript holds. A session without a writer or journal is read
+// straight from its file, so reading every transcript (the mirror's scan
+// at start) starts no writers.
+func (m *Manager) ReadLines(ctx context.Context, key layout.Key, from uint64, send func([]Entry) error) (lineage, total uint64, err error) {
+	if err := key.Validate(); err != nil {
+		return 0, 0, err
+	}
+	if !m.existsOnDisk(key) {
+		return 0, 0, m.notFound(key)
+	}
+	r := reader{next: from, send: send}
+	if logged, _ := m.logs.exists(key); !logged && !m.IsActive(key) {
+		path := m.cfg.Layout.TranscriptPath(key)
+		f, err := m.cfg.FS.OpenFile(path, os.O_RDONLY, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0, 0, m.notFound(key)
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("open %s: %w", path, errdefs.FromIO(err))
+		}
+		defer f.Close()
+		sc := transcript.NewLineScannerAt(f)
+		var idx uint64
+		for ; sc.Scan(); idx++ {
+			if idx >= from {
+				if err := r.emit(idx, sc.Line()); err != nil {
+					return 0, 0, err
+				}
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return 0, 0, fmt.Errorf("read %s: %w", path, errdefs.FromIO(err))
+		}
+		return 0, idx, r.flush()
+	}
+	var sn *snapshot
+	err = m.doRetire(ctx, key, retireIfOpened, func(st *state) error {
+		var err error
+		sn, err = st.snapshot()
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer sn.close()
+	if !sn.exists {
+		return 0, 0, m.notFound(key)
+	}
+	if err := r.serve(sn); err != nil {
+		return 0, 0, err
+	}
+	return sn.lineage, sn.canonEntries + uint64(len(sn.pending)), nil
+}

@@ -1,0 +1,123 @@
+package writer
+
+import (
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sessiond/sessiond/internal/layout"
+)
+
+// changeLog collects what Config.Changed is told.
+type changeLog struct {
+	mu sync.Mutex
+	cs []Change
+}
+
+func (l *changeLog) add(c Change) {
+	l.mu.Lock()
+	l.cs = append(l.cs, c)
+	l.mu.Unlock()
+}
+
+// last waits a little for a change of k that ok accepts (the writer
+// tells it right after acknowledging) and returns the last one told.
+func (l *changeLog) last(k layout.Key, ok func(Change) bool) Change {
+	var c Change
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		l.mu.Lock()
+		for i := len(l.cs) - 1; i >= 0; i-- {
+			if l.cs[i].Key == k {
+				c = l.cs[i]
+				break
+			}
+		}
+		l.mu.Unlock()
+		if ok(c) {
+			break
+		}
+	}
+	return c
+}
+
+func readAll(t *testing.T, m *Manager, k layout.Key, from uint64) (lines []string, lineage, total uint64) {
+	t.Helper()
+	lineage, total, err := m.ReadLines(bg, k, from, func(es []Entry) error {
+		for _, e := range es {
+			lines = append(lines, string(e.Data))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("ReadLines(%s, %d): %v", k, from, err)
+	}
+	return lines, lineage, total
+}
+
+// TestChangedAndReadLines: every acknowledged append tells Config.Changed
+// how many entries and bytes the transcript holds and how many were
+// added; ReadLines serves from any index with a lineage that stays while
+// nothing moved and changes when a writer reopens the file; with no writer
+// it reads the file (lineage 0); a delete and a restore are told too.
+func TestChangedAndReadLines(t *testing.T) {
+	e := newEnv(t)
+	var log changeLog
+	e.cfg.Changed = log.add
+	m := e.manager()
+	k := newKey()
+	a, b, c := string(entry("a")), string(entry("b")), string(entry("c"))
+	mustAppendTo(t, m, k, a, b)
+	ch := log.last(k, func(c Change) bool { return c.Entries == 2 })
+	if ch.Entries != 2 || ch.Added != 2 || ch.Bytes != int64(len(a)+len(b)+2) {
+		t.Fatalf("after appending 2 entries: %+v", ch)
+	}
+	mustAppendTo(t, m, k, c)
+	if ch := log.last(k, func(c Change) bool { return c.Entries == 3 }); ch.Entries != 3 || ch.Added != 1 {
+		t.Fatalf("after a third entry: %+v", ch)
+	}
+	lines, l1, total := readAll(t, m, k, 1)
+	if total != 3 || len(lines) != 2 || lines[0] != b || lines[1] != c || l1 == 0 {
+		t.Fatalf("ReadLines from 1: %q, total %d, lineage %d", lines, total, l1)
+	}
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	if _, l2, _ := readAll(t, m, k, 3); l2 != l1 {
+		t.Fatalf("lineage moved from %d to %d with nothing rewritten", l1, l2)
+	}
+	closeManager(t, m)
+
+	// No writer: straight from the file.
+	m = e.manager()
+	defer closeManager(t, m)
+	lines, l3, total := readAll(t, m, k, 0)
+	if l3 != 0 || total != 3 || len(lines) != 3 || lines[0] != a {
+		t.Fatalf("ReadLines without a writer: %q, total %d, lineage %d", lines, total, l3)
+	}
+	if m.IsActive(k) {
+		t.Fatal("ReadLines of a session without a writer started one")
+	}
+	mustAppendTo(t, m, k, string(entry("d")))
+	if _, l4, total := readAll(t, m, k, 4); l4 == 0 || l4 == l1 || total != 4 {
+		t.Fatalf("a reopened writer serves lineage %d (the old one was %d), total %d", l4, l1, total)
+	}
+	if _, err := m.Delete(bg, k, false); err != nil {
+		t.Fatal(err)
+	}
+	if ch := log.last(k, func(c Change) bool { return c.Gone }); !ch.Gone {
+		t.Fatalf("a delete was told as %+v", ch)
+	}
+	if _, _, err := m.ReadLines(bg, k, 0, func([]Entry) error { return nil }); err == nil {
+		t.Fatal("ReadLines of a deleted session succeeded")
+	}
+	if err := m.Restore(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	if ch := log.last(k, func(c Change) bool { return c.Family }); !ch.Family {
+		t.Fatalf("a restore was told as %+v", ch)
+	}
+	if _, err := os.Stat(e.lay.TranscriptPath(k)); err != nil {
+		t.Fatal(err)
+	}
+}
