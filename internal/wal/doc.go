@@ -79,7 +79,8 @@
 // out of the log (recovery does not read it), and kept that long while
 // the retained segments stay within Options.RetentionSize, the oldest
 // going first; Lookup reads entries back from them by their spans (see
-// retain.go). A full disk drops them all.
+// retain.go). A full disk drops them all: the log's own writes that find
+// it full, and the writers' (DropRetained, SetLowSpace).
 //
 // An idle transcript whose entries sit in the oldest segment would keep it
 // forever. So when the segments add up to more than Options.MaxSize, the

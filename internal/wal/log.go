@@ -270,7 +270,7 @@ func (l *Log) roll() error {
 	s, err := l.createSegment(seq, prevEnd)
 	if errors.Is(err, errdefs.ErrNoSpace) && l.hasRetained() {
 		// The retained history yields to appends (see retain.go).
-		l.dropRetained()
+		l.DropRetained()
 		s, err = l.createSegment(seq, prevEnd)
 	}
 	if err != nil {

@@ -122,8 +122,9 @@ func (l *Log) retire(path string) error {
 // some filesystems keeps what it got when it fails part way) would take
 // the very room that the ballast's release just gave the compactions
 // still waiting (see package ballast). So while the disk is short the
-// spares are deleted at once, collected segments are deleted instead of
-// kept, and new segments grow with their writes. The tail reserved in the
+// spares are deleted at once (and the retained segments when it turns
+// short, retain.go), collected segments are deleted instead of kept as
+// spares, and new segments grow with their writes. The tail reserved in the
 // segment being written stays: appends fill it without needing a block
 // more, so they go on being acknowledged while the disk is full. The
 // writers set it when a write finds the disk full and clear it once the
@@ -139,6 +140,10 @@ func (l *Log) SetLowSpace(on bool) {
 	for _, sp := range spares {
 		_ = l.opt.FS.Remove(sp)
 	}
+	// The retained history too: a compaction waiting for room on this
+	// disk moves acknowledged entries into their transcript, which
+	// matters more than keeping entries that are there already.
+	l.DropRetained()
 }
 
 // LowSpace reports whether SetLowSpace(true) is in force.

@@ -38,9 +38,14 @@ import (
 // The retention time is when the segment was let go, in its name, so a
 // restart keeps it; expiry runs after commits (and at Open), so an idle
 // log keeps its segments longer, never shorter. A full disk has the last
-// word: when a segment cannot be made or written for want of space, every
-// retained segment is removed (see dropRetained): appends matter more than
-// the history of entries already in their transcripts.
+// word: when a segment cannot be made or written for want of space, and
+// whenever the writers find the log's disk full (DropRetained: a
+// compaction whose new copy did not fit, an append kept out of the
+// ballast's room, SetLowSpace), every retained segment is removed:
+// appends, and the compactions that move entries into their transcripts,
+// matter more than the history of entries already there. Segments let go
+// later are retained again: a full disk once must not end the retention
+// for the life of the process.
 
 // retainedSuffix ends the name of a retained segment.
 const retainedSuffix = ".wal-retained"
@@ -151,13 +156,18 @@ func (l *Log) expire() {
 	}
 }
 
-// dropRetained removes every retained segment (not as spares: the point
-// is to free space), when the disk is full. Called by the committer only.
-func (l *Log) dropRetained() {
+// DropRetained removes every retained segment (not as spares: the point
+// is to free space) when the log's disk is full, its own writes' or a
+// writer's finding (see above), and reports whether it removed any: the
+// room they held is free now, and what failed for want of it may be tried
+// again. It removes none while Lookup reads them. Safe from any goroutine:
+// the segments it removes leave the list under l.mu first, as those
+// expire removes do, so the two never remove the same one.
+func (l *Log) DropRetained() bool {
 	l.mu.Lock()
 	if l.readers > 0 || len(l.retained) == 0 {
 		l.mu.Unlock()
-		return
+		return false
 	}
 	drop := l.retained
 	l.retained = nil
@@ -166,6 +176,7 @@ func (l *Log) dropRetained() {
 		_ = l.opt.FS.Remove(r.path)
 	}
 	_ = l.opt.FS.SyncDir(l.opt.Dir)
+	return true
 }
 
 func (l *Log) hasRetained() bool {
@@ -178,7 +189,7 @@ func (l *Log) hasRetained() bool {
 // so that the next attempt may find room.
 func (l *Log) freeOnFull(err error) {
 	if errors.Is(err, errdefs.ErrNoSpace) {
-		l.dropRetained()
+		l.DropRetained()
 	}
 }
 

@@ -224,6 +224,53 @@ func TestRetainedDroppedOnFullDisk(t *testing.T) {
 	}
 }
 
+// TestRetainedDroppedWhenWritersFindTheDiskFull: when the writers find the
+// log's disk full elsewhere (a compaction's new copy that did not fit), the
+// retained segments are removed at once, so what waits for room gets
+// theirs too: when the disk turns short (SetLowSpace), and at every later
+// finding (DropRetained, which says whether it freed anything). Segments
+// let go after that are retained again: one full disk does not end the
+// retention.
+func TestRetainedDroppedWhenWritersFindTheDiskFull(t *testing.T) {
+	dir := t.TempDir()
+	opt := Options{Dir: dir, SegmentSize: crashSegment, Retention: time.Hour}
+	l, _, err := Open(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	a := l.Stream(key("a"))
+	a.Begin(Fingerprint{}, 0, true)
+	retainSome := func(prefix string) {
+		t.Helper()
+		fill(t, a, prefix, 8, 1500)
+		compact(t, a)
+		fill(t, a, prefix+"-next", 1, 10)
+		if l.Stats().RetainedSegments == 0 || len(retainedFiles(t, dir)) == 0 {
+			t.Fatalf("%s: nothing retained", prefix)
+		}
+	}
+	gone := func(what string) {
+		t.Helper()
+		if st, files := l.Stats(), retainedFiles(t, dir); st.RetainedSegments != 0 || st.RetainedBytes != 0 || len(files) != 0 {
+			t.Fatalf("%s, and %d segments (%d bytes) are still retained: %v", what, st.RetainedSegments, st.RetainedBytes, files)
+		}
+	}
+	retainSome("a")
+	l.SetLowSpace(true)
+	gone("the disk turned short of space")
+	retainSome("b")
+	if !l.DropRetained() {
+		t.Fatal("DropRetained says it removed nothing")
+	}
+	gone("a writer found the disk full again")
+	if l.DropRetained() {
+		t.Fatal("DropRetained says it removed something with nothing retained")
+	}
+	l.SetLowSpace(false)
+	retainSome("c")
+}
+
 // retainModel is what retainWorkload sent and had acknowledged, per
 // transcript, in order (every append one entry, one caller).
 type retainModel struct {

@@ -158,6 +158,12 @@ func (st *state) compact(reason string) error {
 	}
 	need := st.canon.size + st.pendingBytes
 	err := st.compactNow(reason)
+	if err != nil && st.failed == nil && errdefs.Is(err, errdefs.ErrNoSpace) && st.space.yieldRetained(failedDir(err, st.dir)) {
+		// The log's retained segments gave their room back (space.go):
+		// the compaction may fit now, and a caller's flush need not
+		// fail for room sessiond could free itself.
+		err = st.compactNow(reason)
+	}
 	switch {
 	case err != nil:
 		return st.space.compactFailed(st.key, st.dir, need, err)

@@ -74,19 +74,31 @@ func (st *state) hold(f fsys.File, old fingerprint) {
 	// rewrote it meanwhile (open("w") just before the rename) wrote a
 	// version that no name leads to. Rescuing a slice of it as lines would
 	// splice garbage in; a copy is kept instead, for a person to merge.
-	if t, err := tailCRC(f, old.size); err != nil || t != old.tail {
-		fi, _ := f.Stat()
-		size := int64(0)
-		if fi != nil {
-			size = fi.Size()
-		}
-		where, err := st.keepCopy("foreign", f, size)
-		st.log.Error("another program rewrote the transcript while sessiond replaced it; its version no longer has a name and is not merged",
-			zap.String("kept_at", where), zap.Error(err))
-		f.Close()
+	if !intact(f, old) {
+		st.keepRewritten(f)
 		return
 	}
-	st.held, st.heldOff = f, old.size
+	st.held, st.heldOff, st.heldBase = f, old.size, old
+}
+
+// intact reports whether f still starts with the content base describes.
+func intact(f fsys.File, base fingerprint) bool {
+	t, err := tailCRC(f, base.size)
+	return err == nil && t == base.tail
+}
+
+// keepRewritten keeps a copy of f, a replaced canonical file another
+// program rewrote (not just appended to), and closes it.
+func (st *state) keepRewritten(f fsys.File) {
+	fi, _ := f.Stat()
+	size := int64(0)
+	if fi != nil {
+		size = fi.Size()
+	}
+	where, err := st.keepCopy("foreign", f, size)
+	st.log.Error("another program rewrote the transcript while sessiond replaced it; its version no longer has a name and is not merged",
+		zap.String("kept_at", where), zap.Error(err))
+	f.Close()
 }
 
 // dropHeld lets the held file go.
@@ -111,6 +123,17 @@ func (st *state) rescueLate(final bool) {
 // and a line cut short is kept as it is).
 func (st *state) rescueHeld(final bool) error {
 	if st.held == nil || st.failed != nil {
+		return nil
+	}
+	if !intact(st.held, st.heldBase) {
+		// Rewritten after hold looked (a program that opened the file
+		// before the rename saved its copy into it later): what lies
+		// past heldOff is a slice of that version, not lines appended,
+		// and a shorter version would be let go unseen. Kept aside, as
+		// hold does.
+		f := st.held
+		st.held = nil
+		st.keepRewritten(f)
 		return nil
 	}
 	fi, err := st.held.Stat()

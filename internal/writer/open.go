@@ -3,6 +3,7 @@ package writer
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -196,8 +197,29 @@ func (st *state) removeStaleTemps() {
 }
 
 // scanCanonical reads the canonical file once: its line count, the uuids
-// it holds, whether it ends in a whole line, and its fingerprint.
-func (st *state) scanCanonical() error { return st.scanCanonicalPromising(true) }
+// it holds, whether it ends in a whole line, and its fingerprint. A file
+// another program rewrote shorter while it was read is read again.
+func (st *state) scanCanonical() error {
+	for tries := 1; ; tries++ {
+		err := st.scanCanonicalPromising(true)
+		if !errors.Is(err, errShrank) {
+			return err
+		}
+		if tries == 3 {
+			return fmt.Errorf("%w, three times in a row; retry: %w", err, errdefs.ErrUnavailable)
+		}
+	}
+}
+
+// errShrank says the canonical file ended before a size read from it a
+// moment earlier: another program rewrote it meanwhile (a truncating
+// save). Not the disk's fault, and the next read sees the new file.
+var errShrank = errors.New("the transcript shrank while it was read (another program rewrote it)")
+
+// shrank tells a read that ended early from another error.
+func shrank(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
 
 // scanCanonicalPromising is scanCanonical; with promise, the listing
 // summary is told the file's size first, so it only searches the lines
@@ -261,6 +283,11 @@ func (st *state) scanCanonicalPromising(promise bool) error {
 		return st.scanCanonicalPromising(false)
 	}
 	tail, err := tailCRC(f, size)
+	if shrank(err) {
+		// Rewritten shorter between the scan and this read: scanned
+		// again by scanCanonical.
+		return fmt.Errorf("read %s: %w", st.canonPath, errShrank)
+	}
 	if err != nil {
 		return fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
 	}
@@ -290,6 +317,10 @@ func (st *state) hasPrefix(fp fingerprint) (bool, error) {
 		return false, nil
 	}
 	t, err := tailCRC(f, fp.size)
+	if shrank(err) {
+		// Rewritten shorter since the Stat above: not that content.
+		return false, nil
+	}
 	if err != nil {
 		return false, fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
 	}

@@ -28,6 +28,10 @@ import (
 // before the rename lets the old file go. When a write finds the disk
 // full:
 //
+//   - the log's retained segments (kept for repair, wal's retain.go) go
+//     first, every time, if they are on that disk (yieldRetained): a
+//     compaction is then tried once more at once (state.compact), an
+//     append into the ballast's room only refused once they are gone;
 //   - the ballast (package ballast) is deleted, if it is on that disk, and
 //     the log stops reserving space ahead and deletes its spare segments
 //     (wal.Log.SetLowSpace), so the compactions waiting get that room;
@@ -202,6 +206,9 @@ func (d *diskSpace) appendRoom(need int64) error {
 	}
 	dir := d.cfg.Layout.WALDir()
 	free := d.freeSpace(dir)
+	if free >= 0 && free-need < d.ballast.Size() && d.yieldRetained(dir) {
+		free = d.freeSpace(dir)
+	}
 	if free < 0 || free-need >= d.ballast.Size() {
 		return nil
 	}
@@ -240,6 +247,9 @@ func (d *diskSpace) release(dir string) {
 		d.log.Warn("disk full: released the ballast so the compactions waiting for space can finish; it is made again once there is room",
 			zap.String("full", dir), zap.String("ballast", d.ballast.Path()), zap.Int64("bytes", d.ballast.Size()))
 	}
+	if d.yieldRetained(dir) {
+		freed = true
+	}
 	if d.wal != nil && fsys.SameDisk(dir, d.cfg.Layout.WALDir()) && !d.wal.LowSpace() {
 		freed = true
 		d.wal.SetLowSpace(true)
@@ -260,6 +270,23 @@ func (d *diskSpace) release(dir string) {
 		default:
 		}
 	}
+}
+
+// yieldRetained has the log remove the segments it retains (wal's
+// retention, kept for repair) when dir, found full, is on the log's disk,
+// and reports whether that freed anything. They are the first room to give
+// back, every time the disk is found full: entries already in their
+// transcripts, kept in case another program drops them, matter less than
+// appends and the compactions that move entries into their transcripts.
+// The ballast and the log's reserve are freed once until the watcher puts
+// them back; the log retains segments again as compactions let them go.
+func (d *diskSpace) yieldRetained(dir string) bool {
+	if d.wal == nil || !fsys.SameDisk(dir, d.cfg.Layout.WALDir()) || !d.wal.DropRetained() {
+		return false
+	}
+	d.log.Warn("disk full: removed the write-ahead log's retained segments (kept so repair can put back entries another program's rewrite drops)",
+		zap.String("full", dir))
+	return true
 }
 
 // compactFailed defers key's compaction when it failed for want of space
@@ -317,6 +344,19 @@ func failedPath(err error) string {
 		return le.New
 	}
 	return ""
+}
+
+// failedDir is the folder of the operation that failed in err (a
+// SpaceError's, or the failed path's), def if none is named.
+func failedDir(err error, def string) string {
+	var se *errdefs.SpaceError
+	if errors.As(err, &se) && se.Dir != "" {
+		return se.Dir
+	}
+	if p := failedPath(err); p != "" {
+		return filepath.Dir(p)
+	}
+	return def
 }
 
 // compacted ends key's deferral, if any: its entries are in its

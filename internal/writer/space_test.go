@@ -259,3 +259,121 @@ func TestRecoveryFailureClearedWhenHealthy(t *testing.T) {
 		t.Errorf("the transcript holds %d lines, want 1", len(got))
 	}
 }
+
+// TestRetainedSegmentsYieldToACompaction: the log's retained segments
+// (kept so repair can put back what another program's rewrite drops) are
+// the first room given back when the disk is full, to a compaction as to
+// an append: a flush that finds the disk full while they hold room has
+// the log remove them and tries once more at once, instead of failing and
+// waiting for space sessiond could free itself (its transcripts would lag
+// until an append happened to hit the full disk in the log, which the
+// ballast's rule keeps appends from doing). With nothing retained, the
+// compaction is not tried again: it waits for space.
+func TestRetainedSegmentsYieldToACompaction(t *testing.T) {
+	e := newSpaceEnv(t, func(c *Config) { c.MinCompactBytes = 1 << 30; c.WALSegmentSize = 4096 })
+	m, k := e.m, newKey()
+	for i := range 12 {
+		e.appendTo(k, string(entry("", "n", fmt.Sprint(i), "pad", strings.Repeat("p", 1000))))
+	}
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	e.appendTo(k, string(entry("", "n", "next"))) // a commit lets the compacted segments go
+	if n := m.Stats().RetainedSegments; n == 0 {
+		t.Fatal("nothing retained after the compaction")
+	}
+	e.ff.Inject(fstest.Fault{Op: fstest.OpWrite, Path: func(p string) bool { return strings.Contains(p, ".compact-") }, Err: syscall.ENOSPC})
+	before := e.attempts.Load()
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatalf("flush on a disk full but for the log's retained segments: %v", err)
+	}
+	if n := e.attempts.Load() - before; n != 2 {
+		t.Errorf("%d compactions tried, want 2: the one that found the disk full, then one once the retained segments were gone", n)
+	}
+	st := m.Stats()
+	if st.RetainedSegments != 0 || len(st.Disk.Deferred) != 0 {
+		t.Fatalf("after the flush: %d segments retained, deferred %+v; want none of either", st.RetainedSegments, st.Disk.Deferred)
+	}
+
+	e.appendTo(k, string(entry("", "n", "last")))
+	e.ff.Inject(fstest.Fault{Op: fstest.OpWrite, Path: func(p string) bool { return strings.Contains(p, ".compact-") }, Err: syscall.ENOSPC, Sticky: true})
+	e.free.Store(10)
+	before = e.attempts.Load()
+	if _, err := m.Flush(bg, k); !errdefs.Is(err, errdefs.ErrNoSpace) {
+		t.Fatalf("flush on a full disk with nothing retained: %v, want no space", err)
+	}
+	if n := e.attempts.Load() - before; n != 1 {
+		t.Errorf("%d compactions tried with nothing retained to give back, want 1", n)
+	}
+}
+
+// TestRetainedSegmentsYieldToAnAppend: while the released ballast's room
+// is kept for the compactions, an append that would take it is refused;
+// but room the log's retained segments hold is given back first (they
+// came back as the deferred compactions let segments go), as it is to
+// the log's own writes, instead of refusing appends while sessiond keeps
+// history that is already in the transcripts.
+func TestRetainedSegmentsYieldToAnAppend(t *testing.T) {
+	const size = 64 << 10
+	var retainedGone atomic.Bool
+	e := newSpaceEnv(t, func(c *Config) {
+		c.BallastSize, c.MinCompactBytes, c.WALSegmentSize = size, 1<<30, 4096
+	})
+	// The free space the test sets, and the retained segments' room once
+	// they are gone.
+	e.cfg.FreeSpace = func(string) (int64, error) {
+		f := e.free.Load()
+		if retainedGone.Load() {
+			f += size
+		}
+		return f, nil
+	}
+	closeManager(t, e.m)
+	e.m = e.manager()
+	m, k := e.m, newKey()
+	e.appendTo(k, string(entry("", "n", "0")))
+	// The disk fills: the ballast goes, the compaction waits.
+	e.ff.Inject(fstest.Fault{Op: fstest.OpWrite, Path: func(p string) bool { return strings.Contains(p, ".compact-") }, Err: syscall.ENOSPC, Sticky: true})
+	e.free.Store(10)
+	if _, err := m.Flush(bg, k); !errdefs.Is(err, errdefs.ErrNoSpace) {
+		t.Fatalf("flush on a full disk: %v", err)
+	}
+	e.ff.Clear()
+	if !m.Stats().Disk.BallastReleased {
+		t.Fatal("the ballast was not released")
+	}
+	// Some room: the compaction is done, appends that leave the
+	// ballast's room go on, and the compactions let segments go, which
+	// the log retains.
+	e.free.Store(2*size - 1)
+	for i := 0; len(m.Stats().Disk.Deferred) > 0; i++ {
+		if i == 10 {
+			t.Fatal("the deferred compaction was not done")
+		}
+		e.tick()
+	}
+	for i := range 12 {
+		e.appendTo(k, string(entry("", "n", fmt.Sprint(i+1), "pad", strings.Repeat("p", 1000))))
+	}
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	e.appendTo(k, string(entry("", "n", "13")))
+	if m.Stats().RetainedSegments == 0 {
+		t.Fatal("nothing retained")
+	}
+	// Less room than the ballast's beyond what the append needs, unless
+	// the retained segments give theirs back.
+	e.free.Store(size)
+	e.ff.Trace(func(ev fstest.Event) {
+		if ev.Op == fstest.OpRemove && strings.HasSuffix(ev.Path, ".wal-retained") {
+			retainedGone.Store(true)
+		}
+	})
+	if _, err := m.Append(bg, k, [][]byte{entry("", "n", "14")}); err != nil {
+		t.Fatalf("append refused while the log's retained segments held room: %v", err)
+	}
+	if n := m.Stats().RetainedSegments; n != 0 {
+		t.Errorf("%d segments still retained", n)
+	}
+}

@@ -113,8 +113,9 @@ type state struct {
 	// lines another program appends to it late are rescued, and where
 	// rescued lines go (foreign.go).
 	held     fsys.File
-	heldOff  int64 // how much of held is accounted for
-	rescueAt int64 // offset in the canonical file for rescued lines, -1: none
+	heldOff  int64       // how much of held is accounted for
+	heldBase fingerprint // what held held when the compaction copied it
+	rescueAt int64       // offset in the canonical file for rescued lines, -1: none
 }
 
 func newState(d *deps, key layout.Key, log *zap.Logger) *state {
