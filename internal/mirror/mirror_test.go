@@ -78,11 +78,20 @@ type env struct {
 	m     *writer.Manager
 	mr    *Mirror
 	clock clock.Clock
+	// machine and ttl: the lease holder's name and lease duration
+	// (defaults when empty).
+	machine string
+	ttl     time.Duration
 }
 
 func newEnv(t *testing.T, dsn string, clk clock.Clock) *env {
+	return newEnvAs(t, dsn, clk, "", 0)
+}
+
+// newEnvAs is newEnv for a machine of that name with leases of ttl.
+func newEnvAs(t *testing.T, dsn string, clk clock.Clock, machine string, ttl time.Duration) *env {
 	dir := t.TempDir()
-	e := &env{t: t, dsn: dsn, clock: clk,
+	e := &env{t: t, dsn: dsn, clock: clk, machine: machine, ttl: ttl,
 		lay: layout.Layout{Root: filepath.Join(dir, "root"), StateDir: filepath.Join(dir, "state")}}
 	e.start()
 	t.Cleanup(e.stop)
@@ -92,11 +101,11 @@ func newEnv(t *testing.T, dsn string, clk clock.Clock) *env {
 func (e *env) start() {
 	e.t.Helper()
 	mr, err := New(Config{DSN: e.dsn, Logger: zaptest.NewLogger(e.t), Clock: e.clock, BatchEntries: 7,
-		RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+		RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, MachineID: e.machine, LeaseTTL: e.ttl})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	m, err := writer.New(writer.Config{Layout: e.lay, Logger: zaptest.NewLogger(e.t), Changed: mr.Notify,
+	m, err := writer.New(writer.Config{Layout: e.lay, Logger: zaptest.NewLogger(e.t), Changed: mr.Notify, AppendGate: mr.CheckAppend,
 		IdleCompact: 50 * time.Millisecond, IdleRetire: 200 * time.Millisecond})
 	if err != nil {
 		e.t.Fatal(err)
