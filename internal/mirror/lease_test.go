@@ -147,3 +147,91 @@ func TestLeaseAcquireRenewExpireTakeoverFence(t *testing.T) {
 	// And A's clients are told.
 	wantLeased(t, a.appendErr(k, line(6, "")), "machine-B", l.expires, true)
 }
+
+// TestLeaseReleasedWhenIdleAndAtStop: a session idle for LeaseIdle has
+// its lease released (another machine takes it at once, under a larger
+// token), and a sessiond that stops releases the leases it holds.
+func TestLeaseReleasedWhenIdleAndAtStop(t *testing.T) {
+	dsn := database(t)
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	a := newEnvAs(t, dsn, clk, "machine-A", time.Minute)
+	b := newEnvAs(t, dsn, clk, "machine-B", time.Minute)
+	k := newKey("")
+	a.append(k, line(1, ""))
+	a.waitCaughtUp(30 * time.Second)
+	la := leaseRow(t, dsn, k)
+	if err := b.appendErr(k, line(2, "")); !errdefs.Is(err, errdefs.ErrLeased) {
+		t.Fatalf("B's append while A holds the lease: %v", err)
+	}
+	// Idle past LeaseIdle (the default, the writer's idle retirement):
+	// released, though its minute is not over.
+	clk.Advance(DefaultLeaseIdle + time.Second)
+	a.mr.renewAll(bg)
+	if l := leaseRow(t, dsn, k); l.holder != "machine-A" || l.token != la.token || l.expires.After(clk.Now()) {
+		t.Fatalf("lease after A went idle: %+v, want A's token %d expired by %v", l, la.token, clk.Now())
+	}
+	if st := a.mr.Status(); st.Leases != 0 {
+		t.Fatalf("A still counts %d leases", st.Leases)
+	}
+	a.copyTo(b, k)
+	b.append(k, line(3, ""))
+	lb := leaseRow(t, dsn, k)
+	if lb.holder != "machine-B" || lb.token <= la.token {
+		t.Fatalf("lease after B's append: %+v, want B's above %d", lb, la.token)
+	}
+	// B stops: released.
+	b.stop()
+	if l := leaseRow(t, dsn, k); l.holder != "machine-B" || l.expires.After(clk.Now()) {
+		t.Fatalf("lease after B stopped: %+v, want expired by %v", l, clk.Now())
+	}
+}
+
+// TestLeaseBoundedWait: an append that must ask PostgreSQL whether the
+// session is leased elsewhere waits at most LeaseWait; when no answer
+// comes, it is stored locally, and the mirror, finding the session
+// another machine's later, is fenced and says so, the entry kept.
+func TestLeaseBoundedWait(t *testing.T) {
+	dsn := database(t)
+	a := newEnvAs(t, dsn, clock.Real, "machine-A", time.Minute)
+	b := newEnvAs(t, dsn, clock.Real, "machine-B", time.Minute)
+	a.waitCaughtUp(30 * time.Second)
+	k := newKey("")
+	b.append(k, line(1, ""))
+	b.waitCaughtUp(30 * time.Second)
+	// PostgreSQL "slow": the lease row is locked, so A's question hangs.
+	c, err := pgx.Connect(bg, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(bg)
+	tx, err := c.Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(bg, "SELECT 1 FROM sessiond_leases WHERE session_id = $1 FOR UPDATE", k.SessionID); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	late := line(2, "")
+	if err := a.appendErr(k, late); err != nil {
+		t.Fatalf("A's append while PostgreSQL does not answer: %v", err)
+	}
+	if took := time.Since(start); took > DefaultLeaseWait+time.Second {
+		t.Fatalf("the append waited %v for PostgreSQL (bound %v)", took, DefaultLeaseWait)
+	}
+	tx.Rollback(bg)
+	deadline := time.Now().Add(30 * time.Second)
+	for len(a.mr.Status().Fenced) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("A's mirror was not fenced: %+v", a.mr.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := a.local(k); len(got) != 1 || got[0] != late {
+		t.Fatalf("A's local copy %q: the entry must be kept", got)
+	}
+	if rows := load(t, dsn, k); len(rows) != 1 {
+		t.Fatalf("rows %q: A's entry must not reach PostgreSQL", rows)
+	}
+	wantLeased(t, a.appendErr(k, line(3, "")), "machine-B", leaseRow(t, dsn, k).expires, true)
+}
