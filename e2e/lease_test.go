@@ -233,6 +233,14 @@ func TestLeaseFencing(t *testing.T) {
 		t.Fatalf("A's log does not say it was fenced")
 	}
 	t.Logf("A's refusal: %s", msg)
+	// Status and sessionctl status name the fenced session and the
+	// machine that took it over.
+	if out := a.ctlOK("fenced", "status"); !strings.Contains(out, s.ID+": fenced, taken over by B") || !strings.Contains(out, `machine "A" holds`) {
+		t.Fatalf("sessionctl status on A:\n%s", out)
+	}
+	if out := b.ctlOK("leases", "status"); !strings.Contains(out, `machine "B" holds 1 session`) {
+		t.Fatalf("sessionctl status on B:\n%s", out)
+	}
 	// Still none of A's rows.
 	time.Sleep(500 * time.Millisecond)
 	mirrortest.SameEntries(t, "rows at the end", refLoad(t, dsn, s), want)

@@ -531,7 +531,16 @@ func (s *Server) Status(ctx context.Context, _ *sessiondv1.StatusRequest) (*sess
 		PastRecoveryFailures: st.PastRecoveryFailures, Disk: s.diskStatus(st.Disk),
 		TrashCopies: uint32(trash.Copies), TrashBytes: uint64(trash.Bytes), TrashRetentionSeconds: uint64(trash.Retention.Seconds()),
 		Mirror: s.mirrorStatus(),
+		Leases: s.leaseStatus(),
 	}, nil
+}
+
+func (s *Server) leaseStatus() *sessiondv1.LeaseStatus {
+	if s.info.Mirror == nil {
+		return nil
+	}
+	ms := s.info.Mirror.Status()
+	return &sessiondv1.LeaseStatus{MachineId: ms.MachineID, Held: ms.Leases, Fenced: ms.Fenced}
 }
 
 func (s *Server) mirrorStatus() *sessiondv1.MirrorStatus {
