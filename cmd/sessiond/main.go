@@ -84,6 +84,7 @@ func run() error {
 		{"wal-segment-size", *walSegment > 0}, {"wal-max-size", *walMax > 0},
 		{"wal-retention-size", *walRetentionMax > 0},
 		{"trash-retention", *trashRetention > 0},
+		{"lease-ttl", *leaseTTL > 0},
 	} {
 		if !f.ok {
 			return fmt.Errorf("--%s must be greater than zero (%s); leave it out for the default", f.name, flag.Lookup(f.name).Value)
@@ -99,21 +100,18 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if mc != nil {
-		if *leaseTTL <= 0 {
-			return fmt.Errorf("--lease-ttl must be greater than zero (%s)", *leaseTTL)
+	if *machineID == "" {
+		*machineID = os.Getenv("SESSIOND_MACHINE_ID")
+	}
+	if *machineID != "" {
+		if err := mirror.CheckMachineID(*machineID); err != nil {
+			return fmt.Errorf("--machine-id %q is refused: %w", *machineID, err)
 		}
+	}
+	if mc != nil {
 		mc.LeaseTTL = *leaseTTL
 		mc.LeaseIdle = *idleRetire
-		mc.MachineID = *machineID
-		if mc.MachineID == "" {
-			mc.MachineID = os.Getenv("SESSIOND_MACHINE_ID")
-		}
-		if mc.MachineID != "" {
-			if err := mirror.CheckMachineID(mc.MachineID); err != nil {
-				return fmt.Errorf("--machine-id: %w", err)
-			}
-		}
+		mc.MachineID = *machineID // empty: made once and kept in the state folder
 	}
 	retention := *walRetention
 	if retention == 0 {
