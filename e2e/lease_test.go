@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sessiond/sessiond/client"
+	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/mirror/mirrortest"
 )
 
@@ -47,22 +48,7 @@ func wantRefused(t *testing.T, err error, holder string, takenOver bool) string 
 
 // exactRows are the exact lines of s's rows in PostgreSQL, in order.
 func exactRows(t *testing.T, dsn string, s client.Session) []string {
-	t.Helper()
-	c, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
-	rows, err := c.Query(context.Background(), `SELECT line FROM sessiond_lines WHERE store_table = 'claude_session_store'
-AND project_key = $1 AND session_id = $2 AND subpath = $3 ORDER BY seq`, s.ProjectKey, s.ID, s.Subpath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return mirrortest.ExactLines(t, dsn, "claude_session_store", layout.Key{ProjectKey: s.ProjectKey, SessionID: s.ID, Subpath: s.Subpath})
 }
 
 func leaseHolder(t *testing.T, dsn string, s client.Session) (string, int64) {

@@ -111,6 +111,12 @@ ON CONFLICT (store_table, project_key, session_id) DO UPDATE SET
 WHERE l.holder = EXCLUDED.holder OR l.expires_at <= $6
 RETURNING holder, token, expires_at`,
 		table, k.ProjectKey, k.SessionID, holder, now.Add(ttl), now).Scan(&cur.holder, &cur.token, &cur.expires)
+	return orCurrent(ctx, q, table, k, cur, err)
+}
+
+// orCurrent is a take's or renewal's answer: cur when its statement
+// returned the lease (ok), else the lease as it stands.
+func orCurrent(ctx context.Context, q querier, table string, k layout.Key, cur lease, err error) (lease, bool, error) {
 	if err == nil {
 		return cur, true, nil
 	}
@@ -141,14 +147,7 @@ func renewLease(ctx context.Context, q querier, table string, k layout.Key, hold
 	err = q.QueryRow(ctx, `UPDATE sessiond_leases SET expires_at = $6
 WHERE store_table = $1 AND project_key = $2 AND session_id = $3 AND holder = $4 AND token = $5
 RETURNING holder, token, expires_at`, table, k.ProjectKey, k.SessionID, holder, token, now.Add(ttl)).Scan(&cur.holder, &cur.token, &cur.expires)
-	if err == nil {
-		return cur, true, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return lease{}, false, err
-	}
-	cur, _, err = readLease(ctx, q, table, k, false)
-	return cur, false, err
+	return orCurrent(ctx, q, table, k, cur, err)
 }
 
 // Short is the fencing as Status lists it.

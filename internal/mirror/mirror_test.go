@@ -155,23 +155,7 @@ func load(t *testing.T, dsn string, k layout.Key) []string {
 
 // exactLines are sessiond's own copies of k's rows, in seq order.
 func exactLines(t *testing.T, dsn string, k layout.Key) []string {
-	t.Helper()
-	c, err := pgx.Connect(bg, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(bg)
-	rows, err := c.Query(bg, `SELECT l.line FROM sessiond_lines l JOIN claude_session_store s USING (project_key, session_id, subpath, seq)
-WHERE l.store_table = 'claude_session_store' AND project_key = $1 AND session_id = $2 AND subpath = $3 ORDER BY seq`,
-		k.ProjectKey, k.SessionID, k.Subpath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return mirrortest.ExactLines(t, dsn, DefaultTable, k)
 }
 
 // waitCaughtUp waits until the mirror reports nothing behind and every
