@@ -39,11 +39,13 @@ CREATE TABLE IF NOT EXISTS sessiond_leases (
     PRIMARY KEY (store_table, project_key, session_id)
 );`
 
-// lease is a session's row of sessiond_leases.
+// lease is a session's row of sessiond_leases; prev is, when this
+// machine just took it, who held it before ("" for none).
 type lease struct {
 	holder  string
 	token   int64
 	expires time.Time
+	prev    string
 }
 
 // LeasedError refuses a write to a session another machine holds: an
@@ -102,15 +104,16 @@ func readLease(ctx context.Context, q querier, table string, k layout.Key, lock 
 // another machine holds it; cur is the lease as it stands either way.
 // (The unused token argument gives it renewLease's signature.)
 func tryAcquire(ctx context.Context, q querier, table string, k layout.Key, holder string, _ int64, now time.Time, ttl time.Duration) (cur lease, ok bool, err error) {
-	err = q.QueryRow(ctx, `INSERT INTO sessiond_leases AS l (store_table, project_key, session_id, holder, token, expires_at)
+	err = q.QueryRow(ctx, `WITH old AS (SELECT holder FROM sessiond_leases WHERE store_table = $1 AND project_key = $2 AND session_id = $3)
+INSERT INTO sessiond_leases AS l (store_table, project_key, session_id, holder, token, expires_at)
 VALUES ($1, $2, $3, $4, nextval('sessiond_lease_tokens'), $5)
 ON CONFLICT (store_table, project_key, session_id) DO UPDATE SET
     holder = EXCLUDED.holder,
     token = CASE WHEN l.holder = EXCLUDED.holder THEN l.token ELSE EXCLUDED.token END,
     expires_at = EXCLUDED.expires_at
 WHERE l.holder = EXCLUDED.holder OR l.expires_at <= $6
-RETURNING holder, token, expires_at`,
-		table, k.ProjectKey, k.SessionID, holder, now.Add(ttl), now).Scan(&cur.holder, &cur.token, &cur.expires)
+RETURNING holder, token, expires_at, coalesce((SELECT holder FROM old), '')`,
+		table, k.ProjectKey, k.SessionID, holder, now.Add(ttl), now).Scan(&cur.holder, &cur.token, &cur.expires, &cur.prev)
 	return orCurrent(ctx, q, table, k, cur, err)
 }
 

@@ -235,3 +235,32 @@ func TestLeaseBoundedWait(t *testing.T) {
 	}
 	wantLeased(t, a.appendErr(k, line(3, "")), "machine-B", leaseRow(t, dsn, k).expires, true)
 }
+
+// TestLeaseTakeoverKeepsFormerRows: a machine that takes a session over
+// with a local copy lacking the rows the former holder wrote (it did not
+// pull first) does not replace them with its copy: nothing is written,
+// and its status says to pull.
+func TestLeaseTakeoverKeepsFormerRows(t *testing.T) {
+	dsn := database(t)
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	a := newEnvAs(t, dsn, clk, "machine-A", time.Minute)
+	b := newEnvAs(t, dsn, clk, "machine-B", time.Minute)
+	k := newKey("")
+	rows := []string{line(1, ""), line(2, "")}
+	a.append(k, rows...)
+	a.waitCaughtUp(30 * time.Second)
+	clk.Advance(2 * time.Minute)
+	a.mr.renewAll(bg) // idle: released
+	b.append(k, line(3, ""))
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(b.mr.Status().LastError, "pull the session") {
+		if time.Now().After(deadline) {
+			t.Fatalf("B's mirror does not say to pull: %+v", b.mr.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if l := leaseRow(t, dsn, k); l.holder != "machine-B" {
+		t.Fatalf("lease %+v, want B's", l)
+	}
+	mirrortest.SameEntries(t, "A's rows", load(t, dsn, k), rows)
+}

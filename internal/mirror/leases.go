@@ -36,6 +36,10 @@ type leaseState struct {
 	// and PostgreSQL's have parted ways, and a pull must settle it).
 	fenced   bool
 	fencedBy lease
+	// from: the machine this one took the lease over from, if another:
+	// until it is released, the mirror does not replace the session's
+	// rows with a local copy that differs from them (see diverged).
+	from string
 	// lastUse: the last append (or mirrored write) of the session, so it
 	// is renewed while used and released once idle.
 	lastUse time.Time
@@ -129,6 +133,9 @@ func (mr *Mirror) noteLeaseLocked(fam layout.Key, cur lease, ok, fence bool) (er
 		if !st.held {
 			mr.log.Debug("lease taken", zap.Stringer("session", fam), zap.Int64("token", cur.token), zap.Time("expires", cur.expires))
 		}
+		if !st.held && cur.prev != "" && cur.prev != mr.cfg.MachineID {
+			st.from = cur.prev
+		}
 		st.held, st.token, st.expires, st.other = true, cur.token, cur.expires, nil
 		return nil, false
 	}
@@ -139,6 +146,26 @@ func (mr *Mirror) noteLeaseLocked(fam layout.Key, cur lease, ok, fence bool) (er
 	c := cur
 	st.other = &c
 	return &LeasedError{ProjectKey: fam.ProjectKey, SessionID: fam.SessionID, Holder: cur.holder, Expires: cur.expires}, false
+}
+
+// errDiverged: a session taken over from another machine whose local
+// copy does not start with the rows PostgreSQL holds.
+var errDiverged = errors.New("the local copy differs from the rows the former holder wrote")
+
+// diverged refuses to replace the rows of a session this machine took
+// over from another, with a local copy that does not start with them:
+// that would drop what the former holder wrote (the copy was not pulled
+// first). Nothing is written; it says what to do.
+func (mr *Mirror) diverged(k layout.Key) error {
+	fam := familyKey(k)
+	mr.lv.mu.Lock()
+	defer mr.lv.mu.Unlock()
+	st := mr.lv.m[fam]
+	if st == nil || st.from == "" {
+		return nil
+	}
+	return fmt.Errorf("%s: %w (machine %q): its rows are not replaced; pull the session before appending here, or delete the local copy: %w",
+		k, errDiverged, st.from, errForeignRows)
 }
 
 // fencedErr is the error a fenced session's mirroring stops with.

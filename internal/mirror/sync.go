@@ -76,6 +76,9 @@ func (mr *Mirror) sync(ctx context.Context, k layout.Key) error {
 	}
 	total, lineage, err := j.push(ctx)
 	if errors.Is(err, errRewritten) {
+		if derr := mr.diverged(k); derr != nil {
+			return derr
+		}
 		mr.log.Info("transcript rewritten since it was mirrored (a repair, a restore's merge or another program); replacing its rows",
 			zap.Stringer("session", k), zap.Uint64("mirrored_entries", j.cur.entries))
 		total, lineage, err = j.replace(ctx)
@@ -265,6 +268,9 @@ func (j *job) replace(ctx context.Context) (uint64, uint64, error) {
 	var lineage, total, rows uint64
 	if err := mr.ensureLease(ctx, j.key); err != nil {
 		return 0, 0, j.dbError(err)
+	}
+	if err := mr.diverged(j.key); err != nil {
+		return 0, 0, err
 	}
 	err := pgx.BeginFunc(ctx, mr.pool, func(tx pgx.Tx) error {
 		got, err := j.lock(ctx, tx)
