@@ -113,7 +113,7 @@ func (mr *Mirror) CheckAppend(ctx context.Context, key layout.Key) error {
 // logged, and recorded as the mirror's last error. It returns the refusal
 // an append gets.
 func (mr *Mirror) noteLease(fam layout.Key, cur lease, ok, fence bool) error {
-	err, fenced := mr.noteLeaseLocked(fam, cur, ok, fence)
+	fenced, err := mr.noteLeaseLocked(fam, cur, ok, fence)
 	if fenced {
 		mr.log.Warn("fenced: the session was taken over by another machine; its rows are not mirrored from here any more, its local entries are kept, and appends here are refused",
 			zap.Stringer("session", fam), zap.String("holder", cur.holder), zap.Time("lease_expires", cur.expires), zap.Int64("token", cur.token))
@@ -122,12 +122,12 @@ func (mr *Mirror) noteLease(fam layout.Key, cur lease, ok, fence bool) error {
 	return err
 }
 
-func (mr *Mirror) noteLeaseLocked(fam layout.Key, cur lease, ok, fence bool) (error, bool) {
+func (mr *Mirror) noteLeaseLocked(fam layout.Key, cur lease, ok, fence bool) (newlyFenced bool, refusal error) {
 	mr.lv.mu.Lock()
 	defer mr.lv.mu.Unlock()
 	st := mr.lv.get(fam)
 	if st.fenced {
-		return &LeasedError{ProjectKey: fam.ProjectKey, SessionID: fam.SessionID, Holder: st.fencedBy.holder, Expires: st.fencedBy.expires, TakenOver: true}, false
+		return false, &LeasedError{ProjectKey: fam.ProjectKey, SessionID: fam.SessionID, Holder: st.fencedBy.holder, Expires: st.fencedBy.expires, TakenOver: true}
 	}
 	if ok {
 		if !st.held {
@@ -137,15 +137,15 @@ func (mr *Mirror) noteLeaseLocked(fam layout.Key, cur lease, ok, fence bool) (er
 			st.from = cur.prev
 		}
 		st.held, st.token, st.expires, st.other = true, cur.token, cur.expires, nil
-		return nil, false
+		return false, nil
 	}
 	if st.held || st.token != 0 || fence {
 		st.held, st.fenced, st.fencedBy = false, true, cur
-		return &LeasedError{ProjectKey: fam.ProjectKey, SessionID: fam.SessionID, Holder: cur.holder, Expires: cur.expires, TakenOver: true}, true
+		return true, &LeasedError{ProjectKey: fam.ProjectKey, SessionID: fam.SessionID, Holder: cur.holder, Expires: cur.expires, TakenOver: true}
 	}
 	c := cur
 	st.other = &c
-	return &LeasedError{ProjectKey: fam.ProjectKey, SessionID: fam.SessionID, Holder: cur.holder, Expires: cur.expires}, false
+	return false, &LeasedError{ProjectKey: fam.ProjectKey, SessionID: fam.SessionID, Holder: cur.holder, Expires: cur.expires}
 }
 
 // errDiverged: a session taken over from another machine whose local
