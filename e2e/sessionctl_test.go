@@ -560,6 +560,8 @@ func TestSessiondRefusesNonPositiveFlags(t *testing.T) {
 		// 0 is a valid retention (keep nothing); less is not.
 		{"--wal-retention", "-1h", "must not be negative"},
 		{"--trash-retention", "0s"},
+		{"--lease-ttl", "0s"},
+		{"--machine-id", "a b", `"a b" is refused`},
 	} {
 		want := " must be greater than zero"
 		if len(tc) > 2 {

@@ -214,6 +214,7 @@ func statusCmd(g *globals) *cobra.Command {
 			}
 			describeDisk(w, st.GetDisk())
 			describeMirror(w, st.GetMirror(), time.Now())
+			describeLeases(w, st.GetLeases())
 			for _, a := range st.GetAcknowledgedMissing() {
 				fmt.Fprintf(w, "ENTRIES MISSING\t%s: %s sessiond acknowledged no longer in it (another program rewrote it); `sessionctl check %s` names them, `sessionctl repair %s` puts back what the log retains\n",
 					a.GetSession().GetPath(), count(a.GetCount(), "entry"), a.GetSession().GetSessionId(), a.GetSession().GetSessionId())
@@ -279,6 +280,18 @@ func describeMirror(w io.Writer, m *sessiondv1.MirrorStatus, now time.Time) {
 	}
 	if e := m.GetLastError(); e != "" {
 		fmt.Fprintf(w, "mirror last error\t%s (%s)\n", e, time.UnixMilli(m.GetLastErrorMs()).Format(time.RFC3339))
+	}
+}
+
+// describeLeases says which machine this sessiond writes as and which
+// sessions another machine took over from it.
+func describeLeases(w io.Writer, l *sessiondv1.LeaseStatus) {
+	if l.GetMachineId() == "" {
+		return
+	}
+	fmt.Fprintf(w, "leases\tmachine %q holds %s\n", l.GetMachineId(), count(l.GetHeld(), "session"))
+	for _, f := range l.GetFenced() {
+		fmt.Fprintf(w, "fenced\t%s: appends to it are refused here; its local entries are kept\n", f)
 	}
 }
 

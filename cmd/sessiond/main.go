@@ -56,6 +56,8 @@ func run() error {
 		metricsListen   = flag.String("metrics-listen", "", "serve Prometheus metrics at GET /metrics on this address: 127.0.0.1:PORT, [::1]:PORT, localhost:PORT or unix:/path (a socket made 0600 in a folder only this user controls); other addresses are refused, the endpoint having no authentication. Empty (the default): no metrics")
 		mirrorDSN       = flag.String("mirror", "", "mirror every transcript into PostgreSQL at this connection string (postgres://user@host:5432/db, or key=value pairs; env SESSIOND_MIRROR, which keeps the password out of the process list, as does ~/.pgpass): the reference SessionStore adapter's table, kept exactly once behind the local transcripts, which stay the source of truth")
 		mirrorTable     = flag.String("mirror-table", mirror.DefaultTable, "the table --mirror writes (the reference adapter's layout; letters, digits and _; env SESSIOND_MIRROR_TABLE)")
+		machineID       = flag.String("machine-id", "", "the name this sessiond holds sessions' leases under in the --mirror database (one writer per session across machines; env SESSIOND_MACHINE_ID): every machine sharing the database needs its own. Default: the host name and a random suffix, made once and kept in <state-dir>/machine-id")
+		leaseTTL        = flag.Duration("lease-ttl", mirror.DefaultLeaseTTL, "with --mirror: how long a session's lease lasts unless renewed (renewed every third of it while the session is appended to); after it another machine may take the session over")
 		logFormat       = flag.String("log-format", "auto", "auto (console on a terminal, else JSON), console or json")
 		logLevel        = flag.String("log-level", "info", "debug, info, warn or error")
 		showVersion     = flag.Bool("version", false, "print the version and exit")
@@ -82,6 +84,7 @@ func run() error {
 		{"wal-segment-size", *walSegment > 0}, {"wal-max-size", *walMax > 0},
 		{"wal-retention-size", *walRetentionMax > 0},
 		{"trash-retention", *trashRetention > 0},
+		{"lease-ttl", *leaseTTL > 0},
 	} {
 		if !f.ok {
 			return fmt.Errorf("--%s must be greater than zero (%s); leave it out for the default", f.name, flag.Lookup(f.name).Value)
@@ -96,6 +99,19 @@ func run() error {
 	mc, err := mirrorConfig(*mirrorDSN, *mirrorTable)
 	if err != nil {
 		return err
+	}
+	if *machineID == "" {
+		*machineID = os.Getenv("SESSIOND_MACHINE_ID")
+	}
+	if *machineID != "" {
+		if err := mirror.CheckMachineID(*machineID); err != nil {
+			return fmt.Errorf("--machine-id %q is refused: %w", *machineID, err)
+		}
+	}
+	if mc != nil {
+		mc.LeaseTTL = *leaseTTL
+		mc.LeaseIdle = *idleRetire
+		mc.MachineID = *machineID // empty: made once and kept in the state folder
 	}
 	retention := *walRetention
 	if retention == 0 {

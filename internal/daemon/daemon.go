@@ -89,11 +89,18 @@ func Run(ctx context.Context, cfg Config) error {
 		mc := *cfg.Mirror
 		mc.Logger = log
 		var err error
+		if mc.MachineID == "" {
+			if mc.MachineID, err = mirror.MachineID(fsys.OS, cfg.StateDir); err != nil {
+				return fmt.Errorf("machine id: %w", err)
+			}
+		}
 		if mir, err = mirror.New(mc); err != nil {
 			return err
 		}
 		// The writers tell the mirror what changed; it never holds them up.
 		wc.Changed = mir.Notify
+		// And ask it whether another machine holds the session.
+		wc.AppendGate = mir.CheckAppend
 	}
 	// Recovery starts here: writer.New reads and checks the log.
 	recoveryStart := time.Now()

@@ -45,12 +45,16 @@ var (
 	// not in a state where it may be carried out (the agent's config dir is
 	// sessiond's root, for instance); a human must change the setup.
 	ErrFailedPrecondition = errors.New("failed precondition")
+	// ErrLeased: another machine holds the session's lease (the PostgreSQL
+	// mirror's one writer per session), or took it over from this one; the
+	// message names the holder and when its lease expires.
+	ErrLeased = errors.New("leased by another machine")
 )
 
 // Kinds are every error kind above, for code that must recognise them
 // (sessionctl drops the kind a message ends with).
 var Kinds = []error{ErrInvalidArgument, ErrNotFound, ErrAlreadyExists, ErrAmbiguous, ErrUnavailable, ErrNoSpace,
-	ErrTooLarge, ErrCorrupt, ErrIO, ErrUnsafePath, ErrConflict, ErrFailedPrecondition}
+	ErrTooLarge, ErrCorrupt, ErrIO, ErrUnsafePath, ErrConflict, ErrFailedPrecondition, ErrLeased}
 
 // Is reports whether err is of the given kind.
 func Is(err, kind error) bool { return errors.Is(err, kind) }

@@ -71,6 +71,23 @@ type Config struct {
 	RetryMin, RetryMax time.Duration
 	// ConnectTimeout bounds one connection attempt.
 	ConnectTimeout time.Duration
+
+	// MachineID names this sessiond as a lease holder (leases.go): two
+	// machines sharing the database must have different ones. Empty:
+	// "sessiond".
+	MachineID string
+	// LeaseTTL is how long a session's lease lasts unless renewed (every
+	// third of it while the session is appended to): a machine that stops
+	// renewing (paused, cut off, killed) loses the session to another
+	// after at most this long.
+	LeaseTTL time.Duration
+	// LeaseWait bounds how long an append waits for PostgreSQL to say
+	// whether the session is leased elsewhere, when this machine does not
+	// hold its lease already; past it the append goes on locally.
+	LeaseWait time.Duration
+	// LeaseIdle: a session without appends for this long has its lease
+	// released (the writer's idle retirement, by default).
+	LeaseIdle time.Duration
 }
 
 // Defaults.
@@ -81,6 +98,9 @@ const (
 	DefaultRetryMin     = 100 * time.Millisecond
 	DefaultRetryMax     = 5 * time.Second
 	DefaultConnect      = 5 * time.Second
+	DefaultLeaseTTL     = 30 * time.Second
+	DefaultLeaseWait    = 200 * time.Millisecond
+	DefaultLeaseIdle    = writer.DefaultIdleRetire
 )
 
 func (c *Config) setDefaults() {
@@ -110,6 +130,18 @@ func (c *Config) setDefaults() {
 	}
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = DefaultConnect
+	}
+	if c.MachineID == "" {
+		c.MachineID = "sessiond"
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.LeaseWait <= 0 {
+		c.LeaseWait = DefaultLeaseWait
+	}
+	if c.LeaseIdle <= 0 {
+		c.LeaseIdle = DefaultLeaseIdle
 	}
 }
 

@@ -53,9 +53,18 @@
 // left alone, and the transcript is not mirrored (Status says so) until
 // they are removed.
 //
-// # Where the lease goes
+// # One writer per session across machines
 //
-// Every transaction that writes a transcript's rows calls Mirror.fence
-// after locking the cursor: the leases with fencing tokens of issue 16
-// check there that this sessiond still holds the session.
+// A session (with its subagents) is leased in sessiond_leases to the
+// machine that appends to it (lease.go, leases.go): Mirror.CheckAppend,
+// the writers' AppendGate, takes the lease on the session's first append
+// (waiting at most Config.LeaseWait for PostgreSQL, else appending
+// locally), refuses appends to a session another machine holds, and a
+// renewer keeps the leases of the sessions in use and releases the idle
+// ones. Every transaction that writes a transcript's rows first makes
+// sure the lease is held (ensureLease, in a transaction of its own), then,
+// with the cursor locked, locks the lease row and checks that this
+// machine's fencing token is still the current one (fence): a former
+// holder paused past its expiry cannot write after a takeover; it is
+// fenced, reported, and refuses appends to the session.
 package mirror

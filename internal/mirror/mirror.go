@@ -3,6 +3,7 @@ package mirror
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,6 +26,8 @@ type Mirror struct {
 
 	src  Source
 	pool *pgxpool.Pool
+	// lv: this machine's view of the sessions' leases (leases.go).
+	lv leaseView
 	// down wakes the connector when a worker lost the connection.
 	down   chan struct{}
 	cancel context.CancelFunc
@@ -104,8 +107,9 @@ func (mr *Mirror) Start(ctx context.Context, src Source) error {
 	mr.src, mr.pool = src, pool
 	ctx, mr.cancel = context.WithCancel(ctx)
 	mr.log.Info("mirroring transcripts to PostgreSQL", zap.String("target", mr.Target()))
-	mr.wg.Add(2 + mr.cfg.Workers)
+	mr.wg.Add(3 + mr.cfg.Workers)
 	go func() { defer mr.wg.Done(); mr.listLocal(ctx) }()
+	go func() { defer mr.wg.Done(); mr.renewer(ctx) }()
 	go func() { defer mr.wg.Done(); mr.connector(ctx) }()
 	for range mr.cfg.Workers {
 		go func() { defer mr.wg.Done(); mr.worker(ctx) }()
@@ -123,6 +127,9 @@ func (mr *Mirror) Close() {
 		mr.cancel()
 	}
 	mr.wg.Wait()
+	// Once nothing writes any more: the sessions are free for other
+	// machines at once, instead of when their leases expire.
+	mr.releaseAll()
 	if mr.pool != nil {
 		mr.pool.Close()
 	}
@@ -384,6 +391,10 @@ func (mr *Mirror) finish(ctx context.Context, k layout.Key, err error) {
 		mr.requeue(k)
 		mr.lost()
 		return
+	case errors.Is(err, errFenced):
+		// Another machine holds the session: nothing of it is mirrored
+		// from here any more (noteLease logged and recorded it).
+		return
 	case errors.Is(err, errForeignRows):
 		// Nothing changes by trying again; the next change of the
 		// transcript (or the next start) tries again.
@@ -428,7 +439,7 @@ func connectionLost(err error) bool {
 		}
 		return false
 	}
-	return !errors.Is(err, errCursorMoved) && !errors.Is(err, errForeignRows)
+	return !errors.Is(err, errCursorMoved) && !errors.Is(err, errForeignRows) && !errors.Is(err, errFenced)
 }
 
 // Status is how the mirror stands.
@@ -455,6 +466,12 @@ type Status struct {
 	RowsWritten uint64
 	LastError   string
 	LastErrorAt time.Time
+	// MachineID is the lease holder this sessiond writes as; Leases the
+	// sessions it holds; Fenced the sessions another machine took over
+	// (each says by whom and until when).
+	MachineID string
+	Leases    uint64
+	Fenced    []string
 }
 
 // Status reports the mirror's state.
@@ -462,7 +479,19 @@ func (mr *Mirror) Status() Status {
 	mr.mu.Lock()
 	defer mr.mu.Unlock()
 	st := Status{Target: mr.Target(), Connected: mr.connected, RowsWritten: mr.rows, LastError: mr.lastErr, LastErrorAt: mr.lastErrAt,
-		Listing: !mr.listed}
+		Listing: !mr.listed, MachineID: mr.cfg.MachineID}
+	mr.lv.mu.Lock()
+	for fam, ls := range mr.lv.m {
+		switch {
+		case ls.fenced:
+			st.Fenced = append(st.Fenced, (&LeasedError{ProjectKey: fam.ProjectKey, SessionID: fam.SessionID,
+				Holder: ls.fencedBy.holder, Expires: ls.fencedBy.expires, TakenOver: true}).Short())
+		case ls.held:
+			st.Leases++
+		}
+	}
+	mr.lv.mu.Unlock()
+	slices.Sort(st.Fenced)
 	for _, ts := range mr.keys {
 		if !ts.checked {
 			st.Unchecked++

@@ -78,11 +78,20 @@ type env struct {
 	m     *writer.Manager
 	mr    *Mirror
 	clock clock.Clock
+	// machine and ttl: the lease holder's name and lease duration
+	// (defaults when empty).
+	machine string
+	ttl     time.Duration
 }
 
 func newEnv(t *testing.T, dsn string, clk clock.Clock) *env {
+	return newEnvAs(t, dsn, clk, "", 0)
+}
+
+// newEnvAs is newEnv for a machine of that name with leases of ttl.
+func newEnvAs(t *testing.T, dsn string, clk clock.Clock, machine string, ttl time.Duration) *env {
 	dir := t.TempDir()
-	e := &env{t: t, dsn: dsn, clock: clk,
+	e := &env{t: t, dsn: dsn, clock: clk, machine: machine, ttl: ttl,
 		lay: layout.Layout{Root: filepath.Join(dir, "root"), StateDir: filepath.Join(dir, "state")}}
 	e.start()
 	t.Cleanup(e.stop)
@@ -92,11 +101,11 @@ func newEnv(t *testing.T, dsn string, clk clock.Clock) *env {
 func (e *env) start() {
 	e.t.Helper()
 	mr, err := New(Config{DSN: e.dsn, Logger: zaptest.NewLogger(e.t), Clock: e.clock, BatchEntries: 7,
-		RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+		RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, MachineID: e.machine, LeaseTTL: e.ttl})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	m, err := writer.New(writer.Config{Layout: e.lay, Logger: zaptest.NewLogger(e.t), Changed: mr.Notify,
+	m, err := writer.New(writer.Config{Layout: e.lay, Logger: zaptest.NewLogger(e.t), Changed: mr.Notify, AppendGate: mr.CheckAppend,
 		IdleCompact: 50 * time.Millisecond, IdleRetire: 200 * time.Millisecond})
 	if err != nil {
 		e.t.Fatal(err)
@@ -146,23 +155,7 @@ func load(t *testing.T, dsn string, k layout.Key) []string {
 
 // exactLines are sessiond's own copies of k's rows, in seq order.
 func exactLines(t *testing.T, dsn string, k layout.Key) []string {
-	t.Helper()
-	c, err := pgx.Connect(bg, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(bg)
-	rows, err := c.Query(bg, `SELECT l.line FROM sessiond_lines l JOIN claude_session_store s USING (project_key, session_id, subpath, seq)
-WHERE l.store_table = 'claude_session_store' AND project_key = $1 AND session_id = $2 AND subpath = $3 ORDER BY seq`,
-		k.ProjectKey, k.SessionID, k.Subpath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return mirrortest.ExactLines(t, dsn, DefaultTable, k)
 }
 
 // waitCaughtUp waits until the mirror reports nothing behind and every

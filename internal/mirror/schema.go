@@ -81,6 +81,9 @@ func createSchema(ctx context.Context, pool *pgxpool.Pool, table string) error {
 		if _, err := tx.Exec(ctx, ownDDL); err != nil {
 			return fmt.Errorf("create sessiond's tables: %w", err)
 		}
+		if _, err := tx.Exec(ctx, leaseDDL); err != nil {
+			return fmt.Errorf("create sessiond's leases: %w", err)
+		}
 		return nil
 	})
 }

@@ -43,6 +43,9 @@ type job struct {
 // what is new, replaces the whole transcript when it was rewritten, and
 // deletes it when it went to the trash.
 func (mr *Mirror) sync(ctx context.Context, k layout.Key) error {
+	if err := mr.fencedErr(k); err != nil {
+		return err
+	}
 	mr.mu.Lock()
 	ts := mr.keys[k]
 	j := &job{mr: mr, key: k, cur: ts.cur, lineage: ts.lineage}
@@ -73,6 +76,9 @@ func (mr *Mirror) sync(ctx context.Context, k layout.Key) error {
 	}
 	total, lineage, err := j.push(ctx)
 	if errors.Is(err, errRewritten) {
+		if derr := mr.diverged(k); derr != nil {
+			return derr
+		}
 		mr.log.Info("transcript rewritten since it was mirrored (a repair, a restore's merge or another program); replacing its rows",
 			zap.Stringer("session", k), zap.Uint64("mirrored_entries", j.cur.entries))
 		total, lineage, err = j.replace(ctx)
@@ -187,6 +193,9 @@ func (j *job) commit(ctx context.Context, b *batch, h chain) error {
 	if next.generation == 0 {
 		next.generation = 1
 	}
+	if err := mr.ensureLease(ctx, j.key); err != nil {
+		return j.dbError(err)
+	}
 	err := pgx.BeginFunc(ctx, mr.pool, func(tx pgx.Tx) error {
 		got, err := j.lock(ctx, tx)
 		if err != nil {
@@ -257,6 +266,12 @@ func (j *job) replace(ctx context.Context) (uint64, uint64, error) {
 	mr := j.mr
 	var next cursor
 	var lineage, total, rows uint64
+	if err := mr.ensureLease(ctx, j.key); err != nil {
+		return 0, 0, j.dbError(err)
+	}
+	if err := mr.diverged(j.key); err != nil {
+		return 0, 0, err
+	}
 	err := pgx.BeginFunc(ctx, mr.pool, func(tx pgx.Tx) error {
 		got, err := j.lock(ctx, tx)
 		if err != nil {
@@ -309,6 +324,9 @@ func (j *job) replace(ctx context.Context) (uint64, uint64, error) {
 // whole session's).
 func (j *job) remove(ctx context.Context, cascade bool) error {
 	mr := j.mr
+	if err := mr.ensureLease(ctx, j.key); err != nil {
+		return j.dbError(err)
+	}
 	err := pgx.BeginFunc(ctx, mr.pool, func(tx pgx.Tx) error {
 		if err := mr.fence(ctx, tx, j.key); err != nil {
 			return err
@@ -337,7 +355,7 @@ func (j *job) dbError(err error) error {
 	var de dbErr
 	var pe *pgconn.PgError
 	switch {
-	case errors.Is(err, errRewritten), errors.Is(err, errCursorMoved), errors.Is(err, errForeignRows), errors.As(err, &de):
+	case errors.Is(err, errRewritten), errors.Is(err, errCursorMoved), errors.Is(err, errForeignRows), errors.Is(err, errFenced), errors.As(err, &de):
 		return err
 	case errors.As(err, &pe) && pe.Code == "23505":
 		// Another sessiond made the cursor first.
@@ -351,12 +369,4 @@ func (j *job) dbError(err error) error {
 		}
 	}
 	return dbErr{err}
-}
-
-// fence is where every transaction that writes a transcript's rows checks
-// that this sessiond may still write them. Leases with fencing tokens
-// (issue 16, part 4) go here: the session's lease row is read FOR SHARE
-// and the transaction fails unless it holds this process's token.
-func (mr *Mirror) fence(ctx context.Context, tx pgx.Tx, key layout.Key) error {
-	return nil
 }

@@ -83,6 +83,10 @@ func codeOf(err error) codes.Code {
 		return codes.Aborted
 	case errors.Is(err, errdefs.ErrAmbiguous), errors.Is(err, layout.ErrUnsafePath), errors.Is(err, errdefs.ErrFailedPrecondition):
 		return codes.FailedPrecondition
+	case errors.Is(err, errdefs.ErrLeased):
+		// Another machine writes the session: not this request's fault,
+		// and no retry helps before the holder's lease expires.
+		return codes.FailedPrecondition
 	case errors.Is(err, syscall.ELOOP), errors.Is(err, fs.ErrPermission):
 		// An open with O_NOFOLLOW met a link planted on disk, or the disk
 		// refused sessiond access (EACCES, EPERM): the request is fine,

@@ -44,6 +44,7 @@ func TestToStatus(t *testing.T) {
 		{fmt.Errorf("x: %w", errdefs.ErrCorrupt), codes.DataLoss, "x"},
 		{fmt.Errorf("fold again: %w", errdefs.ErrConflict), codes.Aborted, "fold again"},
 		{fmt.Errorf("setup: %w", errdefs.ErrFailedPrecondition), codes.FailedPrecondition, "setup"},
+		{fmt.Errorf("session p/s is leased to machine \"A\": %w", errdefs.ErrLeased), codes.FailedPrecondition, `leased to machine "A"`},
 		{errdefs.FromIO(syscall.EIO), codes.Internal, "input/output error"},
 		{fmt.Errorf("x: %w", context.Canceled), codes.Canceled, "x"},
 		{errors.New("plain"), codes.Internal, "plain"},

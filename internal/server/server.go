@@ -503,6 +503,7 @@ func (s *Server) sessionInfo(in writer.Info) *sessiondv1.SessionInfo {
 // Status implements sessiond.v1.Sessiond.
 func (s *Server) Status(ctx context.Context, _ *sessiondv1.StatusRequest) (*sessiondv1.StatusResponse, error) {
 	st, trash := s.m.Stats(), s.m.TrashUsage()
+	mirrorSt, leaseSt := s.mirrorStatus()
 	var ops []*sessiondv1.Operation
 	for _, o := range s.m.Operations() {
 		ops = append(ops, &sessiondv1.Operation{Id: o.ID, Kind: o.Kind, Unit: o.Unit, Done: uint64(o.Done), Total: uint64(o.Total), StartedMs: o.Started.UnixMilli()})
@@ -530,15 +531,18 @@ func (s *Server) Status(ctx context.Context, _ *sessiondv1.StatusRequest) (*sess
 		Draining: s.draining.Load(), RecoveryErrors: st.RecoveryErrors, ReplayPending: st.ReplayPending,
 		PastRecoveryFailures: st.PastRecoveryFailures, Disk: s.diskStatus(st.Disk),
 		TrashCopies: uint32(trash.Copies), TrashBytes: uint64(trash.Bytes), TrashRetentionSeconds: uint64(trash.Retention.Seconds()),
-		Mirror: s.mirrorStatus(),
+		Mirror: mirrorSt, Leases: leaseSt,
 	}, nil
 }
 
-func (s *Server) mirrorStatus() *sessiondv1.MirrorStatus {
+// mirrorStatus is the mirror's status and the leases' (nil without
+// --mirror), from one look at the mirror.
+func (s *Server) mirrorStatus() (*sessiondv1.MirrorStatus, *sessiondv1.LeaseStatus) {
 	if s.info.Mirror == nil {
-		return &sessiondv1.MirrorStatus{}
+		return &sessiondv1.MirrorStatus{}, nil
 	}
 	ms := s.info.Mirror.Status()
+	leases := &sessiondv1.LeaseStatus{MachineId: ms.MachineID, Held: ms.Leases, Fenced: ms.Fenced}
 	out := &sessiondv1.MirrorStatus{Configured: true, Target: ms.Target, Connected: ms.Connected,
 		EntriesBehind: ms.EntriesBehind, BytesBehind: ms.BytesBehind, Transcripts: ms.Transcripts,
 		Unchecked: ms.Unchecked, RowsWritten: ms.RowsWritten, LastError: ms.LastError, Listing: ms.Listing}
@@ -548,7 +552,7 @@ func (s *Server) mirrorStatus() *sessiondv1.MirrorStatus {
 	if !ms.LastErrorAt.IsZero() {
 		out.LastErrorMs = ms.LastErrorAt.UnixMilli()
 	}
-	return out
+	return out, leases
 }
 
 func (s *Server) diskStatus(d writer.DiskStats) *sessiondv1.DiskStatus {

@@ -73,6 +73,11 @@ func (m *Manager) AppendBatch(ctx context.Context, key layout.Key, raw [][]byte,
 			return nil, err
 		}
 	}
+	if g := m.cfg.AppendGate; g != nil {
+		if err := g(ctx, key); err != nil {
+			return nil, err
+		}
+	}
 	m.stats.appends.Add(1)
 	req := &appendReq{reply: newReply(), opt: opt, entries: entries, bytes: total}
 	err := m.submit(ctx, key, &req.reply, func(s *session) bool {

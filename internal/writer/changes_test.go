@@ -1,6 +1,8 @@
 package writer
 
 import (
+	"context"
+	"errors"
 	"os"
 	"sync"
 	"testing"
@@ -120,4 +122,38 @@ func TestChangedAndReadLines(t *testing.T) {
 	if _, err := os.Stat(e.lay.TranscriptPath(k)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestAppendGate: Config.AppendGate sees every append's key before it is
+// queued, and its refusal is the append's error, with nothing stored.
+func TestAppendGate(t *testing.T) {
+	e := newEnv(t)
+	refused := errors.New("leased elsewhere")
+	var mu sync.Mutex
+	var seen []layout.Key
+	blocked := newKey()
+	e.cfg.AppendGate = func(_ context.Context, k layout.Key) error {
+		mu.Lock()
+		seen = append(seen, k)
+		mu.Unlock()
+		if k == blocked {
+			return refused
+		}
+		return nil
+	}
+	m := e.manager()
+	ok := newKey()
+	mustAppendTo(t, m, ok, string(entry("a")))
+	if _, err := m.Append(bg, blocked, [][]byte{entry("b")}); !errors.Is(err, refused) {
+		t.Fatalf("append the gate refuses: %v", err)
+	}
+	if m.existsOnDisk(blocked) {
+		t.Fatalf("a refused append created the session")
+	}
+	mu.Lock()
+	if len(seen) != 2 || seen[0] != ok || seen[1] != blocked {
+		t.Fatalf("the gate saw %v", seen)
+	}
+	mu.Unlock()
+	closeManager(t, m)
 }

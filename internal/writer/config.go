@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -87,6 +88,10 @@ type Config struct {
 	// Change): the PostgreSQL mirror follows the transcripts through it.
 	// It is called on the writer goroutines and must not block.
 	Changed func(Change)
+	// AppendGate, when set, may refuse an append before it is queued (the
+	// PostgreSQL mirror's lease check: a session another machine writes).
+	// It runs in the caller's goroutine and must not wait long.
+	AppendGate func(ctx context.Context, key layout.Key) error
 }
 
 // Defaults.

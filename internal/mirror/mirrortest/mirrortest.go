@@ -21,6 +21,22 @@ import (
 // entries' texts in seq order.
 func Load(t testing.TB, dsn, table string, key layout.Key) []string {
 	t.Helper()
+	return Texts(t, dsn, fmt.Sprintf(`SELECT entry FROM %s WHERE project_key = $1 AND session_id = $2 AND subpath = $3 ORDER BY seq`, table),
+		key.ProjectKey, key.SessionID, key.Subpath)
+}
+
+// ExactLines are sessiond's exact copies of key's rows in table
+// (sessiond_lines), in seq order.
+func ExactLines(t testing.TB, dsn, table string, key layout.Key) []string {
+	t.Helper()
+	return Texts(t, dsn, `SELECT line FROM sessiond_lines WHERE store_table = $1 AND project_key = $2 AND session_id = $3 AND subpath = $4 ORDER BY seq`,
+		table, key.ProjectKey, key.SessionID, key.Subpath)
+}
+
+// Texts runs a query of one text (or jsonb) column and returns its
+// values.
+func Texts(t testing.TB, dsn, sql string, args ...any) []string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := pgx.Connect(ctx, dsn)
@@ -28,8 +44,7 @@ func Load(t testing.TB, dsn, table string, key layout.Key) []string {
 		t.Fatal(err)
 	}
 	defer c.Close(ctx)
-	rows, err := c.Query(ctx, fmt.Sprintf(`SELECT entry FROM %s WHERE project_key = $1 AND session_id = $2 AND subpath = $3 ORDER BY seq`, table),
-		key.ProjectKey, key.SessionID, key.Subpath)
+	rows, err := c.Query(ctx, sql, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1561,7 +1561,11 @@ type StatusResponse struct {
 	TrashRetentionSeconds uint64 `protobuf:"varint,22,opt,name=trash_retention_seconds,json=trashRetentionSeconds,proto3" json:"trash_retention_seconds,omitempty"`
 	// The PostgreSQL mirror (sessiond --mirror): whether it is connected,
 	// how far it is behind the local transcripts, its last error.
-	Mirror        *MirrorStatus `protobuf:"bytes,40,opt,name=mirror,proto3" json:"mirror,omitempty"`
+	Mirror *MirrorStatus `protobuf:"bytes,40,opt,name=mirror,proto3" json:"mirror,omitempty"`
+	// One writer per session across machines (with --mirror): the name this
+	// sessiond holds leases under, how many it holds, and the sessions
+	// another machine took over from it (fenced).
+	Leases        *LeaseStatus `protobuf:"bytes,50,opt,name=leases,proto3" json:"leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1785,6 +1789,84 @@ func (x *StatusResponse) GetMirror() *MirrorStatus {
 	return nil
 }
 
+func (x *StatusResponse) GetLeases() *LeaseStatus {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+// LeaseStatus is how this sessiond stands with the sessions' leases in
+// PostgreSQL: a session is written by one machine at a time, the one
+// holding its lease; a machine whose lease another took over after it
+// expired (a pause, a partition) is fenced: it writes none of that
+// session's rows any more, keeps its local entries, and refuses appends
+// to it.
+type LeaseStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sessiond --machine-id (default: host name and a random suffix kept in
+	// the state folder).
+	MachineId string `protobuf:"bytes,1,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	// Sessions whose lease this sessiond holds.
+	Held uint64 `protobuf:"varint,2,opt,name=held,proto3" json:"held,omitempty"`
+	// The sessions fenced, each "project/session: fenced, taken over by
+	// HOLDER (lease until TIME)".
+	Fenced        []string `protobuf:"bytes,3,rep,name=fenced,proto3" json:"fenced,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseStatus) Reset() {
+	*x = LeaseStatus{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseStatus) ProtoMessage() {}
+
+func (x *LeaseStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseStatus.ProtoReflect.Descriptor instead.
+func (*LeaseStatus) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *LeaseStatus) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
+}
+
+func (x *LeaseStatus) GetHeld() uint64 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+func (x *LeaseStatus) GetFenced() []string {
+	if x != nil {
+		return x.Fenced
+	}
+	return nil
+}
+
 // MirrorStatus is how the PostgreSQL mirror stands. The local transcripts
 // stay the source of truth: appends never wait for the mirror, which
 // catches up by itself once PostgreSQL answers again.
@@ -1825,7 +1907,7 @@ type MirrorStatus struct {
 
 func (x *MirrorStatus) Reset() {
 	*x = MirrorStatus{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +1919,7 @@ func (x *MirrorStatus) String() string {
 func (*MirrorStatus) ProtoMessage() {}
 
 func (x *MirrorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +1932,7 @@ func (x *MirrorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MirrorStatus.ProtoReflect.Descriptor instead.
 func (*MirrorStatus) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{20}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MirrorStatus) GetConfigured() bool {
@@ -1967,7 +2049,7 @@ type DiskStatus struct {
 
 func (x *DiskStatus) Reset() {
 	*x = DiskStatus{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2061,7 @@ func (x *DiskStatus) String() string {
 func (*DiskStatus) ProtoMessage() {}
 
 func (x *DiskStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2074,7 @@ func (x *DiskStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskStatus.ProtoReflect.Descriptor instead.
 func (*DiskStatus) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{21}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DiskStatus) GetBallastPath() string {
@@ -2064,7 +2146,7 @@ type DeferredCompaction struct {
 
 func (x *DeferredCompaction) Reset() {
 	*x = DeferredCompaction{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2158,7 @@ func (x *DeferredCompaction) String() string {
 func (*DeferredCompaction) ProtoMessage() {}
 
 func (x *DeferredCompaction) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2171,7 @@ func (x *DeferredCompaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeferredCompaction.ProtoReflect.Descriptor instead.
 func (*DeferredCompaction) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{22}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeferredCompaction) GetSession() *ResolvedSession {
@@ -2153,7 +2235,7 @@ type WalRetention struct {
 
 func (x *WalRetention) Reset() {
 	*x = WalRetention{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2165,7 +2247,7 @@ func (x *WalRetention) String() string {
 func (*WalRetention) ProtoMessage() {}
 
 func (x *WalRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2178,7 +2260,7 @@ func (x *WalRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WalRetention.ProtoReflect.Descriptor instead.
 func (*WalRetention) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{23}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WalRetention) GetRetentionMs() int64 {
@@ -2232,7 +2314,7 @@ type AcknowledgedMissing struct {
 
 func (x *AcknowledgedMissing) Reset() {
 	*x = AcknowledgedMissing{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2326,7 @@ func (x *AcknowledgedMissing) String() string {
 func (*AcknowledgedMissing) ProtoMessage() {}
 
 func (x *AcknowledgedMissing) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2339,7 @@ func (x *AcknowledgedMissing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgedMissing.ProtoReflect.Descriptor instead.
 func (*AcknowledgedMissing) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{24}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AcknowledgedMissing) GetSession() *ResolvedSession {
@@ -2308,7 +2390,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2320,7 +2402,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2333,7 +2415,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{25}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Operation) GetId() string {
@@ -2391,7 +2473,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2403,7 +2485,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2416,7 +2498,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{26}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CheckRequest) GetSession() *SessionRef {
@@ -2459,7 +2541,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2471,7 +2553,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2484,7 +2566,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{27}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Problem) GetLine() uint64 {
@@ -2541,7 +2623,7 @@ type SessionCheck struct {
 
 func (x *SessionCheck) Reset() {
 	*x = SessionCheck{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2553,7 +2635,7 @@ func (x *SessionCheck) String() string {
 func (*SessionCheck) ProtoMessage() {}
 
 func (x *SessionCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2566,7 +2648,7 @@ func (x *SessionCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCheck.ProtoReflect.Descriptor instead.
 func (*SessionCheck) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{28}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SessionCheck) GetSession() *ResolvedSession {
@@ -2608,7 +2690,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +2702,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +2715,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{29}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CheckResponse) GetSessions() []*SessionCheck {
@@ -2661,7 +2743,7 @@ type RepairRequest struct {
 
 func (x *RepairRequest) Reset() {
 	*x = RepairRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2673,7 +2755,7 @@ func (x *RepairRequest) String() string {
 func (*RepairRequest) ProtoMessage() {}
 
 func (x *RepairRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2686,7 +2768,7 @@ func (x *RepairRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRequest.ProtoReflect.Descriptor instead.
 func (*RepairRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{30}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RepairRequest) GetSession() *SessionRef {
@@ -2720,7 +2802,7 @@ type RepairAction struct {
 
 func (x *RepairAction) Reset() {
 	*x = RepairAction{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +2814,7 @@ func (x *RepairAction) String() string {
 func (*RepairAction) ProtoMessage() {}
 
 func (x *RepairAction) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +2827,7 @@ func (x *RepairAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairAction.ProtoReflect.Descriptor instead.
 func (*RepairAction) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{31}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RepairAction) GetLine() uint64 {
@@ -2800,7 +2882,7 @@ type RepairResponse struct {
 
 func (x *RepairResponse) Reset() {
 	*x = RepairResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +2894,7 @@ func (x *RepairResponse) String() string {
 func (*RepairResponse) ProtoMessage() {}
 
 func (x *RepairResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2825,7 +2907,7 @@ func (x *RepairResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairResponse.ProtoReflect.Descriptor instead.
 func (*RepairResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{32}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RepairResponse) GetSession() *ResolvedSession {
@@ -2887,7 +2969,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2899,7 +2981,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2912,7 +2994,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{33}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ForkRequest) GetSession() *SessionRef {
@@ -2954,7 +3036,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2966,7 +3048,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2979,7 +3061,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{34}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ForkResponse) GetSession() *ResolvedSession {
@@ -3013,7 +3095,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3025,7 +3107,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3038,7 +3120,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{35}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RenameRequest) GetSession() *SessionRef {
@@ -3066,7 +3148,7 @@ type TagRequest struct {
 
 func (x *TagRequest) Reset() {
 	*x = TagRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3078,7 +3160,7 @@ func (x *TagRequest) String() string {
 func (*TagRequest) ProtoMessage() {}
 
 func (x *TagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3091,7 +3173,7 @@ func (x *TagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagRequest.ProtoReflect.Descriptor instead.
 func (*TagRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{36}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TagRequest) GetSession() *SessionRef {
@@ -3118,7 +3200,7 @@ type SetArchivedRequest struct {
 
 func (x *SetArchivedRequest) Reset() {
 	*x = SetArchivedRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3130,7 +3212,7 @@ func (x *SetArchivedRequest) String() string {
 func (*SetArchivedRequest) ProtoMessage() {}
 
 func (x *SetArchivedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3143,7 +3225,7 @@ func (x *SetArchivedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetArchivedRequest.ProtoReflect.Descriptor instead.
 func (*SetArchivedRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{37}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetArchivedRequest) GetSession() *SessionRef {
@@ -3169,7 +3251,7 @@ type MetadataResponse struct {
 
 func (x *MetadataResponse) Reset() {
 	*x = MetadataResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3181,7 +3263,7 @@ func (x *MetadataResponse) String() string {
 func (*MetadataResponse) ProtoMessage() {}
 
 func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3194,7 +3276,7 @@ func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataResponse.ProtoReflect.Descriptor instead.
 func (*MetadataResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{38}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MetadataResponse) GetSession() *ResolvedSession {
@@ -3215,7 +3297,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3227,7 +3309,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3240,7 +3322,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{39}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteRequest) GetSession() *SessionRef {
@@ -3268,7 +3350,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3280,7 +3362,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3293,7 +3375,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{40}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeleteResponse) GetSession() *ResolvedSession {
@@ -3322,7 +3404,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3334,7 +3416,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3347,7 +3429,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{41}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RestoreRequest) GetSession() *SessionRef {
@@ -3382,7 +3464,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3394,7 +3476,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3407,7 +3489,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{42}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RestoreResponse) GetSession() *ResolvedSession {
@@ -3462,7 +3544,7 @@ type ListTrashRequest struct {
 
 func (x *ListTrashRequest) Reset() {
 	*x = ListTrashRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3474,7 +3556,7 @@ func (x *ListTrashRequest) String() string {
 func (*ListTrashRequest) ProtoMessage() {}
 
 func (x *ListTrashRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3487,7 +3569,7 @@ func (x *ListTrashRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTrashRequest.ProtoReflect.Descriptor instead.
 func (*ListTrashRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{43}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListTrashRequest) GetProject() isListTrashRequest_Project {
@@ -3560,7 +3642,7 @@ type TrashedCopy struct {
 
 func (x *TrashedCopy) Reset() {
 	*x = TrashedCopy{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3572,7 +3654,7 @@ func (x *TrashedCopy) String() string {
 func (*TrashedCopy) ProtoMessage() {}
 
 func (x *TrashedCopy) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3585,7 +3667,7 @@ func (x *TrashedCopy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrashedCopy.ProtoReflect.Descriptor instead.
 func (*TrashedCopy) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{44}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TrashedCopy) GetProjectKey() string {
@@ -3654,7 +3736,7 @@ type ListTrashResponse struct {
 
 func (x *ListTrashResponse) Reset() {
 	*x = ListTrashResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3666,7 +3748,7 @@ func (x *ListTrashResponse) String() string {
 func (*ListTrashResponse) ProtoMessage() {}
 
 func (x *ListTrashResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3679,7 +3761,7 @@ func (x *ListTrashResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTrashResponse.ProtoReflect.Descriptor instead.
 func (*ListTrashResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{45}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListTrashResponse) GetCopies() []*TrashedCopy {
@@ -3698,7 +3780,7 @@ type ListSubkeysRequest struct {
 
 func (x *ListSubkeysRequest) Reset() {
 	*x = ListSubkeysRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3710,7 +3792,7 @@ func (x *ListSubkeysRequest) String() string {
 func (*ListSubkeysRequest) ProtoMessage() {}
 
 func (x *ListSubkeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3723,7 +3805,7 @@ func (x *ListSubkeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubkeysRequest.ProtoReflect.Descriptor instead.
 func (*ListSubkeysRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{46}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListSubkeysRequest) GetSession() *SessionRef {
@@ -3743,7 +3825,7 @@ type ListSubkeysResponse struct {
 
 func (x *ListSubkeysResponse) Reset() {
 	*x = ListSubkeysResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[47]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3755,7 +3837,7 @@ func (x *ListSubkeysResponse) String() string {
 func (*ListSubkeysResponse) ProtoMessage() {}
 
 func (x *ListSubkeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[47]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3768,7 +3850,7 @@ func (x *ListSubkeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubkeysResponse.ProtoReflect.Descriptor instead.
 func (*ListSubkeysResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{47}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListSubkeysResponse) GetSubkeys() []string {
@@ -3795,7 +3877,7 @@ type ListSummariesRequest struct {
 
 func (x *ListSummariesRequest) Reset() {
 	*x = ListSummariesRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[48]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3807,7 +3889,7 @@ func (x *ListSummariesRequest) String() string {
 func (*ListSummariesRequest) ProtoMessage() {}
 
 func (x *ListSummariesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[48]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3820,7 +3902,7 @@ func (x *ListSummariesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSummariesRequest.ProtoReflect.Descriptor instead.
 func (*ListSummariesRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{48}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListSummariesRequest) GetProject() isListSummariesRequest_Project {
@@ -3890,7 +3972,7 @@ type SessionSummary struct {
 
 func (x *SessionSummary) Reset() {
 	*x = SessionSummary{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[49]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3902,7 +3984,7 @@ func (x *SessionSummary) String() string {
 func (*SessionSummary) ProtoMessage() {}
 
 func (x *SessionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[49]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3915,7 +3997,7 @@ func (x *SessionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSummary.ProtoReflect.Descriptor instead.
 func (*SessionSummary) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{49}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SessionSummary) GetSessionId() string {
@@ -3970,7 +4052,7 @@ type ListSummariesResponse struct {
 
 func (x *ListSummariesResponse) Reset() {
 	*x = ListSummariesResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[50]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3982,7 +4064,7 @@ func (x *ListSummariesResponse) String() string {
 func (*ListSummariesResponse) ProtoMessage() {}
 
 func (x *ListSummariesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[50]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3995,7 +4077,7 @@ func (x *ListSummariesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSummariesResponse.ProtoReflect.Descriptor instead.
 func (*ListSummariesResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{50}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListSummariesResponse) GetSummaries() []*SessionSummary {
@@ -4114,7 +4196,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x05total\x18\x02 \x01(\rR\x05total\"F\n" +
 	"\x11GetSessionRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\"\x0f\n" +
-	"\rStatusRequest\"\xca\b\n" +
+	"\rStatusRequest\"\xfc\b\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x1d\n" +
@@ -4147,7 +4229,13 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\vtrash_bytes\x18\x15 \x01(\x04R\n" +
 	"trashBytes\x126\n" +
 	"\x17trash_retention_seconds\x18\x16 \x01(\x04R\x15trashRetentionSeconds\x121\n" +
-	"\x06mirror\x18( \x01(\v2\x19.sessiond.v1.MirrorStatusR\x06mirror\"\x98\x03\n" +
+	"\x06mirror\x18( \x01(\v2\x19.sessiond.v1.MirrorStatusR\x06mirror\x120\n" +
+	"\x06leases\x182 \x01(\v2\x18.sessiond.v1.LeaseStatusR\x06leases\"X\n" +
+	"\vLeaseStatus\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x12\n" +
+	"\x04held\x18\x02 \x01(\x04R\x04held\x12\x16\n" +
+	"\x06fenced\x18\x03 \x03(\tR\x06fenced\"\x98\x03\n" +
 	"\fMirrorStatus\x12\x1e\n" +
 	"\n" +
 	"configured\x18\x01 \x01(\bR\n" +
@@ -4361,7 +4449,7 @@ func file_sessiond_v1_sessiond_proto_rawDescGZIP() []byte {
 }
 
 var file_sessiond_v1_sessiond_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(EntryOutcome)(0),             // 0: sessiond.v1.EntryOutcome
 	(*SessionRef)(nil),            // 1: sessiond.v1.SessionRef
@@ -4384,37 +4472,38 @@ var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(*GetSessionRequest)(nil),     // 18: sessiond.v1.GetSessionRequest
 	(*StatusRequest)(nil),         // 19: sessiond.v1.StatusRequest
 	(*StatusResponse)(nil),        // 20: sessiond.v1.StatusResponse
-	(*MirrorStatus)(nil),          // 21: sessiond.v1.MirrorStatus
-	(*DiskStatus)(nil),            // 22: sessiond.v1.DiskStatus
-	(*DeferredCompaction)(nil),    // 23: sessiond.v1.DeferredCompaction
-	(*WalRetention)(nil),          // 24: sessiond.v1.WalRetention
-	(*AcknowledgedMissing)(nil),   // 25: sessiond.v1.AcknowledgedMissing
-	(*Operation)(nil),             // 26: sessiond.v1.Operation
-	(*CheckRequest)(nil),          // 27: sessiond.v1.CheckRequest
-	(*Problem)(nil),               // 28: sessiond.v1.Problem
-	(*SessionCheck)(nil),          // 29: sessiond.v1.SessionCheck
-	(*CheckResponse)(nil),         // 30: sessiond.v1.CheckResponse
-	(*RepairRequest)(nil),         // 31: sessiond.v1.RepairRequest
-	(*RepairAction)(nil),          // 32: sessiond.v1.RepairAction
-	(*RepairResponse)(nil),        // 33: sessiond.v1.RepairResponse
-	(*ForkRequest)(nil),           // 34: sessiond.v1.ForkRequest
-	(*ForkResponse)(nil),          // 35: sessiond.v1.ForkResponse
-	(*RenameRequest)(nil),         // 36: sessiond.v1.RenameRequest
-	(*TagRequest)(nil),            // 37: sessiond.v1.TagRequest
-	(*SetArchivedRequest)(nil),    // 38: sessiond.v1.SetArchivedRequest
-	(*MetadataResponse)(nil),      // 39: sessiond.v1.MetadataResponse
-	(*DeleteRequest)(nil),         // 40: sessiond.v1.DeleteRequest
-	(*DeleteResponse)(nil),        // 41: sessiond.v1.DeleteResponse
-	(*RestoreRequest)(nil),        // 42: sessiond.v1.RestoreRequest
-	(*RestoreResponse)(nil),       // 43: sessiond.v1.RestoreResponse
-	(*ListTrashRequest)(nil),      // 44: sessiond.v1.ListTrashRequest
-	(*TrashedCopy)(nil),           // 45: sessiond.v1.TrashedCopy
-	(*ListTrashResponse)(nil),     // 46: sessiond.v1.ListTrashResponse
-	(*ListSubkeysRequest)(nil),    // 47: sessiond.v1.ListSubkeysRequest
-	(*ListSubkeysResponse)(nil),   // 48: sessiond.v1.ListSubkeysResponse
-	(*ListSummariesRequest)(nil),  // 49: sessiond.v1.ListSummariesRequest
-	(*SessionSummary)(nil),        // 50: sessiond.v1.SessionSummary
-	(*ListSummariesResponse)(nil), // 51: sessiond.v1.ListSummariesResponse
+	(*LeaseStatus)(nil),           // 21: sessiond.v1.LeaseStatus
+	(*MirrorStatus)(nil),          // 22: sessiond.v1.MirrorStatus
+	(*DiskStatus)(nil),            // 23: sessiond.v1.DiskStatus
+	(*DeferredCompaction)(nil),    // 24: sessiond.v1.DeferredCompaction
+	(*WalRetention)(nil),          // 25: sessiond.v1.WalRetention
+	(*AcknowledgedMissing)(nil),   // 26: sessiond.v1.AcknowledgedMissing
+	(*Operation)(nil),             // 27: sessiond.v1.Operation
+	(*CheckRequest)(nil),          // 28: sessiond.v1.CheckRequest
+	(*Problem)(nil),               // 29: sessiond.v1.Problem
+	(*SessionCheck)(nil),          // 30: sessiond.v1.SessionCheck
+	(*CheckResponse)(nil),         // 31: sessiond.v1.CheckResponse
+	(*RepairRequest)(nil),         // 32: sessiond.v1.RepairRequest
+	(*RepairAction)(nil),          // 33: sessiond.v1.RepairAction
+	(*RepairResponse)(nil),        // 34: sessiond.v1.RepairResponse
+	(*ForkRequest)(nil),           // 35: sessiond.v1.ForkRequest
+	(*ForkResponse)(nil),          // 36: sessiond.v1.ForkResponse
+	(*RenameRequest)(nil),         // 37: sessiond.v1.RenameRequest
+	(*TagRequest)(nil),            // 38: sessiond.v1.TagRequest
+	(*SetArchivedRequest)(nil),    // 39: sessiond.v1.SetArchivedRequest
+	(*MetadataResponse)(nil),      // 40: sessiond.v1.MetadataResponse
+	(*DeleteRequest)(nil),         // 41: sessiond.v1.DeleteRequest
+	(*DeleteResponse)(nil),        // 42: sessiond.v1.DeleteResponse
+	(*RestoreRequest)(nil),        // 43: sessiond.v1.RestoreRequest
+	(*RestoreResponse)(nil),       // 44: sessiond.v1.RestoreResponse
+	(*ListTrashRequest)(nil),      // 45: sessiond.v1.ListTrashRequest
+	(*TrashedCopy)(nil),           // 46: sessiond.v1.TrashedCopy
+	(*ListTrashResponse)(nil),     // 47: sessiond.v1.ListTrashResponse
+	(*ListSubkeysRequest)(nil),    // 48: sessiond.v1.ListSubkeysRequest
+	(*ListSubkeysResponse)(nil),   // 49: sessiond.v1.ListSubkeysResponse
+	(*ListSummariesRequest)(nil),  // 50: sessiond.v1.ListSummariesRequest
+	(*SessionSummary)(nil),        // 51: sessiond.v1.SessionSummary
+	(*ListSummariesResponse)(nil), // 52: sessiond.v1.ListSummariesResponse
 }
 var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	1,  // 0: sessiond.v1.AppendRequest.session:type_name -> sessiond.v1.SessionRef
@@ -4432,79 +4521,80 @@ var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	2,  // 12: sessiond.v1.SessionInfo.session:type_name -> sessiond.v1.ResolvedSession
 	16, // 13: sessiond.v1.ListSessionsResponse.sessions:type_name -> sessiond.v1.SessionInfo
 	1,  // 14: sessiond.v1.GetSessionRequest.session:type_name -> sessiond.v1.SessionRef
-	26, // 15: sessiond.v1.StatusResponse.operations:type_name -> sessiond.v1.Operation
-	22, // 16: sessiond.v1.StatusResponse.disk:type_name -> sessiond.v1.DiskStatus
-	24, // 17: sessiond.v1.StatusResponse.wal_retention:type_name -> sessiond.v1.WalRetention
-	25, // 18: sessiond.v1.StatusResponse.acknowledged_missing:type_name -> sessiond.v1.AcknowledgedMissing
-	21, // 19: sessiond.v1.StatusResponse.mirror:type_name -> sessiond.v1.MirrorStatus
-	23, // 20: sessiond.v1.DiskStatus.deferred:type_name -> sessiond.v1.DeferredCompaction
-	2,  // 21: sessiond.v1.DeferredCompaction.session:type_name -> sessiond.v1.ResolvedSession
-	2,  // 22: sessiond.v1.AcknowledgedMissing.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 23: sessiond.v1.CheckRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 24: sessiond.v1.SessionCheck.session:type_name -> sessiond.v1.ResolvedSession
-	28, // 25: sessiond.v1.SessionCheck.problems:type_name -> sessiond.v1.Problem
-	29, // 26: sessiond.v1.CheckResponse.sessions:type_name -> sessiond.v1.SessionCheck
-	1,  // 27: sessiond.v1.RepairRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 28: sessiond.v1.RepairResponse.session:type_name -> sessiond.v1.ResolvedSession
-	32, // 29: sessiond.v1.RepairResponse.actions:type_name -> sessiond.v1.RepairAction
-	28, // 30: sessiond.v1.RepairResponse.before:type_name -> sessiond.v1.Problem
-	28, // 31: sessiond.v1.RepairResponse.after:type_name -> sessiond.v1.Problem
-	1,  // 32: sessiond.v1.ForkRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 33: sessiond.v1.ForkResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 34: sessiond.v1.RenameRequest.session:type_name -> sessiond.v1.SessionRef
-	1,  // 35: sessiond.v1.TagRequest.session:type_name -> sessiond.v1.SessionRef
-	1,  // 36: sessiond.v1.SetArchivedRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 37: sessiond.v1.MetadataResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 38: sessiond.v1.DeleteRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 39: sessiond.v1.DeleteResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 40: sessiond.v1.RestoreRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 41: sessiond.v1.RestoreResponse.session:type_name -> sessiond.v1.ResolvedSession
-	45, // 42: sessiond.v1.ListTrashResponse.copies:type_name -> sessiond.v1.TrashedCopy
-	1,  // 43: sessiond.v1.ListSubkeysRequest.session:type_name -> sessiond.v1.SessionRef
-	50, // 44: sessiond.v1.ListSummariesResponse.summaries:type_name -> sessiond.v1.SessionSummary
-	3,  // 45: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
-	3,  // 46: sessiond.v1.Sessiond.AppendStream:input_type -> sessiond.v1.AppendRequest
-	9,  // 47: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
-	12, // 48: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
-	12, // 49: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
-	15, // 50: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
-	18, // 51: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
-	19, // 52: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
-	27, // 53: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
-	31, // 54: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
-	34, // 55: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
-	36, // 56: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
-	37, // 57: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
-	38, // 58: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
-	40, // 59: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
-	42, // 60: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
-	44, // 61: sessiond.v1.Sessiond.ListTrash:input_type -> sessiond.v1.ListTrashRequest
-	47, // 62: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
-	49, // 63: sessiond.v1.Sessiond.ListSummaries:input_type -> sessiond.v1.ListSummariesRequest
-	8,  // 64: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
-	5,  // 65: sessiond.v1.Sessiond.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
-	11, // 66: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
-	14, // 67: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
-	14, // 68: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
-	17, // 69: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
-	16, // 70: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
-	20, // 71: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
-	30, // 72: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
-	33, // 73: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
-	35, // 74: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
-	39, // 75: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
-	39, // 76: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
-	39, // 77: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
-	41, // 78: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
-	43, // 79: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
-	46, // 80: sessiond.v1.Sessiond.ListTrash:output_type -> sessiond.v1.ListTrashResponse
-	48, // 81: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
-	51, // 82: sessiond.v1.Sessiond.ListSummaries:output_type -> sessiond.v1.ListSummariesResponse
-	64, // [64:83] is the sub-list for method output_type
-	45, // [45:64] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	27, // 15: sessiond.v1.StatusResponse.operations:type_name -> sessiond.v1.Operation
+	23, // 16: sessiond.v1.StatusResponse.disk:type_name -> sessiond.v1.DiskStatus
+	25, // 17: sessiond.v1.StatusResponse.wal_retention:type_name -> sessiond.v1.WalRetention
+	26, // 18: sessiond.v1.StatusResponse.acknowledged_missing:type_name -> sessiond.v1.AcknowledgedMissing
+	22, // 19: sessiond.v1.StatusResponse.mirror:type_name -> sessiond.v1.MirrorStatus
+	21, // 20: sessiond.v1.StatusResponse.leases:type_name -> sessiond.v1.LeaseStatus
+	24, // 21: sessiond.v1.DiskStatus.deferred:type_name -> sessiond.v1.DeferredCompaction
+	2,  // 22: sessiond.v1.DeferredCompaction.session:type_name -> sessiond.v1.ResolvedSession
+	2,  // 23: sessiond.v1.AcknowledgedMissing.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 24: sessiond.v1.CheckRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 25: sessiond.v1.SessionCheck.session:type_name -> sessiond.v1.ResolvedSession
+	29, // 26: sessiond.v1.SessionCheck.problems:type_name -> sessiond.v1.Problem
+	30, // 27: sessiond.v1.CheckResponse.sessions:type_name -> sessiond.v1.SessionCheck
+	1,  // 28: sessiond.v1.RepairRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 29: sessiond.v1.RepairResponse.session:type_name -> sessiond.v1.ResolvedSession
+	33, // 30: sessiond.v1.RepairResponse.actions:type_name -> sessiond.v1.RepairAction
+	29, // 31: sessiond.v1.RepairResponse.before:type_name -> sessiond.v1.Problem
+	29, // 32: sessiond.v1.RepairResponse.after:type_name -> sessiond.v1.Problem
+	1,  // 33: sessiond.v1.ForkRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 34: sessiond.v1.ForkResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 35: sessiond.v1.RenameRequest.session:type_name -> sessiond.v1.SessionRef
+	1,  // 36: sessiond.v1.TagRequest.session:type_name -> sessiond.v1.SessionRef
+	1,  // 37: sessiond.v1.SetArchivedRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 38: sessiond.v1.MetadataResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 39: sessiond.v1.DeleteRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 40: sessiond.v1.DeleteResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 41: sessiond.v1.RestoreRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 42: sessiond.v1.RestoreResponse.session:type_name -> sessiond.v1.ResolvedSession
+	46, // 43: sessiond.v1.ListTrashResponse.copies:type_name -> sessiond.v1.TrashedCopy
+	1,  // 44: sessiond.v1.ListSubkeysRequest.session:type_name -> sessiond.v1.SessionRef
+	51, // 45: sessiond.v1.ListSummariesResponse.summaries:type_name -> sessiond.v1.SessionSummary
+	3,  // 46: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
+	3,  // 47: sessiond.v1.Sessiond.AppendStream:input_type -> sessiond.v1.AppendRequest
+	9,  // 48: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
+	12, // 49: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
+	12, // 50: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
+	15, // 51: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
+	18, // 52: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
+	19, // 53: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
+	28, // 54: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
+	32, // 55: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
+	35, // 56: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
+	37, // 57: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
+	38, // 58: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
+	39, // 59: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
+	41, // 60: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
+	43, // 61: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
+	45, // 62: sessiond.v1.Sessiond.ListTrash:input_type -> sessiond.v1.ListTrashRequest
+	48, // 63: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
+	50, // 64: sessiond.v1.Sessiond.ListSummaries:input_type -> sessiond.v1.ListSummariesRequest
+	8,  // 65: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
+	5,  // 66: sessiond.v1.Sessiond.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
+	11, // 67: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
+	14, // 68: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
+	14, // 69: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
+	17, // 70: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
+	16, // 71: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
+	20, // 72: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
+	31, // 73: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
+	34, // 74: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
+	36, // 75: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
+	40, // 76: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
+	40, // 77: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
+	40, // 78: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
+	42, // 79: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
+	44, // 80: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
+	47, // 81: sessiond.v1.Sessiond.ListTrash:output_type -> sessiond.v1.ListTrashResponse
+	49, // 82: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
+	52, // 83: sessiond.v1.Sessiond.ListSummaries:output_type -> sessiond.v1.ListSummariesResponse
+	65, // [65:84] is the sub-list for method output_type
+	46, // [46:65] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_sessiond_v1_sessiond_proto_init() }
@@ -4520,11 +4610,11 @@ func file_sessiond_v1_sessiond_proto_init() {
 		(*ListSessionsRequest_Cwd)(nil),
 		(*ListSessionsRequest_ProjectKey)(nil),
 	}
-	file_sessiond_v1_sessiond_proto_msgTypes[43].OneofWrappers = []any{
+	file_sessiond_v1_sessiond_proto_msgTypes[44].OneofWrappers = []any{
 		(*ListTrashRequest_Cwd)(nil),
 		(*ListTrashRequest_ProjectKey)(nil),
 	}
-	file_sessiond_v1_sessiond_proto_msgTypes[48].OneofWrappers = []any{
+	file_sessiond_v1_sessiond_proto_msgTypes[49].OneofWrappers = []any{
 		(*ListSummariesRequest_Cwd)(nil),
 		(*ListSummariesRequest_ProjectKey)(nil),
 	}
@@ -4534,7 +4624,7 @@ func file_sessiond_v1_sessiond_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessiond_v1_sessiond_proto_rawDesc), len(file_sessiond_v1_sessiond_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   51,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

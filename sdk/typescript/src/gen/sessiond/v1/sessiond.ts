@@ -405,7 +405,38 @@ export interface StatusResponse {
    * The PostgreSQL mirror (sessiond --mirror): whether it is connected,
    * how far it is behind the local transcripts, its last error.
    */
-  mirror: MirrorStatus | undefined;
+  mirror:
+    | MirrorStatus
+    | undefined;
+  /**
+   * One writer per session across machines (with --mirror): the name this
+   * sessiond holds leases under, how many it holds, and the sessions
+   * another machine took over from it (fenced).
+   */
+  leases: LeaseStatus | undefined;
+}
+
+/**
+ * LeaseStatus is how this sessiond stands with the sessions' leases in
+ * PostgreSQL: a session is written by one machine at a time, the one
+ * holding its lease; a machine whose lease another took over after it
+ * expired (a pause, a partition) is fenced: it writes none of that
+ * session's rows any more, keeps its local entries, and refuses appends
+ * to it.
+ */
+export interface LeaseStatus {
+  /**
+   * sessiond --machine-id (default: host name and a random suffix kept in
+   * the state folder).
+   */
+  machineId: string;
+  /** Sessions whose lease this sessiond holds. */
+  held: number;
+  /**
+   * The sessions fenced, each "project/session: fenced, taken over by
+   * HOLDER (lease until TIME)".
+   */
+  fenced: string[];
 }
 
 /**
@@ -2565,6 +2596,7 @@ function createBaseStatusResponse(): StatusResponse {
     trashBytes: 0,
     trashRetentionSeconds: 0,
     mirror: undefined,
+    leases: undefined,
   };
 }
 
@@ -2650,6 +2682,9 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     }
     if (message.mirror !== undefined) {
       MirrorStatus.encode(message.mirror, writer.uint32(322).fork()).join();
+    }
+    if (message.leases !== undefined) {
+      LeaseStatus.encode(message.leases, writer.uint32(402).fork()).join();
     }
     return writer;
   },
@@ -2883,6 +2918,14 @@ export const StatusResponse: MessageFns<StatusResponse> = {
             message.mirror = MirrorStatus.decode(reader, reader.uint32());
             continue;
           }
+          case 50: {
+            if (tag !== 402) {
+              break;
+            }
+
+            message.leases = LeaseStatus.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2933,6 +2976,88 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     message.mirror = (object.mirror !== undefined && object.mirror !== null)
       ? MirrorStatus.fromPartial(object.mirror)
       : undefined;
+    message.leases = (object.leases !== undefined && object.leases !== null)
+      ? LeaseStatus.fromPartial(object.leases)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseLeaseStatus(): LeaseStatus {
+  return { machineId: "", held: 0, fenced: [] };
+}
+
+export const LeaseStatus: MessageFns<LeaseStatus> = {
+  encode(message: LeaseStatus, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.machineId !== "") {
+      writer.uint32(10).string(message.machineId);
+    }
+    if (message.held !== 0) {
+      writer.uint32(16).uint64(message.held);
+    }
+    for (const v of message.fenced) {
+      writer.uint32(26).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LeaseStatus {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLeaseStatus();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.machineId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.held = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.fenced.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<LeaseStatus>, I>>(base?: I): LeaseStatus {
+    return LeaseStatus.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LeaseStatus>, I>>(object: I): LeaseStatus {
+    const message = createBaseLeaseStatus();
+    message.machineId = object.machineId ?? "";
+    message.held = object.held ?? 0;
+    message.fenced = object.fenced?.map((e) => e) || [];
     return message;
   },
 };

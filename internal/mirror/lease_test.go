@@ -1,0 +1,266 @@
+package mirror
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sessiond/sessiond/internal/clock"
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/mirror/mirrortest"
+)
+
+// leaseRow reads k's session's lease as PostgreSQL holds it.
+func leaseRow(t *testing.T, dsn string, k layout.Key) lease {
+	t.Helper()
+	c, err := pgx.Connect(bg, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(bg)
+	l, ok, err := readLease(bg, c, DefaultTable, familyKey(k), false)
+	if err != nil || !ok {
+		t.Fatalf("lease of %s: %v (exists %v)", k, err, ok)
+	}
+	return l
+}
+
+func (e *env) appendErr(k layout.Key, lines ...string) error {
+	raw := make([][]byte, len(lines))
+	for i, l := range lines {
+		raw[i] = []byte(l)
+	}
+	_, err := e.m.Append(bg, k, raw)
+	return err
+}
+
+// copyTo gives other e's copy of k, as a pull would (the takeover's
+// machine must hold what the former holder mirrored).
+func (e *env) copyTo(other *env, k layout.Key) {
+	e.t.Helper()
+	path := other.lay.TranscriptPath(k)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(e.local(k), "\n")+"\n"), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func wantLeased(t *testing.T, err error, holder string, expires time.Time, takenOver bool) {
+	t.Helper()
+	var le *LeasedError
+	if !errors.As(err, &le) || !errdefs.Is(err, errdefs.ErrLeased) {
+		t.Fatalf("got %v, want a refusal: leased by %s", err, holder)
+	}
+	msg := err.Error()
+	if le.Holder != holder || !strings.Contains(msg, holder) || !strings.Contains(msg, expires.UTC().Format(time.RFC3339)) || le.TakenOver != takenOver {
+		t.Fatalf("refusal %q (taken over %v) does not name holder %s and expiry %s (taken over %v)", msg, le.TakenOver, holder, expires.UTC().Format(time.RFC3339), takenOver)
+	}
+	if takenOver && !strings.Contains(msg, "taken over by") {
+		t.Fatalf("refusal %q does not say the session was taken over", msg)
+	}
+}
+
+// TestLeaseAcquireRenewExpireTakeoverFence: two machines on one
+// database, each on its own fake clock (A's stands still: it is paused).
+// A's append takes the lease; B's is refused naming A and the expiry; a
+// renewal moves the expiry and keeps the token; past the expiry B takes
+// over under a larger token; A, still believing it holds the lease,
+// appends locally, but its mirror is fenced: none of those rows reach
+// PostgreSQL, and A's next append is refused, naming B.
+func TestLeaseAcquireRenewExpireTakeoverFence(t *testing.T) {
+	dsn := database(t)
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	ttl := 30 * time.Second
+	ca, cb := clock.NewFake(t0), clock.NewFake(t0)
+	a := newEnvAs(t, dsn, ca, "machine-A", ttl)
+	b := newEnvAs(t, dsn, cb, "machine-B", ttl)
+	a.waitCaughtUp(30 * time.Second)
+	b.waitCaughtUp(30 * time.Second)
+
+	k := newKey("")
+	first := []string{line(1, ""), line(2, "")}
+	a.append(k, first...)
+	a.waitCaughtUp(30 * time.Second)
+	l := leaseRow(t, dsn, k)
+	if l.holder != "machine-A" || !l.expires.Equal(t0.Add(ttl)) {
+		t.Fatalf("lease after A's append: %+v, want machine-A until %v", l, t0.Add(ttl))
+	}
+	tokenA := l.token
+
+	// A subagent of the session is the same session: refused too.
+	wantLeased(t, b.appendErr(k, line(9, "")), "machine-A", t0.Add(ttl), false)
+	wantLeased(t, b.appendErr(layout.Key{ProjectKey: k.ProjectKey, SessionID: k.SessionID, Subpath: "subagents/agent-x"}, line(9, "")),
+		"machine-A", t0.Add(ttl), false)
+
+	// A renews: a later expiry, the same token.
+	ca.Advance(20 * time.Second)
+	a.mr.renewAll(bg)
+	l = leaseRow(t, dsn, k)
+	if l.holder != "machine-A" || l.token != tokenA || !l.expires.Equal(t0.Add(50*time.Second)) {
+		t.Fatalf("lease after renewal: %+v, want machine-A token %d until %v", l, tokenA, t0.Add(50*time.Second))
+	}
+	// Past the first expiry, before the renewed one: B asks again and is
+	// refused with the new expiry.
+	cb.Advance(45 * time.Second)
+	wantLeased(t, b.appendErr(k, line(9, "")), "machine-A", t0.Add(50*time.Second), false)
+
+	// Past it: B takes over (having A's lines, as a pull brings them).
+	a.copyTo(b, k)
+	cb.Advance(15 * time.Second)
+	bLines := []string{line(3, ""), line(4, "")}
+	b.append(k, bLines...)
+	b.waitCaughtUp(30 * time.Second)
+	l = leaseRow(t, dsn, k)
+	if l.holder != "machine-B" || l.token <= tokenA {
+		t.Fatalf("lease after takeover: %+v, want machine-B with a token above %d", l, tokenA)
+	}
+
+	// A was paused: its clock says its lease runs, so it appends locally.
+	late := line(5, "")
+	a.append(k, late)
+	deadline := time.Now().Add(30 * time.Second)
+	for len(a.mr.Status().Fenced) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("A's mirror was not fenced: %+v", a.mr.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	st := a.mr.Status()
+	if !strings.Contains(st.Fenced[0], "taken over by machine-B") || !strings.Contains(st.LastError, "machine-B") {
+		t.Fatalf("A's status does not say who took over: %+v", st)
+	}
+	// A's late line never reached PostgreSQL: the rows are A's first
+	// lines and B's, in order.
+	mirrortest.SameEntries(t, "rows after the fencing", load(t, dsn, k), append(append([]string{}, first...), bLines...))
+	// A's local entries are kept.
+	if got := a.local(k); len(got) != 3 || got[2] != late {
+		t.Fatalf("A's local copy: %q, want its 3 lines", got)
+	}
+	// And A's clients are told.
+	wantLeased(t, a.appendErr(k, line(6, "")), "machine-B", l.expires, true)
+}
+
+// TestLeaseReleasedWhenIdleAndAtStop: a session idle for LeaseIdle has
+// its lease released (another machine takes it at once, under a larger
+// token), and a sessiond that stops releases the leases it holds.
+func TestLeaseReleasedWhenIdleAndAtStop(t *testing.T) {
+	dsn := database(t)
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	a := newEnvAs(t, dsn, clk, "machine-A", time.Minute)
+	b := newEnvAs(t, dsn, clk, "machine-B", time.Minute)
+	k := newKey("")
+	a.append(k, line(1, ""))
+	a.waitCaughtUp(30 * time.Second)
+	la := leaseRow(t, dsn, k)
+	if err := b.appendErr(k, line(2, "")); !errdefs.Is(err, errdefs.ErrLeased) {
+		t.Fatalf("B's append while A holds the lease: %v", err)
+	}
+	// Idle past LeaseIdle (the default, the writer's idle retirement):
+	// released, though its minute is not over.
+	clk.Advance(DefaultLeaseIdle + time.Second)
+	a.mr.renewAll(bg)
+	if l := leaseRow(t, dsn, k); l.holder != "machine-A" || l.token != la.token || l.expires.After(clk.Now()) {
+		t.Fatalf("lease after A went idle: %+v, want A's token %d expired by %v", l, la.token, clk.Now())
+	}
+	if st := a.mr.Status(); st.Leases != 0 {
+		t.Fatalf("A still counts %d leases", st.Leases)
+	}
+	a.copyTo(b, k)
+	b.append(k, line(3, ""))
+	lb := leaseRow(t, dsn, k)
+	if lb.holder != "machine-B" || lb.token <= la.token {
+		t.Fatalf("lease after B's append: %+v, want B's above %d", lb, la.token)
+	}
+	// B stops: released.
+	b.stop()
+	if l := leaseRow(t, dsn, k); l.holder != "machine-B" || l.expires.After(clk.Now()) {
+		t.Fatalf("lease after B stopped: %+v, want expired by %v", l, clk.Now())
+	}
+}
+
+// TestLeaseBoundedWait: an append that must ask PostgreSQL whether the
+// session is leased elsewhere waits at most LeaseWait; when no answer
+// comes, it is stored locally, and the mirror, finding the session
+// another machine's later, is fenced and says so, the entry kept.
+func TestLeaseBoundedWait(t *testing.T) {
+	dsn := database(t)
+	a := newEnvAs(t, dsn, clock.Real, "machine-A", time.Minute)
+	b := newEnvAs(t, dsn, clock.Real, "machine-B", time.Minute)
+	a.waitCaughtUp(30 * time.Second)
+	k := newKey("")
+	b.append(k, line(1, ""))
+	b.waitCaughtUp(30 * time.Second)
+	// PostgreSQL "slow": the lease row is locked, so A's question hangs.
+	c, err := pgx.Connect(bg, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(bg)
+	tx, err := c.Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(bg, "SELECT 1 FROM sessiond_leases WHERE session_id = $1 FOR UPDATE", k.SessionID); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	late := line(2, "")
+	if err := a.appendErr(k, late); err != nil {
+		t.Fatalf("A's append while PostgreSQL does not answer: %v", err)
+	}
+	if took := time.Since(start); took > DefaultLeaseWait+time.Second {
+		t.Fatalf("the append waited %v for PostgreSQL (bound %v)", took, DefaultLeaseWait)
+	}
+	tx.Rollback(bg)
+	deadline := time.Now().Add(30 * time.Second)
+	for len(a.mr.Status().Fenced) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("A's mirror was not fenced: %+v", a.mr.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := a.local(k); len(got) != 1 || got[0] != late {
+		t.Fatalf("A's local copy %q: the entry must be kept", got)
+	}
+	if rows := load(t, dsn, k); len(rows) != 1 {
+		t.Fatalf("rows %q: A's entry must not reach PostgreSQL", rows)
+	}
+	wantLeased(t, a.appendErr(k, line(3, "")), "machine-B", leaseRow(t, dsn, k).expires, true)
+}
+
+// TestLeaseTakeoverKeepsFormerRows: a machine that takes a session over
+// with a local copy lacking the rows the former holder wrote (it did not
+// pull first) does not replace them with its copy: nothing is written,
+// and its status says to pull.
+func TestLeaseTakeoverKeepsFormerRows(t *testing.T) {
+	dsn := database(t)
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	a := newEnvAs(t, dsn, clk, "machine-A", time.Minute)
+	b := newEnvAs(t, dsn, clk, "machine-B", time.Minute)
+	k := newKey("")
+	rows := []string{line(1, ""), line(2, "")}
+	a.append(k, rows...)
+	a.waitCaughtUp(30 * time.Second)
+	clk.Advance(2 * time.Minute)
+	a.mr.renewAll(bg) // idle: released
+	b.append(k, line(3, ""))
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(b.mr.Status().LastError, "pull the session") {
+		if time.Now().After(deadline) {
+			t.Fatalf("B's mirror does not say to pull: %+v", b.mr.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if l := leaseRow(t, dsn, k); l.holder != "machine-B" {
+		t.Fatalf("lease %+v, want B's", l)
+	}
+	mirrortest.SameEntries(t, "A's rows", load(t, dsn, k), rows)
+}
