@@ -9,7 +9,11 @@ import (
 // THH:mm:ss or THH:mm:ss.s+ and Z or ±HH:mm (local time without an offset);
 // extended years (±YYYYYY) too. Milliseconds are truncated, out-of-range
 // days roll over as in V8. Other strings give ok false.
-func jsDateParse(s string) (ms int64, ok bool) {
+func jsDateParse(s string) (ms int64, ok bool) { return jsDateParseIn(s, time.Local) }
+
+// jsDateParseIn is jsDateParse with local time in local: tests pass a
+// fixed zone instead of changing time.Local, which every goroutine reads.
+func jsDateParseIn(s string, local *time.Location) (ms int64, ok bool) {
 	i := 0
 	num := func(n int) (int, bool) {
 		if i+n > len(s) {
@@ -105,7 +109,7 @@ func jsDateParse(s string) (ms int64, ok bool) {
 	if minute > 59 || sec > 59 || hour > 24 || (hour == 24 && (minute != 0 || sec != 0 || milli != 0)) {
 		return 0, false
 	}
-	loc := time.Local
+	loc := local
 	if i < len(s) {
 		switch s[i] {
 		case 'Z', 'z':
