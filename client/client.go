@@ -322,6 +322,12 @@ func (c *Client) Fork(ctx context.Context, s Session, upTo, title, newID string)
 	return c.api.Fork(ctx, &sessiondv1.ForkRequest{Session: s.ref(), UpToUuid: upTo, Title: title, NewSessionId: newID})
 }
 
+// Pull brings session s, known only to the fleet's PostgreSQL mirror (or
+// behind it here), down to this machine.
+func (c *Client) Pull(ctx context.Context, s Session) (*sessiondv1.PullResponse, error) {
+	return c.api.Pull(ctx, &sessiondv1.PullRequest{Session: s.ref()})
+}
+
 // Rename sets s's custom title.
 func (c *Client) Rename(ctx context.Context, s Session, title string) (*sessiondv1.MetadataResponse, error) {
 	return c.api.Rename(ctx, &sessiondv1.RenameRequest{Session: s.ref(), Title: title})
