@@ -47,12 +47,26 @@ func (mr *Mirror) Fetch(ctx context.Context, projectKey, sessionID string) (*Rem
 	if mr.pool == nil {
 		return nil, fmt.Errorf("the mirror is not started: %w", errdefs.ErrUnavailable)
 	}
+	// A pull may come before the connector made the tables.
+	mr.mu.Lock()
+	schema := mr.schema
+	mr.mu.Unlock()
+	var err error
+	if !schema {
+		if err = createSchema(ctx, mr.pool, mr.cfg.Table); err == nil {
+			mr.mu.Lock()
+			mr.schema = true
+			mr.mu.Unlock()
+		}
+	}
 	var out *Remote
-	err := pgx.BeginTxFunc(ctx, mr.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-		r, err := mr.fetch(ctx, tx, projectKey, sessionID)
-		out = r
-		return err
-	})
+	if err == nil {
+		err = pgx.BeginTxFunc(ctx, mr.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+			r, err := mr.fetch(ctx, tx, projectKey, sessionID)
+			out = r
+			return err
+		})
+	}
 	if err != nil {
 		for _, k := range []error{errdefs.ErrNotFound, errdefs.ErrAmbiguous, errdefs.ErrCorrupt, errdefs.ErrInvalidArgument} {
 			if errors.Is(err, k) {
