@@ -282,12 +282,15 @@ type ListOptions struct {
 	Limit, Offset   uint32
 	Continue        bool // only the session "continue" would resume
 	ExcludeArchived bool
+	// Fleet lists from sessiond's PostgreSQL mirror (every machine's
+	// sessions) instead of the local disk.
+	Fleet bool
 }
 
 // ListSessions lists sessions with paging; it returns the page and the
 // total before paging.
 func (c *Client) ListSessions(ctx context.Context, opt ListOptions) ([]*sessiondv1.SessionInfo, uint32, error) {
-	req := &sessiondv1.ListSessionsRequest{Limit: opt.Limit, Offset: opt.Offset, Continue: opt.Continue, ExcludeArchived: opt.ExcludeArchived}
+	req := &sessiondv1.ListSessionsRequest{Limit: opt.Limit, Offset: opt.Offset, Continue: opt.Continue, ExcludeArchived: opt.ExcludeArchived, Fleet: opt.Fleet}
 	switch {
 	case opt.Cwd != "":
 		req.Project = &sessiondv1.ListSessionsRequest_Cwd{Cwd: opt.Cwd}

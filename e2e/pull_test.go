@@ -76,6 +76,19 @@ func sdkView(t *testing.T, sdk *sdkcheck.SDK, root, sid, cwd string) map[string]
 	return r
 }
 
+// waitRows waits until PostgreSQL holds n rows of s: waitMirrored alone
+// may look before the mirror heard of an append just acknowledged.
+func waitRows(t *testing.T, dsn string, s client.Session, n int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for len(refLoad(t, dsn, s)) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("PostgreSQL holds %d rows of %s after a minute, want %d", len(refLoad(t, dsn, s)), s.ID, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func readFile(t *testing.T, path string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -105,12 +118,33 @@ func TestMirrorPullTwoMachines(t *testing.T) {
 	s := client.Session{Cwd: cwd, ID: sid}
 	appendAll(t, ca, s, main)
 	appendAll(t, ca, client.Session{Cwd: cwd, ID: sid, Subpath: pullSub}, append(fixture(t, pullSubFixture), pullMeta+"\n"...))
+	if _, err := ca.Rename(ctx, s, "Pulled elsewhere"); err != nil {
+		t.Fatal(err)
+	}
+	a.ctlOK("", "flush", "--all") // A's file holds the title line too
 	waitMirrored(t, a, 60*time.Second)
 
 	b := mirrorDaemon(t, dsn)
 	b.start()
 	cb := b.client()
 	defer cb.Close()
+	// B lists A's session from PostgreSQL with the columns A lists it
+	// with (but the time: the rows' mtime, not the file's).
+	noTime := func(out string) string {
+		var keep []string
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			f := strings.Fields(l)
+			keep = append(keep, strings.Join(f[:len(f)-2], " "))
+		}
+		return strings.Join(keep, "\n")
+	}
+	local := noTime(a.ctlOK("Pulled elsewhere", "list", "--cwd", cwd))
+	if fleet := noTime(b.ctlOK(sid, "list", "--fleet", "--cwd", cwd)); fleet != local {
+		t.Errorf("B's fleet listing:\n%s\nA's local listing:\n%s", fleet, local)
+	}
+	if out := b.ctlOK("", "list", "--cwd", cwd); strings.Contains(out, sid) {
+		t.Errorf("B lists the session locally before pulling it:\n%s", out)
+	}
 	out := b.ctlOK("pulled "+sid, "pull", sid)
 	if !strings.Contains(out, "main: pulled") || !strings.Contains(out, pullSub+": pulled") {
 		t.Fatalf("sessionctl pull:\n%s", out)
@@ -142,6 +176,7 @@ func TestMirrorPullTwoMachines(t *testing.T) {
 	for _, m := range more {
 		acked = append(acked, string(m))
 	}
+	waitRows(t, dsn, client.Session{ProjectKey: pk, ID: sid}, len(acked))
 	waitMirrored(t, b, 60*time.Second)
 	mirrortest.SameEntries(t, "rows after B's appends", refLoad(t, dsn, client.Session{ProjectKey: pk, ID: sid}), acked)
 	if st := mirrorStatus(t, b); st.GetLastError() != "" {
@@ -153,7 +188,7 @@ func TestMirrorPullTwoMachines(t *testing.T) {
 	if _, err := ca.Append(ctx, s2, mirrorEntry(10), mirrorEntry(11), mirrorEntry(12)); err != nil {
 		t.Fatal(err)
 	}
-	waitMirrored(t, a, 60*time.Second)
+	waitRows(t, dsn, s2, 3)
 	var got []string
 	err := cb.Read(ctx, client.Session{ID: s2.ID}, client.ReadOptions{}, func(e *sessiondv1.Entry) error {
 		got = append(got, string(e.GetData()))
@@ -168,20 +203,18 @@ func TestMirrorPullTwoMachines(t *testing.T) {
 	if _, err := ca.Append(ctx, s3, mirrorEntry(20), mirrorEntry(21)); err != nil {
 		t.Fatal(err)
 	}
-	waitMirrored(t, a, 60*time.Second)
-	want3 := localEntries(t, a, s3)
-	if _, err := cb.Append(ctx, s3, mirrorEntry(22)); err != nil {
+	waitRows(t, dsn, s3, 2)
+	e22 := mirrorEntry(22)
+	want3 := append(localEntries(t, a, s3), string(e22))
+	if _, err := cb.Append(ctx, s3, e22); err != nil {
 		t.Fatal(err)
 	}
-	want3 = append(want3, string(mirrorEntry(22)))
 	if got := localEntries(t, b, s3); len(got) != 3 || got[0] != want3[0] {
 		t.Fatalf("B's copy after an append to a session it never saw: %d entries", len(got))
 	}
+	waitRows(t, dsn, s3, 3)
 	waitMirrored(t, b, 60*time.Second)
-	rows := refLoad(t, dsn, s3)
-	if len(rows) != 3 {
-		t.Fatalf("rows of a session B appended to without pulling: %d, want A's 2 then B's 1", len(rows))
-	}
+	mirrortest.SameEntries(t, "rows of a session B appended to without pulling (A's 2 then B's 1)", refLoad(t, dsn, s3), want3)
 	// A session nobody has is still not found, and says so.
 	_, errOut, code := b.ctl("", "show", "00000000-0000-4000-8000-000000000000")
 	if code == 0 || !strings.Contains(errOut, "not found") {
@@ -283,6 +316,7 @@ CREATE INDEX IF NOT EXISTS claude_session_store_list_idx ON claude_session_store
 	if _, err := c.Append(ctx, s, more...); err != nil {
 		t.Fatal(err)
 	}
+	waitRows(t, dsn, client.Session{ProjectKey: pk, ID: sid}, len(ml)+len(more))
 	waitMirrored(t, d, 60*time.Second)
 	want := ml
 	for _, m := range more {

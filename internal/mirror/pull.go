@@ -47,18 +47,7 @@ func (mr *Mirror) Fetch(ctx context.Context, projectKey, sessionID string) (*Rem
 	if mr.pool == nil {
 		return nil, fmt.Errorf("the mirror is not started: %w", errdefs.ErrUnavailable)
 	}
-	// A pull may come before the connector made the tables.
-	mr.mu.Lock()
-	schema := mr.schema
-	mr.mu.Unlock()
-	var err error
-	if !schema {
-		if err = createSchema(ctx, mr.pool, mr.cfg.Table); err == nil {
-			mr.mu.Lock()
-			mr.schema = true
-			mr.mu.Unlock()
-		}
-	}
+	err := mr.ensureSchema(ctx)
 	var out *Remote
 	if err == nil {
 		err = pgx.BeginTxFunc(ctx, mr.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
@@ -76,6 +65,24 @@ func (mr *Mirror) Fetch(ctx context.Context, projectKey, sessionID string) (*Rem
 		return nil, fmt.Errorf("pull %s from PostgreSQL (%s): %s: %w", sessionID, mr.Target(), mr.red.clean(err.Error()), errdefs.ErrUnavailable)
 	}
 	return out, nil
+}
+
+// ensureSchema makes the tables unless the connector did already: a pull
+// or a listing may come first.
+func (mr *Mirror) ensureSchema(ctx context.Context) error {
+	mr.mu.Lock()
+	schema := mr.schema
+	mr.mu.Unlock()
+	if schema {
+		return nil
+	}
+	if err := createSchema(ctx, mr.pool, mr.cfg.Table); err != nil {
+		return err
+	}
+	mr.mu.Lock()
+	mr.schema = true
+	mr.mu.Unlock()
+	return nil
 }
 
 func (mr *Mirror) fetch(ctx context.Context, tx pgx.Tx, projectKey, sessionID string) (*Remote, error) {

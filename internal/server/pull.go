@@ -178,3 +178,33 @@ func (s *Server) resolvePulling(ctx context.Context, ref *sessiondv1.SessionRef)
 	}
 	return k, nil
 }
+
+// listFleet lists pk's sessions ("" for every project's) from PostgreSQL,
+// with the columns of the local listing it has: entries, size, modified
+// time and title (the path is where a pull would write the session).
+func (s *Server) listFleet(ctx context.Context, pk string, req *sessiondv1.ListSessionsRequest) (*sessiondv1.ListSessionsResponse, error) {
+	if s.info.Mirror == nil {
+		return nil, fmt.Errorf("sessiond runs without a PostgreSQL mirror (start it with --mirror or SESSIOND_MIRROR), so it has no fleet to list: %w", errdefs.ErrFailedPrecondition)
+	}
+	if req.GetContinue() || req.GetExcludeArchived() {
+		return nil, fmt.Errorf("the fleet listing cannot tell sidechains or archived sessions (PostgreSQL holds neither mark); leave --continue and --exclude-archived out: %w", errdefs.ErrInvalidArgument)
+	}
+	list, err := s.info.Mirror.List(ctx, pk)
+	if err != nil {
+		return nil, err
+	}
+	out := &sessiondv1.ListSessionsResponse{Total: uint32(len(list))}
+	list = list[min(int(req.GetOffset()), len(list)):]
+	if l := int(req.GetLimit()); l > 0 && l < len(list) {
+		list = list[:l]
+	}
+	for _, f := range list {
+		session := &sessiondv1.ResolvedSession{ProjectKey: f.Key.ProjectKey, SessionId: f.Key.SessionID}
+		if layout.ValidateProjectKey(f.Key.ProjectKey) == nil && layout.ValidateSessionID(f.Key.SessionID) == nil {
+			session = s.resolved(f.Key)
+		}
+		out.Sessions = append(out.Sessions, &sessiondv1.SessionInfo{Session: session, Title: f.Title, Summary: f.Title,
+			Entries: f.Entries, Bytes: f.Bytes, ModifiedMs: f.ModifiedMs})
+	}
+	return out, nil
+}

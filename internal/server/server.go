@@ -470,6 +470,9 @@ func (s *Server) ListSessions(ctx context.Context, req *sessiondv1.ListSessionsR
 	if err != nil {
 		return nil, err
 	}
+	if req.GetFleet() {
+		return s.listFleet(ctx, pk, req)
+	}
 	infos, total, err := s.m.List(ctx, writer.ListOptions{ProjectKey: pk, Limit: int(req.GetLimit()),
 		Offset: int(req.GetOffset()), Continue: req.GetContinue(), ExcludeArchived: req.GetExcludeArchived()})
 	if err != nil {
