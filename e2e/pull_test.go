@@ -215,6 +215,35 @@ func TestMirrorPullTwoMachines(t *testing.T) {
 	waitRows(t, dsn, s3, 3)
 	waitMirrored(t, b, 60*time.Second)
 	mirrortest.SameEntries(t, "rows of a session B appended to without pulling (A's 2 then B's 1)", refLoad(t, dsn, s3), want3)
+	// A copy here that differs from PostgreSQL's is refused; one that is
+	// behind gets the rest.
+	s4, s5 := mirrorSession(""), mirrorSession("")
+	for _, x := range []client.Session{s4, s5} {
+		if _, err := ca.Append(ctx, x, mirrorEntry(30), mirrorEntry(31), mirrorEntry(32)); err != nil {
+			t.Fatal(err)
+		}
+		waitRows(t, dsn, x, 3)
+	}
+	if err := os.MkdirAll(filepath.Dir(b.transcript(mirrorProject, s4.ID)), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b.transcript(mirrorProject, s4.ID), append(mirrorEntry(33), '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a5 := localEntries(t, a, s5)
+	if err := os.WriteFile(b.transcript(mirrorProject, s5.ID), []byte(a5[0]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := b.ctl("", "pull", s4.ID); code == 0 || !strings.Contains(errOut, "differs from PostgreSQL's copy from line 1 on") {
+		t.Errorf("pull over a copy that differs: exit %d, %s", code, errOut)
+	}
+	if got := lines(readFile(t, b.transcript(mirrorProject, s4.ID))); len(got) != 1 {
+		t.Errorf("a refused pull changed the copy here: %d lines", len(got))
+	}
+	b.ctlOK("main: appended (3 entries)", "pull", s5.ID)
+	if got := localEntries(t, b, s5); !reflect.DeepEqual(got, a5) {
+		t.Errorf("B's copy that was behind, after the pull: %d entries, want A's %d", len(got), len(a5))
+	}
 	// A session nobody has is still not found, and says so.
 	_, errOut, code := b.ctl("", "show", "00000000-0000-4000-8000-000000000000")
 	if code == 0 || !strings.Contains(errOut, "not found") {
