@@ -42,6 +42,7 @@ type Mirror struct {
 	lastErr                 string
 	lastErrAt               time.Time
 	rows                    uint64 // rows written since start
+	errs                    uint64 // errors recorded since start (fail)
 	closed                  bool
 }
 
@@ -310,6 +311,7 @@ func (mr *Mirror) fail(err error) {
 	mr.mu.Lock()
 	repeat := msg == mr.lastErr
 	mr.lastErr, mr.lastErrAt = msg, mr.cfg.Clock.Now()
+	mr.errs++
 	mr.mu.Unlock()
 	if !repeat {
 		mr.log.Warn("mirror error", zap.String("error", msg))
@@ -455,6 +457,15 @@ type Status struct {
 	RowsWritten uint64
 	LastError   string
 	LastErrorAt time.Time
+}
+
+// Errors counts the errors the mirror met since start (a lost
+// connection, a failed transaction), each try once: the metric
+// sessiond_mirror_errors_total.
+func (mr *Mirror) Errors() uint64 {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	return mr.errs
 }
 
 // Status reports the mirror's state.
