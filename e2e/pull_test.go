@@ -33,6 +33,21 @@ const (
 	pullMeta        = `{"type":"agent_metadata","agentType":"Explore","toolUseId":"toolu_01pull","description":"look around"}`
 )
 
+// parseAll decodes the SDK's messages, for a comparison that does not
+// depend on key order.
+func parseAll(t *testing.T, msgs []json.RawMessage) []any {
+	t.Helper()
+	var out []any
+	for _, m := range msgs {
+		var v any
+		if err := json.Unmarshal(m, &v); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
 // sdkView is what the official SDK reads of a session from a config dir.
 func sdkView(t *testing.T, sdk *sdkcheck.SDK, root, sid, cwd string) map[string]any {
 	t.Helper()
@@ -42,15 +57,7 @@ func sdkView(t *testing.T, sdk *sdkcheck.SDK, root, sid, cwd string) map[string]
 	if err != nil || len(msgs) < 10 {
 		t.Fatalf("getSessionMessages in %s: %d messages, %v", root, len(msgs), err)
 	}
-	var parsed []any
-	for _, m := range msgs {
-		var v any
-		if err := json.Unmarshal(m, &v); err != nil {
-			t.Fatal(err)
-		}
-		parsed = append(parsed, v)
-	}
-	r["messages"] = parsed
+	r["messages"] = parseAll(t, msgs)
 	agents, err := sdk.ListSubagents(ctx, root, sid, cwd)
 	if err != nil || fmt.Sprint(agents) != "[a7be2f0]" {
 		t.Fatalf("listSubagents in %s: %v, %v", root, agents, err)
@@ -59,15 +66,7 @@ func sdkView(t *testing.T, sdk *sdkcheck.SDK, root, sid, cwd string) map[string]
 	if err != nil || len(sub) == 0 {
 		t.Fatalf("getSubagentMessages in %s: %d messages, %v", root, len(sub), err)
 	}
-	var subParsed []any
-	for _, m := range sub {
-		var v any
-		if err := json.Unmarshal(m, &v); err != nil {
-			t.Fatal(err)
-		}
-		subParsed = append(subParsed, v)
-	}
-	r["subagent"] = subParsed
+	r["subagent"] = parseAll(t, sub)
 	list, err := sdk.ListSessions(ctx, root, cwd)
 	if err != nil || len(list) != 1 {
 		t.Fatalf("listSessions in %s: %v, %v", root, list, err)
