@@ -24,6 +24,7 @@ func TestMirrorMetrics(t *testing.T) {
 	if _, err := c.Append(ctx, s, mirrorEntry(1), mirrorEntry(2)); err != nil {
 		t.Fatal(err)
 	}
+	waitMirrored(t, d, 30*time.Second) // connected: the table is made
 	waitRows(t, dsn, s, 2)
 	waitMirrored(t, d, 30*time.Second)
 	f := d.scrape(addr)

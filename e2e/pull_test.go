@@ -76,7 +76,8 @@ func sdkView(t *testing.T, sdk *sdkcheck.SDK, root, sid, cwd string) map[string]
 }
 
 // waitRows waits until PostgreSQL holds n rows of s: waitMirrored alone
-// may look before the mirror heard of an append just acknowledged.
+// may look before the mirror heard of an append just acknowledged. The
+// table must exist (a mirror connected once, or the test made it).
 func waitRows(t *testing.T, dsn string, s client.Session, n int) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)

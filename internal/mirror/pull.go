@@ -31,6 +31,14 @@ type RemoteTranscript struct {
 	Meta []byte
 }
 
+// Connected reports whether PostgreSQL answered the mirror last time it
+// tried.
+func (mr *Mirror) Connected() bool {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	return mr.connected
+}
+
 // ErrNotMirrored is wrapped (beside errdefs.ErrNotFound) when PostgreSQL
 // holds no row of the session asked for.
 var ErrNotMirrored = errors.New("not in PostgreSQL")

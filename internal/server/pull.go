@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -29,7 +30,7 @@ func (s *Server) Pull(ctx context.Context, req *sessiondv1.PullRequest) (*sessio
 	if ref.GetProject() == nil {
 		project = ""
 	}
-	key, done, err := s.pull(ctx, project, k.SessionID)
+	key, done, err := s.pull(ctx, project, k.SessionID, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -42,12 +43,21 @@ func (s *Server) Pull(ctx context.Context, req *sessiondv1.PullRequest) (*sessio
 // left alone. A local copy that differs from PostgreSQL's, or holds more,
 // is refused before anything is written. Subagents are written before the
 // main transcript, so that a main transcript here means a complete pull.
-func (s *Server) pull(ctx context.Context, project, id string) (layout.Key, []*sessiondv1.PulledTranscript, error) {
+// look, when not 0, bounds the read from PostgreSQL (not the writes here:
+// a pull cut off between two transcripts would leave a session half
+// here).
+func (s *Server) pull(ctx context.Context, project, id string, look time.Duration) (layout.Key, []*sessiondv1.PulledTranscript, error) {
 	mr := s.info.Mirror
 	if mr == nil {
 		return layout.Key{}, nil, fmt.Errorf("sessiond runs without a PostgreSQL mirror (start it with --mirror or SESSIOND_MIRROR) so it has nothing to pull from: %w", errdefs.ErrFailedPrecondition)
 	}
-	remote, err := mr.Fetch(ctx, project, id)
+	fctx := ctx
+	if look > 0 {
+		var cancel context.CancelFunc
+		fctx, cancel = context.WithTimeout(ctx, look)
+		defer cancel()
+	}
+	remote, err := mr.Fetch(fctx, project, id)
 	if err != nil {
 		return layout.Key{}, nil, err
 	}
@@ -104,6 +114,10 @@ func (s *Server) pull(ctx context.Context, project, id string) (layout.Key, []*s
 	return remote.Key, out, nil
 }
 
+// pullLookTimeout bounds an append's look into PostgreSQL for a session
+// that is not here.
+const pullLookTimeout = 3 * time.Second
+
 // errStop ends a read early.
 var errStop = errors.New("stop")
 
@@ -152,7 +166,16 @@ func (s *Server) pullIfAbsent(ctx context.Context, k layout.Key, strict bool) er
 			return err
 		}
 	}
-	_, _, err := s.pull(ctx, main.ProjectKey, main.SessionID)
+	look := time.Duration(0)
+	if !strict {
+		// Appends never wait for PostgreSQL: while it is away, a session
+		// not here is created here; when it answers, the look is bounded.
+		if !s.info.Mirror.Connected() {
+			return nil
+		}
+		look = pullLookTimeout
+	}
+	_, _, err := s.pull(ctx, main.ProjectKey, main.SessionID, look)
 	switch {
 	case err == nil, errors.Is(err, mirror.ErrNotMirrored):
 		return nil
