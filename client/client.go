@@ -282,12 +282,15 @@ type ListOptions struct {
 	Limit, Offset   uint32
 	Continue        bool // only the session "continue" would resume
 	ExcludeArchived bool
+	// Fleet lists from sessiond's PostgreSQL mirror (every machine's
+	// sessions) instead of the local disk.
+	Fleet bool
 }
 
 // ListSessions lists sessions with paging; it returns the page and the
 // total before paging.
 func (c *Client) ListSessions(ctx context.Context, opt ListOptions) ([]*sessiondv1.SessionInfo, uint32, error) {
-	req := &sessiondv1.ListSessionsRequest{Limit: opt.Limit, Offset: opt.Offset, Continue: opt.Continue, ExcludeArchived: opt.ExcludeArchived}
+	req := &sessiondv1.ListSessionsRequest{Limit: opt.Limit, Offset: opt.Offset, Continue: opt.Continue, ExcludeArchived: opt.ExcludeArchived, Fleet: opt.Fleet}
 	switch {
 	case opt.Cwd != "":
 		req.Project = &sessiondv1.ListSessionsRequest_Cwd{Cwd: opt.Cwd}
@@ -320,6 +323,12 @@ func (c *Client) Repair(ctx context.Context, s Session, dryRun bool) (*sessiondv
 // Fork copies s into a new session (up to upTo when set).
 func (c *Client) Fork(ctx context.Context, s Session, upTo, title, newID string) (*sessiondv1.ForkResponse, error) {
 	return c.api.Fork(ctx, &sessiondv1.ForkRequest{Session: s.ref(), UpToUuid: upTo, Title: title, NewSessionId: newID})
+}
+
+// Pull brings session s, known only to the fleet's PostgreSQL mirror (or
+// behind it here), down to this machine.
+func (c *Client) Pull(ctx context.Context, s Session) (*sessiondv1.PullResponse, error) {
+	return c.api.Pull(ctx, &sessiondv1.PullRequest{Session: s.ref()})
 }
 
 // Rename sets s's custom title.

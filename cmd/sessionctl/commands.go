@@ -471,7 +471,7 @@ func flushCmd(g *globals) *cobra.Command {
 func listCmd(g *globals) *cobra.Command {
 	var opt client.ListOptions
 	c := &cobra.Command{
-		Use:   "list [--cwd DIR | --project KEY] [--limit N --offset N] [--continue]",
+		Use:   "list [--cwd DIR | --project KEY] [--limit N --offset N] [--continue] [--fleet]",
 		Short: "List sessions, newest first",
 		Args:  cobra.NoArgs,
 		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client.Client) error {
@@ -527,6 +527,7 @@ func listCmd(g *globals) *cobra.Command {
 	c.Flags().Uint32Var(&opt.Offset, "offset", 0, "skip this many sessions first")
 	c.Flags().BoolVar(&opt.Continue, "continue", false, "only the session that claude --continue would resume (the newest that is not a sidechain)")
 	c.Flags().BoolVar(&opt.ExcludeArchived, "exclude-archived", false, "leave archived sessions out")
+	c.Flags().BoolVar(&opt.Fleet, "fleet", false, "list from sessiond's PostgreSQL mirror: every machine's sessions (sessionctl pull ID brings one here)")
 	c.MarkFlagsMutuallyExclusive("cwd", "project")
 	return c
 }

@@ -192,7 +192,7 @@ command line (check: could not check); 3 the socket is served by another user.`,
 	root.Version = buildinfo.Version()
 	root.SetVersionTemplate("sessionctl {{.Version}}\n")
 	root.AddCommand(versionCmd(g), uuidCmd(g), statusCmd(g), appendCmd(g), flushCmd(g), listCmd(g), showCmd(g), tailCmd(g), infoCmd(g),
-		checkCmd(g), repairCmd(g), forkCmd(g), renameCmd(g), tagCmd(g), archiveCmd(g, true), archiveCmd(g, false),
+		checkCmd(g), repairCmd(g), forkCmd(g), pullCmd(g), renameCmd(g), tagCmd(g), archiveCmd(g, true), archiveCmd(g, false),
 		deleteCmd(g), restoreCmd(g), trashCmd(g), subkeysCmd(g), materializeCmd(g))
 	for _, c := range root.Commands() {
 		switch c.Name() {

@@ -177,6 +177,40 @@ func forkCmd(g *globals) *cobra.Command {
 	return c
 }
 
+func pullCmd(g *globals) *cobra.Command {
+	var sf sessionFlags
+	c := &cobra.Command{
+		Use:   "pull UUID",
+		Short: "Bring a session down from the PostgreSQL mirror (with its subagents), so that claude --resume works here",
+		Long: `pull writes here, durably, a session sessiond's PostgreSQL mirror holds (written on another machine,
+or by a program using the SDK's reference PostgreSQL adapter): its main transcript, its subagents'
+transcripts and their .meta.json. A copy here that is behind gets the rest; an identical one is left
+alone; one that differs, or holds more, is refused (nothing is written). Append, Read and Fork pull a
+session known only in PostgreSQL by themselves. Needs sessiond --mirror.`,
+		Args: cobra.ExactArgs(1),
+		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
+			resp, err := c.Pull(cmd.Context(), sf.session(args[0]))
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return g.printJSON(resp)
+			}
+			for _, t := range resp.GetTranscripts() {
+				name := "main"
+				if t.GetSubpath() != "" {
+					name = t.GetSubpath()
+				}
+				fmt.Fprintf(g.out, "%s: %s (%s)\n", name, t.GetAction(), count(t.GetEntries(), "entry"))
+			}
+			fmt.Fprintf(g.out, "pulled %s\n%s\n", resp.GetSession().GetSessionId(), resp.GetSession().GetPath())
+			return nil
+		}),
+	}
+	sf.add(c)
+	return c
+}
+
 func renameCmd(g *globals) *cobra.Command {
 	var sf sessionFlags
 	c := &cobra.Command{

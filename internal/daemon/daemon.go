@@ -169,6 +169,12 @@ func Run(ctx context.Context, cfg Config) error {
 			m.Close(context.Background())
 			return err
 		}
+		if mir != nil {
+			if err := registerMirrorMetrics(met, mir); err != nil {
+				m.Close(context.Background())
+				return err
+			}
+		}
 		srv.ObserveAppends(met.ObserveAppend)
 		// First in the chain: they see the codes the drain interceptor
 		// makes of the handlers' errors, and the calls refused before.
@@ -308,4 +314,41 @@ func TransportOptions(maxMessageBytes int) []grpc.ServerOption {
 		grpc.StaticStreamWindowSize(8 << 20),
 		grpc.StaticConnWindowSize(16 << 20),
 	}
+}
+
+// registerMirrorMetrics publishes the mirror's lag and errors: what
+// Status.mirror shows, read at each scrape.
+func registerMirrorMetrics(met *metrics.Metrics, mir *mirror.Mirror) error {
+	lag := func(fn func(mirror.Status) float64) func() float64 {
+		return func() float64 { return fn(mir.Status()) }
+	}
+	for _, g := range []struct {
+		name, help string
+		fn         func(mirror.Status) float64
+	}{
+		{"sessiond_mirror_lag_entries", "Entries stored locally and not yet in PostgreSQL.",
+			func(st mirror.Status) float64 { return float64(st.EntriesBehind) }},
+		{"sessiond_mirror_lag_bytes", "Bytes of the entries stored locally and not yet in PostgreSQL.",
+			func(st mirror.Status) float64 { return float64(st.BytesBehind) }},
+		{"sessiond_mirror_lag_seconds", "Age of the oldest entry not yet in PostgreSQL (0: none waits).",
+			func(st mirror.Status) float64 {
+				if st.OldestBehind.IsZero() {
+					return 0
+				}
+				return time.Since(st.OldestBehind).Seconds()
+			}},
+		{"sessiond_mirror_connected", "1 while PostgreSQL answers the mirror.",
+			func(st mirror.Status) float64 {
+				if st.Connected {
+					return 1
+				}
+				return 0
+			}},
+	} {
+		if err := met.GaugeFunc(g.name, g.help, nil, lag(g.fn)); err != nil {
+			return err
+		}
+	}
+	return met.CounterFunc("sessiond_mirror_errors_total", "Errors the PostgreSQL mirror met (lost connections, failed transactions), each try once.", nil,
+		func() float64 { return float64(mir.Errors()) })
 }

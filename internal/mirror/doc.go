@@ -53,6 +53,17 @@
 // left alone, and the transcript is not mirrored (Status says so) until
 // they are removed.
 //
+// # Pulling
+//
+// Fetch reads a session this machine lacks from the table, in one
+// snapshot: each row's exact line (sessiond_lines) where sessiond wrote
+// it, else its entry compact with "type" first (TypeFirst). Rows no
+// cursor covers (another program's) get one in the same transaction, so
+// that once the pulled file is here the mirror appends after them; rows
+// sessiond wrote already have theirs, and the pulled file matches its
+// digest. The server writes the files (writer.Manager.Import). List is
+// the reference adapter's list_sessions with sizes and titles beside it.
+//
 // # One writer per session across machines
 //
 // A session (with its subagents) is leased in sessiond_leases to the

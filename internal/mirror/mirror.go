@@ -45,6 +45,7 @@ type Mirror struct {
 	lastErr                 string
 	lastErrAt               time.Time
 	rows                    uint64 // rows written since start
+	errs                    uint64 // errors recorded since start (fail)
 	closed                  bool
 }
 
@@ -317,6 +318,7 @@ func (mr *Mirror) fail(err error) {
 	mr.mu.Lock()
 	repeat := msg == mr.lastErr
 	mr.lastErr, mr.lastErrAt = msg, mr.cfg.Clock.Now()
+	mr.errs++
 	mr.mu.Unlock()
 	if !repeat {
 		mr.log.Warn("mirror error", zap.String("error", msg))
@@ -472,6 +474,15 @@ type Status struct {
 	MachineID string
 	Leases    uint64
 	Fenced    []string
+}
+
+// Errors counts the errors the mirror met since start (a lost
+// connection, a failed transaction), each try once: the metric
+// sessiond_mirror_errors_total.
+func (mr *Mirror) Errors() uint64 {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	return mr.errs
 }
 
 // Status reports the mirror's state.

@@ -94,7 +94,7 @@ func (s *Server) Repair(ctx context.Context, req *sessiondv1.RepairRequest) (*se
 
 // Fork implements sessiond.v1.Sessiond.
 func (s *Server) Fork(ctx context.Context, req *sessiondv1.ForkRequest) (*sessiondv1.ForkResponse, error) {
-	k, err := s.resolve(req.GetSession(), false)
+	k, err := s.resolvePulling(ctx, req.GetSession())
 	if err != nil {
 		return nil, err
 	}

@@ -222,6 +222,11 @@ func (s *Server) append(ctx context.Context, req *sessiondv1.AppendRequest) (*se
 	if err := s.checkAgentConfigDir(req.GetAgentConfigDir()); err != nil {
 		return nil, err
 	}
+	// A session known only in PostgreSQL comes down first: appended to
+	// as a new one, it would replace the fleet's copy.
+	if err := s.pullIfAbsent(ctx, k, false); err != nil {
+		return nil, err
+	}
 	opt := writer.AppendOptions{BatchID: req.GetBatchId()}
 	if su := req.GetSummary(); su != nil {
 		opt.Summary = &writer.SummaryUpdate{Data: su.GetData(), ExpectedVersion: su.GetExpectedVersion(),
@@ -429,7 +434,7 @@ func (s *Server) Follow(req *sessiondv1.ReadRequest, stream sessiondv1.Sessiond_
 }
 
 func (s *Server) read(req *sessiondv1.ReadRequest, stream grpc.ServerStreamingServer[sessiondv1.ReadResponse], follow bool) error {
-	k, err := s.resolve(req.GetSession(), false)
+	k, err := s.resolvePulling(stream.Context(), req.GetSession())
 	if err != nil {
 		return err
 	}
@@ -464,6 +469,9 @@ func (s *Server) ListSessions(ctx context.Context, req *sessiondv1.ListSessionsR
 	pk, err := projectKeyOf(byCwd, req.GetCwd(), byKey, req.GetProjectKey())
 	if err != nil {
 		return nil, err
+	}
+	if req.GetFleet() {
+		return s.listFleet(ctx, pk, req)
 	}
 	infos, total, err := s.m.List(ctx, writer.ListOptions{ProjectKey: pk, Limit: int(req.GetLimit()),
 		Offset: int(req.GetOffset()), Continue: req.GetContinue(), ExcludeArchived: req.GetExcludeArchived()})

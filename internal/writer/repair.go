@@ -2,10 +2,8 @@ package writer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -410,42 +408,11 @@ func (m *Manager) Fork(ctx context.Context, src layout.Key, upTo, title, newID s
 		if st.exists() {
 			return fmt.Errorf("session %s already exists; a fork never overwrites: %w", dst, errdefs.ErrAlreadyExists)
 		}
-		if err := fsys.MkdirAll(st.fs, st.dir, 0o700); err != nil {
-			return fmt.Errorf("create %s: %w", st.dir, errdefs.FromIO(err))
-		}
-		tmpPath := filepath.Join(st.dir, st.tempPrefix()+uuid.NewString()[:8]+".tmp")
-		tmp, err := st.fs.OpenFile(tmpPath, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return fmt.Errorf("fork: %w", errdefs.FromIO(err))
-		}
-		defer st.fs.Remove(tmpPath)
-		defer tmp.Close()
-		res, err := transcript.Fork(io.NewSectionReader(data, 0, data.size), tmp, transcript.ForkOptions{SessionID: src.SessionID, NewSessionID: newID, UpTo: upTo, Title: title, SidecarTitle: m.titleSidecar(src)})
-		if err != nil {
-			// Fork's own refusals carry their kind; a failed write of the
-			// temp file is the disk's, and a full disk must say so.
-			return fmt.Errorf("fork %s: %w", src, errdefs.FromIO(err))
-		}
-		if err := tmp.Sync(); err != nil {
-			return fmt.Errorf("fork: %w", errdefs.FromIO(err))
-		}
-		// Link, not rename: it fails instead of replacing a file that
-		// appeared meanwhile.
-		if err := st.fs.Link(tmpPath, st.canonPath); err != nil {
-			if errors.Is(err, fs.ErrExist) {
-				return fmt.Errorf("session %s already exists; a fork never overwrites: %w", dst, errdefs.ErrAlreadyExists)
-			}
-			return fmt.Errorf("fork: %w", errdefs.FromIO(err))
-		}
-		if err := st.fs.Remove(tmpPath); err != nil {
-			return fmt.Errorf("fork: %w", errdefs.FromIO(err))
-		}
-		if err := st.fs.SyncDir(st.dir); err != nil {
-			st.failed = err
-			return fmt.Errorf("fork: %w", errdefs.FromIO(err))
-		}
-		out.Entries, out.Title = res.Entries, res.Title
-		return st.reload()
+		return st.createCanon("fork", func(w io.Writer) error {
+			res, err := transcript.Fork(io.NewSectionReader(data, 0, data.size), w, transcript.ForkOptions{SessionID: src.SessionID, NewSessionID: newID, UpTo: upTo, Title: title, SidecarTitle: m.titleSidecar(src)})
+			out.Entries, out.Title = res.Entries, res.Title
+			return err
+		})
 	})
 	return out, err
 }

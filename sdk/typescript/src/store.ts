@@ -346,7 +346,7 @@ export class SessiondStore implements SessionStore {
     try {
       resp = await this.rpc({ op: "listSessions", timeoutMs: this.opts.callTimeoutMs }, (c, o) =>
         unary<ListSessionsResponse>((cb) =>
-          c.listSessions({ projectKey, limit: 0, offset: 0, continue: false, excludeArchived: false }, new Metadata(), o, cb),
+          c.listSessions({ projectKey, limit: 0, offset: 0, continue: false, excludeArchived: false, fleet: false }, new Metadata(), o, cb),
         ),
       );
     } catch (err) {

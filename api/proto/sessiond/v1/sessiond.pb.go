@@ -1081,8 +1081,11 @@ type ListSessionsRequest struct {
 	// Include archived sessions (they are listed, marked, by default; false
 	// here keeps them). Set exclude_archived to leave them out.
 	ExcludeArchived bool `protobuf:"varint,6,opt,name=exclude_archived,json=excludeArchived,proto3" json:"exclude_archived,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// List the project's sessions from the PostgreSQL mirror (every machine
+	// that mirrors into it) instead of the local disk; needs --mirror.
+	Fleet         bool `protobuf:"varint,20,opt,name=fleet,proto3" json:"fleet,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListSessionsRequest) Reset() {
@@ -1164,6 +1167,13 @@ func (x *ListSessionsRequest) GetContinue() bool {
 func (x *ListSessionsRequest) GetExcludeArchived() bool {
 	if x != nil {
 		return x.ExcludeArchived
+	}
+	return false
+}
+
+func (x *ListSessionsRequest) GetFleet() bool {
+	if x != nil {
+		return x.Fleet
 	}
 	return false
 }
@@ -4087,6 +4097,166 @@ func (x *ListSummariesResponse) GetSummaries() []*SessionSummary {
 	return nil
 }
 
+type PullRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       *SessionRef            `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullRequest) Reset() {
+	*x = PullRequest{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullRequest) ProtoMessage() {}
+
+func (x *PullRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullRequest.ProtoReflect.Descriptor instead.
+func (*PullRequest) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *PullRequest) GetSession() *SessionRef {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+type PulledTranscript struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "" for the main transcript.
+	Subpath string `protobuf:"bytes,1,opt,name=subpath,proto3" json:"subpath,omitempty"`
+	// Lines the transcript holds in PostgreSQL.
+	Entries uint64 `protobuf:"varint,2,opt,name=entries,proto3" json:"entries,omitempty"`
+	// "pulled" (written here), "appended" (the local copy was behind and got
+	// the rest) or "identical" (nothing to do).
+	Action        string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PulledTranscript) Reset() {
+	*x = PulledTranscript{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PulledTranscript) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PulledTranscript) ProtoMessage() {}
+
+func (x *PulledTranscript) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PulledTranscript.ProtoReflect.Descriptor instead.
+func (*PulledTranscript) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *PulledTranscript) GetSubpath() string {
+	if x != nil {
+		return x.Subpath
+	}
+	return ""
+}
+
+func (x *PulledTranscript) GetEntries() uint64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *PulledTranscript) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+type PullResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       *ResolvedSession       `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Transcripts   []*PulledTranscript    `protobuf:"bytes,2,rep,name=transcripts,proto3" json:"transcripts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullResponse) Reset() {
+	*x = PullResponse{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullResponse) ProtoMessage() {}
+
+func (x *PullResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullResponse.ProtoReflect.Descriptor instead.
+func (*PullResponse) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *PullResponse) GetSession() *ResolvedSession {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *PullResponse) GetTranscripts() []*PulledTranscript {
+	if x != nil {
+		return x.Transcripts
+	}
+	return nil
+}
+
 var File_sessiond_v1_sessiond_proto protoreflect.FileDescriptor
 
 const file_sessiond_v1_sessiond_proto_rawDesc = "" +
@@ -4159,7 +4329,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"<\n" +
 	"\fReadResponse\x12,\n" +
-	"\aentries\x18\x01 \x03(\v2\x12.sessiond.v1.EntryR\aentries\"\xcc\x01\n" +
+	"\aentries\x18\x01 \x03(\v2\x12.sessiond.v1.EntryR\aentries\"\xe2\x01\n" +
 	"\x13ListSessionsRequest\x12\x12\n" +
 	"\x03cwd\x18\x01 \x01(\tH\x00R\x03cwd\x12!\n" +
 	"\vproject_key\x18\x02 \x01(\tH\x00R\n" +
@@ -4167,7 +4337,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\rR\x05limit\x12\x16\n" +
 	"\x06offset\x18\x04 \x01(\rR\x06offset\x12\x1a\n" +
 	"\bcontinue\x18\x05 \x01(\bR\bcontinue\x12)\n" +
-	"\x10exclude_archived\x18\x06 \x01(\bR\x0fexcludeArchivedB\t\n" +
+	"\x10exclude_archived\x18\x06 \x01(\bR\x0fexcludeArchived\x12\x14\n" +
+	"\x05fleet\x18\x14 \x01(\bR\x05fleetB\t\n" +
 	"\aproject\"\x89\x04\n" +
 	"\vSessionInfo\x126\n" +
 	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\x12\x14\n" +
@@ -4408,12 +4579,20 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x0ecovers_entries\x18\x05 \x01(\x04R\rcoversEntries\x12\x18\n" +
 	"\aentries\x18\x06 \x01(\x04R\aentries\"R\n" +
 	"\x15ListSummariesResponse\x129\n" +
-	"\tsummaries\x18\x01 \x03(\v2\x1b.sessiond.v1.SessionSummaryR\tsummaries*d\n" +
+	"\tsummaries\x18\x01 \x03(\v2\x1b.sessiond.v1.SessionSummaryR\tsummaries\"@\n" +
+	"\vPullRequest\x121\n" +
+	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\"^\n" +
+	"\x10PulledTranscript\x12\x18\n" +
+	"\asubpath\x18\x01 \x01(\tR\asubpath\x12\x18\n" +
+	"\aentries\x18\x02 \x01(\x04R\aentries\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\"\x87\x01\n" +
+	"\fPullResponse\x126\n" +
+	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\x12?\n" +
+	"\vtranscripts\x18\x02 \x03(\v2\x1d.sessiond.v1.PulledTranscriptR\vtranscripts*d\n" +
 	"\fEntryOutcome\x12\x1d\n" +
 	"\x19ENTRY_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ENTRY_OUTCOME_STORED\x10\x01\x12\x1b\n" +
-	"\x17ENTRY_OUTCOME_DUPLICATE\x10\x022\xd2\n" +
-	"\n" +
+	"\x17ENTRY_OUTCOME_DUPLICATE\x10\x022\x8f\v\n" +
 	"\bSessiond\x12A\n" +
 	"\x06Append\x12\x1a.sessiond.v1.AppendRequest\x1a\x1b.sessiond.v1.AppendResponse\x12Q\n" +
 	"\fAppendStream\x12\x1a.sessiond.v1.AppendRequest\x1a!.sessiond.v1.AppendStreamResponse(\x010\x01\x12>\n" +
@@ -4434,7 +4613,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\aRestore\x12\x1b.sessiond.v1.RestoreRequest\x1a\x1c.sessiond.v1.RestoreResponse\x12J\n" +
 	"\tListTrash\x12\x1d.sessiond.v1.ListTrashRequest\x1a\x1e.sessiond.v1.ListTrashResponse\x12P\n" +
 	"\vListSubkeys\x12\x1f.sessiond.v1.ListSubkeysRequest\x1a .sessiond.v1.ListSubkeysResponse\x12V\n" +
-	"\rListSummaries\x12!.sessiond.v1.ListSummariesRequest\x1a\".sessiond.v1.ListSummariesResponseB?Z=github.com/sessiond/sessiond/api/proto/sessiond/v1;sessiondv1b\x06proto3"
+	"\rListSummaries\x12!.sessiond.v1.ListSummariesRequest\x1a\".sessiond.v1.ListSummariesResponse\x12;\n" +
+	"\x04Pull\x12\x18.sessiond.v1.PullRequest\x1a\x19.sessiond.v1.PullResponseB?Z=github.com/sessiond/sessiond/api/proto/sessiond/v1;sessiondv1b\x06proto3"
 
 var (
 	file_sessiond_v1_sessiond_proto_rawDescOnce sync.Once
@@ -4449,7 +4629,7 @@ func file_sessiond_v1_sessiond_proto_rawDescGZIP() []byte {
 }
 
 var file_sessiond_v1_sessiond_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(EntryOutcome)(0),             // 0: sessiond.v1.EntryOutcome
 	(*SessionRef)(nil),            // 1: sessiond.v1.SessionRef
@@ -4504,6 +4684,9 @@ var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(*ListSummariesRequest)(nil),  // 50: sessiond.v1.ListSummariesRequest
 	(*SessionSummary)(nil),        // 51: sessiond.v1.SessionSummary
 	(*ListSummariesResponse)(nil), // 52: sessiond.v1.ListSummariesResponse
+	(*PullRequest)(nil),           // 53: sessiond.v1.PullRequest
+	(*PulledTranscript)(nil),      // 54: sessiond.v1.PulledTranscript
+	(*PullResponse)(nil),          // 55: sessiond.v1.PullResponse
 }
 var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	1,  // 0: sessiond.v1.AppendRequest.session:type_name -> sessiond.v1.SessionRef
@@ -4552,49 +4735,54 @@ var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	46, // 43: sessiond.v1.ListTrashResponse.copies:type_name -> sessiond.v1.TrashedCopy
 	1,  // 44: sessiond.v1.ListSubkeysRequest.session:type_name -> sessiond.v1.SessionRef
 	51, // 45: sessiond.v1.ListSummariesResponse.summaries:type_name -> sessiond.v1.SessionSummary
-	3,  // 46: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
-	3,  // 47: sessiond.v1.Sessiond.AppendStream:input_type -> sessiond.v1.AppendRequest
-	9,  // 48: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
-	12, // 49: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
-	12, // 50: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
-	15, // 51: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
-	18, // 52: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
-	19, // 53: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
-	28, // 54: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
-	32, // 55: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
-	35, // 56: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
-	37, // 57: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
-	38, // 58: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
-	39, // 59: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
-	41, // 60: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
-	43, // 61: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
-	45, // 62: sessiond.v1.Sessiond.ListTrash:input_type -> sessiond.v1.ListTrashRequest
-	48, // 63: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
-	50, // 64: sessiond.v1.Sessiond.ListSummaries:input_type -> sessiond.v1.ListSummariesRequest
-	8,  // 65: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
-	5,  // 66: sessiond.v1.Sessiond.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
-	11, // 67: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
-	14, // 68: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
-	14, // 69: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
-	17, // 70: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
-	16, // 71: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
-	20, // 72: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
-	31, // 73: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
-	34, // 74: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
-	36, // 75: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
-	40, // 76: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
-	40, // 77: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
-	40, // 78: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
-	42, // 79: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
-	44, // 80: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
-	47, // 81: sessiond.v1.Sessiond.ListTrash:output_type -> sessiond.v1.ListTrashResponse
-	49, // 82: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
-	52, // 83: sessiond.v1.Sessiond.ListSummaries:output_type -> sessiond.v1.ListSummariesResponse
-	65, // [65:84] is the sub-list for method output_type
-	46, // [46:65] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	1,  // 46: sessiond.v1.PullRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 47: sessiond.v1.PullResponse.session:type_name -> sessiond.v1.ResolvedSession
+	54, // 48: sessiond.v1.PullResponse.transcripts:type_name -> sessiond.v1.PulledTranscript
+	3,  // 49: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
+	3,  // 50: sessiond.v1.Sessiond.AppendStream:input_type -> sessiond.v1.AppendRequest
+	9,  // 51: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
+	12, // 52: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
+	12, // 53: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
+	15, // 54: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
+	18, // 55: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
+	19, // 56: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
+	28, // 57: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
+	32, // 58: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
+	35, // 59: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
+	37, // 60: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
+	38, // 61: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
+	39, // 62: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
+	41, // 63: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
+	43, // 64: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
+	45, // 65: sessiond.v1.Sessiond.ListTrash:input_type -> sessiond.v1.ListTrashRequest
+	48, // 66: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
+	50, // 67: sessiond.v1.Sessiond.ListSummaries:input_type -> sessiond.v1.ListSummariesRequest
+	53, // 68: sessiond.v1.Sessiond.Pull:input_type -> sessiond.v1.PullRequest
+	8,  // 69: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
+	5,  // 70: sessiond.v1.Sessiond.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
+	11, // 71: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
+	14, // 72: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
+	14, // 73: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
+	17, // 74: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
+	16, // 75: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
+	20, // 76: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
+	31, // 77: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
+	34, // 78: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
+	36, // 79: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
+	40, // 80: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
+	40, // 81: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
+	40, // 82: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
+	42, // 83: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
+	44, // 84: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
+	47, // 85: sessiond.v1.Sessiond.ListTrash:output_type -> sessiond.v1.ListTrashResponse
+	49, // 86: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
+	52, // 87: sessiond.v1.Sessiond.ListSummaries:output_type -> sessiond.v1.ListSummariesResponse
+	55, // 88: sessiond.v1.Sessiond.Pull:output_type -> sessiond.v1.PullResponse
+	69, // [69:89] is the sub-list for method output_type
+	49, // [49:69] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_sessiond_v1_sessiond_proto_init() }
@@ -4624,7 +4812,7 @@ func file_sessiond_v1_sessiond_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessiond_v1_sessiond_proto_rawDesc), len(file_sessiond_v1_sessiond_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   52,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

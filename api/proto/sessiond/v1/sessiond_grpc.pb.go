@@ -41,6 +41,7 @@ const (
 	Sessiond_ListTrash_FullMethodName     = "/sessiond.v1.Sessiond/ListTrash"
 	Sessiond_ListSubkeys_FullMethodName   = "/sessiond.v1.Sessiond/ListSubkeys"
 	Sessiond_ListSummaries_FullMethodName = "/sessiond.v1.Sessiond/ListSummaries"
+	Sessiond_Pull_FullMethodName          = "/sessiond.v1.Sessiond/Pull"
 )
 
 // SessiondClient is the client API for Sessiond service.
@@ -110,6 +111,9 @@ type SessiondClient interface {
 	// AppendRequest.summary) of one project's sessions, with the same mtime
 	// as ListSessions: what the SDKs' listSessionSummaries returns.
 	ListSummaries(ctx context.Context, in *ListSummariesRequest, opts ...grpc.CallOption) (*ListSummariesResponse, error)
+	// Brings a session known only to the fleet's PostgreSQL mirror down to
+	// this machine (main and subagent transcripts, their .meta.json), durably.
+	Pull(ctx context.Context, in *PullRequest, opts ...grpc.CallOption) (*PullResponse, error)
 }
 
 type sessiondClient struct {
@@ -331,6 +335,16 @@ func (c *sessiondClient) ListSummaries(ctx context.Context, in *ListSummariesReq
 	return out, nil
 }
 
+func (c *sessiondClient) Pull(ctx context.Context, in *PullRequest, opts ...grpc.CallOption) (*PullResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PullResponse)
+	err := c.cc.Invoke(ctx, Sessiond_Pull_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SessiondServer is the server API for Sessiond service.
 // All implementations must embed UnimplementedSessiondServer
 // for forward compatibility.
@@ -398,6 +412,9 @@ type SessiondServer interface {
 	// AppendRequest.summary) of one project's sessions, with the same mtime
 	// as ListSessions: what the SDKs' listSessionSummaries returns.
 	ListSummaries(context.Context, *ListSummariesRequest) (*ListSummariesResponse, error)
+	// Brings a session known only to the fleet's PostgreSQL mirror down to
+	// this machine (main and subagent transcripts, their .meta.json), durably.
+	Pull(context.Context, *PullRequest) (*PullResponse, error)
 	mustEmbedUnimplementedSessiondServer()
 }
 
@@ -464,6 +481,9 @@ func (UnimplementedSessiondServer) ListSubkeys(context.Context, *ListSubkeysRequ
 }
 func (UnimplementedSessiondServer) ListSummaries(context.Context, *ListSummariesRequest) (*ListSummariesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSummaries not implemented")
+}
+func (UnimplementedSessiondServer) Pull(context.Context, *PullRequest) (*PullResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Pull not implemented")
 }
 func (UnimplementedSessiondServer) mustEmbedUnimplementedSessiondServer() {}
 func (UnimplementedSessiondServer) testEmbeddedByValue()                  {}
@@ -803,6 +823,24 @@ func _Sessiond_ListSummaries_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Sessiond_Pull_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PullRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessiondServer).Pull(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sessiond_Pull_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessiondServer).Pull(ctx, req.(*PullRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Sessiond_ServiceDesc is the grpc.ServiceDesc for Sessiond service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -873,6 +911,10 @@ var Sessiond_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListSummaries",
 			Handler:    _Sessiond_ListSummaries_Handler,
+		},
+		{
+			MethodName: "Pull",
+			Handler:    _Sessiond_Pull_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -109,6 +109,11 @@ class SessiondStub(object):
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.ListSummariesRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ListSummariesResponse.FromString,
         )
+    self.Pull = channel.unary_unary(
+        '/sessiond.v1.Sessiond/Pull',
+        request_serializer=sessiond_dot_v1_dot_sessiond__pb2.PullRequest.SerializeToString,
+        response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.PullResponse.FromString,
+        )
 
 
 class SessiondServicer(object):
@@ -271,6 +276,14 @@ class SessiondServicer(object):
     context.set_details('Method not implemented!')
     raise NotImplementedError('Method not implemented!')
 
+  def Pull(self, request, context):
+    """Brings a session known only to the fleet's PostgreSQL mirror down to
+    this machine (main and subagent transcripts, their .meta.json), durably.
+    """
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+    context.set_details('Method not implemented!')
+    raise NotImplementedError('Method not implemented!')
+
 
 def add_SessiondServicer_to_server(servicer, server):
   rpc_method_handlers = {
@@ -368,6 +381,11 @@ def add_SessiondServicer_to_server(servicer, server):
           servicer.ListSummaries,
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ListSummariesRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.ListSummariesResponse.SerializeToString,
+      ),
+      'Pull': grpc.unary_unary_rpc_method_handler(
+          servicer.Pull,
+          request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.PullRequest.FromString,
+          response_serializer=sessiond_dot_v1_dot_sessiond__pb2.PullResponse.SerializeToString,
       ),
   }
   generic_handler = grpc.method_handlers_generic_handler(

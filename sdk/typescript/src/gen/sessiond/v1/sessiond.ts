@@ -267,6 +267,11 @@ export interface ListSessionsRequest {
    * here keeps them). Set exclude_archived to leave them out.
    */
   excludeArchived: boolean;
+  /**
+   * List the project's sessions from the PostgreSQL mirror (every machine
+   * that mirrors into it) instead of the local disk; needs --mirror.
+   */
+  fleet: boolean;
 }
 
 export interface SessionInfo {
@@ -834,6 +839,27 @@ export interface SessionSummary {
 export interface ListSummariesResponse {
   /** Sessions of the project that have a summary, newest first. */
   summaries: SessionSummary[];
+}
+
+export interface PullRequest {
+  session: SessionRef | undefined;
+}
+
+export interface PulledTranscript {
+  /** "" for the main transcript. */
+  subpath: string;
+  /** Lines the transcript holds in PostgreSQL. */
+  entries: number;
+  /**
+   * "pulled" (written here), "appended" (the local copy was behind and got
+   * the rest) or "identical" (nothing to do).
+   */
+  action: string;
+}
+
+export interface PullResponse {
+  session: ResolvedSession | undefined;
+  transcripts: PulledTranscript[];
 }
 
 function createBaseSessionRef(): SessionRef {
@@ -2019,7 +2045,15 @@ export const ReadResponse: MessageFns<ReadResponse> = {
 };
 
 function createBaseListSessionsRequest(): ListSessionsRequest {
-  return { cwd: undefined, projectKey: undefined, limit: 0, offset: 0, continue: false, excludeArchived: false };
+  return {
+    cwd: undefined,
+    projectKey: undefined,
+    limit: 0,
+    offset: 0,
+    continue: false,
+    excludeArchived: false,
+    fleet: false,
+  };
 }
 
 export const ListSessionsRequest: MessageFns<ListSessionsRequest> = {
@@ -2041,6 +2075,9 @@ export const ListSessionsRequest: MessageFns<ListSessionsRequest> = {
     }
     if (message.excludeArchived !== false) {
       writer.uint32(48).bool(message.excludeArchived);
+    }
+    if (message.fleet !== false) {
+      writer.uint32(160).bool(message.fleet);
     }
     return writer;
   },
@@ -2106,6 +2143,14 @@ export const ListSessionsRequest: MessageFns<ListSessionsRequest> = {
             message.excludeArchived = reader.bool();
             continue;
           }
+          case 20: {
+            if (tag !== 160) {
+              break;
+            }
+
+            message.fleet = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2129,6 +2174,7 @@ export const ListSessionsRequest: MessageFns<ListSessionsRequest> = {
     message.offset = object.offset ?? 0;
     message.continue = object.continue ?? false;
     message.excludeArchived = object.excludeArchived ?? false;
+    message.fleet = object.fleet ?? false;
     return message;
   },
 };
@@ -5842,6 +5888,211 @@ export const ListSummariesResponse: MessageFns<ListSummariesResponse> = {
   },
 };
 
+function createBasePullRequest(): PullRequest {
+  return { session: undefined };
+}
+
+export const PullRequest: MessageFns<PullRequest> = {
+  encode(message: PullRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.session !== undefined) {
+      SessionRef.encode(message.session, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PullRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePullRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.session = SessionRef.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<PullRequest>, I>>(base?: I): PullRequest {
+    return PullRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PullRequest>, I>>(object: I): PullRequest {
+    const message = createBasePullRequest();
+    message.session = (object.session !== undefined && object.session !== null)
+      ? SessionRef.fromPartial(object.session)
+      : undefined;
+    return message;
+  },
+};
+
+function createBasePulledTranscript(): PulledTranscript {
+  return { subpath: "", entries: 0, action: "" };
+}
+
+export const PulledTranscript: MessageFns<PulledTranscript> = {
+  encode(message: PulledTranscript, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.subpath !== "") {
+      writer.uint32(10).string(message.subpath);
+    }
+    if (message.entries !== 0) {
+      writer.uint32(16).uint64(message.entries);
+    }
+    if (message.action !== "") {
+      writer.uint32(26).string(message.action);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PulledTranscript {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePulledTranscript();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.subpath = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.entries = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.action = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<PulledTranscript>, I>>(base?: I): PulledTranscript {
+    return PulledTranscript.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PulledTranscript>, I>>(object: I): PulledTranscript {
+    const message = createBasePulledTranscript();
+    message.subpath = object.subpath ?? "";
+    message.entries = object.entries ?? 0;
+    message.action = object.action ?? "";
+    return message;
+  },
+};
+
+function createBasePullResponse(): PullResponse {
+  return { session: undefined, transcripts: [] };
+}
+
+export const PullResponse: MessageFns<PullResponse> = {
+  encode(message: PullResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.session !== undefined) {
+      ResolvedSession.encode(message.session, writer.uint32(10).fork()).join();
+    }
+    for (const v of message.transcripts) {
+      PulledTranscript.encode(v!, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PullResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePullResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.session = ResolvedSession.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.transcripts.push(PulledTranscript.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<PullResponse>, I>>(base?: I): PullResponse {
+    return PullResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PullResponse>, I>>(object: I): PullResponse {
+    const message = createBasePullResponse();
+    message.session = (object.session !== undefined && object.session !== null)
+      ? ResolvedSession.fromPartial(object.session)
+      : undefined;
+    message.transcripts = object.transcripts?.map((e) => PulledTranscript.fromPartial(e)) || [];
+    return message;
+  },
+};
+
 /** Sessiond serialises all writes to agent session transcripts. */
 export type SessiondService = typeof SessiondService;
 export const SessiondService = {
@@ -6083,6 +6334,19 @@ export const SessiondService = {
       Buffer.from(ListSummariesResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ListSummariesResponse => ListSummariesResponse.decode(value),
   },
+  /**
+   * Brings a session known only to the fleet's PostgreSQL mirror down to
+   * this machine (main and subagent transcripts, their .meta.json), durably.
+   */
+  pull: {
+    path: "/sessiond.v1.Sessiond/Pull" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: PullRequest): Buffer => Buffer.from(PullRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): PullRequest => PullRequest.decode(value),
+    responseSerialize: (value: PullResponse): Buffer => Buffer.from(PullResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): PullResponse => PullResponse.decode(value),
+  },
 } as const;
 
 export interface SessiondServer extends UntypedServiceImplementation {
@@ -6169,6 +6433,11 @@ export interface SessiondServer extends UntypedServiceImplementation {
    * as ListSessions: what the SDKs' listSessionSummaries returns.
    */
   listSummaries: handleUnaryCall<ListSummariesRequest, ListSummariesResponse>;
+  /**
+   * Brings a session known only to the fleet's PostgreSQL mirror down to
+   * this machine (main and subagent transcripts, their .meta.json), durably.
+   */
+  pull: handleUnaryCall<PullRequest, PullResponse>;
 }
 
 export interface SessiondClient extends Client {
@@ -6479,6 +6748,22 @@ export interface SessiondClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListSummariesResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Brings a session known only to the fleet's PostgreSQL mirror down to
+   * this machine (main and subagent transcripts, their .meta.json), durably.
+   */
+  pull(request: PullRequest, callback: (error: ServiceError | null, response: PullResponse) => void): ClientUnaryCall;
+  pull(
+    request: PullRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: PullResponse) => void,
+  ): ClientUnaryCall;
+  pull(
+    request: PullRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: PullResponse) => void,
   ): ClientUnaryCall;
 }
 

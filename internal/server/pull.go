@@ -1,0 +1,233 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/mirror"
+	"github.com/sessiond/sessiond/internal/writer"
+)
+
+// Pull implements sessiond.v1.Sessiond.
+func (s *Server) Pull(ctx context.Context, req *sessiondv1.PullRequest) (*sessiondv1.PullResponse, error) {
+	ref := req.GetSession()
+	if ref.GetSubpath() != "" {
+		return nil, fmt.Errorf("pull brings a whole session with its subagents; name the session without a subpath: %w", errdefs.ErrInvalidArgument)
+	}
+	k, err := s.resolveRef(ref, false)
+	if err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
+		return nil, err
+	}
+	project := k.ProjectKey
+	if ref.GetProject() == nil {
+		project = ""
+	}
+	key, done, err := s.pull(ctx, project, k.SessionID, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &sessiondv1.PullResponse{Session: s.resolved(key), Transcripts: done}, nil
+}
+
+// pull brings session id (of project, "" for whichever holds it) down
+// from PostgreSQL: every transcript this machine lacks is written whole,
+// one it has that is behind gets the rest appended, an identical one is
+// left alone. A local copy that differs from PostgreSQL's, or holds more,
+// is refused before anything is written. Subagents are written before the
+// main transcript, so that a main transcript here means a complete pull.
+// look, when not 0, bounds the read from PostgreSQL (not the writes here:
+// a pull cut off between two transcripts would leave a session half
+// here).
+func (s *Server) pull(ctx context.Context, project, id string, look time.Duration) (layout.Key, []*sessiondv1.PulledTranscript, error) {
+	mr := s.info.Mirror
+	if mr == nil {
+		return layout.Key{}, nil, fmt.Errorf("sessiond runs without a PostgreSQL mirror (start it with --mirror or SESSIOND_MIRROR) so it has nothing to pull from: %w", errdefs.ErrFailedPrecondition)
+	}
+	fctx := ctx
+	if look > 0 {
+		var cancel context.CancelFunc
+		fctx, cancel = context.WithTimeout(ctx, look)
+		defer cancel()
+	}
+	remote, err := mr.Fetch(fctx, project, id)
+	if err != nil {
+		return layout.Key{}, nil, err
+	}
+	type plan struct {
+		key    layout.Key
+		rt     mirror.RemoteTranscript
+		local  uint64 // lines here
+		action string
+	}
+	var plans []plan
+	for _, rt := range remote.Transcripts {
+		k := remote.Key
+		k.Subpath = rt.Subpath
+		if err := s.info.layout().CheckOnDisk(k); err != nil {
+			return k, nil, err
+		}
+		p := plan{key: k, rt: rt, action: "pulled"}
+		ok, err := s.m.Exists(k)
+		if err != nil {
+			return k, nil, err
+		}
+		if ok {
+			n, err := s.compareLocal(ctx, k, rt.Lines)
+			if err != nil {
+				return k, nil, err
+			}
+			p.local, p.action = n, "appended"
+			if n == uint64(len(rt.Lines)) {
+				p.action = "identical"
+			}
+		}
+		plans = append(plans, p)
+	}
+	// Main last (subpaths come sorted, "" first): the main transcript
+	// here says the session is.
+	if len(plans) > 1 && plans[0].key.Subpath == "" {
+		plans = append(plans[1:], plans[0])
+	}
+	var out []*sessiondv1.PulledTranscript
+	for _, p := range plans {
+		var err error
+		switch p.action {
+		case "pulled":
+			err = s.m.Import(ctx, p.key, p.rt.Lines, p.rt.Meta)
+		case "appended":
+			_, err = s.m.Append(ctx, p.key, p.rt.Lines[p.local:])
+		}
+		if err != nil {
+			return p.key, out, fmt.Errorf("pull %s: %w", p.key, err)
+		}
+		out = append(out, &sessiondv1.PulledTranscript{Subpath: p.key.Subpath, Entries: uint64(len(p.rt.Lines)), Action: p.action})
+	}
+	s.log.Info("pulled a session from PostgreSQL", zap.Stringer("session", remote.Key), zap.Int("transcripts", len(out)))
+	return remote.Key, out, nil
+}
+
+// pullLookTimeout bounds an append's look into PostgreSQL for a session
+// that is not here.
+const pullLookTimeout = 3 * time.Second
+
+// errStop ends a read early.
+var errStop = errors.New("stop")
+
+// compareLocal checks that k's local lines are the first of remote's and
+// returns how many there are; a copy that differs or holds more is
+// refused, saying what to do.
+func (s *Server) compareLocal(ctx context.Context, k layout.Key, remote [][]byte) (uint64, error) {
+	var n uint64
+	var differ bool
+	err := s.m.Read(ctx, k, writer.ReadOptions{}, func(es []writer.Entry) error {
+		for _, e := range es {
+			if n >= uint64(len(remote)) || !bytes.Equal(e.Data, remote[n]) {
+				differ = true
+				return errStop
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return 0, err
+	}
+	if differ {
+		if n >= uint64(len(remote)) {
+			return 0, fmt.Errorf("%s here holds lines PostgreSQL does not have yet (it has all %d of PostgreSQL's first): nothing to pull, the mirror sends the rest: %w", k, len(remote), errdefs.ErrFailedPrecondition)
+		}
+		return 0, fmt.Errorf("%s here differs from PostgreSQL's copy from line %d on: keep one of them (`sessionctl delete %s` here, then pull again; or leave this copy, and the mirror replaces PostgreSQL's rows with it): %w",
+			k, n+1, k.SessionID, errdefs.ErrFailedPrecondition)
+	}
+	return n, nil
+}
+
+// pullIfAbsent pulls the session of k from PostgreSQL when the mirror is
+// configured and the session is not here: Append, Read and Fork of a
+// session known only in PostgreSQL then go on with it. A session
+// PostgreSQL does not have either is no error (an append creates it).
+// When PostgreSQL cannot be asked, strict says whether that fails the
+// call (a read) or not (an append: appends never wait for PostgreSQL).
+func (s *Server) pullIfAbsent(ctx context.Context, k layout.Key, strict bool) error {
+	if s.info.Mirror == nil {
+		return nil
+	}
+	main := k.Main()
+	if main.ProjectKey != "" {
+		if ok, err := s.m.Exists(main); err != nil || ok {
+			return err
+		}
+	}
+	look := time.Duration(0)
+	if !strict {
+		// Appends never wait for PostgreSQL: while it is away, a session
+		// not here is created here; when it answers, the look is bounded.
+		if !s.info.Mirror.Connected() {
+			return nil
+		}
+		look = pullLookTimeout
+	}
+	_, _, err := s.pull(ctx, main.ProjectKey, main.SessionID, look)
+	switch {
+	case err == nil, errors.Is(err, mirror.ErrNotMirrored):
+		return nil
+	case !strict && errdefs.Is(err, errdefs.ErrUnavailable):
+		s.log.Warn("could not ask PostgreSQL for a session that is not here; appending locally", zap.Stringer("session", main), zap.Error(err))
+		return nil
+	}
+	return err
+}
+
+// resolvePulling is resolve for calls that read a session (Read, Fork):
+// a session that is not here but in PostgreSQL is pulled first.
+func (s *Server) resolvePulling(ctx context.Context, ref *sessiondv1.SessionRef) (layout.Key, error) {
+	k, err := s.resolve(ref, false)
+	if s.info.Mirror == nil || err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
+		return k, err
+	}
+	if perr := s.pullIfAbsent(ctx, k, true); perr != nil {
+		return k, perr
+	}
+	if err != nil {
+		return s.resolve(ref, false)
+	}
+	return k, nil
+}
+
+// listFleet lists pk's sessions ("" for every project's) from PostgreSQL,
+// with the columns of the local listing it has: entries, size, modified
+// time and title (the path is where a pull would write the session).
+func (s *Server) listFleet(ctx context.Context, pk string, req *sessiondv1.ListSessionsRequest) (*sessiondv1.ListSessionsResponse, error) {
+	if s.info.Mirror == nil {
+		return nil, fmt.Errorf("sessiond runs without a PostgreSQL mirror (start it with --mirror or SESSIOND_MIRROR), so it has no fleet to list: %w", errdefs.ErrFailedPrecondition)
+	}
+	if req.GetContinue() || req.GetExcludeArchived() {
+		return nil, fmt.Errorf("the fleet listing cannot tell sidechains or archived sessions (PostgreSQL holds neither mark); leave --continue and --exclude-archived out: %w", errdefs.ErrInvalidArgument)
+	}
+	list, err := s.info.Mirror.List(ctx, pk)
+	if err != nil {
+		return nil, err
+	}
+	out := &sessiondv1.ListSessionsResponse{Total: uint32(len(list))}
+	list = list[min(int(req.GetOffset()), len(list)):]
+	if l := int(req.GetLimit()); l > 0 && l < len(list) {
+		list = list[:l]
+	}
+	for _, f := range list {
+		session := &sessiondv1.ResolvedSession{ProjectKey: f.Key.ProjectKey, SessionId: f.Key.SessionID}
+		if layout.ValidateProjectKey(f.Key.ProjectKey) == nil && layout.ValidateSessionID(f.Key.SessionID) == nil {
+			session = s.resolved(f.Key)
+		}
+		out.Sessions = append(out.Sessions, &sessiondv1.SessionInfo{Session: session, Title: f.Title, Summary: f.Title,
+			Entries: f.Entries, Bytes: f.Bytes, ModifiedMs: f.ModifiedMs})
+	}
+	return out, nil
+}
