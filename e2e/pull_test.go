@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
@@ -106,7 +108,9 @@ func readFile(t *testing.T, path string) []byte {
 func TestMirrorPullTwoMachines(t *testing.T) {
 	sdk := sdkcheck.Require(t)
 	_, dsn := startPostgres(t)
-	a := mirrorDaemon(t, dsn)
+	// A's writers retire (and give up their sessions' leases) soon after
+	// its last append, so that B may take the sessions over.
+	a := mirrorDaemon(t, dsn, "--machine-id", "A", "--idle-retire", "2s")
 	a.start()
 	ca := a.client()
 	defer ca.Close()
@@ -124,7 +128,7 @@ func TestMirrorPullTwoMachines(t *testing.T) {
 	a.ctlOK("", "flush", "--all") // A's file holds the title line too
 	waitMirrored(t, a, 60*time.Second)
 
-	b := mirrorDaemon(t, dsn)
+	b := mirrorDaemon(t, dsn, "--machine-id", "B")
 	b.start()
 	cb := b.client()
 	defer cb.Close()
@@ -170,8 +174,13 @@ func TestMirrorPullTwoMachines(t *testing.T) {
 	// B goes on with the session: its entries follow A's rows, once.
 	acked := localEntries(t, a, s)
 	more := [][]byte{mirrorEntry(1), mirrorEntry(2)}
+	waitLeasesReleased(t, a)
 	if _, err := cb.Append(ctx, s, more...); err != nil {
 		t.Fatal(err)
+	}
+	// A then sees B's lease: its next append is refused, naming B.
+	if _, err := ca.Append(ctx, s, mirrorEntry(3)); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `machine "B"`) {
+		t.Errorf("A's append to the session B took over: %v, want FailedPrecondition naming B", err)
 	}
 	for _, m := range more {
 		acked = append(acked, string(m))
@@ -206,6 +215,7 @@ func TestMirrorPullTwoMachines(t *testing.T) {
 	waitRows(t, dsn, s3, 2)
 	e22 := mirrorEntry(22)
 	want3 := append(localEntries(t, a, s3), string(e22))
+	waitLeasesReleased(t, a)
 	if _, err := cb.Append(ctx, s3, e22); err != nil {
 		t.Fatal(err)
 	}
@@ -240,6 +250,7 @@ func TestMirrorPullTwoMachines(t *testing.T) {
 	if got := lines(readFile(t, b.transcript(mirrorProject, s4.ID))); len(got) != 1 {
 		t.Errorf("a refused pull changed the copy here: %d lines", len(got))
 	}
+	waitLeasesReleased(t, a) // appending the rest of s5 here takes its lease
 	b.ctlOK("main: appended (3 entries)", "pull", s5.ID)
 	if got := localEntries(t, b, s5); !reflect.DeepEqual(got, a5) {
 		t.Errorf("B's copy that was behind, after the pull: %d entries, want A's %d", len(got), len(a5))
@@ -354,5 +365,25 @@ CREATE INDEX IF NOT EXISTS claude_session_store_list_idx ON claude_session_store
 	mirrortest.SameEntries(t, "rows after sessiond's appends", refLoad(t, dsn, client.Session{ProjectKey: pk, ID: sid}), want)
 	if st := mirrorStatus(t, d); st.GetLastError() != "" || st.GetTranscripts() != 2 {
 		t.Errorf("mirror status after the pull: %v", st)
+	}
+}
+
+// waitLeasesReleased waits until d holds no session's lease (its writers
+// retired): only then may another machine append to its sessions.
+func waitLeasesReleased(t *testing.T, d *daemon) {
+	t.Helper()
+	c := d.client(client.WithRetry(1, 0))
+	defer c.Close()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		st, err := c.Status(context.Background())
+		if err != nil {
+			t.Fatalf("status: %v", err)
+		}
+		if st.GetLeases().GetHeld() == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still holds %d leases after 30 s", st.GetLeases().GetMachineId(), st.GetLeases().GetHeld())
+		}
 	}
 }
