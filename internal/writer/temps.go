@@ -10,7 +10,8 @@ import (
 // staleTemps finds the temp files a crashed daemon left behind. Only a
 // process that died leaves one (a live writer removes its own, whether its
 // rewrite succeeded or not), so the temp files that matter are those a
-// folder held when this process first looked at it. Each folder is listed
+// folder held when this process first looked at it. (A temp file whose
+// removal failed in this process stays until the next start.) Each folder is listed
 // once, at the first open of a transcript in it, and each writer then
 // takes its own names from that list. Listing the folder at every open
 // cost a project of 1,000 sessions 1,000 listings of 1,000 names as its
