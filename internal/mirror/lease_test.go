@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -100,8 +101,20 @@ func TestLeaseAcquireRenewExpireTakeoverFence(t *testing.T) {
 	wantLeased(t, b.appendErr(layout.Key{ProjectKey: k.ProjectKey, SessionID: k.SessionID, Subpath: "subagents/agent-x"}, line(9, "")),
 		"machine-A", t0.Add(ttl), false)
 
-	// A renews: a later expiry, the same token.
+	// A renews: a later expiry, the same token. A's renewer runs on the
+	// same Advance; the test waits until it has re-armed its timer, so
+	// that it cannot renew late, after B's takeover below, and fence A
+	// before A's late append (what a paused A does first on waking,
+	// renew or append, is a race the test does not mean to run).
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	if err := ca.WaitArmed(ctx, 1); err != nil {
+		t.Fatalf("A's renewer never armed its timer: %v", err)
+	}
 	ca.Advance(20 * time.Second)
+	if err := ca.WaitArmed(ctx, 1); err != nil {
+		t.Fatalf("A's renewer never came back to sleep after renewing: %v", err)
+	}
 	a.mr.renewAll(bg)
 	l = leaseRow(t, dsn, k)
 	if l.holder != "machine-A" || l.token != tokenA || !l.expires.Equal(t0.Add(50*time.Second)) {
@@ -156,6 +169,10 @@ func TestLeaseReleasedWhenIdleAndAtStop(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	a := newEnvAs(t, dsn, clk, "machine-A", time.Minute)
 	b := newEnvAs(t, dsn, clk, "machine-B", time.Minute)
+	// Both connected first: an append made before the mirror reaches
+	// PostgreSQL is stored locally without asking (and leased later).
+	a.waitCaughtUp(30 * time.Second)
+	b.waitCaughtUp(30 * time.Second)
 	k := newKey("")
 	a.append(k, line(1, ""))
 	a.waitCaughtUp(30 * time.Second)
