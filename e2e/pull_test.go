@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -386,4 +387,97 @@ func waitLeasesReleased(t *testing.T, d *daemon) {
 			t.Fatalf("%s still holds %d leases after 30 s", st.GetLeases().GetMachineId(), st.GetLeases().GetHeld())
 		}
 	}
+}
+
+// TestLeaseTakeoverPullsFirst: B holds a copy of a session that A then
+// went on with. B's next append takes the lease over from A and first
+// brings down A's later lines (main and subagent), so B's entry follows
+// them, here and in PostgreSQL, each once. A copy that differs from
+// PostgreSQL's instead has the append refused, saying so, and the lease
+// given back at once: A goes on.
+func TestLeaseTakeoverPullsFirst(t *testing.T) {
+	_, dsn := startPostgres(t)
+	a := mirrorDaemon(t, dsn, "--machine-id", "A", "--idle-retire", "2s")
+	b := mirrorDaemon(t, dsn, "--machine-id", "B", "--idle-retire", "2s")
+	a.start()
+	b.start()
+	s := mirrorSession("")
+	sub := client.Session{ProjectKey: s.ProjectKey, ID: s.ID, Subpath: "subagents/agent-take1"}
+	acked := appendN(t, a, s, 1, 2)
+	subAcked := appendN(t, a, sub, 100, 1)
+	waitRows(t, dsn, s, 2)
+	waitRows(t, dsn, sub, 1)
+	b.ctlOK("main: pulled", "pull", s.ID)
+
+	// A goes on after B's pull: B's copy is behind.
+	waitLeasesReleased(t, b)
+	acked = append(acked, appendN(t, a, s, 3, 2)...)
+	subAcked = append(subAcked, appendN(t, a, sub, 101, 1)...)
+	waitRows(t, dsn, s, 4)
+	waitRows(t, dsn, sub, 2)
+	waitLeasesReleased(t, a)
+
+	acked = append(acked, appendN(t, b, s, 5, 1)...)
+	if holder, _ := leaseHolder(t, dsn, s); holder != "B" {
+		t.Fatalf("lease after B's append: %s, want B", holder)
+	}
+	if got := localEntries(t, b, s); !reflect.DeepEqual(got, acked) {
+		t.Fatalf("B's copy after taking the session over: %d entries\n%q\nwant A's 4 then B's 1:\n%q", len(got), got, acked)
+	}
+	if got := localEntries(t, b, sub); !reflect.DeepEqual(got, subAcked) {
+		t.Fatalf("B's copy of the subagent after the takeover: %q, want %q", got, subAcked)
+	}
+	waitRows(t, dsn, s, 5)
+	waitMirrored(t, b, 60*time.Second)
+	mirrortest.SameEntries(t, "rows after B's takeover", refLoad(t, dsn, s), acked)
+	mirrortest.SameEntries(t, "subagent rows after B's takeover", refLoad(t, dsn, sub), subAcked)
+	if st := mirrorStatus(t, b); st.GetLastError() != "" {
+		t.Errorf("B's mirror after the takeover: %v", st)
+	}
+	if !strings.Contains(b.Log(), "brought down what another machine wrote before taking the session over") {
+		t.Errorf("B's log does not say it brought A's lines down first")
+	}
+
+	// Now A's copy is behind, and differs besides: its last line is not
+	// PostgreSQL's. Its append is refused, nothing is appended, and the
+	// lease goes back at once.
+	waitLeasesReleased(t, b)
+	a.ctlOK("", "flush", "--all")
+	path := a.transcript(s.ProjectKey, s.ID)
+	old := lines(readFile(t, path))
+	if code := a.stop(syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Fatalf("A stopped with %d", code)
+	}
+	changed := append(old[:len(old)-1:len(old)-1], mirrorEntry(66))
+	if err := os.WriteFile(path, append(bytes.Join(changed, []byte("\n")), '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a.start()
+	ca := a.client()
+	defer ca.Close()
+	// Once A reaches PostgreSQL (before, an append goes on locally
+	// without asking: appends never wait for PostgreSQL).
+	for deadline := time.Now().Add(30 * time.Second); !mirrorStatus(t, a).GetConnected(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("A's mirror did not connect in 30 s")
+		}
+	}
+	_, err := ca.Append(context.Background(), s, mirrorEntry(7))
+	if st, _ := status.FromError(err); st.Code() != codes.FailedPrecondition ||
+		!strings.Contains(st.Message(), `last written by machine "B"`) || !strings.Contains(st.Message(), "differs from PostgreSQL's copy from line 4 on") {
+		t.Fatalf("A's append over a copy that differs: %v, want FailedPrecondition saying the copy differs from line 4", err)
+	}
+	if got := lines(readFile(t, path)); !reflect.DeepEqual(got, changed) {
+		t.Errorf("the refused append changed A's copy: %d lines", len(got))
+	}
+	if st, err := ca.Status(context.Background()); err != nil || st.GetLeases().GetHeld() != 0 {
+		t.Errorf("A kept the lease of a session it refused to append to: %v, %v", st.GetLeases(), err)
+	}
+	if st := mirrorStatus(t, a); !strings.Contains(st.GetLastError(), "could not be brought here") {
+		t.Errorf("A's mirror does not say why it writes nothing of the session: %v", st)
+	}
+	// B, which has everything, goes on at once (A gave the lease back).
+	acked = append(acked, appendN(t, b, s, 8, 1)...)
+	waitRows(t, dsn, s, len(acked))
+	mirrortest.SameEntries(t, "rows after A's refused append and B's next", refLoad(t, dsn, s), acked)
 }

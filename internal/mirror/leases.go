@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
+	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
 )
 
@@ -43,6 +44,13 @@ type leaseState struct {
 	// lastUse: the last append (or mirrored write) of the session, so it
 	// is renewed while used and released once idle.
 	lastUse time.Time
+	// lacks: the machine this one took the lease over from, until what
+	// that machine wrote is brought here (the takeover hook): appends
+	// wait for it (or are refused when it fails), and the mirror writes
+	// nothing of the session meanwhile (kept while idle; until sessiond
+	// restarts). catching serialises the hook's runs.
+	lacks    string
+	catching *sync.Mutex
 }
 
 func (v *leaseView) get(fam layout.Key) *leaseState {
@@ -51,7 +59,7 @@ func (v *leaseView) get(fam layout.Key) *leaseState {
 	}
 	st := v.m[fam]
 	if st == nil {
-		st = &leaseState{}
+		st = &leaseState{catching: new(sync.Mutex)}
 		v.m[fam] = st
 	}
 	return st
@@ -76,9 +84,13 @@ func (mr *Mirror) CheckAppend(ctx context.Context, key layout.Key) error {
 		err := &LeasedError{ProjectKey: fam.ProjectKey, SessionID: fam.SessionID, Holder: st.fencedBy.holder, Expires: st.fencedBy.expires, TakenOver: true}
 		mr.lv.mu.Unlock()
 		return err
-	case st.held && now.Before(st.expires):
+	case st.held && now.Before(st.expires) && (st.lacks == "" || catchingUp(ctx, fam)):
 		mr.lv.mu.Unlock()
 		return nil
+	case st.held && now.Before(st.expires):
+		cur := lease{token: st.token}
+		mr.lv.mu.Unlock()
+		return mr.catchUp(ctx, fam, cur)
 	case st.other != nil && now.Before(st.other.expires):
 		err := &LeasedError{ProjectKey: fam.ProjectKey, SessionID: fam.SessionID, Holder: st.other.holder, Expires: st.other.expires}
 		mr.lv.mu.Unlock()
@@ -104,7 +116,86 @@ func (mr *Mirror) CheckAppend(ctx context.Context, key layout.Key) error {
 		mr.log.Debug("lease not checked in time; appending locally", zap.Stringer("session", fam), zap.Error(err))
 		return nil
 	}
-	return mr.noteLease(fam, cur, ok, false)
+	if err := mr.noteLease(fam, cur, ok, false); err != nil {
+		return err
+	}
+	if token == 0 {
+		return mr.catchUp(ctx, fam, cur)
+	}
+	return nil
+}
+
+// OnTakeover sets what CheckAppend runs when this machine takes a
+// session's lease over from another machine: f brings down the lines
+// that machine wrote and this one lacks (a pull), before the append goes
+// on after them. Set it before the first append.
+func (mr *Mirror) OnTakeover(f func(ctx context.Context, fam layout.Key, from string) error) {
+	mr.takeover.Store(&f)
+}
+
+// errLacking: the session was taken over from another machine whose
+// lines could not be brought here.
+var errLacking = errors.New("what the former holder wrote could not be brought here")
+
+// catchingKey marks the context of a takeover hook's run: its own
+// appends (the lines it brings down) go through.
+type catchingKey struct{ fam layout.Key }
+
+func catchingUp(ctx context.Context, fam layout.Key) bool {
+	return ctx.Value(catchingKey{fam}) != nil
+}
+
+// catchUp runs the takeover hook for fam, leased under cur.token, when
+// the lease came from another machine (noteLease set lacks): the lines
+// that machine wrote and this one lacks are brought down before anything
+// is appended or mirrored after them; appends meanwhile wait for it.
+// When that fails, the append (or the mirror's write) is refused:
+// appended after a copy lacking the former holder's last lines, it would
+// part the two copies for good. The lease is then given back at once, so
+// that the former holder may go on meanwhile.
+func (mr *Mirror) catchUp(ctx context.Context, fam layout.Key, cur lease) error {
+	hook := mr.takeover.Load()
+	if hook == nil || catchingUp(ctx, fam) {
+		return nil
+	}
+	mr.lv.mu.Lock()
+	st := mr.lv.get(fam)
+	catching := st.catching
+	mr.lv.mu.Unlock()
+	catching.Lock()
+	defer catching.Unlock()
+	mr.lv.mu.Lock()
+	st = mr.lv.get(fam)
+	from := st.lacks // again: a run that held the mutex may have caught up
+	mr.lv.mu.Unlock()
+	if from == "" {
+		return nil
+	}
+	err := (*hook)(context.WithValue(ctx, catchingKey{fam}, true), fam, from)
+	mr.lv.mu.Lock()
+	st = mr.lv.get(fam)
+	if err == nil {
+		st.lacks = ""
+		mr.lv.mu.Unlock()
+		mr.log.Info("took a session over from another machine, after bringing down what it wrote", zap.Stringer("session", fam), zap.String("from", from), zap.Int64("token", cur.token))
+		return nil
+	}
+	st.lacks = from
+	if st.held && st.token == cur.token {
+		st.held, st.token = false, 0
+	}
+	mr.lv.mu.Unlock()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), mr.cfg.LeaseWait)
+	defer cancel()
+	if rerr := releaseLease(rctx, mr.pool, mr.cfg.Table, fam, mr.cfg.MachineID, cur.token, mr.cfg.Clock.Now()); rerr != nil {
+		mr.log.Debug("lease release failed; it expires by itself", zap.Stringer("session", fam), zap.Error(rerr))
+	}
+	werr := fmt.Errorf("session %s was last written by machine %q, and %w before anything is written after it (the lease is given back; nothing was written): %w", fam, from, errLacking, err)
+	if errdefs.Is(err, errdefs.ErrFailedPrecondition) {
+		// Trying again changes nothing until the copy here does.
+		werr = fmt.Errorf("%w: %w", werr, errForeignRows)
+	}
+	return werr
 }
 
 // noteLease records what PostgreSQL said of fam's lease: ok, this
@@ -135,6 +226,9 @@ func (mr *Mirror) noteLeaseLocked(fam layout.Key, cur lease, ok, fence bool) (ne
 		}
 		if !st.held && cur.prev != "" && cur.prev != mr.cfg.MachineID {
 			st.from = cur.prev
+			if mr.takeover.Load() != nil {
+				st.lacks = cur.prev // until catchUp brings its lines here
+			}
 		}
 		st.held, st.token, st.expires, st.other = true, cur.token, cur.expires, nil
 		return false, nil
@@ -194,10 +288,13 @@ func (mr *Mirror) ensureLease(ctx context.Context, key layout.Key) error {
 	if st.lastUse.IsZero() {
 		st.lastUse = now // so that a lease taken here is released once idle
 	}
-	fenced, held, token := st.fenced, st.held, st.token
+	fenced, held, token, lacks := st.fenced, st.held, st.token, st.lacks
 	mr.lv.mu.Unlock()
 	if fenced {
 		return mr.fencedErr(key)
+	}
+	if held && lacks != "" {
+		return mr.catchUp(ctx, fam, lease{token: token})
 	}
 	if held {
 		return nil // fence checks the token
@@ -213,7 +310,7 @@ func (mr *Mirror) ensureLease(ctx context.Context, key layout.Key) error {
 	if err := mr.noteLease(fam, cur, ok, true); err != nil {
 		return fencedError{err.(*LeasedError)}
 	}
-	return nil
+	return mr.catchUp(ctx, fam, cur)
 }
 
 // errLeaseGone: the lease ensureLease took was released (the session
@@ -271,6 +368,11 @@ func (mr *Mirror) renewAll(ctx context.Context) {
 		case now.Sub(st.lastUse) >= mr.cfg.LeaseIdle:
 			if st.held {
 				work = append(work, todo{fam, st.token, true})
+			}
+			if st.lacks != "" {
+				// Remembered: the next lease taken must catch up first.
+				st.held, st.token, st.other = false, 0, nil
+				continue
 			}
 			delete(mr.lv.m, fam)
 		case st.held:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -28,6 +29,9 @@ type Mirror struct {
 	pool *pgxpool.Pool
 	// lv: this machine's view of the sessions' leases (leases.go).
 	lv leaseView
+	// takeover, when set (OnTakeover), brings down what another machine
+	// wrote of a session before this one appends to it.
+	takeover atomic.Pointer[func(ctx context.Context, fam layout.Key, from string) error]
 	// down wakes the connector when a worker lost the connection.
 	down   chan struct{}
 	cancel context.CancelFunc

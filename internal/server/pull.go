@@ -30,7 +30,7 @@ func (s *Server) Pull(ctx context.Context, req *sessiondv1.PullRequest) (*sessio
 	if ref.GetProject() == nil {
 		project = ""
 	}
-	key, done, err := s.pull(ctx, project, k.SessionID, 0)
+	key, done, err := s.pull(ctx, project, k.SessionID, 0, false)
 	if err != nil {
 		return nil, err
 	}
@@ -45,8 +45,10 @@ func (s *Server) Pull(ctx context.Context, req *sessiondv1.PullRequest) (*sessio
 // main transcript, so that a main transcript here means a complete pull.
 // look, when not 0, bounds the read from PostgreSQL (not the writes here:
 // a pull cut off between two transcripts would leave a session half
-// here).
-func (s *Server) pull(ctx context.Context, project, id string, look time.Duration) (layout.Key, []*sessiondv1.PulledTranscript, error) {
+// here). takeover: a copy here that holds more than PostgreSQL's, after
+// all of its lines, is left as it is (action "ahead": the mirror sends
+// the rest once this machine holds the lease) instead of refused.
+func (s *Server) pull(ctx context.Context, project, id string, look time.Duration, takeover bool) (layout.Key, []*sessiondv1.PulledTranscript, error) {
 	mr := s.info.Mirror
 	if mr == nil {
 		return layout.Key{}, nil, fmt.Errorf("sessiond runs without a PostgreSQL mirror (start it with --mirror or SESSIOND_MIRROR) so it has nothing to pull from: %w", errdefs.ErrFailedPrecondition)
@@ -81,12 +83,16 @@ func (s *Server) pull(ctx context.Context, project, id string, look time.Duratio
 		}
 		if ok {
 			n, err := s.compareLocal(ctx, k, rt.Lines)
-			if err != nil {
+			switch {
+			case takeover && errors.Is(err, errAhead):
+				p.action = "ahead"
+			case err != nil:
 				return k, nil, err
-			}
-			p.local, p.action = n, "appended"
-			if n == uint64(len(rt.Lines)) {
-				p.action = "identical"
+			default:
+				p.local, p.action = n, "appended"
+				if n == uint64(len(rt.Lines)) {
+					p.action = "identical"
+				}
 			}
 		}
 		plans = append(plans, p)
@@ -121,6 +127,10 @@ const pullLookTimeout = 3 * time.Second
 // errStop ends a read early.
 var errStop = errors.New("stop")
 
+// errAhead: the copy here starts with every line PostgreSQL has, and
+// holds more.
+var errAhead = errors.New("the copy here holds lines PostgreSQL does not have yet")
+
 // compareLocal checks that k's local lines are the first of remote's and
 // returns how many there are; a copy that differs or holds more is
 // refused, saying what to do.
@@ -142,7 +152,7 @@ func (s *Server) compareLocal(ctx context.Context, k layout.Key, remote [][]byte
 	}
 	if differ {
 		if n >= uint64(len(remote)) {
-			return 0, fmt.Errorf("%s here holds lines PostgreSQL does not have yet (it has all %d of PostgreSQL's first): nothing to pull, the mirror sends the rest: %w", k, len(remote), errdefs.ErrFailedPrecondition)
+			return 0, fmt.Errorf("%s: %w (it has all %d of PostgreSQL's first): nothing to pull, the mirror sends the rest: %w", k, errAhead, len(remote), errdefs.ErrFailedPrecondition)
 		}
 		return 0, fmt.Errorf("%s here differs from PostgreSQL's copy from line %d on: keep one of them (`sessionctl delete %s` here, then pull again; or leave this copy, and the mirror replaces PostgreSQL's rows with it): %w",
 			k, n+1, k.SessionID, errdefs.ErrFailedPrecondition)
@@ -175,7 +185,7 @@ func (s *Server) pullIfAbsent(ctx context.Context, k layout.Key, strict bool) er
 		}
 		look = pullLookTimeout
 	}
-	_, _, err := s.pull(ctx, main.ProjectKey, main.SessionID, look)
+	_, _, err := s.pull(ctx, main.ProjectKey, main.SessionID, look, false)
 	switch {
 	case err == nil, errors.Is(err, mirror.ErrNotMirrored):
 		return nil
@@ -184,6 +194,28 @@ func (s *Server) pullIfAbsent(ctx context.Context, k layout.Key, strict bool) er
 		return nil
 	}
 	return err
+}
+
+// pullTakenOver is the mirror's takeover hook: the session fam was
+// just leased from machine from, which may have written lines after the
+// copy here; they are pulled (the rest appended, or the whole session
+// written when it is not here) before the append that took the lease
+// goes on. The read from PostgreSQL is bounded like an append's look.
+func (s *Server) pullTakenOver(ctx context.Context, fam layout.Key, from string) error {
+	_, done, err := s.pull(ctx, fam.ProjectKey, fam.SessionID, pullLookTimeout, true)
+	if errors.Is(err, mirror.ErrNotMirrored) {
+		return nil // nothing of it in PostgreSQL: nothing to lack
+	}
+	if err != nil {
+		return err
+	}
+	for _, d := range done {
+		if a := d.GetAction(); a != "identical" && a != "ahead" {
+			s.log.Info("brought down what another machine wrote before taking the session over", zap.Stringer("session", fam), zap.String("from", from),
+				zap.String("subpath", d.GetSubpath()), zap.String("action", d.GetAction()), zap.Uint64("entries", d.GetEntries()))
+		}
+	}
+	return nil
 }
 
 // resolvePulling is resolve for calls that read a session (Read, Fork):

@@ -63,7 +63,14 @@ type Server struct {
 // New returns a Server over m.
 func New(m *writer.Manager, log *zap.Logger, info Info) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{m: m, log: log, info: info, health: health.NewServer(), streams: ctx, closeStreams: cancel}
+	s := &Server{m: m, log: log, info: info, health: health.NewServer(), streams: ctx, closeStreams: cancel}
+	if info.Mirror != nil {
+		// A session taken over from another machine gets what that
+		// machine wrote before this one appends after it (issue 16:
+		// "takes it over after expiry, pulling what it lacks first").
+		info.Mirror.OnTakeover(s.pullTakenOver)
+	}
+	return s
 }
 
 // Register adds the Sessiond service, the standard health service and
