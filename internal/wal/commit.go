@@ -337,16 +337,7 @@ func (l *Log) waitForSiblings(group []*request, total int64) []*request {
 			return group
 		}
 	}
-	now := time.Now()
-	others := 0
-	for s, at := range l.recent {
-		if now.Sub(at) <= l.window && !inGroup(group, s) {
-			if others++; others >= commitSiblings {
-				break
-			}
-		}
-	}
-	if others < commitSiblings {
+	if l.awaited(group, commitSiblings) < commitSiblings {
 		return group
 	}
 	if l.delay == nil {
@@ -361,11 +352,32 @@ func (l *Log) waitForSiblings(group []*request, total int64) []*request {
 			l.qmu.Lock()
 			group, total = l.take(group, total)
 			l.qmu.Unlock()
+			// Every stream that appended lately is in: nobody else is
+			// coming (a few clients, each waiting for its own append,
+			// would otherwise wait out the delay at every commit).
+			if l.awaited(group, 1) == 0 {
+				return group
+			}
 		case <-l.delay.C:
 			return group
 		}
 	}
 	return group
+}
+
+// awaited counts, up to enough, the streams that appended within the
+// window and are not in group: the siblings a commit delay waits for.
+func (l *Log) awaited(group []*request, enough int) int {
+	now := time.Now()
+	n := 0
+	for s, at := range l.recent {
+		if now.Sub(at) <= l.window && !inGroup(group, s) {
+			if n++; n >= enough {
+				break
+			}
+		}
+	}
+	return n
 }
 
 func inGroup(group []*request, s *Stream) bool {

@@ -537,3 +537,51 @@ func TestCommitDelayGathersSiblings(t *testing.T) {
 		t.Fatalf("4 appends of 4 active sessions took %d syncs, want 1 (the first waited for the others)", got)
 	}
 }
+
+// TestCommitDelayEndsWhenEveryoneIsIn: a commit waits for siblings only
+// while some stream that appended lately is not in its group yet. A few
+// clients each waiting for its own append (fewer than siblingTarget) are
+// all in once each has sent: the commit goes then, not when the delay
+// (an hour here) ends, and takes them all in one sync.
+func TestCommitDelayEndsWhenEveryoneIsIn(t *testing.T) {
+	l, _ := openLog(t, fsys.OS, t.TempDir(), Options{CommitDelay: 200 * time.Millisecond})
+	defer l.Close()
+	l.window = time.Minute
+	var ss []*Stream
+	for i := 0; i < 5; i++ {
+		s := l.Stream(key(fmt.Sprint("s", i)))
+		if err := s.Begin(Fingerprint{}, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, s)
+	}
+	appendAll := func(what string) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for _, s := range ss {
+			wg.Add(1)
+			go func(s *Stream) {
+				defer wg.Done()
+				if _, err := s.Append(batchesOf([]string{what}), nil); err != nil {
+					t.Error(err)
+				}
+			}(s)
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Fatalf("%s: appends of every recently active stream still wait for siblings after a minute", what)
+		}
+	}
+	appendAll("warm") // now all five appended lately
+	// The committer reads the delay after taking a request this test
+	// sends later: no race.
+	l.opt.CommitDelay = time.Hour
+	before := l.Stats().Syncs
+	appendAll("all in")
+	if got := l.Stats().Syncs - before; got != 1 {
+		t.Fatalf("5 appends of the 5 active sessions took %d syncs, want 1 (the first waits until all are in)", got)
+	}
+}
