@@ -165,7 +165,7 @@ const (
 
 // AllScenarios lists the suite's scenarios in the order they run.
 var AllScenarios = []string{ScenarioParallel, ScenarioSequential, ScenarioSessions, ScenarioFleet,
-	ScenarioCompaction, ScenarioRecovery, ScenarioMemory, ScenarioListing}
+	ScenarioCompaction, ScenarioRecovery, ScenarioMemory, ScenarioListing, ScenarioMirror}
 
 type runSpec struct {
 	id, label, target string
@@ -499,7 +499,7 @@ func runExtra(ctx context.Context, cfg Config, dir string, x extraDef, seed uint
 		scale = 1
 	}
 	env := &Env{Sessiond: cfg.Sessiond, SessiondArgs: cfg.SessiondArgs, Dir: sdir, Log: cfg.Log, Seed: seed,
-		Verify: cfg.Verify, Scale: scale, SDKDir: sdk}
+		Verify: cfg.Verify, Scale: scale, SDKDir: sdk, Duration: cfg.Duration}
 	fmt.Fprintf(cfg.Log, "[%s] %s\n", x.name, x.title)
 	sc, err := x.run(ctx, env)
 	if sc == nil {
@@ -689,6 +689,9 @@ func WriteScenario(w io.Writer, sc *Scenario) {
 				fmt.Fprintf(w, "%-46s VERIFY FAILED: %s\n", "", r.VerifyError)
 			}
 		}
+	}
+	for _, n := range sc.Notes {
+		fmt.Fprintf(w, "- %s\n", n)
 	}
 	writeChecks(w, sc.Checks)
 	fmt.Fprintf(w, "(cpu s: the server's (sessiond's, or the echo server's) user+sys during the run; * = the bench process itself, load generator included)\n")

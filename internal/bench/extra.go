@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 )
 
 // The suite's scenarios that are not a throughput run of C clients
@@ -71,6 +72,9 @@ type Env struct {
 	// use about 0.01). A scenario states in its title or notes the sizes
 	// it actually used.
 	Scale float64
+	// Duration is a throughput run's measured time (Config.Duration),
+	// for the scenarios that make such runs.
+	Duration time.Duration
 	// SDKDir is the folder holding node_modules with the official SDK
 	// (e2e/sdk); empty: the listing scenario cannot compare with it.
 	SDKDir string

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -164,35 +163,32 @@ ON CONFLICT (store_table, project_key, session_id, subpath) DO UPDATE SET
 	return err
 }
 
-// insertRows appends entries (JSON texts) to key's rows in order, with
-// the reference adapter's own statement, and their exact lines beside
-// them.
+// insertRows appends entries (JSON texts) to key's rows in order, and
+// their exact lines beside them, in one statement (one round trip): the
+// rows are what the reference adapter's append makes (seq from the
+// table's own sequence in the entries' order, mtime from the clock at
+// each row), and each line is stored under its row's seq. The CTE is
+// materialized, so nextval runs once per entry, in order (the planner
+// evaluates a volatile target list after the ORDER BY).
 func insertRows(ctx context.Context, tx pgx.Tx, table string, key layout.Key, entries, lines []string) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	// The reference adapter's append: seq follows the array's order.
-	rows, err := tx.Query(ctx, fmt.Sprintf(`INSERT INTO %s (project_key, session_id, subpath, entry, mtime)
-SELECT $1, $2, $3, e, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint
-FROM unnest($4::jsonb[]) WITH ORDINALITY AS t(e, ord) ORDER BY ord RETURNING seq`, table),
-		key.ProjectKey, key.SessionID, key.Subpath, entries)
+	tag, err := tx.Exec(ctx, fmt.Sprintf(`WITH s AS MATERIALIZED (
+    SELECT nextval(pg_get_serial_sequence('%[1]s', 'seq')) AS seq, e, l
+    FROM unnest($4::jsonb[], $5::text[]) WITH ORDINALITY AS t(e, l, ord) ORDER BY ord),
+r AS (INSERT INTO %[1]s (project_key, session_id, subpath, seq, entry, mtime)
+    SELECT $1, $2, $3, seq, e, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint FROM s)
+INSERT INTO sessiond_lines (store_table, project_key, session_id, subpath, seq, line)
+SELECT $6, $1, $2, $3, seq, l FROM s`, table),
+		key.ProjectKey, key.SessionID, key.Subpath, entries, lines, table)
 	if err != nil {
 		return err
 	}
-	seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return err
+	if n := tag.RowsAffected(); n != int64(len(entries)) {
+		return fmt.Errorf("insert into %s: %d rows for %d entries", table, n, len(entries))
 	}
-	if len(seqs) != len(entries) {
-		return fmt.Errorf("insert into %s: %d rows for %d entries", table, len(seqs), len(entries))
-	}
-	// nextval ran row by row in the array's order, so the sorted seqs
-	// are the entries' whatever order RETURNING gave them in.
-	slices.Sort(seqs)
-	_, err = tx.Exec(ctx, `INSERT INTO sessiond_lines (store_table, project_key, session_id, subpath, seq, line)
-SELECT $1, $2, $3, $4, s, l FROM unnest($5::bigint[], $6::text[]) AS u(s, l)`,
-		table, key.ProjectKey, key.SessionID, key.Subpath, seqs, lines)
-	return err
+	return nil
 }
 
 // deleteRows removes key's rows, lines and cursor: for a main key the

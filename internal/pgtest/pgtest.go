@@ -88,6 +88,9 @@ type Options struct {
 	Durable bool
 	// Log receives progress lines (a test's t.Logf); nil: none.
 	Log func(format string, args ...any)
+	// Parent is the folder the server's temp dir is made in ("": the
+	// system's temp folder).
+	Parent string
 }
 
 // Server is one throwaway PostgreSQL server.
@@ -113,7 +116,7 @@ func New(opt Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "pgtest-")
+	dir, err := os.MkdirTemp(opt.Parent, "pgtest-")
 	if err != nil {
 		return nil, err
 	}
@@ -273,6 +276,16 @@ func (s *Server) Running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cmd != nil
+}
+
+// Pids are the postmaster's and its children's (the backends and
+// auxiliary processes running now), for a benchmark that pins them.
+func (s *Server) Pids() []int {
+	pid := s.Pid()
+	if pid <= 0 {
+		return nil
+	}
+	return append([]int{pid}, children(pid)...)
 }
 
 // Pid is the postmaster's process id, 0 when it is not running.
