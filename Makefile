@@ -158,8 +158,8 @@ test-adapters: sdk-ts
 
 # bench runs the load tool's whole suite against a freshly built daemon,
 # with the baselines measured in the same run, and rewrites the results
-# section of BENCHMARKS.md; then bench-adapter. Not part of test. About 9
-# minutes on 2 cores.
+# section of BENCHMARKS.md; then bench-adapter. Not part of test. About 11
+# minutes on 2 cores (the mirror scenario needs PostgreSQL: make tools).
 bench: sdk
 	$(GO) build -o bin/ ./cmd/sessiond ./cmd/sessiond-bench ./cmd/sessionctl
 	bin/sessiond-bench --sessiond bin/sessiond --suite --inproc --verify --markdown BENCHMARKS.md $(BENCHFLAGS)
