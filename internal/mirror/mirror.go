@@ -46,15 +46,16 @@ type Mirror struct {
 	// schema: the tables exist; scanned: the cursors were loaded for the
 	// scan at start; listed: the local transcripts were listed for it.
 	schema, scanned, listed bool
-	// sidecarsAtStart: every session's sidecars in PostgreSQL, loaded
-	// with the cursors for the scan at start; each is dropped once its
-	// session was compared.
-	sidecarsAtStart map[layout.Key]map[string][]byte
 	lastErr                 string
 	lastErrAt               time.Time
 	rows                    uint64 // rows written since start
 	errs                    uint64 // errors recorded since start (fail)
 	closed                  bool
+
+	// sidecarsAtStart: every session's sidecars in PostgreSQL, loaded
+	// with the cursors for the scan at start; each is dropped once its
+	// session was compared.
+	sidecarsAtStart map[layout.Key]map[string][]byte
 }
 
 // tstate is what the mirror knows of one transcript. Guarded by mu.
@@ -87,6 +88,7 @@ type tstate struct {
 	// PostgreSQL's), or the scan at start (sideScan: compare with the
 	// rows loaded then, sidecarsAtStart).
 	sideDirty, sideScan bool
+
 	queued, busy bool
 	failures     int
 }
