@@ -16,6 +16,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/transcript"
 )
 
 // SessionSidecars are the files of a session's folder
@@ -135,6 +136,16 @@ func (m *Manager) writeSidecarLocked(st *state, name string, body []byte) error 
 	})
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, errdefs.FromIO(err))
+	}
+	if name == "custom-title.json" {
+		// The listing's title comes from it too (when the transcript's
+		// tail names none), and its stamp does not cover the sidecar.
+		if st.ent != nil {
+			st.ent.Sum.SetSidecarTitle(transcript.ParseTitleSidecar(body))
+			st.publish()
+		} else {
+			st.ix.Delete(st.key.Main())
+		}
 	}
 	m.tell(Change{Key: st.key.Main(), Sidecars: true})
 	return nil
