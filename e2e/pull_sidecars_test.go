@@ -71,7 +71,9 @@ func listLine(out, sid string) string {
 // which A's scan at start mirrors. B's fleet listing marks the first
 // archived and --exclude-archived leaves it out; B pulls both and has
 // both files byte for byte, and its local listing leaves the archived
-// one out too and shows the other's title.
+// one out too and shows the other's title. A mark on B that differs from
+// PostgreSQL's (the session identical) is replaced when PostgreSQL's is
+// newer and kept when it is older.
 func TestMirrorPullSidecars(t *testing.T) {
 	_, dsn := startPostgres(t)
 	a := mirrorDaemon(t, dsn, "--machine-id", "A", "--idle-retire", "2s")
@@ -139,4 +141,27 @@ func TestMirrorPullSidecars(t *testing.T) {
 	}
 	// Pulled again: nothing to write.
 	b.ctlOK("archived.json: identical", "pull", "--project", mirrorProject, archived.ID)
+	// The session identical here, a mark here that differs: PostgreSQL's
+	// replaces it when it is newer, and is left alone when it is older.
+	bMark := filepath.Join(b.root, "projects", mirrorProject, archived.ID, "archived.json")
+	other := `{"archived":false,"at":"2000-01-01T00:00:00.000Z"}`
+	for _, c := range []struct {
+		mtime  time.Time
+		action string
+		want   string
+	}{
+		{time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), "archived.json: replaced", mark},
+		{time.Now().Add(time.Hour), "archived.json: kept", other},
+	} {
+		if err := os.WriteFile(bMark, []byte(other), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(bMark, c.mtime, c.mtime); err != nil {
+			t.Fatal(err)
+		}
+		b.ctlOK(c.action, "pull", "--project", mirrorProject, archived.ID)
+		if got := string(readFile(t, bMark)); got != c.want {
+			t.Errorf("after %q: B's archived.json %q, want %q", c.action, got, c.want)
+		}
+	}
 }
