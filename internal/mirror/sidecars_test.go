@@ -140,7 +140,8 @@ func TestMirrorSidecars(t *testing.T) {
 	waitSidecars(t, dsn, k, map[string]string{"custom-title.json": title}, "after the restore")
 }
 
-// TestMirrorSidecarFenced: a machine whose lease was taken over (it was
+// TestMirrorSidecarFenced: archiving a session another machine holds is
+// refused, as an append is. A machine whose lease was taken over (it was
 // paused past its expiry) and that then archives the session writes no
 // sidecar row: the fence aborts its transaction, and it is fenced. The
 // holder's archive mark does reach PostgreSQL.
@@ -159,8 +160,13 @@ func TestMirrorSidecarFenced(t *testing.T) {
 	if l := leaseRow(t, dsn, k); l.holder != "machine-A" {
 		t.Fatalf("lease %+v, want A's", l)
 	}
-	// A is paused (its clock stands still); past the expiry B takes over.
+	// B may not archive it while A holds it: refused, nothing written.
 	a.copyTo(b, k)
+	wantLeased(t, b.m.SetArchived(bg, k, true), "machine-A", t0.Add(ttl), false)
+	if got := b.localSidecars(k); len(got) != 0 {
+		t.Fatalf("B's refused archive wrote %q", got)
+	}
+	// A is paused (its clock stands still); past the expiry B takes over.
 	cb.Advance(ttl + time.Second)
 	b.append(k, line(2, ""))
 	b.waitCaughtUp(30 * time.Second)

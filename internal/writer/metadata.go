@@ -86,6 +86,14 @@ func (m *Manager) SetArchived(ctx context.Context, key layout.Key, archived bool
 	if !m.existsOnDisk(key) {
 		return m.notFound(key)
 	}
+	if g := m.cfg.AppendGate; g != nil {
+		// One writer per session across machines: the mark is mirrored
+		// under the session's lease, as its entries are, so it is asked
+		// for (and taken) first; a session leased elsewhere is refused.
+		if err := g(ctx, key); err != nil {
+			return err
+		}
+	}
 	body := fmt.Sprintf(`{"archived":%v,"at":%q}`, archived, m.cfg.Clock.Now().UTC().Format("2006-01-02T15:04:05.000Z"))
 	return m.do(ctx, key, func(st *state) error { return m.writeSidecarLocked(st, "archived.json", []byte(body)) })
 }
