@@ -4,55 +4,21 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/sessiond/sessiond/client"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/mirror"
+	"github.com/sessiond/sessiond/internal/mirror/mirrortest"
 )
-
-// sidecarRows reads s's rows of sessiond_sidecars, by name.
-func sidecarRows(t *testing.T, dsn string, s client.Session) map[string]string {
-	t.Helper()
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	rows, err := c.Query(ctx, `SELECT name, body FROM sessiond_sidecars WHERE project_key = $1 AND session_id = $2`, s.ProjectKey, s.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for rows.Next() {
-		var name string
-		var body []byte
-		if err := rows.Scan(&name, &body); err != nil {
-			t.Fatal(err)
-		}
-		out[name] = string(body)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // waitSidecarRows waits until PostgreSQL holds want as s's sidecars.
 func waitSidecarRows(t *testing.T, dsn string, s client.Session, want map[string]string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for got := sidecarRows(t, dsn, s); !reflect.DeepEqual(got, want); got = sidecarRows(t, dsn, s) {
-		if time.Now().After(deadline) {
-			t.Fatalf("PostgreSQL's sidecars of %s: %q, want %q", s.ID, got, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	mirrortest.WaitSidecars(t, dsn, mirror.DefaultTable, layout.Key{ProjectKey: s.ProjectKey, SessionID: s.ID}, want, "sidecars of "+s.ID)
 }
 
 // listLine is the line of a sessionctl list output naming sid, "" for none.

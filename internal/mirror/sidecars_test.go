@@ -11,35 +11,8 @@ import (
 
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/mirror/mirrortest"
 )
-
-// sidecarRows reads k's session's rows of sessiond_sidecars, by name.
-func sidecarRows(t *testing.T, dsn string, k layout.Key) map[string]string {
-	t.Helper()
-	c, err := pgx.Connect(bg, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(bg)
-	rows, err := c.Query(bg, `SELECT name, body FROM sessiond_sidecars WHERE store_table = $1 AND project_key = $2 AND session_id = $3`,
-		DefaultTable, k.ProjectKey, k.SessionID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for rows.Next() {
-		var name string
-		var body []byte
-		if err := rows.Scan(&name, &body); err != nil {
-			t.Fatal(err)
-		}
-		out[name] = string(body)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // localSidecars reads k's session's sidecar files here, by name.
 func (e *env) localSidecars(k layout.Key) map[string]string {
@@ -56,20 +29,13 @@ func (e *env) localSidecars(k layout.Key) map[string]string {
 	return out
 }
 
-// waitSidecars waits until PostgreSQL's sidecars of k are want.
+func sidecarRows(t *testing.T, dsn string, k layout.Key) map[string]string {
+	return mirrortest.Sidecars(t, dsn, DefaultTable, k)
+}
+
 func waitSidecars(t *testing.T, dsn string, k layout.Key, want map[string]string, what string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got := sidecarRows(t, dsn, k)
-		if reflect.DeepEqual(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: PostgreSQL's sidecars %q, want %q", what, got, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	mirrortest.WaitSidecars(t, dsn, DefaultTable, k, want, what)
 }
 
 // TestMirrorSidecars: a session's archive mark reaches sessiond_sidecars
@@ -156,6 +122,14 @@ func TestMirrorSidecarFenced(t *testing.T) {
 	b.waitCaughtUp(30 * time.Second)
 	k := newKey("")
 	a.append(k, line(1, ""))
+	// The row in PostgreSQL first: the mirror may hear of the append
+	// after it returns, and a write of A's after B's takeover would fence
+	// A before the archive below.
+	for deadline := time.Now().Add(30 * time.Second); len(load(t, dsn, k)) != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("A's row never reached PostgreSQL")
+		}
+	}
 	a.waitCaughtUp(30 * time.Second)
 	if l := leaseRow(t, dsn, k); l.holder != "machine-A" {
 		t.Fatalf("lease %+v, want A's", l)
