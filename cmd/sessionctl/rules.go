@@ -184,9 +184,11 @@ func pullCmd(g *globals) *cobra.Command {
 		Short: "Bring a session down from the PostgreSQL mirror (with its subagents), so that claude --resume works here",
 		Long: `pull writes here, durably, a session sessiond's PostgreSQL mirror holds (written on another machine,
 or by a program using the SDK's reference PostgreSQL adapter): its main transcript, its subagents'
-transcripts and their .meta.json. A copy here that is behind gets the rest; an identical one is left
-alone; one that differs, or holds more, is refused (nothing is written). Append, Read and Fork pull a
-session known only in PostgreSQL by themselves. Needs sessiond --mirror.`,
+transcripts and their .meta.json, and the session's sidecars (archived.json, custom-title.json). A copy
+here that is behind gets the rest; an identical one is left alone; one that differs, or holds more, is
+refused (nothing is written). A sidecar here that differs from PostgreSQL's is replaced when this
+machine was behind, else the newer (by mtime) is kept. Append, Read and Fork pull a session known only
+in PostgreSQL by themselves. Needs sessiond --mirror.`,
 		Args: cobra.ExactArgs(1),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			resp, err := c.Pull(cmd.Context(), sf.session(args[0]))
@@ -202,6 +204,9 @@ session known only in PostgreSQL by themselves. Needs sessiond --mirror.`,
 					name = t.GetSubpath()
 				}
 				fmt.Fprintf(g.out, "%s: %s (%s)\n", name, t.GetAction(), count(t.GetEntries(), "entry"))
+			}
+			for _, sc := range resp.GetSidecars() {
+				fmt.Fprintf(g.out, "%s: %s\n", sc.GetName(), sc.GetAction())
 			}
 			fmt.Fprintf(g.out, "pulled %s\n%s\n", resp.GetSession().GetSessionId(), resp.GetSession().GetPath())
 			return nil

@@ -46,6 +46,8 @@ type Source interface {
 	ReadLines(ctx context.Context, key layout.Key, from uint64, send func([]writer.Entry) error) (lineage, total uint64, err error)
 	AllKeys(projectKey string, subagents bool) ([]layout.Key, error)
 	Subkeys(key layout.Key) ([]string, error)
+	// Sidecars reads a session's sidecar files (writer.SessionSidecars).
+	Sidecars(key layout.Key) ([]writer.Sidecar, error)
 }
 
 // Config sets a mirror up. Zero values take the defaults below.

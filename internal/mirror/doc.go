@@ -41,7 +41,25 @@
 // restore from the trash mirrors the transcripts it brings back (when
 // their content is what the rows hold, nothing is written). Titles, tags
 // and other metadata are transcript entries, so they are mirrored as
-// such; the archive mark and the sidecars are not mirrored yet.
+// such; a fork is a new session, mirrored as any.
+//
+// # Sidecars
+//
+// A session's sidecar files (writer.SessionSidecars: archived.json, the
+// archive mark; custom-title.json, the official tools' title file) are
+// kept equal, byte for byte, in sessiond_sidecars (sidecars.go): one
+// written here is upserted with its mtime, one removed here is deleted.
+// They are compared when the writer says one was written
+// (writer.Change.Sidecars), when a restore brings the session back, and
+// at start for every local session, against the rows loaded in one query
+// with the cursors; nothing is written, and no lease taken, when they are
+// equal. A write goes under the session's lease like rows (ensureLease,
+// then fence in the transaction, the files read again under it), so a
+// fenced machine writes none; a main transcript's delete takes its
+// session's sidecars along. A pull writes them after the transcripts
+// (the server's pullSidecars says which wins when they differ); List
+// reads the archive mark against the last main row that is a user
+// prompt (FleetSession.Archived) and the title file.
 //
 // Lines that are not JSON objects (a torn tail, another program's
 // garbage) are counted by the cursor but get no row: jsonb takes only
@@ -61,8 +79,10 @@
 // cursor covers (another program's) get one in the same transaction, so
 // that once the pulled file is here the mirror appends after them; rows
 // sessiond wrote already have theirs, and the pulled file matches its
-// digest. The server writes the files (writer.Manager.Import). List is
-// the reference adapter's list_sessions with sizes and titles beside it.
+// digest. The session's sidecars come in the same snapshot. The server
+// writes the files (writer.Manager.Import, WriteSidecar). List is the
+// reference adapter's list_sessions with sizes, titles and the archive
+// mark beside it.
 //
 // # One writer per session across machines
 //

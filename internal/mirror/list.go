@@ -3,11 +3,13 @@ package mirror
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/transcript"
 )
 
 // FleetSession is a session as PostgreSQL lists it: every machine's that
@@ -19,8 +21,16 @@ type FleetSession struct {
 	// Bytes: the main transcript's size on disk when sessiond mirrored it
 	// (its cursor), else the rows' entries' text with a newline each.
 	Bytes uint64
-	// Title: the last custom title, else the last AI title, "" for none.
+	// Title: the last custom title entry, else the title of the
+	// session's custom-title.json (sessiond_sidecars), else the last AI
+	// title; "" for none.
 	Title string
+	// Archived: the session's archived.json (sessiond_sidecars) marks it
+	// archived and the last main row that is a user prompt (type "user",
+	// no "tool_result" in it, no top-level isMeta or isCompactSummary
+	// true) has a timestamp no later than the mark's "at" (or there is
+	// none, or it does not parse): transcript.Archived, the official rule.
+	Archived bool
 }
 
 // List lists projectKey's sessions ("" for every project's) from
@@ -37,12 +47,24 @@ func (mr *Mirror) List(ctx context.Context, projectKey string) ([]FleetSession, 
     SELECT project_key, session_id, max(mtime) AS mtime, count(*) AS n, sum(octet_length(entry::text) + 1) AS size
     FROM %[1]s WHERE subpath = '' AND ($1 = '' OR project_key = $1) GROUP BY project_key, session_id)
 SELECT s.project_key, s.session_id, s.mtime, s.n, coalesce(c.bytes, s.size),
-    coalesce((SELECT coalesce(e.entry->>'customTitle', e.entry->>'aiTitle') FROM %[1]s e
+    coalesce((SELECT e.entry->>'customTitle' FROM %[1]s e
         WHERE e.project_key = s.project_key AND e.session_id = s.session_id AND e.subpath = ''
-          AND e.entry->>'type' IN ('custom-title', 'ai-title')
-        ORDER BY e.entry->>'type' = 'custom-title' DESC, e.seq DESC LIMIT 1), '')
+          AND e.entry->>'type' = 'custom-title' ORDER BY e.seq DESC LIMIT 1), ''),
+    coalesce((SELECT e.entry->>'aiTitle' FROM %[1]s e
+        WHERE e.project_key = s.project_key AND e.session_id = s.session_id AND e.subpath = ''
+          AND e.entry->>'type' = 'ai-title' ORDER BY e.seq DESC LIMIT 1), ''),
+    ct.body, ar.body,
+    (SELECT p.entry->>'timestamp' FROM %[1]s p
+        WHERE ar.body IS NOT NULL AND p.project_key = s.project_key AND p.session_id = s.session_id AND p.subpath = ''
+          AND p.entry->>'type' = 'user' AND position('"tool_result"' in p.entry::text) = 0
+          AND p.entry->'isMeta' IS DISTINCT FROM 'true'::jsonb AND p.entry->'isCompactSummary' IS DISTINCT FROM 'true'::jsonb
+        ORDER BY p.seq DESC LIMIT 1)
 FROM s LEFT JOIN sessiond_cursors c ON c.store_table = $2 AND c.project_key = s.project_key
     AND c.session_id = s.session_id AND c.subpath = ''
+LEFT JOIN sessiond_sidecars ct ON ct.store_table = $2 AND ct.project_key = s.project_key
+    AND ct.session_id = s.session_id AND ct.name = 'custom-title.json'
+LEFT JOIN sessiond_sidecars ar ON ar.store_table = $2 AND ar.project_key = s.project_key
+    AND ar.session_id = s.session_id AND ar.name = 'archived.json'
 ORDER BY s.mtime DESC, s.session_id`, t)
 	if err := mr.ensureSchema(ctx); err != nil {
 		return nil, fmt.Errorf("list the sessions in PostgreSQL (%s): %s: %w", mr.Target(), mr.red.clean(err.Error()), errdefs.ErrUnavailable)
@@ -54,9 +76,30 @@ ORDER BY s.mtime DESC, s.session_id`, t)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FleetSession, error) {
 		var f FleetSession
 		var n, size int64
-		err := r.Scan(&f.Key.ProjectKey, &f.Key.SessionID, &f.ModifiedMs, &n, &size, &f.Title)
+		var custom, ai string
+		var titleFile, mark []byte
+		var prompt *string
+		if err := r.Scan(&f.Key.ProjectKey, &f.Key.SessionID, &f.ModifiedMs, &n, &size, &custom, &ai, &titleFile, &mark, &prompt); err != nil {
+			return f, err
+		}
 		f.Entries, f.Bytes = uint64(n), uint64(size)
-		return f, err
+		f.Title = custom
+		if f.Title == "" && titleFile != nil {
+			f.Title = transcript.ParseTitleSidecar(titleFile)
+		}
+		if f.Title == "" {
+			f.Title = ai
+		}
+		if mark != nil {
+			var promptMs int64
+			if prompt != nil {
+				if ts, err := time.Parse(time.RFC3339Nano, *prompt); err == nil {
+					promptMs = ts.UnixMilli()
+				}
+			}
+			f.Archived = transcript.Archived(mark, promptMs)
+		}
+		return f, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list the sessions in PostgreSQL (%s): %s: %w", mr.Target(), mr.red.clean(err.Error()), errdefs.ErrUnavailable)

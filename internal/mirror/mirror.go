@@ -51,6 +51,11 @@ type Mirror struct {
 	rows                    uint64 // rows written since start
 	errs                    uint64 // errors recorded since start (fail)
 	closed                  bool
+
+	// sidecarsAtStart: every session's sidecars in PostgreSQL, loaded
+	// with the cursors for the scan at start; each is dropped once its
+	// session was compared.
+	sidecarsAtStart map[layout.Key]map[string][]byte
 }
 
 // tstate is what the mirror knows of one transcript. Guarded by mu.
@@ -78,6 +83,12 @@ type tstate struct {
 	// gone: the writer said it went to the trash; family: a restore
 	// brought the session's transcripts back.
 	gone, family bool
+	// A main key's sidecars are to be compared with PostgreSQL's: one
+	// was written or a restore brought them back (sideDirty: read
+	// PostgreSQL's), or the scan at start (sideScan: compare with the
+	// rows loaded then, sidecarsAtStart).
+	sideDirty, sideScan bool
+
 	queued, busy bool
 	failures     int
 }
@@ -152,6 +163,9 @@ func (mr *Mirror) Notify(c writer.Change) {
 		ts.gone = true
 	case c.Family:
 		ts.family = true
+		ts.sideDirty = ts.sideDirty || c.Key.Subpath == ""
+	case c.Sidecars:
+		ts.sideDirty = true
 	default:
 		ts.local, ts.localBytes, ts.localKnown = c.Entries, c.Bytes, true
 		if !ts.known {
@@ -197,6 +211,7 @@ func (mr *Mirror) listLocal(ctx context.Context) {
 		if err == nil {
 			mr.mu.Lock()
 			for _, k := range keys {
+				mr.stateLocked(k).sideScan = k.Subpath == ""
 				mr.enqueueLocked(k)
 			}
 			mr.listed = true
@@ -257,13 +272,18 @@ func (mr *Mirror) connect(ctx context.Context) error {
 		mr.mu.Unlock()
 	}
 	if !scanned {
-		// One query for every cursor, so the scan at start needs none per
-		// transcript.
+		// One query for every cursor (and one for every sidecar), so the
+		// scan at start needs none per transcript.
 		curs, err := loadCursors(ctx, mr.pool, mr.cfg.Table)
 		if err != nil {
 			return dbErr{err}
 		}
+		sides, err := loadAllSidecars(ctx, mr.pool, mr.cfg.Table)
+		if err != nil {
+			return dbErr{err}
+		}
 		mr.mu.Lock()
+		mr.sidecarsAtStart = sides
 		for k, ts := range mr.keys {
 			if !ts.known && !ts.busy {
 				ts.cur, ts.known, ts.lineage = curs[k], true, 0

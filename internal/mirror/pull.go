@@ -13,6 +13,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/writer"
 )
 
 // Remote is a session as PostgreSQL holds it: its main transcript and
@@ -20,6 +21,10 @@ import (
 type Remote struct {
 	Key         layout.Key // Subpath ""
 	Transcripts []RemoteTranscript
+	// Sidecars: the session's sidecar files as sessiond_sidecars holds
+	// them, by name. The names are as PostgreSQL gives them: the writer
+	// checks them (writer.CheckSidecarName) before one becomes a path.
+	Sidecars []writer.Sidecar
 }
 
 // RemoteTranscript is one transcript of a Remote.
@@ -147,6 +152,19 @@ func (mr *Mirror) fetch(ctx context.Context, tx pgx.Tx, projectKey, sessionID st
 			return nil, err
 		}
 		out.Transcripts = append(out.Transcripts, rt)
+	}
+	rows, err = tx.Query(ctx, `SELECT name, body, mtime FROM sessiond_sidecars
+WHERE store_table = $1 AND project_key = $2 AND session_id = $3 ORDER BY name`, table, key.ProjectKey, key.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	out.Sidecars, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (writer.Sidecar, error) {
+		var sc writer.Sidecar
+		err := r.Scan(&sc.Name, &sc.Body, &sc.MtimeMs)
+		return sc, err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -41,6 +41,10 @@ CREATE INDEX IF NOT EXISTS %[1]s_list_idx ON %[1]s (project_key, session_id) WHE
 // sessiond_lines: each row's exact line, keyed like the reference table
 // (seq is the row's), so that a pull restores the transcript byte for
 // byte (jsonb keeps neither key order nor spacing).
+//
+// sessiond_sidecars: a session's sidecar files (writer.SessionSidecars:
+// archived.json, custom-title.json), each's exact bytes and its mtime on
+// the machine that wrote the row, kept equal to that machine's files.
 const ownDDL = `CREATE TABLE IF NOT EXISTS sessiond_cursors (
     store_table text NOT NULL,
     project_key text NOT NULL,
@@ -63,6 +67,15 @@ CREATE TABLE IF NOT EXISTS sessiond_lines (
     seq bigint NOT NULL,
     line text NOT NULL,
     PRIMARY KEY (store_table, project_key, session_id, subpath, seq)
+);
+CREATE TABLE IF NOT EXISTS sessiond_sidecars (
+    store_table text NOT NULL,
+    project_key text NOT NULL,
+    session_id text NOT NULL,
+    name text NOT NULL,
+    body bytea NOT NULL,
+    mtime bigint NOT NULL,
+    PRIMARY KEY (store_table, project_key, session_id, name)
 );`
 
 // schemaLock serialises the schema's creation between sessiond processes
@@ -193,7 +206,8 @@ SELECT $6, $1, $2, $3, seq, l FROM s`, table),
 
 // deleteRows removes key's rows, lines and cursor: for a main key the
 // whole session with its subagents (the reference adapter's delete
-// cascades so), for a subagent's key that transcript alone.
+// cascades so), for a subagent's key that transcript alone. A main key's
+// sidecars go with it: they belong to the session's main transcript.
 func deleteRows(ctx context.Context, tx pgx.Tx, table string, key layout.Key, cascade bool) error {
 	where, args := "project_key = $1 AND session_id = $2 AND subpath = $3", []any{key.ProjectKey, key.SessionID, key.Subpath}
 	if cascade {
@@ -206,6 +220,12 @@ func deleteRows(ctx context.Context, tx pgx.Tx, table string, key layout.Key, ca
 	ownWhere := fmt.Sprintf("%s AND store_table = $%d", where, len(own))
 	for _, t := range []string{"sessiond_lines", "sessiond_cursors"} {
 		if _, err := tx.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE %s", t, ownWhere), own...); err != nil {
+			return err
+		}
+	}
+	if key.Subpath == "" {
+		if _, err := tx.Exec(ctx, "DELETE FROM sessiond_sidecars WHERE store_table = $1 AND project_key = $2 AND session_id = $3",
+			table, key.ProjectKey, key.SessionID); err != nil {
 			return err
 		}
 	}

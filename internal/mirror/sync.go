@@ -42,7 +42,7 @@ type job struct {
 // sync brings key's rows up to date with the local transcript: appends
 // what is new, replaces the whole transcript when it was rewritten, and
 // deletes it when it went to the trash.
-func (mr *Mirror) sync(ctx context.Context, k layout.Key) error {
+func (mr *Mirror) sync(ctx context.Context, k layout.Key) (err error) {
 	if err := mr.fencedErr(k); err != nil {
 		return err
 	}
@@ -52,7 +52,23 @@ func (mr *Mirror) sync(ctx context.Context, k layout.Key) error {
 	load := !ts.known || ts.stale
 	gone, family := ts.gone, ts.family
 	ts.gone, ts.family = false, false
+	// The session's sidecars too, when one changed or at start.
+	side := k.Subpath == "" && (ts.sideDirty || ts.sideScan)
+	var sideRemote map[string][]byte
+	if side && !ts.sideDirty && mr.sidecarsAtStart != nil {
+		sideRemote = mr.sidecarsAtStart[k]
+		if sideRemote == nil {
+			sideRemote = map[string][]byte{} // none at start
+		}
+		delete(mr.sidecarsAtStart, k)
+	}
+	ts.sideDirty, ts.sideScan = false, false
 	mr.mu.Unlock()
+	defer func() {
+		if err != nil && side {
+			mr.update(k, func(ts *tstate) { ts.sideDirty = true }) // compared again next time
+		}
+	}()
 
 	if family && k.Subpath == "" {
 		// A restore brought the session's subagents back too.
@@ -90,6 +106,11 @@ func (mr *Mirror) sync(ctx context.Context, k layout.Key) error {
 	}
 	if err != nil {
 		return err
+	}
+	if side {
+		if err := j.syncSidecars(ctx, sideRemote); err != nil {
+			return err
+		}
 	}
 	mr.update(k, func(ts *tstate) {
 		ts.lineage, ts.checked = lineage, true

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -30,11 +31,11 @@ func (s *Server) Pull(ctx context.Context, req *sessiondv1.PullRequest) (*sessio
 	if ref.GetProject() == nil {
 		project = ""
 	}
-	key, done, err := s.pull(ctx, project, k.SessionID, 0, false)
+	key, done, sides, err := s.pull(ctx, project, k.SessionID, 0, false)
 	if err != nil {
 		return nil, err
 	}
-	return &sessiondv1.PullResponse{Session: s.resolved(key), Transcripts: done}, nil
+	return &sessiondv1.PullResponse{Session: s.resolved(key), Transcripts: done, Sidecars: sides}, nil
 }
 
 // pull brings session id (of project, "" for whichever holds it) down
@@ -42,16 +43,17 @@ func (s *Server) Pull(ctx context.Context, req *sessiondv1.PullRequest) (*sessio
 // one it has that is behind gets the rest appended, an identical one is
 // left alone. A local copy that differs from PostgreSQL's, or holds more,
 // is refused before anything is written. Subagents are written before the
-// main transcript, so that a main transcript here means a complete pull.
+// main transcript, so that a main transcript here means a complete pull;
+// the session's sidecars come after them (pullSidecars).
 // look, when not 0, bounds the read from PostgreSQL (not the writes here:
 // a pull cut off between two transcripts would leave a session half
 // here). takeover: a copy here that holds more than PostgreSQL's, after
 // all of its lines, is left as it is (action "ahead": the mirror sends
 // the rest once this machine holds the lease) instead of refused.
-func (s *Server) pull(ctx context.Context, project, id string, look time.Duration, takeover bool) (layout.Key, []*sessiondv1.PulledTranscript, error) {
+func (s *Server) pull(ctx context.Context, project, id string, look time.Duration, takeover bool) (layout.Key, []*sessiondv1.PulledTranscript, []*sessiondv1.PulledSidecar, error) {
 	mr := s.info.Mirror
 	if mr == nil {
-		return layout.Key{}, nil, fmt.Errorf("sessiond runs without a PostgreSQL mirror (start it with --mirror or SESSIOND_MIRROR) so it has nothing to pull from: %w", errdefs.ErrFailedPrecondition)
+		return layout.Key{}, nil, nil, fmt.Errorf("sessiond runs without a PostgreSQL mirror (start it with --mirror or SESSIOND_MIRROR) so it has nothing to pull from: %w", errdefs.ErrFailedPrecondition)
 	}
 	fctx := ctx
 	if look > 0 {
@@ -61,7 +63,7 @@ func (s *Server) pull(ctx context.Context, project, id string, look time.Duratio
 	}
 	remote, err := mr.Fetch(fctx, project, id)
 	if err != nil {
-		return layout.Key{}, nil, err
+		return layout.Key{}, nil, nil, err
 	}
 	type plan struct {
 		key    layout.Key
@@ -74,12 +76,12 @@ func (s *Server) pull(ctx context.Context, project, id string, look time.Duratio
 		k := remote.Key
 		k.Subpath = rt.Subpath
 		if err := s.info.layout().CheckOnDisk(k); err != nil {
-			return k, nil, err
+			return k, nil, nil, err
 		}
 		p := plan{key: k, rt: rt, action: "pulled"}
 		ok, err := s.m.Exists(k)
 		if err != nil {
-			return k, nil, err
+			return k, nil, nil, err
 		}
 		if ok {
 			n, err := s.compareLocal(ctx, k, rt.Lines)
@@ -87,7 +89,7 @@ func (s *Server) pull(ctx context.Context, project, id string, look time.Duratio
 			case takeover && errors.Is(err, errAhead):
 				p.action = "ahead"
 			case err != nil:
-				return k, nil, err
+				return k, nil, nil, err
 			default:
 				p.local, p.action = n, "appended"
 				if n == uint64(len(rt.Lines)) {
@@ -103,6 +105,7 @@ func (s *Server) pull(ctx context.Context, project, id string, look time.Duratio
 		plans = append(plans[1:], plans[0])
 	}
 	var out []*sessiondv1.PulledTranscript
+	behind := false // this machine lacked lines PostgreSQL has
 	for _, p := range plans {
 		var err error
 		switch p.action {
@@ -112,12 +115,65 @@ func (s *Server) pull(ctx context.Context, project, id string, look time.Duratio
 			_, err = s.m.Append(ctx, p.key, p.rt.Lines[p.local:])
 		}
 		if err != nil {
-			return p.key, out, fmt.Errorf("pull %s: %w", p.key, err)
+			return p.key, out, nil, fmt.Errorf("pull %s: %w", p.key, err)
 		}
+		behind = behind || p.action == "pulled" || p.action == "appended"
 		out = append(out, &sessiondv1.PulledTranscript{Subpath: p.key.Subpath, Entries: uint64(len(p.rt.Lines)), Action: p.action})
 	}
-	s.log.Info("pulled a session from PostgreSQL", zap.Stringer("session", remote.Key), zap.Int("transcripts", len(out)))
-	return remote.Key, out, nil
+	sides, err := s.pullSidecars(ctx, remote.Key, remote.Sidecars, behind)
+	if err != nil {
+		return remote.Key, out, sides, err
+	}
+	s.log.Info("pulled a session from PostgreSQL", zap.Stringer("session", remote.Key), zap.Int("transcripts", len(out)), zap.Int("sidecars", len(sides)))
+	return remote.Key, out, sides, nil
+}
+
+// pullSidecars writes here the session sidecars PostgreSQL holds for key
+// (archived.json, custom-title.json), each durably (temp, fsync, rename,
+// fsync of the folder): one that is not here is written, an identical one
+// left alone. One here that differs is replaced when this machine was
+// behind (the pull wrote or appended a transcript: PostgreSQL's is the
+// later word), else the newer by mtime wins (PostgreSQL's row keeps the
+// writing machine's mtime), and a tie keeps the one here. A name sessiond
+// does not know is refused (never made a path) and reported; a sidecar
+// here that PostgreSQL lacks is left alone.
+func (s *Server) pullSidecars(ctx context.Context, key layout.Key, remote []writer.Sidecar, behind bool) ([]*sessiondv1.PulledSidecar, error) {
+	if len(remote) == 0 {
+		return nil, nil
+	}
+	local, err := s.m.Sidecars(key)
+	if err != nil {
+		return nil, fmt.Errorf("pull %s: %w", key, err)
+	}
+	here := map[string]writer.Sidecar{}
+	for _, sc := range local {
+		here[sc.Name] = sc
+	}
+	var out []*sessiondv1.PulledSidecar
+	for _, sc := range remote {
+		action := "pulled"
+		l, ok := here[sc.Name]
+		switch {
+		case writer.CheckSidecarName(sc.Name) != nil:
+			action = "refused"
+			s.log.Warn("PostgreSQL holds a sidecar sessiond does not know; not written", zap.Stringer("session", key), zap.String("name", sc.Name))
+		case ok && bytes.Equal(l.Body, sc.Body):
+			action = "identical"
+		case ok && !behind && sc.MtimeMs <= l.MtimeMs:
+			action = "kept"
+			s.log.Info("kept a session sidecar that differs from PostgreSQL's (the session was identical here, and this one is not older)",
+				zap.Stringer("session", key), zap.String("name", sc.Name))
+		case ok:
+			action = "replaced"
+		}
+		if action == "pulled" || action == "replaced" {
+			if err := s.m.WriteSidecar(ctx, key, sc.Name, sc.Body); err != nil {
+				return out, fmt.Errorf("pull %s: %w", key, err)
+			}
+		}
+		out = append(out, &sessiondv1.PulledSidecar{Name: sc.Name, Action: action})
+	}
+	return out, nil
 }
 
 // pullLookTimeout bounds an append's look into PostgreSQL for a session
@@ -185,7 +241,7 @@ func (s *Server) pullIfAbsent(ctx context.Context, k layout.Key, strict bool) er
 		}
 		look = pullLookTimeout
 	}
-	_, _, err := s.pull(ctx, main.ProjectKey, main.SessionID, look, false)
+	_, _, _, err := s.pull(ctx, main.ProjectKey, main.SessionID, look, false)
 	switch {
 	case err == nil, errors.Is(err, mirror.ErrNotMirrored):
 		return nil
@@ -202,7 +258,7 @@ func (s *Server) pullIfAbsent(ctx context.Context, k layout.Key, strict bool) er
 // written when it is not here) before the append that took the lease
 // goes on. The read from PostgreSQL is bounded like an append's look.
 func (s *Server) pullTakenOver(ctx context.Context, fam layout.Key, from string) error {
-	_, done, err := s.pull(ctx, fam.ProjectKey, fam.SessionID, pullLookTimeout, true)
+	_, done, _, err := s.pull(ctx, fam.ProjectKey, fam.SessionID, pullLookTimeout, true)
 	if errors.Is(err, mirror.ErrNotMirrored) {
 		return nil // nothing of it in PostgreSQL: nothing to lack
 	}
@@ -241,12 +297,15 @@ func (s *Server) listFleet(ctx context.Context, pk string, req *sessiondv1.ListS
 	if s.info.Mirror == nil {
 		return nil, fmt.Errorf("sessiond runs without a PostgreSQL mirror (start it with --mirror or SESSIOND_MIRROR), so it has no fleet to list: %w", errdefs.ErrFailedPrecondition)
 	}
-	if req.GetContinue() || req.GetExcludeArchived() {
-		return nil, fmt.Errorf("the fleet listing cannot tell sidechains or archived sessions (PostgreSQL holds neither mark); leave --continue and --exclude-archived out: %w", errdefs.ErrInvalidArgument)
+	if req.GetContinue() {
+		return nil, fmt.Errorf("the fleet listing cannot tell sidechains (PostgreSQL holds no such mark); leave --continue out: %w", errdefs.ErrInvalidArgument)
 	}
 	list, err := s.info.Mirror.List(ctx, pk)
 	if err != nil {
 		return nil, err
+	}
+	if req.GetExcludeArchived() {
+		list = slices.DeleteFunc(list, func(f mirror.FleetSession) bool { return f.Archived })
 	}
 	out := &sessiondv1.ListSessionsResponse{Total: uint32(len(list))}
 	list = list[min(int(req.GetOffset()), len(list)):]
@@ -259,7 +318,7 @@ func (s *Server) listFleet(ctx context.Context, pk string, req *sessiondv1.ListS
 			session = s.resolved(f.Key)
 		}
 		out.Sessions = append(out.Sessions, &sessiondv1.SessionInfo{Session: session, Title: f.Title, Summary: f.Title,
-			Entries: f.Entries, Bytes: f.Bytes, ModifiedMs: f.ModifiedMs})
+			Entries: f.Entries, Bytes: f.Bytes, ModifiedMs: f.ModifiedMs, Archived: f.Archived})
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"regexp"
+	"time"
 )
 
 // The official listing metadata.
@@ -180,6 +181,29 @@ func (s *Summary) Listed() bool { return !s.IsSidechain && s.Display() != "" }
 func (s *Summary) SetSidecarTitle(title string) {
 	s.parts.sidecar = title
 	s.resolve()
+}
+
+// Archived reads an archived.json sidecar ({"archived": bool, "at":
+// ISO-8601}) by the official rule: the session is archived when the mark
+// says so, unless a real user prompt came after its "at" (lastPromptMs,
+// the prompt's timestamp in Unix ms; 0 for none). A mark that does not
+// parse, or is over 4 KiB, archives nothing.
+func Archived(mark []byte, lastPromptMs int64) bool {
+	if len(mark) > 4096 {
+		return false
+	}
+	var m struct {
+		Archived bool   `json:"archived"`
+		At       string `json:"at"`
+	}
+	if json.Unmarshal(mark, &m) != nil || !m.Archived {
+		return false
+	}
+	at, err := time.Parse(time.RFC3339Nano, m.At)
+	if err != nil {
+		return false
+	}
+	return lastPromptMs <= at.UnixMilli()
 }
 
 // ParseTitleSidecar reads a custom-title.json sidecar as the SDK does

@@ -13,9 +13,10 @@ import (
 )
 
 // Change tells Config.Changed that a transcript changed: entries were
-// acknowledged, lines moved (a repair, lines another program wrote), or
-// the session left for the trash or came back from it. It says what
-// changed, not how: a watcher reads the transcript again (ReadLines).
+// acknowledged, lines moved (a repair, lines another program wrote), the
+// session left for the trash or came back from it, or one of its
+// sidecars was written. It says what changed, not how: a watcher reads
+// the transcript again (ReadLines).
 type Change struct {
 	Key layout.Key
 	// Entries and Bytes are what the transcript holds now, acknowledged
@@ -33,6 +34,9 @@ type Change struct {
 	// Family: a restore brought back or merged the session's transcripts
 	// (for a main key, its subagents' too).
 	Family bool
+	// Sidecars: one of the session's sidecars (SessionSidecars: the
+	// archive mark, the title file) was written; Key is the main key.
+	Sidecars bool
 }
 
 // tell tells Config.Changed about c. It must not block: the writer

@@ -2,13 +2,11 @@ package writer
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -73,10 +71,6 @@ func (m *Manager) AppendMetadata(ctx context.Context, key layout.Key, line []byt
 	return err
 }
 
-// archiveTempPrefix starts the temp file name of an archive mark being
-// written; Recover sweeps what a crash leaves of them.
-const archiveTempPrefix = ".archived.json.tmp-"
-
 // ArchiveMarkerPath is where the official tools keep a session's archived
 // mark.
 func (m *Manager) ArchiveMarkerPath(key layout.Key) string {
@@ -92,22 +86,16 @@ func (m *Manager) SetArchived(ctx context.Context, key layout.Key, archived bool
 	if !m.existsOnDisk(key) {
 		return m.notFound(key)
 	}
-	return m.do(ctx, key, func(st *state) error {
-		path := m.ArchiveMarkerPath(key)
-		dir := filepath.Dir(path)
-		if err := fsys.MkdirAll(st.fs, dir, 0o700); err != nil {
-			return fmt.Errorf("create %s: %w", dir, errdefs.FromIO(err))
-		}
-		body := fmt.Sprintf(`{"archived":%v,"at":%q}`, archived, m.cfg.Clock.Now().UTC().Format("2006-01-02T15:04:05.000Z"))
-		err := fsys.WriteFileAtomic(st.fs, path, archiveTempPrefix+uuid.NewString()[:8], 0o600, func(w io.Writer) error {
-			_, err := io.WriteString(w, body)
+	if g := m.cfg.AppendGate; g != nil {
+		// One writer per session across machines: the mark is mirrored
+		// under the session's lease, as its entries are, so it is asked
+		// for (and taken) first; a session leased elsewhere is refused.
+		if err := g(ctx, key); err != nil {
 			return err
-		})
-		if err != nil {
-			return fmt.Errorf("write %s: %w", path, errdefs.FromIO(err))
 		}
-		return nil
-	})
+	}
+	body := fmt.Sprintf(`{"archived":%v,"at":%q}`, archived, m.cfg.Clock.Now().UTC().Format("2006-01-02T15:04:05.000Z"))
+	return m.do(ctx, key, func(st *state) error { return m.writeSidecarLocked(st, "archived.json", []byte(body)) })
 }
 
 // titleSidecar reads the session's custom-title.json sidecar, which the
@@ -134,19 +122,8 @@ func (m *Manager) archived(key layout.Key, lastPromptMs int64) bool {
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, 4097))
-	if err != nil || len(b) > 4096 {
-		return false
-	}
-	var mark struct {
-		Archived bool   `json:"archived"`
-		At       string `json:"at"`
-	}
-	if json.Unmarshal(b, &mark) != nil || !mark.Archived {
-		return false
-	}
-	at, err := time.Parse(time.RFC3339Nano, mark.At)
 	if err != nil {
 		return false
 	}
-	return lastPromptMs <= at.UnixMilli()
+	return transcript.Archived(b, lastPromptMs)
 }

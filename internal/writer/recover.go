@@ -206,7 +206,7 @@ func (m *Manager) sweepTemps() {
 		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".tmp") &&
 			(strings.Contains(n, ".compact-") || strings.Contains(n, layout.StoreExt+".") ||
 				strings.Contains(n, "sessiond-store.json.") || strings.Contains(n, ".meta.json.")) ||
-			strings.HasPrefix(n, archiveTempPrefix)
+			isSidecarTemp(n)
 	})
 	for _, kept := range []string{"repairs", "foreign"} {
 		sweep(filepath.Join(L.StateDir, kept), func(n string) bool {

@@ -177,7 +177,7 @@ func TestRecoverSweepsJournalTemps(t *testing.T) {
 }
 
 // Bug: Recover swept only compaction temps at the top of each project
-// folder; an archive mark's temp (in the session folder), a subagent's
+// folder; an archive mark's and a pulled title file's temps (in the session folder), a subagent's
 // compaction temp (in subagents/), a kept repair copy's temp and an
 // intent's temp stayed for good, the first two where listings look.
 func TestRecoverSweepsTempsInSessionFolders(t *testing.T) {
@@ -185,12 +185,13 @@ func TestRecoverSweepsTempsInSessionFolders(t *testing.T) {
 	k := fixedKey(1, "")
 	sess := crashLayout.SessionDir(k)
 	temps := []string{
-		path.Join(sess, archiveTempPrefix+"abcd1234"),
+		path.Join(sess, ".archived.json.tmp-abcd1234"),
+		path.Join(sess, ".custom-title.json.tmp-abcd1234"),
 		path.Join(sess, "subagents", ".agent-a.compact-12345678.tmp"),
 		path.Join(crashLayout.StateDir, "repairs", k.ProjectKey, k.SessionID, ".20260101T000000.000000000Z.jsonl.tmp"),
 		path.Join(crashLayout.StateDir, "intents", ".6a4c8e2a-0000-4000-8000-000000000000.json.tmp"),
 	}
-	keep := []string{crashLayout.TranscriptPath(k), path.Join(sess, "archived.json"), path.Join(sess, "subagents", "agent-a.jsonl")}
+	keep := []string{crashLayout.TranscriptPath(k), path.Join(sess, "archived.json"), path.Join(sess, "custom-title.json"), path.Join(sess, "subagents", "agent-a.jsonl")}
 	for _, p := range append(slices.Clone(temps), keep...) {
 		c.WriteFile(p, []byte(`{"type":"user"}`+"\n"), 0o600)
 	}

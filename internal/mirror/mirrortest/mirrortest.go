@@ -79,3 +79,48 @@ func SameEntries(t testing.TB, what string, rows, entries []string) {
 		}
 	}
 }
+
+// Sidecars are key's session's rows of sessiond_sidecars for table: each
+// sidecar's exact bytes, by name.
+func Sidecars(t testing.TB, dsn, table string, key layout.Key) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	rows, err := c.Query(ctx, `SELECT name, body FROM sessiond_sidecars WHERE store_table = $1 AND project_key = $2 AND session_id = $3`,
+		table, key.ProjectKey, key.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	var name string
+	var body []byte
+	if _, err := pgx.ForEachRow(rows, []any{&name, &body}, func() error {
+		out[name] = string(body)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// WaitSidecars waits (up to a minute) until PostgreSQL holds want as
+// key's session's sidecars.
+func WaitSidecars(t testing.TB, dsn, table string, key layout.Key, want map[string]string, what string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got := Sidecars(t, dsn, table, key)
+		if reflect.DeepEqual(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: PostgreSQL's sidecars of %s: %q, want %q", what, key, got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -4205,17 +4205,78 @@ func (x *PulledTranscript) GetAction() string {
 	return ""
 }
 
+// A session sidecar file (archived.json, custom-title.json) a pull found
+// in PostgreSQL.
+type PulledSidecar struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// "pulled" (written here: there was none), "replaced" (written over the
+	// one here: this machine was behind, or PostgreSQL's is newer),
+	// "identical", "kept" (the one here differs and was left alone: the
+	// session was identical here and this one is not older) or "refused"
+	// (a name sessiond does not know; nothing written).
+	Action        string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PulledSidecar) Reset() {
+	*x = PulledSidecar{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PulledSidecar) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PulledSidecar) ProtoMessage() {}
+
+func (x *PulledSidecar) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PulledSidecar.ProtoReflect.Descriptor instead.
+func (*PulledSidecar) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *PulledSidecar) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PulledSidecar) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
 type PullResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       *ResolvedSession       `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
-	Transcripts   []*PulledTranscript    `protobuf:"bytes,2,rep,name=transcripts,proto3" json:"transcripts,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Session     *ResolvedSession       `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Transcripts []*PulledTranscript    `protobuf:"bytes,2,rep,name=transcripts,proto3" json:"transcripts,omitempty"`
+	// The session's sidecars in PostgreSQL, by name.
+	Sidecars      []*PulledSidecar `protobuf:"bytes,40,rep,name=sidecars,proto3" json:"sidecars,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PullResponse) Reset() {
 	*x = PullResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[54]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4227,7 +4288,7 @@ func (x *PullResponse) String() string {
 func (*PullResponse) ProtoMessage() {}
 
 func (x *PullResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[54]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4240,7 +4301,7 @@ func (x *PullResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullResponse.ProtoReflect.Descriptor instead.
 func (*PullResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{54}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PullResponse) GetSession() *ResolvedSession {
@@ -4253,6 +4314,13 @@ func (x *PullResponse) GetSession() *ResolvedSession {
 func (x *PullResponse) GetTranscripts() []*PulledTranscript {
 	if x != nil {
 		return x.Transcripts
+	}
+	return nil
+}
+
+func (x *PullResponse) GetSidecars() []*PulledSidecar {
+	if x != nil {
+		return x.Sidecars
 	}
 	return nil
 }
@@ -4585,10 +4653,14 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x10PulledTranscript\x12\x18\n" +
 	"\asubpath\x18\x01 \x01(\tR\asubpath\x12\x18\n" +
 	"\aentries\x18\x02 \x01(\x04R\aentries\x12\x16\n" +
-	"\x06action\x18\x03 \x01(\tR\x06action\"\x87\x01\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\";\n" +
+	"\rPulledSidecar\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\"\xbf\x01\n" +
 	"\fPullResponse\x126\n" +
 	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\x12?\n" +
-	"\vtranscripts\x18\x02 \x03(\v2\x1d.sessiond.v1.PulledTranscriptR\vtranscripts*d\n" +
+	"\vtranscripts\x18\x02 \x03(\v2\x1d.sessiond.v1.PulledTranscriptR\vtranscripts\x126\n" +
+	"\bsidecars\x18( \x03(\v2\x1a.sessiond.v1.PulledSidecarR\bsidecars*d\n" +
 	"\fEntryOutcome\x12\x1d\n" +
 	"\x19ENTRY_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ENTRY_OUTCOME_STORED\x10\x01\x12\x1b\n" +
@@ -4629,7 +4701,7 @@ func file_sessiond_v1_sessiond_proto_rawDescGZIP() []byte {
 }
 
 var file_sessiond_v1_sessiond_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(EntryOutcome)(0),             // 0: sessiond.v1.EntryOutcome
 	(*SessionRef)(nil),            // 1: sessiond.v1.SessionRef
@@ -4686,7 +4758,8 @@ var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(*ListSummariesResponse)(nil), // 52: sessiond.v1.ListSummariesResponse
 	(*PullRequest)(nil),           // 53: sessiond.v1.PullRequest
 	(*PulledTranscript)(nil),      // 54: sessiond.v1.PulledTranscript
-	(*PullResponse)(nil),          // 55: sessiond.v1.PullResponse
+	(*PulledSidecar)(nil),         // 55: sessiond.v1.PulledSidecar
+	(*PullResponse)(nil),          // 56: sessiond.v1.PullResponse
 }
 var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	1,  // 0: sessiond.v1.AppendRequest.session:type_name -> sessiond.v1.SessionRef
@@ -4738,51 +4811,52 @@ var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	1,  // 46: sessiond.v1.PullRequest.session:type_name -> sessiond.v1.SessionRef
 	2,  // 47: sessiond.v1.PullResponse.session:type_name -> sessiond.v1.ResolvedSession
 	54, // 48: sessiond.v1.PullResponse.transcripts:type_name -> sessiond.v1.PulledTranscript
-	3,  // 49: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
-	3,  // 50: sessiond.v1.Sessiond.AppendStream:input_type -> sessiond.v1.AppendRequest
-	9,  // 51: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
-	12, // 52: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
-	12, // 53: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
-	15, // 54: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
-	18, // 55: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
-	19, // 56: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
-	28, // 57: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
-	32, // 58: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
-	35, // 59: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
-	37, // 60: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
-	38, // 61: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
-	39, // 62: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
-	41, // 63: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
-	43, // 64: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
-	45, // 65: sessiond.v1.Sessiond.ListTrash:input_type -> sessiond.v1.ListTrashRequest
-	48, // 66: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
-	50, // 67: sessiond.v1.Sessiond.ListSummaries:input_type -> sessiond.v1.ListSummariesRequest
-	53, // 68: sessiond.v1.Sessiond.Pull:input_type -> sessiond.v1.PullRequest
-	8,  // 69: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
-	5,  // 70: sessiond.v1.Sessiond.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
-	11, // 71: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
-	14, // 72: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
-	14, // 73: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
-	17, // 74: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
-	16, // 75: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
-	20, // 76: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
-	31, // 77: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
-	34, // 78: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
-	36, // 79: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
-	40, // 80: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
-	40, // 81: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
-	40, // 82: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
-	42, // 83: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
-	44, // 84: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
-	47, // 85: sessiond.v1.Sessiond.ListTrash:output_type -> sessiond.v1.ListTrashResponse
-	49, // 86: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
-	52, // 87: sessiond.v1.Sessiond.ListSummaries:output_type -> sessiond.v1.ListSummariesResponse
-	55, // 88: sessiond.v1.Sessiond.Pull:output_type -> sessiond.v1.PullResponse
-	69, // [69:89] is the sub-list for method output_type
-	49, // [49:69] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	55, // 49: sessiond.v1.PullResponse.sidecars:type_name -> sessiond.v1.PulledSidecar
+	3,  // 50: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
+	3,  // 51: sessiond.v1.Sessiond.AppendStream:input_type -> sessiond.v1.AppendRequest
+	9,  // 52: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
+	12, // 53: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
+	12, // 54: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
+	15, // 55: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
+	18, // 56: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
+	19, // 57: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
+	28, // 58: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
+	32, // 59: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
+	35, // 60: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
+	37, // 61: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
+	38, // 62: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
+	39, // 63: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
+	41, // 64: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
+	43, // 65: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
+	45, // 66: sessiond.v1.Sessiond.ListTrash:input_type -> sessiond.v1.ListTrashRequest
+	48, // 67: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
+	50, // 68: sessiond.v1.Sessiond.ListSummaries:input_type -> sessiond.v1.ListSummariesRequest
+	53, // 69: sessiond.v1.Sessiond.Pull:input_type -> sessiond.v1.PullRequest
+	8,  // 70: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
+	5,  // 71: sessiond.v1.Sessiond.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
+	11, // 72: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
+	14, // 73: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
+	14, // 74: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
+	17, // 75: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
+	16, // 76: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
+	20, // 77: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
+	31, // 78: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
+	34, // 79: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
+	36, // 80: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
+	40, // 81: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
+	40, // 82: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
+	40, // 83: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
+	42, // 84: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
+	44, // 85: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
+	47, // 86: sessiond.v1.Sessiond.ListTrash:output_type -> sessiond.v1.ListTrashResponse
+	49, // 87: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
+	52, // 88: sessiond.v1.Sessiond.ListSummaries:output_type -> sessiond.v1.ListSummariesResponse
+	56, // 89: sessiond.v1.Sessiond.Pull:output_type -> sessiond.v1.PullResponse
+	70, // [70:90] is the sub-list for method output_type
+	50, // [50:70] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_sessiond_v1_sessiond_proto_init() }
@@ -4812,7 +4886,7 @@ func file_sessiond_v1_sessiond_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessiond_v1_sessiond_proto_rawDesc), len(file_sessiond_v1_sessiond_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   55,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -857,9 +857,27 @@ export interface PulledTranscript {
   action: string;
 }
 
+/**
+ * A session sidecar file (archived.json, custom-title.json) a pull found
+ * in PostgreSQL.
+ */
+export interface PulledSidecar {
+  name: string;
+  /**
+   * "pulled" (written here: there was none), "replaced" (written over the
+   * one here: this machine was behind, or PostgreSQL's is newer),
+   * "identical", "kept" (the one here differs and was left alone: the
+   * session was identical here and this one is not older) or "refused"
+   * (a name sessiond does not know; nothing written).
+   */
+  action: string;
+}
+
 export interface PullResponse {
   session: ResolvedSession | undefined;
   transcripts: PulledTranscript[];
+  /** The session's sidecars in PostgreSQL, by name. */
+  sidecars: PulledSidecar[];
 }
 
 function createBaseSessionRef(): SessionRef {
@@ -6024,8 +6042,75 @@ export const PulledTranscript: MessageFns<PulledTranscript> = {
   },
 };
 
+function createBasePulledSidecar(): PulledSidecar {
+  return { name: "", action: "" };
+}
+
+export const PulledSidecar: MessageFns<PulledSidecar> = {
+  encode(message: PulledSidecar, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.action !== "") {
+      writer.uint32(18).string(message.action);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PulledSidecar {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePulledSidecar();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.action = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<PulledSidecar>, I>>(base?: I): PulledSidecar {
+    return PulledSidecar.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PulledSidecar>, I>>(object: I): PulledSidecar {
+    const message = createBasePulledSidecar();
+    message.name = object.name ?? "";
+    message.action = object.action ?? "";
+    return message;
+  },
+};
+
 function createBasePullResponse(): PullResponse {
-  return { session: undefined, transcripts: [] };
+  return { session: undefined, transcripts: [], sidecars: [] };
 }
 
 export const PullResponse: MessageFns<PullResponse> = {
@@ -6035,6 +6120,9 @@ export const PullResponse: MessageFns<PullResponse> = {
     }
     for (const v of message.transcripts) {
       PulledTranscript.encode(v!, writer.uint32(18).fork()).join();
+    }
+    for (const v of message.sidecars) {
+      PulledSidecar.encode(v!, writer.uint32(322).fork()).join();
     }
     return writer;
   },
@@ -6068,6 +6156,14 @@ export const PullResponse: MessageFns<PullResponse> = {
             message.transcripts.push(PulledTranscript.decode(reader, reader.uint32()));
             continue;
           }
+          case 40: {
+            if (tag !== 322) {
+              break;
+            }
+
+            message.sidecars.push(PulledSidecar.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6089,6 +6185,7 @@ export const PullResponse: MessageFns<PullResponse> = {
       ? ResolvedSession.fromPartial(object.session)
       : undefined;
     message.transcripts = object.transcripts?.map((e) => PulledTranscript.fromPartial(e)) || [];
+    message.sidecars = object.sidecars?.map((e) => PulledSidecar.fromPartial(e)) || [];
     return message;
   },
 };

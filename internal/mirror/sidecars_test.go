@@ -1,0 +1,170 @@
+package mirror
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sessiond/sessiond/internal/clock"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/mirror/mirrortest"
+)
+
+// localSidecars reads k's session's sidecar files here, by name.
+func (e *env) localSidecars(k layout.Key) map[string]string {
+	e.t.Helper()
+	out := map[string]string{}
+	for _, name := range []string{"archived.json", "custom-title.json"} {
+		b, err := os.ReadFile(filepath.Join(e.lay.SessionDir(k), name))
+		if err == nil {
+			out[name] = string(b)
+		} else if !os.IsNotExist(err) {
+			e.t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func sidecarRows(t *testing.T, dsn string, k layout.Key) map[string]string {
+	return mirrortest.Sidecars(t, dsn, DefaultTable, k)
+}
+
+func waitSidecars(t *testing.T, dsn string, k layout.Key, want map[string]string, what string) {
+	t.Helper()
+	mirrortest.WaitSidecars(t, dsn, DefaultTable, k, want, what)
+}
+
+// TestMirrorSidecars: a session's archive mark reaches sessiond_sidecars
+// byte for byte when it is set, and again when it is cleared; a title
+// file written by hand while sessiond was down, and an archive mark
+// removed meanwhile, are found by the scan at start; a delete takes the
+// rows away and a restore brings them back. A database made by an
+// earlier sessiond (no sessiond_sidecars) gets the table.
+func TestMirrorSidecars(t *testing.T) {
+	dsn := database(t)
+	e := newEnv(t, dsn, nil)
+	k := newKey("")
+	e.append(k, line(1, ""))
+	e.waitCaughtUp(20 * time.Second)
+	if got := sidecarRows(t, dsn, k); len(got) != 0 {
+		t.Fatalf("sidecar rows before any sidecar: %q", got)
+	}
+
+	if err := e.m.SetArchived(bg, k, true); err != nil {
+		t.Fatal(err)
+	}
+	marked := e.localSidecars(k)
+	if len(marked) != 1 {
+		t.Fatalf("local sidecars after archiving: %q", marked)
+	}
+	waitSidecars(t, dsn, k, marked, "archived")
+	if err := e.m.SetArchived(bg, k, false); err != nil {
+		t.Fatal(err)
+	}
+	cleared := e.localSidecars(k)
+	if reflect.DeepEqual(cleared, marked) {
+		t.Fatalf("unarchiving did not change the mark: %q", cleared)
+	}
+	waitSidecars(t, dsn, k, cleared, "unarchived")
+
+	// While sessiond is down: the official tools write a title file
+	// (spacing and all), the archive mark is removed.
+	e.stop()
+	title := "{ \"customTitle\" : \"Named by hand\" }\n"
+	if err := os.WriteFile(filepath.Join(e.lay.SessionDir(k), "custom-title.json"), []byte(title), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(e.lay.SessionDir(k), "archived.json")); err != nil {
+		t.Fatal(err)
+	}
+	// And the database loses sessiond_sidecars, as one made by a
+	// sessiond before it had one.
+	c, err := pgx.Connect(bg, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(bg, "DROP TABLE sessiond_sidecars"); err != nil {
+		t.Fatal(err)
+	}
+	c.Close(bg)
+	e.start()
+	e.waitCaughtUp(20 * time.Second)
+	waitSidecars(t, dsn, k, map[string]string{"custom-title.json": title}, "after the scan at start")
+
+	if _, err := e.m.Delete(bg, k, false); err != nil {
+		t.Fatal(err)
+	}
+	waitSidecars(t, dsn, k, map[string]string{}, "after the delete")
+	e.waitCaughtUp(20 * time.Second)
+	if err := e.m.Restore(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	waitSidecars(t, dsn, k, map[string]string{"custom-title.json": title}, "after the restore")
+}
+
+// TestMirrorSidecarFenced: archiving a session another machine holds is
+// refused, as an append is. A machine whose lease was taken over (it was
+// paused past its expiry) and that then archives the session writes no
+// sidecar row: the fence aborts its transaction, and it is fenced. The
+// holder's archive mark does reach PostgreSQL.
+func TestMirrorSidecarFenced(t *testing.T) {
+	dsn := database(t)
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	ttl := 30 * time.Second
+	ca, cb := clock.NewFake(t0), clock.NewFake(t0)
+	a := newEnvAs(t, dsn, ca, "machine-A", ttl)
+	b := newEnvAs(t, dsn, cb, "machine-B", ttl)
+	a.waitCaughtUp(30 * time.Second)
+	b.waitCaughtUp(30 * time.Second)
+	k := newKey("")
+	a.append(k, line(1, ""))
+	// The row in PostgreSQL first: the mirror may hear of the append
+	// after it returns, and a write of A's after B's takeover would fence
+	// A before the archive below.
+	for deadline := time.Now().Add(30 * time.Second); len(load(t, dsn, k)) != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("A's row never reached PostgreSQL")
+		}
+	}
+	a.waitCaughtUp(30 * time.Second)
+	if l := leaseRow(t, dsn, k); l.holder != "machine-A" {
+		t.Fatalf("lease %+v, want A's", l)
+	}
+	// B may not archive it while A holds it: refused, nothing written.
+	a.copyTo(b, k)
+	wantLeased(t, b.m.SetArchived(bg, k, true), "machine-A", t0.Add(ttl), false)
+	if got := b.localSidecars(k); len(got) != 0 {
+		t.Fatalf("B's refused archive wrote %q", got)
+	}
+	// A is paused (its clock stands still); past the expiry B takes over.
+	cb.Advance(ttl + time.Second)
+	b.append(k, line(2, ""))
+	b.waitCaughtUp(30 * time.Second)
+	if l := leaseRow(t, dsn, k); l.holder != "machine-B" {
+		t.Fatalf("lease %+v, want B's", l)
+	}
+	// A wakes up and archives the session: its view says it holds the
+	// lease, so only the fence stops it.
+	if err := a.m.SetArchived(bg, k, true); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(a.mr.Status().Fenced) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("A's mirror was not fenced: %+v", a.mr.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := sidecarRows(t, dsn, k); len(got) != 0 {
+		t.Fatalf("a fenced machine wrote sidecar rows: %q", got)
+	}
+	// The holder's does.
+	if err := b.m.SetArchived(bg, k, true); err != nil {
+		t.Fatal(err)
+	}
+	waitSidecars(t, dsn, k, b.localSidecars(k), "B's archive mark")
+}
