@@ -44,6 +44,7 @@ func TestMirrorPullSidecars(t *testing.T) {
 	_, dsn := startPostgres(t)
 	a := mirrorDaemon(t, dsn, "--machine-id", "A", "--idle-retire", "2s")
 	a.start()
+	waitMirrored(t, a, 60*time.Second) // connected: the tables exist
 	ca := a.client()
 	defer ca.Close()
 	ctx := context.Background()

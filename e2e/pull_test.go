@@ -401,6 +401,10 @@ func TestLeaseTakeoverPullsFirst(t *testing.T) {
 	b := mirrorDaemon(t, dsn, "--machine-id", "B", "--idle-retire", "2s")
 	a.start()
 	b.start()
+	// Both connected (the tables exist, and the appends below ask for
+	// their leases).
+	waitMirrored(t, a, 60*time.Second)
+	waitMirrored(t, b, 60*time.Second)
 	s := mirrorSession("")
 	sub := client.Session{ProjectKey: s.ProjectKey, ID: s.ID, Subpath: "subagents/agent-take1"}
 	acked := appendN(t, a, s, 1, 2)
