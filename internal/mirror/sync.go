@@ -144,8 +144,12 @@ func (b *batch) add(line []byte) {
 	b.bytes += uint64(len(line)) + 1
 	b.size += len(line)
 	if e, ok := entryText(line); ok {
+		l := e // one copy for both, unless a \u0000 was replaced in e
+		if e != string(line) {
+			l = string(line)
+		}
 		b.entries = append(b.entries, e)
-		b.lines = append(b.lines, string(line))
+		b.lines = append(b.lines, l)
 		b.size += len(e)
 	}
 }
