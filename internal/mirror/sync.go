@@ -133,10 +133,13 @@ func (mr *Mirror) update(k layout.Key, fn func(*tstate)) {
 
 // batch gathers the rows of one transaction.
 type batch struct {
-	entries, lines []string
-	n              uint64 // transcript lines, rows or not
-	bytes          uint64
-	size           int
+	// lines are the rows' exact lines; entries[i], when not nil, is row
+	// i's jsonb text where it differs from its line.
+	lines   []string
+	entries []*string
+	n       uint64 // transcript lines, rows or not
+	bytes   uint64
+	size    int
 }
 
 func (b *batch) add(line []byte) {
@@ -144,12 +147,14 @@ func (b *batch) add(line []byte) {
 	b.bytes += uint64(len(line)) + 1
 	b.size += len(line)
 	if e, ok := entryText(line); ok {
-		l := e // one copy for both, unless a \u0000 was replaced in e
+		// The line goes to PostgreSQL once, its jsonb made from it there,
+		// unless a \u0000 was replaced for jsonb (then both go).
+		var differs *string
 		if e != string(line) {
-			l = string(line)
+			differs = &e
 		}
-		b.entries = append(b.entries, e)
-		b.lines = append(b.lines, l)
+		b.entries = append(b.entries, differs)
+		b.lines = append(b.lines, string(line))
 		b.size += len(e)
 	}
 }
