@@ -98,4 +98,10 @@
 // machine's fencing token is still the current one (fence): a former
 // holder paused past its expiry cannot write after a takeover; it is
 // fenced, reported, and refuses appends to the session.
+//
+// A lease taken over from another machine (by an append or by the
+// mirror's own write) first runs the takeover hook the server sets
+// (OnTakeover: a pull of what that machine wrote and this one lacks);
+// appends to the session wait for it, and when it fails they are refused
+// and the lease is given back (catchUp), so that two copies never part.
 package mirror
