@@ -58,3 +58,38 @@ func TestOfflineAppendNeverReplacesFleetRows(t *testing.T) {
 	}
 	mirrortest.SameEntries(t, "A's rows after B's refused append", refLoad(t, dsn, s), acked)
 }
+
+// TestPullBehindTakesOverOnce: B's copy of a session is behind A's rows,
+// among them a line with no uuid (a title). `sessionctl pull` on B appends
+// the rest, which takes the lease over from A: the takeover's own
+// catch-up and the pull must not both append the rest (a line without a
+// uuid is not recognised as one already stored).
+func TestPullBehindTakesOverOnce(t *testing.T) {
+	_, dsn := startPostgres(t)
+	a := mirrorDaemon(t, dsn, "--machine-id", "A", "--idle-retire", "2s")
+	b := mirrorDaemon(t, dsn, "--machine-id", "B", "--idle-retire", "2s")
+	a.start()
+	b.start()
+	waitMirrored(t, a, 60*time.Second)
+	waitMirrored(t, b, 60*time.Second)
+	s := mirrorSession("")
+	appendN(t, a, s, 1, 2)
+	waitRows(t, dsn, s, 2)
+	b.ctlOK("main: pulled", "pull", "--project", s.ProjectKey, s.ID)
+	waitLeasesReleased(t, b)
+	ca := a.client()
+	defer ca.Close()
+	if _, err := ca.Rename(context.Background(), s, "Renamed on A"); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, a, s, 3, 1)
+	waitRows(t, dsn, s, 4)
+	want := localEntries(t, a, s)
+	waitLeasesReleased(t, a)
+	b.ctlOK("main: appended (4 entries)", "pull", "--project", s.ProjectKey, s.ID)
+	if got := localEntries(t, b, s); len(got) != len(want) || strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("B's copy after pulling the rest: %d entries\n%s\nwant A's %d:\n%s", len(got), strings.Join(got, "\n"), len(want), strings.Join(want, "\n"))
+	}
+	waitMirrored(t, b, 60*time.Second)
+	mirrortest.SameEntries(t, "rows after B's pull", refLoad(t, dsn, s), want)
+}

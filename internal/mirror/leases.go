@@ -145,6 +145,25 @@ func catchingUp(ctx context.Context, fam layout.Key) bool {
 	return ctx.Value(catchingKey{fam}) != nil
 }
 
+// Pulling marks ctx as a pull's, bringing down session fam: its appends
+// take the lease as any append does, but do not run the takeover hook
+// (the pull is already bringing down what the former holder wrote; the
+// hook's own pull would append the same lines again, and a line without
+// a uuid would then be stored twice).
+func Pulling(ctx context.Context, fam layout.Key) context.Context {
+	return context.WithValue(ctx, catchingKey{familyKey(fam)}, true)
+}
+
+// Pulled records that session fam here now holds everything PostgreSQL
+// had of it (a pull ended): no catch-up is owed any more.
+func (mr *Mirror) Pulled(fam layout.Key) {
+	mr.lv.mu.Lock()
+	defer mr.lv.mu.Unlock()
+	if st := mr.lv.m[familyKey(fam)]; st != nil {
+		st.lacks = ""
+	}
+}
+
 // catchUp runs the takeover hook for fam, leased under cur.token, when
 // the lease came from another machine (noteLease set lacks): the lines
 // that machine wrote and this one lacks are brought down before anything

@@ -106,13 +106,18 @@ func (s *Server) pull(ctx context.Context, project, id string, look time.Duratio
 	}
 	var out []*sessiondv1.PulledTranscript
 	behind := false // this machine lacked lines PostgreSQL has
+	// Appending the rest may take the session's lease over from the
+	// machine that wrote it: this pull is the catch-up such a takeover
+	// owes, so it must not run another (which would append the same
+	// lines again).
+	actx := mirror.Pulling(ctx, remote.Key)
 	for _, p := range plans {
 		var err error
 		switch p.action {
 		case "pulled":
 			err = s.m.Import(ctx, p.key, p.rt.Lines, p.rt.Meta)
 		case "appended":
-			_, err = s.m.Append(ctx, p.key, p.rt.Lines[p.local:])
+			_, err = s.m.Append(actx, p.key, p.rt.Lines[p.local:])
 		}
 		if err != nil {
 			return p.key, out, nil, fmt.Errorf("pull %s: %w", p.key, err)
@@ -120,6 +125,7 @@ func (s *Server) pull(ctx context.Context, project, id string, look time.Duratio
 		behind = behind || p.action == "pulled" || p.action == "appended"
 		out = append(out, &sessiondv1.PulledTranscript{Subpath: p.key.Subpath, Entries: uint64(len(p.rt.Lines)), Action: p.action})
 	}
+	mr.Pulled(remote.Key)
 	sides, err := s.pullSidecars(ctx, remote.Key, remote.Sidecars, behind)
 	if err != nil {
 		return remote.Key, out, sides, err
