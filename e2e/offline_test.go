@@ -66,12 +66,7 @@ func TestOfflineAppendNeverReplacesFleetRows(t *testing.T) {
 // uuid is not recognised as one already stored).
 func TestPullBehindTakesOverOnce(t *testing.T) {
 	_, dsn := startPostgres(t)
-	a := mirrorDaemon(t, dsn, "--machine-id", "A", "--idle-retire", "2s")
-	b := mirrorDaemon(t, dsn, "--machine-id", "B", "--idle-retire", "2s")
-	a.start()
-	b.start()
-	waitMirrored(t, a, 60*time.Second)
-	waitMirrored(t, b, 60*time.Second)
+	a, b := twoMachines(t, dsn)
 	s := mirrorSession("")
 	appendN(t, a, s, 1, 2)
 	waitRows(t, dsn, s, 2)

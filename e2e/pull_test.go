@@ -397,14 +397,7 @@ func waitLeasesReleased(t *testing.T, d *daemon) {
 // given back at once: A goes on.
 func TestLeaseTakeoverPullsFirst(t *testing.T) {
 	_, dsn := startPostgres(t)
-	a := mirrorDaemon(t, dsn, "--machine-id", "A", "--idle-retire", "2s")
-	b := mirrorDaemon(t, dsn, "--machine-id", "B", "--idle-retire", "2s")
-	a.start()
-	b.start()
-	// Both connected (the tables exist, and the appends below ask for
-	// their leases).
-	waitMirrored(t, a, 60*time.Second)
-	waitMirrored(t, b, 60*time.Second)
+	a, b := twoMachines(t, dsn)
 	s := mirrorSession("")
 	sub := client.Session{ProjectKey: s.ProjectKey, ID: s.ID, Subpath: "subagents/agent-take1"}
 	acked := appendN(t, a, s, 1, 2)
@@ -484,4 +477,18 @@ func TestLeaseTakeoverPullsFirst(t *testing.T) {
 	acked = append(acked, appendN(t, b, s, 8, 1)...)
 	waitRows(t, dsn, s, len(acked))
 	mirrortest.SameEntries(t, "rows after A's refused append and B's next", refLoad(t, dsn, s), acked)
+}
+
+// twoMachines starts sessiond A and B on dsn, each giving up a session's
+// lease 2 s after its last append (--idle-retire), and waits until both
+// mirrors are connected: the tables exist, and appends ask for leases.
+func twoMachines(t *testing.T, dsn string) (a, b *daemon) {
+	t.Helper()
+	a = mirrorDaemon(t, dsn, "--machine-id", "A", "--idle-retire", "2s")
+	b = mirrorDaemon(t, dsn, "--machine-id", "B", "--idle-retire", "2s")
+	a.start()
+	b.start()
+	waitMirrored(t, a, 60*time.Second)
+	waitMirrored(t, b, 60*time.Second)
+	return a, b
 }

@@ -60,23 +60,6 @@ func init() {
 	})
 }
 
-// refStoreSQL is the reference adapter's append, word for word (its table
-// name spliced in, as the adapter does).
-func refStoreSQL(table string) string {
-	return `INSERT INTO ` + table + ` (project_key, session_id, subpath, entry, mtime)
-SELECT $1, $2, $3, e, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint
-FROM unnest($4::jsonb[]) WITH ORDINALITY AS t(e, ord) ORDER BY ord`
-}
-
-// refStoreDDL is the reference adapter's table and index.
-func refStoreDDL(table string) string {
-	return `CREATE TABLE IF NOT EXISTS ` + table + ` (
-    project_key text NOT NULL, session_id text NOT NULL, subpath text NOT NULL DEFAULT '',
-    seq bigserial, entry jsonb NOT NULL, mtime bigint NOT NULL,
-    PRIMARY KEY (project_key, session_id, subpath, seq));
-CREATE INDEX IF NOT EXISTS ` + table + `_list_idx ON ` + table + ` (project_key, session_id) WHERE subpath = ''`
-}
-
 // refStoreDriver is the reference PostgreSQL SessionStore: each append
 // one INSERT of its entries, committed (durably) before it returns.
 type refStoreDriver struct {
@@ -96,12 +79,12 @@ func (d *refStoreDriver) open(ctx context.Context, w *workload) error {
 	if d.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return err
 	}
-	_, err = d.pool.Exec(ctx, refStoreDDL(d.table))
+	_, err = d.pool.Exec(ctx, mirror.ReferenceDDL(d.table))
 	return err
 }
 
 func (d *refStoreDriver) append(ctx context.Context, _, s int, line []byte) error {
-	_, err := d.pool.Exec(ctx, refStoreSQL(d.table), d.w.projectKey, d.w.sessionIDs[s], "", []string{string(line)})
+	_, err := d.pool.Exec(ctx, mirror.ReferenceAppendSQL(d.table), d.w.projectKey, d.w.sessionIDs[s], "", []string{string(line)})
 	return err
 }
 
@@ -231,7 +214,7 @@ func insertLoop(ctx context.Context, dsn, table string, withLines bool, rows, se
 	if err != nil {
 		return 0, err
 	}
-	_, err = setup.Exec(ctx, refStoreDDL(table))
+	_, err = setup.Exec(ctx, mirror.ReferenceDDL(table))
 	if err == nil && withLines {
 		_, err = setup.Exec(ctx, ceilingLinesDDL(table))
 	}
@@ -276,7 +259,7 @@ func insertLoop(ctx context.Context, dsn, table string, withLines bool, rows, se
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, loops)
-	sql := refStoreSQL(table)
+	sql := mirror.ReferenceAppendSQL(table)
 	start := time.Now()
 	for i := range loops {
 		wg.Add(1)
@@ -429,7 +412,7 @@ func runMirror(ctx context.Context, env *Env) (*Scenario, error) {
 			return sc, err
 		}
 		defer far.Close()
-		pr, err := pinnedPair(ctx, far, func() (mirrorRun, error) {
+		pr, err := pinnedPair(far, func() (mirrorRun, error) {
 			poff, err := start("pinned-off")
 			if err != nil {
 				return mirrorRun{}, err

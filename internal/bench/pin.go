@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -42,7 +41,7 @@ func cpuSet(cpus ...int) *unix.CPUSet {
 // pinnedPair runs fn with this process (so the sessionds it starts, and
 // the load) on CPU 0 and PostgreSQL's processes on CPU 1, then gives them
 // back the CPUs this process had.
-func pinnedPair(_ context.Context, pg *pgtest.Server, fn func() (mirrorRun, error)) (mirrorRun, error) {
+func pinnedPair(pg *pgtest.Server, fn func() (mirrorRun, error)) (mirrorRun, error) {
 	var orig unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &orig); err != nil {
 		return mirrorRun{}, err

@@ -77,14 +77,9 @@ func wantLeased(t *testing.T, err error, holder string, expires time.Time, taken
 // appends locally, but its mirror is fenced: none of those rows reach
 // PostgreSQL, and A's next append is refused, naming B.
 func TestLeaseAcquireRenewExpireTakeoverFence(t *testing.T) {
-	dsn := database(t)
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	ttl := 30 * time.Second
-	ca, cb := clock.NewFake(t0), clock.NewFake(t0)
-	a := newEnvAs(t, dsn, ca, "machine-A", ttl)
-	b := newEnvAs(t, dsn, cb, "machine-B", ttl)
-	a.waitCaughtUp(30 * time.Second)
-	b.waitCaughtUp(30 * time.Second)
+	dsn, ca, cb, a, b := clockedMachines(t, t0, ttl)
 
 	k := newKey("")
 	first := []string{line(1, ""), line(2, "")}
@@ -280,4 +275,18 @@ func TestLeaseTakeoverKeepsFormerRows(t *testing.T) {
 		t.Fatalf("lease %+v, want B's", l)
 	}
 	mirrortest.SameEntries(t, "A's rows", load(t, dsn, k), rows)
+}
+
+// clockedMachines starts machines A and B on one new database, each on
+// its own fake clock at t0 (so that a test can leave one standing, as if
+// paused), with leases of ttl, and waits until both mirrors caught up.
+func clockedMachines(t *testing.T, t0 time.Time, ttl time.Duration) (dsn string, ca, cb *clock.Fake, a, b *env) {
+	t.Helper()
+	dsn = database(t)
+	ca, cb = clock.NewFake(t0), clock.NewFake(t0)
+	a = newEnvAs(t, dsn, ca, "machine-A", ttl)
+	b = newEnvAs(t, dsn, cb, "machine-B", ttl)
+	a.waitCaughtUp(30 * time.Second)
+	b.waitCaughtUp(30 * time.Second)
+	return dsn, ca, cb, a, b
 }

@@ -88,9 +88,9 @@ func (mr *Mirror) CheckAppend(ctx context.Context, key layout.Key) error {
 		mr.lv.mu.Unlock()
 		return nil
 	case st.held && now.Before(st.expires):
-		cur := lease{token: st.token}
+		token := st.token
 		mr.lv.mu.Unlock()
-		return mr.catchUp(ctx, fam, cur)
+		return mr.catchUp(ctx, fam, token)
 	case st.other != nil && now.Before(st.other.expires):
 		err := &LeasedError{ProjectKey: fam.ProjectKey, SessionID: fam.SessionID, Holder: st.other.holder, Expires: st.other.expires}
 		mr.lv.mu.Unlock()
@@ -120,7 +120,7 @@ func (mr *Mirror) CheckAppend(ctx context.Context, key layout.Key) error {
 		return err
 	}
 	if token == 0 {
-		return mr.catchUp(ctx, fam, cur)
+		return mr.catchUp(ctx, fam, cur.token)
 	}
 	return nil
 }
@@ -164,7 +164,7 @@ func (mr *Mirror) Pulled(fam layout.Key) {
 	}
 }
 
-// catchUp runs the takeover hook for fam, leased under cur.token, when
+// catchUp runs the takeover hook for fam, leased under token, when
 // the lease came from another machine (noteLease set lacks): the lines
 // that machine wrote and this one lacks are brought down before anything
 // is appended or mirrored after them; appends meanwhile wait for it.
@@ -172,7 +172,7 @@ func (mr *Mirror) Pulled(fam layout.Key) {
 // appended after a copy lacking the former holder's last lines, it would
 // part the two copies for good. The lease is then given back at once, so
 // that the former holder may go on meanwhile.
-func (mr *Mirror) catchUp(ctx context.Context, fam layout.Key, cur lease) error {
+func (mr *Mirror) catchUp(ctx context.Context, fam layout.Key, token int64) error {
 	hook := mr.takeover.Load()
 	if hook == nil || catchingUp(ctx, fam) {
 		return nil
@@ -196,17 +196,17 @@ func (mr *Mirror) catchUp(ctx context.Context, fam layout.Key, cur lease) error 
 	if err == nil {
 		st.lacks = ""
 		mr.lv.mu.Unlock()
-		mr.log.Info("took a session over from another machine, after bringing down what it wrote", zap.Stringer("session", fam), zap.String("from", from), zap.Int64("token", cur.token))
+		mr.log.Info("took a session over from another machine, after bringing down what it wrote", zap.Stringer("session", fam), zap.String("from", from), zap.Int64("token", token))
 		return nil
 	}
 	st.lacks = from
-	if st.held && st.token == cur.token {
+	if st.held && st.token == token {
 		st.held, st.token = false, 0
 	}
 	mr.lv.mu.Unlock()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), mr.cfg.LeaseWait)
 	defer cancel()
-	if rerr := releaseLease(rctx, mr.pool, mr.cfg.Table, fam, mr.cfg.MachineID, cur.token, mr.cfg.Clock.Now()); rerr != nil {
+	if rerr := releaseLease(rctx, mr.pool, mr.cfg.Table, fam, mr.cfg.MachineID, token, mr.cfg.Clock.Now()); rerr != nil {
 		mr.log.Debug("lease release failed; it expires by itself", zap.Stringer("session", fam), zap.Error(rerr))
 	}
 	werr := fmt.Errorf("session %s was last written by machine %q, and %w before anything is written after it (the lease is given back; nothing was written): %w", fam, from, errLacking, err)
@@ -313,7 +313,7 @@ func (mr *Mirror) ensureLease(ctx context.Context, key layout.Key) error {
 		return mr.fencedErr(key)
 	}
 	if held && lacks != "" {
-		return mr.catchUp(ctx, fam, lease{token: token})
+		return mr.catchUp(ctx, fam, token)
 	}
 	if held {
 		return nil // fence checks the token
@@ -329,7 +329,7 @@ func (mr *Mirror) ensureLease(ctx context.Context, key layout.Key) error {
 	if err := mr.noteLease(fam, cur, ok, true); err != nil {
 		return fencedError{err.(*LeasedError)}
 	}
-	return mr.catchUp(ctx, fam, cur)
+	return mr.catchUp(ctx, fam, cur.token)
 }
 
 // errLeaseGone: the lease ensureLease took was released (the session

@@ -26,6 +26,21 @@ const referenceDDL = `CREATE TABLE IF NOT EXISTS %[1]s (
 );
 CREATE INDEX IF NOT EXISTS %[1]s_list_idx ON %[1]s (project_key, session_id) WHERE subpath = '';`
 
+// ReferenceDDL is the reference adapter's table and index for table (a
+// name CheckTable accepts).
+func ReferenceDDL(table string) string { return fmt.Sprintf(referenceDDL, table) }
+
+// ReferenceAppendSQL is the reference adapter's append into table, word
+// for word: $1 project_key, $2 session_id, $3 subpath, $4 the entries
+// (jsonb[]), each a row in the array's order. The mirror itself inserts
+// the same rows with their exact lines (insertRows); the benchmark's
+// reference store and INSERT loop use this.
+func ReferenceAppendSQL(table string) string {
+	return `INSERT INTO ` + table + ` (project_key, session_id, subpath, entry, mtime)
+SELECT $1, $2, $3, e, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint
+FROM unnest($4::jsonb[]) WITH ORDINALITY AS t(e, ord) ORDER BY ord`
+}
+
 // sessiond's own tables, beside it. store_table names the reference table
 // the row belongs to, so several tables in one database keep apart.
 //
@@ -87,7 +102,7 @@ func createSchema(ctx context.Context, pool *pgxpool.Pool, table string) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLock)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, fmt.Sprintf(referenceDDL, table)); err != nil {
+		if _, err := tx.Exec(ctx, ReferenceDDL(table)); err != nil {
 			return fmt.Errorf("create table %s: %w", table, err)
 		}
 		if _, err := tx.Exec(ctx, ownDDL); err != nil {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/mirror/mirrortest"
 )
@@ -112,14 +111,9 @@ func TestMirrorSidecars(t *testing.T) {
 // sidecar row: the fence aborts its transaction, and it is fenced. The
 // holder's archive mark does reach PostgreSQL.
 func TestMirrorSidecarFenced(t *testing.T) {
-	dsn := database(t)
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	ttl := 30 * time.Second
-	ca, cb := clock.NewFake(t0), clock.NewFake(t0)
-	a := newEnvAs(t, dsn, ca, "machine-A", ttl)
-	b := newEnvAs(t, dsn, cb, "machine-B", ttl)
-	a.waitCaughtUp(30 * time.Second)
-	b.waitCaughtUp(30 * time.Second)
+	dsn, _, cb, a, b := clockedMachines(t, t0, ttl)
 	k := newKey("")
 	a.append(k, line(1, ""))
 	// The row in PostgreSQL first: the mirror may hear of the append
