@@ -62,6 +62,7 @@ func run() error {
 		logLevel        = flag.String("log-level", "info", "debug, info, warn or error")
 		showVersion     = flag.Bool("version", false, "print the version and exit")
 		cpuProfile      = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for `go tool pprof`), finished when sessiond exits")
+		memProfile      = flag.String("memprofile", "", "write a profile of the whole run's allocations to this file (for `go tool pprof`) when sessiond exits")
 		traceFile       = flag.String("trace", "", "write an execution trace of the whole run to this file (for `go tool trace`: where each request waited), finished when sessiond exits")
 	)
 	flag.Parse()
@@ -154,6 +155,18 @@ func run() error {
 		}
 		defer func() {
 			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			return fmt.Errorf("--memprofile: %w", err)
+		}
+		defer func() {
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				log.Warn("--memprofile: cannot write the profile", zap.Error(err))
+			}
 			f.Close()
 		}()
 	}

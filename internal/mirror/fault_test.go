@@ -171,23 +171,32 @@ func TestCheckTable(t *testing.T) {
 	}
 }
 
-// TestNoNul: \u0000 escapes become \ufffd; an escaped backslash before
-// "u0000" is left alone.
-func TestNoNul(t *testing.T) {
+// TestForJSONB: \u0000 escapes and lone surrogate escapes (both refused
+// by jsonb) become \ufffd; pairs and escaped backslashes are left alone.
+func TestForJSONB(t *testing.T) {
 	for in, want := range map[string]string{
-		`{"a":"x"}`:              `{"a":"x"}`,
-		`{"a":"\u0000"}`:         `{"a":"\ufffd"}`,
-		`{"a":"\\u0000"}`:        `{"a":"\\u0000"}`,
-		`{"a":"\\\u0000\u0000"}`: `{"a":"\\\ufffd\ufffd"}`,
-		`{"\u0000":1}`:           `{"\ufffd":1}`,
+		`{"a":"x"}`:                  `{"a":"x"}`,
+		`{"a":"\u0000"}`:             `{"a":"\ufffd"}`,
+		`{"a":"\\u0000"}`:            `{"a":"\\u0000"}`,
+		`{"a":"\\\u0000\u0000"}`:     `{"a":"\\\ufffd\ufffd"}`,
+		`{"\u0000":1}`:               `{"\ufffd":1}`,
+		`{"a":"\u001b[0m"}`:          `{"a":"\u001b[0m"}`,
+		`{"a":"\ud83d\ude00"}`:       `{"a":"\ud83d\ude00"}`,
+		`{"a":"\uD83D\uDE00"}`:       `{"a":"\uD83D\uDE00"}`,
+		`{"a":"x\ud83d"}`:            `{"a":"x\ufffd"}`,
+		`{"a":"\ude00y"}`:            `{"a":"\ufffdy"}`,
+		`{"a":"\ud83d\u0041"}`:       `{"a":"\ufffd\u0041"}`,
+		`{"a":"\ud83d\ud83d\ude00"}`: `{"a":"\ufffd\ud83d\ude00"}`,
+		`{"a":"\\ud83d"}`:            `{"a":"\\ud83d"}`,
+		`{"a":"\ud83d"}`:             `{"a":"\ufffd"}`,
 	} {
-		if got := string(noNul([]byte(in))); got != want {
-			t.Errorf("noNul(%s) = %s, want %s", in, got, want)
+		if got := string(forJSONB([]byte(in))); got != want {
+			t.Errorf("forJSONB(%s) = %s, want %s", in, got, want)
 		}
 	}
 	for _, l := range []string{`[1]`, `"x"`, `{"a":`, ``, "{\"a\":\"\xff\"}"} {
-		if _, ok := entryText([]byte(l)); ok {
-			t.Errorf("entryText(%q) took a line that is not a JSON object", l)
+		if isObject([]byte(l)) {
+			t.Errorf("isObject(%q) took a line that is not a JSON object", l)
 		}
 	}
 }
@@ -232,8 +241,15 @@ func TestBatchKeepsTheExactLine(t *testing.T) {
 	b.add([]byte(`{"a":"\u0000"}`))
 	b.add([]byte(`{"b":1}`))
 	b.add([]byte(`not json`))
-	if len(b.entries) != 2 || b.entries[0] == nil || *b.entries[0] != `{"a":"\ufffd"}` || b.lines[0] != `{"a":"\u0000"}` ||
-		b.entries[1] != nil || b.lines[1] != `{"b":1}` || b.n != 3 {
-		t.Fatalf("entries %v, lines %q, n %d", b.entries, b.lines, b.n)
+	if b.rows != 2 || len(b.entries) != 2 || b.entries[0] == nil || *b.entries[0] != `{"a":"\ufffd"}` ||
+		b.entries[1] != nil || string(b.lines) != `{"a":"\u0000"}`+"\n"+`{"b":1}` || b.n != 3 {
+		t.Fatalf("entries %v, lines %q, rows %d, n %d", b.entries, b.lines, b.rows, b.n)
+	}
+	// No line differs from its jsonb: no entries at all.
+	b.reset()
+	b.add([]byte(`{"c":1}`))
+	b.add([]byte(`{"d":2}`))
+	if b.rows != 2 || b.entries != nil || string(b.lines) != `{"c":1}`+"\n"+`{"d":2}` {
+		t.Fatalf("entries %v, lines %q, rows %d", b.entries, b.lines, b.rows)
 	}
 }

@@ -77,9 +77,9 @@ type tstate struct {
 	// bounds the lag meanwhile.
 	stale   bool
 	checked bool // compared with PostgreSQL since start
-	// behindSince: when the transcript was first seen ahead of its
-	// cursor, zero when it is not.
-	behindSince time.Time
+	// lag: when the entries not mirrored yet were acknowledged, for the
+	// age of the oldest (lag.go).
+	lag lagMarks
 	// gone: the writer said it went to the trash; family: a restore
 	// brought the session's transcripts back.
 	gone, family bool
@@ -171,8 +171,8 @@ func (mr *Mirror) Notify(c writer.Change) {
 		if !ts.known {
 			ts.added += c.Added
 		}
-		if ts.behindSince.IsZero() && (ts.known && c.Entries > ts.cur.entries || !ts.known && ts.added > 0) {
-			ts.behindSince = now
+		if ts.known && c.Entries > ts.cur.entries || !ts.known && ts.added > 0 {
+			ts.lag.note(c.Entries, now)
 		}
 	}
 	mr.enqueueLocked(c.Key)
@@ -542,8 +542,8 @@ func (mr *Mirror) Status() Status {
 			behind = ts.added
 		}
 		st.EntriesBehind += behind
-		if behind > 0 && !ts.behindSince.IsZero() && (st.OldestBehind.IsZero() || ts.behindSince.Before(st.OldestBehind)) {
-			st.OldestBehind = ts.behindSince
+		if since := ts.lag.oldest(); behind > 0 && !since.IsZero() && (st.OldestBehind.IsZero() || since.Before(st.OldestBehind)) {
+			st.OldestBehind = since
 		}
 		if behind == 0 && ts.checked && ts.known && ts.cur.exists {
 			st.Transcripts++

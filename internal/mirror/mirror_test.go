@@ -201,7 +201,8 @@ func (e *env) local(k layout.Key) []string {
 // TestMirrorAppends: what is appended, to main sessions and subagents,
 // lands in the reference table in order, equal as JSON (loaded with the
 // reference adapter's SQL), with each row's exact line beside it, a
-// \u0000 escape included, in several transactions per transcript.
+// \u0000 escape and lone surrogate escapes included (jsonb refuses them:
+// they are \ufffd in the row), in several transactions per transcript.
 func TestMirrorAppends(t *testing.T) {
 	dsn := database(t)
 	e := newEnv(t, dsn, nil)
@@ -212,7 +213,7 @@ func TestMirrorAppends(t *testing.T) {
 	for i := range 20 {
 		l := line(i, "")
 		if i == 3 {
-			l = line(i, `,"nul":"a\u0000b","esc":"\\u0000"`)
+			l = line(i, `,"nul":"a\u0000b","esc":"\\u0000","cut":"emoji \ud83d","pair":"\ud83d\ude00"`)
 		}
 		wantMain = append(wantMain, l)
 		e.append(main, l)
@@ -229,7 +230,7 @@ func TestMirrorAppends(t *testing.T) {
 		t.Fatalf("status %+v: want 3 transcripts and %d rows", st, len(wantMain)+len(wantSub)+len(batch))
 	}
 	gotMain := load(t, dsn, main)
-	want3 := strings.Replace(wantMain[3], `a\u0000b`, `a\ufffdb`, 1)
+	want3 := strings.NewReplacer(`a\u0000b`, `a\ufffdb`, `emoji \ud83d`, `emoji \ufffd`).Replace(wantMain[3])
 	mirrortest.SameEntries(t, "main", gotMain, append(append(append([]string{}, wantMain[:3]...), want3), wantMain[4:]...))
 	mirrortest.SameEntries(t, "subagent", load(t, dsn, sub), wantSub)
 	mirrortest.SameEntries(t, "other", load(t, dsn, other), batch)

@@ -191,32 +191,33 @@ ON CONFLICT (store_table, project_key, session_id, subpath) DO UPDATE SET
 	return err
 }
 
-// insertRows appends key's rows in order, and their exact lines beside
-// them, in one statement (one round trip): the rows are what the
+// insertRows appends b's rows for key in order, and their exact lines
+// beside them, in one statement (one round trip): the rows are what the
 // reference adapter's append makes (seq from the table's own sequence in
 // the lines' order, mtime from the clock at each row), each row's entry
-// the jsonb of its line (or of entries[i] when that is not nil: the line
-// with a \u0000 jsonb cannot hold replaced), and each line is stored
-// under its row's seq. Each line crosses the wire once. The CTE is
-// materialized, so nextval runs once per line, in order (the planner
-// evaluates a volatile target list after the ORDER BY).
-func insertRows(ctx context.Context, tx pgx.Tx, table string, key layout.Key, entries []*string, lines []string) error {
-	if len(lines) == 0 {
+// the jsonb of its line (or of b.entries[i] when that is not nil: the
+// line with an escape jsonb refuses replaced), and each line is stored
+// under its row's seq. The lines cross the wire once, as one text split
+// at its newlines there. The CTE is materialized, so nextval runs once
+// per line, in order (the planner evaluates a volatile target list after
+// the ORDER BY).
+func insertRows(ctx context.Context, tx pgx.Tx, table string, key layout.Key, b *batch) error {
+	if b.rows == 0 {
 		return nil
 	}
 	tag, err := tx.Exec(ctx, fmt.Sprintf(`WITH s AS MATERIALIZED (
     SELECT nextval(pg_get_serial_sequence('%[1]s', 'seq')) AS seq, coalesce(e, l)::jsonb AS e, l
-    FROM unnest($4::text[], $5::text[]) WITH ORDINALITY AS t(l, e, ord) ORDER BY ord),
+    FROM ROWS FROM (string_to_table($4::text, E'\n'), unnest($5::text[])) WITH ORDINALITY AS t(l, e, ord) ORDER BY ord),
 r AS (INSERT INTO %[1]s (project_key, session_id, subpath, seq, entry, mtime)
     SELECT $1, $2, $3, seq, e, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint FROM s)
 INSERT INTO sessiond_lines (store_table, project_key, session_id, subpath, seq, line)
 SELECT $6, $1, $2, $3, seq, l FROM s`, table),
-		key.ProjectKey, key.SessionID, key.Subpath, lines, entries, table)
+		key.ProjectKey, key.SessionID, key.Subpath, b.lines, b.entries, table)
 	if err != nil {
 		return err
 	}
-	if n := tag.RowsAffected(); n != int64(len(lines)) {
-		return fmt.Errorf("insert into %s: %d rows for %d lines", table, n, len(lines))
+	if n := tag.RowsAffected(); n != int64(b.rows) {
+		return fmt.Errorf("insert into %s: %d rows for %d lines", table, n, b.rows)
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -117,9 +116,7 @@ func (mr *Mirror) sync(ctx context.Context, k layout.Key) (err error) {
 		if !ts.localKnown || ts.local <= total {
 			ts.local, ts.localBytes, ts.localKnown = total, int64(j.cur.bytes), true
 		}
-		if ts.local <= ts.cur.entries {
-			ts.behindSince = time.Time{}
-		}
+		ts.lag.mirrored(ts.cur.entries)
 	})
 	return nil
 }
@@ -133,9 +130,15 @@ func (mr *Mirror) update(k layout.Key, fn func(*tstate)) {
 
 // batch gathers the rows of one transaction.
 type batch struct {
-	// lines are the rows' exact lines; entries[i], when not nil, is row
-	// i's jsonb text where it differs from its line.
-	lines   []string
+	// lines holds the rows' exact lines, one after the other, each but
+	// the last followed by a newline (no line holds one): they go to
+	// PostgreSQL as one text, split there. The buffer is used again
+	// from batch to batch: a []string cost a copy of every line, and
+	// pgx's array encoding another.
+	lines []byte
+	rows  int
+	// entries[i], when not nil, is row i's jsonb text where it differs
+	// from its line; entries stays nil while none does.
 	entries []*string
 	n       uint64 // transcript lines, rows or not
 	bytes   uint64
@@ -145,25 +148,34 @@ type batch struct {
 func (b *batch) add(line []byte) {
 	b.n++
 	b.bytes += uint64(len(line)) + 1
-	b.size += len(line)
-	if e, ok := entryText(line); ok {
-		// The line goes to PostgreSQL once, its jsonb made from it there,
-		// unless a \u0000 was replaced for jsonb (then both go).
-		var differs *string
-		if e != string(line) {
-			differs = &e
-		}
-		b.entries = append(b.entries, differs)
-		b.lines = append(b.lines, string(line))
-		b.size += len(e)
+	if !isObject(line) {
+		return
 	}
+	// The line goes to PostgreSQL once, its jsonb made from it there,
+	// unless an escape jsonb refuses was replaced (then both go).
+	if e := forJSONB(line); &e[0] != &line[0] {
+		if b.entries == nil {
+			b.entries = make([]*string, b.rows, max(b.rows+1, 16))
+		}
+		s := string(e)
+		b.entries = append(b.entries, &s)
+		b.size += len(s)
+	} else if b.entries != nil {
+		b.entries = append(b.entries, nil)
+	}
+	if b.rows > 0 {
+		b.lines = append(b.lines, '\n')
+	}
+	b.lines = append(b.lines, line...)
+	b.rows++
+	b.size += len(line)
 }
 
 func (b *batch) full(mr *Mirror) bool {
-	return len(b.entries) >= mr.cfg.BatchEntries || b.size >= mr.cfg.BatchBytes
+	return b.rows >= mr.cfg.BatchEntries || b.size >= mr.cfg.BatchBytes
 }
 
-func (b *batch) reset() { *b = batch{entries: b.entries[:0], lines: b.lines[:0]} }
+func (b *batch) reset() { *b = batch{lines: b.lines[:0]} }
 
 // push checks that the transcript still starts with the lines the cursor
 // covers (reading them again unless the writer's lineage vouches for
@@ -241,7 +253,7 @@ func (j *job) commit(ctx context.Context, b *batch, h chain) error {
 					j.key, mr.cfg.Table, errForeignRows)
 			}
 		}
-		if err := insertRows(ctx, tx, mr.cfg.Table, j.key, b.entries, b.lines); err != nil {
+		if err := insertRows(ctx, tx, mr.cfg.Table, j.key, b); err != nil {
 			return err
 		}
 		return saveCursor(ctx, tx, mr.cfg.Table, j.key, next)
@@ -249,7 +261,7 @@ func (j *job) commit(ctx context.Context, b *batch, h chain) error {
 	if err != nil {
 		return j.dbError(err)
 	}
-	j.advanced(next, uint64(len(b.entries)))
+	j.advanced(next, uint64(b.rows))
 	b.reset()
 	return nil
 }
@@ -272,7 +284,7 @@ func (j *job) lock(ctx context.Context, tx pgx.Tx) (cursor, error) {
 func (c *cursor) cover(b *batch) {
 	c.entries += b.n
 	c.bytes += b.bytes
-	c.rows += uint64(len(b.entries))
+	c.rows += uint64(b.rows)
 }
 
 // advanced records a committed cursor.
@@ -283,9 +295,7 @@ func (j *job) advanced(next cursor, rows uint64) {
 	j.mr.rows += rows
 	ts := j.mr.stateLocked(j.key)
 	ts.cur, ts.known, ts.stale = next, true, false
-	if ts.localKnown && ts.local <= next.entries {
-		ts.behindSince = time.Time{}
-	}
+	ts.lag.mirrored(next.entries)
 }
 
 // replace writes the transcript anew, in one transaction: its rows and
@@ -314,7 +324,7 @@ func (j *job) replace(ctx context.Context) (uint64, uint64, error) {
 		var b batch
 		next = cursor{exists: true, generation: got.generation + 1}
 		flush := func() error {
-			if err := insertRows(ctx, tx, mr.cfg.Table, j.key, b.entries, b.lines); err != nil {
+			if err := insertRows(ctx, tx, mr.cfg.Table, j.key, &b); err != nil {
 				return dbErr{err}
 			}
 			next.cover(&b)
@@ -373,7 +383,7 @@ func (j *job) remove(ctx context.Context, cascade bool) error {
 		if k == j.key || cascade && k.ProjectKey == j.key.ProjectKey && k.SessionID == j.key.SessionID {
 			ts.cur, ts.known, ts.stale, ts.lineage, ts.checked = cursor{}, true, false, 0, true
 			ts.local, ts.localBytes, ts.localKnown, ts.added = 0, 0, true, 0
-			ts.behindSince = time.Time{}
+			ts.lag = lagMarks{}
 		}
 	}
 	return nil

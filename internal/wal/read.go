@@ -31,14 +31,18 @@ func (l *Log) check(s *segment, sp Span, hdr, payload []byte) error {
 	return nil
 }
 
+// ReadSize is the buffer ReadEntry needs for sp's entry: a smaller one is
+// not used.
+func ReadSize(sp Span) int { return frame.HeaderSize + streamSize + sp.Len }
+
 // ReadEntry returns the entry at sp, checked against its checksum. buf is
-// used if it is large enough.
+// used if it is large enough (ReadSize).
 func (l *Log) ReadEntry(sp Span, buf []byte) ([]byte, error) {
 	s := l.segment(sp.Seg)
 	if s == nil {
 		return nil, l.spanError(sp, "names a segment the log no longer has")
 	}
-	n := frame.HeaderSize + streamSize + sp.Len
+	n := ReadSize(sp)
 	if cap(buf) < n {
 		buf = make([]byte, n)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sync"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
@@ -47,6 +48,10 @@ func (d *deps) tell(c Change) {
 	}
 }
 
+// arenas holds ReadLines' arenas (none grows past sendBytes plus a line
+// under bigLine).
+var arenas = sync.Pool{New: func() any { return new([]byte) }}
+
 // noteChange tells Config.Changed what st holds now.
 func (st *state) noteChange() {
 	if st.cfg.Changed == nil {
@@ -70,7 +75,8 @@ func (st *state) noteChange() {
 // is, with no such promise. total is the number of entries the
 // transcript holds. A session without a writer or journal is read
 // straight from its file, so reading every transcript (the mirror's scan
-// at start) starts no writers.
+// at start) starts no writers. The entries handed to send are valid only
+// during the call: their memory is used again.
 func (m *Manager) ReadLines(ctx context.Context, key layout.Key, from uint64, send func([]Entry) error) (lineage, total uint64, err error) {
 	if err := key.Validate(); err != nil {
 		return 0, 0, err
@@ -79,6 +85,14 @@ func (m *Manager) ReadLines(ctx context.Context, key layout.Key, from uint64, se
 		return 0, 0, m.notFound(key)
 	}
 	r := reader{next: from, send: send}
+	// The batch is gathered in a reused arena: the mirror reads a few
+	// entries at a time, a new arena each time cost more than the reads.
+	ap := arenas.Get().(*[]byte)
+	r.arena = (*ap)[:0]
+	defer func() {
+		*ap = r.arena[:0]
+		arenas.Put(ap)
+	}()
 	if logged, _ := m.logs.exists(key); !logged && !m.IsActive(key) {
 		path := m.cfg.Layout.TranscriptPath(key)
 		f, err := m.cfg.FS.OpenFile(path, os.O_RDONLY, 0)

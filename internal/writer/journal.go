@@ -93,7 +93,8 @@ type sessionLog interface {
 
 // logReader reads entries of a sessionLog at spans it handed out.
 type logReader interface {
-	entry(sp span, buf []byte) ([]byte, error)
+	// entry reads the entry at sp; it is valid until the next call.
+	entry(sp span) ([]byte, error)
 	close() error
 }
 
@@ -368,7 +369,7 @@ func (l *walLog) read(spans []span, fn func(i int, entry []byte) error) error {
 }
 
 func (l *walLog) reader() (logReader, error) {
-	return walReader{l.ls.wal, l.ls.wal.Pin(0)}, nil
+	return walReader{l.ls.wal, l.ls.wal.Pin(0), new([]byte)}, nil
 }
 
 func (l *walLog) markCompacted(fp fingerprint) error {
@@ -388,10 +389,18 @@ func (l *walLog) close() error {
 type walReader struct {
 	l       *wal.Log
 	release func()
+	// buf is read into, entry after entry: a reader serving a session's
+	// pending entries (the mirror's, a follower's) allocates once, not
+	// once per entry.
+	buf *[]byte
 }
 
-func (r walReader) entry(sp span, buf []byte) ([]byte, error) {
-	return r.l.ReadEntry(wal.Span{Seg: sp.seg, Off: sp.off, Len: sp.n}, buf)
+func (r walReader) entry(sp span) ([]byte, error) {
+	ws := wal.Span{Seg: sp.seg, Off: sp.off, Len: sp.n}
+	if need := wal.ReadSize(ws); cap(*r.buf) < need {
+		*r.buf = make([]byte, max(need, 2*cap(*r.buf)))
+	}
+	return r.l.ReadEntry(ws, *r.buf)
 }
 
 func (r walReader) close() error {

@@ -79,8 +79,8 @@ type pendingReader struct {
 	cur []byte
 }
 
-func readPending(sn *snapshot, i int, buf []byte) ([]byte, error) {
-	line, err := sn.journal.entry(sn.pending[i], buf)
+func readPending(sn *snapshot, i int) ([]byte, error) {
+	line, err := sn.journal.entry(sn.pending[i])
 	if err != nil {
 		return nil, fmt.Errorf("read journal: %w", errdefs.FromIO(err))
 	}
@@ -92,13 +92,12 @@ func (p *pendingReader) Read(b []byte) (int, error) {
 		if p.i >= len(p.sn.pending) {
 			return 0, io.EOF
 		}
-		line, err := readPending(p.sn, p.i, p.buf)
+		line, err := readPending(p.sn, p.i)
 		if err != nil {
 			return 0, err
 		}
-		p.buf = append(line, '\n')
+		p.buf = append(append(p.buf[:0], line...), '\n')
 		p.cur = p.buf
-		p.buf = p.buf[:0]
 		p.i++
 	}
 	n := copy(b, p.cur)
@@ -364,11 +363,10 @@ func (r *reader) serve(sn *snapshot) error {
 	if !sn.canonEndsNL {
 		off++
 	}
-	var buf []byte
 	for i, sp := range sn.pending {
 		idx := sn.canonEntries + uint64(i)
 		if idx >= r.next {
-			line, err := sn.journal.entry(sp, buf)
+			line, err := sn.journal.entry(sp)
 			if err != nil {
 				return fmt.Errorf("read journal: %w", errdefs.FromIO(err))
 			}
