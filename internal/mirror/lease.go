@@ -84,12 +84,22 @@ func familyKey(k layout.Key) layout.Key {
 // readLease reads k's session's lease, locking its row (in a transaction)
 // when lock; ok is false when there is none.
 func readLease(ctx context.Context, q querier, table string, k layout.Key, lock bool) (lease, bool, error) {
+	sql, args := leaseQuery(table, k, lock)
+	return scanLease(q.QueryRow(ctx, sql, args...))
+}
+
+func leaseQuery(table string, k layout.Key, lock bool) (string, []any) {
 	sql := `SELECT holder, token, expires_at FROM sessiond_leases WHERE store_table = $1 AND project_key = $2 AND session_id = $3`
 	if lock {
 		sql += " FOR UPDATE"
 	}
+	return sql, []any{table, k.ProjectKey, k.SessionID}
+}
+
+// scanLease reads leaseQuery's row: false when there is none.
+func scanLease(row pgx.Row) (lease, bool, error) {
 	var l lease
-	err := q.QueryRow(ctx, sql, table, k.ProjectKey, k.SessionID).Scan(&l.holder, &l.token, &l.expires)
+	err := row.Scan(&l.holder, &l.token, &l.expires)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return lease{}, false, nil
 	}

@@ -342,11 +342,17 @@ var errLeaseGone = fmt.Errorf("%w (the session's lease was released meanwhile)",
 // the current one. Otherwise the transaction aborts (errFenced), and the
 // mirror writes the session no more.
 func (mr *Mirror) fence(ctx context.Context, tx pgx.Tx, key layout.Key) error {
-	fam := familyKey(key)
-	cur, exists, err := readLease(ctx, tx, mr.cfg.Table, fam, true)
+	cur, exists, err := readLease(ctx, tx, mr.cfg.Table, familyKey(key), true)
 	if err != nil {
 		return err
 	}
+	return mr.checkFence(key, cur, exists)
+}
+
+// checkFence is fence's verdict on the session's lease row as read
+// (locked) in the transaction.
+func (mr *Mirror) checkFence(key layout.Key, cur lease, exists bool) error {
+	fam := familyKey(key)
 	mr.lv.mu.Lock()
 	st := mr.lv.get(fam)
 	fenced, held, token := st.fenced, st.held, st.token

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sessiond/sessiond/internal/layout"
@@ -138,15 +139,24 @@ type querier interface {
 // loadCursor reads key's cursor; lock takes its row lock (in a
 // transaction) so that nobody moves it until the transaction ends.
 func loadCursor(ctx context.Context, q querier, table string, key layout.Key, lock bool) (cursor, error) {
+	sql, args := cursorQuery(table, key, lock)
+	return scanCursor(q.QueryRow(ctx, sql, args...))
+}
+
+func cursorQuery(table string, key layout.Key, lock bool) (string, []any) {
 	sql := `SELECT entries, bytes, rows, digest, chain, generation FROM sessiond_cursors
 WHERE store_table = $1 AND project_key = $2 AND session_id = $3 AND subpath = $4`
 	if lock {
 		sql += " FOR UPDATE"
 	}
+	return sql, []any{table, key.ProjectKey, key.SessionID, key.Subpath}
+}
+
+// scanCursor reads cursorQuery's row: no row is no cursor.
+func scanCursor(row pgx.Row) (cursor, error) {
 	var c cursor
 	var entries, bytes, rows int64
-	err := q.QueryRow(ctx, sql, table, key.ProjectKey, key.SessionID, key.Subpath).
-		Scan(&entries, &bytes, &rows, &c.digest, &c.chain, &c.generation)
+	err := row.Scan(&entries, &bytes, &rows, &c.digest, &c.chain, &c.generation)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return cursor{}, nil
 	}
@@ -180,15 +190,20 @@ FROM sessiond_cursors WHERE store_table = $1`, table)
 }
 
 func saveCursor(ctx context.Context, tx pgx.Tx, table string, key layout.Key, c cursor) error {
-	_, err := tx.Exec(ctx, `INSERT INTO sessiond_cursors
+	sql, args := saveCursorQuery(table, key, c)
+	_, err := tx.Exec(ctx, sql, args...)
+	return err
+}
+
+func saveCursorQuery(table string, key layout.Key, c cursor) (string, []any) {
+	return `INSERT INTO sessiond_cursors
     (store_table, project_key, session_id, subpath, entries, bytes, rows, digest, chain, generation, updated_ms)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint)
 ON CONFLICT (store_table, project_key, session_id, subpath) DO UPDATE SET
     entries = EXCLUDED.entries, bytes = EXCLUDED.bytes, rows = EXCLUDED.rows, digest = EXCLUDED.digest,
     chain = EXCLUDED.chain, generation = EXCLUDED.generation, updated_ms = EXCLUDED.updated_ms`,
-		table, key.ProjectKey, key.SessionID, key.Subpath, int64(c.entries), int64(c.bytes), int64(c.rows),
-		c.digest, c.chain, c.generation)
-	return err
+		[]any{table, key.ProjectKey, key.SessionID, key.Subpath, int64(c.entries), int64(c.bytes), int64(c.rows),
+			c.digest, c.chain, c.generation}
 }
 
 // insertRows appends b's rows for key in order, and their exact lines
@@ -205,17 +220,26 @@ func insertRows(ctx context.Context, tx pgx.Tx, table string, key layout.Key, b 
 	if b.rows == 0 {
 		return nil
 	}
-	tag, err := tx.Exec(ctx, fmt.Sprintf(`WITH s AS MATERIALIZED (
+	sql, args := insertQuery(table, key, b)
+	tag, err := tx.Exec(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	return checkInserted(tag, table, b)
+}
+
+func insertQuery(table string, key layout.Key, b *batch) (string, []any) {
+	return fmt.Sprintf(`WITH s AS MATERIALIZED (
     SELECT nextval(pg_get_serial_sequence('%[1]s', 'seq')) AS seq, coalesce(e, l)::jsonb AS e, l
     FROM ROWS FROM (string_to_table($4::text, E'\n'), unnest($5::text[])) WITH ORDINALITY AS t(l, e, ord) ORDER BY ord),
 r AS (INSERT INTO %[1]s (project_key, session_id, subpath, seq, entry, mtime)
     SELECT $1, $2, $3, seq, e, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint FROM s)
 INSERT INTO sessiond_lines (store_table, project_key, session_id, subpath, seq, line)
 SELECT $6, $1, $2, $3, seq, l FROM s`, table),
-		key.ProjectKey, key.SessionID, key.Subpath, b.lines, b.entries, table)
-	if err != nil {
-		return err
-	}
+		[]any{key.ProjectKey, key.SessionID, key.Subpath, b.lines, b.entries, table}
+}
+
+func checkInserted(tag pgconn.CommandTag, table string, b *batch) error {
 	if n := tag.RowsAffected(); n != int64(b.rows) {
 		return fmt.Errorf("insert into %s: %d rows for %d lines", table, n, b.rows)
 	}
@@ -254,7 +278,12 @@ func deleteRows(ctx context.Context, tx pgx.Tx, table string, key layout.Key, ca
 // covers (another program's).
 func hasRows(ctx context.Context, q querier, table string, key layout.Key) (bool, error) {
 	var ok bool
-	err := q.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE project_key = $1 AND session_id = $2 AND subpath = $3)`, table),
-		key.ProjectKey, key.SessionID, key.Subpath).Scan(&ok)
+	sql, args := hasRowsQuery(table, key)
+	err := q.QueryRow(ctx, sql, args...).Scan(&ok)
 	return ok, err
+}
+
+func hasRowsQuery(table string, key layout.Key) (string, []any) {
+	return fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE project_key = $1 AND session_id = $2 AND subpath = $3)`, table),
+		[]any{key.ProjectKey, key.SessionID, key.Subpath}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -177,6 +178,25 @@ func (b *batch) full(mr *Mirror) bool {
 
 func (b *batch) reset() { *b = batch{lines: b.lines[:0]} }
 
+// lineBufs holds batches' line buffers from one turn to the next: a turn
+// under a steady load carries a few dozen lines, and growing a new buffer
+// for each cost more than the lines themselves.
+var lineBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// newBatch returns an empty batch with a buffer from lineBufs; release
+// gives it back.
+func newBatch() *batch {
+	return &batch{lines: (*lineBufs.Get().(*[]byte))[:0]}
+}
+
+func (b *batch) release() {
+	buf := b.lines[:0]
+	*b = batch{}
+	if cap(buf) <= 2*DefaultBatchBytes { // not a huge line's
+		lineBufs.Put(&buf)
+	}
+}
+
 // push checks that the transcript still starts with the lines the cursor
 // covers (reading them again unless the writer's lineage vouches for
 // them) and appends the lines after them, a batch per transaction. It
@@ -190,7 +210,8 @@ func (j *job) push(ctx context.Context) (uint64, uint64, error) {
 			h, from = c, j.cur.entries
 		}
 	}
-	var b batch
+	b := newBatch()
+	defer b.release()
 	lineage, total, err := mr.src.ReadLines(ctx, j.key, from, func(es []writer.Entry) error {
 		for _, e := range es {
 			if e.Index < j.cur.entries {
@@ -203,7 +224,7 @@ func (j *job) push(ctx context.Context) (uint64, uint64, error) {
 			b.add(e.Data)
 			h.add(e.Data)
 			if b.full(mr) {
-				if err := j.commit(ctx, &b, h); err != nil {
+				if err := j.commit(ctx, b, h); err != nil {
 					return err
 				}
 			}
@@ -217,7 +238,7 @@ func (j *job) push(ctx context.Context) (uint64, uint64, error) {
 		return 0, 0, errRewritten
 	}
 	if b.n > 0 {
-		if err := j.commit(ctx, &b, h); err != nil {
+		if err := j.commit(ctx, b, h); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -238,25 +259,52 @@ func (j *job) commit(ctx context.Context, b *batch, h chain) error {
 	if err := mr.ensureLease(ctx, j.key); err != nil {
 		return j.dbError(err)
 	}
+	// The transaction's statements go in one round trip (a pipeline),
+	// BEGIN and COMMIT in one each: under a steady load a turn carries a
+	// few dozen lines, and six round trips cost sessiond more than the
+	// lines. The checks read what the locking statements returned before
+	// COMMIT; any that fails rolls the insert back.
 	err := pgx.BeginFunc(ctx, mr.pool, func(tx pgx.Tx) error {
-		got, err := j.lock(ctx, tx)
-		if err != nil {
+		var (
+			got             cursor
+			held            lease
+			leased, foreign bool
+			q               pgx.Batch
+		)
+		sql, args := cursorQuery(mr.cfg.Table, j.key, true)
+		q.Queue(sql, args...).QueryRow(func(r pgx.Row) (err error) {
+			got, err = scanCursor(r)
+			return err
+		})
+		sql, args = leaseQuery(mr.cfg.Table, familyKey(j.key), true)
+		q.Queue(sql, args...).QueryRow(func(r pgx.Row) (err error) {
+			held, leased, err = scanLease(r)
+			return err
+		})
+		if !j.cur.exists {
+			sql, args = hasRowsQuery(mr.cfg.Table, j.key)
+			q.Queue(sql, args...).QueryRow(func(r pgx.Row) error { return r.Scan(&foreign) })
+		}
+		if b.rows > 0 {
+			sql, args = insertQuery(mr.cfg.Table, j.key, b)
+			q.Queue(sql, args...).Exec(func(tag pgconn.CommandTag) error { return checkInserted(tag, mr.cfg.Table, b) })
+		}
+		sql, args = saveCursorQuery(mr.cfg.Table, j.key, next)
+		q.Queue(sql, args...)
+		if err := tx.SendBatch(ctx, &q).Close(); err != nil {
 			return err
 		}
-		if !got.exists {
-			foreign, err := hasRows(ctx, tx, mr.cfg.Table, j.key)
-			if err != nil {
-				return err
-			}
-			if foreign {
-				return fmt.Errorf("%s: table %s holds %w for this transcript (another program's, or left by a mirror whose cursor is gone); it is not mirrored until they are removed",
-					j.key, mr.cfg.Table, errForeignRows)
-			}
+		if !got.same(j.cur) {
+			return errCursorMoved
 		}
-		if err := insertRows(ctx, tx, mr.cfg.Table, j.key, b); err != nil {
+		if err := mr.checkFence(j.key, held, leased); err != nil {
 			return err
 		}
-		return saveCursor(ctx, tx, mr.cfg.Table, j.key, next)
+		if foreign {
+			return fmt.Errorf("%s: table %s holds %w for this transcript (another program's, or left by a mirror whose cursor is gone); it is not mirrored until they are removed",
+				j.key, mr.cfg.Table, errForeignRows)
+		}
+		return nil
 	})
 	if err != nil {
 		return j.dbError(err)
@@ -321,13 +369,14 @@ func (j *job) replace(ctx context.Context) (uint64, uint64, error) {
 			return err
 		}
 		h := newChain()
-		var b batch
+		b := newBatch()
+		defer b.release()
 		next = cursor{exists: true, generation: got.generation + 1}
 		flush := func() error {
-			if err := insertRows(ctx, tx, mr.cfg.Table, j.key, &b); err != nil {
+			if err := insertRows(ctx, tx, mr.cfg.Table, j.key, b); err != nil {
 				return dbErr{err}
 			}
-			next.cover(&b)
+			next.cover(b)
 			b.reset()
 			return nil
 		}
