@@ -238,17 +238,17 @@ func TestRedactor(t *testing.T) {
 // any other line is sent once (its jsonb made from it).
 func TestBatchKeepsTheExactLine(t *testing.T) {
 	var b batch
-	b.add([]byte(`{"a":"\u0000"}`))
-	b.add([]byte(`{"b":1}`))
-	b.add([]byte(`not json`))
+	b.add([]byte(`{"a":"\u0000"}`), false)
+	b.add([]byte(`{"b":1}`), true)
+	b.add([]byte(`not json`), false)
 	if b.rows != 2 || len(b.entries) != 2 || b.entries[0] == nil || *b.entries[0] != `{"a":"\ufffd"}` ||
 		b.entries[1] != nil || string(b.lines) != `{"a":"\u0000"}`+"\n"+`{"b":1}` || b.n != 3 {
 		t.Fatalf("entries %v, lines %q, rows %d, n %d", b.entries, b.lines, b.rows, b.n)
 	}
 	// No line differs from its jsonb: no entries at all.
 	b.reset()
-	b.add([]byte(`{"c":1}`))
-	b.add([]byte(`{"d":2}`))
+	b.add([]byte(`{"c":1}`), false)
+	b.add([]byte(`{"d":2}`), true)
 	if b.rows != 2 || b.entries != nil || string(b.lines) != `{"c":1}`+"\n"+`{"d":2}` {
 		t.Fatalf("entries %v, lines %q, rows %d", b.entries, b.lines, b.rows)
 	}

@@ -215,7 +215,9 @@ ON CONFLICT (store_table, project_key, session_id, subpath) DO UPDATE SET
 // under its row's seq. The lines cross the wire once, as one text split
 // at its newlines there. The CTE is materialized, so nextval runs once
 // per line, in order (the planner evaluates a volatile target list after
-// the ORDER BY).
+// the ORDER BY). The table's sequence is looked up once per statement
+// (an uncorrelated subquery): looked up for each row, it took 13-16 %
+// of the statement's time (1,000 rows of 1 KiB, measured).
 func insertRows(ctx context.Context, tx pgx.Tx, table string, key layout.Key, b *batch) error {
 	if b.rows == 0 {
 		return nil
@@ -230,7 +232,7 @@ func insertRows(ctx context.Context, tx pgx.Tx, table string, key layout.Key, b 
 
 func insertQuery(table string, key layout.Key, b *batch) (string, []any) {
 	return fmt.Sprintf(`WITH s AS MATERIALIZED (
-    SELECT nextval(pg_get_serial_sequence('%[1]s', 'seq')) AS seq, coalesce(e, l)::jsonb AS e, l
+    SELECT nextval((SELECT pg_get_serial_sequence('%[1]s', 'seq')::regclass)) AS seq, coalesce(e, l)::jsonb AS e, l
     FROM ROWS FROM (string_to_table($4::text, E'\n'), unnest($5::text[])) WITH ORDINALITY AS t(l, e, ord) ORDER BY ord),
 r AS (INSERT INTO %[1]s (project_key, session_id, subpath, seq, entry, mtime)
     SELECT $1, $2, $3, seq, e, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint FROM s)

@@ -146,10 +146,13 @@ type batch struct {
 	size    int
 }
 
-func (b *batch) add(line []byte) {
+// add takes the transcript's next line. normalized: sessiond's Append
+// validated it (writer.Entry.Normalized), so it is a JSON object and is
+// not validated again.
+func (b *batch) add(line []byte, normalized bool) {
 	b.n++
 	b.bytes += uint64(len(line)) + 1
-	if !isObject(line) {
+	if !normalized && !isObject(line) {
 		return
 	}
 	// The line goes to PostgreSQL once, its jsonb made from it there,
@@ -221,7 +224,7 @@ func (j *job) push(ctx context.Context) (uint64, uint64, error) {
 				}
 				continue
 			}
-			b.add(e.Data)
+			b.add(e.Data, e.Normalized)
 			h.add(e.Data)
 			if b.full(mr) {
 				if err := j.commit(ctx, b, h); err != nil {
@@ -382,7 +385,7 @@ func (j *job) replace(ctx context.Context) (uint64, uint64, error) {
 		}
 		lineage, total, err = mr.src.ReadLines(ctx, j.key, 0, func(es []writer.Entry) error {
 			for _, e := range es {
-				b.add(e.Data)
+				b.add(e.Data, e.Normalized)
 				h.add(e.Data)
 				if b.full(mr) {
 					if err := flush(); err != nil {

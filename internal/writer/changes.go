@@ -107,7 +107,7 @@ func (m *Manager) ReadLines(ctx context.Context, key layout.Key, from uint64, se
 		var idx uint64
 		for ; sc.Scan(); idx++ {
 			if idx >= from {
-				if err := r.emit(idx, sc.Line()); err != nil {
+				if err := r.emit(idx, sc.Line(), false); err != nil {
 					return 0, 0, err
 				}
 			}

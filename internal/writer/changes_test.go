@@ -157,3 +157,38 @@ func TestAppendGate(t *testing.T) {
 	mu.Unlock()
 	closeManager(t, m)
 }
+
+// TestReadLinesSaysWhatAppendValidated: entries served from the log
+// before their compaction are the lines Append validated (Normalized:
+// the mirror does not validate them again); lines read from the file,
+// which another program may have written, are not.
+func TestReadLinesSaysWhatAppendValidated(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.IdleCompact = time.Hour // the entries stay in the log until the Flush
+	m := e.manager()
+	defer closeManager(t, m)
+	k := newKey()
+	mustAppendTo(t, m, k, string(entry("a")), string(entry("b")))
+	flags := func() []bool {
+		var out []bool
+		if _, _, err := m.ReadLines(bg, k, 0, func(es []Entry) error {
+			for _, e := range es {
+				out = append(out, e.Normalized)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if got := flags(); len(got) != 2 || !got[0] || !got[1] {
+		t.Fatalf("entries in the log: Normalized %v, want both", got)
+	}
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	mustAppendTo(t, m, k, string(entry("c")))
+	if got := flags(); len(got) != 3 || got[0] || got[1] || !got[2] {
+		t.Fatalf("two lines in the file and one in the log: Normalized %v, want false, false, true", got)
+	}
+}

@@ -109,6 +109,12 @@ func (p *pendingReader) Read(b []byte) (int, error) {
 type Entry struct {
 	Index uint64
 	Data  []byte
+	// Normalized: Data is a line this sessiond's Append validated
+	// (transcript.Normalize: one JSON object, valid UTF-8), served from
+	// the log before its compaction. False for lines read from the file,
+	// which another program may have written, and for lines another
+	// program appended that the log rescued.
+	Normalized bool
 }
 
 // sendBytes bounds what a reader gathers before handing entries on: just
@@ -132,6 +138,7 @@ type snapshot struct {
 	canonEndsNL  bool
 	journal      logReader
 	pending      []span
+	foreign      []bool // for each pending entry, when any is foreign
 	lineage      uint64
 	changed      <-chan struct{}
 	exists       bool
@@ -168,6 +175,12 @@ func (st *state) snapshot() (*snapshot, error) {
 		sn.pending = make([]span, len(st.pending))
 		for i, p := range st.pending {
 			sn.pending[i] = p.span
+			if p.foreign {
+				if sn.foreign == nil {
+					sn.foreign = make([]bool, len(st.pending))
+				}
+				sn.foreign[i] = true
+			}
 		}
 	}
 	return sn, nil
@@ -281,10 +294,11 @@ type reader struct {
 	hintOff int64
 	send    func([]Entry) error
 	// The batch being gathered: its lines back to back in arena, entry i
-	// ending at ends[i] with index idx[i].
+	// ending at ends[i] with index idx[i] (Entry.Normalized: norm[i]).
 	arena []byte
 	idx   []uint64
 	ends  []int
+	norm  []bool
 	batch []Entry
 }
 
@@ -293,12 +307,12 @@ type reader struct {
 // arena, which is reused from batch to batch; a big line goes out alone,
 // uncopied. Both rely on send being done with a batch when it returns
 // (the server's send marshals the message before Send returns).
-func (r *reader) emit(idx uint64, data []byte) error {
+func (r *reader) emit(idx uint64, data []byte, normalized bool) error {
 	if len(data) >= bigLine {
 		if err := r.flush(); err != nil {
 			return err
 		}
-		return r.send([]Entry{{Index: idx, Data: data}})
+		return r.send([]Entry{{Index: idx, Data: data, Normalized: normalized}})
 	}
 	if len(r.arena)+len(data) > sendBytes {
 		if err := r.flush(); err != nil {
@@ -308,6 +322,7 @@ func (r *reader) emit(idx uint64, data []byte) error {
 	r.arena = append(r.arena, data...)
 	r.idx = append(r.idx, idx)
 	r.ends = append(r.ends, len(r.arena))
+	r.norm = append(r.norm, normalized)
 	return nil
 }
 
@@ -320,11 +335,11 @@ func (r *reader) flush() error {
 	r.batch = r.batch[:0]
 	start := 0
 	for i, end := range r.ends {
-		r.batch = append(r.batch, Entry{Index: r.idx[i], Data: r.arena[start:end:end]})
+		r.batch = append(r.batch, Entry{Index: r.idx[i], Data: r.arena[start:end:end], Normalized: r.norm[i]})
 		start = end
 	}
 	err := r.send(r.batch)
-	r.arena, r.idx, r.ends = r.arena[:0], r.idx[:0], r.ends[:0]
+	r.arena, r.idx, r.ends, r.norm = r.arena[:0], r.idx[:0], r.ends[:0], r.norm[:0]
 	return err
 }
 
@@ -347,7 +362,7 @@ func (r *reader) serve(sn *snapshot) error {
 		sc := transcript.NewLineScannerAt(io.NewSectionReader(sn.canon, off, sn.canonSize-off))
 		for idx < sn.canonEntries && sc.Scan() {
 			if idx >= r.next {
-				if err := r.emit(idx, sc.Line()); err != nil {
+				if err := r.emit(idx, sc.Line(), false); err != nil {
 					return err
 				}
 			}
@@ -370,7 +385,7 @@ func (r *reader) serve(sn *snapshot) error {
 			if err != nil {
 				return fmt.Errorf("read journal: %w", errdefs.FromIO(err))
 			}
-			if err := r.emit(idx, line); err != nil {
+			if err := r.emit(idx, line, sn.foreign == nil || !sn.foreign[i]); err != nil {
 				return err
 			}
 			r.next = idx + 1
