@@ -149,8 +149,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if mir != nil {
 		// After the journals' check: what it reads is what was
 		// acknowledged. It connects in the background (PostgreSQL may
-		// be down) and stops before the writers do.
-		if err := mir.Start(ctx, m); err != nil {
+		// be down) and stops before the writers do. Its context is not
+		// the signal's: it drains at shutdown (below), then Close stops it.
+		if err := mir.Start(context.WithoutCancel(ctx), m); err != nil {
 			m.Close(context.Background())
 			return fmt.Errorf("mirror: %w", err)
 		}
@@ -257,8 +258,16 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cancel()
 	<-purged // ctx is done: it stops between two copies
 	if mir != nil {
-		// Its reads go through the writers, which close next; what it
-		// has not mirrored yet is at the next start.
+		// No append comes any more: what the mirror holds back for its
+		// pace goes now, within the shutdown's time (at most mirrorDrain),
+		// before Close releases the leases. Its reads go through the
+		// writers, which close next; what it could not mirror is at the
+		// next start.
+		dctx, dcancel := context.WithTimeout(closeCtx, mirrorDrain)
+		if err := mir.Drain(dctx); err != nil {
+			log.Warn("stopping the mirror", zap.Error(err))
+		}
+		dcancel()
 		mir.Close()
 	}
 	err = m.Close(closeCtx)
@@ -315,6 +324,10 @@ func TransportOptions(maxMessageBytes int) []grpc.ServerOption {
 		grpc.StaticConnWindowSize(16 << 20),
 	}
 }
+
+// mirrorDrain bounds the mirror's drain at shutdown: PostgreSQL may be
+// slow, and the writers' own flush must still fit the stop timeout.
+const mirrorDrain = 10 * time.Second
 
 // registerMirrorMetrics publishes the mirror's lag and errors: what
 // Status.mirror shows, read at each scrape.

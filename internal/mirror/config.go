@@ -71,6 +71,15 @@ type Config struct {
 	// reached (doubling from RetryMin) and before a transcript whose
 	// mirroring failed is tried again.
 	RetryMin, RetryMax time.Duration
+	// Pace is the least time between two turns at one transcript: what
+	// is appended meanwhile goes in the next turn's transaction, so that
+	// a busy session costs sessiond and PostgreSQL a few transactions a
+	// second, not one per group commit (measured under the parallel64
+	// load: the local throughput with the mirror on went from 71 % to
+	// 83 % of off with 500 ms). A transcript's first change after a quiet
+	// spell goes at once; the lag's age grows by at most this much; Drain
+	// does not wait for it. Negative: none.
+	Pace time.Duration
 	// ConnectTimeout bounds one connection attempt.
 	ConnectTimeout time.Duration
 
@@ -97,6 +106,7 @@ const (
 	DefaultWorkers      = 4
 	DefaultBatchEntries = 2000
 	DefaultBatchBytes   = 8 << 20
+	DefaultPace         = 500 * time.Millisecond
 	DefaultRetryMin     = 100 * time.Millisecond
 	DefaultRetryMax     = 5 * time.Second
 	DefaultConnect      = 5 * time.Second
@@ -129,6 +139,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RetryMax < c.RetryMin {
 		c.RetryMax = max(DefaultRetryMax, c.RetryMin)
+	}
+	if c.Pace == 0 {
+		c.Pace = DefaultPace
 	}
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = DefaultConnect

@@ -3,6 +3,7 @@ package mirror
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -51,6 +52,11 @@ type Mirror struct {
 	rows                    uint64 // rows written since start
 	errs                    uint64 // errors recorded since start (fail)
 	closed                  bool
+	// draining: Drain was called; the pace is waived.
+	draining bool
+	// failedConnect: an attempt to connect failed since the last success
+	// (Drain then gives up at once rather than wait for PostgreSQL).
+	failedConnect bool
 
 	// sidecarsAtStart: every session's sidecars in PostgreSQL, loaded
 	// with the cursors for the scan at start; each is dropped once its
@@ -91,6 +97,9 @@ type tstate struct {
 
 	queued, busy bool
 	failures     int
+	// notBefore: the transcript's next turn is not before then
+	// (Config.Pace), unless the mirror drains.
+	notBefore time.Time
 }
 
 // New checks cfg and returns a mirror that does nothing until Start;
@@ -131,6 +140,48 @@ func (mr *Mirror) Start(ctx context.Context, src Source) error {
 		go func() { defer mr.wg.Done(); mr.worker(ctx) }()
 	}
 	return nil
+}
+
+// Drain gives every transcript with something to mirror its turn now,
+// without waiting for its pace, and waits until nothing is behind, ctx
+// ends or PostgreSQL stops answering. sessiond drains at shutdown, once
+// no append comes any more and before its leases are released: the
+// sessions are then whole in PostgreSQL for the machine that takes one
+// over next.
+func (mr *Mirror) Drain(ctx context.Context) error {
+	mr.mu.Lock()
+	mr.draining = true
+	mr.signalLocked()
+	mr.mu.Unlock()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		mr.mu.Lock()
+		idle, connected, failed := len(mr.queue) == 0, mr.connected, mr.failedConnect
+		for _, ts := range mr.keys {
+			idle = idle && !ts.busy
+		}
+		mr.mu.Unlock()
+		switch {
+		case !connected && !failed:
+			// Still connecting (sessiond stopped right after its start):
+			// wait for the first answer.
+		case !connected:
+			return fmt.Errorf("mirror not drained: PostgreSQL does not answer (%d entries stay behind until the next start)", mr.Status().EntriesBehind)
+		case idle && connected:
+			if st := mr.Status(); st.EntriesBehind > 0 {
+				// Transcripts that failed wait for their retry, fenced
+				// ones forever: say so rather than wait.
+				return fmt.Errorf("mirror drained but %d entries stay behind until the next start (last error: %s)", st.EntriesBehind, st.LastError)
+			}
+			return nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return fmt.Errorf("mirror not drained: %w (%d entries stay behind until the next start)", ctx.Err(), mr.Status().EntriesBehind)
+		}
+	}
 }
 
 // Close stops the mirror: a transaction in flight is rolled back, and
@@ -246,6 +297,9 @@ func (mr *Mirror) connector(ctx context.Context) {
 			}
 		}
 		mr.fail(err)
+		mr.mu.Lock()
+		mr.failedConnect = true
+		mr.mu.Unlock()
 		if !mr.sleep(ctx, delay) {
 			return
 		}
@@ -308,6 +362,7 @@ func (mr *Mirror) setConnected(ok bool) bool {
 	was := mr.connected
 	mr.connected = ok
 	if ok {
+		mr.failedConnect = false
 		mr.signalLocked()
 	}
 	return was
@@ -352,37 +407,68 @@ func (mr *Mirror) fail(err error) {
 // worker mirrors the queued transcripts one at a time while PostgreSQL
 // answers; a transcript is never mirrored by two workers at once.
 func (mr *Mirror) worker(ctx context.Context) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		mr.mu.Lock()
-		var k layout.Key
-		ok := false
-		if mr.connected && len(mr.queue) > 0 {
-			for i, q := range mr.queue {
-				if ts := mr.keys[q]; !ts.busy {
-					k, ok = q, true
-					if i == 0 {
-						mr.queue = mr.queue[1:] // the usual case: no copy
-					} else {
-						mr.queue = append(mr.queue[:i:i], mr.queue[i+1:]...)
-					}
-					ts.queued, ts.busy = false, true
-					break
-				}
-			}
-		}
+		k, ok, until := mr.nextLocked(time.Now())
 		wake := mr.wake
 		mr.mu.Unlock()
 		if !ok {
+			var due <-chan time.Time
+			if until > 0 {
+				if timer == nil {
+					timer = time.NewTimer(until)
+				} else {
+					timer.Reset(until)
+				}
+				due = timer.C
+			}
 			select {
 			case <-wake:
-				continue
+			case <-due:
 			case <-ctx.Done():
 				return
 			}
+			continue
 		}
 		err := mr.sync(ctx, k)
 		mr.finish(ctx, k, err)
 	}
+}
+
+// nextLocked takes the first queued transcript that no worker holds and
+// whose pace allows a turn now. Otherwise it says how long until the
+// first one's pace does (0: none is waiting for its pace).
+func (mr *Mirror) nextLocked(now time.Time) (layout.Key, bool, time.Duration) {
+	if !mr.connected {
+		return layout.Key{}, false, 0
+	}
+	var until time.Duration
+	for i, q := range mr.queue {
+		ts := mr.keys[q]
+		if ts.busy {
+			continue
+		}
+		if wait := ts.notBefore.Sub(now); wait > 0 && !mr.draining {
+			if until == 0 || wait < until {
+				until = wait
+			}
+			continue
+		}
+		if i == 0 {
+			mr.queue = mr.queue[1:] // the usual case: no copy
+		} else {
+			mr.queue = append(mr.queue[:i:i], mr.queue[i+1:]...)
+		}
+		ts.queued, ts.busy = false, true
+		return q, true, 0
+	}
+	return layout.Key{}, false, until
 }
 
 // finish records how k's turn went and when it comes again.
@@ -392,6 +478,9 @@ func (mr *Mirror) finish(ctx context.Context, k layout.Key, err error) {
 	ts.busy = false
 	if err == nil {
 		ts.failures = 0
+		if mr.cfg.Pace > 0 {
+			ts.notBefore = time.Now().Add(mr.cfg.Pace)
+		}
 		if ts.queued {
 			mr.signalLocked() // changed meanwhile: a worker may take it now
 		}

@@ -82,6 +82,7 @@ type env struct {
 	// (defaults when empty).
 	machine string
 	ttl     time.Duration
+	pace    time.Duration // Config.Pace (0: the default)
 }
 
 func newEnv(t *testing.T, dsn string, clk clock.Clock) *env {
@@ -90,9 +91,14 @@ func newEnv(t *testing.T, dsn string, clk clock.Clock) *env {
 
 // newEnvAs is newEnv for a machine of that name with leases of ttl.
 func newEnvAs(t *testing.T, dsn string, clk clock.Clock, machine string, ttl time.Duration) *env {
+	return newEnvWith(t, &env{dsn: dsn, clock: clk, machine: machine, ttl: ttl})
+}
+
+// newEnvWith starts e's mirror and writer in a new folder.
+func newEnvWith(t *testing.T, e *env) *env {
 	dir := t.TempDir()
-	e := &env{t: t, dsn: dsn, clock: clk, machine: machine, ttl: ttl,
-		lay: layout.Layout{Root: filepath.Join(dir, "root"), StateDir: filepath.Join(dir, "state")}}
+	e.t = t
+	e.lay = layout.Layout{Root: filepath.Join(dir, "root"), StateDir: filepath.Join(dir, "state")}
 	e.start()
 	t.Cleanup(e.stop)
 	return e
@@ -101,7 +107,7 @@ func newEnvAs(t *testing.T, dsn string, clk clock.Clock, machine string, ttl tim
 func (e *env) start() {
 	e.t.Helper()
 	mr, err := New(Config{DSN: e.dsn, Logger: zaptest.NewLogger(e.t), Clock: e.clock, BatchEntries: 7,
-		RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, MachineID: e.machine, LeaseTTL: e.ttl})
+		RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, MachineID: e.machine, LeaseTTL: e.ttl, Pace: e.pace})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -237,6 +243,35 @@ func TestMirrorAppends(t *testing.T) {
 	if got := exactLines(t, dsn, main); !reflect.DeepEqual(got, wantMain) {
 		t.Fatalf("sessiond_lines differ from the appended lines:\n got %q\nwant %q", got, wantMain)
 	}
+}
+
+// TestMirrorPaceAndDrain: a transcript's first change after a quiet spell
+// is mirrored at once; what follows within the pace waits for it (and
+// then goes in one transaction); Drain mirrors it without waiting.
+func TestMirrorPaceAndDrain(t *testing.T) {
+	dsn := database(t)
+	e := newEnvWith(t, &env{dsn: dsn, pace: time.Hour})
+	k := newKey("")
+	want := []string{line(0, ""), line(1, ""), line(2, "")}
+	e.append(k, want[0])
+	if st := e.waitCaughtUp(20 * time.Second); st.RowsWritten != 1 {
+		t.Fatalf("status %+v: want the first entry mirrored at once", st)
+	}
+	e.append(k, want[1])
+	e.append(k, want[2])
+	time.Sleep(300 * time.Millisecond)
+	if st := e.mr.Status(); st.EntriesBehind != 2 || st.RowsWritten != 1 {
+		t.Fatalf("status %+v: want the two entries appended within the pace held back", st)
+	}
+	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+	defer cancel()
+	if err := e.mr.Drain(ctx); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	if st := e.mr.Status(); st.EntriesBehind != 0 || st.RowsWritten != 3 {
+		t.Fatalf("status after the drain %+v: want all 3 rows", st)
+	}
+	mirrortest.SameEntries(t, "after the drain", load(t, dsn, k), want)
 }
 
 // TestMirrorScanAtStart: a mirror started over transcripts appended

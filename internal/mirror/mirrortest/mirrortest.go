@@ -63,20 +63,48 @@ func Texts(t testing.TB, dsn, sql string, args ...any) []string {
 // as JSON.
 func SameEntries(t testing.TB, what string, rows, entries []string) {
 	t.Helper()
+	if err := Same(rows, entries); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// Same says how rows differ from entries (nil: they are the same, in
+// order, each deep equal as JSON).
+func Same(rows, entries []string) error {
 	if len(rows) != len(entries) {
-		t.Fatalf("%s: %d rows for %d entries", what, len(rows), len(entries))
+		return fmt.Errorf("%d rows for %d entries", len(rows), len(entries))
 	}
 	for i := range rows {
 		var r, e any
 		if err := json.Unmarshal([]byte(rows[i]), &r); err != nil {
-			t.Fatalf("%s: row %d: %v", what, i, err)
+			return fmt.Errorf("row %d: %w", i, err)
 		}
 		if err := json.Unmarshal([]byte(entries[i]), &e); err != nil {
-			t.Fatalf("%s: entry %d: %v", what, i, err)
+			return fmt.Errorf("entry %d: %w", i, err)
 		}
 		if !reflect.DeepEqual(r, e) {
-			t.Fatalf("%s: row %d differs:\n row   %s\n entry %s", what, i, rows[i], entries[i])
+			return fmt.Errorf("row %d differs:\n row   %s\n entry %s", i, rows[i], entries[i])
 		}
+	}
+	return nil
+}
+
+// WaitEntries waits until load returns entries (Same), and fails t with
+// the last difference after within: for a change the status cannot show
+// (a rewrite that keeps the number of lines), whose turn may wait for the
+// mirror's pace.
+func WaitEntries(t testing.TB, what string, load func() []string, entries []string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := Same(load(), entries)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s after %v: %v", what, within, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
