@@ -562,6 +562,7 @@ func TestSessiondRefusesNonPositiveFlags(t *testing.T) {
 		{"--trash-retention", "0s"},
 		{"--lease-ttl", "0s"},
 		{"--machine-id", "a b", `"a b" is refused`},
+		{"--mirror-pace", "-1s", "-1s: give a duration from 0 (none) to 1m"},
 	} {
 		want := " must be greater than zero"
 		if len(tc) > 2 {

@@ -56,6 +56,7 @@ func run() error {
 		metricsListen   = flag.String("metrics-listen", "", "serve Prometheus metrics at GET /metrics on this address: 127.0.0.1:PORT, [::1]:PORT, localhost:PORT or unix:/path (a socket made 0600 in a folder only this user controls); other addresses are refused, the endpoint having no authentication. Empty (the default): no metrics")
 		mirrorDSN       = flag.String("mirror", "", "mirror every transcript into PostgreSQL at this connection string (postgres://user@host:5432/db, or key=value pairs; env SESSIOND_MIRROR, which keeps the password out of the process list, as does ~/.pgpass): the reference SessionStore adapter's table, kept exactly once behind the local transcripts, which stay the source of truth")
 		mirrorTable     = flag.String("mirror-table", mirror.DefaultTable, "the table --mirror writes (the reference adapter's layout; letters, digits and _; env SESSIOND_MIRROR_TABLE)")
+		mirrorPace      = flag.Duration("mirror-pace", mirror.DefaultPace, "with --mirror: the least time between two transactions of one transcript (what is appended meanwhile goes in the next; 0: none)")
 		machineID       = flag.String("machine-id", "", "the name this sessiond holds sessions' leases under in the --mirror database (one writer per session across machines; env SESSIOND_MACHINE_ID): every machine sharing the database needs its own. Default: the host name and a random suffix, made once and kept in <state-dir>/machine-id")
 		leaseTTL        = flag.Duration("lease-ttl", mirror.DefaultLeaseTTL, "with --mirror: how long a session's lease lasts unless renewed (renewed every third of it while the session is appended to); after it another machine may take the session over")
 		logFormat       = flag.String("log-format", "auto", "auto (console on a terminal, else JSON), console or json")
@@ -97,7 +98,7 @@ func run() error {
 	if *walRetention < 0 {
 		return fmt.Errorf("--wal-retention must not be negative (%s); 0 keeps nothing after compaction", *walRetention)
 	}
-	mc, err := mirrorConfig(*mirrorDSN, *mirrorTable)
+	mc, err := mirrorConfig(*mirrorDSN, *mirrorTable, *mirrorPace)
 	if err != nil {
 		return err
 	}
@@ -199,7 +200,7 @@ func run() error {
 // none), with the environment's SESSIOND_MIRROR and SESSIOND_MIRROR_TABLE
 // where the flags were not given. The flag's default stays empty, so -h
 // never prints a connection string from the environment.
-func mirrorConfig(dsn, table string) (*mirror.Config, error) {
+func mirrorConfig(dsn, table string, pace time.Duration) (*mirror.Config, error) {
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if !set["mirror"] {
@@ -213,13 +214,19 @@ func mirrorConfig(dsn, table string) (*mirror.Config, error) {
 	if err := mirror.CheckTable(table); err != nil {
 		return nil, fmt.Errorf("--mirror-table: %w", err)
 	}
+	if pace < 0 || pace > time.Minute {
+		return nil, fmt.Errorf("--mirror-pace %v: give a duration from 0 (none) to 1m", pace)
+	}
+	if pace == 0 {
+		pace = -1 // mirror.Config: negative is none, 0 the default
+	}
 	if dsn == "" {
 		if set["mirror"] {
 			return nil, fmt.Errorf("--mirror is empty: give a PostgreSQL connection string, or leave the flag out for no mirror")
 		}
 		return nil, nil
 	}
-	mc := &mirror.Config{DSN: dsn, Table: table}
+	mc := &mirror.Config{DSN: dsn, Table: table, Pace: pace}
 	// Parse it now, so a bad string stops sessiond with a message
 	// instead of a mirror that never connects.
 	if _, err := mirror.New(*mc); err != nil {
