@@ -262,59 +262,75 @@ func (j *job) commit(ctx context.Context, b *batch, h chain) error {
 	if err := mr.ensureLease(ctx, j.key); err != nil {
 		return j.dbError(err)
 	}
-	// The transaction's statements go in one round trip (a pipeline),
-	// BEGIN and COMMIT in one each: under a steady load a turn carries a
-	// few dozen lines, and six round trips cost sessiond more than the
-	// lines. The checks read what the locking statements returned before
-	// COMMIT; any that fails rolls the insert back.
-	err := pgx.BeginFunc(ctx, mr.pool, func(tx pgx.Tx) error {
-		var (
-			got             cursor
-			held            lease
-			leased, foreign bool
-			q               pgx.Batch
-		)
-		sql, args := cursorQuery(mr.cfg.Table, j.key, true)
-		q.Queue(sql, args...).QueryRow(func(r pgx.Row) (err error) {
-			got, err = scanCursor(r)
-			return err
-		})
-		sql, args = leaseQuery(mr.cfg.Table, familyKey(j.key), true)
-		q.Queue(sql, args...).QueryRow(func(r pgx.Row) (err error) {
-			held, leased, err = scanLease(r)
-			return err
-		})
-		if !j.cur.exists {
-			sql, args = hasRowsQuery(mr.cfg.Table, j.key)
-			q.Queue(sql, args...).QueryRow(func(r pgx.Row) error { return r.Scan(&foreign) })
-		}
-		if b.rows > 0 {
-			sql, args = insertQuery(mr.cfg.Table, j.key, b)
-			q.Queue(sql, args...).Exec(func(tag pgconn.CommandTag) error { return checkInserted(tag, mr.cfg.Table, b) })
-		}
-		sql, args = saveCursorQuery(mr.cfg.Table, j.key, next)
-		q.Queue(sql, args...)
-		if err := tx.SendBatch(ctx, &q).Close(); err != nil {
-			return err
-		}
-		if !got.same(j.cur) {
-			return errCursorMoved
-		}
-		if err := mr.checkFence(j.key, held, leased); err != nil {
-			return err
-		}
-		if foreign {
-			return fmt.Errorf("%s: table %s holds %w for this transcript (another program's, or left by a mirror whose cursor is gone); it is not mirrored until they are removed",
-				j.key, mr.cfg.Table, errForeignRows)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := j.pipelined(ctx, b, next); err != nil {
 		return j.dbError(err)
 	}
 	j.advanced(next, uint64(b.rows))
 	b.reset()
 	return nil
+}
+
+// pipelined runs commit's transaction in two round trips: BEGIN and every
+// statement in one pipeline, then COMMIT, or ROLLBACK when a statement
+// failed or a check on what the locking statements returned does. Under
+// a steady load a turn carries a few dozen lines, and a round trip per
+// statement (six) cost sessiond more than the lines.
+func (j *job) pipelined(ctx context.Context, b *batch, next cursor) (err error) {
+	mr := j.mr
+	conn, err := mr.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// A connection left in a transaction (a ROLLBACK that failed) is
+	// closed by the pool, not reused.
+	defer conn.Release()
+	var (
+		got             cursor
+		held            lease
+		leased, foreign bool
+		q               pgx.Batch
+	)
+	q.Queue("BEGIN")
+	sql, args := cursorQuery(mr.cfg.Table, j.key, true)
+	q.Queue(sql, args...).QueryRow(func(r pgx.Row) (err error) {
+		got, err = scanCursor(r)
+		return err
+	})
+	sql, args = leaseQuery(mr.cfg.Table, familyKey(j.key), true)
+	q.Queue(sql, args...).QueryRow(func(r pgx.Row) (err error) {
+		held, leased, err = scanLease(r)
+		return err
+	})
+	if !j.cur.exists {
+		sql, args = hasRowsQuery(mr.cfg.Table, j.key)
+		q.Queue(sql, args...).QueryRow(func(r pgx.Row) error { return r.Scan(&foreign) })
+	}
+	if b.rows > 0 {
+		sql, args = insertQuery(mr.cfg.Table, j.key, b)
+		q.Queue(sql, args...).Exec(func(tag pgconn.CommandTag) error { return checkInserted(tag, mr.cfg.Table, b) })
+	}
+	sql, args = saveCursorQuery(mr.cfg.Table, j.key, next)
+	q.Queue(sql, args...)
+	err = conn.SendBatch(ctx, &q).Close()
+	switch {
+	case err != nil:
+	case !got.same(j.cur):
+		err = errCursorMoved
+	default:
+		err = mr.checkFence(j.key, held, leased)
+	}
+	if err == nil && foreign {
+		err = fmt.Errorf("%s: table %s holds %w for this transcript (another program's, or left by a mirror whose cursor is gone); it is not mirrored until they are removed",
+			j.key, mr.cfg.Table, errForeignRows)
+	}
+	if err != nil {
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(ctx, "ROLLBACK")
+		}
+		return err
+	}
+	_, err = conn.Exec(ctx, "COMMIT")
+	return err
 }
 
 // lock takes the cursor's row lock in tx and checks that the cursor is
