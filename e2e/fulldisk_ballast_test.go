@@ -21,9 +21,12 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 )
 
-// TestFullDiskBallastAndCatchUp runs the real daemon on a 16 MiB tmpfs
+// TestFullDiskBallastAndCatchUp runs the real daemon on a 32 MiB tmpfs
 // holding the transcripts and the state folder, with a 1 MiB ballast and
-// two transcripts of 2.5 MiB.
+// two transcripts of 2.5 MiB. (The filler makes it full whatever its
+// size; on 16 MiB, a slow run that acknowledged more before the refusals
+// left transcripts the freed disk could not compact: 659 entries against
+// 463 in a quick run.)
 // The ballast is made at start. A filler file leaves little room, and
 // appends go on until the disk is full: the first write that finds it
 // full releases the ballast, whose room is then kept for compactions:
@@ -37,7 +40,7 @@ import (
 // ballast is made again.
 func TestFullDiskBallastAndCatchUp(t *testing.T) {
 	t.Parallel()
-	disk := mountTmpfs(t, "16m")
+	disk := mountTmpfs(t, "32m")
 	const ballastSize = 1 << 20
 	d := diskDaemon(t, disk, "--ballast-size", fmt.Sprint(ballastSize), "--wal-segment-size", fmt.Sprint(1<<20),
 		"--wal-max-size", fmt.Sprint(4<<20), "--idle-compact", "200ms", "--idle-retire", "1s")
