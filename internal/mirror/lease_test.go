@@ -134,14 +134,17 @@ func TestLeaseAcquireRenewExpireTakeoverFence(t *testing.T) {
 	// A was paused: its clock says its lease runs, so it appends locally.
 	late := line(5, "")
 	a.append(k, late)
+	// The fencing is recorded, then logged as the last error: a status
+	// read between the two shows the first alone (seen in CI).
 	deadline := time.Now().Add(30 * time.Second)
-	for len(a.mr.Status().Fenced) == 0 {
+	st := a.mr.Status()
+	for len(st.Fenced) == 0 || st.LastError == "" {
 		if time.Now().After(deadline) {
-			t.Fatalf("A's mirror was not fenced: %+v", a.mr.Status())
+			t.Fatalf("A's mirror was not fenced: %+v", st)
 		}
 		time.Sleep(10 * time.Millisecond)
+		st = a.mr.Status()
 	}
-	st := a.mr.Status()
 	if !strings.Contains(st.Fenced[0], "taken over by machine-B") || !strings.Contains(st.LastError, "machine-B") {
 		t.Fatalf("A's status does not say who took over: %+v", st)
 	}
