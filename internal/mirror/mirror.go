@@ -212,11 +212,14 @@ func (mr *Mirror) Notify(c writer.Change) {
 	switch {
 	case c.Gone:
 		ts.gone = true
+		ts.notBefore = time.Time{} // not paced: a delete, a restore or a sidecar goes at once
 	case c.Family:
 		ts.family = true
 		ts.sideDirty = ts.sideDirty || c.Key.Subpath == ""
+		ts.notBefore = time.Time{}
 	case c.Sidecars:
 		ts.sideDirty = true
+		ts.notBefore = time.Time{}
 	default:
 		ts.local, ts.localBytes, ts.localKnown = c.Entries, c.Bytes, true
 		if !ts.known {
