@@ -217,7 +217,10 @@ func (a *appender) run(ctx context.Context, socket string, pause time.Duration) 
 			batch = append(batch, mirrorEntry(a.n))
 			a.n++
 		}
-		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		// Not cancelled by stop: once stop returns, no append is in
+		// flight, so one the daemon would still store after the status
+		// said all was mirrored cannot be.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		_, err := c.Append(actx, a.s, batch...)
 		cancel()
 		if err != nil {

@@ -147,11 +147,28 @@ func TestLowSpaceGivesReservedSpaceBack(t *testing.T) {
 	if n, bytes := l.Backlog(); n != 1 || bytes != 8 {
 		t.Fatalf("Backlog = %d transcripts, %d bytes; want 1 and 8", n, bytes)
 	}
+	behind := l.Behind()
+	stream, ok := behind[key("b")]
+	if len(behind) != 1 || !ok || !l.StillBehind(key("b"), stream) {
+		t.Fatalf("Behind = %v; want b's stream, still behind", behind)
+	}
 	if err := b.Begin(Fingerprint{Size: 10}, 0, false); err != nil {
 		t.Fatal(err)
 	}
 	if n, bytes := l.Backlog(); n != 0 || bytes != 0 {
 		t.Fatalf("Backlog after the compaction = %d transcripts, %d bytes; want none", n, bytes)
+	}
+	if l.StillBehind(key("b"), stream) || len(l.Behind()) != 0 {
+		t.Fatalf("after the compaction: StillBehind %v, Behind %v; want neither", l.StillBehind(key("b"), stream), l.Behind())
+	}
+	if _, err := b.Append(batchesOf([]string{"four"}), nil); err != nil {
+		t.Fatal(err)
+	}
+	if l.StillBehind(key("b"), stream) {
+		t.Fatal("a new stream's entries count as the compacted stream's")
+	}
+	if err := b.Begin(Fingerprint{Size: 15}, 0, false); err != nil {
+		t.Fatal(err)
 	}
 
 	l.SetLowSpace(true)

@@ -125,6 +125,33 @@ func (l *Log) Backlog() (transcripts int, bytes int64) {
 	return transcripts, bytes
 }
 
+// Behind lists the transcripts Backlog counts, each with its current
+// stream: StillBehind tells later whether those entries have reached
+// their transcripts since.
+func (l *Log) Behind() map[layout.Key]uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out map[layout.Key]uint64
+	for k, e := range l.epochs {
+		if len(e.Batches) > 0 && e.Compacted == nil {
+			if out == nil {
+				out = map[layout.Key]uint64{}
+			}
+			out[k] = e.Stream
+		}
+	}
+	return out
+}
+
+// StillBehind reports whether key's stream (as Behind gave it) still holds
+// entries that are not in the transcript: no compaction ended it since.
+func (l *Log) StillBehind(key layout.Key, stream uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.epochs[key]
+	return e != nil && e.Stream == stream && len(e.Batches) > 0 && e.Compacted == nil
+}
+
 // Stream is one transcript's handle on the log, used by that transcript's
 // writer alone.
 type Stream struct {

@@ -245,10 +245,18 @@ func (st *state) commit(group []*appendReq) {
 		}
 		r.res.Entries = total
 		r.res.SummaryVersion = st.store.SummaryVersion
+	}
+	if len(lineBatches) > 0 {
+		// Before the acks, as the listing above: once a caller holds its
+		// ack, a watcher (the mirror's status, tail -f) already counts
+		// the entries. Told after, a status read in between said
+		// nothing was behind while an acknowledged entry was.
+		st.notifyChange()
+	}
+	for _, r := range live {
 		close(r.done)
 	}
 	if len(lineBatches) > 0 {
-		st.notifyChange()
 		if st.sizeDue() {
 			if err := st.compact("size"); err != nil {
 				st.log.Warn("compaction failed; entries stay in the journal", zap.Error(err))

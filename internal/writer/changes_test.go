@@ -3,6 +3,7 @@ package writer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -23,8 +24,8 @@ func (l *changeLog) add(c Change) {
 	l.mu.Unlock()
 }
 
-// last waits a little for a change of k that ok accepts (the writer
-// tells it right after acknowledging) and returns the last one told.
+// last waits a little for a change of k that ok accepts (a delete or a
+// restore is told after it returns) and returns the last one told.
 func (l *changeLog) last(k layout.Key, ok func(Change) bool) Change {
 	var c Change
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
@@ -121,6 +122,39 @@ func TestChangedAndReadLines(t *testing.T) {
 	}
 	if _, err := os.Stat(e.lay.TranscriptPath(k)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestChangeToldBeforeAck: an append's Change has been told by the time
+// its caller holds the ack, so a watcher's status read after an ack
+// counts the entry. A slow Changed (a watcher under load) makes a Change
+// told after the ack arrive late every time.
+func TestChangeToldBeforeAck(t *testing.T) {
+	e := newEnv(t)
+	var log changeLog
+	e.cfg.Changed = func(c Change) {
+		time.Sleep(20 * time.Millisecond)
+		log.add(c)
+	}
+	m := e.manager()
+	defer closeManager(t, m)
+	k := newKey()
+	for i := range 5 {
+		res, err := m.Append(bg, k, [][]byte{entry(fmt.Sprint("e", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.mu.Lock()
+		var told uint64
+		for _, c := range log.cs {
+			if c.Key == k {
+				told = c.Entries
+			}
+		}
+		log.mu.Unlock()
+		if told != res.Entries || told != uint64(i+1) {
+			t.Fatalf("append %d acknowledged with %d entries; Changed had been told %d", i, res.Entries, told)
+		}
 	}
 }
 

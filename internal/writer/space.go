@@ -35,6 +35,9 @@ import (
 //   - the ballast (package ballast) is deleted, if it is on that disk, and
 //     the log stops reserving space ahead and deletes its spare segments
 //     (wal.Log.SetLowSpace), so the compactions waiting get that room;
+//     the transcripts whose entries were not compacted yet when the
+//     ballast went are the compactions waiting (lagging): the watcher
+//     compacts each at once, and those that do not fit are deferred;
 //     until the ballast is back, appends are refused while they would
 //     take the ballast's room (appendRoom): it is the compactions';
 //   - a compaction that did not fit is deferred: the session's automatic
@@ -48,9 +51,13 @@ import (
 //     (up to maxRetry). So the transcripts catch up without a restart once
 //     space is freed, and a compaction that cannot fit is never retried in
 //     a loop;
-//   - once nothing waits and the state folder's disk has room for the
+//   - once nothing waits (no compaction deferred, each lagging transcript
+//     compacted or deferred) and the state folder's disk has room for the
 //     ballast twice over, the ballast is made again, then the log reserves
-//     space ahead again.
+//     space ahead again. Without the lagging transcripts, the room the
+//     release had just freed counted as room that was back: the reserves
+//     came back at once, before any compaction had had the room, and the
+//     appends filled it again.
 
 const (
 	// spaceCheck is how often the watcher looks at the free space while
@@ -83,6 +90,10 @@ type diskSpace struct {
 
 	mu       sync.Mutex
 	deferred map[layout.Key]*deferral
+	// lagging: the transcripts whose entries were in the log only when
+	// the ballast was released, with their streams (wal.Log.Behind); the
+	// watcher compacts each once, unless a compaction did it already.
+	lagging  map[layout.Key]uint64
 	watching bool          // the watcher goroutine runs
 	kick     chan struct{} // wakes the watcher at once
 	stop     chan struct{} // closed by close
@@ -241,9 +252,9 @@ func (d *diskSpace) noticeFull(err error) {
 // once until the watcher puts it back, so a compaction failing again
 // waits for its backoff.
 func (d *diskSpace) release(dir string) {
-	freed := false
+	freed, ballast := false, false
 	if d.ballast != nil && fsys.SameDisk(dir, filepath.Dir(d.ballast.Path())) && d.ballast.Release() {
-		freed = true
+		freed, ballast = true, true
 		d.log.Warn("disk full: released the ballast so the compactions waiting for space can finish; it is made again once there is room",
 			zap.String("full", dir), zap.String("ballast", d.ballast.Path()), zap.Int64("bytes", d.ballast.Size()))
 	}
@@ -255,11 +266,22 @@ func (d *diskSpace) release(dir string) {
 		d.wal.SetLowSpace(true)
 		d.log.Info("disk full: the write-ahead log gives back the space it reserved ahead until there is room again", zap.String("full", dir))
 	}
+	var behind map[layout.Key]uint64
+	if ballast && d.wal != nil {
+		// The compactions the ballast's room is for.
+		behind = d.wal.Behind()
+	}
 	now := d.cfg.Clock.Now()
 	d.mu.Lock()
 	if freed {
 		for _, df := range d.deferred {
 			df.next = now
+		}
+		for k, stream := range behind {
+			if d.lagging == nil {
+				d.lagging = map[layout.Key]uint64{}
+			}
+			d.lagging[k] = stream
 		}
 	}
 	d.watchLocked()
@@ -422,7 +444,7 @@ func (d *diskSpace) watchLocked() {
 // compaction, a ballast not in place, the log giving back its reserve.
 // Called with d.mu held.
 func (d *diskSpace) needsWatchLocked() bool {
-	if len(d.deferred) > 0 {
+	if len(d.deferred) > 0 || len(d.lagging) > 0 {
 		return true
 	}
 	if d.ballast != nil {
@@ -475,6 +497,7 @@ func checked() {
 // round retries the deferred compactions that are due and fit, then,
 // when none waits any more, puts the reserves back.
 func (d *diskSpace) round() {
+	d.compactLagging()
 	now := d.cfg.Clock.Now()
 	d.mu.Lock()
 	var due []layout.Key
@@ -509,7 +532,7 @@ func (d *diskSpace) round() {
 		}
 	}
 	d.mu.Lock()
-	waiting := len(d.deferred) > 0 || d.closed
+	waiting := len(d.deferred) > 0 || len(d.lagging) > 0 || d.closed
 	d.mu.Unlock()
 	if waiting {
 		return
@@ -531,6 +554,37 @@ func (d *diskSpace) round() {
 		if free := d.freeSpace(d.cfg.Layout.WALDir()); present && free >= d.lowSpaceClear {
 			d.wal.SetLowSpace(false)
 			d.log.Info("space is back: the write-ahead log reserves space ahead again")
+		}
+	}
+}
+
+// compactLagging compacts, once each, the transcripts that lagged when the
+// ballast was released, unless a compaction did it since: one that does not
+// fit is deferred (compactFailed), like any compaction.
+func (d *diskSpace) compactLagging() {
+	d.mu.Lock()
+	lagging := d.lagging
+	d.lagging = nil
+	d.mu.Unlock()
+	keys := make([]layout.Key, 0, len(lagging))
+	for k := range lagging {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].Less(keys[j]) })
+	for _, k := range keys {
+		d.mu.Lock()
+		closed, deferred := d.closed, d.deferred[k] != nil
+		d.mu.Unlock()
+		if closed {
+			return
+		}
+		if deferred || !d.wal.StillBehind(k, lagging[k]) {
+			continue
+		}
+		if err := d.retry(k); err != nil && !errdefs.Is(err, errdefs.ErrNoSpace) {
+			// Gone, or failing for another reason: the usual rules (and
+			// their errors) take over, as for a deferred compaction.
+			d.log.Debug("compacting a transcript that lagged when the disk filled failed", zap.Stringer("session", k), zap.Error(err))
 		}
 	}
 }

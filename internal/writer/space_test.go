@@ -377,3 +377,75 @@ func TestRetainedSegmentsYieldToAnAppend(t *testing.T) {
 		t.Errorf("%d segments still retained", n)
 	}
 }
+
+// TestLaggingTranscriptsGetTheReleasedRoom: an append that finds the disk
+// full releases the reserves while nothing is deferred yet, only
+// transcripts whose entries are still in the log. The watcher compacts
+// them at once: the one that fits is done, the one that does not is
+// deferred, and the ballast is not made again meanwhile, though the free
+// space has room for it (what the release freed). Once that compaction is
+// done, the ballast comes back.
+func TestLaggingTranscriptsGetTheReleasedRoom(t *testing.T) {
+	const size = 64 << 10
+	e := newSpaceEnv(t, func(c *Config) { c.BallastSize, c.MinCompactBytes = size, 1<<30 })
+	m := e.m
+	big, small, full := newKey(), newKey(), newKey()
+	for i := range 3 {
+		e.appendTo(big, string(entry("", "n", fmt.Sprint(i))))
+		e.appendTo(small, string(entry("", "n", fmt.Sprint(i))))
+	}
+	if st := m.Stats().Disk; st.LagSessions != 2 {
+		t.Fatalf("lag %d sessions before the disk fills, want 2", st.LagSessions)
+	}
+	path := e.lay.BallastPath()
+	// big's compaction does not fit; the next write of the log finds the
+	// disk full. The free space read after that is the room the release
+	// freed: the ballast's twice over.
+	e.ff.Inject(fstest.Fault{Op: fstest.OpWrite, Path: func(p string) bool { return strings.Contains(p, "."+big.SessionID+".compact-") }, Err: syscall.ENOSPC, Sticky: true})
+	e.ff.Inject(fstest.Fault{Op: fstest.OpWrite, Path: func(p string) bool { return strings.HasPrefix(p, e.lay.WALDir()) }, Err: syscall.ENOSPC})
+	e.free.Store(4 * size)
+	if _, err := m.Append(bg, full, [][]byte{entry("", "n", "0")}); !errdefs.Is(err, errdefs.ErrNoSpace) {
+		t.Fatalf("append on a full disk: %v, want a space error", err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the ballast is still there after the disk filled (%v)", err)
+	}
+	var st DiskStats
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		st = m.Stats().Disk
+		if len(st.Deferred) == 1 && st.LagSessions == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lagging transcripts were not compacted (or deferred) after the release: %+v", st)
+		}
+	}
+	if st.Deferred[0].Key != big {
+		t.Fatalf("deferred: %+v, want %s's compaction", st.Deferred, big)
+	}
+	if got := e.canonicalLines(small); len(got) != 3 {
+		t.Errorf("the transcript that fits holds %d lines, want 3", len(got))
+	}
+	for range 3 {
+		e.tick()
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the ballast was made again while a compaction waited for the room (%v)", err)
+	}
+	if !m.logs.wal.LowSpace() {
+		t.Error("the log reserves space ahead again while a compaction waits")
+	}
+	e.ff.Clear()
+	for i := 0; ; i++ {
+		if fi, err := os.Stat(path); err == nil && fi.Size() == size {
+			break
+		}
+		if i == 10 {
+			t.Fatalf("the ballast was not made again once the compaction was done: %+v", m.Stats().Disk)
+		}
+		e.tick()
+	}
+	if got := e.canonicalLines(big); len(got) != 3 {
+		t.Errorf("the deferred transcript holds %d lines, want 3", len(got))
+	}
+}
