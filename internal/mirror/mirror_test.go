@@ -278,6 +278,42 @@ func TestMirrorPaceAndDrain(t *testing.T) {
 	mirrortest.SameEntries(t, "after the drain", load(t, dsn, k), want)
 }
 
+// TestMirrorWithoutPace: with a negative Pace (sessiond's --mirror-pace
+// 0), an entry appended right after another is mirrored in a turn of its
+// own, with no drain: under an hour's pace it would wait for the hour.
+func TestMirrorWithoutPace(t *testing.T) {
+	dsn := database(t)
+	e := newEnvWith(t, &env{dsn: dsn, pace: -1})
+	k := newKey("")
+	want := []string{line(0, ""), line(1, "")}
+	for i, l := range want {
+		e.append(k, l)
+		for deadline := time.Now().Add(20 * time.Second); e.mr.Status().RowsWritten != uint64(i+1); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("entry %d not mirrored without a pace: %+v", i, e.mr.Status())
+			}
+		}
+	}
+	mirrortest.SameEntries(t, "without a pace", load(t, dsn, k), want)
+}
+
+// TestMirrorDrainGivesUpWhenPostgresDoesNotAnswer: Drain at shutdown with
+// PostgreSQL unreachable returns once a connection attempt has failed,
+// saying so and how many entries stay behind, rather than wait for its
+// context.
+func TestMirrorDrainGivesUpWhenPostgresDoesNotAnswer(t *testing.T) {
+	sock := t.TempDir() // no server listens there
+	e := newEnvWith(t, &env{dsn: "host=" + sock + " port=5432 user=nobody dbname=none connect_timeout=2", pace: time.Hour})
+	k := newKey("")
+	e.append(k, line(0, ""), line(1, ""))
+	ctx, cancel := context.WithTimeout(bg, time.Minute)
+	defer cancel()
+	err := e.mr.Drain(ctx)
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "PostgreSQL does not answer") || !strings.Contains(err.Error(), "2 entries stay behind") {
+		t.Fatalf("drain with PostgreSQL unreachable = %v (context: %v); want it to give up at once, saying 2 entries stay behind", err, ctx.Err())
+	}
+}
+
 // TestMirrorScanAtStart: a mirror started over transcripts appended
 // without one mirrors them all; one started again after more appends
 // writes only the new ones (none twice).
