@@ -223,11 +223,20 @@ func (mr *Mirror) catchUp(ctx context.Context, fam layout.Key, token int64) erro
 // logged, and recorded as the mirror's last error. It returns the refusal
 // an append gets.
 func (mr *Mirror) noteLease(fam layout.Key, cur lease, ok, fence bool) error {
+	// The fencing and its last error are recorded under mr.mu, as Status
+	// reads them: a status never shows one without the other.
+	mr.mu.Lock()
 	fenced, err := mr.noteLeaseLocked(fam, cur, ok, fence)
+	var msg string
+	var repeat bool
+	if fenced {
+		msg, repeat = mr.failLocked(fencedError{err.(*LeasedError)})
+	}
+	mr.mu.Unlock()
 	if fenced {
 		mr.log.Warn("fenced: the session was taken over by another machine; its rows are not mirrored from here any more, its local entries are kept, and appends here are refused",
 			zap.Stringer("session", fam), zap.String("holder", cur.holder), zap.Time("lease_expires", cur.expires), zap.Int64("token", cur.token))
-		mr.fail(fencedError{err.(*LeasedError)})
+		mr.logFail(msg, repeat)
 	}
 	return err
 }

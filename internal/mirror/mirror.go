@@ -396,12 +396,24 @@ func (mr *Mirror) sleep(ctx context.Context, d time.Duration) bool {
 
 // fail records err as the last error (without the password) and logs it.
 func (mr *Mirror) fail(err error) {
-	msg := mr.red.clean(err.Error())
 	mr.mu.Lock()
-	repeat := msg == mr.lastErr
+	msg, repeat := mr.failLocked(err)
+	mr.mu.Unlock()
+	mr.logFail(msg, repeat)
+}
+
+// failLocked records err as the last error (mr.mu held) and returns its
+// message, and whether it repeats the one before.
+func (mr *Mirror) failLocked(err error) (msg string, repeat bool) {
+	msg = mr.red.clean(err.Error())
+	repeat = msg == mr.lastErr
 	mr.lastErr, mr.lastErrAt = msg, mr.cfg.Clock.Now()
 	mr.errs++
-	mr.mu.Unlock()
+	return msg, repeat
+}
+
+// logFail logs a recorded error unless it repeats the one before.
+func (mr *Mirror) logFail(msg string, repeat bool) {
 	if !repeat {
 		mr.log.Warn("mirror error", zap.String("error", msg))
 	}
