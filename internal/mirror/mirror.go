@@ -83,6 +83,12 @@ type tstate struct {
 	// bounds the lag meanwhile.
 	stale   bool
 	checked bool // compared with PostgreSQL since start
+	// told is the lineage the writer last told (writer.Change.Lineage);
+	// moved counts the times it told one other than lineage (lines may
+	// have moved, perhaps keeping their number), movedChecked the last of
+	// those a turn has compared since. Status counts the transcript as
+	// unchecked meanwhile.
+	told, moved, movedChecked uint64
 	// lag: when the entries not mirrored yet were acknowledged, for the
 	// age of the oldest (lag.go).
 	lag lagMarks
@@ -221,6 +227,12 @@ func (mr *Mirror) Notify(c writer.Change) {
 		ts.sideDirty = true
 		ts.notBefore = time.Time{}
 	default:
+		if c.Lineage != 0 && c.Lineage != ts.told {
+			ts.told = c.Lineage
+			if c.Lineage != ts.lineage {
+				ts.moved++
+			}
+		}
 		ts.local, ts.localBytes, ts.localKnown = c.Entries, c.Bytes, true
 		if !ts.known {
 			ts.added += c.Added
@@ -586,7 +598,8 @@ type Status struct {
 	OldestBehind  time.Time
 	// Transcripts: transcripts whose cursor covers all they hold;
 	// Unchecked: local transcripts not compared with PostgreSQL since
-	// start.
+	// start, or since the writer told that their lines may have moved
+	// (their number may be the same: EntriesBehind cannot show it).
 	Transcripts uint64
 	Unchecked   uint64
 	// Listing: the local transcripts are still being listed at start, so
@@ -632,7 +645,7 @@ func (mr *Mirror) Status() Status {
 	mr.lv.mu.Unlock()
 	slices.Sort(st.Fenced)
 	for _, ts := range mr.keys {
-		if !ts.checked {
+		if !ts.checked || ts.moved != ts.movedChecked {
 			st.Unchecked++
 		}
 		var behind uint64

@@ -49,6 +49,7 @@ func (mr *Mirror) sync(ctx context.Context, k layout.Key) (err error) {
 	mr.mu.Lock()
 	ts := mr.keys[k]
 	j := &job{mr: mr, key: k, cur: ts.cur, lineage: ts.lineage}
+	moved := ts.moved // what this turn compares: told before it reads
 	load := !ts.known || ts.stale
 	gone, family := ts.gone, ts.family
 	ts.gone, ts.family = false, false
@@ -114,6 +115,7 @@ func (mr *Mirror) sync(ctx context.Context, k layout.Key) (err error) {
 	}
 	mr.update(k, func(ts *tstate) {
 		ts.lineage, ts.checked = lineage, true
+		ts.movedChecked = max(ts.movedChecked, moved)
 		if !ts.localKnown || ts.local <= total {
 			ts.local, ts.localBytes, ts.localKnown = total, int64(j.cur.bytes), true
 		}
@@ -207,16 +209,23 @@ func (b *batch) release() {
 func (j *job) push(ctx context.Context) (uint64, uint64, error) {
 	mr := j.mr
 	h := newChain()
-	from := uint64(0)
+	from, under := uint64(0), uint64(0)
 	if j.lineage != 0 && j.cur.exists {
 		if c, err := resume(j.cur.chain); err == nil {
-			h, from = c, j.cur.entries
+			h, from, under = c, j.cur.entries, j.lineage
 		}
 	}
 	b := newBatch()
 	defer b.release()
-	lineage, total, err := mr.src.ReadLines(ctx, j.key, from, func(es []writer.Entry) error {
+	lineage, total, err := mr.src.ReadLines(ctx, j.key, from, under, func(es []writer.Entry) error {
 		for _, e := range es {
+			if e.Index < from {
+				// The lineage moved since the last turn (a writer that
+				// opened the file since, another program's rewrite, a
+				// repair): every line comes, to be checked from the
+				// start, however many there are now.
+				h, from = newChain(), 0
+			}
 			if e.Index < j.cur.entries {
 				h.add(e.Data)
 				if e.Index == j.cur.entries-1 && !bytes.Equal(h.digest(), j.cur.digest) {
@@ -399,7 +408,7 @@ func (j *job) replace(ctx context.Context) (uint64, uint64, error) {
 			b.reset()
 			return nil
 		}
-		lineage, total, err = mr.src.ReadLines(ctx, j.key, 0, func(es []writer.Entry) error {
+		lineage, total, err = mr.src.ReadLines(ctx, j.key, 0, 0, func(es []writer.Entry) error {
 			for _, e := range es {
 				b.add(e.Data, e.Normalized)
 				h.add(e.Data)
@@ -450,6 +459,7 @@ func (j *job) remove(ctx context.Context, cascade bool) error {
 	for k, ts := range mr.keys {
 		if k == j.key || cascade && k.ProjectKey == j.key.ProjectKey && k.SessionID == j.key.SessionID {
 			ts.cur, ts.known, ts.stale, ts.lineage, ts.checked = cursor{}, true, false, 0, true
+			ts.movedChecked = ts.moved
 			ts.local, ts.localBytes, ts.localKnown, ts.added = 0, 0, true, 0
 			ts.lag = lagMarks{}
 		}

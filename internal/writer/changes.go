@@ -29,6 +29,12 @@ type Change struct {
 	// of this writer (a watcher that does not know yet how far it is
 	// behind counts them).
 	Added uint64
+	// Lineage is the writer's lineage, as ReadLines serves it: when it
+	// differs from the one a watcher last read under, lines it read may
+	// have moved (a repair, another program's rewrite, a writer opening
+	// the file), even though the number of entries may be the same. 0
+	// with Gone, Family or Sidecars.
+	Lineage uint64
 	// Gone: the transcript went to the trash (or was purged); for a main
 	// key, with every subagent transcript of its session.
 	Gone bool
@@ -61,23 +67,25 @@ func (st *state) noteChange() {
 	if !st.canonEndsNL && st.canonExists && len(st.pending) > 0 {
 		bytes++
 	}
-	st.tell(Change{Key: st.key, Entries: st.totalEntries(), Bytes: bytes, Added: st.unnoted})
+	st.tell(Change{Key: st.key, Entries: st.totalEntries(), Bytes: bytes, Added: st.unnoted, Lineage: st.lineage})
 	st.unnoted = 0
 }
 
 // ReadLines serves key's entries from index from, in order, as Read does
-// without Follow, and says which lineage the content it served has: a
-// caller that reads again and gets the same lineage (not 0) may trust
-// that the lines served before are still where they were, byte for byte,
-// so it need not read them again (the lineage changes whenever they may
-// have moved: a repair, lines another program wrote, a writer opening
-// the file). Lineage 0: no writer was open and the file was read as it
-// is, with no such promise. total is the number of entries the
-// transcript holds. A session without a writer or journal is read
+// without Follow, and says which lineage the content it served has: the
+// lines before from are still where they were, byte for byte, when it
+// is under (the lineage changes whenever they may have moved: a repair,
+// lines another program wrote, a writer opening the file). A caller that
+// read them before under that lineage need not read them again: it passes
+// it as under, and when the content's lineage is another (or 0: no
+// writer was open and the file was read as it is, with no such promise),
+// every entry is served from index 0 instead, for the caller to check
+// them. Under 0 serves from from, whatever the lineage. total is the
+// number of entries the transcript holds. A session without a writer or journal is read
 // straight from its file, so reading every transcript (the mirror's scan
 // at start) starts no writers. The entries handed to send are valid only
 // during the call: their memory is used again.
-func (m *Manager) ReadLines(ctx context.Context, key layout.Key, from uint64, send func([]Entry) error) (lineage, total uint64, err error) {
+func (m *Manager) ReadLines(ctx context.Context, key layout.Key, from, under uint64, send func([]Entry) error) (lineage, total uint64, err error) {
 	if err := key.Validate(); err != nil {
 		return 0, 0, err
 	}
@@ -94,6 +102,9 @@ func (m *Manager) ReadLines(ctx context.Context, key layout.Key, from uint64, se
 		arenas.Put(ap)
 	}()
 	if logged, _ := m.logs.exists(key); !logged && !m.IsActive(key) {
+		if under != 0 {
+			from = 0 // read as it is: no lineage vouches for what came before
+		}
 		path := m.cfg.Layout.TranscriptPath(key)
 		f, err := m.cfg.FS.OpenFile(path, os.O_RDONLY, 0)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -129,6 +140,9 @@ func (m *Manager) ReadLines(ctx context.Context, key layout.Key, from uint64, se
 	defer sn.close()
 	if !sn.exists {
 		return 0, 0, m.notFound(key)
+	}
+	if under != 0 && under != sn.lineage {
+		r.next = 0 // the lines before from may have moved since
 	}
 	if err := r.serve(sn); err != nil {
 		return 0, 0, err

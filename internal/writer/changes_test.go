@@ -46,7 +46,7 @@ func (l *changeLog) last(k layout.Key, ok func(Change) bool) Change {
 
 func readAll(t *testing.T, m *Manager, k layout.Key, from uint64) (lines []string, lineage, total uint64) {
 	t.Helper()
-	lineage, total, err := m.ReadLines(bg, k, from, func(es []Entry) error {
+	lineage, total, err := m.ReadLines(bg, k, from, 0, func(es []Entry) error {
 		for _, e := range es {
 			lines = append(lines, string(e.Data))
 		}
@@ -58,11 +58,27 @@ func readAll(t *testing.T, m *Manager, k layout.Key, from uint64) (lines []strin
 	return lines, lineage, total
 }
 
+// readUnder is ReadLines from from under lineage under.
+func readUnder(t *testing.T, m *Manager, k layout.Key, from, under uint64) (lines []string) {
+	t.Helper()
+	if _, _, err := m.ReadLines(bg, k, from, under, func(es []Entry) error {
+		for _, e := range es {
+			lines = append(lines, string(e.Data))
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("ReadLines(%s, %d, under %d): %v", k, from, under, err)
+	}
+	return lines
+}
+
 // TestChangedAndReadLines: every acknowledged append tells Config.Changed
 // how many entries and bytes the transcript holds and how many were
-// added; ReadLines serves from any index with a lineage that stays while
-// nothing moved and changes when a writer reopens the file; with no writer
-// it reads the file (lineage 0); a delete and a restore are told too.
+// added, and the lineage ReadLines serves; ReadLines serves from any index
+// with a lineage that stays while nothing moved and changes when a writer
+// reopens the file, and from the first entry when asked under a lineage
+// that is not the content's; with no writer it reads the file (lineage
+// 0); a delete and a restore are told too.
 func TestChangedAndReadLines(t *testing.T) {
 	e := newEnv(t)
 	var log changeLog
@@ -83,6 +99,9 @@ func TestChangedAndReadLines(t *testing.T) {
 	if total != 3 || len(lines) != 2 || lines[0] != b || lines[1] != c || l1 == 0 {
 		t.Fatalf("ReadLines from 1: %q, total %d, lineage %d", lines, total, l1)
 	}
+	if ch := log.last(k, func(Change) bool { return true }); ch.Lineage != l1 {
+		t.Fatalf("a Change told lineage %d, ReadLines serves %d", ch.Lineage, l1)
+	}
 	if _, err := m.Flush(bg, k); err != nil {
 		t.Fatal(err)
 	}
@@ -98,12 +117,21 @@ func TestChangedAndReadLines(t *testing.T) {
 	if l3 != 0 || total != 3 || len(lines) != 3 || lines[0] != a {
 		t.Fatalf("ReadLines without a writer: %q, total %d, lineage %d", lines, total, l3)
 	}
+	if got := readUnder(t, m, k, 2, l1); len(got) != 3 {
+		t.Fatalf("ReadLines from 2 under lineage %d, without a writer (no lineage vouches): %d lines, want all 3", l1, len(got))
+	}
 	if m.IsActive(k) {
 		t.Fatal("ReadLines of a session without a writer started one")
 	}
 	mustAppendTo(t, m, k, string(entry("d")))
 	if _, l4, total := readAll(t, m, k, 4); l4 == 0 || l4 == l1 || total != 4 {
 		t.Fatalf("a reopened writer serves lineage %d (the old one was %d), total %d", l4, l1, total)
+	} else if ch := log.last(k, func(c Change) bool { return c.Entries == 4 }); ch.Lineage != l4 {
+		t.Fatalf("the reopened writer's Change told lineage %d, ReadLines serves %d", ch.Lineage, l4)
+	} else if got := readUnder(t, m, k, 3, l4); len(got) != 1 {
+		t.Fatalf("ReadLines from 3 under the current lineage: %d lines, want 1", len(got))
+	} else if got := readUnder(t, m, k, 3, l1); len(got) != 4 || got[0] != a {
+		t.Fatalf("ReadLines from 3 under the old lineage: %q, want all 4 lines from the first", got)
 	}
 	if _, err := m.Delete(bg, k, false); err != nil {
 		t.Fatal(err)
@@ -111,7 +139,7 @@ func TestChangedAndReadLines(t *testing.T) {
 	if ch := log.last(k, func(c Change) bool { return c.Gone }); !ch.Gone {
 		t.Fatalf("a delete was told as %+v", ch)
 	}
-	if _, _, err := m.ReadLines(bg, k, 0, func([]Entry) error { return nil }); err == nil {
+	if _, _, err := m.ReadLines(bg, k, 0, 0, func([]Entry) error { return nil }); err == nil {
 		t.Fatal("ReadLines of a deleted session succeeded")
 	}
 	if err := m.Restore(bg, k); err != nil {
@@ -205,7 +233,7 @@ func TestReadLinesSaysWhatAppendValidated(t *testing.T) {
 	mustAppendTo(t, m, k, string(entry("a")), string(entry("b")))
 	flags := func() []bool {
 		var out []bool
-		if _, _, err := m.ReadLines(bg, k, 0, func(es []Entry) error {
+		if _, _, err := m.ReadLines(bg, k, 0, 0, func(es []Entry) error {
 			for _, e := range es {
 				out = append(out, e.Normalized)
 			}

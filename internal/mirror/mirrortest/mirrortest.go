@@ -89,25 +89,6 @@ func Same(rows, entries []string) error {
 	return nil
 }
 
-// WaitEntries waits until load returns entries (Same), and fails t with
-// the last difference after within: for a change the status cannot show
-// (a rewrite that keeps the number of lines), whose turn may wait for the
-// mirror's pace.
-func WaitEntries(t testing.TB, what string, load func() []string, entries []string, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := Same(load(), entries)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s after %v: %v", what, within, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // Sidecars are key's session's rows of sessiond_sidecars for table: each
 // sidecar's exact bytes, by name.
 func Sidecars(t testing.TB, dsn, table string, key layout.Key) map[string]string {

@@ -1900,7 +1900,9 @@ type MirrorStatus struct {
 	OldestBehindMs int64 `protobuf:"varint,6,opt,name=oldest_behind_ms,json=oldestBehindMs,proto3" json:"oldest_behind_ms,omitempty"`
 	// Transcripts whose rows hold all their entries.
 	Transcripts uint64 `protobuf:"varint,7,opt,name=transcripts,proto3" json:"transcripts,omitempty"`
-	// Local transcripts not yet compared with PostgreSQL since start.
+	// Local transcripts not yet compared with PostgreSQL since start, or
+	// since their lines may have moved (a repair, another program's
+	// rewrite, a writer opening the file), perhaps keeping their number.
 	Unchecked uint64 `protobuf:"varint,8,opt,name=unchecked,proto3" json:"unchecked,omitempty"`
 	// Rows written since start.
 	RowsWritten uint64 `protobuf:"varint,9,opt,name=rows_written,json=rowsWritten,proto3" json:"rows_written,omitempty"`

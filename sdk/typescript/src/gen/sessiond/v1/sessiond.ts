@@ -476,7 +476,11 @@ export interface MirrorStatus {
   oldestBehindMs: number;
   /** Transcripts whose rows hold all their entries. */
   transcripts: number;
-  /** Local transcripts not yet compared with PostgreSQL since start. */
+  /**
+   * Local transcripts not yet compared with PostgreSQL since start, or
+   * since their lines may have moved (a repair, another program's
+   * rewrite, a writer opening the file), perhaps keeping their number.
+   */
   unchecked: number;
   /** Rows written since start. */
   rowsWritten: number;
