@@ -327,7 +327,13 @@ func (s *session) retire(st *state) bool {
 	st.dropEmptyJournal()
 	st.closeFiles()
 	st.release()
-	st.notifyChange()
+	// Followers move on to the next writer. Config.Changed is not told:
+	// the transcript holds what it held, and the next writer's Change
+	// says so with its own lineage. Told, the mirror turned for nothing,
+	// and for a session whose compaction waits for space its turn's read
+	// opened a writer that retired again: a turn every pace, for as long
+	// as the disk stayed full.
+	st.wakeFollowers()
 	return true
 }
 

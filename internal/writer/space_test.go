@@ -449,3 +449,43 @@ func TestLaggingTranscriptsGetTheReleasedRoom(t *testing.T) {
 		t.Errorf("the deferred transcript holds %d lines, want 3", len(got))
 	}
 }
+
+// TestReadOfADeferredSessionTellsNoChange: a session whose compaction
+// waits for space keeps its entries in the log with no writer; each
+// ReadLines opens a writer that retires at once. The retirement tells
+// Config.Changed nothing (the transcript holds what it held): told, the
+// mirror, which reads on every Change, would turn again and again for as
+// long as the disk stayed full.
+func TestReadOfADeferredSessionTellsNoChange(t *testing.T) {
+	var log changeLog
+	e := newSpaceEnv(t, func(c *Config) { c.Changed = log.add })
+	m, k := e.m, newKey()
+	e.ff.Inject(fstest.Fault{Op: fstest.OpWrite, Path: func(p string) bool { return strings.Contains(p, ".compact-") }, Err: syscall.ENOSPC, Sticky: true})
+	e.free.Store(10)
+	e.appendTo(k, string(entry("", "n", "0")))
+	if d := m.Stats().Disk.Deferred; len(d) != 1 {
+		t.Fatalf("deferred: %+v, want the session's compaction", d)
+	}
+	// Retire the writer (a flush retires what it opened; this one was
+	// open already): close the Manager and open a new one.
+	closeManager(t, m)
+	e.m = e.manager()
+	m = e.m
+	log.mu.Lock()
+	log.cs = nil
+	log.mu.Unlock()
+	for range 3 {
+		if lines, _, total := readAll(t, m, k, 0); len(lines) != 1 || total != 1 {
+			t.Fatalf("ReadLines: %d lines, total %d; want the one entry", len(lines), total)
+		}
+		if m.IsActive(k) {
+			t.Fatal("the writer ReadLines opened did not retire")
+		}
+	}
+	log.mu.Lock()
+	n := len(log.cs)
+	log.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("3 reads of a session waiting for space told %d Changes, want none", n)
+	}
+}

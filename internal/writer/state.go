@@ -175,9 +175,15 @@ func (st *state) release() {
 }
 
 func (st *state) notifyChange() {
+	st.wakeFollowers()
+	st.noteChange()
+}
+
+// wakeFollowers wakes the readers that follow the transcript (tail -f):
+// they read again, from this writer or the next.
+func (st *state) wakeFollowers() {
 	close(st.changed)
 	st.changed = make(chan struct{})
-	st.noteChange()
 }
 
 func (st *state) closeFiles() {
