@@ -21,12 +21,15 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 )
 
-// TestFullDiskBallastAndCatchUp runs the real daemon on a 32 MiB tmpfs
+// TestFullDiskBallastAndCatchUp runs the real daemon on a 48 MiB tmpfs
 // holding the transcripts and the state folder, with a 1 MiB ballast and
-// two transcripts of 2.5 MiB. (The filler makes it full whatever its
-// size; on 16 MiB, a slow run that acknowledged more before the refusals
-// left transcripts the freed disk could not compact: 659 entries against
-// 463 in a quick run.)
+// two transcripts of 6 MiB. (The filler makes it full whatever its size;
+// on 16 MiB, a slow run that acknowledged more before the refusals left
+// transcripts the freed disk could not compact: 659 entries against 463
+// in a quick run. With transcripts of 2.5 MiB, a compaction could fit in
+// the room the release freed, the retained segments' and the log's
+// reserve with the ballast's, about 3.5 MiB in one CI run: then no
+// compaction stayed deferred for the test to see.)
 // The ballast is made at start. A filler file leaves little room, and
 // appends go on until the disk is full: the first write that finds it
 // full releases the ballast, whose room is then kept for compactions:
@@ -40,9 +43,12 @@ import (
 // ballast is made again.
 func TestFullDiskBallastAndCatchUp(t *testing.T) {
 	t.Parallel()
-	disk := mountTmpfs(t, "32m")
+	disk := mountTmpfs(t, "48m")
 	const ballastSize = 1 << 20
-	d := diskDaemon(t, disk, "--ballast-size", fmt.Sprint(ballastSize), "--wal-segment-size", fmt.Sprint(1<<20),
+	// No retained segments: the room they would give back when the disk
+	// fills (the base entries' log, megabytes) would depend on how far
+	// the log had rolled, and could let the compactions fit.
+	d := diskDaemon(t, disk, "--ballast-size", fmt.Sprint(ballastSize), "--wal-segment-size", fmt.Sprint(1<<20), "--wal-retention", "0",
 		"--wal-max-size", fmt.Sprint(4<<20), "--idle-compact", "200ms", "--idle-retire", "1s")
 	pid := d.Pid()
 	ballast := filepath.Join(d.state, "ballast")
@@ -69,9 +75,9 @@ func TestFullDiskBallastAndCatchUp(t *testing.T) {
 	}
 	sessions := []client.Session{{Cwd: cwd, ID: uuid.NewString()}, {Cwd: cwd, ID: uuid.NewString()}}
 	l := newDiskLedger()
-	// Transcripts of about 2.5 MiB each first: compacting one needs more
-	// room than the ballast gives.
-	for i := 0; i < 320; i++ {
+	// Transcripts of about 6 MiB each first: compacting one needs more
+	// room than the release frees.
+	for i := 0; i < 768; i++ {
 		k := fmt.Sprintf("base-%d", i)
 		if err := l.append(c, sessions[i%2], []string{k}, [][]byte{diskEntry(k, true, 16<<10)}); err != nil {
 			t.Fatal(err)
