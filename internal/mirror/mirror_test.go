@@ -135,6 +135,27 @@ func (e *env) stop() {
 	e.m, e.mr = nil, nil
 }
 
+// waitRows waits (up to 20 s) until the mirror has written n rows since
+// its start: what, and the status, say otherwise.
+func (e *env) waitRows(n uint64, what string) {
+	e.t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); e.mr.Status().RowsWritten != n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("want %s (%d rows): status %+v", what, n, e.mr.Status())
+		}
+	}
+}
+
+// drain is Mirror.Drain within 20 s, failing e's test on an error.
+func (e *env) drain() {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+	defer cancel()
+	if err := e.mr.Drain(ctx); err != nil {
+		e.t.Fatalf("drain: %v", err)
+	}
+}
+
 func newKey(subpath string) layout.Key {
 	return layout.Key{ProjectKey: project, SessionID: uuid.NewString(), Subpath: subpath}
 }
@@ -256,22 +277,14 @@ func TestMirrorPaceAndDrain(t *testing.T) {
 	e.append(k, want[0])
 	// Not waitCaughtUp: a compaction's change may queue the transcript
 	// again, for the next turn an hour away.
-	for deadline := time.Now().Add(20 * time.Second); e.mr.Status().RowsWritten != 1; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("status %+v: want the first entry mirrored at once", e.mr.Status())
-		}
-	}
+	e.waitRows(1, "the first entry mirrored at once")
 	e.append(k, want[1])
 	e.append(k, want[2])
 	time.Sleep(300 * time.Millisecond)
 	if st := e.mr.Status(); st.EntriesBehind != 2 || st.RowsWritten != 1 {
 		t.Fatalf("status %+v: want the two entries appended within the pace held back", st)
 	}
-	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
-	defer cancel()
-	if err := e.mr.Drain(ctx); err != nil {
-		t.Fatalf("drain: %v", err)
-	}
+	e.drain()
 	if st := e.mr.Status(); st.EntriesBehind != 0 || st.RowsWritten != 3 {
 		t.Fatalf("status after the drain %+v: want all 3 rows", st)
 	}
@@ -288,11 +301,7 @@ func TestMirrorWithoutPace(t *testing.T) {
 	want := []string{line(0, ""), line(1, "")}
 	for i, l := range want {
 		e.append(k, l)
-		for deadline := time.Now().Add(20 * time.Second); e.mr.Status().RowsWritten != uint64(i+1); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("entry %d not mirrored without a pace: %+v", i, e.mr.Status())
-			}
-		}
+		e.waitRows(uint64(i+1), fmt.Sprintf("entry %d mirrored without a pace", i))
 	}
 	mirrortest.SameEntries(t, "without a pace", load(t, dsn, k), want)
 }
@@ -367,11 +376,7 @@ func TestMirrorStatusShowsAMoveKeepingTheCount(t *testing.T) {
 	k := newKey("")
 	first := []string{line(0, ""), line(1, "")}
 	e.append(k, first...)
-	for deadline := time.Now().Add(20 * time.Second); e.mr.Status().RowsWritten != 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("status %+v: want the first entries mirrored at once", e.mr.Status())
-		}
-	}
+	e.waitRows(2, "the first entries mirrored at once")
 	for deadline := time.Now().Add(20 * time.Second); e.m.IsActive(k); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the writer did not retire")
@@ -389,11 +394,7 @@ func TestMirrorStatusShowsAMoveKeepingTheCount(t *testing.T) {
 	if st.RowsWritten != 2 {
 		t.Fatalf("status %+v: the change was mirrored before its pace (the test needs it held back)", st)
 	}
-	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
-	defer cancel()
-	if err := e.mr.Drain(ctx); err != nil {
-		t.Fatalf("drain: %v", err)
-	}
+	e.drain()
 	if st := e.mr.Status(); st.Unchecked != 0 || st.EntriesBehind != 0 {
 		t.Fatalf("status after the drain: %+v", st)
 	}
