@@ -284,7 +284,7 @@ func (d *daemon) requireSameProcess(t *testing.T, pid int) {
 	t.Helper()
 	select {
 	case <-d.Exited():
-		t.Fatalf("sessiond exited (%v); it must ride out a full disk:\n%s", d.Err(), d.Log())
+		t.Fatalf("sessiond exited (%v); it must ride out a full disk:\n%s", d.Err(), d.LogTail(logTail))
 	default:
 	}
 	if d.Pid() != pid {

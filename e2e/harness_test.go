@@ -23,6 +23,9 @@ import (
 
 var bins testharness.Binaries // sessiond and sessionctl, freshly built
 
+// logTail is how many of a daemon's last log lines a failing test prints.
+const logTail = 300
+
 func TestMain(m *testing.M) {
 	// The daemon under test runs with the race detector when the tests do.
 	b, err := testharness.Build(testharness.BuildOptions{Race: raceEnabled})
@@ -103,7 +106,7 @@ func newDaemon(t *testing.T, args ...string) *daemon {
 		}
 		d.Kill()
 		if t.Failed() {
-			t.Logf("sessiond log:\n%s", d.Log())
+			t.Logf("sessiond log:\n%s", d.LogTail(logTail))
 		}
 	})
 	return d
@@ -134,7 +137,7 @@ func (d *daemon) startNoWait() error {
 func (d *daemon) waitServing() {
 	d.t.Helper()
 	if _, err := d.WaitServing(context.Background(), 30*time.Second); err != nil {
-		d.t.Fatalf("sessiond did not start serving: %v\n%s", err, d.Log())
+		d.t.Fatalf("sessiond did not start serving: %v\n%s", err, d.LogTail(logTail))
 	}
 }
 
@@ -145,7 +148,7 @@ func (d *daemon) waitServing() {
 func (d *daemon) waitReplayed() {
 	d.t.Helper()
 	if _, err := d.WaitReplayed(context.Background(), 60*time.Second); err != nil {
-		d.t.Fatalf("%v\n%s", err, d.Log())
+		d.t.Fatalf("%v\n%s", err, d.LogTail(logTail))
 	}
 }
 

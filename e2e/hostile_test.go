@@ -193,7 +193,7 @@ func requireAlive(t *testing.T, d *daemon) {
 	t.Helper()
 	select {
 	case <-d.Exited():
-		t.Fatalf("sessiond exited (%v):\n%s", d.Err(), d.Log())
+		t.Fatalf("sessiond exited (%v):\n%s", d.Err(), d.LogTail(logTail))
 	default:
 	}
 }

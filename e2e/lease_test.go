@@ -189,7 +189,7 @@ func TestLeaseFencing(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(mirrorStatus(t, a).GetLastError(), `taken over by machine "B"`) {
 		if time.Now().After(deadline) {
-			t.Fatalf("A's mirror status does not say it was fenced: %v\n%s", mirrorStatus(t, a), a.Log())
+			t.Fatalf("A's mirror status does not say it was fenced: %v\n%s", mirrorStatus(t, a), a.LogTail(logTail))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

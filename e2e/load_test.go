@@ -189,7 +189,7 @@ func TestSigtermUnderLoad(t *testing.T) {
 	close(stop)
 	<-done
 	if code != 0 {
-		t.Fatalf("exit code %d after SIGTERM\n%s", code, d.Log())
+		t.Fatalf("exit code %d after SIGTERM\n%s", code, d.LogTail(logTail))
 	}
 	t.Logf("drained in %v", took)
 	select {
@@ -262,7 +262,7 @@ func TestDrainEndsIdleAppendStreams(t *testing.T) {
 	wg.Wait()
 	start := time.Now()
 	if code := d.stop(syscall.SIGTERM, 50*time.Second); code != 0 {
-		t.Fatalf("exit %d\n%s", code, d.Log())
+		t.Fatalf("exit %d\n%s", code, d.LogTail(logTail))
 	}
 	if took := time.Since(start); took > 30*time.Second {
 		t.Fatalf("drain took %v: idle append streams held it up to the shutdown timeout", took)

@@ -27,7 +27,7 @@ func (d *daemon) metricsAddr() string {
 	d.t.Helper()
 	m := metricsListenLog.FindStringSubmatch(d.Log())
 	if m == nil {
-		d.t.Fatalf("sessiond did not log where it serves metrics:\n%s", d.Log())
+		d.t.Fatalf("sessiond did not log where it serves metrics:\n%s", d.LogTail(logTail))
 	}
 	return m[1]
 }
@@ -36,7 +36,7 @@ func (d *daemon) scrape(addr string) testharness.Families {
 	d.t.Helper()
 	f, err := testharness.Scrape(context.Background(), addr)
 	if err != nil {
-		d.t.Fatalf("%v\n%s", err, d.Log())
+		d.t.Fatalf("%v\n%s", err, d.LogTail(logTail))
 	}
 	return f
 }
@@ -180,7 +180,7 @@ func TestMetricsEndpoint(t *testing.T) {
 			}
 
 			if code := d.stop(syscall.SIGTERM, 30*time.Second); code != 0 {
-				t.Fatalf("exit %d\n%s", code, d.Log())
+				t.Fatalf("exit %d\n%s", code, d.LogTail(logTail))
 			}
 			if sock != "" {
 				if _, err := os.Lstat(sock); !os.IsNotExist(err) {
@@ -216,6 +216,6 @@ func TestMetricsListenRefusesNonLoopback(t *testing.T) {
 	d := newDaemon(t)
 	d.start()
 	if strings.Contains(d.Log(), "serving metrics") {
-		t.Errorf("metrics served without --metrics-listen:\n%s", d.Log())
+		t.Errorf("metrics served without --metrics-listen:\n%s", d.LogTail(logTail))
 	}
 }

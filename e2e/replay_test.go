@@ -74,7 +74,7 @@ func TestReplayAfterKillServesAndSurvivesSIGTERM(t *testing.T) {
 	}
 	c.Close()
 	if code := d.stop(syscall.SIGTERM, 30*time.Second); code != 0 {
-		t.Fatalf("SIGTERM during the replay: exit %d\n%s", code, d.Log())
+		t.Fatalf("SIGTERM during the replay: exit %d\n%s", code, d.LogTail(logTail))
 	}
 
 	// The next start replays what is left; then the files are whole.

@@ -309,7 +309,7 @@ func TestSecondDaemonAndStaleSocket(t *testing.T) {
 		t.Fatal("second daemon did not refuse to start")
 	}
 	if b.ExitCode() == 0 || !strings.Contains(b.Log(), "already serving") {
-		t.Fatalf("second daemon: exit %d\n%s", b.ExitCode(), b.Log())
+		t.Fatalf("second daemon: exit %d\n%s", b.ExitCode(), b.LogTail(logTail))
 	}
 	// After a kill -9 the socket file is stale: the next daemon removes it.
 	a.stop(syscall.SIGKILL, 10*time.Second)
@@ -369,7 +369,7 @@ func TestSystemdProtocol(t *testing.T) {
 		buf := make([]byte, 4096)
 		n, _, err := nconn.ReadFromUnix(buf)
 		if err != nil {
-			t.Fatalf("no sd_notify message: %v\n%s", err, d.Log())
+			t.Fatalf("no sd_notify message: %v\n%s", err, d.LogTail(logTail))
 		}
 		return string(buf[:n])
 	}

@@ -322,7 +322,7 @@ func TestTrustImpostorAtDefaultSocket(t *testing.T) {
 				t.Error(err)
 			}
 			if t.Failed() {
-				t.Logf("sessiond log:\n%s", d.Log())
+				t.Logf("sessiond log:\n%s", d.LogTail(logTail))
 			}
 		}()
 		waitSocket(t, sock)

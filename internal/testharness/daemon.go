@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -142,6 +143,29 @@ func (d *Daemon) Log() string {
 		return fmt.Sprintf("(reading %s: %v)", d.cfg.LogPath, err)
 	}
 	return string(b)
+}
+
+// LogTail is the last n lines of Log, preceded by a line saying how many
+// were left out. A failing test prints this rather than the whole log: a
+// daemon under load logs thousands of lines, and a CI report that keeps
+// only the end of the output would lose the test's own message above them.
+func (d *Daemon) LogTail(n int) string {
+	return tailLines(d.Log(), n)
+}
+
+// tailLines keeps the last n lines of s.
+func tailLines(s string, n int) string {
+	s = strings.TrimRight(s, "\n")
+	cut := len(s)
+	for i := 0; i < n; i++ {
+		j := strings.LastIndexByte(s[:cut], '\n')
+		if j < 0 {
+			return s
+		}
+		cut = j
+	}
+	left := strings.Count(s[:cut], "\n") + 1
+	return fmt.Sprintf("(%d earlier lines left out)\n%s", left, s[cut+1:])
 }
 
 // Signal sends sig to the daemon without waiting.

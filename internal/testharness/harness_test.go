@@ -183,3 +183,21 @@ func TestStopKillsAfterWithin(t *testing.T) {
 		t.Fatal("Stop returned before the process was gone")
 	}
 }
+
+func TestTailLines(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"a\nb\nc\n", 5, "a\nb\nc"},
+		{"a\nb\nc\n", 3, "a\nb\nc"},
+		{"a\nb\nc\n", 2, "(1 earlier lines left out)\nb\nc"},
+		{"a\nb\nc\nd", 1, "(3 earlier lines left out)\nd"},
+		{"", 3, ""},
+	} {
+		if got := tailLines(c.in, c.n); got != c.want {
+			t.Errorf("tailLines(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
+		}
+	}
+}
