@@ -157,12 +157,12 @@ func (st *state) compact(reason string) error {
 		return nil
 	}
 	need := st.canon.size + st.pendingBytes
-	err := st.compactNow(reason)
+	err := st.compactInSlot(reason)
 	if err != nil && st.failed == nil && errdefs.Is(err, errdefs.ErrNoSpace) && st.space.yieldRetained(failedDir(err, st.dir)) {
 		// The log's retained segments gave their room back (space.go):
 		// the compaction may fit now, and a caller's flush need not
 		// fail for room sessiond could free itself.
-		err = st.compactNow(reason)
+		err = st.compactInSlot(reason)
 	}
 	switch {
 	case err != nil:
@@ -172,6 +172,17 @@ func (st *state) compact(reason string) error {
 		st.health.healthy(st.key)
 	}
 	return nil
+}
+
+// compactInSlot is compactNow once one of the Config.CompactParallel
+// slots is free. A compaction waiting for a slot blocks only its own
+// session (its appends queue, as during any compaction); the slot holders
+// wait on nothing but the disk and the write-ahead log, never on another
+// session, so the wait always ends.
+func (st *state) compactInSlot(reason string) error {
+	st.compactSlots <- struct{}{}
+	defer func() { <-st.compactSlots }()
+	return st.compactNow(reason)
 }
 
 // compactNow moves the journaled entries into the canonical file: a temp file

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -312,5 +313,128 @@ func (e *env) appendOneThenClose(m *Manager, k layout.Key, want uint64) {
 	closeManager(e.t, m)
 	if n := len(e.canonicalLines(k)); uint64(n) != want {
 		e.t.Fatalf("%d lines, want %d", n, want)
+	}
+}
+
+// slowTempFS counts the compaction temp files open at once, and makes
+// each one's sync slow so that compactions started together overlap.
+type slowTempFS struct {
+	fsys.FS
+	mu        sync.Mutex
+	open, max int
+}
+
+type slowTempFile struct {
+	fsys.File
+	fs     *slowTempFS
+	closed bool
+}
+
+func (s *slowTempFS) OpenFile(name string, flag int, perm os.FileMode) (fsys.File, error) {
+	f, err := s.FS.OpenFile(name, flag, perm)
+	if err != nil || !strings.Contains(filepath.Base(name), ".compact-") {
+		return f, err
+	}
+	s.mu.Lock()
+	s.open++
+	s.max = max(s.max, s.open)
+	s.mu.Unlock()
+	return &slowTempFile{File: f, fs: s}, nil
+}
+
+func (f *slowTempFile) Sync() error {
+	time.Sleep(30 * time.Millisecond)
+	return f.File.Sync()
+}
+
+func (f *slowTempFile) Close() error {
+	f.fs.mu.Lock()
+	if !f.closed {
+		f.closed = true
+		f.fs.open--
+	}
+	f.fs.mu.Unlock()
+	return f.File.Close()
+}
+
+// TestCompactionsRunWithinTheirSlots: many sessions compacting at once
+// (flushed together here; going idle or retiring together in a daemon)
+// hold at most Config.CompactParallel compactions' files open at a time,
+// and every one of them still completes.
+func TestCompactionsRunWithinTheirSlots(t *testing.T) {
+	e := newEnv(t)
+	sfs := &slowTempFS{FS: fsys.OS}
+	e.fs = sfs
+	e.cfg.CompactParallel = 3
+	m := e.manager()
+	defer closeManager(t, m)
+	keys := make([]layout.Key, 16)
+	for i := range keys {
+		keys[i] = newKey()
+		if _, err := m.Append(bg, keys[i], [][]byte{entry(uuid.NewString())}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(keys))
+	for i, k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = m.Flush(bg, k)
+		}()
+	}
+	wg.Wait()
+	for i, k := range keys {
+		if errs[i] != nil {
+			t.Fatalf("flush %d: %v", i, errs[i])
+		}
+		if n := len(e.canonicalLines(k)); n != 1 {
+			t.Fatalf("session %d holds %d lines after its flush, want 1", i, n)
+		}
+	}
+	sfs.mu.Lock()
+	defer sfs.mu.Unlock()
+	if sfs.max > 3 {
+		t.Fatalf("%d compactions had their temp files open at once; the bound is 3", sfs.max)
+	}
+	if sfs.max < 2 {
+		t.Fatalf("compactions never overlapped (at most %d at once): the slots serialise them", sfs.max)
+	}
+	t.Logf("at most %d compactions at once", sfs.max)
+}
+
+// BenchmarkShutdownManySessions measures what bounding the compactions
+// running at once (Config.CompactParallel) costs a SIGTERM: 1000 open
+// sessions, each with one entry only in the log, all compacted as the
+// Manager closes. "unbounded" lets all 1000 run together, as before the
+// bound, and is the baseline measured in the same run.
+func BenchmarkShutdownManySessions(b *testing.B) {
+	const sessions = 1000
+	for _, c := range []struct {
+		name     string
+		parallel int
+	}{{"default", 0}, {"parallel=16", 16}, {"unbounded", sessions}} {
+		b.Run(c.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				dir := b.TempDir()
+				lay := layout.Layout{Root: filepath.Join(dir, "root"), StateDir: filepath.Join(dir, "state")}
+				m, err := New(Config{Layout: lay, IdleCompact: time.Hour, IdleRetire: time.Hour, CompactParallel: c.parallel})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for s := 0; s < sessions; s++ {
+					if _, err := m.Append(bg, newKey(), [][]byte{entry(uuid.NewString())}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StartTimer()
+				if err := m.Close(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*sessions), "µs/session")
+		})
 	}
 }

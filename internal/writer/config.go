@@ -3,6 +3,7 @@ package writer
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"time"
 
 	"go.uber.org/zap"
@@ -51,6 +52,13 @@ type Config struct {
 	// IdleRetire: after this long without activity a writer compacts
 	// whatever the idle rule left pending, closes its files and exits.
 	IdleRetire time.Duration
+	// CompactParallel bounds how many compactions run at once across all
+	// sessions (0: the larger of 4 and GOMAXPROCS). Each holds a few files
+	// open (the temp file, its folder, the ledger) and syncs them: without
+	// a bound, thousands of writers compacting together (a burst of
+	// sessions going idle or retiring, a SIGTERM) would take the file
+	// descriptors appends need, and queue the disk behind them anyway.
+	CompactParallel int
 
 	// WALSegmentSize is the size at which the shared write-ahead log
 	// starts a new segment file; WALMaxSize is the bound past which the
@@ -170,6 +178,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.IdleRetire <= 0 {
 		c.IdleRetire = DefaultIdleRetire
+	}
+	if c.CompactParallel <= 0 {
+		c.CompactParallel = max(4, runtime.GOMAXPROCS(0))
 	}
 	if c.TrashRetention <= 0 {
 		c.TrashRetention = DefaultTrashRetention

@@ -115,8 +115,9 @@ func New(cfg Config) (*Manager, error) {
 	// Folders are made durable once per process, not at every compaction.
 	cfg.FS = fsys.Remembering(cfg.FS)
 	m := &Manager{
-		deps: deps{cfg: cfg, ix: index.New(), health: &health{}, missing: &missingRegistry{}},
-		log:  cfg.Logger, sessions: make(map[layout.Key]*session), leaving: make(map[layout.Key]*session),
+		deps: deps{cfg: cfg, ix: index.New(), health: &health{}, missing: &missingRegistry{},
+			compactSlots: make(chan struct{}, cfg.CompactParallel)},
+		log: cfg.Logger, sessions: make(map[layout.Key]*session), leaving: make(map[layout.Key]*session),
 		progress: progress.New(),
 	}
 	// Lineages start from the clock, not 0, so that no two Managers of

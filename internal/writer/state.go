@@ -58,6 +58,9 @@ type deps struct {
 	// keeps the recovery failures (health.go).
 	space  *diskSpace
 	health *health
+	// compactSlots holds a token per compaction running
+	// (Config.CompactParallel bounds them).
+	compactSlots chan struct{}
 }
 
 // state is everything the writer goroutine owns. Nothing else touches it.
