@@ -414,7 +414,7 @@ func BenchmarkShutdownManySessions(b *testing.B) {
 	for _, c := range []struct {
 		name     string
 		parallel int
-	}{{"default", 0}, {"parallel=16", 16}, {"unbounded", sessions}} {
+	}{{"parallel=4", 4}, {"default=8", 0}, {"parallel=16", 16}, {"unbounded", sessions}} {
 		b.Run(c.name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()

@@ -3,7 +3,6 @@ package writer
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"time"
 
 	"go.uber.org/zap"
@@ -53,7 +52,7 @@ type Config struct {
 	// whatever the idle rule left pending, closes its files and exits.
 	IdleRetire time.Duration
 	// CompactParallel bounds how many compactions run at once across all
-	// sessions (0: the larger of 4 and GOMAXPROCS). Each holds a few files
+	// sessions (0: DefaultCompactParallel). Each holds a few files
 	// open (the temp file, its folder, the ledger) and syncs them: without
 	// a bound, thousands of writers compacting together (a burst of
 	// sessions going idle or retiring, a SIGTERM) would take the file
@@ -113,6 +112,12 @@ const (
 	DefaultIdleFloor       = 4 << 20
 	DefaultIdleRatio       = 16
 	DefaultIdleRetire      = 30 * time.Second
+	// DefaultCompactParallel: concurrent compactions share the file
+	// system's journal commits, so up to a few of them cost little more
+	// than one (BenchmarkShutdownManySessions); past that they only add
+	// open files. A count of the disk's, not the CPUs' (sessiond runs with
+	// more Ps than CPUs anyway).
+	DefaultCompactParallel = 8
 	// DefaultBallastSize is the daemon's --ballast-size: a compaction
 	// needs room for its transcript's new copy, and 64 MiB lets one of a
 	// transcript larger than nearly any (a long agent session with large
@@ -180,7 +185,7 @@ func (c *Config) setDefaults() error {
 		c.IdleRetire = DefaultIdleRetire
 	}
 	if c.CompactParallel <= 0 {
-		c.CompactParallel = max(4, runtime.GOMAXPROCS(0))
+		c.CompactParallel = DefaultCompactParallel
 	}
 	if c.TrashRetention <= 0 {
 		c.TrashRetention = DefaultTrashRetention
