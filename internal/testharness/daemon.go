@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -149,23 +150,47 @@ func (d *Daemon) Log() string {
 // were left out. A failing test prints this rather than the whole log: a
 // daemon under load logs thousands of lines, and a CI report that keeps
 // only the end of the output would lose the test's own message above them.
+// A race report, panic or fatal error earlier in the log is kept too
+// (its first 100 lines): the race detector writes it when the race
+// happens, and the test may fail much later.
 func (d *Daemon) LogTail(n int) string {
 	return tailLines(d.Log(), n)
 }
 
-// tailLines keeps the last n lines of s.
+// crashMarkers start the reports a tail must not lose.
+var crashMarkers = []string{"WARNING: DATA RACE", "panic: ", "fatal error: "}
+
+// tailLines keeps the last n lines of s, and the first 100 lines from the
+// first crash marker when the marker lies before them.
 func tailLines(s string, n int) string {
 	s = strings.TrimRight(s, "\n")
-	cut := len(s)
-	for i := 0; i < n; i++ {
-		j := strings.LastIndexByte(s[:cut], '\n')
-		if j < 0 {
-			return s
-		}
-		cut = j
+	lines := strings.Split(s, "\n")
+	if n <= 0 {
+		n = 1
 	}
-	left := strings.Count(s[:cut], "\n") + 1
-	return fmt.Sprintf("(%d earlier lines left out)\n%s", left, s[cut+1:])
+	if len(lines) <= n {
+		return s
+	}
+	cut := len(lines) - n
+	var b strings.Builder
+	from := 0
+	for i, l := range lines[:cut] {
+		if slices.ContainsFunc(crashMarkers, func(m string) bool { return strings.Contains(l, m) }) {
+			end := min(i+100, cut)
+			if i > 0 {
+				fmt.Fprintf(&b, "(%d earlier lines left out)\n", i)
+			}
+			b.WriteString(strings.Join(lines[i:end], "\n"))
+			b.WriteString("\n")
+			from = end
+			break
+		}
+	}
+	if from < cut {
+		fmt.Fprintf(&b, "(%d earlier lines left out)\n", cut-from)
+	}
+	b.WriteString(strings.Join(lines[cut:], "\n"))
+	return b.String()
 }
 
 // Signal sends sig to the daemon without waiting.

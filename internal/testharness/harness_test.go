@@ -195,6 +195,11 @@ func TestTailLines(t *testing.T) {
 		{"a\nb\nc\n", 2, "(1 earlier lines left out)\nb\nc"},
 		{"a\nb\nc\nd", 1, "(3 earlier lines left out)\nd"},
 		{"", 3, ""},
+		{"a\nb\n", 0, "(1 earlier lines left out)\nb"},
+		// A race report before the tail is kept, with the lines after it.
+		{"x\nWARNING: DATA RACE\ny\nz\nw\n", 1, "(1 earlier lines left out)\nWARNING: DATA RACE\ny\nz\nw"},
+		{"x\npanic: boom\ny\nz\nw\nv\n", 1, "(1 earlier lines left out)\npanic: boom\ny\nz\nw\nv"},
+		{"panic: boom\ny\n", 1, "panic: boom\ny"},
 	} {
 		if got := tailLines(c.in, c.n); got != c.want {
 			t.Errorf("tailLines(%q, %d) = %q, want %q", c.in, c.n, got, c.want)

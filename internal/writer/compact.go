@@ -174,13 +174,26 @@ func (st *state) compact(reason string) error {
 	return nil
 }
 
+// errCompactAborted: Close ran out of time while the compaction waited
+// for a slot; the log keeps the entries for the next start's replay.
+var errCompactAborted = fmt.Errorf("sessiond's time to stop ran out before this compaction could start; the write-ahead log keeps its entries for the next start: %w", errdefs.ErrUnavailable)
+
 // compactInSlot is compactNow once one of the Config.CompactParallel
-// slots is free. A compaction waiting for a slot blocks only its own
-// session (its appends queue, as during any compaction); the slot holders
-// wait on nothing but the disk and the write-ahead log, never on another
-// session, so the wait always ends.
+// slots is free (or at once when the writer's loop holds one already).
+// A compaction waiting here blocks only its own session, and only when
+// asked for (a flush, a size compaction in an append's turn, a stop):
+// the idle ones wait in the loop's select instead (session.run). The slot
+// holders wait on nothing but the disk and the write-ahead log, never on
+// another session, so the wait always ends, or Close's time runs out.
 func (st *state) compactInSlot(reason string) error {
-	st.compactSlots <- struct{}{}
+	if st.slotHeld {
+		return st.compactNow(reason)
+	}
+	select {
+	case st.compactSlots <- struct{}{}:
+	case <-st.abort:
+		return fmt.Errorf("compact %s: %w", st.key, errCompactAborted)
+	}
 	defer func() { <-st.compactSlots }()
 	return st.compactNow(reason)
 }

@@ -438,3 +438,100 @@ func BenchmarkShutdownManySessions(b *testing.B) {
 		})
 	}
 }
+
+// TestAppendsAreServedWhileTheIdleCompactionWaitsForASlot: a session
+// whose idle compaction waits for a slot (all taken by other sessions'
+// compactions) still serves its appends at once, and compacts once a
+// slot frees.
+func TestAppendsAreServedWhileTheIdleCompactionWaitsForASlot(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.CompactParallel = 1
+	e.cfg.IdleCompact = 20 * time.Millisecond
+	m := e.manager()
+	defer closeManager(t, m)
+	k := newKey()
+	if _, err := m.Append(bg, k, [][]byte{entry(uuid.NewString())}); err != nil {
+		t.Fatal(err)
+	}
+	m.compactSlots <- struct{}{} // another session's compaction, for as long as the test says
+	time.Sleep(200 * time.Millisecond)
+	if n := len(e.canonicalLinesIfAny(k)); n != 0 {
+		t.Fatalf("the transcript has %d lines while every slot was taken", n)
+	}
+	// A queued append waits for its answer whatever its context says, so
+	// the wait is bounded here.
+	appended := make(chan error, 1)
+	go func() {
+		_, err := m.Append(bg, k, [][]byte{entry(uuid.NewString())})
+		appended <- err
+	}()
+	select {
+	case err := <-appended:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		<-m.compactSlots // let the session go, so the test can end
+		t.Fatal("the append waited for the compaction slot")
+	}
+	<-m.compactSlots
+	deadline := time.Now().Add(10 * time.Second)
+	for len(e.canonicalLinesIfAny(k)) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no idle compaction once the slot was free: %d lines", len(e.canonicalLinesIfAny(k)))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCloseOutOfTimeLeavesWaitingCompactionsToReplay: Close whose time
+// runs out while compactions wait for a slot returns then, and the next
+// start finds every entry in the log.
+func TestCloseOutOfTimeLeavesWaitingCompactionsToReplay(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.CompactParallel = 1
+	m := e.manager()
+	keys := []layout.Key{newKey(), newKey(), newKey()}
+	for _, k := range keys {
+		if _, err := m.Append(bg, k, [][]byte{entry(uuid.NewString())}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.compactSlots <- struct{}{} // taken for good: no shutdown compaction can start
+	ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- m.Close(ctx) }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Close: %v, want its deadline's error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return once its time ran out: the compactions waiting for a slot kept it")
+	}
+	for _, k := range keys {
+		if n := len(e.canonicalLinesIfAny(k)); n != 0 {
+			t.Fatalf("%s holds %d lines, though no compaction could start", k, n)
+		}
+	}
+	m2 := e.manager()
+	defer closeManager(t, m2)
+	for _, k := range keys {
+		if _, err := m2.Flush(bg, k); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(e.canonicalLines(k)); n != 1 {
+			t.Fatalf("%s holds %d lines after the next start, want its one entry", k, n)
+		}
+	}
+}
+
+// canonicalLinesIfAny is canonicalLines, with no file as no lines.
+func (e *env) canonicalLinesIfAny(k layout.Key) []string {
+	e.t.Helper()
+	if _, err := os.Stat(e.lay.TranscriptPath(k)); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return e.canonicalLines(k)
+}

@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -218,6 +219,7 @@ func (s *session) run() {
 	}
 	log := s.m.log.With(zap.Stringer("session", s.key))
 	st := newState(&s.m.deps, s.key, log)
+	st.abort = s.abortCh
 	if err := st.open(); err != nil {
 		log.Error("cannot open session", zap.Error(err))
 		s.exit(st, err)
@@ -231,9 +233,47 @@ func (s *session) run() {
 	defer idle.Stop()
 	lastActive := cfg.Clock.Now()
 	var rh rhythm
+	// slot is the compaction slots (Config.CompactParallel) while an idle
+	// or retiring compaction waits for one (none was free at the tick),
+	// nil otherwise: the wait is a case of the loop's select, so appends
+	// and control requests are served meanwhile instead of queuing behind
+	// other sessions' compactions.
+	var slot chan struct{}
 	touch := func() {
 		lastActive = cfg.Clock.Now()
 		idle.Reset(rh.idleDelay(cfg.IdleCompact))
+	}
+	// idleWork is the idle tick's compaction and retirement, run with a
+	// slot held; it reports whether the writer retired.
+	idleWork := func() bool {
+		if st.failed == nil && st.idleDue() {
+			if err := st.compact("idle"); err != nil {
+				log.Warn("idle compaction failed", zap.Error(err))
+			}
+		}
+		if clock.Since(cfg.Clock, lastActive) >= cfg.IdleRetire && st.failed == nil {
+			// Whatever the idle rule left pending goes into the file
+			// now: once the writer is gone nothing would move it there
+			// until the session is written again (official readers
+			// would see a stale file for good). One rewrite per
+			// retirement bounds what this costs.
+			if len(st.pending) > 0 {
+				if err := st.compact("retire"); err != nil {
+					log.Warn("compaction before retiring failed; the journal keeps the entries", zap.Error(err))
+				}
+			}
+			return s.retire(st)
+		}
+		return false
+	}
+	// withSlot runs idleWork with the slot just taken, then gives it back.
+	withSlot := func() bool {
+		st.slotHeld = true
+		defer func() {
+			st.slotHeld = false
+			<-st.compactSlots
+		}()
+		return idleWork()
 	}
 	for {
 		select {
@@ -243,6 +283,10 @@ func (s *session) run() {
 			s.hasContent.Store(st.exists())
 			rh.append(cfg.Clock.Now())
 			touch()
+			// Appended to again: not idle any more, the next tick decides
+			// anew. (A control request keeps the wait: idleWork checks
+			// again what is due once it has the slot.)
+			slot = nil
 		case c := <-s.ctrl:
 			s.took(&c.reply)
 			opened := s.phase == fresh
@@ -261,22 +305,19 @@ func (s *session) run() {
 			// late lines rescued first (foreign.go).
 			st.rescueLate(true)
 			st.dropHeld()
-			if st.failed == nil && st.idleDue() {
-				if err := st.compact("idle"); err != nil {
-					log.Warn("idle compaction failed", zap.Error(err))
-				}
-			}
-			if clock.Since(cfg.Clock, lastActive) >= cfg.IdleRetire && st.failed == nil {
-				// Whatever the idle rule left pending goes into the file
-				// now: once the writer is gone nothing would move it there
-				// until the session is written again (official readers
-				// would see a stale file for good). One rewrite per
-				// retirement bounds what this costs.
-				if len(st.pending) > 0 {
-					if err := st.compact("retire"); err != nil {
-						log.Warn("compaction before retiring failed; the journal keeps the entries", zap.Error(err))
+			retireDue := clock.Since(cfg.Clock, lastActive) >= cfg.IdleRetire
+			switch {
+			case st.failed != nil:
+			case st.idleDue() || retireDue && len(st.pending) > 0:
+				select {
+				case st.compactSlots <- struct{}{}:
+					if withSlot() {
+						return
 					}
+				default:
+					slot = st.compactSlots // withSlot runs once one is free
 				}
+			case retireDue:
 				if s.retire(st) {
 					return
 				}
@@ -286,6 +327,11 @@ func (s *session) run() {
 				wait = d
 			}
 			idle.Reset(wait)
+		case slot <- struct{}{}:
+			slot = nil
+			if withSlot() {
+				return
+			}
 		case <-s.stopCh:
 			select {
 			case <-s.abortCh: // abort wins: the time for a clean stop is over
@@ -296,7 +342,9 @@ func (s *session) run() {
 			s.enter(stopping)
 			s.drain(st)
 			if st.failed == nil {
-				if err := st.compact("shutdown"); err != nil {
+				if err := st.compact("shutdown"); errors.Is(err, errCompactAborted) {
+					log.Debug("the time to stop ran out before this session's compaction; the journal keeps the entries for the next start")
+				} else if err != nil {
 					log.Error("shutdown compaction failed; the journal keeps the entries for the next start", zap.Error(err))
 				} else {
 					st.dropEmptyJournal()

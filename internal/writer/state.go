@@ -74,6 +74,13 @@ type state struct {
 	dir       string
 	j         sessionLog // nil until the session logs its first entry
 
+	// abort closes when the time for a clean stop is over: a compaction
+	// still waiting for a slot gives up (nil outside a session's writer).
+	abort <-chan struct{}
+	// slotHeld: the writer's loop took a compaction slot itself
+	// (session.run's idle work), so compactInSlot does not wait for one.
+	slotHeld bool
+
 	canonExists  bool
 	canon        fingerprint // the canonical file as this writer last saw it
 	canonEntries uint64
