@@ -182,7 +182,7 @@ func waitIdle(t *testing.T, d *daemon, api sessiondv1.SessiondClient, maxFDs int
 			return n
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %v the daemon still has %d open writers and %d descriptors (want 0 and at most %d)", within, st.GetActiveSessions(), n, maxFDs)
+			t.Fatalf("after %v the daemon still has %d open writers and %d descriptors (want 0 and at most %d); %d compactions so far", within, st.GetActiveSessions(), n, maxFDs, st.GetCompactions())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
