@@ -311,6 +311,7 @@ func (s *session) run() {
 			case st.idleDue() || retireDue && len(st.pending) > 0:
 				select {
 				case st.compactSlots <- struct{}{}:
+					slot = nil // an earlier tick's wait is answered too
 					if withSlot() {
 						return
 					}
