@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -23,15 +24,44 @@ import (
 	"github.com/sessiond/sessiond/internal/daemon"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/mirror"
+	"github.com/sessiond/sessiond/internal/owner"
+	"github.com/sessiond/sessiond/internal/socket"
 	"github.com/sessiond/sessiond/internal/wal"
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
+// exitOwned is the exit status when another sessiond already owns the
+// state folder, the root or the socket: nothing was touched, and
+// restarting will not help until that one stops (the systemd unit's
+// RestartPreventExitStatus= names it).
+const exitOwned = 3
+
 func main() {
+	flag.Usage = usage
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "sessiond:", err)
+		if errors.Is(err, owner.ErrOwned) || errors.Is(err, socket.ErrAlreadyRunning) {
+			os.Exit(exitOwned)
+		}
 		os.Exit(1)
 	}
+}
+
+func usage() {
+	w := flag.CommandLine.Output()
+	fmt.Fprintf(w, `Usage: sessiond [flags]
+
+sessiond serialises every write to agent session transcripts behind a gRPC
+API on a Unix socket (see README.md).
+
+One sessiond owns a state folder and a transcripts root. A second one
+started on either (another terminal, a manual run beside the systemd
+service, a second unit), or on a socket already served, is refused before
+it reads anything: it exits with status %d and names the one that runs.
+
+Flags:
+`, exitOwned)
+	flag.PrintDefaults()
 }
 
 func run() error {

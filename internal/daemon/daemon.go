@@ -19,6 +19,7 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/metrics"
 	"github.com/sessiond/sessiond/internal/mirror"
+	"github.com/sessiond/sessiond/internal/owner"
 	"github.com/sessiond/sessiond/internal/server"
 	"github.com/sessiond/sessiond/internal/socket"
 	"github.com/sessiond/sessiond/internal/writer"
@@ -43,6 +44,9 @@ type Config struct {
 	// Mirror, when set, mirrors every transcript into PostgreSQL (see
 	// package mirror).
 	Mirror *mirror.Config
+	// FS is the filesystem the state folder and root are on; nil is
+	// fsys.OS. Tests wrap it to see the order of the start.
+	FS fsys.FS
 }
 
 // Run serves until ctx ends, then drains: new calls get UNAVAILABLE, open
@@ -56,12 +60,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
-	if err := fsys.MkdirAll(fsys.OS, cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("create state folder %s: %w", cfg.StateDir, err)
+	if cfg.FS == nil {
+		cfg.FS = fsys.OS
 	}
 	wc := cfg.Writer
 	wc.Layout = layout.Layout{Root: cfg.Root, StateDir: cfg.StateDir}
 	wc.Logger = log
+	wc.FS = cfg.FS
 	if cfg.MaxMessageBytes <= 0 {
 		cfg.MaxMessageBytes = 64 << 20
 	}
@@ -71,9 +76,6 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.MaxMessageBytes < wc.MaxEntryBytes+(1<<20) {
 		return fmt.Errorf("--max-message-bytes (%d) must exceed --max-entry-bytes (%d) by at least 1 MiB", cfg.MaxMessageBytes, wc.MaxEntryBytes)
 	}
-	// Metrics are set up before the writers, whose log feeds them; the
-	// address is checked before anything is touched.
-	var met *metrics.Metrics
 	var metricsAddr metrics.Address
 	if cfg.MetricsListen != "" {
 		a, err := metrics.ParseAddress(cfg.MetricsListen)
@@ -81,6 +83,27 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		metricsAddr = a
+	}
+
+	// The order is what keeps a second sessiond from destroying what this
+	// one acknowledged: first the locks (the state folder, the root, then
+	// the socket's), then recovery, then serving. A process refused at any
+	// lock has changed nothing of the owner's (TestStartOrder).
+	claim, err := owner.Acquire(cfg.FS, wc.Layout, owner.Self(cfg.Version, cfg.Socket))
+	if err != nil {
+		return err
+	}
+	defer claim.Release() // last: after the writers have closed
+	wc.Owner = claim
+	ln, activated, err := listen(cfg.Socket)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+
+	// Metrics are set up before the writers, whose log feeds them.
+	var met *metrics.Metrics
+	if cfg.MetricsListen != "" {
 		met = metrics.New(cfg.Version)
 		wc.WALOnCommit = met.ObserveCommit
 	}
@@ -88,9 +111,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Mirror != nil {
 		mc := *cfg.Mirror
 		mc.Logger = log
-		var err error
 		if mc.MachineID == "" {
-			if mc.MachineID, err = mirror.MachineID(fsys.OS, cfg.StateDir); err != nil {
+			if mc.MachineID, err = mirror.MachineID(cfg.FS, cfg.StateDir); err != nil {
 				return fmt.Errorf("machine id: %w", err)
 			}
 		}
@@ -108,14 +130,6 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-
-	// Take the socket first: it is what proves no other sessiond runs on
-	// these folders, so only then may recovery touch the journals.
-	ln, activated, err := listen(cfg.Socket)
-	if err != nil {
-		return err
-	}
-	defer ln.Close()
 	var metricsLn net.Listener
 	if met != nil {
 		if metricsLn, err = metrics.Listen(metricsAddr); err != nil {
@@ -126,7 +140,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if wc.BallastSize == 0 {
 		// No reserve wanted: one an earlier run kept is space wasted.
-		if err := os.Remove(wc.Layout.BallastPath()); err == nil {
+		if err := cfg.FS.Remove(wc.Layout.BallastPath()); err == nil {
 			log.Info("removed the ballast (--ballast-size 0)", zap.String("path", wc.Layout.BallastPath()))
 		}
 	}

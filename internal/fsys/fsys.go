@@ -47,6 +47,13 @@ type FS interface {
 	ReadDir(name string) ([]fs.DirEntry, error)
 	// SyncDir makes the folder's entries durable.
 	SyncDir(name string) error
+	// Lock takes an exclusive lock on the folder name without waiting,
+	// held until the returned Closer is closed or the process ends
+	// however it ends. It fails with an error wrapping ErrLocked while
+	// another holder has it, and with one matching fs.ErrNotExist when
+	// the folder is missing. It follows symlinks: the lock is the
+	// folder's, whatever path reaches it.
+	Lock(name string) (io.Closer, error)
 }
 
 // OS is the real filesystem.
@@ -69,6 +76,7 @@ func (osFS) Mkdir(name string, perm fs.FileMode) error  { return os.Mkdir(name, 
 func (osFS) Stat(name string) (fs.FileInfo, error)      { return os.Stat(name) }
 func (osFS) Lstat(name string) (fs.FileInfo, error)     { return os.Lstat(name) }
 func (osFS) ReadDir(name string) ([]fs.DirEntry, error) { return os.ReadDir(name) }
+func (osFS) Lock(name string) (io.Closer, error)        { return lockFolder(name) }
 
 func (osFS) SyncDir(name string) error {
 	d, err := os.Open(name)

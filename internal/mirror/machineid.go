@@ -35,7 +35,7 @@ func CheckMachineID(id string) error {
 // same machine and two machines with one host name (containers) differ.
 func MachineID(fsy fsys.FS, stateDir string) (string, error) {
 	path := filepath.Join(stateDir, "machine-id")
-	if b, err := os.ReadFile(path); err == nil {
+	if b, err := readSmall(fsy, path); err == nil {
 		id := strings.TrimSpace(string(b))
 		if err := CheckMachineID(id); err != nil {
 			return "", fmt.Errorf("%s: %w (remove it, or pass --machine-id)", path, err)
@@ -66,4 +66,14 @@ func MachineID(fsy fsys.FS, stateDir string) (string, error) {
 		return "", fmt.Errorf("write %s: %w", path, errdefs.FromIO(err))
 	}
 	return id, nil
+}
+
+// readSmall reads a small state file through fsy.
+func readSmall(fsy fsys.FS, path string) ([]byte, error) {
+	f, err := fsy.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, 4096))
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/owner"
 	"github.com/sessiond/sessiond/internal/wal"
 )
 
@@ -18,6 +19,12 @@ type Config struct {
 	Layout layout.Layout
 	FS     fsys.FS
 	Logger *zap.Logger
+	// Owner is the held claim on Layout's folders (package owner). nil:
+	// New takes it itself, before it reads anything, and Close releases
+	// it; a caller that must hold the folders before New (the daemon,
+	// which reads its machine id from the state folder) passes its own,
+	// and releases it after Close.
+	Owner *owner.Claim
 	// Clock is where the writers take the time from: idle compaction and
 	// retirement, how long batch ids are remembered, and the times they
 	// stamp (appends, archive marks, trash and repair copies). nil is the

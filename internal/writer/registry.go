@@ -14,6 +14,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/owner"
 	"github.com/sessiond/sessiond/internal/progress"
 )
 
@@ -105,6 +106,10 @@ type Manager struct {
 	trashCount   *TrashUsage
 	trashCountAt time.Time
 	trashGen     uint64
+
+	// ownClaim is the claim on the folders New took itself (nil when the
+	// caller passed Config.Owner): Close releases it, last.
+	ownClaim *owner.Claim
 }
 
 // New returns a Manager. It creates the state folder if needed.
@@ -112,6 +117,29 @@ func New(cfg Config) (*Manager, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	// The folders are this process's before anything in them is read:
+	// a second process opening the same log would cut, move aside or
+	// compact what the first acknowledged.
+	var ownClaim *owner.Claim
+	if cfg.Owner == nil {
+		c, err := owner.Acquire(cfg.FS, cfg.Layout, owner.Self("", ""))
+		if err != nil {
+			return nil, err
+		}
+		cfg.Owner, ownClaim = c, c
+	} else if cfg.Owner.Layout() != cfg.Layout {
+		return nil, fmt.Errorf("writer: the claim held covers %+v, not %+v", cfg.Owner.Layout(), cfg.Layout)
+	}
+	m, err := newManager(cfg)
+	if err != nil {
+		ownClaim.Release()
+		return nil, err
+	}
+	m.ownClaim = ownClaim
+	return m, nil
+}
+
+func newManager(cfg Config) (*Manager, error) {
 	// Folders are made durable once per process, not at every compaction.
 	cfg.FS = fsys.Remembering(cfg.FS)
 	m := &Manager{
@@ -367,13 +395,16 @@ func (m *Manager) Close(ctx context.Context) error {
 	go func() { m.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-		return m.logs.close()
+		err := m.logs.close()
+		m.ownClaim.Release()
+		return err
 	case <-ctx.Done():
 		for _, s := range all {
 			s.abort()
 		}
 		<-done
 		m.logs.close()
+		m.ownClaim.Release()
 		return fmt.Errorf("shutdown cut short, logged entries will be replayed at next start: %w", ctx.Err())
 	}
 }

@@ -58,6 +58,8 @@ type CrashFS struct {
 	allocate bool
 	trace    func(Event)
 	lastOpID uint64
+	// locks are the folders' locks held (Lock); a crash drops them all.
+	locks map[*inode]*crashLock
 }
 
 var _ fsys.FS = (*CrashFS)(nil)
@@ -171,6 +173,7 @@ func (c *CrashFS) Crash() {
 func (c *CrashFS) crashLocked(ev Event) {
 	c.crashed = true
 	c.crashEvent = ev
+	c.locks = nil // the process that held them is gone
 }
 
 // Crashed reports whether the filesystem crashed, and at which operation

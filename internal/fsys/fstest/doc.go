@@ -29,7 +29,7 @@ import (
 // Op is a kind of filesystem operation.
 type Op int
 
-// Operation kinds. The read kinds (OpRead, OpStat, OpReadDir) are counted
+// Operation kinds. The read kinds (OpRead, OpStat, OpReadDir, OpLock) are counted
 // only when a filesystem is told to count reads: they never change what is
 // on disk, so a crash at a read is the same as a crash at the next write.
 const (
@@ -45,12 +45,13 @@ const (
 	OpRead                   // File.Read, File.ReadAt
 	OpStat                   // FS.Stat, FS.Lstat, File.Stat
 	OpReadDir                // FS.ReadDir
+	OpLock                   // FS.Lock
 )
 
 var opNames = map[Op]string{
 	OpOpen: "open", OpWrite: "write", OpSync: "sync", OpTruncate: "truncate",
 	OpRename: "rename", OpLink: "link", OpRemove: "remove", OpMkdir: "mkdir",
-	OpSyncDir: "syncdir", OpRead: "read", OpStat: "stat", OpReadDir: "readdir",
+	OpSyncDir: "syncdir", OpRead: "read", OpStat: "stat", OpReadDir: "readdir", OpLock: "lock",
 }
 
 func (o Op) String() string {
@@ -61,7 +62,9 @@ func (o Op) String() string {
 }
 
 // IsRead reports whether o only reads.
-func (o Op) IsRead() bool { return o == OpRead || o == OpStat || o == OpReadDir }
+func (o Op) IsRead() bool {
+	return o == OpRead || o == OpStat || o == OpReadDir || o == OpLock
+}
 
 // Event is one counted operation, for traces and error messages.
 type Event struct {
