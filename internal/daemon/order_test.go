@@ -52,11 +52,14 @@ func (o *orderFS) Mkdir(n string, p fs.FileMode) error {
 	o.note("mkdir", n)
 	return o.FS.Mkdir(n, p)
 }
-func (o *orderFS) Stat(n string) (fs.FileInfo, error)      { o.note("stat", n); return o.FS.Stat(n) }
-func (o *orderFS) Lstat(n string) (fs.FileInfo, error)     { o.note("lstat", n); return o.FS.Lstat(n) }
-func (o *orderFS) ReadDir(n string) ([]fs.DirEntry, error) { o.note("readdir", n); return o.FS.ReadDir(n) }
-func (o *orderFS) SyncDir(n string) error                  { o.note("syncdir", n); return o.FS.SyncDir(n) }
-func (o *orderFS) Lock(n string) (io.Closer, error)        { o.note("lock", n); return o.FS.Lock(n) }
+func (o *orderFS) Stat(n string) (fs.FileInfo, error)  { o.note("stat", n); return o.FS.Stat(n) }
+func (o *orderFS) Lstat(n string) (fs.FileInfo, error) { o.note("lstat", n); return o.FS.Lstat(n) }
+func (o *orderFS) ReadDir(n string) ([]fs.DirEntry, error) {
+	o.note("readdir", n)
+	return o.FS.ReadDir(n)
+}
+func (o *orderFS) SyncDir(n string) error           { o.note("syncdir", n); return o.FS.SyncDir(n) }
+func (o *orderFS) Lock(n string) (io.Closer, error) { o.note("lock", n); return o.FS.Lock(n) }
 
 func (o *orderFS) list() []string {
 	o.mu.Lock()
