@@ -7,13 +7,19 @@ package writer
 // unsynced writes kept, torn anywhere).
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
+	"path"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
+	"github.com/sessiond/sessiond/internal/owner"
 )
 
 // randomSeeds is how many random crashes each crash point gets on top of
@@ -311,4 +317,148 @@ func runToCrash(t *testing.T, wl *workload, op int64) (*fstest.CrashFS, *world) 
 	wl.run(w)
 	w.stop()
 	return c, w
+}
+
+// intruderFS plays a second sessiond started beside the first: before each
+// of the first one's operations (once it holds the folders), a second
+// Manager is opened on the same disk. Every such start must be refused
+// with owner.ErrOwned, having done nothing but take the lock and read the
+// holder's record, and the first one must not notice.
+type intruderFS struct {
+	fsys.FS
+	c  *fstest.CrashFS
+	t  testing.TB
+	wl *workload
+
+	mu sync.Mutex
+	// open is set while the first Manager is open (New returned, Close
+	// not called): it must hold the folders all that time.
+	open     bool
+	starts   int
+	problems []string
+}
+
+func (f *intruderFS) setOpen(on bool) {
+	f.mu.Lock()
+	f.open = on
+	f.mu.Unlock()
+}
+
+func (f *intruderFS) intrude(before, name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.c.LockHeld(crashLayout.StateDir) {
+		if f.open || strings.HasPrefix(name, crashLayout.StateDir+"/") {
+			f.problems = append(f.problems, fmt.Sprintf("%s while the state folder is not held", before))
+		}
+		return // the first one is not started yet, or has stopped
+	}
+	f.starts++
+	probe := fstest.NewFaultFS(f.c)
+	probe.CountReads(true)
+	var ops []string
+	probe.Trace(func(ev fstest.Event) { ops = append(ops, ev.Op.String()+" "+ev.Path) })
+	m, err := New(crashConfig(probe, f.wl))
+	if err == nil {
+		closeQuietly(m)
+		f.problems = append(f.problems, fmt.Sprintf("before %s: a second Manager opened the same folders", before))
+		return
+	}
+	if !errors.Is(err, owner.ErrOwned) {
+		f.problems = append(f.problems, fmt.Sprintf("before %s: the second Manager failed with %v, not ErrOwned", before, err))
+	}
+	record := path.Join(crashLayout.StateDir, owner.InfoName)
+	for _, op := range ops {
+		if op != "lock "+crashLayout.StateDir && op != "open "+record && op != "read "+record {
+			f.problems = append(f.problems, fmt.Sprintf("before %s: the refused Manager did %s", before, op))
+		}
+	}
+}
+
+func (f *intruderFS) OpenFile(name string, flag int, perm fs.FileMode) (fsys.File, error) {
+	f.intrude("open "+name, name)
+	return f.FS.OpenFile(name, flag, perm)
+}
+func (f *intruderFS) Rename(a, b string) error { f.intrude("rename "+a, a); return f.FS.Rename(a, b) }
+func (f *intruderFS) Link(a, b string) error   { f.intrude("link "+a, a); return f.FS.Link(a, b) }
+func (f *intruderFS) Remove(n string) error    { f.intrude("remove "+n, n); return f.FS.Remove(n) }
+func (f *intruderFS) Mkdir(n string, p fs.FileMode) error {
+	f.intrude("mkdir "+n, n)
+	return f.FS.Mkdir(n, p)
+}
+func (f *intruderFS) SyncDir(n string) error { f.intrude("syncdir "+n, n); return f.FS.SyncDir(n) }
+func (f *intruderFS) Stat(n string) (fs.FileInfo, error) {
+	f.intrude("stat "+n, n)
+	return f.FS.Stat(n)
+}
+func (f *intruderFS) Lstat(n string) (fs.FileInfo, error) {
+	f.intrude("lstat "+n, n)
+	return f.FS.Lstat(n)
+}
+func (f *intruderFS) ReadDir(n string) ([]fs.DirEntry, error) {
+	f.intrude("readdir "+n, n)
+	return f.FS.ReadDir(n)
+}
+
+// TestSecondProcessAtEveryOperation starts a second Manager before every
+// operation of each workload's commit path, and of the recovery of what
+// a kill -9 in the middle of it left: each is refused without touching
+// anything, and the first one's disk then holds every acknowledged entry
+// once, as the crash tests check it.
+func TestSecondProcessAtEveryOperation(t *testing.T) {
+	t.Parallel()
+	for _, wl := range allWorkloads() {
+		t.Run(wl.name, func(t *testing.T) {
+			t.Parallel()
+			c := fstest.NewCrashFS()
+			if wl.setup != nil {
+				wl.setup(c)
+			}
+			in := &intruderFS{FS: c, c: c, t: t, wl: wl}
+			w := &world{t: t, wl: wl, c: c, fs: in, ctx: context.Background(), flags: map[string]bool{}, facts: map[string]int{}}
+			w.m = newCrashManager(t, in, wl)
+			in.setOpen(true)
+			wl.run(w)
+			half := in.starts / 2
+			in.setOpen(false)
+			w.stop()
+			if in.starts == 0 || len(in.problems) > 0 {
+				t.Fatalf("commit path: %d second starts:\n%s", in.starts, strings.Join(in.problems, "\n"))
+			}
+			if probs := w.verify(c.KillClone(), true); len(probs) > 0 {
+				t.Fatalf("after the commit path with second starts:\n%s", strings.Join(probs, "\n"))
+			}
+
+			// A kill -9 half way through, then the recovery with a second
+			// start before each of its operations.
+			c2 := fstest.NewCrashFS()
+			if wl.setup != nil {
+				wl.setup(c2)
+			}
+			w2 := newWorld(t, wl, c2, nil)
+			killAt := c2.Ops() + int64(half)
+			c2.CrashAt(killAt) // stops the workload there; the disk is kept whole below
+			wl.run(w2)
+			w2.stop()
+			d := c2.KillClone()
+			in2 := &intruderFS{FS: d, c: d, t: t, wl: wl}
+			m, err := New(crashConfig(in2, wl))
+			if err != nil {
+				t.Fatalf("recovery's New: %v", err)
+			}
+			in2.setOpen(true)
+			if _, err := m.Recover(w2.ctx); err != nil {
+				t.Fatalf("Recover: %v", err)
+			}
+			in2.setOpen(false)
+			closeQuietly(m)
+			if in2.starts == 0 || len(in2.problems) > 0 {
+				t.Fatalf("recovery: %d second starts:\n%s", in2.starts, strings.Join(in2.problems, "\n"))
+			}
+			if probs := w2.verify(d.KillClone(), true); len(probs) > 0 {
+				t.Fatalf("after a recovery with second starts:\n%s", strings.Join(probs, "\n"))
+			}
+			summary(t, "second starts refused: %d on the commit path, %d during recovery", in.starts, in2.starts)
+		})
+	}
 }
