@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/testharness"
 )
 
@@ -135,6 +137,9 @@ func TestSystemdUnits(t *testing.T) {
 			t.Errorf("%s: SendSIGKILL=%s: a hung sessiond would never be stopped", svc.path, v)
 		}
 		wantValue(t, svc, "Service", "Restart", "on-failure")
+		if v, _ := svc.last("Service", "RestartPreventExitStatus"); !slices.Contains(strings.Fields(v), "3") {
+			t.Errorf("%s: RestartPreventExitStatus=%q lacks 3: a sessiond refused because another owns its folders would be restarted in a loop", svc.path, v)
+		}
 		if v, ok := svc.last("Service", "RestartSec"); !ok {
 			t.Errorf("%s: no RestartSec=", svc.path)
 		} else if d, err := parseTimespan(v); err != nil || d <= 0 {
@@ -449,6 +454,101 @@ func TestDaemonAcceptsArguments(t *testing.T) {
 			t.Errorf("%s: sessiond rejects the arguments %q: %v\n%s", name, args[1:], err, out)
 		}
 	}
+}
+
+// TestUnitTwiceRefused runs the service's own command line as systemd
+// would, socket-activated, then a second instance of it and a manual
+// `sessiond` in the same environment: both are refused with an exit
+// status the unit's RestartPreventExitStatus= names, and the first one
+// still serves.
+func TestUnitTwiceRefused(t *testing.T) {
+	dir := t.TempDir()
+	if err := testharness.BuildInto(context.Background(), dir, testharness.BuildOptions{}, "sessiond"); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "sessiond")
+	svc := loadUnit(t, serviceFile)
+	home, rt := filepath.Join(dir, "home"), filepath.Join(dir, "run")
+	for _, p := range []string{home, filepath.Join(rt, "sessiond")} {
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	specs := map[byte]string{'t': rt, 'h': home, 'U': strconv.Itoa(os.Getuid()), 'u': "someone"}
+	args := execStart(t, svc, specs)
+	env := []string{"HOME=" + home, "XDG_RUNTIME_DIR=" + rt, "PATH=" + os.Getenv("PATH")}
+	prevent, _ := svc.last("Service", "RestartPreventExitStatus")
+
+	// activated starts the unit's command with a listener on path passed
+	// as systemd passes it (fd 3, LISTEN_PID, LISTEN_FDS).
+	activated := func(path string) (*testharness.Daemon, error) {
+		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+		if err != nil {
+			return nil, err
+		}
+		ln.SetUnlinkOnClose(false) // the path stays: the daemon serves it
+		defer ln.Close()
+		f, err := ln.File()
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		return testharness.Start(testharness.Config{Sessiond: bin, Args: args[1:], Env: env,
+			Wrapper:    []string{"/bin/sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"`},
+			ExtraFiles: []*os.File{f}})
+	}
+	sock, _ := flagValue(args, "socket")
+	first, err := activated(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(first.Kill)
+	waitStatus := func() {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			c, err := client.Dial(sock)
+			if err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err = c.Status(ctx)
+				cancel()
+				c.Close()
+			}
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the unit's sessiond does not serve on %s: %v\n%s", sock, err, first.LogTail(100))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitStatus()
+	for name, start := range map[string]func() (*testharness.Daemon, error){
+		"a second instance of the unit": func() (*testharness.Daemon, error) { return activated(filepath.Join(rt, "second.sock")) },
+		"a manual sessiond": func() (*testharness.Daemon, error) {
+			return testharness.Start(testharness.Config{Sessiond: bin, Env: env})
+		},
+	} {
+		p, err := start()
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-p.Exited():
+		case <-time.After(20 * time.Second):
+			p.Kill()
+			t.Fatalf("%s still runs beside the unit's:\n%s", name, p.LogTail(50))
+		}
+		code := p.ExitCode()
+		if !slices.Contains(strings.Fields(prevent), strconv.Itoa(code)) {
+			t.Errorf("%s exited %d, which RestartPreventExitStatus=%q does not name:\n%s", name, code, prevent, p.Log())
+		}
+		if want := fmt.Sprintf("pid %d", first.Pid()); !strings.Contains(p.Log(), want) {
+			t.Errorf("%s: the refusal does not name the running one (%s):\n%s", name, want, p.Log())
+		}
+	}
+	waitStatus()
 }
 
 // TestParsers checks the little parsers the tests above rely on.
