@@ -222,3 +222,36 @@ func waitAcked(t *testing.T, l *load, n int) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestSimultaneousStarts: five sessionds started at the same instant on
+// the same folders, each with its own socket: exactly one serves, the
+// others exit 3.
+func TestSimultaneousStarts(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	root, state := filepath.Join(dir, "claude"), filepath.Join(dir, "state")
+	var ps []*testharness.Daemon
+	for i := 0; i < 5; i++ {
+		p, err := testharness.Start(testharness.Config{Sessiond: bins.Sessiond(), Root: root, StateDir: state,
+			Socket: filepath.Join(dir, fmt.Sprintf("s%d.sock", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Kill)
+		ps = append(ps, p)
+	}
+	var serving []*testharness.Daemon
+	for _, p := range ps {
+		if _, err := p.WaitServing(context.Background(), 30*time.Second); err == nil {
+			serving = append(serving, p)
+			continue
+		}
+		<-p.Exited()
+		if code := p.ExitCode(); code != 3 || !strings.Contains(p.Log(), "already owns the state folder") {
+			t.Errorf("a refused start exited %d:\n%s", code, p.Log())
+		}
+	}
+	if len(serving) != 1 {
+		t.Fatalf("%d of 5 simultaneous sessionds serve, want exactly 1", len(serving))
+	}
+}

@@ -112,8 +112,13 @@ func Run(ctx context.Context, cfg Config) error {
 		mc := *cfg.Mirror
 		mc.Logger = log
 		if mc.MachineID == "" {
-			if mc.MachineID, err = mirror.MachineID(cfg.FS, cfg.StateDir); err != nil {
+			var moved bool
+			if mc.MachineID, moved, err = mirror.MachineID(cfg.FS, cfg.StateDir); err != nil {
 				return fmt.Errorf("machine id: %w", err)
+			}
+			if moved {
+				log.Warn("the state folder's machine id was made on another machine (a copy or a restored backup): this one takes a new id, so the two never hold the same sessions' leases; leases held under the old id here expire by themselves",
+					zap.String("machine_id", mc.MachineID))
 			}
 		}
 		if mir, err = mirror.New(mc); err != nil {

@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -33,16 +34,37 @@ func CheckMachineID(id string) error {
 // host name and a random suffix, made once and kept in
 // <stateDir>/machine-id, so that a restart holds its sessions as the
 // same machine and two machines with one host name (containers) differ.
-func MachineID(fsy fsys.FS, stateDir string) (string, error) {
+//
+// The file also records which machine made it (HostFingerprint). A state
+// folder copied onto another machine (a backup restored there, a cloned
+// home) must not hold leases under the first machine's name, or both
+// would write the same sessions: there MachineID makes a new id, and
+// moved says so for the log.
+func MachineID(fsy fsys.FS, stateDir string) (id string, moved bool, err error) {
 	path := filepath.Join(stateDir, "machine-id")
-	if b, err := readSmall(fsy, path); err == nil {
-		id := strings.TrimSpace(string(b))
+	here := HostFingerprint()
+	b, err := readSmall(fsy, path)
+	switch {
+	case err == nil:
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		id = strings.TrimSpace(lines[0])
 		if err := CheckMachineID(id); err != nil {
-			return "", fmt.Errorf("%s: %w (remove it, or pass --machine-id)", path, err)
+			return "", false, fmt.Errorf("%s: %w (remove it, or pass --machine-id)", path, err)
 		}
-		return id, nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("read %s: %w", path, errdefs.FromIO(err))
+		made := ""
+		if len(lines) > 1 {
+			made = strings.TrimPrefix(strings.TrimSpace(lines[1]), "host ")
+		}
+		if made == here {
+			return id, false, nil
+		}
+		if made == "" {
+			// Made before ids recorded their machine: it was made here.
+			return id, false, writeMachineID(fsy, path, id, here)
+		}
+		moved = true
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", false, fmt.Errorf("read %s: %w", path, errdefs.FromIO(err))
 	}
 	host, _ := os.Hostname()
 	host = strings.Map(func(r rune) rune {
@@ -56,16 +78,36 @@ func MachineID(fsy fsys.FS, stateDir string) (string, error) {
 	}
 	var rnd [6]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
-		return "", err
+		return "", false, err
 	}
-	id := host + "-" + hex.EncodeToString(rnd[:])
+	id = host + "-" + hex.EncodeToString(rnd[:])
+	return id, moved, writeMachineID(fsy, path, id, here)
+}
+
+func writeMachineID(fsy fsys.FS, path, id, host string) error {
 	if err := fsys.WriteFileAtomic(fsy, path, ".machine-id.tmp", 0o600, func(w io.Writer) error {
-		_, err := io.WriteString(w, id+"\n")
+		_, err := fmt.Fprintf(w, "%s\nhost %s\n", id, host)
 		return err
 	}); err != nil {
-		return "", fmt.Errorf("write %s: %w", path, errdefs.FromIO(err))
+		return fmt.Errorf("write %s: %w", path, errdefs.FromIO(err))
 	}
-	return id, nil
+	return nil
+}
+
+// HostFingerprint names this machine for the machine-id file: a hash of
+// the OS's machine id (/etc/machine-id, which survives a change of host
+// name) where there is one, else the host name. A variable so tests can
+// play another machine.
+var HostFingerprint = func() string {
+	for _, p := range []string{"/etc/machine-id", "/var/lib/dbus/machine-id"} {
+		if b, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+			sum := sha256.Sum256([]byte("sessiond machine " + strings.TrimSpace(string(b))))
+			return "m:" + hex.EncodeToString(sum[:8])
+		}
+	}
+	host, _ := os.Hostname()
+	sum := sha256.Sum256([]byte("sessiond host " + host))
+	return "h:" + hex.EncodeToString(sum[:8])
 }
 
 // readSmall reads a small state file through fsy.

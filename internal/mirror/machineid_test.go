@@ -15,15 +15,15 @@ import (
 // state folder gets another; a bad one on disk or given is refused.
 func TestMachineID(t *testing.T) {
 	d1, d2 := t.TempDir(), t.TempDir()
-	a, err := MachineID(fsys.OS, d1)
+	a, _, err := MachineID(fsys.OS, d1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := MachineID(fsys.OS, d1)
+	again, _, err := MachineID(fsys.OS, d1)
 	if err != nil || again != a {
 		t.Fatalf("second read %q, %v; want %q", again, err, a)
 	}
-	b, err := MachineID(fsys.OS, d2)
+	b, _, err := MachineID(fsys.OS, d2)
 	if err != nil || b == a || CheckMachineID(a) != nil {
 		t.Fatalf("ids %q and %q (%v): want two different valid ones", a, b, err)
 	}
@@ -33,12 +33,44 @@ func TestMachineID(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(d2, "machine-id"), []byte("bad id\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := MachineID(fsys.OS, d2); !errdefs.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "--machine-id") {
+	if _, _, err := MachineID(fsys.OS, d2); !errdefs.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "--machine-id") {
 		t.Fatalf("a bad machine-id file: %v", err)
 	}
 	for _, bad := range []string{"", "a b", "-x", strings.Repeat("x", 129), "é"} {
 		if CheckMachineID(bad) == nil {
 			t.Errorf("machine id %q accepted", bad)
 		}
+	}
+}
+
+// TestMachineIDOnAnotherMachine: a state folder copied onto another
+// machine gets a new machine id there (sharing the first one's would let
+// both hold the same leases); an id file from before ids recorded their
+// machine is kept and told its machine.
+func TestMachineIDOnAnotherMachine(t *testing.T) {
+	d := t.TempDir()
+	a, moved, err := MachineID(fsys.OS, d)
+	if err != nil || moved {
+		t.Fatal(err, moved)
+	}
+	orig := HostFingerprint
+	t.Cleanup(func() { HostFingerprint = orig })
+	HostFingerprint = func() string { return "m:another" }
+	b, moved, err := MachineID(fsys.OS, d)
+	if err != nil || !moved || b == a {
+		t.Fatalf("on another machine: id %q (was %q), moved %v, %v; want a new id", b, a, moved, err)
+	}
+	if again, moved, _ := MachineID(fsys.OS, d); again != b || moved {
+		t.Fatalf("the new machine's id is not kept: %q, moved %v", again, moved)
+	}
+	// An id file of one line (no machine recorded) is this machine's.
+	if err := os.WriteFile(filepath.Join(d, "machine-id"), []byte("old-id-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if id, moved, err := MachineID(fsys.OS, d); id != "old-id-1" || moved || err != nil {
+		t.Fatalf("one-line id file: %q %v %v", id, moved, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(d, "machine-id")); string(b) != "old-id-1\nhost m:another\n" {
+		t.Fatalf("id file now %q", b)
 	}
 }

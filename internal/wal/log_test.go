@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -583,5 +584,31 @@ func TestCommitDelayEndsWhenEveryoneIsIn(t *testing.T) {
 	appendAll("all in")
 	if got := l.Stats().Syncs - before; got != 1 {
 		t.Fatalf("5 appends of the 5 active sessions took %d syncs, want 1 (the first waits until all are in)", got)
+	}
+}
+
+// TestNewerSegmentRefused: a segment a newer sessiond wrote (a higher
+// format version in its header) stops the start with a message saying
+// so, and is left exactly as it was.
+func TestNewerSegmentRefused(t *testing.T) {
+	dir := t.TempDir()
+	p, err := json.Marshal(segHeader{Version: formatV + 1, Seq: 1, ID: 77})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seg := append(frame.Append(nil, typeHeader, p, 0, 0), "records of a newer format"...)
+	path := filepath.Join(dir, segName(1))
+	if err := os.WriteFile(path, seg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = Open(Options{FS: fsys.OS, Dir: dir})
+	if err == nil || !strings.Contains(err.Error(), "newer than this sessiond understands") {
+		t.Fatalf("Open: %v, want the newer format refused", err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != string(seg) {
+		t.Fatal("the newer segment was changed")
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("the refused start left files: %v", ents)
 	}
 }

@@ -1,12 +1,15 @@
 package writer
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"go.uber.org/zap"
@@ -90,10 +93,32 @@ func (st *state) open() error {
 	base := rec.base
 	if ok, err := st.hasPrefix(base); err != nil {
 		return err
+	} else if ok && st.canon.size > base.size {
+		// The file may already hold the logged entries right after the
+		// base, written by a compaction this log does not know of: a
+		// state folder restored from a backup is older than the
+		// transcripts. Appending them again would store the entries
+		// without a uuid twice.
+		there, err := st.holdsLogged(base, rec)
+		if err != nil {
+			return err
+		}
+		if there {
+			st.log.Warn("the transcript already holds the entries the log has for it, after the content they followed: the state folder is older than the transcript (restored from a backup?); they are not appended again",
+				zap.Int("entries", len(rec.entries)))
+			if err := st.syncCanonical(); err != nil {
+				return err
+			}
+			st.publish()
+			if err := st.newGeneration(); err != nil {
+				return err
+			}
+			st.detectMissing(true, "open")
+			return nil
+		}
+		st.log.Info("another program appended to the transcript; journaled entries will follow its lines")
 	} else if !ok {
 		st.log.Warn("the transcript was rewritten by another program since sessiond journaled entries; journaled entries will follow its current content, duplicates by uuid dropped")
-	} else if st.canon.size > base.size {
-		st.log.Info("another program appended to the transcript; journaled entries will follow its lines")
 	}
 	dropped, err := st.replay(rec.entries, rec.foreign)
 	if err != nil {
@@ -325,6 +350,46 @@ func (st *state) hasPrefix(fp fingerprint) (bool, error) {
 		return false, fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
 	}
 	return t == fp.tail, nil
+}
+
+// holdsLogged reports whether the canonical file holds, right after the
+// base content, exactly the logged entries of rec, each a line, in order:
+// what sessiond's own compaction of them writes.
+func (st *state) holdsLogged(base fingerprint, rec *recovered) (bool, error) {
+	need := base.size
+	for _, sp := range rec.entries {
+		need += int64(sp.n) + 1
+	}
+	if len(rec.entries) == 0 || st.canon.size < need {
+		return false, nil
+	}
+	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("open %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(io.NewSectionReader(f, base.size, need-base.size), 1<<16)
+	same := true
+	var buf []byte
+	err = st.j.read(rec.entries, func(_ int, entry []byte) error {
+		if !same {
+			return nil
+		}
+		buf = slices.Grow(buf[:0], len(entry)+1)[:len(entry)+1]
+		if _, err := io.ReadFull(r, buf); err != nil {
+			same = false
+			return nil
+		}
+		same = bytes.Equal(buf[:len(entry)], entry) && buf[len(entry)] == '\n'
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("read journal of %s: %w", st.key, errdefs.FromIO(err))
+	}
+	return same, nil
 }
 
 // syncCanonical makes the canonical file as this process sees it durable:
