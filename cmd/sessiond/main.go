@@ -22,6 +22,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/buildinfo"
 	"github.com/sessiond/sessiond/internal/daemon"
+	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/mirror"
 	"github.com/sessiond/sessiond/internal/owner"
@@ -77,11 +78,11 @@ func run() error {
 		idleCompact     = flag.Duration("idle-compact", writer.DefaultIdleCompact, "compact a session after this long without appends")
 		idleRetire      = flag.Duration("idle-retire", writer.DefaultIdleRetire, "close a session's files after this long without activity")
 		minCompact      = flag.Int64("min-compact-bytes", writer.DefaultMinCompactBytes, "compact a session once the log holds this many bytes of its entries and at least as many as its transcript (benchmarks raise it to keep large logs)")
-		walSegment      = flag.Int64("wal-segment-size", wal.DefaultSegmentSize, "size at which the write-ahead log starts a new segment file")
-		walMax          = flag.Int64("wal-max-size", wal.DefaultMaxSize, "once the write-ahead log's segments add up to more, the sessions holding the oldest one are compacted so it can go")
-		ballastSize     = flag.Int64("ballast-size", writer.DefaultBallastSize, "disk space kept in reserve (the file <state-dir>/ballast), released when the disk fills so the compactions waiting can finish, made again once there is room for it twice over; 0 keeps none")
+		walSegment      = flag.Int64("wal-segment-size", wal.DefaultSegmentSize, "size at which the write-ahead log starts a new segment file (default: a sixteenth of the state folder's disk when that is smaller)")
+		walMax          = flag.Int64("wal-max-size", wal.DefaultMaxSize, "once the write-ahead log's segments add up to more, the sessions holding the oldest one are compacted so it can go (default: a quarter of the state folder's disk when that is smaller)")
+		ballastSize     = flag.Int64("ballast-size", writer.DefaultBallastSize, "disk space kept in reserve (the file <state-dir>/ballast), released when the disk fills so the compactions waiting can finish, made again once there is room for it twice over; 0 keeps none (default: a sixteenth of the state folder's disk when that is smaller)")
 		walRetention    = flag.Duration("wal-retention", writer.DefaultWALRetention, "keep the write-ahead log's segments this long after their sessions were compacted, so repair can put back acknowledged entries another program's rewrite of a transcript dropped (0 keeps none)")
-		walRetentionMax = flag.Int64("wal-retention-size", writer.DefaultWALRetentionSize, "the most the retained segments may add up to, in bytes; the oldest go first (and all of them when the disk is full)")
+		walRetentionMax = flag.Int64("wal-retention-size", writer.DefaultWALRetentionSize, "the most the retained segments may add up to, in bytes; the oldest go first (and all of them when the disk is full) (default: an eighth of the state folder's disk when that is smaller)")
 		trashRetention  = flag.Duration("trash-retention", writer.DefaultTrashRetention, "how long a deleted session's copy stays in the trash before it is purged (checked at start and hourly); the default is the official CLI's own cleanupPeriodDays, 30 days")
 		metricsListen   = flag.String("metrics-listen", "", "serve Prometheus metrics at GET /metrics on this address: 127.0.0.1:PORT, [::1]:PORT, localhost:PORT or unix:/path (a socket made 0600 in a folder only this user controls); other addresses are refused, the endpoint having no authentication. Empty (the default): no metrics")
 		mirrorDSN       = flag.String("mirror", "", "mirror every transcript into PostgreSQL at this connection string (postgres://user@host:5432/db, or key=value pairs; env SESSIOND_MIRROR, which keeps the password out of the process list, as does ~/.pgpass): the reference SessionStore adapter's table, kept exactly once behind the local transcripts, which stay the source of truth")
@@ -163,6 +164,23 @@ func run() error {
 			return fmt.Errorf("path %q: %w", *p, err)
 		}
 		*p = abs
+	}
+	// Sizes not given follow the disk: the fixed defaults would take all
+	// of a small volume.
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if total, err := fsys.DiskSize(*stateDir); err == nil {
+		sz := writer.SizesFor(total)
+		for _, f := range []struct {
+			name string
+			v    *int64
+			auto int64
+		}{{"ballast-size", ballastSize, sz.Ballast}, {"wal-segment-size", walSegment, sz.Segment},
+			{"wal-max-size", walMax, sz.WALMax}, {"wal-retention-size", walRetentionMax, sz.Retention}} {
+			if !set[f.name] {
+				*f.v = f.auto
+			}
+		}
 	}
 	log, err := newLogger(*logFormat, *logLevel)
 	if err != nil {

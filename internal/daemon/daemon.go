@@ -224,7 +224,8 @@ func Run(ctx context.Context, cfg Config) error {
 			t := time.Now()
 			r := m.Replay(ctx, replay)
 			log.Info("replayed journals into their transcripts", zap.Int("sessions", r.Sessions),
-				zap.Uint64("entries", r.Entries), zap.Int("failed", len(r.Failed)), zap.Duration("took", time.Since(t)))
+				zap.Uint64("entries", r.Entries), zap.Int("failed", len(r.Failed)), zap.Int("deferred_for_space", r.Deferred),
+				zap.Duration("took", time.Since(t)))
 		}()
 	}
 	// Trashed copies past their retention go now and every hour; only

@@ -2,6 +2,7 @@ package fsys
 
 import (
 	"os"
+	"path/filepath"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -18,6 +19,23 @@ func FreeSpace(dir string) (int64, error) {
 		return 0, &os.PathError{Op: "statfs", Path: dir, Err: err}
 	}
 	return int64(s.Bavail) * int64(s.Bsize), nil
+}
+
+// DiskSize is the size in bytes of the filesystem holding dir, or of the
+// one holding its nearest existing parent when dir does not exist yet.
+func DiskSize(dir string) (int64, error) {
+	for {
+		var s unix.Statfs_t
+		err := unix.Statfs(dir, &s)
+		if err == nil {
+			return int64(s.Blocks) * int64(s.Bsize), nil
+		}
+		parent := filepath.Dir(dir)
+		if err != unix.ENOENT || parent == dir {
+			return 0, &os.PathError{Op: "statfs", Path: dir, Err: err}
+		}
+		dir = parent
+	}
 }
 
 // SameDisk reports whether a and b are on one filesystem (the same

@@ -48,6 +48,12 @@ type Options struct {
 	// made (see reserve.go); 0 means SegmentSize, a negative value
 	// reserves nothing and keeps no spares.
 	Prealloc int64
+	// FreeSpace tells the bytes still free on the disk holding a folder;
+	// nil is fsys.FreeSpace. A reservation never takes the disk's last
+	// Keep bytes: on a small disk a whole segment's reservation would
+	// take the room the ballast and the compactions need.
+	FreeSpace func(dir string) (int64, error)
+	Keep      int64
 	// CommitDelay is how long the committer may wait for other sessions'
 	// requests before writing a small group while many sessions are
 	// active (see waitForSiblings). 0 means DefaultCommitDelay; a
@@ -181,6 +187,9 @@ func (o *Options) fill() error {
 	}
 	if o.RetentionSize <= 0 {
 		o.RetentionSize = DefaultRetentionSize
+	}
+	if o.FreeSpace == nil {
+		o.FreeSpace = fsys.FreeSpace
 	}
 	switch {
 	case o.Prealloc == 0:

@@ -27,6 +27,10 @@ type Recovery struct {
 	// Corrupt says, for each damaged segment, where the damage is and
 	// where the copy kept for inspection went.
 	Corrupt []string
+	// NoSegment is why no segment for appends could be started (a full
+	// disk): the log still serves what it holds, and the first commit
+	// tries again.
+	NoSegment error
 }
 
 // Open reads every segment in opt.Dir once, in order, rebuilds each
@@ -53,7 +57,12 @@ func Open(opt Options) (*Log, *Recovery, error) {
 		l.closeFiles()
 		return nil, nil, err
 	}
-	if err := l.roll(); err != nil {
+	if err := l.roll(); errors.Is(err, errdefs.ErrNoSpace) {
+		// A full disk must not keep sessiond from starting: what the
+		// log holds is served and compacted as space allows, and each
+		// commit tries to start the segment again (commit's roll).
+		rec.NoSegment = err
+	} else if err != nil {
 		l.closeFiles()
 		return nil, nil, err
 	}

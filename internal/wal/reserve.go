@@ -86,6 +86,10 @@ func writeHeader(f fsys.File, hdr []byte) error {
 // that cannot (or a full disk) leaves a segment that grows with its
 // appends, as it would without the reservation; only the sync cost
 // differs, and a full disk then fails the append itself, with its error.
+// The reservation is bounded by the free space less Options.Keep, so it
+// never takes the last of a small disk (and a filesystem that keeps what
+// a failed fallocate got is never asked for more than there is); a room
+// below minReserve is not worth a reservation at all.
 func (l *Log) reserve(f fsys.File) {
 	if l.opt.Prealloc <= 0 || l.lowSpace.Load() {
 		return
@@ -94,8 +98,22 @@ func (l *Log) reserve(f fsys.File) {
 	if err != nil || fi.Size() >= l.opt.Prealloc {
 		return
 	}
-	_ = fsys.Allocate(f, l.opt.Prealloc)
+	want := l.opt.Prealloc
+	free, err := l.opt.FreeSpace(l.opt.Dir)
+	if err != nil {
+		return // cannot tell: take nothing ahead
+	}
+	if room := free - l.opt.Keep; room < want-fi.Size() {
+		if room < minReserve {
+			return
+		}
+		want = fi.Size() + room
+	}
+	_ = fsys.Allocate(f, want)
 }
+
+// minReserve is the least reservation worth making.
+const minReserve = 1 << 20
 
 // retire takes a collected segment out of the log: kept as a spare while
 // there are fewer than maxSpares, removed otherwise. Either way its

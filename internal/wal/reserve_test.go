@@ -4,9 +4,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
+	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
 )
 
 // TestSegmentsAreReservedAndReused: a new segment has its space reserved
@@ -190,5 +193,78 @@ func TestLowSpaceGivesReservedSpaceBack(t *testing.T) {
 	fill("d", 8)
 	if spareFiles() == 0 {
 		t.Fatal("space back: no spare kept again")
+	}
+}
+
+// TestReservationLeavesTheDiskRoom: a new segment's reservation never
+// takes the disk's last Options.Keep bytes: it shrinks to what is free
+// beyond them, and is not made at all when that is under minReserve.
+func TestReservationLeavesTheDiskRoom(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		free, keep int64
+		want       func(size int64) bool
+		what       string
+	}{
+		{"room for all", 100 << 20, 4 << 20, func(n int64) bool { return n == 8<<20 }, "the whole 8 MiB"},
+		{"room for part", 9 << 20, 4 << 20, func(n int64) bool { return n > 4<<20 && n <= 5<<20+4096 }, "about 5 MiB (free less keep)"},
+		{"no room", 4<<20 + 100<<10, 4 << 20, func(n int64) bool { return n < 64<<10 }, "nothing reserved"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fstest.NewCrashFS()
+			c.AllowAllocate(true)
+			opt := Options{SegmentSize: 8 << 20, Keep: tc.keep, FreeSpace: func(string) (int64, error) { return tc.free, nil }}
+			l, _ := openLog(t, c, "/log", opt)
+			defer l.Close()
+			b, err := c.ReadFile("/log/" + segName(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.want(int64(len(b))) {
+				t.Fatalf("with %d free and %d kept, the segment is %d bytes long; want %s", tc.free, tc.keep, len(b), tc.what)
+			}
+		})
+	}
+}
+
+// TestOpenOnAFullDisk: a log whose new segment cannot be made (ENOSPC)
+// still opens and serves what it holds; appends fail with ErrNoSpace,
+// and once the disk has room again the next append makes the segment.
+func TestOpenOnAFullDisk(t *testing.T) {
+	c := fstest.NewCrashFS()
+	l, _ := openLog(t, c, "/log", Options{})
+	s := l.Stream(key("a"))
+	if err := s.Begin(Fingerprint{}, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(batchesOf([]string{"before"}), nil); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+
+	ff := fstest.NewFaultFS(c)
+	full := func(p string) bool { return strings.Contains(p, ".tmp-") }
+	ff.Inject(fstest.Fault{Op: fstest.OpOpen, Path: full, Err: syscall.ENOSPC, Sticky: true})
+	l, rec, err := Open(Options{FS: ff, Dir: "/log"})
+	if err != nil {
+		t.Fatalf("Open on a full disk: %v", err)
+	}
+	defer l.Close()
+	if rec.NoSegment == nil || !errdefs.Is(rec.NoSegment, errdefs.ErrNoSpace) {
+		t.Fatalf("Recovery.NoSegment = %v, want the full disk", rec.NoSegment)
+	}
+	if got := contents(t, l, key("a")); len(got) != 1 || got[0][0] != "before" {
+		t.Fatalf("the log serves %q", got)
+	}
+	s = l.Stream(key("a"))
+	if _, err := s.Append(batchesOf([]string{"refused"}), nil); !errdefs.Is(err, errdefs.ErrNoSpace) {
+		t.Fatalf("append on the full disk: %v, want ErrNoSpace", err)
+	}
+	ff.Clear()
+	if _, err := s.Append(batchesOf([]string{"after"}), nil); err != nil {
+		t.Fatalf("append once there is room: %v", err)
+	}
+	if got := contents(t, l, key("a")); len(got) != 2 || got[1][0] != "after" {
+		t.Fatalf("the log holds %q", got)
 	}
 }

@@ -145,6 +145,37 @@ const (
 	DefaultTrashRetention = 30 * 24 * time.Hour
 )
 
+// DiskSizes are the sizes whose defaults follow the disk: a fixed size
+// suits a disk of many GiB, but on a small volume (64 MB) a 64 MiB ballast
+// or log segment would be the whole disk.
+type DiskSizes struct {
+	Ballast, Segment, WALMax, Retention int64
+}
+
+// SizesFor is the default of each DiskSizes on a disk of total bytes: the
+// fixed default, or a share of a disk too small for it (a sixteenth for
+// the ballast and a segment, a quarter for the log, an eighth for the
+// retained history), never less than minDiskShare. total <= 0 (unknown)
+// gives the fixed defaults.
+func SizesFor(total int64) DiskSizes {
+	share := func(def, div int64) int64 {
+		if total <= 0 {
+			return def
+		}
+		return min(def, max(total/div, minDiskShare))
+	}
+	return DiskSizes{
+		Ballast:   share(DefaultBallastSize, 16),
+		Segment:   share(wal.DefaultSegmentSize, 16),
+		WALMax:    share(wal.DefaultMaxSize, 4),
+		Retention: share(DefaultWALRetentionSize, 8),
+	}
+}
+
+// minDiskShare is the least size SizesFor gives: smaller, a log segment
+// would roll every few appends.
+const minDiskShare = 1 << 20
+
 func (c *Config) setDefaults() error {
 	if c.Layout.Root == "" || c.Layout.StateDir == "" {
 		return fmt.Errorf("writer: transcripts root and state folder must be set")

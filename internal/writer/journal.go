@@ -121,6 +121,10 @@ func openLogStore(cfg *Config, pressure func([]layout.Key)) (*logStore, error) {
 		RetentionSize: cfg.WALRetentionSize,
 		Now:           cfg.Clock.Now,
 		OnCommit:      cfg.WALOnCommit,
+		// A reservation leaves the ballast's room free, and a segment's
+		// more for the compactions.
+		FreeSpace: cfg.FreeSpace,
+		Keep:      cfg.BallastSize + cfg.WALSegmentSize,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open the write-ahead log: %w", err)

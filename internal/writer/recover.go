@@ -62,6 +62,9 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 			// and maybe a write that was never acknowledged.
 			m.log.Info("cut the write-ahead log after its last complete record (reserved space never written, or a write never acknowledged)", zap.Int64("bytes", r.TruncatedBytes))
 		}
+		if r.NoSegment != nil {
+			m.log.Warn("the disk holding the write-ahead log is full: sessiond serves what it holds, and appends are refused until there is room", zap.Error(r.NoSegment))
+		}
 		for _, c := range r.Corrupt {
 			m.log.Error("damaged write-ahead log segment", zap.String("what", c))
 			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", c, errdefs.ErrCorrupt))
@@ -115,6 +118,8 @@ type ReplayReport struct {
 	Sessions int
 	Entries  uint64
 	Failed   []error
+	// Deferred counts the sessions whose compaction waits for disk space.
+	Deferred int
 }
 
 // Replay moves the entries of the journals CheckJournals checked into
@@ -144,6 +149,11 @@ func (m *Manager) Replay(ctx context.Context, keys []layout.Key) ReplayReport {
 		case err != nil && (errdefs.Is(err, errdefs.ErrNotFound) || ctx.Err() != nil):
 			// Gone meanwhile, or sessiond is stopping: the journal stays
 			// for the next start.
+		case err != nil && errdefs.Is(err, errdefs.ErrNoSpace) && m.space.waiting(k):
+			// A full disk is no failure of the session: its compaction
+			// waits for room (space.go) and the entries are served from
+			// the log meanwhile.
+			rep.Deferred++
 		case err != nil:
 			m.log.Error("recovery of a session failed; its journal is kept", zap.Stringer("session", k), zap.Error(err))
 			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", k, err))
