@@ -21,7 +21,9 @@ func checkCmd(g *globals) *cobra.Command {
 			"parentUuid chains, tool_use blocks without their tool_result, stray results and duplicate\n" +
 			"uuids, with line numbers. Works on sessions sessiond never wrote too. For those it wrote,\n" +
 			"it also reports entries it acknowledged that are no longer in the file (another program\n" +
-			"rewrote it without them: acknowledged_missing, with their uuids).",
+			"rewrote it without them: acknowledged_missing, with their uuids). --all also reports\n" +
+			"what recovery found lost (a write-ahead log segment cut, deleted or damaged outside\n" +
+			"sessiond, with the count of acknowledged entries gone) and exits 1 for it.",
 		Args: cobra.MaximumNArgs(1),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			if all == (len(args) == 1) {
@@ -79,7 +81,23 @@ func checkCmd(g *globals) *cobra.Command {
 					fmt.Fprintf(g.out, "%s checked, %d damaged\n", count(len(resp.GetSessions()), "transcript"), damaged)
 				}
 			}
-			if !resp.GetClean() {
+			// What recovery found lost or damaged (a write-ahead log
+			// segment cut or deleted, a session it could not recover)
+			// is damage too, whatever the transcripts say.
+			recovery := 0
+			if all {
+				st, err := c.Status(cmd.Context())
+				if err != nil {
+					return exitWith(2, err)
+				}
+				for _, e := range st.GetRecoveryErrors() {
+					if !g.json {
+						fmt.Fprintf(g.out, "recovery: %s\n", e)
+					}
+					recovery++
+				}
+			}
+			if !resp.GetClean() || recovery > 0 {
 				return exitError{1}
 			}
 			return nil

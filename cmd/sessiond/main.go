@@ -90,6 +90,7 @@ func run() error {
 		mirrorPace      = flag.Duration("mirror-pace", mirror.DefaultPace, "with --mirror: the least time between two transactions of one transcript (what is appended meanwhile goes in the next; 0: none)")
 		machineID       = flag.String("machine-id", "", "the name this sessiond holds sessions' leases under in the --mirror database (one writer per session across machines; env SESSIOND_MACHINE_ID): every machine sharing the database needs its own. Default: the host name and a random suffix, made once and kept in <state-dir>/machine-id")
 		leaseTTL        = flag.Duration("lease-ttl", mirror.DefaultLeaseTTL, "with --mirror: how long a session's lease lasts unless renewed (renewed every third of it while the session is appended to); after it another machine may take the session over")
+		acceptLogLoss   = flag.Bool("accept-log-loss", false, "start even though the write-ahead log lost acknowledged entries to something other than a crash (a segment cut short, deleted or damaged by another program or the disk): those entries are then gone for good, and status and the log report them. Without it sessiond refuses to start over such a loss and changes nothing, so the segments can still be restored from a backup")
 		logFormat       = flag.String("log-format", "auto", "auto (console on a terminal, else JSON), console or json")
 		logLevel        = flag.String("log-level", "info", "debug, info, warn or error")
 		showVersion     = flag.Bool("version", false, "print the version and exit")
@@ -239,7 +240,8 @@ func run() error {
 		ShutdownTimeout: *shutdownTimeout, MaxMessageBytes: *maxMessage, Version: version(),
 		Writer: writer.Config{MaxEntryBytes: *maxEntry, IdleCompact: *idleCompact, IdleRetire: *idleRetire,
 			MinCompactBytes: *minCompact, WALSegmentSize: *walSegment, WALMaxSize: *walMax, BallastSize: *ballastSize,
-			WALRetention: retention, WALRetentionSize: *walRetentionMax, TrashRetention: *trashRetention},
+			WALRetention: retention, WALRetentionSize: *walRetentionMax, TrashRetention: *trashRetention,
+			AcceptLogLoss: *acceptLogLoss},
 		Logger: log, MetricsListen: *metricsListen, Mirror: mc,
 	})
 }

@@ -237,7 +237,11 @@ func (l *Log) commit(group []*request) {
 		e.seq = p.seq
 		p.r.spans = p.spans
 	}
+	seg.entries += uint64(entries)
 	l.mu.Unlock()
+	// Recorded before anyone is told: a start after a kill then knows
+	// how far this write was acknowledged (ackrec.go).
+	_ = l.writeAck(false)
 	for _, p := range plans {
 		close(p.r.done)
 	}

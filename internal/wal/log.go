@@ -78,6 +78,10 @@ type Options struct {
 	// looks sees its commit counted; it must be quick and must not call
 	// back into the log.
 	OnCommit func(Commit)
+	// AcceptLoss lets Open go on when acknowledged records are gone
+	// (ackrec.go): they are reported in Recovery.Lost instead of
+	// refusing to start.
+	AcceptLoss bool
 }
 
 // Commit describes one write and sync of the log, for Options.OnCommit.
@@ -106,6 +110,9 @@ type Stats struct {
 type Log struct {
 	opt   Options
 	rules frame.Rules
+	// ack writes the acknowledgement record (ackrec.go): the committer's,
+	// and Open's and Close's when it is not running.
+	ack ackState
 
 	// qmu guards the queue of requests waiting for a commit and who
 	// commits (see lead); arrived tells a leader waiting for siblings
@@ -157,8 +164,11 @@ type segment struct {
 	path string
 	f    fsys.File
 	end  int64 // where the last synced write ended
-	refs int   // streams holding records here
-	pins int   // readers holding it
+	// entries counts the entries acknowledged in it (the
+	// acknowledgement record's, ackrec.go).
+	entries uint64
+	refs    int // streams holding records here
+	pins    int // readers holding it
 	// mtime is the file's modification time when recovery read it.
 	mtime time.Time
 }
@@ -291,6 +301,9 @@ func (l *Log) roll() error {
 	l.prevEnd = 0
 	l.nextID = 0
 	l.mu.Unlock()
+	// The sealed segment's last end, and the new one, made durable: a
+	// segment the record does not list is never taken for lost.
+	_ = l.writeAck(true)
 	return nil
 }
 
@@ -358,6 +371,15 @@ func (l *Log) Close() error {
 			}
 		}
 	}
+	l.mu.Unlock()
+	if err := l.writeAck(true); err != nil {
+		errs = append(errs, err)
+	}
+	l.mu.Lock()
+	if l.ack.f != nil {
+		l.ack.f.Close()
+		l.ack.f = nil
+	}
 	for _, s := range l.segs {
 		if s.f != nil {
 			if err := s.f.Close(); err != nil {
@@ -383,6 +405,14 @@ func (l *Log) collect() {
 		s := l.segs[0]
 		l.segs = l.segs[1:]
 		l.mu.Unlock()
+		// The record stops listing the segment before it goes, or the
+		// next start would take it for lost.
+		if err := l.writeAck(true); err != nil {
+			l.mu.Lock()
+			l.segs = append([]*segment{s}, l.segs...)
+			l.mu.Unlock()
+			break
+		}
 		err := l.let(s)
 		if err == nil {
 			err = l.opt.FS.SyncDir(l.opt.Dir)

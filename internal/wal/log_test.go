@@ -338,21 +338,16 @@ func TestTornTailIsCut(t *testing.T) {
 	}
 }
 
-// TestCorruptSegmentIsKeptAsideAndCut: damage followed by a later write's
-// intact record is not a torn tail: a copy is kept, the segment is cut at
-// the damage, what came before it is recovered, and later segments still
-// count.
-func TestCorruptSegmentIsKeptAsideAndCut(t *testing.T) {
+// TestDamagedSegment: damage followed by a later write's intact record is
+// not a torn tail. The start is refused, changing nothing, with the count
+// of acknowledged entries lost; told to accept the loss, it keeps a copy,
+// reads on past the damage (the batch after it is recovered) and later
+// segments still count; the next start reads the same and keeps no second
+// copy.
+func TestDamagedSegment(t *testing.T) {
 	dir := t.TempDir()
-	l, _ := openLog(t, fsys.OS, dir, Options{SegmentSize: 1})
+	l, _ := openLog(t, fsys.OS, dir, Options{})
 	a, b := l.Stream(key("a")), l.Stream(key("b"))
-	a.Begin(Fingerprint{}, 0, true)
-	b.Begin(Fingerprint{}, 0, true)
-	// SegmentSize 1: every commit rolls. Put two writes in one segment
-	// by grouping them by hand.
-	l.Close()
-	l, _ = openLog(t, fsys.OS, dir, Options{})
-	a, b = l.Stream(key("a")), l.Stream(key("b"))
 	a.Begin(Fingerprint{}, 0, true)
 	b.Begin(Fingerprint{}, 0, true)
 	if _, err := a.Append(batchesOf([]string{"a-first"}), nil); err != nil {
@@ -373,10 +368,17 @@ func TestCorruptSegmentIsKeptAsideAndCut(t *testing.T) {
 	data[off+frame.HeaderSize+streamSize] ^= 0xff
 	os.WriteFile(path, data, 0o600)
 
-	l, rec := openLog(t, fsys.OS, dir, Options{})
-	defer l.Close()
-	if len(rec.Corrupt) != 1 {
-		t.Fatalf("corruption not reported: %+v", rec)
+	_, _, err := Open(Options{FS: fsys.OS, Dir: dir})
+	if !errors.Is(err, ErrLost) || !errdefs.Is(err, errdefs.ErrCorrupt) || !strings.Contains(err.Error(), "1 acknowledged entries lost") || !strings.Contains(err.Error(), "--accept-log-loss") {
+		t.Fatalf("Open over the damage: %v, want the loss refused", err)
+	}
+	if now, _ := os.ReadFile(path); !slices.Equal(now, data) {
+		t.Fatal("the refused start changed the segment")
+	}
+
+	l, rec := openLog(t, fsys.OS, dir, Options{AcceptLoss: true})
+	if len(rec.Corrupt) != 1 || len(rec.Lost) != 1 || rec.Lost[0].Entries != 1 {
+		t.Fatalf("damage not reported: %+v", rec)
 	}
 	aside, _ := filepath.Glob(path + ".corrupt-*")
 	if len(aside) != 1 {
@@ -385,8 +387,8 @@ func TestCorruptSegmentIsKeptAsideAndCut(t *testing.T) {
 	if kept, _ := os.ReadFile(aside[0]); !slices.Equal(kept, data) {
 		t.Fatal("the copy kept aside is not the damaged segment")
 	}
-	if got := contents(t, l, key("a")); len(got) != 1 || got[0][0] != "a-first" {
-		t.Fatalf("a: %q (the batch after the damage is lost with it)", got)
+	if got := contents(t, l, key("a")); len(got) != 2 || got[0][0] != "a-first" || got[1][0] != "a-after" {
+		t.Fatalf("a: %q, want the batches before and after the damage", got)
 	}
 	if _, ok := l.Epoch(key("b")); ok {
 		if got := contents(t, l, key("b")); len(got) != 0 {
@@ -396,6 +398,20 @@ func TestCorruptSegmentIsKeptAsideAndCut(t *testing.T) {
 	// The log goes on.
 	if _, err := l.Stream(key("a")).Append(batchesOf([]string{"a-next"}), nil); err != nil {
 		t.Fatal(err)
+	}
+	l.Close()
+	// Accepted once: the next start reads the same, refuses nothing, and
+	// keeps no second copy.
+	l, rec = openLog(t, fsys.OS, dir, Options{})
+	defer l.Close()
+	if len(rec.Lost) != 0 || len(rec.Corrupt) != 1 {
+		t.Fatalf("second start: %+v", rec)
+	}
+	if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 1 {
+		t.Fatalf("copies kept: %v", aside)
+	}
+	if got := contents(t, l, key("a")); len(got) != 3 {
+		t.Fatalf("a after the second start: %q", got)
 	}
 }
 

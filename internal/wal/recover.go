@@ -31,6 +31,12 @@ type Recovery struct {
 	// disk): the log still serves what it holds, and the first commit
 	// tries again.
 	NoSegment error
+	// Lost lists acknowledged records found gone (Options.AcceptLoss;
+	// without it Open refuses to start over them).
+	Lost []Loss
+	// AckUnreadable: the acknowledgement record exists but neither of
+	// its slots could be read, so nothing could be checked.
+	AckUnreadable bool
 }
 
 // Open reads every segment in opt.Dir once, in order, rebuilds each
@@ -57,6 +63,11 @@ func Open(opt Options) (*Log, *Recovery, error) {
 		l.closeFiles()
 		return nil, nil, err
 	}
+	// A fresh record of what recovery found, before any new write.
+	if err := l.writeAck(true); err != nil {
+		l.closeFiles()
+		return nil, nil, err
+	}
 	if err := l.roll(); errors.Is(err, errdefs.ErrNoSpace) {
 		// A full disk must not keep sessiond from starting: what the
 		// log holds is served and compacted as space allows, and each
@@ -71,6 +82,10 @@ func Open(opt Options) (*Log, *Recovery, error) {
 }
 
 func (l *Log) closeFiles() {
+	if l.ack.f != nil {
+		l.ack.f.Close()
+		l.ack.f = nil
+	}
 	for _, s := range l.segs {
 		if s.f != nil {
 			s.f.Close()
@@ -82,6 +97,20 @@ func (l *Log) closeFiles() {
 // recover lists and scans the segments.
 func (l *Log) recover(rec *Recovery) error {
 	fs, dir := l.opt.FS, l.opt.Dir
+	// What was acknowledged, read before anything is changed.
+	var exp expected
+	ar, found, unreadable, err := readAck(fs, dir)
+	if err != nil {
+		return err
+	}
+	rec.AckUnreadable = unreadable
+	if found {
+		exp = expected{known: true, segs: map[uint64]ackEntry{}}
+		for _, a := range ar.segs {
+			exp.segs[a.seq] = a
+		}
+		l.ack.counter = ar.counter
+	}
 	ents, err := fs.ReadDir(dir)
 	if err != nil {
 		return errdefs.FromIO(fmt.Errorf("read log folder %s: %w", dir, err))
@@ -128,7 +157,8 @@ func (l *Log) recover(rec *Recovery) error {
 		s := &segment{seq: seq, path: path, f: f}
 		l.segs = append(l.segs, s)
 	}
-	sc := &scanner{l: l, rec: rec, streams: map[uint64]*epoch{}, pending: map[uint64]*pendingBatch{}}
+	sc := &scanner{l: l, rec: rec, streams: map[uint64]*epoch{}, pending: map[uint64]*pendingBatch{},
+		reads: map[uint64]int64{}, counts: map[uint64]uint64{}}
 	heads := make([]segHeader, len(l.segs))
 	sizes := make([]int64, len(l.segs))
 	for i, s := range l.segs {
@@ -169,6 +199,20 @@ func (l *Log) recover(rec *Recovery) error {
 		}
 		rec.Segments++
 		rec.Bytes += sizes[i]
+	}
+	// Before anything is cut: was everything acknowledged read back?
+	present := make(map[uint64]*segment, len(l.segs))
+	for _, s := range l.segs {
+		present[s.seq] = s
+	}
+	if losses := l.checkLosses(exp, present, sc.counts, sc.reads); len(losses) > 0 {
+		if !l.opt.AcceptLoss {
+			return &lostError{losses: losses}
+		}
+		rec.Lost = losses
+	}
+	if err := sc.finish(); err != nil {
+		return err
 	}
 	// Hold what each current stream needs; streams left with nothing to
 	// recover are forgotten (their Bind still supersedes older streams

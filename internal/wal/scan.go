@@ -1,9 +1,11 @@
 package wal
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
@@ -29,6 +31,13 @@ type scanner struct {
 	// damaged is set once a segment was found corrupt: later records may
 	// continue streams whose batches were lost with the damage.
 	damaged bool
+	// reads and counts are, per segment, where its readable records end
+	// and how many entries their commits acknowledge; cuts what finish
+	// does to each.
+	reads   map[uint64]int64
+	counts  map[uint64]uint64
+	cuts    []cut
+	damages []damage
 }
 
 // segment reads s (size bytes on disk, of which the first limit count:
@@ -54,12 +63,19 @@ func (sc *scanner) segment(s *segment, size, limit int64) error {
 			if err2 != nil {
 				return errdefs.FromIO(fmt.Errorf("read log segment %s: %w", s.path, err2))
 			}
-			if proof >= 0 {
-				if err := sc.quarantine(s, size, off, proof, err); err != nil {
-					return err
-				}
+			if proof < 0 {
+				break // a torn tail: never acknowledged
 			}
-			break
+			if err := sc.quarantine(s, size, off, proof, err); err != nil {
+				return err
+			}
+			// The records of the later writes are intact: read on from
+			// the first of them. What the damage held is lost (the
+			// acknowledgement record tells how much); the batches of
+			// its streams that follow still count.
+			clear(sc.pending)
+			off, writeStart, valid = proof, proof, proof
+			continue
 		}
 		off += h.Size()
 		if h.Type != typeEntry && h.Type != typeMeta {
@@ -68,32 +84,75 @@ func (sc *scanner) segment(s *segment, size, limit int64) error {
 	}
 	// Entries whose commit did not make it were never acknowledged.
 	clear(sc.pending)
-	if valid < size {
-		if err := s.f.Truncate(valid); err != nil {
-			return errdefs.FromIO(fmt.Errorf("cut torn tail of log segment %s at offset %d: %w", s.path, valid, err))
-		}
-		sc.rec.TruncatedBytes += size - valid
-	}
-	// Sync even when nothing was cut: a process that crashed before its
-	// sync returned may have left what recovery now takes as committed in
-	// the page cache only.
-	if err := s.f.Sync(); err != nil {
-		return errdefs.FromIO(fmt.Errorf("sync log segment %s: %w", s.path, err))
-	}
-	s.end = valid
+	sc.reads[s.seq] = valid
+	sc.cuts = append(sc.cuts, cut{s: s, size: size, valid: valid})
 	return nil
 }
 
-// quarantine keeps a copy of a corrupt segment for inspection; the
-// caller then cuts the segment at the damage.
+// cut is where a segment's readable records end, applied once the
+// acknowledgement record has been checked (finish).
+type cut struct {
+	s           *segment
+	size, valid int64
+}
+
+// finish keeps copies of the damaged segments, then cuts each segment
+// after its last complete record and syncs it.
+func (sc *scanner) finish() error {
+	for _, d := range sc.damages {
+		if err := sc.keepCopy(d); err != nil {
+			return err
+		}
+	}
+	for _, c := range sc.cuts {
+		s := c.s
+		if c.valid < c.size {
+			if err := s.f.Truncate(c.valid); err != nil {
+				return errdefs.FromIO(fmt.Errorf("cut torn tail of log segment %s at offset %d: %w", s.path, c.valid, err))
+			}
+			sc.rec.TruncatedBytes += c.size - c.valid
+		}
+		// Sync even when nothing was cut: a process that crashed before
+		// its sync returned may have left what recovery now takes as
+		// committed in the page cache only.
+		if err := s.f.Sync(); err != nil {
+			return errdefs.FromIO(fmt.Errorf("sync log segment %s: %w", s.path, err))
+		}
+		s.end = c.valid
+		s.entries = sc.counts[s.seq]
+	}
+	return nil
+}
+
+// quarantine notes a damaged segment: finish keeps a copy of it for
+// inspection (once the start is known to go on; a refused start changes
+// nothing), and recovery reads on past the damage.
 func (sc *scanner) quarantine(s *segment, size, bad, proof int64, why error) error {
 	sc.damaged = true
-	aside := fmt.Sprintf("%s.corrupt-%d", s.path, time.Now().UnixNano())
-	what := fmt.Sprintf("log segment %s is damaged at byte offset %d (%v) and a record written after it, at offset %d, is intact, so this is not a torn tail; the records after the damage are lost", s.path, bad, why, proof)
+	what := fmt.Sprintf("log segment %s is damaged from byte offset %d (%v) to %d, where an intact later write begins, so this is not a torn tail; the records in the damaged bytes are lost, those after them are read", s.path, bad, why, proof)
+	sc.damages = append(sc.damages, damage{s: s, size: size, what: what})
+	return nil
+}
+
+// damage is a damaged segment to keep a copy of.
+type damage struct {
+	s    *segment
+	size int64
+	what string
+}
+
+// keepCopy copies a damaged segment aside, unless an earlier start did.
+func (sc *scanner) keepCopy(d damage) error {
+	s := d.s
+	if kept := sc.keptCopy(s, d.size); kept != "" {
+		sc.rec.Corrupt = append(sc.rec.Corrupt, d.what+"; a copy is kept as "+kept)
+		return nil
+	}
 	fs := sc.l.opt.FS
+	aside := fmt.Sprintf("%s.corrupt-%d", s.path, time.Now().UnixNano())
 	dst, err := fs.OpenFile(aside, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err == nil {
-		_, err = fsys.CopyRange(dst, s.f, 0, size)
+		_, err = fsys.CopyRange(dst, s.f, 0, d.size)
 		if err == nil {
 			err = dst.Sync()
 		}
@@ -105,12 +164,59 @@ func (sc *scanner) quarantine(s *segment, size, bad, proof int64, why error) err
 		}
 	}
 	if err != nil {
-		// Cutting the segment without the copy would destroy the only
-		// evidence: refuse to start instead.
-		return fmt.Errorf("%s; keeping a copy as %s failed, so copy the segment away by hand: %w: %w", what, aside, errdefs.ErrCorrupt, errdefs.FromIO(err))
+		// Going on without the copy would leave no evidence once the
+		// segment goes: refuse to start instead.
+		return fmt.Errorf("%s; keeping a copy as %s failed, so copy the segment away by hand: %w: %w", d.what, aside, errdefs.ErrCorrupt, errdefs.FromIO(err))
 	}
-	sc.rec.Corrupt = append(sc.rec.Corrupt, what+"; a copy is kept as "+aside)
+	sc.rec.Corrupt = append(sc.rec.Corrupt, d.what+"; a copy is kept as "+aside)
 	return nil
+}
+
+// keptCopy finds a copy of s kept aside at an earlier start (same size
+// and bytes), "" if none: the damage stays in the segment until it is let
+// go, and is found again at each start.
+func (sc *scanner) keptCopy(s *segment, size int64) string {
+	fs := sc.l.opt.FS
+	ents, err := fs.ReadDir(filepath.Dir(s.path))
+	if err != nil {
+		return ""
+	}
+	prefix := filepath.Base(s.path) + ".corrupt-"
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		p := filepath.Join(filepath.Dir(s.path), e.Name())
+		if same, err := sameContent(fs, p, s.f, size); err == nil && same {
+			return p
+		}
+	}
+	return ""
+}
+
+func sameContent(fsy fsys.FS, path string, f fsys.File, size int64) (bool, error) {
+	g, err := fsy.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return false, err
+	}
+	defer g.Close()
+	if fi, err := g.Stat(); err != nil || fi.Size() != size {
+		return false, err
+	}
+	a, b := make([]byte, 1<<16), make([]byte, 1<<16)
+	for off := int64(0); off < size; off += int64(len(a)) {
+		n := int(min(int64(len(a)), size-off))
+		if _, err := f.ReadAt(a[:n], off); err != nil {
+			return false, err
+		}
+		if _, err := g.ReadAt(b[:n], off); err != nil {
+			return false, err
+		}
+		if !bytes.Equal(a[:n], b[:n]) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // apply adds the valid frame h at off, or says why it contradicts the
@@ -192,6 +298,7 @@ func (sc *scanner) apply(w *frame.Window, s *segment, h frame.Header, off int64,
 			return err
 		}
 		id, seq, count := decodeCommit(b)
+		sc.counts[s.seq] += uint64(count)
 		p := sc.pending[id]
 		n := 0
 		if p != nil {

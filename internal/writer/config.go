@@ -102,6 +102,12 @@ type Config struct {
 	// Change): the PostgreSQL mirror follows the transcripts through it.
 	// It is called on the writer goroutines and must not block.
 	Changed func(Change)
+	// AcceptLogLoss lets New start over a write-ahead log that lost
+	// acknowledged records to something other than a crash (a segment
+	// cut, deleted or damaged: wal.Options.AcceptLoss). The loss is then
+	// reported (Stats.RecoveryErrors, the log at error level) instead of
+	// refusing to start.
+	AcceptLogLoss bool
 	// AppendGate, when set, may refuse an append before it is queued (the
 	// PostgreSQL mirror's lease check: a session another machine writes).
 	// It runs in the caller's goroutine and must not wait long.

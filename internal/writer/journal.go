@@ -123,8 +123,9 @@ func openLogStore(cfg *Config, pressure func([]layout.Key)) (*logStore, error) {
 		OnCommit:      cfg.WALOnCommit,
 		// A reservation leaves the ballast's room free, and a segment's
 		// more for the compactions.
-		FreeSpace: cfg.FreeSpace,
-		Keep:      cfg.BallastSize + cfg.WALSegmentSize,
+		FreeSpace:  cfg.FreeSpace,
+		Keep:       cfg.BallastSize + cfg.WALSegmentSize,
+		AcceptLoss: cfg.AcceptLogLoss,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open the write-ahead log: %w", err)

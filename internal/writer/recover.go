@@ -62,6 +62,15 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 			// and maybe a write that was never acknowledged.
 			m.log.Info("cut the write-ahead log after its last complete record (reserved space never written, or a write never acknowledged)", zap.Int64("bytes", r.TruncatedBytes))
 		}
+		for _, lost := range r.Lost {
+			msg := "the write-ahead log lost acknowledged entries (started with --accept-log-loss): " + lost.String()
+			m.log.Error(msg)
+			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", msg, errdefs.ErrCorrupt))
+			m.noteRecoveryError(msg)
+		}
+		if r.AckUnreadable {
+			m.log.Error("the write-ahead log's acknowledgement record is unreadable: whether acknowledged records were lost cannot be told this time")
+		}
 		if r.NoSegment != nil {
 			m.log.Warn("the disk holding the write-ahead log is full: sessiond serves what it holds, and appends are refused until there is room", zap.Error(r.NoSegment))
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/wal"
 )
 
 // TestJournalReplayAfterAbort: entries acknowledged but never compacted
@@ -65,8 +66,10 @@ func TestJournalReplayAfterAbort(t *testing.T) {
 // TestCheckJournalsServesBeforeReplay: after CheckJournals alone (what
 // sessiond does before it serves) every acknowledged entry is read back
 // from the journals and listed, with the canonical files not yet written;
-// Replay then moves them there, counting ReplayPending down. A damaged
-// journal is reported by CheckJournals and left out of the replay.
+// Replay then moves them there, counting ReplayPending down. Damage in
+// the log is refused at start; accepted, it is reported by CheckJournals,
+// the damaged batch is lost and the same session's later batches are
+// replayed.
 func TestCheckJournalsServesBeforeReplay(t *testing.T) {
 	e := newEnv(t)
 	m := e.manager()
@@ -103,18 +106,28 @@ func TestCheckJournalsServesBeforeReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The damage lost acknowledged entries: the start is refused, unless
+	// told to accept the loss.
+	if _, err := New(e.cfg); !errors.Is(err, wal.ErrLost) {
+		t.Fatalf("New over a damaged log: %v, want wal.ErrLost", err)
+	}
+	e.cfg.AcceptLogLoss = true
 	m = e.manager()
 	defer closeManager(t, m)
 	rep, todo, err := m.CheckJournals(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Checked != 3 || len(todo) != 3 || len(rep.Failed) != 1 || !errdefs.Is(rep.Failed[0], errdefs.ErrCorrupt) {
+	// Reported twice (the damage, and the loss it caused); the damaged
+	// session's batches after the damage are still read, so all four are
+	// replayed.
+	if rep.Checked != 4 || len(todo) != 4 || len(rep.Failed) != 2 || !errdefs.Is(rep.Failed[0], errdefs.ErrCorrupt) || !errdefs.Is(rep.Failed[1], errdefs.ErrCorrupt) {
 		t.Fatalf("check: %+v, %d to replay", rep, len(todo))
 	}
-	if st := m.Stats(); st.ReplayPending != 3 || len(st.RecoveryErrors) != 1 || st.RecoveredSessions != 0 {
+	if st := m.Stats(); st.ReplayPending != 4 || len(st.RecoveryErrors) != 2 || st.RecoveredSessions != 0 {
 		t.Fatalf("stats after the check: %+v", st)
 	}
+	want[bad] = want[bad][2:] // the damaged first batch is lost
 	for _, k := range keys[:3] {
 		if _, err := os.Stat(e.lay.TranscriptPath(k)); !errors.Is(err, fs.ErrNotExist) {
 			t.Fatalf("%s: transcript written before the replay (%v)", k, err)
@@ -142,15 +155,15 @@ func TestCheckJournalsServesBeforeReplay(t *testing.T) {
 	}
 	want[keys[1]] = append(want[keys[1]], string(late))
 	r := m.Replay(ctx, todo)
-	if r.Sessions != 3 || len(r.Failed) != 0 {
+	if r.Sessions != 4 || len(r.Failed) != 0 {
 		t.Fatalf("replay: %+v", r)
 	}
 	// The writers the reads and the append opened retired with their
 	// turn: nobody else was using them.
-	if st := m.Stats(); st.ReplayPending != 0 || st.RecoveredSessions != 3 || st.ActiveSessions != 0 {
+	if st := m.Stats(); st.ReplayPending != 0 || st.RecoveredSessions != 4 || st.ActiveSessions != 0 {
 		t.Fatalf("stats after the replay: %+v", st)
 	}
-	for _, k := range keys[:3] {
+	for _, k := range keys {
 		if got := e.canonicalLines(k); strings.Join(got, "\n") != strings.Join(want[k], "\n") {
 			t.Fatalf("%s after the replay: %d lines, want %d", k, len(got), len(want[k]))
 		}
