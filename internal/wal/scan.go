@@ -298,7 +298,15 @@ func (sc *scanner) apply(w *frame.Window, s *segment, h frame.Header, off int64,
 			return err
 		}
 		id, seq, count := decodeCommit(b)
-		sc.counts[s.seq] += uint64(count)
+		// A stream's id carries the segment it was bound in. If that
+		// segment is here and its Bind was not read, the Bind was in
+		// damaged bytes: these entries cannot be given to a transcript,
+		// so they do not count as read (the acknowledgement record then
+		// tells the loss). A stream bound in a segment already let go
+		// was superseded: its records never counted.
+		if sc.streams[id] != nil || sc.l.segmentLocked(id>>32) == nil {
+			sc.counts[s.seq] += uint64(count)
+		}
 		p := sc.pending[id]
 		n := 0
 		if p != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/owner"
+	"github.com/sessiond/sessiond/internal/wal"
 )
 
 // randomSeeds is how many random crashes each crash point gets on top of
@@ -459,6 +460,82 @@ func TestSecondProcessAtEveryOperation(t *testing.T) {
 				t.Fatalf("after a recovery with second starts:\n%s", strings.Join(probs, "\n"))
 			}
 			summary(t, "second starts refused: %d on the commit path, %d during recovery", in.starts, in2.starts)
+		})
+	}
+}
+
+// TestLogDamageNeverSilent: each workload's log, left by a kill, is then
+// damaged outside sessiond, every segment in turn: cut to half, deleted,
+// a byte flipped in its middle. A new Manager either refuses to start
+// (wal.ErrLost, loud) or, when the damage took nothing acknowledged,
+// starts with every acknowledged entry there once: never a silent loss.
+func TestLogDamageNeverSilent(t *testing.T) {
+	t.Parallel()
+	for _, wl := range allWorkloads() {
+		t.Run(wl.name, func(t *testing.T) {
+			t.Parallel()
+			c := fstest.NewCrashFS()
+			if wl.setup != nil {
+				wl.setup(c)
+			}
+			w := newWorld(t, wl, c, nil)
+			wl.run(w)
+			w.stop()
+			base := c.KillClone()
+			var segs []string
+			for _, p := range base.Walk(crashLayout.WALDir()) {
+				if strings.HasSuffix(p, ".wal") {
+					segs = append(segs, p)
+				}
+			}
+			if len(segs) == 0 {
+				t.Fatal("no log segment")
+			}
+			refused := 0
+			for _, seg := range segs {
+				for _, dmg := range []struct {
+					name string
+					do   func(v *fstest.CrashFS) error
+				}{
+					{"cut to half", func(v *fstest.CrashFS) error {
+						b, err := v.ReadFile(seg)
+						if err != nil {
+							return err
+						}
+						return v.WriteFile(seg, b[:len(b)/2], 0o600)
+					}},
+					{"deleted", func(v *fstest.CrashFS) error { return v.Remove(seg) }},
+					{"a byte flipped", func(v *fstest.CrashFS) error {
+						b, err := v.ReadFile(seg)
+						if err != nil {
+							return err
+						}
+						b[len(b)/2] ^= 0x20
+						return v.WriteFile(seg, b, 0o600)
+					}},
+				} {
+					v := base.KillClone()
+					if err := dmg.do(v); err != nil {
+						t.Fatal(err)
+					}
+					m, err := New(crashConfig(v, wl))
+					if err != nil {
+						if !errors.Is(err, wal.ErrLost) {
+							t.Fatalf("%s %s: New failed with %v, not wal.ErrLost", seg, dmg.name, err)
+						}
+						refused++
+						continue
+					}
+					closeQuietly(m)
+					if probs := w.verify(v, false); len(probs) > 0 {
+						t.Fatalf("%s %s: started without a word, and:\n%s", seg, dmg.name, strings.Join(probs, "\n"))
+					}
+				}
+			}
+			if refused == 0 {
+				t.Fatal("no damage was refused: the check does not run")
+			}
+			summary(t, "damaged logs: %d of %d refused, the rest lost nothing", refused, 3*len(segs))
 		})
 	}
 }
