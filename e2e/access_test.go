@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -86,13 +85,8 @@ func TestAccessOtherUIDRefused(t *testing.T) {
 	if err := os.Chmod(d.socket, 0o666); err != nil {
 		t.Fatal(err)
 	}
-	// A sessionctl that uid may execute.
-	binDir := filepath.Join(d.dir, "bin")
-	if err := os.Mkdir(binDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ctl := filepath.Join(binDir, "sessionctl")
-	copyFile(t, bins.Sessionctl(), ctl, 0o755)
+	// The built sessionctl, which that uid may execute (TestMain).
+	ctl := bins.Sessionctl()
 
 	runAs := func(stdin string, args ...string) (string, string, int) {
 		t.Helper()
@@ -141,25 +135,6 @@ func TestAccessOtherUIDRefused(t *testing.T) {
 		t.Fatalf("the owner's read after the refusals: %v", err)
 	}
 	requireAlive(t, d)
-}
-
-func copyFile(t *testing.T, src, dst string, perm fs.FileMode) {
-	t.Helper()
-	in, err := os.Open(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // requirePrivateModes checks that every folder under roots (roots

@@ -34,6 +34,16 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bins = b
+	// Other uids run these very files (the access and trust tests), so
+	// their folder is opened to them here, before any test starts. Never
+	// a copy made during the tests: a file just written by this process
+	// may still be open for writing in a child another parallel test is
+	// forking, and executing it then fails with ETXTBSY ("text file
+	// busy").
+	if err := os.Chmod(b.Dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	if err := childEnv(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

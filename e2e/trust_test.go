@@ -290,8 +290,7 @@ func TestTrustImpostorAtDefaultSocket(t *testing.T) {
 		// The strongest impostor: a working sessiond run by the other
 		// user, which would store whatever it is sent.
 		home := impostorHome(t)
-		exe := filepath.Join(home, "sessiond")
-		copyFile(t, bins.Sessiond(), exe, 0o755)
+		exe := bins.Sessiond() // executable by that user too (TestMain)
 		theirRoot := filepath.Join(home, "claude")
 		asImpostor(t, exec.Command(exe, "--socket", sock, "--root", theirRoot, "--state-dir", filepath.Join(home, "state")))
 		waitSocket(t, sock)
