@@ -11,6 +11,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
 )
@@ -275,8 +276,44 @@ func (s *session) run() {
 		}()
 		return idleWork()
 	}
+	// heldC fires heldGrace after a compaction replaced the canonical
+	// file: the replaced file, kept open to rescue what another program
+	// appends to it (foreign.go), is let go then, whatever the session
+	// does meanwhile. Held until the next idle tick instead, a session
+	// appended to every second or compacted when idle kept one
+	// descriptor (and the old file's disk space) for as long as it lived.
+	var (
+		heldT    clock.Timer
+		heldC    <-chan time.Time
+		heldFile fsys.File
+	)
+	defer func() {
+		if heldT != nil {
+			heldT.Stop()
+		}
+	}()
+	watchHeld := func() {
+		switch {
+		case st.held == heldFile:
+		case st.held == nil:
+			heldT.Stop()
+			heldC, heldFile = nil, nil
+		case heldT == nil:
+			heldT = cfg.Clock.NewTimer(heldGrace)
+			heldC, heldFile = heldT.C(), st.held
+		default:
+			heldT.Stop()
+			heldT.Reset(heldGrace)
+			heldC, heldFile = heldT.C(), st.held
+		}
+	}
 	for {
+		watchHeld()
 		select {
+		case <-heldC:
+			st.rescueLate(true)
+			st.dropHeld()
+			heldC, heldFile = nil, nil
 		case r := <-s.reqs:
 			s.enter(serving)
 			st.commit(s.group(r))
@@ -364,6 +401,13 @@ func (s *session) run() {
 		}
 	}
 }
+
+// heldGrace is how long a compaction keeps the file it replaced open:
+// long enough for an agent that opened the old file just before the
+// rename to finish its write (they open, write and close), short enough
+// that a thousand live sessions compacting hold a few descriptors at once,
+// not one each.
+const heldGrace = 200 * time.Millisecond
 
 // retire ends the writer when it is healthy and nobody holds or queues
 // for it: the next request opens a new one from disk. It reports whether
