@@ -213,6 +213,9 @@ func (m *Manager) sweepTemps() {
 			return strings.HasPrefix(n, ".") && strings.HasSuffix(n, layout.TranscriptExt+".tmp")
 		})
 	}
+	sweep(filepath.Join(L.StateDir, damagedDirName), func(n string) bool {
+		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".tmp")
+	})
 	sweep(m.intentDir(), func(n string) bool {
 		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".json.tmp")
 	})
