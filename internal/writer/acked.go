@@ -230,13 +230,14 @@ func readLedger(fsy fsys.FS, L layout.Layout, key layout.Key) (*ledger, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
+	what := "the ledger of " + key.String()
 	if err != nil {
-		return nil, fmt.Errorf("read the ledger of %s: %w", key, errdefs.FromIO(err))
+		return nil, unreadable(what, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("read the ledger of %s: %w", key, errdefs.FromIO(err))
+		return nil, unreadable(what, err)
 	}
 	led := &ledger{}
 	seen := map[span]bool{}
@@ -248,11 +249,11 @@ func readLedger(fsy fsys.FS, L layout.Layout, key layout.Key) (*ledger, error) {
 			if frame.IsError(err) {
 				break
 			}
-			return nil, fmt.Errorf("read the ledger of %s: %w", key, errdefs.FromIO(err))
+			return nil, unreadable(what, err)
 		}
 		p := make([]byte, h.Length)
 		if err := frame.ReadFull(f, p, off+frame.HeaderSize); err != nil {
-			return nil, fmt.Errorf("read the ledger of %s: %w", key, err)
+			return nil, unreadable(what, err)
 		}
 		var ids []ackID
 		fp, missing, err := decodeAckRecord(p, func(id ackID) { ids = append(ids, id) })

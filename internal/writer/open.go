@@ -51,8 +51,7 @@ func (st *state) open() error {
 	st.scanned = true
 	if j == nil {
 		st.publish()
-		st.detectMissing(true, "open")
-		return nil
+		return st.detectMissing(true, "open")
 	}
 	st.j = j
 	if rec.truncated > 0 {
@@ -88,8 +87,7 @@ func (st *state) open() error {
 			if err := st.newGeneration(); err != nil {
 				return err
 			}
-			st.detectMissing(true, "open")
-			return nil
+			return st.detectMissing(true, "open")
 		}
 	}
 	base := rec.base
@@ -115,8 +113,7 @@ func (st *state) open() error {
 			if err := st.newGeneration(); err != nil {
 				return err
 			}
-			st.detectMissing(true, "open")
-			return nil
+			return st.detectMissing(true, "open")
 		}
 		st.log.Info("another program appended to the transcript; journaled entries will follow its lines")
 	} else if !ok {
@@ -136,8 +133,7 @@ func (st *state) open() error {
 		}
 	}
 	st.publish()
-	st.detectMissing(true, "open")
-	return nil
+	return st.detectMissing(true, "open")
 }
 
 // replay makes the journaled entries at spans pending after the canonical
