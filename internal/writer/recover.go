@@ -75,7 +75,11 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 	}
 	// Interrupted deletes and restores first: their sessions must be
 	// whole in one place before anything replays into them.
-	for _, err := range m.finishIntents() {
+	failed, err := m.finishIntents()
+	if err != nil {
+		return rep, nil, err
+	}
+	for _, err := range failed {
 		rep.Failed = append(rep.Failed, err)
 		m.noteRecoveryError(err.Error())
 	}

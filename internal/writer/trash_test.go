@@ -301,3 +301,64 @@ func TestRestoreLoneSubagent(t *testing.T) {
 		t.Fatalf("restore of the main session, never deleted: %v, want not found", err)
 	}
 }
+
+// An intent left by an interrupted delete that cannot be read at start
+// fails the recovery (sessiond must not serve: which session it moves is
+// unknown, so none could be kept from writers); the next try finishes it.
+func TestIntentUnreadableAtStart(t *testing.T) {
+	c := fstest.NewCrashFS()
+	deleteFixture(t, c)
+	doDelete := killedDelete(t)
+	at := opIndex(t, c, doDelete, func(ev fstest.Event) bool {
+		return ev.Op == fstest.OpSyncDir && strings.HasSuffix(ev.Path, "/intents")
+	})
+	c.CrashAt(at + 1) // the intent is in place, nothing moved yet
+	doDelete(c)
+	ff := fstest.NewFaultFS(c.KillClone())
+	isIntent := func(p string) bool {
+		return strings.Contains(p, "/intents/") && strings.HasSuffix(p, ".json") && !strings.HasPrefix(path.Base(p), ".")
+	}
+	ff.Inject(fstest.Fault{Op: fstest.OpOpen, Path: isIntent, Err: syscall.EMFILE, Sticky: true})
+	m := newCrashManager(t, ff, nil)
+	defer closeManager(t, m)
+	_, err := m.Recover(bg)
+	wantUnreadable(t, "recovery with the intent unreadable", err, syscall.EMFILE)
+	if len(ff.Fired()) == 0 {
+		t.Fatal("the fault never fired")
+	}
+	ff.Clear()
+	if rep, err := m.Recover(bg); err != nil || len(rep.Failed) != 0 {
+		t.Fatalf("Recover once the intent reads: %v %v", err, rep.Failed)
+	}
+	if p := sessionPlaces(ff.Inner().(*fstest.CrashFS)); len(p) != 1 || p[0].trash == "" || !p[0].main || !p[0].sub {
+		t.Fatalf("after the recovery the session is at %v, want whole in the trash", p)
+	}
+}
+
+// A damaged intent (it does not decode, or names paths outside sessiond's
+// folders) is a recovery failure left in place for a human; sessiond
+// still starts.
+func TestIntentDamagedLeftInPlace(t *testing.T) {
+	for name, body := range map[string]string{
+		"torn":    `{"op":"delete","project_key":`,
+		"no key":  `{"op":"delete","project_key":"-p","session_id":"../x","moves":[]}`,
+		"outside": `{"op":"delete","project_key":"-p","session_id":"00000001-0000-4000-8000-000000000000","moves":[["/etc/passwd","/tmp/x"]]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := fstest.NewCrashFS()
+			p := filepath.Join(crashLayout.StateDir, "intents", "00000000-0000-4000-8000-00000000000a.json")
+			if err := c.WriteFile(p, []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			m := newCrashManager(t, c, nil)
+			defer closeManager(t, m)
+			rep, err := m.Recover(bg)
+			if err != nil || len(rep.Failed) != 1 || !errors.Is(rep.Failed[0], errdefs.ErrCorrupt) {
+				t.Fatalf("Recover with a damaged intent: %v %v; want it started, the intent a failure", err, rep.Failed)
+			}
+			if _, err := c.ReadFile(p); err != nil {
+				t.Fatalf("the damaged intent was not left in place: %v", err)
+			}
+		})
+	}
+}
