@@ -252,8 +252,8 @@ func TestRestoreLoneSubagent(t *testing.T) {
 	if err := m.Restore(bg, sub); !errdefs.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "subagents/agent-a1") {
 		t.Fatalf("restore before any delete: %v, want not found naming the subagent", err)
 	}
-	if got := m.TrashedProjects(main.SessionID, sub.Subpath); len(got) != 0 {
-		t.Fatalf("trashed projects before the delete: %v", got)
+	if got, err := m.TrashedProjects(main.SessionID, sub.Subpath); err != nil || len(got) != 0 {
+		t.Fatalf("trashed projects before the delete: %v %v", got, err)
 	}
 	if _, err := m.Delete(bg, sub, false); err != nil {
 		t.Fatal(err)
@@ -262,11 +262,11 @@ func TestRestoreLoneSubagent(t *testing.T) {
 		t.Fatalf("subagent transcript after its delete: %v", err)
 	}
 	// The whole session is not in the trash: only its subagent is.
-	if got := m.TrashedProjects(main.SessionID, ""); len(got) != 0 {
-		t.Fatalf("the main session is reported in the trash of %v", got)
+	if got, err := m.TrashedProjects(main.SessionID, ""); err != nil || len(got) != 0 {
+		t.Fatalf("the main session is reported in the trash of %v (%v)", got, err)
 	}
-	if got := m.TrashedProjects(main.SessionID, sub.Subpath); len(got) != 1 || got[0] != project {
-		t.Fatalf("trashed projects of the subagent: %v, want [%s]", got, project)
+	if got, err := m.TrashedProjects(main.SessionID, sub.Subpath); err != nil || len(got) != 1 || got[0] != project {
+		t.Fatalf("trashed projects of the subagent: %v %v, want [%s]", got, err, project)
 	}
 	if err := m.Restore(bg, sub); err != nil {
 		t.Fatalf("restore of the subagent: %v", err)
@@ -360,5 +360,38 @@ func TestIntentDamagedLeftInPlace(t *testing.T) {
 				t.Fatalf("the damaged intent was not left in place: %v", err)
 			}
 		})
+	}
+}
+
+// The trash's listings: a restore looks the session's projects up there,
+// and an unreadable trash must not answer "not in the trash"; its usage,
+// counted short while a folder cannot be listed, is not kept for the
+// next minute.
+func TestTrashUnreadable(t *testing.T) {
+	c := fstest.NewCrashFS()
+	deleteFixture(t, c)
+	ff := fstest.NewFaultFS(c)
+	m := newCrashManager(t, ff, nil)
+	defer closeManager(t, m)
+	if _, err := m.Delete(bg, kDel, false); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(crashLayout.StateDir, "trash")
+	for _, dir := range []string{root, filepath.Join(root, kDel.ProjectKey)} {
+		ff.Inject(fstest.Fault{Op: fstest.OpReadDir, Path: onPath(dir), Err: syscall.EMFILE})
+		_, err := m.TrashedProjects(kDel.SessionID, "")
+		wantUnreadable(t, "trashed projects with "+dir+" unreadable", err, syscall.EMFILE)
+		ff.Clear()
+	}
+	if got, err := m.TrashedProjects(kDel.SessionID, ""); err != nil || len(got) != 1 || got[0] != kDel.ProjectKey {
+		t.Fatalf("trashed projects: %v %v", got, err)
+	}
+	ff.Inject(fstest.Fault{Op: fstest.OpReadDir, Path: onPath(filepath.Join(root, kDel.ProjectKey)), Err: syscall.EIO})
+	if u := m.TrashUsage(); u.Copies != 0 {
+		t.Fatalf("usage with the project's trash unreadable: %+v", u)
+	}
+	ff.Clear()
+	if u := m.TrashUsage(); u.Copies != 1 {
+		t.Fatalf("usage once the trash reads again: %+v, want the copy counted", u)
 	}
 }
