@@ -83,7 +83,10 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 		rep.Failed = append(rep.Failed, err)
 		m.noteRecoveryError(err.Error())
 	}
-	n, errs := m.logs.importLegacy()
+	n, errs, err := m.logs.importLegacy()
+	if err != nil {
+		return rep, nil, err
+	}
 	for _, err := range errs {
 		m.log.Error("a journal of an older release could not be imported; it is kept", zap.Error(err))
 		rep.Failed = append(rep.Failed, err)
