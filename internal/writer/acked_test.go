@@ -1,9 +1,11 @@
 package writer
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -581,5 +583,53 @@ func TestMissingNoteUnreadableAtStart(t *testing.T) {
 	}
 	if ms := m.Stats().Missing; len(ms) != 1 || ms[0].Count != 5 {
 		t.Fatalf("Stats().Missing after a start that read the note = %+v", ms)
+	}
+}
+
+// A ledger damaged in the middle (a record that does not validate, with a
+// whole one written after it) is read up to the damage, as a torn tail
+// is; but the compaction that cuts what follows keeps a copy of the whole
+// ledger first: the records after the damage are acknowledged entries.
+func TestLedgerDamagedKeptBeforeCut(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	k := newKey()
+	path := e.lay.AckedPath(k)
+	var ends []int64
+	parent := ""
+	for i := 0; i < 3; i++ {
+		_, ids := conversation(t, m, k, 2, 2, fmt.Sprint("r", i), parent)
+		parent = lastUUID(ids)
+		led, err := readLedger(e.fs, e.lay, k)
+		if err != nil || led == nil {
+			t.Fatalf("ledger after record %d: %v", i, err)
+		}
+		ends = append(ends, led.end)
+	}
+	closeManager(t, m)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[(ends[0]+ends[1])/2] ^= 0xff // inside the second record
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if led, err := readLedger(e.fs, e.lay, k); err != nil || led.end != ends[0] || led.damaged == nil {
+		t.Fatalf("damaged ledger read as %+v, %v; want it whole up to %d, and damaged", led, err, ends[0])
+	}
+	m = e.manager()
+	defer closeManager(t, m)
+	conversation(t, m, k, 2, 2, "after", parent)
+	dir := filepath.Join(e.lay.StateDir, damagedDirName, k.ProjectKey, k.SessionID)
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) != 1 {
+		t.Fatalf("copies kept in %s: %v %v; want the damaged ledger's", dir, ents, err)
+	}
+	if kept, _ := os.ReadFile(filepath.Join(dir, ents[0].Name())); !bytes.Equal(kept, b) {
+		t.Fatalf("the copy holds %d bytes, not the damaged ledger's %d", len(kept), len(b))
+	}
+	if led, err := readLedger(e.fs, e.lay, k); err != nil || led.damaged != nil || led.records != 2 {
+		t.Fatalf("ledger after the cut: %+v, %v; want the first record and the new one", led, err)
 	}
 }

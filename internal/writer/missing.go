@@ -208,8 +208,15 @@ func (st *state) findMissing(gate bool) ([]ackID, error) {
 		return nil, nil
 	}
 	led, err := readLedger(st.fs, st.cfg.Layout, st.key)
-	if err != nil || led == nil || len(led.ids) == 0 {
+	if err != nil || led == nil {
 		return nil, err
+	}
+	if led.damaged != nil {
+		st.log.Error("the ledger of acknowledged entries is damaged; the entries it records after the damage are not compared (the next compaction keeps a copy of it)",
+			zap.String("path", st.cfg.Layout.AckedPath(st.key)), zap.Error(led.damaged))
+	}
+	if len(led.ids) == 0 {
+		return nil, nil
 	}
 	if st.ackEnd < 0 {
 		st.ackEnd = led.end

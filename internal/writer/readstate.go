@@ -1,7 +1,6 @@
 package writer
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -42,30 +41,31 @@ func (e *damagedError) Error() string { return fmt.Sprintf("%s is damaged: %v", 
 
 func (e *damagedError) Unwrap() []error { return []error{errdefs.ErrCorrupt, e.err} }
 
-// keepDamaged copies a damaged state file's bytes into the state folder,
-// under damaged/<project>/<session>[/<subpath>]/<time>-<name>, synced,
-// before the writer starts that state afresh (which overwrites or removes
-// the file), so that a human can still look at what it held. It returns
+// keepDamaged copies what r reads, the bytes of the damaged state file at
+// path, into the state folder, under
+// damaged/<project>/<session>[/<subpath>]/<time>-<name>, synced, before
+// the writer starts that state afresh or cuts it (which overwrites or
+// removes what it held), so that a human can still look at it. It returns
 // the copy's path.
-func (st *state) keepDamaged(d *damagedError) (string, error) {
+func (st *state) keepDamaged(path string, r io.Reader) (string, error) {
 	rel := filepath.Join(st.key.ProjectKey, st.key.SessionID)
 	if st.key.Subpath != "" {
 		rel = filepath.Join(rel, st.key.Subpath)
 	}
 	dir := filepath.Join(st.cfg.Layout.StateDir, damagedDirName, rel)
 	if err := fsys.MkdirAll(st.fs, dir, 0o700); err != nil {
-		return "", fmt.Errorf("keep a copy of the damaged %s in %s: %w", d.path, dir, errdefs.FromIO(err))
+		return "", fmt.Errorf("keep a copy of the damaged %s in %s: %w", path, dir, errdefs.FromIO(err))
 	}
-	name := st.cfg.Clock.Now().UTC().Format("20060102T150405.000000000Z") + "-" + filepath.Base(d.path)
-	path := filepath.Join(dir, name)
-	err := fsys.WriteFileAtomic(st.fs, path, "."+name+".tmp", 0o600, func(w io.Writer) error {
-		_, err := io.Copy(w, bytes.NewReader(d.body))
+	name := st.cfg.Clock.Now().UTC().Format("20060102T150405.000000000Z") + "-" + filepath.Base(path)
+	kept := filepath.Join(dir, name)
+	err := fsys.WriteFileAtomic(st.fs, kept, "."+name+".tmp", 0o600, func(w io.Writer) error {
+		_, err := io.Copy(w, r)
 		return err
 	})
 	if err != nil {
-		return "", fmt.Errorf("keep a copy of the damaged %s at %s: %w", d.path, path, errdefs.FromIO(err))
+		return "", fmt.Errorf("keep a copy of the damaged %s at %s: %w", path, kept, errdefs.FromIO(err))
 	}
-	return path, nil
+	return kept, nil
 }
 
 // damagedDirName is the folder of the state folder that keeps copies of

@@ -201,7 +201,7 @@ func (st *state) loadStore() error {
 	s, err := readStore(st.fs, st.cfg.Layout, st.key)
 	var dmg *damagedError
 	if errors.As(err, &dmg) {
-		kept, kerr := st.keepDamaged(dmg)
+		kept, kerr := st.keepDamaged(dmg.path, bytes.NewReader(dmg.body))
 		if kerr != nil {
 			return kerr
 		}
