@@ -633,3 +633,23 @@ func TestLedgerDamagedKeptBeforeCut(t *testing.T) {
 		t.Fatalf("ledger after the cut: %+v, %v; want the first record and the new one", led, err)
 	}
 }
+
+// Status lists a finding while its transcript exists: one whose Lstat
+// fails (for another reason than its absence) still lacks the entries.
+func TestMissingListedWhileTranscriptUnreadable(t *testing.T) {
+	e, ff := faultEnv(t)
+	m := e.manager()
+	k := newKey()
+	acked, _ := conversation(t, m, k, 8, 4, "x", "")
+	closeManager(t, m)
+	e.rewrite(k, acked[:3])
+	m = e.manager()
+	defer closeManager(t, m)
+	if err := m.Read(bg, k, ReadOptions{}, func([]Entry) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	ff.Inject(fstest.Fault{Op: fstest.OpStat, Path: onPath(e.lay.TranscriptPath(k)), Err: syscall.EIO, Sticky: true})
+	if ms := m.Missing(); len(ms) != 1 || ms[0].Count != 5 {
+		t.Fatalf("Missing with the transcript's Lstat failing = %+v, want 5 of %s", ms, k)
+	}
+}

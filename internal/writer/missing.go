@@ -93,7 +93,9 @@ func (m *Manager) Missing() []MissingInfo {
 	m.missing.mu.Unlock()
 	out := all[:0]
 	for _, in := range all {
-		if _, err := m.cfg.FS.Lstat(m.cfg.Layout.TranscriptPath(in.Key)); err == nil {
+		// Only a transcript that is gone drops out: one that cannot be
+		// looked at still lacks the entries.
+		if _, err := m.cfg.FS.Lstat(m.cfg.Layout.TranscriptPath(in.Key)); !errors.Is(err, fs.ErrNotExist) {
 			out = append(out, in)
 		}
 	}
