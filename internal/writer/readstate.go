@@ -22,10 +22,10 @@ import (
 //     the file; each reader says what it keeps.
 
 // unreadable is the error of a read of sessiond's own state that failed
-// for another reason than the file's absence. EMFILE and ENFILE stay in
-// the chain (the edge answers RESOURCE_EXHAUSTED and says to raise the
-// limit); anything else is ErrUnavailable as well as ErrIO, so that the
-// client retries.
+// for another reason than the file's absence: ErrIO and ErrUnavailable
+// (the edge answers UNAVAILABLE, which clients retry), the cause kept in
+// the chain, so that EMFILE and ENFILE are answered RESOURCE_EXHAUSTED
+// instead, saying to raise the limit.
 func unreadable(what string, err error) error {
 	return fmt.Errorf("cannot read %s, and nothing was done without it: %w; retry: %w", what, errdefs.FromIO(err), errdefs.ErrUnavailable)
 }
