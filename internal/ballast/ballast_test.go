@@ -9,6 +9,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
 )
 
 // TestBallast: made at its size with its blocks taken (not a sparse file),
@@ -89,5 +90,33 @@ func TestBallast(t *testing.T) {
 	}
 	if data, _ := os.ReadFile(target); string(data) != "keep" {
 		t.Error("the link's target was changed")
+	}
+}
+
+// TestBallastUnreadable: a look at the ballast that fails (EIO) fails
+// Ensure, which makes nothing and caches nothing: taken for no ballast, it
+// would try to make one over the one in place. The next Ensure finds it.
+func TestBallastUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ballast")
+	freeFn := func(string) (int64, error) { return 1 << 30, nil }
+	const size = 1 << 20
+	if ok, err := New(fsys.OS, path, size, freeFn).Ensure(); !ok || err != nil {
+		t.Fatalf("Ensure = %v, %v", ok, err)
+	}
+	ff := fstest.NewFaultFS(fsys.OS)
+	ff.Inject(fstest.Fault{Op: fstest.OpStat, Path: func(p string) bool { return p == path }, Err: syscall.EIO})
+	b := New(ff, path, size, freeFn)
+	if ok, err := b.Ensure(); ok || !errors.Is(err, syscall.EIO) || !errdefs.Is(err, errdefs.ErrIO) {
+		t.Fatalf("Ensure with the ballast's lstat failing = %v, %v; want the error", ok, err)
+	}
+	if ff.OpsOf(fstest.OpOpen) != 0 || ff.OpsOf(fstest.OpRemove) != 0 {
+		t.Fatalf("Ensure touched the ballast after a failed look: %d opens, %d removals", ff.OpsOf(fstest.OpOpen), ff.OpsOf(fstest.OpRemove))
+	}
+	if ok, err := b.Ensure(); !ok || err != nil {
+		t.Fatalf("Ensure once the disk answers = %v, %v; want the ballast found", ok, err)
+	}
+	if ff.OpsOf(fstest.OpOpen) != 0 {
+		t.Fatal("the ballast in place was made again")
 	}
 }

@@ -1,13 +1,16 @@
 package mirror
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
 )
 
 // TestMachineID: the default machine id is made once per state folder
@@ -72,5 +75,32 @@ func TestMachineIDOnAnotherMachine(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(d, "machine-id")); string(b) != "old-id-1\nhost m:another\n" {
 		t.Fatalf("id file now %q", b)
+	}
+}
+
+// TestMachineIDUnreadable: a machine-id file that cannot be read (the
+// process out of descriptors, a failing disk) fails MachineID: taken for
+// none, it would be replaced by a new id, and the sessions this machine
+// holds leases on would look held by another.
+func TestMachineIDUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	id, _, err := MachineID(fsys.OS, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff := fstest.NewFaultFS(fsys.OS)
+	path := filepath.Join(dir, "machine-id")
+	for _, f := range []fstest.Fault{
+		{Op: fstest.OpOpen, Path: func(p string) bool { return p == path }, Err: syscall.EMFILE},
+		{Op: fstest.OpRead, Path: func(p string) bool { return p == path }, Err: syscall.EIO},
+	} {
+		ff.Inject(f)
+		if got, _, err := MachineID(ff, dir); !errors.Is(err, f.Err) {
+			t.Fatalf("MachineID with the file failing %v: %q, %v; want the error", f.Op, got, err)
+		}
+		ff.Clear()
+	}
+	if again, _, err := MachineID(ff, dir); err != nil || again != id {
+		t.Fatalf("MachineID once the file reads: %q, %v; want %q kept", again, err, id)
 	}
 }

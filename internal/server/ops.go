@@ -191,7 +191,10 @@ func (s *Server) Restore(ctx context.Context, req *sessiondv1.RestoreRequest) (*
 	forms := layout.SessionIDForms(ref.GetSessionId())
 	id, projects := forms[0], []string(nil)
 	for _, f := range forms {
-		if projects = s.m.TrashedProjects(f, ref.GetSubpath()); pk != "" && slices.Contains(projects, pk) || pk == "" && len(projects) > 0 {
+		if projects, err = s.m.TrashedProjects(f, ref.GetSubpath()); err != nil {
+			return nil, err
+		}
+		if pk != "" && slices.Contains(projects, pk) || pk == "" && len(projects) > 0 {
 			id = f
 			break
 		}

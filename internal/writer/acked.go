@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 
 	"github.com/google/uuid"
+	"go.uber.org/zap"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/frame"
@@ -128,6 +129,11 @@ type ledger struct {
 	records int
 	end     int64 // where the last whole record ends
 	content bool  // some entries have no uuid
+	// damaged says why reading stopped before the end at something that
+	// is not a torn last record: a bad record with a whole one written
+	// after it, or a whole record that does not decode (a newer
+	// release's). nil for a ledger read to its end or to a torn tail.
+	damaged error
 }
 
 func ledgerSeed(k layout.Key) uint64 {
@@ -223,20 +229,22 @@ func decodeAckRecord(p []byte, fn func(ackID)) (fp fingerprint, missing int, err
 
 // readLedger reads key's ledger; nil when it has none. Reading stops at
 // the first record that does not validate: a torn last record, never
-// synced, whose compaction never reached its marker.
+// synced, whose compaction never reached its marker, or damage
+// (ledger.damaged).
 func readLedger(fsy fsys.FS, L layout.Layout, key layout.Key) (*ledger, error) {
 	path := L.AckedPath(key)
 	f, err := fsy.OpenFile(path, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
+	what := "the ledger of " + key.String()
 	if err != nil {
-		return nil, fmt.Errorf("read the ledger of %s: %w", key, errdefs.FromIO(err))
+		return nil, unreadable(what, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("read the ledger of %s: %w", key, errdefs.FromIO(err))
+		return nil, unreadable(what, err)
 	}
 	led := &ledger{}
 	seen := map[span]bool{}
@@ -245,19 +253,28 @@ func readLedger(fsy fsys.FS, L layout.Layout, key layout.Key) (*ledger, error) {
 	for off := int64(0); off < fi.Size(); {
 		h, err := frame.Read(w, off, seed, ackRules)
 		if err != nil {
-			if frame.IsError(err) {
-				break
+			if !frame.IsError(err) {
+				return nil, unreadable(what, err)
 			}
-			return nil, fmt.Errorf("read the ledger of %s: %w", key, errdefs.FromIO(err))
+			later, ferr := frame.FindLaterWrite(w, off, seed, ackRules)
+			if ferr != nil {
+				return nil, unreadable(what, ferr)
+			}
+			if later >= 0 {
+				led.damaged = fmt.Errorf("the record at offset %d is damaged (%v), and one written after it at %d is whole", off, err, later)
+			}
+			break
 		}
 		p := make([]byte, h.Length)
 		if err := frame.ReadFull(f, p, off+frame.HeaderSize); err != nil {
-			return nil, fmt.Errorf("read the ledger of %s: %w", key, err)
+			return nil, unreadable(what, err)
 		}
 		var ids []ackID
 		fp, missing, err := decodeAckRecord(p, func(id ackID) { ids = append(ids, id) })
 		if err != nil {
-			break // checksummed, so a bug or a newer format: stop trusting here
+			// Checksummed, so a bug or a newer format: stop trusting here.
+			led.damaged = fmt.Errorf("the record at offset %d is whole but does not decode (written by a newer release?)", off)
+			break
 		}
 		for _, id := range ids {
 			if !seen[id.sp] {
@@ -302,7 +319,11 @@ func (st *state) appendLedger(fp fingerprint, missing int, ids []ackID) error {
 	rec := frame.Append(nil, ackRecord, encodeAckRecord(fp, missing, ids), ledgerSeed(st.key), 0)
 	fi, err := f.Stat()
 	if err == nil && fi.Size() > st.ackEnd {
-		// What follows the last whole record was never synced whole.
+		// What follows the last whole record is cut: a record never
+		// synced whole, or damage, whose bytes are kept first.
+		if err := st.keepLedgerDamage(f, fi.Size()); err != nil {
+			return err
+		}
 		err = f.Truncate(st.ackEnd)
 	}
 	if err == nil {
@@ -319,6 +340,28 @@ func (st *state) appendLedger(fp fingerprint, missing int, ids []ackID) error {
 		return fmt.Errorf("append to the ledger of %s: %w", st.key, errdefs.FromIO(err))
 	}
 	st.ackEnd += int64(len(rec))
+	return nil
+}
+
+// keepLedgerDamage copies the ledger f (size bytes) aside before
+// appendLedger cuts what follows its last whole record, when that is not
+// a torn last record but damage: the records after it, and a newer
+// release's, are acknowledged entries a human may still want to count.
+func (st *state) keepLedgerDamage(f fsys.File, size int64) error {
+	led, err := readLedger(st.fs, st.cfg.Layout, st.key)
+	if err != nil {
+		return err
+	}
+	if led == nil || led.damaged == nil || led.end != st.ackEnd {
+		return nil
+	}
+	path := st.cfg.Layout.AckedPath(st.key)
+	kept, err := st.keepDamaged(path, io.NewSectionReader(f, 0, size))
+	if err != nil {
+		return err
+	}
+	st.log.Error("the ledger of acknowledged entries is damaged; what follows its last whole record is cut, and a copy of it is kept",
+		zap.String("path", path), zap.String("copy", kept), zap.Int64("whole_up_to", st.ackEnd), zap.Error(led.damaged))
 	return nil
 }
 

@@ -1,11 +1,14 @@
 package writer
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/frame"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
 )
@@ -473,5 +477,179 @@ func TestForeignLinesDuringRenameKeepTheirOrder(t *testing.T) {
 				t.Fatalf("ledger holds %d entries (%v), want sessiond's 2", len(led.ids), err)
 			}
 		})
+	}
+}
+
+// faultEnv is an env whose Manager works through a FaultFS over the real
+// filesystem.
+func faultEnv(t *testing.T) (*env, *fstest.FaultFS) {
+	e := newEnv(t)
+	ff := fstest.NewFaultFS(fsys.OS)
+	e.fs = ff
+	return e, ff
+}
+
+// A writer opening a transcript another program rewrote compares it with
+// the session's ledger: with the ledger unreadable the open fails (an
+// open that went on would say nothing of the entries the rewrite lost),
+// and the retry finds them.
+func TestLedgerUnreadableAtOpen(t *testing.T) {
+	e, ff := faultEnv(t)
+	m := e.manager()
+	k := newKey()
+	acked, _ := conversation(t, m, k, 8, 4, "x", "")
+	closeManager(t, m)
+	e.rewrite(k, acked[:3])
+	m = e.manager()
+	defer closeManager(t, m)
+	ff.Inject(fstest.Fault{Op: fstest.OpOpen, Path: onPath(e.lay.AckedPath(k)), Err: syscall.EMFILE, Sticky: true})
+	err := m.Read(bg, k, ReadOptions{}, func([]Entry) error { return nil })
+	wantUnreadable(t, "open with the ledger unreadable", err, syscall.EMFILE)
+	ff.Clear()
+	if err := m.Read(bg, k, ReadOptions{}, func([]Entry) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if ms := m.Stats().Missing; len(ms) != 1 || ms[0].Count != 5 {
+		t.Fatalf("Stats().Missing once the ledger reads again = %+v, want 5 of %s", ms, k)
+	}
+}
+
+// Bug: a compaction that found the transcript rewritten by another
+// program, and could not read the ledger to compare, went on: its ledger
+// record named the rewritten file as holding every acknowledged entry,
+// and neither its retry nor the next open compared again. The lost
+// entries were never reported. Now the compaction fails and its retry
+// compares first.
+func TestLedgerUnreadableAfterRewrite(t *testing.T) {
+	e, ff := faultEnv(t)
+	m := e.manager()
+	k := newKey()
+	a, _ := conversation(t, m, k, 6, 6, "a", "")
+	mustAppendTo(t, m, k, line(k, uuid.NewString(), "pending")) // the next compaction has work
+	e.rewrite(k, a[:2])
+	ff.Inject(fstest.Fault{Op: fstest.OpOpen, Path: onPath(e.lay.AckedPath(k)), Err: syscall.EMFILE})
+	_, err := m.Flush(bg, k)
+	wantUnreadable(t, "compaction with the ledger unreadable", err, syscall.EMFILE)
+	ff.Clear()
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	if ms := m.Stats().Missing; len(ms) != 1 || ms[0].Count != 4 {
+		t.Fatalf("Stats().Missing after the retried compaction = %+v, want 4 of %s", ms, k)
+	}
+	closeManager(t, m)
+	os.RemoveAll(e.lay.MissingDir()) // only the ledger can say it now
+	m = e.manager()
+	defer closeManager(t, m)
+	if err := m.Read(bg, k, ReadOptions{}, func([]Entry) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if ms := m.Stats().Missing; len(ms) != 1 || ms[0].Count != 4 {
+		t.Fatalf("Stats().Missing after a restart = %+v, want the 4 found again", ms)
+	}
+}
+
+// The notes of missing entries are read at start: one that cannot be read
+// is a recovery failure status shows, not a transcript said to be whole.
+func TestMissingNoteUnreadableAtStart(t *testing.T) {
+	e, ff := faultEnv(t)
+	m := e.manager()
+	k := newKey()
+	acked, _ := conversation(t, m, k, 8, 4, "x", "")
+	closeManager(t, m)
+	e.rewrite(k, acked[:3])
+	m = e.manager()
+	if err := m.Read(bg, k, ReadOptions{}, func([]Entry) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	closeManager(t, m)
+
+	ff.Inject(fstest.Fault{Op: fstest.OpOpen, Path: onPath(e.lay.MissingPath(k)), Err: syscall.EMFILE, Sticky: true})
+	m = e.manager()
+	rep, err := m.Recover(bg)
+	if err != nil || len(rep.Failed) != 1 {
+		t.Fatalf("Recover with the note unreadable: %v %v; want one failure", err, rep.Failed)
+	}
+	wantUnreadable(t, "the note's read", rep.Failed[0], syscall.EMFILE)
+	if re := m.Stats().RecoveryErrors; len(re) != 1 || !strings.Contains(re[0], "missing") {
+		t.Fatalf("status says %q, want the note's failure", re)
+	}
+	closeManager(t, m)
+	ff.Clear()
+	m = e.manager()
+	defer closeManager(t, m)
+	if rep, err := m.Recover(bg); err != nil || len(rep.Failed) != 0 {
+		t.Fatalf("Recover: %v %v", err, rep.Failed)
+	}
+	if ms := m.Stats().Missing; len(ms) != 1 || ms[0].Count != 5 {
+		t.Fatalf("Stats().Missing after a start that read the note = %+v", ms)
+	}
+}
+
+// A ledger damaged in the middle (a record that does not validate, with a
+// whole one written after it) is read up to the damage, as a torn tail
+// is; but the compaction that cuts what follows keeps a copy of the whole
+// ledger first: the records after the damage are acknowledged entries.
+func TestLedgerDamagedKeptBeforeCut(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	k := newKey()
+	path := e.lay.AckedPath(k)
+	var ends []int64
+	parent := ""
+	for i := 0; i < 3; i++ {
+		_, ids := conversation(t, m, k, 2, 2, fmt.Sprint("r", i), parent)
+		parent = lastUUID(ids)
+		led, err := readLedger(e.fs, e.lay, k)
+		if err != nil || led == nil {
+			t.Fatalf("ledger after record %d: %v", i, err)
+		}
+		ends = append(ends, led.end)
+	}
+	closeManager(t, m)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[(ends[0]+ends[1])/2] ^= 0xff // inside the second record
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if led, err := readLedger(e.fs, e.lay, k); err != nil || led.end != ends[0] || led.damaged == nil {
+		t.Fatalf("damaged ledger read as %+v, %v; want it whole up to %d, and damaged", led, err, ends[0])
+	}
+	m = e.manager()
+	defer closeManager(t, m)
+	conversation(t, m, k, 2, 2, "after", parent)
+	dir := filepath.Join(e.lay.StateDir, damagedDirName, k.ProjectKey, k.SessionID)
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) != 1 {
+		t.Fatalf("copies kept in %s: %v %v; want the damaged ledger's", dir, ents, err)
+	}
+	if kept, _ := os.ReadFile(filepath.Join(dir, ents[0].Name())); !bytes.Equal(kept, b) {
+		t.Fatalf("the copy holds %d bytes, not the damaged ledger's %d", len(kept), len(b))
+	}
+	if led, err := readLedger(e.fs, e.lay, k); err != nil || led.damaged != nil || led.records != 2 {
+		t.Fatalf("ledger after the cut: %+v, %v; want the first record and the new one", led, err)
+	}
+}
+
+// Status lists a finding while its transcript exists: one whose Lstat
+// fails (for another reason than its absence) still lacks the entries.
+func TestMissingListedWhileTranscriptUnreadable(t *testing.T) {
+	e, ff := faultEnv(t)
+	m := e.manager()
+	k := newKey()
+	acked, _ := conversation(t, m, k, 8, 4, "x", "")
+	closeManager(t, m)
+	e.rewrite(k, acked[:3])
+	m = e.manager()
+	defer closeManager(t, m)
+	if err := m.Read(bg, k, ReadOptions{}, func([]Entry) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	ff.Inject(fstest.Fault{Op: fstest.OpStat, Path: onPath(e.lay.TranscriptPath(k)), Err: syscall.EIO, Sticky: true})
+	if ms := m.Missing(); len(ms) != 1 || ms[0].Count != 5 {
+		t.Fatalf("Missing with the transcript's Lstat failing = %+v, want 5 of %s", ms, k)
 	}
 }

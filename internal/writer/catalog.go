@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 
+	"go.uber.org/zap"
+
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/index"
@@ -249,8 +251,21 @@ func (m *Manager) entryFor(ctx context.Context, key layout.Key) (index.Entry, er
 	stamp, mod := m.stamp(key)
 	e := index.Entry{Key: key}
 	if key.Subpath == "" {
-		e.Sum.SetSidecarTitle(m.titleSidecar(key))
-		s := readStore(m.cfg.FS, m.cfg.Layout, key, m.log)
+		title, err := m.titleSidecar(key)
+		if err != nil {
+			return index.Entry{}, err
+		}
+		e.Sum.SetSidecarTitle(title)
+		s, err := readStore(m.cfg.FS, m.cfg.Layout, key)
+		var dmg *damagedError
+		if errors.As(err, &dmg) {
+			// Read only: the writer that next opens the session keeps a
+			// copy of it and starts the summary afresh.
+			m.log.Error("the session's store sidecar is damaged; its summary is listed empty", zap.Stringer("session", key),
+				zap.String("path", dmg.path), zap.Error(dmg.err))
+		} else if err != nil {
+			return index.Entry{}, err
+		}
 		e.Store = s.summary()
 	}
 	err := m.view(ctx, key, func(r io.Reader, pending int) error {
@@ -277,7 +292,7 @@ func (m *Manager) entryFor(ctx context.Context, key layout.Key) (index.Entry, er
 	return e, nil
 }
 
-func (m *Manager) infoFrom(key layout.Key, e index.Entry) Info {
+func (m *Manager) infoFrom(key layout.Key, e index.Entry) (Info, error) {
 	in := Info{
 		Key: key, Path: m.cfg.Layout.TranscriptPath(key),
 		Title: e.Sum.Title, Summary: e.Sum.Display(), FirstPrompt: e.Sum.FirstPrompt, Cwd: e.Sum.Cwd,
@@ -286,9 +301,12 @@ func (m *Manager) infoFrom(key layout.Key, e index.Entry) Info {
 		ModifiedMs: e.ModifiedMs, CreatedMs: e.Sum.CreatedAt, Active: m.IsActive(key),
 	}
 	if key.Subpath == "" {
-		in.Archived = m.archived(key, e.LastPromptMs)
+		var err error
+		if in.Archived, err = m.archived(key, e.LastPromptMs); err != nil {
+			return Info{Key: key}, err
+		}
 	}
-	return in
+	return in, nil
 }
 
 // Info describes key.
@@ -303,7 +321,7 @@ func (m *Manager) Info(ctx context.Context, key layout.Key) (Info, error) {
 	if err != nil {
 		return Info{Key: key}, err
 	}
-	return m.infoFrom(key, e), nil
+	return m.infoFrom(key, e)
 }
 
 // ListOptions select and page a listing.
@@ -343,7 +361,10 @@ func (m *Manager) list(ctx context.Context, opt ListOptions, op *progress.Op) ([
 			return nil, 0, err
 		}
 		present[k] = true
-		in := m.infoFrom(k, e)
+		in, err := m.infoFrom(k, e)
+		if err != nil {
+			return nil, 0, err
+		}
 		if opt.ExcludeArchived && in.Archived {
 			continue
 		}

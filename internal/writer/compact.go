@@ -231,25 +231,34 @@ func (st *state) compactNow(reason string) error {
 			// place of their own any more, and did the rewrite keep
 			// every entry sessiond acknowledged?
 			st.rescueAt = -1
-			st.detectMissing(false, "a rewrite by another program")
+			st.missingStale = true
 		}
-		if len(st.pending) == 0 {
-			// Every journaled entry is in the file now, written there by
-			// another program that may not have synced it: make it
-			// durable before dropping the journal (and listing the
-			// entries the file holds in the ledger, which the journal
-			// listed until now).
-			if err := st.syncCanonical(); err != nil {
-				return err
-			}
-			if len(st.ackDropped) > 0 {
-				if err := st.appendLedger(st.canon, len(st.missingIDs), st.ackDropped); err != nil {
-					return fmt.Errorf("compact %s: %w", st.key, err)
-				}
-				st.ackDropped = nil
-			}
-			return st.newGeneration()
+	}
+	if st.missingStale {
+		// Until the comparison is done no ledger record may be written:
+		// it would name the rewritten file as holding every entry but
+		// st.missingIDs, and the next open would trust it unchecked.
+		if err := st.detectMissing(false, "a rewrite by another program"); err != nil {
+			return fmt.Errorf("compact %s: %w", st.key, err)
 		}
+		st.missingStale = false
+	}
+	if len(st.pending) == 0 {
+		// Every journaled entry is in the file now (absorbForeign found
+		// them there), written by another program that may not have
+		// synced it: make it durable before dropping the journal (and
+		// listing the entries the file holds in the ledger, which the
+		// journal listed until now).
+		if err := st.syncCanonical(); err != nil {
+			return err
+		}
+		if len(st.ackDropped) > 0 {
+			if err := st.appendLedger(st.canon, len(st.missingIDs), st.ackDropped); err != nil {
+				return fmt.Errorf("compact %s: %w", st.key, err)
+			}
+			st.ackDropped = nil
+		}
+		return st.newGeneration()
 	}
 	if err := fsys.MkdirAll(st.fs, st.dir, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", st.dir, errdefs.FromIO(err))

@@ -47,6 +47,11 @@ func (st *state) absorbForeign() error {
 	st.log.Warn("the transcript was changed by another program; keeping its lines and appending sessiond's entries after them")
 	pending := st.pending
 	if err := st.scanCanonical(); err != nil {
+		// The scan starts the session's uuids and fingerprint afresh: cut
+		// short, it left them partial, and a writer that went on from
+		// there would take entries it holds for new ones. It reopens from
+		// disk instead.
+		st.failed = err
 		return err
 	}
 	st.pending = nil

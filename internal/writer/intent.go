@@ -265,17 +265,19 @@ func sameContent(FS fsys.FS, a, b string) (bool, error) {
 
 // finishIntents runs, at start, every intent a crash left unfinished. It
 // returns the ones that could not be finished (their sessions keep
-// refusing writers).
-func (m *Manager) finishIntents() []error {
+// refusing writers) or that are damaged (said at Error level and left in
+// place for a human). An intent that cannot be read at all is err: its
+// session is not known, so no writer could be kept from recreating a file
+// it is about to move, and sessiond must not serve until it is read.
+func (m *Manager) finishIntents() (failed []error, err error) {
 	FS, dir := m.cfg.FS, m.intentDir()
 	ents, err := FS.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return []error{fmt.Errorf("list interrupted deletes and restores in %s: %w", dir, errdefs.FromIO(err))}
+		return nil, unreadable("the interrupted deletes and restores in "+dir, err)
 	}
-	var errs []error
 	synced := false
 	for _, e := range ents {
 		name := e.Name()
@@ -287,22 +289,29 @@ func (m *Manager) finishIntents() []error {
 		// let a power loss take it away halfway through its moves.
 		if !synced {
 			if err := FS.SyncDir(dir); err != nil {
-				return []error{fmt.Errorf("sync %s: %w", dir, errdefs.FromIO(err))}
+				return failed, fmt.Errorf("sync %s: %w", dir, errdefs.FromIO(err))
 			}
 			synced = true
 		}
 		in, err := m.readIntent(filepath.Join(dir, name))
-		if err == nil {
-			err = m.finishIntent(in)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue // finished by whoever removed it
+		case errdefs.Is(err, errdefs.ErrCorrupt):
+			m.log.Error("an intent of an interrupted delete or restore is damaged; it is left in place for a human", zap.String("intent", filepath.Join(dir, name)), zap.Error(err))
+			failed = append(failed, fmt.Errorf("intent %s: %w", name, err))
+			continue
+		case err != nil:
+			return failed, err
 		}
-		if err != nil {
+		if err := m.finishIntent(in); err != nil {
 			m.log.Error("an interrupted delete or restore could not be finished", zap.String("intent", name), zap.Error(err))
-			errs = append(errs, fmt.Errorf("intent %s: %w", name, err))
+			failed = append(failed, fmt.Errorf("intent %s: %w", name, err))
 			continue
 		}
 		m.log.Info("finished an interrupted operation", zap.String("op", in.Op), zap.Stringer("session", in.key()))
 	}
-	return errs
+	return failed, nil
 }
 
 // readIntent loads and checks an intent file. Every path in it must lie
@@ -310,23 +319,26 @@ func (m *Manager) finishIntents() []error {
 // further than that.
 func (m *Manager) readIntent(path string) (*intent, error) {
 	f, err := m.cfg.FS.OpenFile(path, os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
 	if err != nil {
-		return nil, errdefs.FromIO(err)
+		return nil, unreadable("the intent "+path, err)
 	}
 	defer f.Close()
 	body, err := io.ReadAll(io.LimitReader(f, 1<<20))
-	if err == nil {
-		err = f.Sync() // see finishIntents: durable before acted on
-	}
 	if err != nil {
-		return nil, errdefs.FromIO(err)
+		return nil, unreadable("the intent "+path, err)
+	}
+	if err := f.Sync(); err != nil { // see finishIntents: durable before acted on
+		return nil, fmt.Errorf("sync the intent %s: %w", path, errdefs.FromIO(err))
 	}
 	in := &intent{path: path}
 	if err := json.Unmarshal(body, in); err != nil {
-		return nil, fmt.Errorf("unreadable: %v: %w", err, errdefs.ErrCorrupt)
+		return nil, fmt.Errorf("does not decode: %v: %w", err, errdefs.ErrCorrupt)
 	}
 	if err := in.key().Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("names no session sessiond could hold (%v): %w", err, errdefs.ErrCorrupt)
 	}
 	if in.Op != opDelete && in.Op != opPurge && in.Op != opRestore {
 		return nil, fmt.Errorf("unknown operation %q: %w", in.Op, errdefs.ErrCorrupt)

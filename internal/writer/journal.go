@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -105,6 +107,13 @@ type logStore struct {
 	log    *zap.Logger
 	wal    *wal.Log
 	rec    *wal.Recovery
+
+	// unimported are the journals of older releases that could not be
+	// read when importLegacy met them (key -> path): their sessions count
+	// as logged, and open imports the journal first or fails, so that no
+	// writer serves a session without the entries its journal holds.
+	mu         sync.Mutex
+	unimported map[layout.Key]string
 }
 
 // openLogStore opens (and recovers) the log in the state folder. pressure
@@ -138,6 +147,9 @@ func (ls *logStore) close() error { return ls.wal.Close() }
 // open returns key's stream and what the log holds for it; an error
 // matching fs.ErrNotExist means it holds nothing.
 func (ls *logStore) open(key layout.Key, _ bool) (sessionLog, *recovered, error) {
+	if err := ls.importPending(key); err != nil {
+		return nil, nil, err
+	}
 	e, ok := ls.wal.Epoch(key)
 	if !ok {
 		return nil, nil, fmt.Errorf("%s has nothing in the log: %w", key, fs.ErrNotExist)
@@ -179,6 +191,9 @@ func (ls *logStore) create(key layout.Key, base fingerprint, replacing bool, _ *
 
 // exists reports whether the log holds entries of key.
 func (ls *logStore) exists(key layout.Key) (bool, error) {
+	if _, ok := ls.unimportedPath(key); ok {
+		return true, nil
+	}
 	e, ok := ls.wal.Epoch(key)
 	return ok && len(e.Batches) > 0, nil
 }
@@ -193,13 +208,24 @@ func (ls *logStore) stat(key layout.Key) (size int64, mtime time.Time, ok bool) 
 	return int64(e.Stream)<<20 ^ int64(len(e.Batches)), e.Modified, true
 }
 
-// keys lists every session with entries in the log.
-func (ls *logStore) keys() ([]layout.Key, error) { return ls.wal.Pending(), nil }
+// keys lists every session with entries in the log, or in a journal of
+// an older release not imported yet.
+func (ls *logStore) keys() ([]layout.Key, error) {
+	return ls.filter(func(layout.Key) bool { return true }), nil
+}
 
 func (ls *logStore) filter(keep func(layout.Key) bool) []layout.Key {
 	var out []layout.Key
-	for _, k := range ls.wal.Pending() {
+	pending := ls.wal.Pending()
+	for _, k := range pending {
 		if keep(k) {
+			out = append(out, k)
+		}
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for k := range ls.unimported {
+		if keep(k) && !slices.Contains(pending, k) {
 			out = append(out, k)
 		}
 	}
@@ -264,7 +290,13 @@ func (ls *logStore) drop(key layout.Key, compact func(layout.Key) error) error {
 // an upgrade loses nothing. A crash between the two leaves the journal
 // behind; the next start sees the log's stream carries its generation
 // and only removes it.
-func (ls *logStore) importLegacy() (imported int, errs []error) {
+//
+// A journal that cannot be read (as opposed to one that is damaged or
+// conflicts with the log, kept for inspection) is remembered: its session
+// counts as logged and its writer imports it first (importPending). A
+// journal folder that cannot be listed is fatal: which sessions have
+// journals there is unknown, and none may be served without its entries.
+func (ls *logStore) importLegacy() (imported int, errs []error, fatal error) {
 	dir := ls.layout.JournalDir()
 	err := walk(ls.fs, dir, func(path string, d fs.DirEntry) error {
 		if d.IsDir() || !strings.HasSuffix(path, layout.JournalExt) || !d.Type().IsRegular() {
@@ -276,6 +308,14 @@ func (ls *logStore) importLegacy() (imported int, errs []error) {
 			return nil
 		}
 		if err := ls.importOne(k, path); err != nil {
+			if couldNotRead(err) {
+				ls.mu.Lock()
+				if ls.unimported == nil {
+					ls.unimported = make(map[layout.Key]string)
+				}
+				ls.unimported[k] = path
+				ls.mu.Unlock()
+			}
 			errs = append(errs, fmt.Errorf("import the journal of %s (%s): %w", k, path, err))
 			return nil
 		}
@@ -283,9 +323,47 @@ func (ls *logStore) importLegacy() (imported int, errs []error) {
 		return nil
 	})
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("list journals in %s: %w", dir, errdefs.FromIO(err)))
+		return imported, errs, unreadable("the journals of an older release in "+dir, err)
 	}
-	return imported, errs
+	return imported, errs, nil
+}
+
+// couldNotRead tells a journal the disk or the process could not read
+// (worth trying again) from one that is damaged, of an unknown version or
+// in conflict with the log (kept for a human).
+func couldNotRead(err error) bool {
+	return (errdefs.Is(err, errdefs.ErrIO) || errdefs.Is(err, errdefs.ErrNoSpace)) && !errdefs.Is(err, errdefs.ErrCorrupt)
+}
+
+func (ls *logStore) unimportedPath(key layout.Key) (string, bool) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	path, ok := ls.unimported[key]
+	return path, ok
+}
+
+// importPending imports key's journal of an older release that could not
+// be read at start, if there is one. Only key's writer calls it.
+func (ls *logStore) importPending(key layout.Key) error {
+	path, ok := ls.unimportedPath(key)
+	if !ok {
+		return nil
+	}
+	err := ls.importOne(key, path)
+	switch {
+	case couldNotRead(err):
+		return unreadable("the journal "+path+" of an older release", err)
+	case err != nil:
+		// Damaged, or in conflict with the log: kept for a human, and the
+		// session goes on without it, as when that is found at start.
+		ls.log.Error("a journal of an older release could not be imported; it is kept", zap.Stringer("session", key), zap.String("path", path), zap.Error(err))
+	default:
+		ls.log.Info("imported the journal of an older release that could not be read at start", zap.Stringer("session", key), zap.String("path", path))
+	}
+	ls.mu.Lock()
+	delete(ls.unimported, key)
+	ls.mu.Unlock()
+	return nil
 }
 
 func (ls *logStore) importOne(k layout.Key, path string) error {

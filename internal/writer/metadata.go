@@ -2,11 +2,14 @@ package writer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/google/uuid"
 
@@ -99,31 +102,53 @@ func (m *Manager) SetArchived(ctx context.Context, key layout.Key, archived bool
 }
 
 // titleSidecar reads the session's custom-title.json sidecar, which the
-// official tools consult for the title too.
-func (d *deps) titleSidecar(key layout.Key) string {
-	f, err := d.cfg.FS.OpenFile(filepath.Join(d.cfg.Layout.SessionDir(key.Main()), "custom-title.json"), os.O_RDONLY, 0)
-	if err != nil {
-		return ""
+// official tools consult for the title too: "" for none.
+func (d *deps) titleSidecar(key layout.Key) (string, error) {
+	b, err := readSessionFile(d.cfg.FS, filepath.Join(d.cfg.Layout.SessionDir(key.Main()), "custom-title.json"), 64<<10)
+	if err != nil || b == nil {
+		return "", err
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
-	if err != nil {
-		return ""
-	}
-	return transcript.ParseTitleSidecar(b)
+	return transcript.ParseTitleSidecar(b), nil
 }
 
 // archived reads the session's archived.json marker: archived unless
 // someone prompted in the session after it was set (the official rule).
-func (m *Manager) archived(key layout.Key, lastPromptMs int64) bool {
-	f, err := m.cfg.FS.OpenFile(m.ArchiveMarkerPath(key), os.O_RDONLY, 0)
+func (m *Manager) archived(key layout.Key, lastPromptMs int64) (bool, error) {
+	b, err := readSessionFile(m.cfg.FS, m.ArchiveMarkerPath(key), 4097)
+	if err != nil || b == nil {
+		return false, err
+	}
+	return transcript.Archived(b, lastPromptMs), nil
+}
+
+// readSessionFile reads up to limit bytes of a file the official tools
+// keep beside a transcript (the title and archive sidecars); nil for none.
+// What is not a regular file (a symbolic link, which sessiond never
+// follows, or a folder) is none too: the official readers find no title
+// or mark in it either, and it is not sessiond's to move. Any other
+// failure is unreadable's error: a listing must not show the session
+// untitled or unarchived, nor a writer publish it so, because a
+// descriptor ran out. What does not parse counts as no title or mark,
+// as the official readers take it.
+func readSessionFile(FS fsys.FS, path string, limit int64) ([]byte, error) {
+	f, err := FS.OpenFile(path, os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) {
+		return nil, nil
+	}
 	if err != nil {
-		return false
+		return nil, unreadable(path, err)
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 4097))
+	fi, err := f.Stat()
 	if err != nil {
-		return false
+		return nil, unreadable(path, err)
 	}
-	return transcript.Archived(b, lastPromptMs)
+	if !fi.Mode().IsRegular() {
+		return nil, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit))
+	if err != nil {
+		return nil, unreadable(path, err)
+	}
+	return b, nil
 }

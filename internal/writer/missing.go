@@ -93,7 +93,9 @@ func (m *Manager) Missing() []MissingInfo {
 	m.missing.mu.Unlock()
 	out := all[:0]
 	for _, in := range all {
-		if _, err := m.cfg.FS.Lstat(m.cfg.Layout.TranscriptPath(in.Key)); err == nil {
+		// Only a transcript that is gone drops out: one that cannot be
+		// looked at still lacks the entries.
+		if _, err := m.cfg.FS.Lstat(m.cfg.Layout.TranscriptPath(in.Key)); !errors.Is(err, fs.ErrNotExist) {
 			out = append(out, in)
 		}
 	}
@@ -102,10 +104,15 @@ func (m *Manager) Missing() []MissingInfo {
 }
 
 // loadMissing lists the notes left in <state>/missing/ by the processes
-// before this one.
-func (m *Manager) loadMissing() {
+// before this one. It returns what it could not read: status would
+// otherwise say nothing is missing from those transcripts until their
+// writers open and compare again. A note that does not decode is said at
+// Error level and left in place (the next finding for its transcript
+// replaces it).
+func (m *Manager) loadMissing() []error {
 	L := m.cfg.Layout
-	walk(m.cfg.FS, L.MissingDir(), func(path string, d fs.DirEntry) error {
+	var errs []error
+	err := walk(m.cfg.FS, L.MissingDir(), func(path string, d fs.DirEntry) error {
 		if d.IsDir() || !strings.HasSuffix(path, layout.MissingExt) {
 			return nil
 		}
@@ -114,18 +121,32 @@ func (m *Manager) loadMissing() {
 			return nil
 		}
 		f, err := m.cfg.FS.OpenFile(path, os.O_RDONLY, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
 		if err != nil {
+			errs = append(errs, unreadable("the note of entries missing from "+k.String(), err))
 			return nil
 		}
 		defer f.Close()
 		var n missingNote
 		b, err := io.ReadAll(io.LimitReader(f, 4<<20))
-		if err != nil || json.Unmarshal(b, &n) != nil || n.Count <= 0 {
+		if err != nil {
+			errs = append(errs, unreadable("the note of entries missing from "+k.String(), err))
+			return nil
+		}
+		if err := json.Unmarshal(b, &n); err != nil || n.Count <= 0 {
+			m.log.Error("the note of entries missing from a transcript is damaged; status lists them again once its writer compares the transcript with its ledger",
+				zap.String("path", path), zap.Stringer("session", k), zap.Error(err))
 			return nil
 		}
 		m.missing.put(MissingInfo{Key: k, Count: n.Count, IDs: n.IDs, DetectedMs: n.DetectedMs})
 		return nil
 	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, unreadable("the notes of missing entries in "+L.MissingDir(), err))
+	}
+	return errs
 }
 
 func missingIDs(ids []ackID) []string {
@@ -189,8 +210,15 @@ func (st *state) findMissing(gate bool) ([]ackID, error) {
 		return nil, nil
 	}
 	led, err := readLedger(st.fs, st.cfg.Layout, st.key)
-	if err != nil || led == nil || len(led.ids) == 0 {
+	if err != nil || led == nil {
 		return nil, err
+	}
+	if led.damaged != nil {
+		st.log.Error("the ledger of acknowledged entries is damaged; the entries it records after the damage are not compared (the next compaction keeps a copy of it)",
+			zap.String("path", st.cfg.Layout.AckedPath(st.key)), zap.Error(led.damaged))
+	}
+	if len(led.ids) == 0 {
+		return nil, nil
 	}
 	if st.ackEnd < 0 {
 		st.ackEnd = led.end
@@ -248,18 +276,18 @@ func (st *state) findMissing(gate bool) ([]ackID, error) {
 	return mt.missing(), nil
 }
 
-// detectMissing runs findMissing and records what it found. A failure to
-// compare is logged, never fatal: the writer's job is its appends.
-func (st *state) detectMissing(gate bool, where string) {
+// detectMissing runs findMissing and records what it found. It returns
+// findMissing's error, having recorded nothing.
+func (st *state) detectMissing(gate bool, where string) error {
 	ids, err := st.findMissing(gate)
 	if err != nil {
-		st.log.Warn("cannot compare the transcript with the entries sessiond acknowledged", zap.String("found_by", where), zap.Error(err))
-		return
+		return fmt.Errorf("compare the transcript of %s with the entries sessiond acknowledged: %w", st.key, err)
 	}
 	if len(ids) == 0 && len(st.missingIDs) == 0 {
 		if _, had := st.missing.get(st.key); !had {
-			return
+			return nil
 		}
 	}
 	st.setMissing(ids, where)
+	return nil
 }

@@ -28,7 +28,9 @@ func (st *state) open() error {
 		return err
 	}
 	st.removeStaleTemps()
-	st.store = readStore(st.fs, st.cfg.Layout, st.key, st.log)
+	if err := st.loadStore(); err != nil {
+		return err
+	}
 	// After a failed write or sync, the journal may show records that never
 	// reached the disk: logStore.open cuts back to what was last synced.
 	j, rec, err := st.logs.open(st.key, false)
@@ -49,8 +51,7 @@ func (st *state) open() error {
 	st.scanned = true
 	if j == nil {
 		st.publish()
-		st.detectMissing(true, "open")
-		return nil
+		return st.detectMissing(true, "open")
 	}
 	st.j = j
 	if rec.truncated > 0 {
@@ -86,8 +87,7 @@ func (st *state) open() error {
 			if err := st.newGeneration(); err != nil {
 				return err
 			}
-			st.detectMissing(true, "open")
-			return nil
+			return st.detectMissing(true, "open")
 		}
 	}
 	base := rec.base
@@ -113,8 +113,7 @@ func (st *state) open() error {
 			if err := st.newGeneration(); err != nil {
 				return err
 			}
-			st.detectMissing(true, "open")
-			return nil
+			return st.detectMissing(true, "open")
 		}
 		st.log.Info("another program appended to the transcript; journaled entries will follow its lines")
 	} else if !ok {
@@ -134,8 +133,7 @@ func (st *state) open() error {
 		}
 	}
 	st.publish()
-	st.detectMissing(true, "open")
-	return nil
+	return st.detectMissing(true, "open")
 }
 
 // replay makes the journaled entries at spans pending after the canonical
@@ -257,7 +255,11 @@ func (st *state) scanCanonicalPromising(promise bool) error {
 	st.canonExists = false
 	if st.key.Subpath == "" {
 		st.ent = &index.Entry{Key: st.key, Owned: true}
-		st.ent.Sum.SetSidecarTitle(st.titleSidecar(st.key))
+		title, err := st.titleSidecar(st.key)
+		if err != nil {
+			return err
+		}
+		st.ent.Sum.SetSidecarTitle(title)
 		// Until the next append the session was last modified when its
 		// files were: a writer opened to read it must not list it as
 		// modified in 1970 (sorted last, and never what --continue picks).

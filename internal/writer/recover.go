@@ -51,7 +51,11 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 // files. It returns the sessions to replay.
 func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Key, error) {
 	var rep RecoverReport
-	m.loadMissing()
+	for _, err := range m.loadMissing() {
+		m.log.Error("a note of entries missing from a transcript could not be read; status lists them again once the transcript's writer compares it with its ledger", zap.Error(err))
+		rep.Failed = append(rep.Failed, err)
+		m.noteRecoveryError(err.Error())
+	}
 	m.sweepTemps()
 	m.logs.sweepTemps(m.IsActive)
 	if r := m.logs.rec; r != nil {
@@ -83,11 +87,18 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 	}
 	// Interrupted deletes and restores first: their sessions must be
 	// whole in one place before anything replays into them.
-	for _, err := range m.finishIntents() {
+	failed, err := m.finishIntents()
+	if err != nil {
+		return rep, nil, err
+	}
+	for _, err := range failed {
 		rep.Failed = append(rep.Failed, err)
 		m.noteRecoveryError(err.Error())
 	}
-	n, errs := m.logs.importLegacy()
+	n, errs, err := m.logs.importLegacy()
+	if err != nil {
+		return rep, nil, err
+	}
 	for _, err := range errs {
 		m.log.Error("a journal of an older release could not be imported; it is kept", zap.Error(err))
 		rep.Failed = append(rep.Failed, err)
@@ -232,6 +243,9 @@ func (m *Manager) sweepTemps() {
 			return strings.HasPrefix(n, ".") && strings.HasSuffix(n, layout.TranscriptExt+".tmp")
 		})
 	}
+	sweep(filepath.Join(L.StateDir, damagedDirName), func(n string) bool {
+		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".tmp")
+	})
 	sweep(m.intentDir(), func(n string) bool {
 		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".json.tmp")
 	})

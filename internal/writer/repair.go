@@ -404,12 +404,16 @@ func (m *Manager) Fork(ctx context.Context, src layout.Key, upTo, title, newID s
 		return out, err
 	}
 	defer data.Close()
+	sidecarTitle, err := m.titleSidecar(src)
+	if err != nil {
+		return out, err
+	}
 	err = m.do(ctx, dst, func(st *state) error {
 		if st.exists() {
 			return fmt.Errorf("session %s already exists; a fork never overwrites: %w", dst, errdefs.ErrAlreadyExists)
 		}
 		return st.createCanon("fork", func(w io.Writer) error {
-			res, err := transcript.Fork(io.NewSectionReader(data, 0, data.size), w, transcript.ForkOptions{SessionID: src.SessionID, NewSessionID: newID, UpTo: upTo, Title: title, SidecarTitle: m.titleSidecar(src)})
+			res, err := transcript.Fork(io.NewSectionReader(data, 0, data.size), w, transcript.ForkOptions{SessionID: src.SessionID, NewSessionID: newID, UpTo: upTo, Title: title, SidecarTitle: sidecarTitle})
 			out.Entries, out.Title = res.Entries, res.Title
 			return err
 		})

@@ -114,10 +114,13 @@ type state struct {
 	// current stream that are not pending because the file already held
 	// their uuid (replay): the next ledger record lists them too, before
 	// the stream goes. missingIDs is what the last comparison of the
-	// ledger with the file found missing (missing.go).
-	ackEnd     int64
-	ackDropped []ackID
-	missingIDs []ackID
+	// ledger with the file found missing (missing.go); missingStale says
+	// another program rewrote the file since, and the comparison that
+	// followed failed: it is due before the next ledger record.
+	ackEnd       int64
+	ackDropped   []ackID
+	missingIDs   []ackID
+	missingStale bool
 
 	// The file the last compaction replaced, kept open a while so that
 	// lines another program appends to it late are rescued, and where

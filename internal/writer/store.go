@@ -165,30 +165,58 @@ func (s *storeState) summary() index.StoreSummary {
 
 func (s *storeState) empty() bool { return s.SummaryVersion == 0 && len(s.Batches) == 0 }
 
-// readStore reads key's store sidecar. A missing one is an empty state; a
-// damaged one is logged and read as empty: it must not stop the session
-// from taking appends (a lost summary is refolded by the adapter, which
-// its version mismatch tells to).
-func readStore(FS fsys.FS, L layout.Layout, key layout.Key, log *zap.Logger) storeState {
+// readStore reads key's store sidecar. A missing one is an empty state. One
+// that cannot be read fails with unreadable's error: the session must not
+// open without the batch ids it remembers (a resent batch would be stored
+// twice) or its summary's version. One that does not decode is returned
+// as a *damagedError with an empty state, for the caller to decide.
+func readStore(FS fsys.FS, L layout.Layout, key layout.Key) (storeState, error) {
 	var s storeState
 	path := L.StorePath(key)
 	f, err := FS.OpenFile(path, os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, nil
+	}
 	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			log.Warn("cannot read the session's store sidecar; its summary and batch ids start empty", zap.String("path", path), zap.Error(err))
-		}
-		return s
+		return s, unreadable("the store sidecar of "+key.String(), err)
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, 4<<20))
-	if err == nil {
-		err = json.Unmarshal(b, &s)
+	if err != nil {
+		return s, unreadable("the store sidecar of "+key.String(), err)
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return storeState{}, &damagedError{path: path, body: b, err: err}
+	}
+	return s, nil
+}
+
+// loadStore reads the session's store sidecar for its writer. A damaged one
+// is copied aside (keepDamaged) and removed, and the session starts with
+// an empty summary and no batch ids: keeping the session from taking
+// appends would cost more than a summary the adapter refolds (its version
+// mismatch tells it to) and batch ids a client resends only within
+// minutes.
+func (st *state) loadStore() error {
+	s, err := readStore(st.fs, st.cfg.Layout, st.key)
+	var dmg *damagedError
+	if errors.As(err, &dmg) {
+		kept, kerr := st.keepDamaged(dmg.path, bytes.NewReader(dmg.body))
+		if kerr != nil {
+			return kerr
+		}
+		st.log.Error("the session's store sidecar is damaged; its summary and batch ids start empty (a copy is kept)",
+			zap.String("path", dmg.path), zap.String("copy", kept), zap.Error(dmg.err))
+		if err := st.fs.Remove(dmg.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			st.log.Warn("cannot remove the damaged store sidecar; it is copied again at the next open", zap.String("path", dmg.path), zap.Error(err))
+		}
+		err = nil
 	}
 	if err != nil {
-		log.Warn("the session's store sidecar is damaged; its summary and batch ids start empty", zap.String("path", path), zap.Error(err))
-		return storeState{}
+		return err
 	}
-	return s
+	st.store = s
+	return nil
 }
 
 // saveStore writes the store sidecar if it changed since it was read or

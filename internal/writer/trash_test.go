@@ -252,8 +252,8 @@ func TestRestoreLoneSubagent(t *testing.T) {
 	if err := m.Restore(bg, sub); !errdefs.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "subagents/agent-a1") {
 		t.Fatalf("restore before any delete: %v, want not found naming the subagent", err)
 	}
-	if got := m.TrashedProjects(main.SessionID, sub.Subpath); len(got) != 0 {
-		t.Fatalf("trashed projects before the delete: %v", got)
+	if got, err := m.TrashedProjects(main.SessionID, sub.Subpath); err != nil || len(got) != 0 {
+		t.Fatalf("trashed projects before the delete: %v %v", got, err)
 	}
 	if _, err := m.Delete(bg, sub, false); err != nil {
 		t.Fatal(err)
@@ -262,11 +262,11 @@ func TestRestoreLoneSubagent(t *testing.T) {
 		t.Fatalf("subagent transcript after its delete: %v", err)
 	}
 	// The whole session is not in the trash: only its subagent is.
-	if got := m.TrashedProjects(main.SessionID, ""); len(got) != 0 {
-		t.Fatalf("the main session is reported in the trash of %v", got)
+	if got, err := m.TrashedProjects(main.SessionID, ""); err != nil || len(got) != 0 {
+		t.Fatalf("the main session is reported in the trash of %v (%v)", got, err)
 	}
-	if got := m.TrashedProjects(main.SessionID, sub.Subpath); len(got) != 1 || got[0] != project {
-		t.Fatalf("trashed projects of the subagent: %v, want [%s]", got, project)
+	if got, err := m.TrashedProjects(main.SessionID, sub.Subpath); err != nil || len(got) != 1 || got[0] != project {
+		t.Fatalf("trashed projects of the subagent: %v %v, want [%s]", got, err, project)
 	}
 	if err := m.Restore(bg, sub); err != nil {
 		t.Fatalf("restore of the subagent: %v", err)
@@ -299,5 +299,99 @@ func TestRestoreLoneSubagent(t *testing.T) {
 	// A whole session's restore still ignores lone subagents' entries.
 	if err := m.Restore(bg, main); !errdefs.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("restore of the main session, never deleted: %v, want not found", err)
+	}
+}
+
+// An intent left by an interrupted delete that cannot be read at start
+// fails the recovery (sessiond must not serve: which session it moves is
+// unknown, so none could be kept from writers); the next try finishes it.
+func TestIntentUnreadableAtStart(t *testing.T) {
+	c := fstest.NewCrashFS()
+	deleteFixture(t, c)
+	doDelete := killedDelete(t)
+	at := opIndex(t, c, doDelete, func(ev fstest.Event) bool {
+		return ev.Op == fstest.OpSyncDir && strings.HasSuffix(ev.Path, "/intents")
+	})
+	c.CrashAt(at + 1) // the intent is in place, nothing moved yet
+	doDelete(c)
+	ff := fstest.NewFaultFS(c.KillClone())
+	isIntent := func(p string) bool {
+		return strings.Contains(p, "/intents/") && strings.HasSuffix(p, ".json") && !strings.HasPrefix(path.Base(p), ".")
+	}
+	ff.Inject(fstest.Fault{Op: fstest.OpOpen, Path: isIntent, Err: syscall.EMFILE, Sticky: true})
+	m := newCrashManager(t, ff, nil)
+	defer closeManager(t, m)
+	_, err := m.Recover(bg)
+	wantUnreadable(t, "recovery with the intent unreadable", err, syscall.EMFILE)
+	if len(ff.Fired()) == 0 {
+		t.Fatal("the fault never fired")
+	}
+	ff.Clear()
+	if rep, err := m.Recover(bg); err != nil || len(rep.Failed) != 0 {
+		t.Fatalf("Recover once the intent reads: %v %v", err, rep.Failed)
+	}
+	if p := sessionPlaces(ff.Inner().(*fstest.CrashFS)); len(p) != 1 || p[0].trash == "" || !p[0].main || !p[0].sub {
+		t.Fatalf("after the recovery the session is at %v, want whole in the trash", p)
+	}
+}
+
+// A damaged intent (it does not decode, or names paths outside sessiond's
+// folders) is a recovery failure left in place for a human; sessiond
+// still starts.
+func TestIntentDamagedLeftInPlace(t *testing.T) {
+	for name, body := range map[string]string{
+		"torn":    `{"op":"delete","project_key":`,
+		"no key":  `{"op":"delete","project_key":"-p","session_id":"../x","moves":[]}`,
+		"outside": `{"op":"delete","project_key":"-p","session_id":"00000001-0000-4000-8000-000000000000","moves":[["/etc/passwd","/tmp/x"]]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := fstest.NewCrashFS()
+			p := filepath.Join(crashLayout.StateDir, "intents", "00000000-0000-4000-8000-00000000000a.json")
+			if err := c.WriteFile(p, []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			m := newCrashManager(t, c, nil)
+			defer closeManager(t, m)
+			rep, err := m.Recover(bg)
+			if err != nil || len(rep.Failed) != 1 || !errors.Is(rep.Failed[0], errdefs.ErrCorrupt) {
+				t.Fatalf("Recover with a damaged intent: %v %v; want it started, the intent a failure", err, rep.Failed)
+			}
+			if _, err := c.ReadFile(p); err != nil {
+				t.Fatalf("the damaged intent was not left in place: %v", err)
+			}
+		})
+	}
+}
+
+// The trash's listings: a restore looks the session's projects up there,
+// and an unreadable trash must not answer "not in the trash"; its usage,
+// counted short while a folder cannot be listed, is not kept for the
+// next minute.
+func TestTrashUnreadable(t *testing.T) {
+	c := fstest.NewCrashFS()
+	deleteFixture(t, c)
+	ff := fstest.NewFaultFS(c)
+	m := newCrashManager(t, ff, nil)
+	defer closeManager(t, m)
+	if _, err := m.Delete(bg, kDel, false); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(crashLayout.StateDir, "trash")
+	for _, dir := range []string{root, filepath.Join(root, kDel.ProjectKey)} {
+		ff.Inject(fstest.Fault{Op: fstest.OpReadDir, Path: onPath(dir), Err: syscall.EMFILE})
+		_, err := m.TrashedProjects(kDel.SessionID, "")
+		wantUnreadable(t, "trashed projects with "+dir+" unreadable", err, syscall.EMFILE)
+		ff.Clear()
+	}
+	if got, err := m.TrashedProjects(kDel.SessionID, ""); err != nil || len(got) != 1 || got[0] != kDel.ProjectKey {
+		t.Fatalf("trashed projects: %v %v", got, err)
+	}
+	ff.Inject(fstest.Fault{Op: fstest.OpReadDir, Path: onPath(filepath.Join(root, kDel.ProjectKey)), Err: syscall.EIO})
+	if u := m.TrashUsage(); u.Copies != 0 {
+		t.Fatalf("usage with the project's trash unreadable: %+v", u)
+	}
+	ff.Clear()
+	if u := m.TrashUsage(); u.Copies != 1 {
+		t.Fatalf("usage once the trash reads again: %+v, want the copy counted", u)
 	}
 }

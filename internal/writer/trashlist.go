@@ -63,7 +63,7 @@ func (m *Manager) trashEntries(key layout.Key) ([]string, error) {
 	dir := filepath.Join(m.trashRoot(), key.ProjectKey)
 	ents, err := m.cfg.FS.ReadDir(dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, errdefs.FromIO(err)
+		return nil, unreadable("the trash of project "+key.ProjectKey, err)
 	}
 	var names []string
 	for _, e := range ents {
@@ -84,17 +84,32 @@ func (m *Manager) trashEntries(key layout.Key) ([]string, error) {
 }
 
 // TrashedProjects lists the projects whose trash holds sessionID (or,
-// with a subpath, that subagent transcript of it, deleted on its own).
-func (m *Manager) TrashedProjects(sessionID, subpath string) []string {
-	projects, _ := m.cfg.FS.ReadDir(m.trashRoot())
+// with a subpath, that subagent transcript of it, deleted on its own). A
+// trash that cannot be listed is an error, not an empty list: a restore
+// would answer "not in the trash" for a copy that is there.
+func (m *Manager) TrashedProjects(sessionID, subpath string) ([]string, error) {
+	projects, err := m.cfg.FS.ReadDir(m.trashRoot())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, unreadable("the trash", err)
+	}
 	var out []string
 	for _, p := range projects {
+		if !p.IsDir() || layout.ValidateProjectKey(p.Name()) != nil {
+			continue
+		}
 		k := layout.Key{ProjectKey: p.Name(), SessionID: sessionID, Subpath: subpath}
-		if es, err := m.trashEntries(k); err == nil && len(es) > 0 {
+		es, err := m.trashEntries(k)
+		if err != nil {
+			return nil, err
+		}
+		if len(es) > 0 {
 			out = append(out, p.Name())
 		}
 	}
-	return out
+	return out, nil
 }
 
 // TrashedCopy is one deleted copy in the trash.
@@ -226,21 +241,38 @@ func (m *Manager) TrashUsage() TrashUsage {
 	m.mu.Unlock()
 	u := TrashUsage{Retention: m.cfg.TrashRetention}
 	FS, root := m.cfg.FS, m.trashRoot()
-	projects, _ := FS.ReadDir(root)
-	for _, p := range projects {
-		ents, _ := FS.ReadDir(filepath.Join(root, p.Name()))
-		for _, e := range ents {
+	// A listing that failed (not for absence) makes the count short: it
+	// is answered, but not kept, so the next call counts again.
+	short := false
+	list := func(dir string) []fs.DirEntry {
+		ents, err := FS.ReadDir(dir)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			short = true
+		}
+		return ents
+	}
+	for _, p := range list(root) {
+		for _, e := range list(filepath.Join(root, p.Name())) {
 			if _, ok := parseTrashName(e.Name()); !ok || !e.IsDir() {
 				continue
 			}
 			u.Copies++
-			walk(FS, filepath.Join(root, p.Name(), e.Name()), func(_ string, d fs.DirEntry) error {
+			err := walk(FS, filepath.Join(root, p.Name(), e.Name()), func(_ string, d fs.DirEntry) error {
 				if fi, err := d.Info(); err == nil && d.Type().IsRegular() {
 					u.Bytes += fi.Size()
+				} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+					short = true
 				}
 				return nil
 			})
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				short = true
+			}
 		}
+	}
+	if short {
+		m.log.Warn("the trash could not be listed whole; its usage is counted short until it can")
+		return u
 	}
 	m.mu.Lock()
 	if m.trashGen == gen { // no delete, restore or purge meanwhile
