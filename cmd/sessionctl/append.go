@@ -281,7 +281,7 @@ func (a *appender) send(ctx context.Context, b *batch) error {
 			fmt.Fprintf(a.g.errOut, "sessionctl: %s (batch %s): %s; %s for up to %v\n", b.lines(), b.id, causeText(err), what, wait)
 		}
 		if time.Now().After(until) {
-			return a.failed(b, lost, err, fmt.Sprintf("sessiond did not take it within %v", wait))
+			return a.failed(b, lost, err, fmt.Sprintf("sending it again did not succeed within %v", wait))
 		}
 		select {
 		case <-ctx.Done():
@@ -398,6 +398,8 @@ func (e *batchError) message() string {
 		switch {
 		case e.why == "interrupted":
 			m.WriteString("; interrupted while sending it again")
+		case e.why != "" && causeText(e.last) == causeText(e.lost):
+			m.WriteString("; " + e.why)
 		case e.why != "":
 			fmt.Fprintf(&m, "; %s (last: %s)", e.why, causeText(e.last))
 		case e.last != e.lost:
@@ -406,19 +408,23 @@ func (e *batchError) message() string {
 	}
 	m.WriteString(".")
 	if e.storedTo > 0 {
-		fmt.Fprintf(&m, " Stdin lines 1-%d were stored;", e.storedTo)
+		fmt.Fprintf(&m, " Stdin lines 1-%d were stored; nothing after line %d was sent.\n", e.storedTo, e.b.to)
+	} else {
+		fmt.Fprintf(&m, " Nothing after line %d was sent.\n", e.b.to)
 	}
-	fmt.Fprintf(&m, " nothing after line %d was sent.\n", e.b.to)
-	fmt.Fprintf(&m, "Send the rest again with the same batch id, within %s (sessiond then stores the batch only if it has not yet):\n  %s", sessiondBatchMemory, e.resend)
+	fmt.Fprintf(&m, "To finish, send these lines and the rest again with the same batch id within %s; sessiond stores the batch only if it has not yet:\n  %s", sessiondBatchMemory, e.resend)
 	return m.String()
 }
 
 // causeText is err for a message of append's, without what append says
-// itself: that the outcome is unknown, or --wait.
+// itself: whether the outcome is known, what to do about it, --wait.
 func causeText(err error) string {
 	var de *client.DialError
 	if errors.As(err, &de) {
 		return de.Error()
+	}
+	if st := status.Convert(err); st.Code() == codes.Unavailable && lostConnection(st.Message()) {
+		return "the connection to sessiond was lost (it stopped or was killed): " + st.Message()
 	}
 	return explain(err)
 }
