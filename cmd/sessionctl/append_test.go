@@ -286,6 +286,8 @@ func TestAppendInterrupted(t *testing.T) {
 
 	pr, pw := io.Pipe()
 	defer pw.Close()
+	// Bounds a command that waits for stdin in spite of the interrupt.
+	time.AfterFunc(5*time.Second, func() { pw.Close() })
 	ctx, cancel = context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)
 	r = runCtl(ctx, pr, appendArgs(sock)...)
