@@ -72,7 +72,13 @@ func run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer
 	if errors.As(err, &ue) {
 		// Its own status whatever the command (check's 2 included):
 		// a script must not take it for a call it may retry.
-		code, err = exitUntrusted, ue
+		code = exitUntrusted
+		// The refusal alone, unless a batch whose answer was lost
+		// before it may be stored: that must be said too.
+		var be *batchError
+		if !errors.As(err, &be) || be.lost == nil {
+			err = ue
+		}
 	}
 	fmt.Fprintln(errOut, "sessionctl:", explain(err))
 	return code
