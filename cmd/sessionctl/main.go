@@ -204,7 +204,7 @@ command line (check: could not check); 3 the socket is served by another user.`,
 	root.PersistentFlags().StringVar(&g.socket, "socket", client.DefaultSocket(), "sessiond's socket (env SESSIOND_SOCKET); one served by another user is refused, exit status 3")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print machine-readable JSON")
 	root.PersistentFlags().StringVar(&g.progressMode, "progress", "auto", "show how far long operations are on stderr (check --all, repair, show): auto (on a terminal, not with --json), always or never")
-	root.PersistentFlags().DurationVar(&g.wait, "wait", 0, "wait up to this long for sessiond to serve (a script that has just started it), e.g. --wait 10s; without it a daemon that is not running fails the command at once")
+	root.PersistentFlags().DurationVar(&g.wait, "wait", 0, "wait up to this long for sessiond to serve (a script that has just started it), e.g. --wait 10s; without it a daemon that is not running fails the command at once. append also sends a batch whose answer was lost again for up to this long (10s without it)")
 	root.Version = buildinfo.Version()
 	root.SetVersionTemplate("sessionctl {{.Version}}\n")
 	root.AddCommand(versionCmd(g), uuidCmd(g), statusCmd(g), appendCmd(g), flushCmd(g), listCmd(g), showCmd(g), tailCmd(g), infoCmd(g),
