@@ -56,6 +56,7 @@ type Client struct {
 	conn    *grpc.ClientConn
 	api     sessiondv1.SessiondClient
 	opts    options
+	dialer  *dialer
 	streams streamPool
 }
 
@@ -125,7 +126,7 @@ func Dial(socket string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial sessiond at %s: %w", abs, err)
 	}
-	return &Client{conn: conn, api: sessiondv1.NewSessiondClient(conn), opts: o}, nil
+	return &Client{conn: conn, api: sessiondv1.NewSessiondClient(conn), opts: o, dialer: d}, nil
 }
 
 // Close closes the connection.
@@ -141,9 +142,10 @@ func (c *Client) Conn() *grpc.ClientConn { return c.conn }
 // cannot take the call (UNAVAILABLE: restarting, draining) the append is
 // retried with backoff, but only when a retry cannot duplicate anything:
 // every entry carries a uuid (the daemon drops uuids it already holds), or
-// the daemon said it did not process the call.
+// the daemon said it did not process the call. An error after which the
+// entries may have been stored matches ErrOutcomeUnknown; AppendBatch
+// makes such a batch safe to send again.
 func (c *Client) Append(ctx context.Context, s Session, entries ...[]byte) (*sessiondv1.AppendResponse, error) {
-	req := &sessiondv1.AppendRequest{Session: s.ref(), Entries: entries}
 	idempotent := true
 	for _, e := range entries {
 		if id, ok := transcript.TopLevelString(e, "uuid"); !ok || id == "" {
@@ -151,19 +153,41 @@ func (c *Client) Append(ctx context.Context, s Session, entries ...[]byte) (*ses
 			break
 		}
 	}
+	return c.append(ctx, &sessiondv1.AppendRequest{Session: s.ref(), Entries: entries}, idempotent)
+}
+
+// AppendBatch stores entries atomically in s as the batch named batchID
+// (1-128 printable ASCII bytes without spaces; a UUID is best). sessiond
+// remembers the ids of the batches a transcript stored for at least 10
+// minutes, across restarts: the same batch sent again with the same id
+// stores nothing and is answered with DuplicateBatch set. So every
+// UNAVAILABLE failure is retried (see WithRetry), even one whose request
+// may have reached the daemon, and after an error that matches
+// ErrOutcomeUnknown the caller may send the batch again with the same id.
+// Two different batches must never share an id: the second would be
+// taken for the first and not stored.
+func (c *Client) AppendBatch(ctx context.Context, s Session, batchID string, entries ...[]byte) (*sessiondv1.AppendResponse, error) {
+	return c.append(ctx, &sessiondv1.AppendRequest{Session: s.ref(), Entries: entries, BatchId: batchID}, true)
+}
+
+// append sends req, retried as Append says; idempotent says that sending
+// it twice cannot store anything twice.
+func (c *Client) append(ctx context.Context, req *sessiondv1.AppendRequest, idempotent bool) (*sessiondv1.AppendResponse, error) {
 	backoff := c.opts.backoff
+	unknown := false // an earlier attempt may have stored the batch
 	for attempt := 1; ; attempt++ {
-		resp, err := c.appendOnce(ctx, req)
+		resp, maybeStored, err := c.appendOnce(ctx, req)
 		if err == nil {
 			return resp, nil
 		}
+		unknown = unknown || maybeStored
 		if attempt >= c.opts.attempts || status.Code(err) != codes.Unavailable || !(idempotent || notProcessed(err)) {
-			return nil, err
+			return nil, withOutcome(err, unknown)
 		}
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (while retrying after: %v)", ctx.Err(), err)
+			return nil, withOutcome(&contextError{ctx: ctx.Err(), last: err}, unknown)
 		}
 		backoff *= 4
 		if backoff > 5*time.Second {
@@ -219,10 +243,9 @@ func (c *Client) Read(ctx context.Context, s Session, opt ReadOptions, fn func(*
 // stream (shutting down: an UNAVAILABLE error).
 func (c *Client) Follow(ctx context.Context, s Session, opt ReadOptions, fn func(*sessiondv1.Entry) error) error {
 	stream, err := c.api.Follow(ctx, &sessiondv1.ReadRequest{Session: s.ref(), FromIndex: opt.From, Tail: opt.Tail})
-	if err != nil {
-		return err
+	if err == nil {
+		err = drain(stream, fn)
 	}
-	err = drain(stream, fn)
 	if ctx.Err() != nil && status.Code(err) == codes.Canceled {
 		return nil
 	}

@@ -72,6 +72,9 @@ type dialer struct {
 	socket  string
 	connect func(ctx context.Context, socket string) (net.Conn, error)
 	failed  atomic.Pointer[error] // nil once an attempt succeeds
+	// connected is set by the first connection made: until then no
+	// request can have reached the daemon.
+	connected atomic.Bool
 }
 
 func (d *dialer) dial(ctx context.Context, _ string) (net.Conn, error) {
@@ -85,6 +88,7 @@ func (d *dialer) dial(ctx context.Context, _ string) (net.Conn, error) {
 		return nil, err
 	}
 	d.failed.Store(nil)
+	d.connected.Store(true)
 	return conn, nil
 }
 
@@ -101,26 +105,33 @@ func (d *dialer) translate(err error) error {
 }
 
 func (d *dialer) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	return d.translate(invoker(ctx, method, req, reply, cc, opts...))
+	return ctxErr(ctx, d.translate(invoker(ctx, method, req, reply, cc, opts...)))
 }
 
 func (d *dialer) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	s, err := streamer(ctx, desc, cc, method, opts...)
 	if err != nil {
-		return nil, d.translate(err)
+		return nil, ctxErr(ctx, d.translate(err))
 	}
-	return translatedStream{s, d}, nil
+	return translatedStream{s, d, ctx}, nil
 }
 
 // translatedStream translates the errors of a stream's calls, where a
-// failed connection shows up for streams that were opened lazily.
+// failed connection shows up for streams that were opened lazily, and
+// the end of the stream's context.
 type translatedStream struct {
 	grpc.ClientStream
-	d *dialer
+	d   *dialer
+	ctx context.Context // the stream's, kept: ClientStream.Context disables retries
 }
 
-func (s translatedStream) SendMsg(m any) error { return s.d.translate(s.ClientStream.SendMsg(m)) }
-func (s translatedStream) RecvMsg(m any) error { return s.d.translate(s.ClientStream.RecvMsg(m)) }
+func (s translatedStream) SendMsg(m any) error {
+	return ctxErr(s.ctx, s.d.translate(s.ClientStream.SendMsg(m)))
+}
+
+func (s translatedStream) RecvMsg(m any) error {
+	return ctxErr(s.ctx, s.d.translate(s.ClientStream.RecvMsg(m)))
+}
 
 // socketKind describes what is at a socket path that could not be
 // connected to, for messages.

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -39,7 +40,7 @@ type streamPool struct {
 
 // get returns an idle stream, or a new one (fresh true) when none is
 // idle or pooledOK is false.
-func (p *streamPool) get(api sessiondv1.SessiondClient, pooledOK bool) (s *appendStream, fresh bool, err error) {
+func (p *streamPool) get(ctx context.Context, api sessiondv1.SessiondClient, pooledOK bool) (s *appendStream, fresh bool, err error) {
 	if pooledOK {
 		p.mu.Lock()
 		if n := len(p.idle); n > 0 {
@@ -50,10 +51,17 @@ func (p *streamPool) get(api sessiondv1.SessiondClient, pooledOK bool) (s *appen
 		}
 		p.mu.Unlock()
 	}
-	// The stream outlives the call that opened it, so it gets its own
-	// context; a call's ctx ends only that call's wait (see appendOn).
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := api.AppendStream(ctx)
+	// The stream outlives the call that opens it (it goes back to the
+	// pool), so it has a context of its own. The call's ctx bounds the
+	// open, which waits for a connection: against a daemon that accepts
+	// and never answers (stopped, hung), gRPC's connect timeout is 20 s.
+	sctx, cancel := context.WithCancel(context.Background())
+	stop := context.AfterFunc(ctx, cancel)
+	st, err := api.AppendStream(sctx)
+	if !stop() {
+		cancel()
+		return nil, true, &contextError{ctx: ctx.Err(), last: err}
+	}
 	if err != nil {
 		cancel()
 		return nil, true, err
@@ -90,18 +98,20 @@ func (s *appendStream) close() {
 
 // appendOnce makes one append call, on a pooled stream when the daemon
 // has AppendStream. Its error is what a unary Append would have returned,
-// so the retry rules in Append apply unchanged.
-func (c *Client) appendOnce(ctx context.Context, req *sessiondv1.AppendRequest) (*sessiondv1.AppendResponse, error) {
+// so the retry rules in Append apply unchanged; maybeStored says whether
+// the daemon may have stored the batch all the same (ErrOutcomeUnknown).
+func (c *Client) appendOnce(ctx context.Context, req *sessiondv1.AppendRequest) (_ *sessiondv1.AppendResponse, maybeStored bool, _ error) {
 	if c.opts.unary || c.streams.unsupported.Load() {
-		return c.api.Append(ctx, req)
+		return c.appendUnary(ctx, req)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, status.FromContextError(err).Err()
+		return nil, false, &contextError{ctx: err}
 	}
 	for pooledOK := true; ; pooledOK = false {
-		s, fresh, err := c.streams.get(c.api, pooledOK)
+		s, fresh, err := c.streams.get(ctx, c.api, pooledOK)
 		if err != nil {
-			return nil, err
+			// Nothing was sent: opening a stream sends no request.
+			return nil, false, err
 		}
 		resp, sent, err := c.appendOn(ctx, s, req)
 		if !sent && !fresh && ctx.Err() == nil {
@@ -111,10 +121,32 @@ func (c *Client) appendOnce(ctx context.Context, req *sessiondv1.AppendRequest) 
 			continue
 		}
 		if status.Code(err) == codes.Unimplemented && resp == nil && c.streams.markUnsupported(err) {
-			return c.api.Append(ctx, req)
+			return c.appendUnary(ctx, req)
 		}
-		return resp, err
+		if err == nil || !sent {
+			return resp, false, err
+		}
+		var reply *replyError
+		if errors.As(err, &reply) {
+			// The daemon's own answer: its UNAVAILABLE means it did not
+			// take the request (a writer reopening).
+			return nil, !refusal(err) && status.Code(err) != codes.Unavailable, err
+		}
+		return nil, !refusal(err), err
 	}
+}
+
+// appendUnary makes one unary Append call. A unary call does not say
+// whether its request left, so a failure that is not the daemon's refusal
+// may have stored the batch, unless no connection was ever made.
+func (c *Client) appendUnary(ctx context.Context, req *sessiondv1.AppendRequest) (*sessiondv1.AppendResponse, bool, error) {
+	resp, err := c.api.Append(ctx, req)
+	if err == nil {
+		return resp, false, nil
+	}
+	var u *UntrustedSocketError
+	maybe := !refusal(err) && !errors.As(err, &u) && c.dialer.connected.Load()
+	return nil, maybe, err
 }
 
 // markUnsupported reports whether err says the daemon has no
@@ -152,7 +184,7 @@ func (c *Client) appendOn(ctx context.Context, s *appendStream, req *sessiondv1.
 		// ctx ended first (the stream was cancelled).
 		s.close()
 		if ctx.Err() != nil {
-			return nil, sent, status.FromContextError(ctx.Err()).Err()
+			return nil, sent, &contextError{ctx: ctx.Err()}
 		}
 		return nil, sent, err
 	}

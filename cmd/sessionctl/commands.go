@@ -21,7 +21,6 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/buildinfo"
-	"github.com/sessiond/sessiond/internal/transcript"
 )
 
 var pj = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
@@ -306,125 +305,6 @@ func describeRetention(r *sessiondv1.WalRetention) string {
 		s += ", the oldest since " + time.UnixMilli(ms).Format(time.RFC3339)
 	}
 	return s
-}
-
-// maxLineBytes is the largest line sessionctl sends: a gRPC message
-// carries one batch, and sessiond takes messages up to --max-message-bytes
-// (64 MiB by default; sessionctl's own limit is the same).
-const maxLineBytes = 64 << 20
-
-// checkEntryLine refuses what sessiond would refuse anyway, with the
-// reason, before anything is sent: a line that is not one JSON object, or
-// one too large to send.
-func checkEntryLine(line []byte) error {
-	if len(line) > maxLineBytes {
-		return fmt.Errorf("the line is %s, over the %s a message to sessiond may carry (sessiond --max-message-bytes); entries over sessiond --max-entry-bytes (32 MiB by default) are refused anyway",
-			humanBytes(uint64(len(line))), humanBytes(maxLineBytes))
-	}
-	_, err := transcript.Normalize(line, 0)
-	return err
-}
-
-// appendBatchBytes keeps each atomic batch well under the daemon's message
-// limit.
-const appendBatchBytes = 16 << 20
-
-func appendCmd(g *globals) *cobra.Command {
-	var sf sessionFlags
-	var id string
-	c := &cobra.Command{
-		Use:   "append --cwd DIR --session UUID [--subpath P] < entries.jsonl",
-		Short: "Append JSONL entries read from stdin to a session",
-		Long: "Reads one JSON object per line from stdin and stores them through sessiond.\n" +
-			"Lines are sent in batches of up to 16 MiB; each batch is stored atomically.\n" +
-			"Entries whose uuid the session already holds are reported as duplicates.",
-		Args: cobra.NoArgs,
-		RunE: g.withClient(func(cmd *cobra.Command, _ []string, c *client.Client) error {
-			if id == "" {
-				return fmt.Errorf("--session is required")
-			}
-			if sf.cwd == "" && sf.project == "" {
-				return fmt.Errorf("--cwd (or --project) is required: sessiond files the session under that project")
-			}
-			s := sf.session(id)
-			var batch [][]byte
-			var lines []int // the stdin line of each entry of batch
-			size, sent := 0, 0
-			send := func() error {
-				if len(batch) == 0 {
-					return nil
-				}
-				resp, err := c.Append(cmd.Context(), s, batch...)
-				if err != nil {
-					if len(batch) > 1 {
-						return fmt.Errorf("stdin lines %d-%d (one batch, stored whole or not at all; nothing of it was stored): %w", lines[0], lines[len(lines)-1], err)
-					}
-					return fmt.Errorf("stdin line %d: %w", lines[0], err)
-				}
-				sent += len(batch)
-				batch, lines, size = nil, nil, 0
-				return g.printAppend(resp)
-			}
-			r := bufio.NewReaderSize(g.in, 1<<20)
-			lineNo := 0
-			for {
-				line, err := r.ReadBytes('\n')
-				if len(line) > 0 {
-					lineNo++
-					if t := bytes.TrimSpace(line); len(t) > 0 {
-						// Checked here, so a mistake is named by its
-						// stdin line, before anything of it is sent.
-						if err := checkEntryLine(t); err != nil {
-							return exitWith(1, fmt.Errorf("stdin line %d: %w", lineNo, err))
-						}
-						if size+len(t) > appendBatchBytes {
-							if err := send(); err != nil {
-								return err
-							}
-						}
-						batch = append(batch, t)
-						lines = append(lines, lineNo)
-						size += len(t)
-					}
-				}
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					return fmt.Errorf("read stdin: %w", err)
-				}
-			}
-			if err := send(); err != nil {
-				return err
-			}
-			if sent == 0 {
-				return fmt.Errorf("no entries on stdin (%s read): nothing was appended; give one JSON object per line", count(lineNo, "line"))
-			}
-			return nil
-		}),
-	}
-	sf.add(c)
-	c.Flags().StringVar(&id, "session", "", "the session id (a UUID)")
-	return c
-}
-
-func (g *globals) printAppend(resp *sessiondv1.AppendResponse) error {
-	if g.json {
-		return g.printJSON(resp)
-	}
-	for _, r := range resp.GetResults() {
-		id := r.GetUuid()
-		if id == "" {
-			id = "(no uuid)"
-		}
-		if r.GetOutcome() == sessiondv1.EntryOutcome_ENTRY_OUTCOME_DUPLICATE {
-			fmt.Fprintf(g.out, "duplicate  -      %s\n", id)
-		} else {
-			fmt.Fprintf(g.out, "stored     #%-5d %s (%s)\n", r.GetIndex(), id, humanBytes(r.GetSize()))
-		}
-	}
-	fmt.Fprintf(g.out, "%s now holds %s\n", resp.GetSession().GetPath(), count(resp.GetEntries(), "entry"))
-	return nil
 }
 
 func flushCmd(g *globals) *cobra.Command {

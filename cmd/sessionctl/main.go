@@ -45,27 +45,43 @@ func main() {
 		debug.SetGCPercent(gcPercent)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRoot(os.Stdin, os.Stdout, os.Stderr).ExecuteContext(ctx)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		var ee exitError
-		if errors.As(err, &ee) {
-			os.Exit(ee.code)
-		}
-		code := 1
-		var ce codedError
-		if errors.As(err, &ce) {
-			code, err = ce.code, ce.err
-		}
-		var ue *client.UntrustedSocketError
-		if errors.As(err, &ue) {
-			// Its own status whatever the command (check's 2 included):
-			// a script must not take it for a call it may retry.
-			code, err = exitUntrusted, ue
-		}
-		fmt.Fprintln(os.Stderr, "sessionctl:", explain(err))
-		os.Exit(code)
+	os.Exit(code)
+}
+
+// run runs sessionctl with args until it is done or ctx ends (SIGINT,
+// SIGTERM), and returns its exit status.
+func run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer) int {
+	root := newRoot(in, out, errOut)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
 	}
+	var ee exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	code := 1
+	var ce codedError
+	if errors.As(err, &ce) {
+		code, err = ce.code, ce.err
+	}
+	var ue *client.UntrustedSocketError
+	if errors.As(err, &ue) {
+		// Its own status whatever the command (check's 2 included):
+		// a script must not take it for a call it may retry.
+		code = exitUntrusted
+		// The refusal alone, unless a batch whose answer was lost
+		// before it may be stored: that must be said too.
+		var be *batchError
+		if !errors.As(err, &be) || be.lost == nil {
+			err = ue
+		}
+	}
+	fmt.Fprintln(errOut, "sessionctl:", explain(err))
+	return code
 }
 
 // codedError is an error that exits with a status other than 1.
@@ -188,7 +204,7 @@ command line (check: could not check); 3 the socket is served by another user.`,
 	root.PersistentFlags().StringVar(&g.socket, "socket", client.DefaultSocket(), "sessiond's socket (env SESSIOND_SOCKET); one served by another user is refused, exit status 3")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print machine-readable JSON")
 	root.PersistentFlags().StringVar(&g.progressMode, "progress", "auto", "show how far long operations are on stderr (check --all, repair, show): auto (on a terminal, not with --json), always or never")
-	root.PersistentFlags().DurationVar(&g.wait, "wait", 0, "wait up to this long for sessiond to serve (a script that has just started it), e.g. --wait 10s; without it a daemon that is not running fails the command at once")
+	root.PersistentFlags().DurationVar(&g.wait, "wait", 0, "wait up to this long for sessiond to serve (a script that has just started it), e.g. --wait 10s; without it a daemon that is not running fails the command at once. append also sends a batch whose answer was lost again for up to this long (10s without it)")
 	root.Version = buildinfo.Version()
 	root.SetVersionTemplate("sessionctl {{.Version}}\n")
 	root.AddCommand(versionCmd(g), uuidCmd(g), statusCmd(g), appendCmd(g), flushCmd(g), listCmd(g), showCmd(g), tailCmd(g), infoCmd(g),
@@ -225,6 +241,10 @@ command line (check: could not check); 3 the socket is served by another user.`,
 
 // explain turns an error into a sentence a user can act on.
 func explain(err error) string {
+	var be *batchError
+	if errors.As(err, &be) {
+		return be.message()
+	}
 	var de *client.DialError
 	var ue *client.UntrustedSocketError
 	if errors.As(err, &de) {
@@ -236,10 +256,23 @@ func explain(err error) string {
 	if errors.As(err, &ue) {
 		return err.Error()
 	}
-	st, ok := status.FromError(err)
-	if !ok {
+	var withStatus interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &withStatus) {
 		return trimKinds(err.Error())
 	}
+	text := explainStatus(status.Convert(withStatus.(error)), err)
+	// The words of the errors that wrap the status are kept; gRPC's
+	// wording of the status ("rpc error: code = ...") is replaced.
+	if raw, full := withStatus.(error).Error(), err.Error(); raw != "" {
+		if i := strings.LastIndex(full, raw); i >= 0 {
+			return full[:i] + text + full[i+len(raw):]
+		}
+	}
+	return text
+}
+
+// explainStatus says what st, the status of err, means to a user.
+func explainStatus(st *status.Status, err error) string {
 	switch st.Code() {
 	case codes.Unavailable:
 		if client.NotProcessed(err) {
@@ -254,6 +287,8 @@ func explain(err error) string {
 		return "sessiond could not take the request now: " + st.Message()
 	case codes.Canceled:
 		return "cancelled"
+	case codes.DeadlineExceeded:
+		return "sessiond did not answer in time"
 	default:
 		return fmt.Sprintf("%s: %s", codeName(st.Code()), trimKinds(st.Message()))
 	}
