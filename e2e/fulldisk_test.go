@@ -294,9 +294,17 @@ func (d *daemon) requireSameProcess(t *testing.T, pid int) {
 
 // diskDaemon starts sessiond with its transcripts root and state folder on
 // disk (the socket stays elsewhere).
+//
+// The sizes that follow the disk are given as their large-disk values
+// (a test's own args, after them, win): these tests were calibrated with
+// no ballast on a few-MiB disk and 64 MiB segments, and what they prove
+// does not depend on the sizes. TestSmallDiskOnDefaults covers the sizes
+// a small disk gets by default.
 func diskDaemon(t *testing.T, disk string, args ...string) *daemon {
 	t.Helper()
-	d := newDaemon(t, args...)
+	fixed := []string{"--ballast-size", "67108864", "--wal-segment-size", "67108864",
+		"--wal-max-size", "536870912", "--wal-retention-size", "1073741824"}
+	d := newDaemon(t, append(fixed, args...)...)
 	d.root = filepath.Join(disk, "claude")
 	d.state = filepath.Join(disk, "state")
 	d.start()

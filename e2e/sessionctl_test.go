@@ -433,6 +433,23 @@ func TestDamagedJournalAtStart(t *testing.T) {
 	if err := os.WriteFile(jpath, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// An acknowledged entry is gone: sessiond refuses to start over it,
+	// changing nothing, and says how to go on.
+	if err := d.startNoWait(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.Exited():
+	case <-time.After(30 * time.Second):
+		t.Fatal("sessiond started over a damaged log without --accept-log-loss")
+	}
+	if log := d.Log(); d.ExitCode() == 0 || !strings.Contains(log, "1 acknowledged entries lost") || !strings.Contains(log, "--accept-log-loss") {
+		t.Fatalf("exit %d; the refusal does not explain the loss:\n%s", d.ExitCode(), log)
+	}
+	if kept, _ := filepath.Glob(jpath + ".corrupt-*"); len(kept) != 0 {
+		t.Fatalf("the refused start changed the state folder: %v", kept)
+	}
+	d.args = append(d.args, "--accept-log-loss")
 	d.start()
 	c = d.client()
 	defer c.Close()
@@ -440,8 +457,9 @@ func TestDamagedJournalAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.GetRecoveryErrors()) != 1 || !strings.Contains(st.GetRecoveryErrors()[0], ".corrupt-") {
-		t.Fatalf("status should report the damaged segment and where its copy was kept: %v", st.GetRecoveryErrors())
+	// The damage (with where its copy was kept) and the loss it caused.
+	if all := strings.Join(st.GetRecoveryErrors(), "\n"); len(st.GetRecoveryErrors()) != 2 || !strings.Contains(all, ".corrupt-") || !strings.Contains(all, "1 acknowledged entries lost") {
+		t.Fatalf("status should report the damaged segment, where its copy was kept, and the entry lost: %v", st.GetRecoveryErrors())
 	}
 	kept, _ := filepath.Glob(jpath + ".corrupt-*")
 	if len(kept) != 1 {

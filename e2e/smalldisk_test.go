@@ -26,7 +26,10 @@ func TestSmallDiskOnDefaults(t *testing.T) {
 	t.Parallel()
 	disk := mountTmpfs(t, "64m")
 	filler := filepath.Join(disk, "filler")
-	d := diskDaemon(t, disk, "--idle-compact", "1h", "--idle-retire", "1h")
+	// Not diskDaemon, which gives the large-disk sizes: the defaults here.
+	d := newDaemon(t, "--idle-compact", "1h", "--idle-retire", "1h")
+	d.root, d.state = filepath.Join(disk, "claude"), filepath.Join(disk, "state")
+	d.start()
 	c := d.client(client.WithRetry(1, 0))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -49,12 +52,17 @@ func TestSmallDiskOnDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sessions := []client.Session{{Cwd: cwd, ID: uuid.NewString()}, {Cwd: cwd, ID: uuid.NewString()}}
+	// Eight sessions, so each transcript stays far under the room freed
+	// at the end: a compaction writes a whole new copy of its transcript.
+	sessions := make([]client.Session, 8)
+	for i := range sessions {
+		sessions[i] = client.Session{Cwd: cwd, ID: uuid.NewString()}
+	}
 	l := newDiskLedger()
 	refused := 0
 	for i := 0; refused < 5 && i < 20000; i++ {
 		k := fmt.Sprintf("s%d", i)
-		if err := l.append(c, sessions[i%2], []string{k}, [][]byte{diskEntry(k, i%3 != 0, 8<<10)}); err != nil {
+		if err := l.append(c, sessions[i%len(sessions)], []string{k}, [][]byte{diskEntry(k, i%3 != 0, 8<<10)}); err != nil {
 			checkDiskFullError(t, "an append on the full disk", err)
 			refused++
 		}
