@@ -46,7 +46,7 @@ func TestHostileCancelledRead(t *testing.T) {
 		}
 	}
 	// Half compacted, half still journaled: reads cover both.
-	if _, err := api.Flush(ctx, &sessiondv1.FlushRequest{Session: ref}); err != nil {
+	if _, err := recvAll(api.Flush(ctx, &sessiondv1.FlushRequest{Session: ref})); err != nil {
 		t.Fatal(err)
 	}
 	baseline := waitIdle(t, d, api, 0, 10*time.Second)

@@ -36,7 +36,10 @@ func (g *globals) done(resp proto.Message, format string, args ...any) error {
 	return err
 }
 
-func (g *globals) printJSON(m proto.Message) error {
+func (g *globals) printJSON(m proto.Message) error { return g.printJSONTo(g.out, m) }
+
+// printJSONTo writes m as a line of JSON to w.
+func (g *globals) printJSONTo(w io.Writer, m proto.Message) error {
 	b, err := pj.Marshal(m)
 	if err != nil {
 		return err
@@ -51,7 +54,7 @@ func (g *globals) printJSON(m proto.Message) error {
 		return err
 	}
 	v = intsAsNumbers(m.ProtoReflect().Descriptor(), v)
-	enc := json.NewEncoder(g.out)
+	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
 }
@@ -427,6 +430,11 @@ func (g *globals) printAppend(resp *sessiondv1.AppendResponse) error {
 	return nil
 }
 
+func printFlushed(w io.Writer, s *sessiondv1.FlushedSession) error {
+	_, err := fmt.Fprintf(w, "%s: %s compacted, %s\n", s.GetSession().GetPath(), count(s.GetCompactedEntries(), "entry"), humanBytes(s.GetCanonicalBytes()))
+	return err
+}
+
 func flushCmd(g *globals) *cobra.Command {
 	var sf sessionFlags
 	var all bool
@@ -441,24 +449,34 @@ func flushCmd(g *globals) *cobra.Command {
 			if all && sf != (sessionFlags{}) {
 				return usageErr("--all flushes every session of every project; --cwd, --project and --subpath name one session, give its id instead")
 			}
-			var resp *sessiondv1.FlushResponse
-			var err error
-			if all {
-				resp, err = c.FlushAll(cmd.Context())
-			} else {
-				resp, err = c.Flush(cmd.Context(), sf.session(args[0]))
+			if !all {
+				f, err := c.Flush(cmd.Context(), sf.session(args[0]))
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return g.printJSON(&sessiondv1.FlushResponse{Sessions: []*sessiondv1.FlushedSession{f}})
+				}
+				return printFlushed(g.out, f)
 			}
+			// With --json, one line per session compacted, as the daemon
+			// reports it.
+			flushed := 0
+			err := c.FlushAll(cmd.Context(), func(f *sessiondv1.FlushedSession) error {
+				flushed++
+				if g.json {
+					return g.printJSON(&sessiondv1.FlushResponse{Sessions: []*sessiondv1.FlushedSession{f}})
+				}
+				return printFlushed(g.out, f)
+			})
 			if err != nil {
 				return err
 			}
-			if g.json {
-				return g.printJSON(resp)
-			}
-			if len(resp.GetSessions()) == 0 {
+			if flushed == 0 {
+				if g.json {
+					return g.printJSON(&sessiondv1.FlushResponse{})
+				}
 				fmt.Fprintln(g.out, "nothing to flush")
-			}
-			for _, s := range resp.GetSessions() {
-				fmt.Fprintf(g.out, "%s: %s compacted, %s\n", s.GetSession().GetPath(), count(s.GetCompactedEntries(), "entry"), humanBytes(s.GetCanonicalBytes()))
 			}
 			return nil
 		}),

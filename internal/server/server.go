@@ -38,6 +38,9 @@ type Info struct {
 	Started  time.Time
 	// Mirror is the PostgreSQL mirror, nil without --mirror.
 	Mirror *mirror.Mirror
+	// MaxMessageBytes is the largest message the daemon sends
+	// (--max-message-bytes): answers in pages keep well under it.
+	MaxMessageBytes int
 }
 
 // Server implements sessiond.v1.Sessiond.
@@ -402,32 +405,38 @@ func (s *Server) AppendStream(stream grpc.BidiStreamingServer[sessiondv1.AppendR
 	}
 }
 
-// Flush implements sessiond.v1.Sessiond.
-func (s *Server) Flush(ctx context.Context, req *sessiondv1.FlushRequest) (*sessiondv1.FlushResponse, error) {
-	var results []writer.FlushResult
-	if req.GetAll() {
-		r, err := s.m.FlushAll(ctx)
-		if err != nil {
-			return nil, err
-		}
-		results = r
-	} else {
-		k, err := s.resolve(req.GetSession(), false)
-		if err != nil {
-			return nil, err
-		}
-		r, err := s.m.Flush(ctx, k)
-		if err != nil {
-			return nil, err
-		}
-		results = []writer.FlushResult{r}
-	}
-	out := &sessiondv1.FlushResponse{}
-	for _, r := range results {
-		out.Sessions = append(out.Sessions, &sessiondv1.FlushedSession{Session: s.resolved(r.Key),
+// Flush implements sessiond.v1.Sessiond: the sessions compacted go out in
+// pages as they are compacted.
+func (s *Server) Flush(req *sessiondv1.FlushRequest, stream grpc.ServerStreamingServer[sessiondv1.FlushResponse]) error {
+	ctx := stream.Context()
+	pg := newPager(s.pageBudget(), func(page []*sessiondv1.FlushedSession, _ bool) error {
+		return stream.Send(&sessiondv1.FlushResponse{Sessions: page})
+	})
+	add := func(r writer.FlushResult) error {
+		return pg.add(&sessiondv1.FlushedSession{Session: s.resolved(r.Key),
 			CompactedEntries: r.CompactedEntries, CanonicalBytes: uint64(r.CanonicalBytes)})
 	}
-	return out, nil
+	if req.GetAll() {
+		err := s.m.FlushEach(ctx, add)
+		// The sessions compacted are reported even when another failed:
+		// they are compacted all the same.
+		if cerr := pg.close(); err == nil {
+			err = cerr
+		}
+		return err
+	}
+	k, err := s.resolve(req.GetSession(), false)
+	if err != nil {
+		return err
+	}
+	r, err := s.m.Flush(ctx, k)
+	if err != nil {
+		return err
+	}
+	if err := add(r); err != nil {
+		return err
+	}
+	return pg.close()
 }
 
 // Read implements sessiond.v1.Sessiond.

@@ -209,6 +209,10 @@ export interface FlushedSession {
   canonicalBytes: number;
 }
 
+/**
+ * FlushResponse is one page of a Flush's answer: sessions compacted, in
+ * the order they were. A Flush that compacted nothing sends one empty page.
+ */
 export interface FlushResponse {
   sessions: FlushedSession[];
 }
@@ -634,19 +638,47 @@ export interface Problem {
    * why. A check whose problems are all warnings is clean.
    */
   warning: boolean;
+  /**
+   * A problem with more ids than one message holds (acknowledged_missing
+   * of a large rewrite) is split: its first piece carries every field,
+   * ids_total and the first ids; each following piece, in the messages
+   * right after, carries only more ids, with continued set. ids_total is
+   * 0 when the problem was not split.
+   */
+  idsTotal: number;
+  continued: boolean;
 }
 
-export interface SessionCheck {
-  session: ResolvedSession | undefined;
+/**
+ * CheckResponse is one message of a Check's stream. Each transcript's
+ * result comes as one or more messages in a row, all naming it in session:
+ * the first carries its counts (lines, entries, problem_count, clean) and
+ * the first problems; while more is set, the next message carries more of
+ * that transcript's problems. Problems come in line order, at most 1,000
+ * or about 1 MiB (less under a smaller --max-message-bytes) per message. A
+ * transcript that cannot be read ends the stream with its error.
+ */
+export interface CheckResponse {
+  session:
+    | ResolvedSession
+    | undefined;
+  /** Set in the transcript's first message. */
   lines: number;
   entries: number;
-  problems: Problem[];
-}
-
-export interface CheckResponse {
-  sessions: SessionCheck[];
-  /** True when no session has a problem. */
+  /**
+   * Every problem of the transcript, warnings included, over all its
+   * messages (a problem split over several messages counts once).
+   */
+  problemCount: number;
+  /**
+   * The transcript has no damage (warnings aside). Set in the first
+   * message, so a caller knows the verdict before the details.
+   */
   clean: boolean;
+  /** This message's problems. */
+  problems: Problem[];
+  /** More messages about this transcript follow. */
+  more: boolean;
 }
 
 export interface RepairRequest {
@@ -671,13 +703,31 @@ export interface RepairAction {
   after: Buffer;
 }
 
+/**
+ * RepairResponse is one message of a Repair's stream. The first says what
+ * was done: changed, backup_path and the counts, sent once the repaired
+ * file is in place (or the plan made, for a dry run), so a caller knows
+ * the outcome whatever becomes of the rest. The messages after it carry
+ * the details in pages: the actions, then the problems found before, then
+ * those left after, each in line order, at most 1,000 or about 1 MiB per
+ * message (a problem with many ids is split as in CheckResponse).
+ */
 export interface RepairResponse {
-  session: ResolvedSession | undefined;
-  actions: RepairAction[];
-  /** False when the session needed nothing. */
+  session:
+    | ResolvedSession
+    | undefined;
+  /**
+   * First message only.
+   * False when the session needed nothing.
+   */
   changed: boolean;
   /** Where the pre-repair file was kept (empty for a dry run or no change). */
   backupPath: string;
+  actionCount: number;
+  beforeCount: number;
+  afterCount: number;
+  /** Later messages: pages of the details. */
+  actions: RepairAction[];
   /** Damage found before and left after. */
   before: Problem[];
   after: Problem[];
@@ -801,6 +851,7 @@ export interface TrashedCopy {
   path: string;
 }
 
+/** ListTrashResponse is one page of a ListTrash's answer. */
 export interface ListTrashResponse {
   /** By project and session, each session's copies oldest first. */
   copies: TrashedCopy[];
@@ -3963,7 +4014,7 @@ export const CheckRequest: MessageFns<CheckRequest> = {
 };
 
 function createBaseProblem(): Problem {
-  return { line: 0, offset: 0, kind: "", message: "", ids: [], warning: false };
+  return { line: 0, offset: 0, kind: "", message: "", ids: [], warning: false, idsTotal: 0, continued: false };
 }
 
 export const Problem: MessageFns<Problem> = {
@@ -3985,6 +4036,12 @@ export const Problem: MessageFns<Problem> = {
     }
     if (message.warning !== false) {
       writer.uint32(48).bool(message.warning);
+    }
+    if (message.idsTotal !== 0) {
+      writer.uint32(56).uint64(message.idsTotal);
+    }
+    if (message.continued !== false) {
+      writer.uint32(64).bool(message.continued);
     }
     return writer;
   },
@@ -4050,6 +4107,22 @@ export const Problem: MessageFns<Problem> = {
             message.warning = reader.bool();
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.idsTotal = longToNumber(reader.uint64());
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.continued = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4073,16 +4146,18 @@ export const Problem: MessageFns<Problem> = {
     message.message = object.message ?? "";
     message.ids = object.ids?.map((e) => e) || [];
     message.warning = object.warning ?? false;
+    message.idsTotal = object.idsTotal ?? 0;
+    message.continued = object.continued ?? false;
     return message;
   },
 };
 
-function createBaseSessionCheck(): SessionCheck {
-  return { session: undefined, lines: 0, entries: 0, problems: [] };
+function createBaseCheckResponse(): CheckResponse {
+  return { session: undefined, lines: 0, entries: 0, problemCount: 0, clean: false, problems: [], more: false };
 }
 
-export const SessionCheck: MessageFns<SessionCheck> = {
-  encode(message: SessionCheck, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+export const CheckResponse: MessageFns<CheckResponse> = {
+  encode(message: CheckResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.session !== undefined) {
       ResolvedSession.encode(message.session, writer.uint32(10).fork()).join();
     }
@@ -4092,13 +4167,22 @@ export const SessionCheck: MessageFns<SessionCheck> = {
     if (message.entries !== 0) {
       writer.uint32(24).uint64(message.entries);
     }
+    if (message.problemCount !== 0) {
+      writer.uint32(40).uint64(message.problemCount);
+    }
+    if (message.clean !== false) {
+      writer.uint32(48).bool(message.clean);
+    }
     for (const v of message.problems) {
       Problem.encode(v!, writer.uint32(34).fork()).join();
+    }
+    if (message.more !== false) {
+      writer.uint32(56).bool(message.more);
     }
     return writer;
   },
 
-  decode(input: BinaryReader | Uint8Array, length?: number): SessionCheck {
+  decode(input: BinaryReader | Uint8Array, length?: number): CheckResponse {
     const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
     const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
     if (previousRecursionDepth >= 100) {
@@ -4107,7 +4191,7 @@ export const SessionCheck: MessageFns<SessionCheck> = {
     (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
     try {
       const end = length === undefined ? reader.len : reader.pos + length;
-      const message = createBaseSessionCheck();
+      const message = createBaseCheckResponse();
       while (reader.pos < end) {
         const tag = reader.uint32();
         switch (tag >>> 3) {
@@ -4135,6 +4219,22 @@ export const SessionCheck: MessageFns<SessionCheck> = {
             message.entries = longToNumber(reader.uint64());
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.problemCount = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.clean = reader.bool();
+            continue;
+          }
           case 4: {
             if (tag !== 34) {
               break;
@@ -4143,75 +4243,12 @@ export const SessionCheck: MessageFns<SessionCheck> = {
             message.problems.push(Problem.decode(reader, reader.uint32()));
             continue;
           }
-        }
-        if ((tag & 7) === 4 || tag === 0) {
-          break;
-        }
-        reader.skip(tag & 7);
-      }
-      return message;
-    } finally {
-      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
-    }
-  },
-
-  create<I extends Exact<DeepPartial<SessionCheck>, I>>(base?: I): SessionCheck {
-    return SessionCheck.fromPartial(base ?? ({} as any));
-  },
-  fromPartial<I extends Exact<DeepPartial<SessionCheck>, I>>(object: I): SessionCheck {
-    const message = createBaseSessionCheck();
-    message.session = (object.session !== undefined && object.session !== null)
-      ? ResolvedSession.fromPartial(object.session)
-      : undefined;
-    message.lines = object.lines ?? 0;
-    message.entries = object.entries ?? 0;
-    message.problems = object.problems?.map((e) => Problem.fromPartial(e)) || [];
-    return message;
-  },
-};
-
-function createBaseCheckResponse(): CheckResponse {
-  return { sessions: [], clean: false };
-}
-
-export const CheckResponse: MessageFns<CheckResponse> = {
-  encode(message: CheckResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
-    for (const v of message.sessions) {
-      SessionCheck.encode(v!, writer.uint32(10).fork()).join();
-    }
-    if (message.clean !== false) {
-      writer.uint32(16).bool(message.clean);
-    }
-    return writer;
-  },
-
-  decode(input: BinaryReader | Uint8Array, length?: number): CheckResponse {
-    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
-    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
-    if (previousRecursionDepth >= 100) {
-      throw new globalThis.Error("protobuf decode recursion limit exceeded");
-    }
-    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
-    try {
-      const end = length === undefined ? reader.len : reader.pos + length;
-      const message = createBaseCheckResponse();
-      while (reader.pos < end) {
-        const tag = reader.uint32();
-        switch (tag >>> 3) {
-          case 1: {
-            if (tag !== 10) {
+          case 7: {
+            if (tag !== 56) {
               break;
             }
 
-            message.sessions.push(SessionCheck.decode(reader, reader.uint32()));
-            continue;
-          }
-          case 2: {
-            if (tag !== 16) {
-              break;
-            }
-
-            message.clean = reader.bool();
+            message.more = reader.bool();
             continue;
           }
         }
@@ -4231,8 +4268,15 @@ export const CheckResponse: MessageFns<CheckResponse> = {
   },
   fromPartial<I extends Exact<DeepPartial<CheckResponse>, I>>(object: I): CheckResponse {
     const message = createBaseCheckResponse();
-    message.sessions = object.sessions?.map((e) => SessionCheck.fromPartial(e)) || [];
+    message.session = (object.session !== undefined && object.session !== null)
+      ? ResolvedSession.fromPartial(object.session)
+      : undefined;
+    message.lines = object.lines ?? 0;
+    message.entries = object.entries ?? 0;
+    message.problemCount = object.problemCount ?? 0;
     message.clean = object.clean ?? false;
+    message.problems = object.problems?.map((e) => Problem.fromPartial(e)) || [];
+    message.more = object.more ?? false;
     return message;
   },
 };
@@ -4410,7 +4454,17 @@ export const RepairAction: MessageFns<RepairAction> = {
 };
 
 function createBaseRepairResponse(): RepairResponse {
-  return { session: undefined, actions: [], changed: false, backupPath: "", before: [], after: [] };
+  return {
+    session: undefined,
+    changed: false,
+    backupPath: "",
+    actionCount: 0,
+    beforeCount: 0,
+    afterCount: 0,
+    actions: [],
+    before: [],
+    after: [],
+  };
 }
 
 export const RepairResponse: MessageFns<RepairResponse> = {
@@ -4418,14 +4472,23 @@ export const RepairResponse: MessageFns<RepairResponse> = {
     if (message.session !== undefined) {
       ResolvedSession.encode(message.session, writer.uint32(10).fork()).join();
     }
-    for (const v of message.actions) {
-      RepairAction.encode(v!, writer.uint32(18).fork()).join();
-    }
     if (message.changed !== false) {
       writer.uint32(24).bool(message.changed);
     }
     if (message.backupPath !== "") {
       writer.uint32(34).string(message.backupPath);
+    }
+    if (message.actionCount !== 0) {
+      writer.uint32(56).uint64(message.actionCount);
+    }
+    if (message.beforeCount !== 0) {
+      writer.uint32(64).uint64(message.beforeCount);
+    }
+    if (message.afterCount !== 0) {
+      writer.uint32(72).uint64(message.afterCount);
+    }
+    for (const v of message.actions) {
+      RepairAction.encode(v!, writer.uint32(18).fork()).join();
     }
     for (const v of message.before) {
       Problem.encode(v!, writer.uint32(42).fork()).join();
@@ -4457,14 +4520,6 @@ export const RepairResponse: MessageFns<RepairResponse> = {
             message.session = ResolvedSession.decode(reader, reader.uint32());
             continue;
           }
-          case 2: {
-            if (tag !== 18) {
-              break;
-            }
-
-            message.actions.push(RepairAction.decode(reader, reader.uint32()));
-            continue;
-          }
           case 3: {
             if (tag !== 24) {
               break;
@@ -4479,6 +4534,38 @@ export const RepairResponse: MessageFns<RepairResponse> = {
             }
 
             message.backupPath = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.actionCount = longToNumber(reader.uint64());
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.beforeCount = longToNumber(reader.uint64());
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.afterCount = longToNumber(reader.uint64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.actions.push(RepairAction.decode(reader, reader.uint32()));
             continue;
           }
           case 5: {
@@ -4517,9 +4604,12 @@ export const RepairResponse: MessageFns<RepairResponse> = {
     message.session = (object.session !== undefined && object.session !== null)
       ? ResolvedSession.fromPartial(object.session)
       : undefined;
-    message.actions = object.actions?.map((e) => RepairAction.fromPartial(e)) || [];
     message.changed = object.changed ?? false;
     message.backupPath = object.backupPath ?? "";
+    message.actionCount = object.actionCount ?? 0;
+    message.beforeCount = object.beforeCount ?? 0;
+    message.afterCount = object.afterCount ?? 0;
+    message.actions = object.actions?.map((e) => RepairAction.fromPartial(e)) || [];
     message.before = object.before?.map((e) => Problem.fromPartial(e)) || [];
     message.after = object.after?.map((e) => Problem.fromPartial(e)) || [];
     return message;
@@ -6231,12 +6321,13 @@ export const SessiondService = {
   },
   /**
    * Flush compacts the journal of one session, or of every session, into
-   * the canonical JSONL files.
+   * the canonical JSONL files. The sessions compacted come in pages, each
+   * sent once its sessions are compacted.
    */
   flush: {
     path: "/sessiond.v1.Sessiond/Flush" as const,
     requestStream: false as const,
-    responseStream: false as const,
+    responseStream: true as const,
     requestSerialize: (value: FlushRequest): Buffer => Buffer.from(FlushRequest.encode(value).finish()),
     requestDeserialize: (value: Buffer): FlushRequest => FlushRequest.decode(value),
     responseSerialize: (value: FlushResponse): Buffer => Buffer.from(FlushResponse.encode(value).finish()),
@@ -6301,12 +6392,15 @@ export const SessiondService = {
    * project or of all projects: torn, spliced or NUL-damaged lines, invalid
    * UTF-8, broken parentUuid chains, tool_use blocks without their result,
    * stray results, duplicate uuids. Files sessiond never wrote are checked
-   * too.
+   * too. The answer is streamed: each transcript's result is sent as soon
+   * as that transcript is checked, before the next one is read, and a long
+   * list of problems comes in pieces (see CheckResponse), so neither the
+   * daemon nor the caller holds the answer for a whole store.
    */
   check: {
     path: "/sessiond.v1.Sessiond/Check" as const,
     requestStream: false as const,
-    responseStream: false as const,
+    responseStream: true as const,
     requestSerialize: (value: CheckRequest): Buffer => Buffer.from(CheckRequest.encode(value).finish()),
     requestDeserialize: (value: Buffer): CheckRequest => CheckRequest.decode(value),
     responseSerialize: (value: CheckResponse): Buffer => Buffer.from(CheckResponse.encode(value).finish()),
@@ -6315,12 +6409,14 @@ export const SessiondService = {
   /**
    * Repair rewrites a damaged session so the official readers and the API
    * accept it, through the session's writer, atomically, keeping the
-   * original in sessiond's state folder.
+   * original in sessiond's state folder. The first message of the answer
+   * says what was done; the actions and problems follow in pages (see
+   * RepairResponse).
    */
   repair: {
     path: "/sessiond.v1.Sessiond/Repair" as const,
     requestStream: false as const,
-    responseStream: false as const,
+    responseStream: true as const,
     requestSerialize: (value: RepairRequest): Buffer => Buffer.from(RepairRequest.encode(value).finish()),
     requestDeserialize: (value: Buffer): RepairRequest => RepairRequest.decode(value),
     responseSerialize: (value: RepairResponse): Buffer => Buffer.from(RepairResponse.encode(value).finish()),
@@ -6399,12 +6495,12 @@ export const SessiondService = {
   },
   /**
    * ListTrash lists the trashed copies of deleted sessions: of one
-   * session, of one project's sessions, or of all.
+   * session, of one project's sessions, or of all, in pages.
    */
   listTrash: {
     path: "/sessiond.v1.Sessiond/ListTrash" as const,
     requestStream: false as const,
-    responseStream: false as const,
+    responseStream: true as const,
     requestSerialize: (value: ListTrashRequest): Buffer => Buffer.from(ListTrashRequest.encode(value).finish()),
     requestDeserialize: (value: Buffer): ListTrashRequest => ListTrashRequest.decode(value),
     responseSerialize: (value: ListTrashResponse): Buffer => Buffer.from(ListTrashResponse.encode(value).finish()),
@@ -6468,9 +6564,10 @@ export interface SessiondServer extends UntypedServiceImplementation {
   appendStream: handleBidiStreamingCall<AppendRequest, AppendStreamResponse>;
   /**
    * Flush compacts the journal of one session, or of every session, into
-   * the canonical JSONL files.
+   * the canonical JSONL files. The sessions compacted come in pages, each
+   * sent once its sessions are compacted.
    */
-  flush: handleUnaryCall<FlushRequest, FlushResponse>;
+  flush: handleServerStreamingCall<FlushRequest, FlushResponse>;
   /** Read streams a session's entries from a position up to its current end. */
   read: handleServerStreamingCall<ReadRequest, ReadResponse>;
   /**
@@ -6489,15 +6586,20 @@ export interface SessiondServer extends UntypedServiceImplementation {
    * project or of all projects: torn, spliced or NUL-damaged lines, invalid
    * UTF-8, broken parentUuid chains, tool_use blocks without their result,
    * stray results, duplicate uuids. Files sessiond never wrote are checked
-   * too.
+   * too. The answer is streamed: each transcript's result is sent as soon
+   * as that transcript is checked, before the next one is read, and a long
+   * list of problems comes in pieces (see CheckResponse), so neither the
+   * daemon nor the caller holds the answer for a whole store.
    */
-  check: handleUnaryCall<CheckRequest, CheckResponse>;
+  check: handleServerStreamingCall<CheckRequest, CheckResponse>;
   /**
    * Repair rewrites a damaged session so the official readers and the API
    * accept it, through the session's writer, atomically, keeping the
-   * original in sessiond's state folder.
+   * original in sessiond's state folder. The first message of the answer
+   * says what was done; the actions and problems follow in pages (see
+   * RepairResponse).
    */
-  repair: handleUnaryCall<RepairRequest, RepairResponse>;
+  repair: handleServerStreamingCall<RepairRequest, RepairResponse>;
   /**
    * Fork copies a session (up to an entry) into a new session with fresh
    * uuids, as the official forkSession does, written atomically.
@@ -6523,9 +6625,9 @@ export interface SessiondServer extends UntypedServiceImplementation {
   restore: handleUnaryCall<RestoreRequest, RestoreResponse>;
   /**
    * ListTrash lists the trashed copies of deleted sessions: of one
-   * session, of one project's sessions, or of all.
+   * session, of one project's sessions, or of all, in pages.
    */
-  listTrash: handleUnaryCall<ListTrashRequest, ListTrashResponse>;
+  listTrash: handleServerStreamingCall<ListTrashRequest, ListTrashResponse>;
   /** ListSubkeys lists a session's subagent transcripts. */
   listSubkeys: handleUnaryCall<ListSubkeysRequest, ListSubkeysResponse>;
   /**
@@ -6578,23 +6680,15 @@ export interface SessiondClient extends Client {
   ): ClientDuplexStream<AppendRequest, AppendStreamResponse>;
   /**
    * Flush compacts the journal of one session, or of every session, into
-   * the canonical JSONL files.
+   * the canonical JSONL files. The sessions compacted come in pages, each
+   * sent once its sessions are compacted.
    */
+  flush(request: FlushRequest, options?: Partial<CallOptions>): ClientReadableStream<FlushResponse>;
   flush(
     request: FlushRequest,
-    callback: (error: ServiceError | null, response: FlushResponse) => void,
-  ): ClientUnaryCall;
-  flush(
-    request: FlushRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: FlushResponse) => void,
-  ): ClientUnaryCall;
-  flush(
-    request: FlushRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: FlushResponse) => void,
-  ): ClientUnaryCall;
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<FlushResponse>;
   /** Read streams a session's entries from a position up to its current end. */
   read(request: ReadRequest, options?: Partial<CallOptions>): ClientReadableStream<ReadResponse>;
   read(request: ReadRequest, metadata?: Metadata, options?: Partial<CallOptions>): ClientReadableStream<ReadResponse>;
@@ -6657,43 +6751,30 @@ export interface SessiondClient extends Client {
    * project or of all projects: torn, spliced or NUL-damaged lines, invalid
    * UTF-8, broken parentUuid chains, tool_use blocks without their result,
    * stray results, duplicate uuids. Files sessiond never wrote are checked
-   * too.
+   * too. The answer is streamed: each transcript's result is sent as soon
+   * as that transcript is checked, before the next one is read, and a long
+   * list of problems comes in pieces (see CheckResponse), so neither the
+   * daemon nor the caller holds the answer for a whole store.
    */
+  check(request: CheckRequest, options?: Partial<CallOptions>): ClientReadableStream<CheckResponse>;
   check(
     request: CheckRequest,
-    callback: (error: ServiceError | null, response: CheckResponse) => void,
-  ): ClientUnaryCall;
-  check(
-    request: CheckRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: CheckResponse) => void,
-  ): ClientUnaryCall;
-  check(
-    request: CheckRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: CheckResponse) => void,
-  ): ClientUnaryCall;
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<CheckResponse>;
   /**
    * Repair rewrites a damaged session so the official readers and the API
    * accept it, through the session's writer, atomically, keeping the
-   * original in sessiond's state folder.
+   * original in sessiond's state folder. The first message of the answer
+   * says what was done; the actions and problems follow in pages (see
+   * RepairResponse).
    */
+  repair(request: RepairRequest, options?: Partial<CallOptions>): ClientReadableStream<RepairResponse>;
   repair(
     request: RepairRequest,
-    callback: (error: ServiceError | null, response: RepairResponse) => void,
-  ): ClientUnaryCall;
-  repair(
-    request: RepairRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: RepairResponse) => void,
-  ): ClientUnaryCall;
-  repair(
-    request: RepairRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: RepairResponse) => void,
-  ): ClientUnaryCall;
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<RepairResponse>;
   /**
    * Fork copies a session (up to an entry) into a new session with fresh
    * uuids, as the official forkSession does, written atomically.
@@ -6797,23 +6878,14 @@ export interface SessiondClient extends Client {
   ): ClientUnaryCall;
   /**
    * ListTrash lists the trashed copies of deleted sessions: of one
-   * session, of one project's sessions, or of all.
+   * session, of one project's sessions, or of all, in pages.
    */
+  listTrash(request: ListTrashRequest, options?: Partial<CallOptions>): ClientReadableStream<ListTrashResponse>;
   listTrash(
     request: ListTrashRequest,
-    callback: (error: ServiceError | null, response: ListTrashResponse) => void,
-  ): ClientUnaryCall;
-  listTrash(
-    request: ListTrashRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ListTrashResponse) => void,
-  ): ClientUnaryCall;
-  listTrash(
-    request: ListTrashRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ListTrashResponse) => void,
-  ): ClientUnaryCall;
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<ListTrashResponse>;
   /** ListSubkeys lists a session's subagent transcripts. */
   listSubkeys(
     request: ListSubkeysRequest,
