@@ -296,18 +296,8 @@ func drain(stream grpc.ServerStreamingClient[sessiondv1.ReadResponse], fn func(*
 // List lists the sessions of the project of cwd (or projectKey), or of
 // every project when both are empty, newest first.
 func (c *Client) List(ctx context.Context, cwd, projectKey string) ([]*sessiondv1.SessionInfo, error) {
-	req := &sessiondv1.ListSessionsRequest{}
-	switch {
-	case cwd != "":
-		req.Project = &sessiondv1.ListSessionsRequest_Cwd{Cwd: cwd}
-	case projectKey != "":
-		req.Project = &sessiondv1.ListSessionsRequest_ProjectKey{ProjectKey: projectKey}
-	}
-	resp, err := c.api.ListSessions(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return resp.GetSessions(), nil
+	infos, _, err := c.ListSessions(ctx, ListOptions{Cwd: cwd, ProjectKey: projectKey})
+	return infos, err
 }
 
 // Info describes one session.
@@ -332,8 +322,21 @@ type ListOptions struct {
 }
 
 // ListSessions lists sessions with paging; it returns the page and the
-// total before paging.
+// total before paging. The daemon sends the sessions in pages of its own,
+// gathered here: EachSession takes them one at a time instead.
 func (c *Client) ListSessions(ctx context.Context, opt ListOptions) ([]*sessiondv1.SessionInfo, uint32, error) {
+	var out []*sessiondv1.SessionInfo
+	total, err := c.EachSession(ctx, opt, func(in *sessiondv1.SessionInfo) error {
+		out = append(out, in)
+		return nil
+	})
+	return out, total, err
+}
+
+// EachSession calls fn for each session the listing opt names, newest
+// first, as the daemon's pages arrive, and returns the total before
+// paging.
+func (c *Client) EachSession(ctx context.Context, opt ListOptions, fn func(*sessiondv1.SessionInfo) error) (uint32, error) {
 	req := &sessiondv1.ListSessionsRequest{Limit: opt.Limit, Offset: opt.Offset, Continue: opt.Continue, ExcludeArchived: opt.ExcludeArchived, Fleet: opt.Fleet}
 	switch {
 	case opt.Cwd != "":
@@ -341,11 +344,23 @@ func (c *Client) ListSessions(ctx context.Context, opt ListOptions) ([]*sessiond
 	case opt.ProjectKey != "":
 		req.Project = &sessiondv1.ListSessionsRequest_ProjectKey{ProjectKey: opt.ProjectKey}
 	}
-	resp, err := c.api.ListSessions(ctx, req)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.api.ListSessions(ctx, req)
 	if err != nil {
-		return nil, 0, err
+		return 0, err
 	}
-	return resp.GetSessions(), resp.GetTotal(), nil
+	var total uint32
+	err = Receive(stream, func(resp *sessiondv1.ListSessionsResponse) error {
+		total = resp.GetTotal()
+		for _, in := range resp.GetSessions() {
+			if err := fn(in); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return total, err
 }
 
 // Check reports the damage in s: fn gets each message of the daemon's

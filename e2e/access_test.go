@@ -447,11 +447,15 @@ func TestAccessSymlinksNeverFollowed(t *testing.T) {
 	}
 	listings := []hostileCase{
 		{name: "listing skips the linked project", code: codes.OK, call: func(ctx context.Context) error {
-			resp, err := api.ListSessions(ctx, &sessiondv1.ListSessionsRequest{})
+			pages, err := recvAll(api.ListSessions(ctx, &sessiondv1.ListSessionsRequest{}))
 			if err != nil {
 				return err
 			}
-			for _, s := range resp.GetSessions() {
+			var sessions []*sessiondv1.SessionInfo
+			for _, p := range pages {
+				sessions = append(sessions, p.GetSessions()...)
+			}
+			for _, s := range sessions {
 				if s.GetSession().GetSessionId() == inOutProj || s.GetSession().GetSessionId() == fileLinked {
 					return fmt.Errorf("listing shows %s, read through a link", s.GetSession().GetPath())
 				}
@@ -622,11 +626,11 @@ func TestAccessPathTricksStayInside(t *testing.T) {
 	}
 	fields = append(fields,
 		field{"ListSessions cwd", func(ctx context.Context, v string) error {
-			_, err := api.ListSessions(ctx, &sessiondv1.ListSessionsRequest{Project: &sessiondv1.ListSessionsRequest_Cwd{Cwd: v}})
+			_, err := recvAll(api.ListSessions(ctx, &sessiondv1.ListSessionsRequest{Project: &sessiondv1.ListSessionsRequest_Cwd{Cwd: v}}))
 			return err
 		}},
 		field{"ListSessions project_key", func(ctx context.Context, v string) error {
-			_, err := api.ListSessions(ctx, &sessiondv1.ListSessionsRequest{Project: &sessiondv1.ListSessionsRequest_ProjectKey{ProjectKey: v}})
+			_, err := recvAll(api.ListSessions(ctx, &sessiondv1.ListSessionsRequest{Project: &sessiondv1.ListSessionsRequest_ProjectKey{ProjectKey: v}}))
 			return err
 		}},
 		field{"Fork up_to_uuid", func(ctx context.Context, v string) error {

@@ -271,7 +271,7 @@ func TestHostileDescriptorExhaustion(t *testing.T) {
 			t.Fatalf("read after the load: %v", err)
 		}
 	}
-	if _, err := api.ListSessions(context.Background(), &sessiondv1.ListSessionsRequest{Limit: 5}); err != nil {
+	if _, err := recvAll(api.ListSessions(context.Background(), &sessiondv1.ListSessionsRequest{Limit: 5})); err != nil {
 		t.Fatalf("list after the load: %v", err)
 	}
 	waitIdle(t, d, api, baseline, 20*time.Second)

@@ -373,7 +373,7 @@ func TestHostileInputs(t *testing.T) {
 		{name: "project key with newline", call: appendTo(&sessiondv1.SessionRef{Project: &sessiondv1.SessionRef_ProjectKey{ProjectKey: "-tmp-x\n"}, SessionId: uuid.NewString()}, entry(uuid.NewString())),
 			code: codes.InvalidArgument, msg: []string{"control character U+000A"}},
 		{name: "list: project key ..", call: func(ctx context.Context) error {
-			_, err := api.ListSessions(ctx, &sessiondv1.ListSessionsRequest{Project: &sessiondv1.ListSessionsRequest_ProjectKey{ProjectKey: ".."}})
+			_, err := recvAll(api.ListSessions(ctx, &sessiondv1.ListSessionsRequest{Project: &sessiondv1.ListSessionsRequest_ProjectKey{ProjectKey: ".."}}))
 			return err
 		}, code: codes.InvalidArgument, msg: []string{`project key ".."`}},
 		{name: "check all: project key with /", call: func(ctx context.Context) error {

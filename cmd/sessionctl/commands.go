@@ -212,6 +212,9 @@ func statusCmd(g *globals) *cobra.Command {
 			for _, e := range st.GetRecoveryErrors() {
 				fmt.Fprintf(w, "RECOVERY FAILED\t%s\n", e)
 			}
+			if total, shown := st.GetRecoveryErrorsTotal(), uint64(len(st.GetRecoveryErrors())); total > shown {
+				fmt.Fprintf(w, "RECOVERY FAILED\t%d more (sessiond's log names each)\n", total-shown)
+			}
 			if n := st.GetPastRecoveryFailures(); n > 0 {
 				fmt.Fprintf(w, "recovery failures\t%s recovered since (healthy again)\n", count(n, "session"))
 			}
@@ -221,6 +224,9 @@ func statusCmd(g *globals) *cobra.Command {
 			for _, a := range st.GetAcknowledgedMissing() {
 				fmt.Fprintf(w, "ENTRIES MISSING\t%s: %s sessiond acknowledged no longer in it (another program rewrote it); `sessionctl check %s` names them, `sessionctl repair %s` puts back what the log retains\n",
 					a.GetSession().GetPath(), count(a.GetCount(), "entry"), a.GetSession().GetSessionId(), a.GetSession().GetSessionId())
+			}
+			if total, shown := st.GetAcknowledgedMissingTotal(), uint64(len(st.GetAcknowledgedMissing())); total > shown {
+				fmt.Fprintf(w, "ENTRIES MISSING\t%s more (`sessionctl check --all` names them)\n", count(total-shown, "transcript"))
 			}
 			return w.Flush()
 		}),
@@ -236,7 +242,7 @@ func describeDisk(w io.Writer, d *sessiondv1.DiskStatus) {
 	}
 	for i, c := range d.GetDeferred() {
 		if i == 10 {
-			fmt.Fprintf(w, "COMPACTION DEFERRED\t%d more\n", len(d.GetDeferred())-10)
+			fmt.Fprintf(w, "COMPACTION DEFERRED\t%d more\n", max(d.GetDeferredTotal(), uint64(len(d.GetDeferred())))-10)
 			break
 		}
 		ref := c.GetSession()
@@ -295,6 +301,9 @@ func describeLeases(w io.Writer, l *sessiondv1.LeaseStatus) {
 	fmt.Fprintf(w, "leases\tmachine %q holds %s\n", l.GetMachineId(), count(l.GetHeld(), "session"))
 	for _, f := range l.GetFenced() {
 		fmt.Fprintf(w, "fenced\t%s: appends to it are refused here; its local entries are kept\n", f)
+	}
+	if total, shown := l.GetFencedTotal(), uint64(len(l.GetFenced())); total > shown {
+		fmt.Fprintf(w, "fenced\t%s more\n", count(total-shown, "session"))
 	}
 }
 

@@ -66,7 +66,10 @@ func checkCmd(g *globals) *cobra.Command {
 					if !g.json {
 						fmt.Fprintf(out, "recovery: %s\n", e)
 					}
-					recovery++
+				}
+				recovery = max(int(st.GetRecoveryErrorsTotal()), len(st.GetRecoveryErrors()))
+				if more := recovery - len(st.GetRecoveryErrors()); more > 0 && !g.json {
+					fmt.Fprintf(out, "recovery: %d more (sessionctl status counts them; sessiond's log names each)\n", more)
 				}
 			}
 			if p.damaged > 0 || recovery > 0 {

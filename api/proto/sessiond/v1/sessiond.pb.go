@@ -1073,7 +1073,8 @@ type ListSessionsRequest struct {
 	//	*ListSessionsRequest_Cwd
 	//	*ListSessionsRequest_ProjectKey
 	Project isListSessionsRequest_Project `protobuf_oneof:"project"`
-	// Page size; 0 means all.
+	// Sessions to list; 0 means all. However many, the answer comes in pages
+	// of at most 1,000 sessions (or about 1 MiB).
 	Limit uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Sessions to skip (newest first), for paging.
 	Offset uint32 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
@@ -1384,11 +1385,13 @@ func (x *SessionInfo) GetDamaged() bool {
 	return false
 }
 
+// ListSessionsResponse is one page of a listing; a listing with no
+// session is one empty page.
 type ListSessionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Newest first.
+	// Newest first, continuing the page before.
 	Sessions []*SessionInfo `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
-	// Sessions matching before paging.
+	// Sessions matching before limit and offset; the same in every page.
 	Total         uint32 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1541,7 +1544,12 @@ type StatusResponse struct {
 	Draining          bool   `protobuf:"varint,16,opt,name=draining,proto3" json:"draining,omitempty"`
 	// Sessions whose journal could not be replayed at start (a damaged
 	// journal is kept aside; the message says where). Empty when all is well.
-	RecoveryErrors []string `protobuf:"bytes,17,rep,name=recovery_errors,json=recoveryErrors,proto3" json:"recovery_errors,omitempty"`
+	// Status lists at most 100 of each kind (recovery errors, transcripts
+	// missing entries, deferred compactions, fenced sessions), so that its
+	// answer stays small whatever the store; the *_total fields count them
+	// all.
+	RecoveryErrors      []string `protobuf:"bytes,17,rep,name=recovery_errors,json=recoveryErrors,proto3" json:"recovery_errors,omitempty"`
+	RecoveryErrorsTotal uint64   `protobuf:"varint,32,opt,name=recovery_errors_total,json=recoveryErrorsTotal,proto3" json:"recovery_errors_total,omitempty"`
 	// Journals found at start whose entries are not in their transcripts
 	// yet. sessiond checks every journal before it serves, then serves the
 	// entries from the journals while it replays them into the transcripts;
@@ -1564,8 +1572,9 @@ type StatusResponse struct {
 	// Transcripts found lacking entries sessiond had acknowledged (another
 	// program rewrote them without those): `sessionctl check` names them,
 	// `sessionctl repair` puts back what the log retains. Empty when all is
-	// well.
-	AcknowledgedMissing []*AcknowledgedMissing `protobuf:"bytes,31,rep,name=acknowledged_missing,json=acknowledgedMissing,proto3" json:"acknowledged_missing,omitempty"`
+	// well. At most 100 (acknowledged_missing_total counts them all).
+	AcknowledgedMissing      []*AcknowledgedMissing `protobuf:"bytes,31,rep,name=acknowledged_missing,json=acknowledgedMissing,proto3" json:"acknowledged_missing,omitempty"`
+	AcknowledgedMissingTotal uint64                 `protobuf:"varint,33,opt,name=acknowledged_missing_total,json=acknowledgedMissingTotal,proto3" json:"acknowledged_missing_total,omitempty"`
 	// The trash: deleted copies kept, the bytes of their files, and how long
 	// a copy is kept before it is purged (sessiond --trash-retention).
 	TrashCopies           uint32 `protobuf:"varint,20,opt,name=trash_copies,json=trashCopies,proto3" json:"trash_copies,omitempty"`
@@ -1731,6 +1740,13 @@ func (x *StatusResponse) GetRecoveryErrors() []string {
 	return nil
 }
 
+func (x *StatusResponse) GetRecoveryErrorsTotal() uint64 {
+	if x != nil {
+		return x.RecoveryErrorsTotal
+	}
+	return 0
+}
+
 func (x *StatusResponse) GetReplayPending() uint64 {
 	if x != nil {
 		return x.ReplayPending
@@ -1771,6 +1787,13 @@ func (x *StatusResponse) GetAcknowledgedMissing() []*AcknowledgedMissing {
 		return x.AcknowledgedMissing
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetAcknowledgedMissingTotal() uint64 {
+	if x != nil {
+		return x.AcknowledgedMissingTotal
+	}
+	return 0
 }
 
 func (x *StatusResponse) GetTrashCopies() uint32 {
@@ -1822,8 +1845,9 @@ type LeaseStatus struct {
 	// Sessions whose lease this sessiond holds.
 	Held uint64 `protobuf:"varint,2,opt,name=held,proto3" json:"held,omitempty"`
 	// The sessions fenced, each "project/session: fenced, taken over by
-	// HOLDER (lease until TIME)".
+	// HOLDER (lease until TIME)": at most 100, fenced_total counts them all.
 	Fenced        []string `protobuf:"bytes,3,rep,name=fenced,proto3" json:"fenced,omitempty"`
+	FencedTotal   uint64   `protobuf:"varint,4,opt,name=fenced_total,json=fencedTotal,proto3" json:"fenced_total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1877,6 +1901,13 @@ func (x *LeaseStatus) GetFenced() []string {
 		return x.Fenced
 	}
 	return nil
+}
+
+func (x *LeaseStatus) GetFencedTotal() uint64 {
+	if x != nil {
+		return x.FencedTotal
+	}
+	return 0
 }
 
 // MirrorStatus is how the PostgreSQL mirror stands. The local transcripts
@@ -2052,8 +2083,10 @@ type DiskStatus struct {
 	// compactions are deferred.
 	LagSessions uint64 `protobuf:"varint,4,opt,name=lag_sessions,json=lagSessions,proto3" json:"lag_sessions,omitempty"`
 	LagBytes    uint64 `protobuf:"varint,5,opt,name=lag_bytes,json=lagBytes,proto3" json:"lag_bytes,omitempty"`
-	// The compactions waiting for space, oldest first.
-	Deferred []*DeferredCompaction `protobuf:"bytes,6,rep,name=deferred,proto3" json:"deferred,omitempty"`
+	// The compactions waiting for space, oldest first: at most 100,
+	// deferred_total counts them all.
+	Deferred      []*DeferredCompaction `protobuf:"bytes,6,rep,name=deferred,proto3" json:"deferred,omitempty"`
+	DeferredTotal uint64                `protobuf:"varint,8,opt,name=deferred_total,json=deferredTotal,proto3" json:"deferred_total,omitempty"`
 	// The ballast file is in place. False with ballast_bytes set and
 	// ballast_released not: the disk never had room for it twice over yet.
 	BallastPresent bool `protobuf:"varint,7,opt,name=ballast_present,json=ballastPresent,proto3" json:"ballast_present,omitempty"`
@@ -2131,6 +2164,13 @@ func (x *DiskStatus) GetDeferred() []*DeferredCompaction {
 		return x.Deferred
 	}
 	return nil
+}
+
+func (x *DiskStatus) GetDeferredTotal() uint64 {
+	if x != nil {
+		return x.DeferredTotal
+	}
+	return 0
 }
 
 func (x *DiskStatus) GetBallastPresent() bool {
@@ -2318,8 +2358,9 @@ type AcknowledgedMissing struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Session *ResolvedSession       `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	Count   uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
-	// The missing entries' uuids (content:<digest> for entries without a
-	// uuid), in acknowledged order; at most 10,000.
+	// The first of the missing entries' uuids (content:<digest> for entries
+	// without a uuid), in acknowledged order: at most 100 here (check names
+	// them all).
 	Ids           []string `protobuf:"bytes,3,rep,name=ids,proto3" json:"ids,omitempty"`
 	DetectedMs    int64    `protobuf:"varint,4,opt,name=detected_ms,json=detectedMs,proto3" json:"detected_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -4096,9 +4137,12 @@ func (x *SessionSummary) GetEntries() uint64 {
 	return 0
 }
 
+// ListSummariesResponse is one page of the summaries: at most 1,000, or
+// about 1 MiB (a single summary larger than that has a page of its own).
 type ListSummariesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Sessions of the project that have a summary, newest first.
+	// Sessions of the project that have a summary, newest first, continuing
+	// the page before.
 	Summaries     []*SessionSummary `protobuf:"bytes,1,rep,name=summaries,proto3" json:"summaries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4479,7 +4523,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x05total\x18\x02 \x01(\rR\x05total\"F\n" +
 	"\x11GetSessionRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\"\x0f\n" +
-	"\rStatusRequest\"\xfc\b\n" +
+	"\rStatusRequest\"\xee\t\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x1d\n" +
@@ -4499,7 +4543,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x0fcompacted_bytes\x18\x0e \x01(\x04R\x0ecompactedBytes\x12-\n" +
 	"\x12recovered_sessions\x18\x0f \x01(\x04R\x11recoveredSessions\x12\x1a\n" +
 	"\bdraining\x18\x10 \x01(\bR\bdraining\x12'\n" +
-	"\x0frecovery_errors\x18\x11 \x03(\tR\x0erecoveryErrors\x12%\n" +
+	"\x0frecovery_errors\x18\x11 \x03(\tR\x0erecoveryErrors\x122\n" +
+	"\x15recovery_errors_total\x18  \x01(\x04R\x13recoveryErrorsTotal\x12%\n" +
 	"\x0ereplay_pending\x18\x12 \x01(\x04R\rreplayPending\x126\n" +
 	"\n" +
 	"operations\x18\x13 \x03(\v2\x16.sessiond.v1.OperationR\n" +
@@ -4507,18 +4552,20 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x16past_recovery_failures\x18\x19 \x01(\x04R\x14pastRecoveryFailures\x12+\n" +
 	"\x04disk\x18\x1a \x01(\v2\x17.sessiond.v1.DiskStatusR\x04disk\x12>\n" +
 	"\rwal_retention\x18\x1e \x01(\v2\x19.sessiond.v1.WalRetentionR\fwalRetention\x12S\n" +
-	"\x14acknowledged_missing\x18\x1f \x03(\v2 .sessiond.v1.AcknowledgedMissingR\x13acknowledgedMissing\x12!\n" +
+	"\x14acknowledged_missing\x18\x1f \x03(\v2 .sessiond.v1.AcknowledgedMissingR\x13acknowledgedMissing\x12<\n" +
+	"\x1aacknowledged_missing_total\x18! \x01(\x04R\x18acknowledgedMissingTotal\x12!\n" +
 	"\ftrash_copies\x18\x14 \x01(\rR\vtrashCopies\x12\x1f\n" +
 	"\vtrash_bytes\x18\x15 \x01(\x04R\n" +
 	"trashBytes\x126\n" +
 	"\x17trash_retention_seconds\x18\x16 \x01(\x04R\x15trashRetentionSeconds\x121\n" +
 	"\x06mirror\x18( \x01(\v2\x19.sessiond.v1.MirrorStatusR\x06mirror\x120\n" +
-	"\x06leases\x182 \x01(\v2\x18.sessiond.v1.LeaseStatusR\x06leases\"X\n" +
+	"\x06leases\x182 \x01(\v2\x18.sessiond.v1.LeaseStatusR\x06leases\"{\n" +
 	"\vLeaseStatus\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x12\n" +
 	"\x04held\x18\x02 \x01(\x04R\x04held\x12\x16\n" +
-	"\x06fenced\x18\x03 \x03(\tR\x06fenced\"\x98\x03\n" +
+	"\x06fenced\x18\x03 \x03(\tR\x06fenced\x12!\n" +
+	"\ffenced_total\x18\x04 \x01(\x04R\vfencedTotal\"\x98\x03\n" +
 	"\fMirrorStatus\x12\x1e\n" +
 	"\n" +
 	"configured\x18\x01 \x01(\bR\n" +
@@ -4535,7 +4582,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"last_error\x18\n" +
 	" \x01(\tR\tlastError\x12\"\n" +
 	"\rlast_error_ms\x18\v \x01(\x03R\vlastErrorMs\x12\x18\n" +
-	"\alisting\x18\f \x01(\bR\alisting\"\xa5\x02\n" +
+	"\alisting\x18\f \x01(\bR\alisting\"\xcc\x02\n" +
 	"\n" +
 	"DiskStatus\x12!\n" +
 	"\fballast_path\x18\x01 \x01(\tR\vballastPath\x12#\n" +
@@ -4543,7 +4590,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x10ballast_released\x18\x03 \x01(\bR\x0fballastReleased\x12!\n" +
 	"\flag_sessions\x18\x04 \x01(\x04R\vlagSessions\x12\x1b\n" +
 	"\tlag_bytes\x18\x05 \x01(\x04R\blagBytes\x12;\n" +
-	"\bdeferred\x18\x06 \x03(\v2\x1f.sessiond.v1.DeferredCompactionR\bdeferred\x12'\n" +
+	"\bdeferred\x18\x06 \x03(\v2\x1f.sessiond.v1.DeferredCompactionR\bdeferred\x12%\n" +
+	"\x0edeferred_total\x18\b \x01(\x04R\rdeferredTotal\x12'\n" +
 	"\x0fballast_present\x18\a \x01(\bR\x0eballastPresent\"\xd1\x01\n" +
 	"\x12DeferredCompaction\x126\n" +
 	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\x12\x10\n" +
@@ -4714,14 +4762,14 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\fEntryOutcome\x12\x1d\n" +
 	"\x19ENTRY_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ENTRY_OUTCOME_STORED\x10\x01\x12\x1b\n" +
-	"\x17ENTRY_OUTCOME_DUPLICATE\x10\x022\x97\v\n" +
+	"\x17ENTRY_OUTCOME_DUPLICATE\x10\x022\x9b\v\n" +
 	"\bSessiond\x12A\n" +
 	"\x06Append\x12\x1a.sessiond.v1.AppendRequest\x1a\x1b.sessiond.v1.AppendResponse\x12Q\n" +
 	"\fAppendStream\x12\x1a.sessiond.v1.AppendRequest\x1a!.sessiond.v1.AppendStreamResponse(\x010\x01\x12@\n" +
 	"\x05Flush\x12\x19.sessiond.v1.FlushRequest\x1a\x1a.sessiond.v1.FlushResponse0\x01\x12=\n" +
 	"\x04Read\x12\x18.sessiond.v1.ReadRequest\x1a\x19.sessiond.v1.ReadResponse0\x01\x12?\n" +
-	"\x06Follow\x12\x18.sessiond.v1.ReadRequest\x1a\x19.sessiond.v1.ReadResponse0\x01\x12S\n" +
-	"\fListSessions\x12 .sessiond.v1.ListSessionsRequest\x1a!.sessiond.v1.ListSessionsResponse\x12F\n" +
+	"\x06Follow\x12\x18.sessiond.v1.ReadRequest\x1a\x19.sessiond.v1.ReadResponse0\x01\x12U\n" +
+	"\fListSessions\x12 .sessiond.v1.ListSessionsRequest\x1a!.sessiond.v1.ListSessionsResponse0\x01\x12F\n" +
 	"\n" +
 	"GetSession\x12\x1e.sessiond.v1.GetSessionRequest\x1a\x18.sessiond.v1.SessionInfo\x12A\n" +
 	"\x06Status\x12\x1a.sessiond.v1.StatusRequest\x1a\x1b.sessiond.v1.StatusResponse\x12@\n" +
@@ -4734,8 +4782,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x06Delete\x12\x1a.sessiond.v1.DeleteRequest\x1a\x1b.sessiond.v1.DeleteResponse\x12D\n" +
 	"\aRestore\x12\x1b.sessiond.v1.RestoreRequest\x1a\x1c.sessiond.v1.RestoreResponse\x12L\n" +
 	"\tListTrash\x12\x1d.sessiond.v1.ListTrashRequest\x1a\x1e.sessiond.v1.ListTrashResponse0\x01\x12P\n" +
-	"\vListSubkeys\x12\x1f.sessiond.v1.ListSubkeysRequest\x1a .sessiond.v1.ListSubkeysResponse\x12V\n" +
-	"\rListSummaries\x12!.sessiond.v1.ListSummariesRequest\x1a\".sessiond.v1.ListSummariesResponse\x12;\n" +
+	"\vListSubkeys\x12\x1f.sessiond.v1.ListSubkeysRequest\x1a .sessiond.v1.ListSubkeysResponse\x12X\n" +
+	"\rListSummaries\x12!.sessiond.v1.ListSummariesRequest\x1a\".sessiond.v1.ListSummariesResponse0\x01\x12;\n" +
 	"\x04Pull\x12\x18.sessiond.v1.PullRequest\x1a\x19.sessiond.v1.PullResponseB?Z=github.com/sessiond/sessiond/api/proto/sessiond/v1;sessiondv1b\x06proto3"
 
 var (

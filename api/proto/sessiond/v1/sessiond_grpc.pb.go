@@ -70,8 +70,9 @@ type SessiondClient interface {
 	// Follow streams a session's entries from a position, then every new
 	// entry as it is acknowledged, until the caller cancels (like tail -f).
 	Follow(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadResponse], error)
-	// ListSessions lists the sessions of one project, or of all projects.
-	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
+	// ListSessions lists the sessions of one project, or of all projects, in
+	// pages (see ListSessionsResponse).
+	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListSessionsResponse], error)
 	// GetSession describes one session.
 	GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*SessionInfo, error)
 	// Status describes the daemon.
@@ -115,8 +116,9 @@ type SessiondClient interface {
 	ListSubkeys(ctx context.Context, in *ListSubkeysRequest, opts ...grpc.CallOption) (*ListSubkeysResponse, error)
 	// ListSummaries returns the SessionStore summaries (see
 	// AppendRequest.summary) of one project's sessions, with the same mtime
-	// as ListSessions: what the SDKs' listSessionSummaries returns.
-	ListSummaries(ctx context.Context, in *ListSummariesRequest, opts ...grpc.CallOption) (*ListSummariesResponse, error)
+	// as ListSessions: what the SDKs' listSessionSummaries returns. A
+	// summary may take 32 KiB, so they come in pages.
+	ListSummaries(ctx context.Context, in *ListSummariesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListSummariesResponse], error)
 	// Brings a session known only to the fleet's PostgreSQL mirror down to
 	// this machine (main and subagent transcripts, their .meta.json), durably.
 	Pull(ctx context.Context, in *PullRequest, opts ...grpc.CallOption) (*PullResponse, error)
@@ -210,15 +212,24 @@ func (c *sessiondClient) Follow(ctx context.Context, in *ReadRequest, opts ...gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Sessiond_FollowClient = grpc.ServerStreamingClient[ReadResponse]
 
-func (c *sessiondClient) ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error) {
+func (c *sessiondClient) ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListSessionsResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ListSessionsResponse)
-	err := c.cc.Invoke(ctx, Sessiond_ListSessions_FullMethodName, in, out, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[4], Sessiond_ListSessions_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	x := &grpc.GenericClientStream[ListSessionsRequest, ListSessionsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessiond_ListSessionsClient = grpc.ServerStreamingClient[ListSessionsResponse]
 
 func (c *sessiondClient) GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*SessionInfo, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -242,7 +253,7 @@ func (c *sessiondClient) Status(ctx context.Context, in *StatusRequest, opts ...
 
 func (c *sessiondClient) Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CheckResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[4], Sessiond_Check_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[5], Sessiond_Check_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -261,7 +272,7 @@ type Sessiond_CheckClient = grpc.ServerStreamingClient[CheckResponse]
 
 func (c *sessiondClient) Repair(ctx context.Context, in *RepairRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RepairResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[5], Sessiond_Repair_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[6], Sessiond_Repair_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -340,7 +351,7 @@ func (c *sessiondClient) Restore(ctx context.Context, in *RestoreRequest, opts .
 
 func (c *sessiondClient) ListTrash(ctx context.Context, in *ListTrashRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListTrashResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[6], Sessiond_ListTrash_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[7], Sessiond_ListTrash_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -367,15 +378,24 @@ func (c *sessiondClient) ListSubkeys(ctx context.Context, in *ListSubkeysRequest
 	return out, nil
 }
 
-func (c *sessiondClient) ListSummaries(ctx context.Context, in *ListSummariesRequest, opts ...grpc.CallOption) (*ListSummariesResponse, error) {
+func (c *sessiondClient) ListSummaries(ctx context.Context, in *ListSummariesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListSummariesResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ListSummariesResponse)
-	err := c.cc.Invoke(ctx, Sessiond_ListSummaries_FullMethodName, in, out, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[8], Sessiond_ListSummaries_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	x := &grpc.GenericClientStream[ListSummariesRequest, ListSummariesResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessiond_ListSummariesClient = grpc.ServerStreamingClient[ListSummariesResponse]
 
 func (c *sessiondClient) Pull(ctx context.Context, in *PullRequest, opts ...grpc.CallOption) (*PullResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -413,8 +433,9 @@ type SessiondServer interface {
 	// Follow streams a session's entries from a position, then every new
 	// entry as it is acknowledged, until the caller cancels (like tail -f).
 	Follow(*ReadRequest, grpc.ServerStreamingServer[ReadResponse]) error
-	// ListSessions lists the sessions of one project, or of all projects.
-	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
+	// ListSessions lists the sessions of one project, or of all projects, in
+	// pages (see ListSessionsResponse).
+	ListSessions(*ListSessionsRequest, grpc.ServerStreamingServer[ListSessionsResponse]) error
 	// GetSession describes one session.
 	GetSession(context.Context, *GetSessionRequest) (*SessionInfo, error)
 	// Status describes the daemon.
@@ -458,8 +479,9 @@ type SessiondServer interface {
 	ListSubkeys(context.Context, *ListSubkeysRequest) (*ListSubkeysResponse, error)
 	// ListSummaries returns the SessionStore summaries (see
 	// AppendRequest.summary) of one project's sessions, with the same mtime
-	// as ListSessions: what the SDKs' listSessionSummaries returns.
-	ListSummaries(context.Context, *ListSummariesRequest) (*ListSummariesResponse, error)
+	// as ListSessions: what the SDKs' listSessionSummaries returns. A
+	// summary may take 32 KiB, so they come in pages.
+	ListSummaries(*ListSummariesRequest, grpc.ServerStreamingServer[ListSummariesResponse]) error
 	// Brings a session known only to the fleet's PostgreSQL mirror down to
 	// this machine (main and subagent transcripts, their .meta.json), durably.
 	Pull(context.Context, *PullRequest) (*PullResponse, error)
@@ -488,8 +510,8 @@ func (UnimplementedSessiondServer) Read(*ReadRequest, grpc.ServerStreamingServer
 func (UnimplementedSessiondServer) Follow(*ReadRequest, grpc.ServerStreamingServer[ReadResponse]) error {
 	return status.Error(codes.Unimplemented, "method Follow not implemented")
 }
-func (UnimplementedSessiondServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method ListSessions not implemented")
+func (UnimplementedSessiondServer) ListSessions(*ListSessionsRequest, grpc.ServerStreamingServer[ListSessionsResponse]) error {
+	return status.Error(codes.Unimplemented, "method ListSessions not implemented")
 }
 func (UnimplementedSessiondServer) GetSession(context.Context, *GetSessionRequest) (*SessionInfo, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSession not implemented")
@@ -527,8 +549,8 @@ func (UnimplementedSessiondServer) ListTrash(*ListTrashRequest, grpc.ServerStrea
 func (UnimplementedSessiondServer) ListSubkeys(context.Context, *ListSubkeysRequest) (*ListSubkeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSubkeys not implemented")
 }
-func (UnimplementedSessiondServer) ListSummaries(context.Context, *ListSummariesRequest) (*ListSummariesResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method ListSummaries not implemented")
+func (UnimplementedSessiondServer) ListSummaries(*ListSummariesRequest, grpc.ServerStreamingServer[ListSummariesResponse]) error {
+	return status.Error(codes.Unimplemented, "method ListSummaries not implemented")
 }
 func (UnimplementedSessiondServer) Pull(context.Context, *PullRequest) (*PullResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Pull not implemented")
@@ -612,23 +634,16 @@ func _Sessiond_Follow_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Sessiond_FollowServer = grpc.ServerStreamingServer[ReadResponse]
 
-func _Sessiond_ListSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListSessionsRequest)
-	if err := dec(in); err != nil {
-		return nil, err
+func _Sessiond_ListSessions_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ListSessionsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
 	}
-	if interceptor == nil {
-		return srv.(SessiondServer).ListSessions(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Sessiond_ListSessions_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SessiondServer).ListSessions(ctx, req.(*ListSessionsRequest))
-	}
-	return interceptor(ctx, in, info, handler)
+	return srv.(SessiondServer).ListSessions(m, &grpc.GenericServerStream[ListSessionsRequest, ListSessionsResponse]{ServerStream: stream})
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessiond_ListSessionsServer = grpc.ServerStreamingServer[ListSessionsResponse]
 
 func _Sessiond_GetSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetSessionRequest)
@@ -825,23 +840,16 @@ func _Sessiond_ListSubkeys_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Sessiond_ListSummaries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListSummariesRequest)
-	if err := dec(in); err != nil {
-		return nil, err
+func _Sessiond_ListSummaries_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ListSummariesRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
 	}
-	if interceptor == nil {
-		return srv.(SessiondServer).ListSummaries(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Sessiond_ListSummaries_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SessiondServer).ListSummaries(ctx, req.(*ListSummariesRequest))
-	}
-	return interceptor(ctx, in, info, handler)
+	return srv.(SessiondServer).ListSummaries(m, &grpc.GenericServerStream[ListSummariesRequest, ListSummariesResponse]{ServerStream: stream})
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessiond_ListSummariesServer = grpc.ServerStreamingServer[ListSummariesResponse]
 
 func _Sessiond_Pull_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PullRequest)
@@ -871,10 +879,6 @@ var Sessiond_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Append",
 			Handler:    _Sessiond_Append_Handler,
-		},
-		{
-			MethodName: "ListSessions",
-			Handler:    _Sessiond_ListSessions_Handler,
 		},
 		{
 			MethodName: "GetSession",
@@ -913,10 +917,6 @@ var Sessiond_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Sessiond_ListSubkeys_Handler,
 		},
 		{
-			MethodName: "ListSummaries",
-			Handler:    _Sessiond_ListSummaries_Handler,
-		},
-		{
 			MethodName: "Pull",
 			Handler:    _Sessiond_Pull_Handler,
 		},
@@ -944,6 +944,11 @@ var Sessiond_ServiceDesc = grpc.ServiceDesc{
 			ServerStreams: true,
 		},
 		{
+			StreamName:    "ListSessions",
+			Handler:       _Sessiond_ListSessions_Handler,
+			ServerStreams: true,
+		},
+		{
 			StreamName:    "Check",
 			Handler:       _Sessiond_Check_Handler,
 			ServerStreams: true,
@@ -956,6 +961,11 @@ var Sessiond_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "ListTrash",
 			Handler:       _Sessiond_ListTrash_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ListSummaries",
+			Handler:       _Sessiond_ListSummaries_Handler,
 			ServerStreams: true,
 		},
 	},

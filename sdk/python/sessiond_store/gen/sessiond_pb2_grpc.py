@@ -39,7 +39,7 @@ class SessiondStub(object):
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.ReadRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ReadResponse.FromString,
         )
-    self.ListSessions = channel.unary_unary(
+    self.ListSessions = channel.unary_stream(
         '/sessiond.v1.Sessiond/ListSessions',
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.ListSessionsRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ListSessionsResponse.FromString,
@@ -104,7 +104,7 @@ class SessiondStub(object):
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.ListSubkeysRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ListSubkeysResponse.FromString,
         )
-    self.ListSummaries = channel.unary_unary(
+    self.ListSummaries = channel.unary_stream(
         '/sessiond.v1.Sessiond/ListSummaries',
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.ListSummariesRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ListSummariesResponse.FromString,
@@ -166,7 +166,8 @@ class SessiondServicer(object):
     raise NotImplementedError('Method not implemented!')
 
   def ListSessions(self, request, context):
-    """ListSessions lists the sessions of one project, or of all projects.
+    """ListSessions lists the sessions of one project, or of all projects, in
+    pages (see ListSessionsResponse).
     """
     context.set_code(grpc.StatusCode.UNIMPLEMENTED)
     context.set_details('Method not implemented!')
@@ -276,7 +277,8 @@ class SessiondServicer(object):
   def ListSummaries(self, request, context):
     """ListSummaries returns the SessionStore summaries (see
     AppendRequest.summary) of one project's sessions, with the same mtime
-    as ListSessions: what the SDKs' listSessionSummaries returns.
+    as ListSessions: what the SDKs' listSessionSummaries returns. A
+    summary may take 32 KiB, so they come in pages.
     """
     context.set_code(grpc.StatusCode.UNIMPLEMENTED)
     context.set_details('Method not implemented!')
@@ -318,7 +320,7 @@ def add_SessiondServicer_to_server(servicer, server):
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ReadRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.ReadResponse.SerializeToString,
       ),
-      'ListSessions': grpc.unary_unary_rpc_method_handler(
+      'ListSessions': grpc.unary_stream_rpc_method_handler(
           servicer.ListSessions,
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ListSessionsRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.ListSessionsResponse.SerializeToString,
@@ -383,7 +385,7 @@ def add_SessiondServicer_to_server(servicer, server):
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ListSubkeysRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.ListSubkeysResponse.SerializeToString,
       ),
-      'ListSummaries': grpc.unary_unary_rpc_method_handler(
+      'ListSummaries': grpc.unary_stream_rpc_method_handler(
           servicer.ListSummaries,
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ListSummariesRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.ListSummariesResponse.SerializeToString,

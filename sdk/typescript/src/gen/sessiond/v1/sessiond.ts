@@ -257,7 +257,10 @@ export interface ListSessionsRequest {
   projectKey?:
     | string
     | undefined;
-  /** Page size; 0 means all. */
+  /**
+   * Sessions to list; 0 means all. However many, the answer comes in pages
+   * of at most 1,000 sessions (or about 1 MiB).
+   */
   limit: number;
   /** Sessions to skip (newest first), for paging. */
   offset: number;
@@ -322,10 +325,14 @@ export interface SessionInfo {
   damaged: boolean;
 }
 
+/**
+ * ListSessionsResponse is one page of a listing; a listing with no
+ * session is one empty page.
+ */
 export interface ListSessionsResponse {
-  /** Newest first. */
+  /** Newest first, continuing the page before. */
   sessions: SessionInfo[];
-  /** Sessions matching before paging. */
+  /** Sessions matching before limit and offset; the same in every page. */
   total: number;
 }
 
@@ -361,8 +368,13 @@ export interface StatusResponse {
   /**
    * Sessions whose journal could not be replayed at start (a damaged
    * journal is kept aside; the message says where). Empty when all is well.
+   * Status lists at most 100 of each kind (recovery errors, transcripts
+   * missing entries, deferred compactions, fenced sessions), so that its
+   * answer stays small whatever the store; the *_total fields count them
+   * all.
    */
   recoveryErrors: string[];
+  recoveryErrorsTotal: number;
   /**
    * Journals found at start whose entries are not in their transcripts
    * yet. sessiond checks every journal before it serves, then serves the
@@ -400,9 +412,10 @@ export interface StatusResponse {
    * Transcripts found lacking entries sessiond had acknowledged (another
    * program rewrote them without those): `sessionctl check` names them,
    * `sessionctl repair` puts back what the log retains. Empty when all is
-   * well.
+   * well. At most 100 (acknowledged_missing_total counts them all).
    */
   acknowledgedMissing: AcknowledgedMissing[];
+  acknowledgedMissingTotal: number;
   /**
    * The trash: deleted copies kept, the bytes of their files, and how long
    * a copy is kept before it is purged (sessiond --trash-retention).
@@ -443,9 +456,10 @@ export interface LeaseStatus {
   held: number;
   /**
    * The sessions fenced, each "project/session: fenced, taken over by
-   * HOLDER (lease until TIME)".
+   * HOLDER (lease until TIME)": at most 100, fenced_total counts them all.
    */
   fenced: string[];
+  fencedTotal: number;
 }
 
 /**
@@ -523,8 +537,12 @@ export interface DiskStatus {
    */
   lagSessions: number;
   lagBytes: number;
-  /** The compactions waiting for space, oldest first. */
+  /**
+   * The compactions waiting for space, oldest first: at most 100,
+   * deferred_total counts them all.
+   */
   deferred: DeferredCompaction[];
+  deferredTotal: number;
   /**
    * The ballast file is in place. False with ballast_bytes set and
    * ballast_released not: the disk never had room for it twice over yet.
@@ -579,8 +597,9 @@ export interface AcknowledgedMissing {
   session: ResolvedSession | undefined;
   count: number;
   /**
-   * The missing entries' uuids (content:<digest> for entries without a
-   * uuid), in acknowledged order; at most 10,000.
+   * The first of the missing entries' uuids (content:<digest> for entries
+   * without a uuid), in acknowledged order: at most 100 here (check names
+   * them all).
    */
   ids: string[];
   detectedMs: number;
@@ -891,8 +910,15 @@ export interface SessionSummary {
   entries: number;
 }
 
+/**
+ * ListSummariesResponse is one page of the summaries: at most 1,000, or
+ * about 1 MiB (a single summary larger than that has a page of its own).
+ */
 export interface ListSummariesResponse {
-  /** Sessions of the project that have a summary, newest first. */
+  /**
+   * Sessions of the project that have a summary, newest first, continuing
+   * the page before.
+   */
   summaries: SessionSummary[];
 }
 
@@ -2705,12 +2731,14 @@ function createBaseStatusResponse(): StatusResponse {
     recoveredSessions: 0,
     draining: false,
     recoveryErrors: [],
+    recoveryErrorsTotal: 0,
     replayPending: 0,
     operations: [],
     pastRecoveryFailures: 0,
     disk: undefined,
     walRetention: undefined,
     acknowledgedMissing: [],
+    acknowledgedMissingTotal: 0,
     trashCopies: 0,
     trashBytes: 0,
     trashRetentionSeconds: 0,
@@ -2772,6 +2800,9 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     for (const v of message.recoveryErrors) {
       writer.uint32(138).string(v!);
     }
+    if (message.recoveryErrorsTotal !== 0) {
+      writer.uint32(256).uint64(message.recoveryErrorsTotal);
+    }
     if (message.replayPending !== 0) {
       writer.uint32(144).uint64(message.replayPending);
     }
@@ -2789,6 +2820,9 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     }
     for (const v of message.acknowledgedMissing) {
       AcknowledgedMissing.encode(v!, writer.uint32(250).fork()).join();
+    }
+    if (message.acknowledgedMissingTotal !== 0) {
+      writer.uint32(264).uint64(message.acknowledgedMissingTotal);
     }
     if (message.trashCopies !== 0) {
       writer.uint32(160).uint32(message.trashCopies);
@@ -2957,6 +2991,14 @@ export const StatusResponse: MessageFns<StatusResponse> = {
             message.recoveryErrors.push(reader.string());
             continue;
           }
+          case 32: {
+            if (tag !== 256) {
+              break;
+            }
+
+            message.recoveryErrorsTotal = longToNumber(reader.uint64());
+            continue;
+          }
           case 18: {
             if (tag !== 144) {
               break;
@@ -3003,6 +3045,14 @@ export const StatusResponse: MessageFns<StatusResponse> = {
             }
 
             message.acknowledgedMissing.push(AcknowledgedMissing.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 33: {
+            if (tag !== 264) {
+              break;
+            }
+
+            message.acknowledgedMissingTotal = longToNumber(reader.uint64());
             continue;
           }
           case 20: {
@@ -3079,6 +3129,7 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     message.recoveredSessions = object.recoveredSessions ?? 0;
     message.draining = object.draining ?? false;
     message.recoveryErrors = object.recoveryErrors?.map((e) => e) || [];
+    message.recoveryErrorsTotal = object.recoveryErrorsTotal ?? 0;
     message.replayPending = object.replayPending ?? 0;
     message.operations = object.operations?.map((e) => Operation.fromPartial(e)) || [];
     message.pastRecoveryFailures = object.pastRecoveryFailures ?? 0;
@@ -3089,6 +3140,7 @@ export const StatusResponse: MessageFns<StatusResponse> = {
       ? WalRetention.fromPartial(object.walRetention)
       : undefined;
     message.acknowledgedMissing = object.acknowledgedMissing?.map((e) => AcknowledgedMissing.fromPartial(e)) || [];
+    message.acknowledgedMissingTotal = object.acknowledgedMissingTotal ?? 0;
     message.trashCopies = object.trashCopies ?? 0;
     message.trashBytes = object.trashBytes ?? 0;
     message.trashRetentionSeconds = object.trashRetentionSeconds ?? 0;
@@ -3103,7 +3155,7 @@ export const StatusResponse: MessageFns<StatusResponse> = {
 };
 
 function createBaseLeaseStatus(): LeaseStatus {
-  return { machineId: "", held: 0, fenced: [] };
+  return { machineId: "", held: 0, fenced: [], fencedTotal: 0 };
 }
 
 export const LeaseStatus: MessageFns<LeaseStatus> = {
@@ -3116,6 +3168,9 @@ export const LeaseStatus: MessageFns<LeaseStatus> = {
     }
     for (const v of message.fenced) {
       writer.uint32(26).string(v!);
+    }
+    if (message.fencedTotal !== 0) {
+      writer.uint32(32).uint64(message.fencedTotal);
     }
     return writer;
   },
@@ -3157,6 +3212,14 @@ export const LeaseStatus: MessageFns<LeaseStatus> = {
             message.fenced.push(reader.string());
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.fencedTotal = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3177,6 +3240,7 @@ export const LeaseStatus: MessageFns<LeaseStatus> = {
     message.machineId = object.machineId ?? "";
     message.held = object.held ?? 0;
     message.fenced = object.fenced?.map((e) => e) || [];
+    message.fencedTotal = object.fencedTotal ?? 0;
     return message;
   },
 };
@@ -3389,6 +3453,7 @@ function createBaseDiskStatus(): DiskStatus {
     lagSessions: 0,
     lagBytes: 0,
     deferred: [],
+    deferredTotal: 0,
     ballastPresent: false,
   };
 }
@@ -3412,6 +3477,9 @@ export const DiskStatus: MessageFns<DiskStatus> = {
     }
     for (const v of message.deferred) {
       DeferredCompaction.encode(v!, writer.uint32(50).fork()).join();
+    }
+    if (message.deferredTotal !== 0) {
+      writer.uint32(64).uint64(message.deferredTotal);
     }
     if (message.ballastPresent !== false) {
       writer.uint32(56).bool(message.ballastPresent);
@@ -3480,6 +3548,14 @@ export const DiskStatus: MessageFns<DiskStatus> = {
             message.deferred.push(DeferredCompaction.decode(reader, reader.uint32()));
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.deferredTotal = longToNumber(reader.uint64());
+            continue;
+          }
           case 7: {
             if (tag !== 56) {
               break;
@@ -3511,6 +3587,7 @@ export const DiskStatus: MessageFns<DiskStatus> = {
     message.lagSessions = object.lagSessions ?? 0;
     message.lagBytes = object.lagBytes ?? 0;
     message.deferred = object.deferred?.map((e) => DeferredCompaction.fromPartial(e)) || [];
+    message.deferredTotal = object.deferredTotal ?? 0;
     message.ballastPresent = object.ballastPresent ?? false;
     return message;
   },
@@ -6356,11 +6433,14 @@ export const SessiondService = {
     responseSerialize: (value: ReadResponse): Buffer => Buffer.from(ReadResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ReadResponse => ReadResponse.decode(value),
   },
-  /** ListSessions lists the sessions of one project, or of all projects. */
+  /**
+   * ListSessions lists the sessions of one project, or of all projects, in
+   * pages (see ListSessionsResponse).
+   */
   listSessions: {
     path: "/sessiond.v1.Sessiond/ListSessions" as const,
     requestStream: false as const,
-    responseStream: false as const,
+    responseStream: true as const,
     requestSerialize: (value: ListSessionsRequest): Buffer => Buffer.from(ListSessionsRequest.encode(value).finish()),
     requestDeserialize: (value: Buffer): ListSessionsRequest => ListSessionsRequest.decode(value),
     responseSerialize: (value: ListSessionsResponse): Buffer =>
@@ -6519,12 +6599,13 @@ export const SessiondService = {
   /**
    * ListSummaries returns the SessionStore summaries (see
    * AppendRequest.summary) of one project's sessions, with the same mtime
-   * as ListSessions: what the SDKs' listSessionSummaries returns.
+   * as ListSessions: what the SDKs' listSessionSummaries returns. A
+   * summary may take 32 KiB, so they come in pages.
    */
   listSummaries: {
     path: "/sessiond.v1.Sessiond/ListSummaries" as const,
     requestStream: false as const,
-    responseStream: false as const,
+    responseStream: true as const,
     requestSerialize: (value: ListSummariesRequest): Buffer => Buffer.from(ListSummariesRequest.encode(value).finish()),
     requestDeserialize: (value: Buffer): ListSummariesRequest => ListSummariesRequest.decode(value),
     responseSerialize: (value: ListSummariesResponse): Buffer =>
@@ -6575,8 +6656,11 @@ export interface SessiondServer extends UntypedServiceImplementation {
    * entry as it is acknowledged, until the caller cancels (like tail -f).
    */
   follow: handleServerStreamingCall<ReadRequest, ReadResponse>;
-  /** ListSessions lists the sessions of one project, or of all projects. */
-  listSessions: handleUnaryCall<ListSessionsRequest, ListSessionsResponse>;
+  /**
+   * ListSessions lists the sessions of one project, or of all projects, in
+   * pages (see ListSessionsResponse).
+   */
+  listSessions: handleServerStreamingCall<ListSessionsRequest, ListSessionsResponse>;
   /** GetSession describes one session. */
   getSession: handleUnaryCall<GetSessionRequest, SessionInfo>;
   /** Status describes the daemon. */
@@ -6633,9 +6717,10 @@ export interface SessiondServer extends UntypedServiceImplementation {
   /**
    * ListSummaries returns the SessionStore summaries (see
    * AppendRequest.summary) of one project's sessions, with the same mtime
-   * as ListSessions: what the SDKs' listSessionSummaries returns.
+   * as ListSessions: what the SDKs' listSessionSummaries returns. A
+   * summary may take 32 KiB, so they come in pages.
    */
-  listSummaries: handleUnaryCall<ListSummariesRequest, ListSummariesResponse>;
+  listSummaries: handleServerStreamingCall<ListSummariesRequest, ListSummariesResponse>;
   /**
    * Brings a session known only to the fleet's PostgreSQL mirror down to
    * this machine (main and subagent transcripts, their .meta.json), durably.
@@ -6698,22 +6783,19 @@ export interface SessiondClient extends Client {
    */
   follow(request: ReadRequest, options?: Partial<CallOptions>): ClientReadableStream<ReadResponse>;
   follow(request: ReadRequest, metadata?: Metadata, options?: Partial<CallOptions>): ClientReadableStream<ReadResponse>;
-  /** ListSessions lists the sessions of one project, or of all projects. */
+  /**
+   * ListSessions lists the sessions of one project, or of all projects, in
+   * pages (see ListSessionsResponse).
+   */
   listSessions(
     request: ListSessionsRequest,
-    callback: (error: ServiceError | null, response: ListSessionsResponse) => void,
-  ): ClientUnaryCall;
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<ListSessionsResponse>;
   listSessions(
     request: ListSessionsRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ListSessionsResponse) => void,
-  ): ClientUnaryCall;
-  listSessions(
-    request: ListSessionsRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ListSessionsResponse) => void,
-  ): ClientUnaryCall;
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<ListSessionsResponse>;
   /** GetSession describes one session. */
   getSession(
     request: GetSessionRequest,
@@ -6905,23 +6987,18 @@ export interface SessiondClient extends Client {
   /**
    * ListSummaries returns the SessionStore summaries (see
    * AppendRequest.summary) of one project's sessions, with the same mtime
-   * as ListSessions: what the SDKs' listSessionSummaries returns.
+   * as ListSessions: what the SDKs' listSessionSummaries returns. A
+   * summary may take 32 KiB, so they come in pages.
    */
   listSummaries(
     request: ListSummariesRequest,
-    callback: (error: ServiceError | null, response: ListSummariesResponse) => void,
-  ): ClientUnaryCall;
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<ListSummariesResponse>;
   listSummaries(
     request: ListSummariesRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ListSummariesResponse) => void,
-  ): ClientUnaryCall;
-  listSummaries(
-    request: ListSummariesRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ListSummariesResponse) => void,
-  ): ClientUnaryCall;
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<ListSummariesResponse>;
   /**
    * Brings a session known only to the fleet's PostgreSQL mirror down to
    * this machine (main and subagent transcripts, their .meta.json), durably.
