@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -105,9 +106,14 @@ func repairCmd(g *globals) *cobra.Command {
 				err = p.finish()
 			} else if p.outcome != nil {
 				// The daemon had done the repair and said so: only its
-				// details were lost on the way.
+				// details were lost on the way. (Said on stderr with
+				// --json, whose stdout is for JSON lines only.)
 				p.finish()
-				fmt.Fprintf(out, "(the list of changes was cut short: %s)\n", explain(err))
+				note := io.Writer(out)
+				if g.json {
+					note = g.errOut
+				}
+				fmt.Fprintf(note, "(the list of changes was cut short: %s)\n", explain(err))
 				err = nil
 			}
 			if ferr := out.Flush(); err == nil {
