@@ -214,13 +214,57 @@ func notProcessed(err error) bool {
 }
 
 // Flush compacts s's journal into its canonical file.
-func (c *Client) Flush(ctx context.Context, s Session) (*sessiondv1.FlushResponse, error) {
-	return c.api.Flush(ctx, &sessiondv1.FlushRequest{Session: s.ref()})
+func (c *Client) Flush(ctx context.Context, s Session) (*sessiondv1.FlushedSession, error) {
+	var out *sessiondv1.FlushedSession
+	err := c.flush(ctx, &sessiondv1.FlushRequest{Session: s.ref()}, func(f *sessiondv1.FlushedSession) error {
+		out = f
+		return nil
+	})
+	if err == nil && out == nil {
+		err = errors.New("sessiond answered the flush without the session")
+	}
+	return out, err
 }
 
-// FlushAll compacts every session with journaled entries.
-func (c *Client) FlushAll(ctx context.Context) (*sessiondv1.FlushResponse, error) {
-	return c.api.Flush(ctx, &sessiondv1.FlushRequest{All: true})
+// FlushAll compacts every session with journaled entries, calling fn for
+// each one compacted as the daemon reports it.
+func (c *Client) FlushAll(ctx context.Context, fn func(*sessiondv1.FlushedSession) error) error {
+	return c.flush(ctx, &sessiondv1.FlushRequest{All: true}, fn)
+}
+
+func (c *Client) flush(ctx context.Context, req *sessiondv1.FlushRequest, fn func(*sessiondv1.FlushedSession) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.api.Flush(ctx, req)
+	if err != nil {
+		return err
+	}
+	return Receive(stream, func(resp *sessiondv1.FlushResponse) error {
+		for _, f := range resp.GetSessions() {
+			if err := fn(f); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Receive calls fn for each message of a server stream until the daemon
+// ends it (nil), fails it (its error), or fn returns an error (returned as
+// it is; the caller cancels the call's context to end the stream).
+func Receive[T any](stream grpc.ServerStreamingClient[T], fn func(*T) error) error {
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(resp); err != nil {
+			return err
+		}
+	}
 }
 
 // ReadOptions choose where a read starts.
@@ -275,18 +319,8 @@ func drain(stream grpc.ServerStreamingClient[sessiondv1.ReadResponse], fn func(*
 // List lists the sessions of the project of cwd (or projectKey), or of
 // every project when both are empty, newest first.
 func (c *Client) List(ctx context.Context, cwd, projectKey string) ([]*sessiondv1.SessionInfo, error) {
-	req := &sessiondv1.ListSessionsRequest{}
-	switch {
-	case cwd != "":
-		req.Project = &sessiondv1.ListSessionsRequest_Cwd{Cwd: cwd}
-	case projectKey != "":
-		req.Project = &sessiondv1.ListSessionsRequest_ProjectKey{ProjectKey: projectKey}
-	}
-	resp, err := c.api.ListSessions(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return resp.GetSessions(), nil
+	infos, _, err := c.ListSessions(ctx, ListOptions{Cwd: cwd, ProjectKey: projectKey})
+	return infos, err
 }
 
 // Info describes one session.
@@ -311,8 +345,21 @@ type ListOptions struct {
 }
 
 // ListSessions lists sessions with paging; it returns the page and the
-// total before paging.
+// total before paging. The daemon sends the sessions in pages of its own,
+// gathered here: EachSession takes them one at a time instead.
 func (c *Client) ListSessions(ctx context.Context, opt ListOptions) ([]*sessiondv1.SessionInfo, uint32, error) {
+	var out []*sessiondv1.SessionInfo
+	total, err := c.EachSession(ctx, opt, func(in *sessiondv1.SessionInfo) error {
+		out = append(out, in)
+		return nil
+	})
+	return out, total, err
+}
+
+// EachSession calls fn for each session the listing opt names, newest
+// first, as the daemon's pages arrive, and returns the total before
+// paging.
+func (c *Client) EachSession(ctx context.Context, opt ListOptions, fn func(*sessiondv1.SessionInfo) error) (uint32, error) {
 	req := &sessiondv1.ListSessionsRequest{Limit: opt.Limit, Offset: opt.Offset, Continue: opt.Continue, ExcludeArchived: opt.ExcludeArchived, Fleet: opt.Fleet}
 	switch {
 	case opt.Cwd != "":
@@ -320,27 +367,63 @@ func (c *Client) ListSessions(ctx context.Context, opt ListOptions) ([]*sessiond
 	case opt.ProjectKey != "":
 		req.Project = &sessiondv1.ListSessionsRequest_ProjectKey{ProjectKey: opt.ProjectKey}
 	}
-	resp, err := c.api.ListSessions(ctx, req)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.api.ListSessions(ctx, req)
 	if err != nil {
-		return nil, 0, err
+		return 0, err
 	}
-	return resp.GetSessions(), resp.GetTotal(), nil
+	var total uint32
+	err = Receive(stream, func(resp *sessiondv1.ListSessionsResponse) error {
+		total = resp.GetTotal()
+		for _, in := range resp.GetSessions() {
+			if err := fn(in); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return total, err
 }
 
-// Check reports the damage in s.
-func (c *Client) Check(ctx context.Context, s Session) (*sessiondv1.CheckResponse, error) {
-	return c.api.Check(ctx, &sessiondv1.CheckRequest{Session: s.ref()})
+// Check reports the damage in s: fn gets each message of the daemon's
+// answer as it arrives (the first names the transcript with its counts
+// and verdict; while More is set, more of its problems follow).
+func (c *Client) Check(ctx context.Context, s Session, fn func(*sessiondv1.CheckResponse) error) error {
+	return c.check(ctx, &sessiondv1.CheckRequest{Session: s.ref()}, fn)
 }
 
 // CheckAll checks every transcript of the project of s (s.Cwd or
-// s.ProjectKey), or of all projects when both are empty.
-func (c *Client) CheckAll(ctx context.Context, s Session) (*sessiondv1.CheckResponse, error) {
-	return c.api.Check(ctx, &sessiondv1.CheckRequest{Session: s.ref(), All: true})
+// s.ProjectKey), or of all projects when both are empty: fn gets each
+// message as Check's does, transcript after transcript, each as soon as
+// the daemon has checked it.
+func (c *Client) CheckAll(ctx context.Context, s Session, fn func(*sessiondv1.CheckResponse) error) error {
+	return c.check(ctx, &sessiondv1.CheckRequest{Session: s.ref(), All: true}, fn)
 }
 
-// Repair repairs s (or only plans it with dryRun).
-func (c *Client) Repair(ctx context.Context, s Session, dryRun bool) (*sessiondv1.RepairResponse, error) {
-	return c.api.Repair(ctx, &sessiondv1.RepairRequest{Session: s.ref(), DryRun: dryRun})
+func (c *Client) check(ctx context.Context, req *sessiondv1.CheckRequest, fn func(*sessiondv1.CheckResponse) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.api.Check(ctx, req)
+	if err != nil {
+		return err
+	}
+	return Receive(stream, fn)
+}
+
+// Repair repairs s (or only plans it with dryRun): fn gets each message of
+// the daemon's answer as it arrives, the outcome first (Changed,
+// BackupPath, the counts), then pages of actions and problems. An error
+// after the first message leaves the repair done: only the details were
+// lost.
+func (c *Client) Repair(ctx context.Context, s Session, dryRun bool, fn func(*sessiondv1.RepairResponse) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.api.Repair(ctx, &sessiondv1.RepairRequest{Session: s.ref(), DryRun: dryRun})
+	if err != nil {
+		return err
+	}
+	return Receive(stream, fn)
 }
 
 // Fork copies s into a new session (up to upTo when set).
@@ -386,9 +469,10 @@ func (c *Client) RestoreAll(ctx context.Context, s Session) (*sessiondv1.Restore
 	return c.api.Restore(ctx, &sessiondv1.RestoreRequest{Session: s.ref(), All: true})
 }
 
-// ListTrash lists the trashed copies of s.ID (every session's when it is
-// empty) in s's project (every project's when s names none).
-func (c *Client) ListTrash(ctx context.Context, s Session) ([]*sessiondv1.TrashedCopy, error) {
+// ListTrash calls fn for each trashed copy of s.ID (every session's when
+// it is empty) in s's project (every project's when s names none), as the
+// daemon's pages arrive.
+func (c *Client) ListTrash(ctx context.Context, s Session, fn func(*sessiondv1.TrashedCopy) error) error {
 	req := &sessiondv1.ListTrashRequest{SessionId: s.ID}
 	switch {
 	case s.Cwd != "":
@@ -396,11 +480,20 @@ func (c *Client) ListTrash(ctx context.Context, s Session) ([]*sessiondv1.Trashe
 	case s.ProjectKey != "":
 		req.Project = &sessiondv1.ListTrashRequest_ProjectKey{ProjectKey: s.ProjectKey}
 	}
-	resp, err := c.api.ListTrash(ctx, req)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.api.ListTrash(ctx, req)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return resp.GetCopies(), nil
+	return Receive(stream, func(resp *sessiondv1.ListTrashResponse) error {
+		for _, t := range resp.GetCopies() {
+			if err := fn(t); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // Subkeys lists s's subagent transcripts.

@@ -46,8 +46,10 @@ var everyCall = map[string]func(context.Context, *Client) error{
 		_, err := c.AppendBatch(ctx, sess, "b1", []byte(`{}`))
 		return err
 	},
-	"Flush":    func(ctx context.Context, c *Client) error { _, err := c.Flush(ctx, sess); return err },
-	"FlushAll": func(ctx context.Context, c *Client) error { _, err := c.FlushAll(ctx); return err },
+	"Flush": func(ctx context.Context, c *Client) error { _, err := c.Flush(ctx, sess); return err },
+	"FlushAll": func(ctx context.Context, c *Client) error {
+		return c.FlushAll(ctx, func(*sessiondv1.FlushedSession) error { return nil })
+	},
 	"Read": func(ctx context.Context, c *Client) error {
 		return c.Read(ctx, sess, ReadOptions{}, func(*sessiondv1.Entry) error { return nil })
 	},
@@ -58,9 +60,15 @@ var everyCall = map[string]func(context.Context, *Client) error{
 		_, _, err := c.ListSessions(ctx, ListOptions{})
 		return err
 	},
-	"Check":       func(ctx context.Context, c *Client) error { _, err := c.Check(ctx, sess); return err },
-	"CheckAll":    func(ctx context.Context, c *Client) error { _, err := c.CheckAll(ctx, sess); return err },
-	"Repair":      func(ctx context.Context, c *Client) error { _, err := c.Repair(ctx, sess, true); return err },
+	"Check": func(ctx context.Context, c *Client) error {
+		return c.Check(ctx, sess, func(*sessiondv1.CheckResponse) error { return nil })
+	},
+	"CheckAll": func(ctx context.Context, c *Client) error {
+		return c.CheckAll(ctx, sess, func(*sessiondv1.CheckResponse) error { return nil })
+	},
+	"Repair": func(ctx context.Context, c *Client) error {
+		return c.Repair(ctx, sess, true, func(*sessiondv1.RepairResponse) error { return nil })
+	},
 	"Fork":        func(ctx context.Context, c *Client) error { _, err := c.Fork(ctx, sess, "", "", ""); return err },
 	"Pull":        func(ctx context.Context, c *Client) error { _, err := c.Pull(ctx, sess); return err },
 	"Rename":      func(ctx context.Context, c *Client) error { _, err := c.Rename(ctx, sess, "t"); return err },
@@ -69,8 +77,10 @@ var everyCall = map[string]func(context.Context, *Client) error{
 	"Delete":      func(ctx context.Context, c *Client) error { _, err := c.Delete(ctx, sess, false); return err },
 	"Restore":     func(ctx context.Context, c *Client) error { _, err := c.Restore(ctx, sess); return err },
 	"RestoreAll":  func(ctx context.Context, c *Client) error { _, err := c.RestoreAll(ctx, sess); return err },
-	"ListTrash":   func(ctx context.Context, c *Client) error { _, err := c.ListTrash(ctx, sess); return err },
-	"Subkeys":     func(ctx context.Context, c *Client) error { _, err := c.Subkeys(ctx, sess); return err },
+	"ListTrash": func(ctx context.Context, c *Client) error {
+		return c.ListTrash(ctx, sess, func(*sessiondv1.TrashedCopy) error { return nil })
+	},
+	"Subkeys": func(ctx context.Context, c *Client) error { _, err := c.Subkeys(ctx, sess); return err },
 }
 
 // TestCallsEndWithTheirDeadline: against a daemon that never answers,

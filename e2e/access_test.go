@@ -72,7 +72,7 @@ func TestAccessOtherUIDRefused(t *testing.T) {
 	if _, err := api.Append(ctx, &sessiondv1.AppendRequest{Session: ref, Entries: [][]byte{[]byte(`{"type":"user","uuid":"` + uuid.NewString() + `"}`)}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := api.Flush(ctx, &sessiondv1.FlushRequest{All: true}); err != nil {
+	if _, err := recvAll(api.Flush(ctx, &sessiondv1.FlushRequest{All: true})); err != nil {
 		t.Fatal(err)
 	}
 
@@ -184,7 +184,7 @@ func TestAccessFileModes(t *testing.T) {
 	_, err = api.Append(ctx, &sessiondv1.AppendRequest{Session: ref(sid, "subagents/agent-a1"), Entries: [][]byte{line()}})
 	must("append to a subagent", err)
 	requirePrivateModes(t, "append (journaled)", d.root, d.state)
-	_, err = api.Flush(ctx, &sessiondv1.FlushRequest{All: true})
+	_, err = recvAll(api.Flush(ctx, &sessiondv1.FlushRequest{All: true}))
 	must("flush", err)
 	requirePrivateModes(t, "flush", d.root, d.state)
 
@@ -198,9 +198,9 @@ func TestAccessFileModes(t *testing.T) {
 	if err := os.WriteFile(damaged, append(append(line(), '\n'), []byte(`{"type":"user","uuid":"`+uuid.NewString()+`"}`+"\x00\x00\n"+`{"type":"us`)...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := api.Repair(ctx, &sessiondv1.RepairRequest{Session: ref(damagedSID, "")})
+	reps, err := recvAll(api.Repair(ctx, &sessiondv1.RepairRequest{Session: ref(damagedSID, "")}))
 	must("repair", err)
-	if !rep.GetChanged() || rep.GetBackupPath() == "" {
+	if rep := reps[0]; !rep.GetChanged() || rep.GetBackupPath() == "" {
 		t.Fatalf("repair changed nothing: %v", rep)
 	}
 	// The repaired file is that program's: it keeps its mode (issue 19; a
@@ -222,7 +222,7 @@ func TestAccessFileModes(t *testing.T) {
 	must("tag", err)
 	_, err = api.SetArchived(ctx, &sessiondv1.SetArchivedRequest{Session: ref(sid, ""), Archived: true})
 	must("archive", err)
-	_, err = api.Flush(ctx, &sessiondv1.FlushRequest{All: true})
+	_, err = recvAll(api.Flush(ctx, &sessiondv1.FlushRequest{All: true}))
 	must("flush", err)
 	requirePrivateModes(t, "rename, tag and archive", d.root, d.state)
 
@@ -310,7 +310,7 @@ func TestAccessSymlinksNeverFollowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	symlink(target, filepath.Join(projDir, restored+".jsonl"))
-	if _, err := api.Flush(ctx, &sessiondv1.FlushRequest{All: true}); err != nil {
+	if _, err := recvAll(api.Flush(ctx, &sessiondv1.FlushRequest{All: true})); err != nil {
 		t.Fatal(err)
 	}
 	// A journal is a link: planted by the first case that needs it, so the
@@ -348,11 +348,11 @@ func TestAccessSymlinksNeverFollowed(t *testing.T) {
 			return err
 		})),
 		linkRefusal("transcript link: repair", fileLink, unary(func(ctx context.Context) error {
-			_, err := api.Repair(ctx, &sessiondv1.RepairRequest{Session: fl})
+			_, err := recvAll(api.Repair(ctx, &sessiondv1.RepairRequest{Session: fl}))
 			return err
 		})),
 		linkRefusal("transcript link: repair dry run", fileLink, unary(func(ctx context.Context) error {
-			_, err := api.Repair(ctx, &sessiondv1.RepairRequest{Session: fl, DryRun: true})
+			_, err := recvAll(api.Repair(ctx, &sessiondv1.RepairRequest{Session: fl, DryRun: true}))
 			return err
 		})),
 		linkRefusal("transcript link: delete", fileLink, unary(func(ctx context.Context) error {
@@ -382,11 +382,11 @@ func TestAccessSymlinksNeverFollowed(t *testing.T) {
 			return err
 		})),
 		linkRefusal("transcript link: check", fileLink, unary(func(ctx context.Context) error {
-			_, err := api.Check(ctx, &sessiondv1.CheckRequest{Session: fl})
+			_, err := recvAll(api.Check(ctx, &sessiondv1.CheckRequest{Session: fl}))
 			return err
 		})),
 		linkRefusal("transcript link: flush", fileLink, unary(func(ctx context.Context) error {
-			_, err := api.Flush(ctx, &sessiondv1.FlushRequest{Session: fl})
+			_, err := recvAll(api.Flush(ctx, &sessiondv1.FlushRequest{Session: fl}))
 			return err
 		})),
 		{name: "transcript link: read without a project", call: read(&sessiondv1.SessionRef{SessionId: fileLinked}, false),
@@ -423,11 +423,15 @@ func TestAccessSymlinksNeverFollowed(t *testing.T) {
 	}
 	listings := []hostileCase{
 		{name: "listing skips the linked project", code: codes.OK, call: func(ctx context.Context) error {
-			resp, err := api.ListSessions(ctx, &sessiondv1.ListSessionsRequest{})
+			pages, err := recvAll(api.ListSessions(ctx, &sessiondv1.ListSessionsRequest{}))
 			if err != nil {
 				return err
 			}
-			for _, s := range resp.GetSessions() {
+			var sessions []*sessiondv1.SessionInfo
+			for _, p := range pages {
+				sessions = append(sessions, p.GetSessions()...)
+			}
+			for _, s := range sessions {
 				if s.GetSession().GetSessionId() == inOutProj || s.GetSession().GetSessionId() == fileLinked {
 					return fmt.Errorf("listing shows %s, read through a link", s.GetSession().GetPath())
 				}
@@ -435,11 +439,11 @@ func TestAccessSymlinksNeverFollowed(t *testing.T) {
 			return nil
 		}},
 		{name: "check --all skips the links", code: codes.OK, call: func(ctx context.Context) error {
-			resp, err := api.Check(ctx, &sessiondv1.CheckRequest{All: true})
+			resp, err := recvAll(api.Check(ctx, &sessiondv1.CheckRequest{All: true}))
 			if err != nil {
 				return err
 			}
-			for _, s := range resp.GetSessions() {
+			for _, s := range resp {
 				if id := s.GetSession().GetSessionId(); id == inOutProj || id == fileLinked || s.GetSession().GetSubpath() != "" {
 					return fmt.Errorf("check --all went through a link: %s", s.GetSession().GetPath())
 				}
@@ -455,7 +459,7 @@ func TestAccessSymlinksNeverFollowed(t *testing.T) {
 		// Flushing everything skips the planted link (logged) instead of
 		// failing for every other session.
 		{name: "journal link: flush --all", call: unary(func(ctx context.Context) error {
-			_, err := api.Flush(ctx, &sessiondv1.FlushRequest{All: true})
+			_, err := recvAll(api.Flush(ctx, &sessiondv1.FlushRequest{All: true}))
 			return err
 		}), code: codes.OK},
 	}...)
@@ -545,19 +549,19 @@ func TestAccessPathTricksStayInside(t *testing.T) {
 				return err
 			}},
 			{"Flush", func(ctx context.Context, r *sessiondv1.SessionRef) error {
-				_, err := api.Flush(ctx, &sessiondv1.FlushRequest{Session: r})
+				_, err := recvAll(api.Flush(ctx, &sessiondv1.FlushRequest{Session: r}))
 				return err
 			}},
 			{"Check", func(ctx context.Context, r *sessiondv1.SessionRef) error {
-				_, err := api.Check(ctx, &sessiondv1.CheckRequest{Session: r})
+				_, err := recvAll(api.Check(ctx, &sessiondv1.CheckRequest{Session: r}))
 				return err
 			}},
 			{"CheckAll", func(ctx context.Context, r *sessiondv1.SessionRef) error {
-				_, err := api.Check(ctx, &sessiondv1.CheckRequest{Session: r, All: true})
+				_, err := recvAll(api.Check(ctx, &sessiondv1.CheckRequest{Session: r, All: true}))
 				return err
 			}},
 			{"Repair", func(ctx context.Context, r *sessiondv1.SessionRef) error {
-				_, err := api.Repair(ctx, &sessiondv1.RepairRequest{Session: r})
+				_, err := recvAll(api.Repair(ctx, &sessiondv1.RepairRequest{Session: r}))
 				return err
 			}},
 			{"Fork", func(ctx context.Context, r *sessiondv1.SessionRef) error {
@@ -598,11 +602,11 @@ func TestAccessPathTricksStayInside(t *testing.T) {
 	}
 	fields = append(fields,
 		field{"ListSessions cwd", func(ctx context.Context, v string) error {
-			_, err := api.ListSessions(ctx, &sessiondv1.ListSessionsRequest{Project: &sessiondv1.ListSessionsRequest_Cwd{Cwd: v}})
+			_, err := recvAll(api.ListSessions(ctx, &sessiondv1.ListSessionsRequest{Project: &sessiondv1.ListSessionsRequest_Cwd{Cwd: v}}))
 			return err
 		}},
 		field{"ListSessions project_key", func(ctx context.Context, v string) error {
-			_, err := api.ListSessions(ctx, &sessiondv1.ListSessionsRequest{Project: &sessiondv1.ListSessionsRequest_ProjectKey{ProjectKey: v}})
+			_, err := recvAll(api.ListSessions(ctx, &sessiondv1.ListSessionsRequest{Project: &sessiondv1.ListSessionsRequest_ProjectKey{ProjectKey: v}}))
 			return err
 		}},
 		field{"Fork up_to_uuid", func(ctx context.Context, v string) error {

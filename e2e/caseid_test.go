@@ -53,7 +53,7 @@ func TestUpperCaseSessionID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := resp.GetSessions(); len(got) != 1 || got[0].GetSession().GetSessionId() != lower {
+	if got := resp.GetSession().GetSessionId(); got != lower {
 		t.Errorf("flush answered %v, want the session under its lower-case id %s", got, lower)
 	}
 	data, err := os.ReadFile(d.transcript(pk, lower))

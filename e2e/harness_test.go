@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/testharness"
@@ -228,4 +230,18 @@ func runCmd(t *testing.T, cmd *exec.Cmd, stdin string) (string, string, int) {
 
 func (d *daemon) transcript(projectKey, sid string) string {
 	return filepath.Join(d.root, "projects", projectKey, sid+".jsonl")
+}
+
+// recvAll receives every message of a server stream the raw API opened: a
+// streamed call's error comes with its messages, not with the call.
+func recvAll[T any](stream grpc.ServerStreamingClient[T], err error) ([]*T, error) {
+	if err != nil {
+		return nil, err
+	}
+	var out []*T
+	err = client.Receive(stream, func(m *T) error {
+		out = append(out, m)
+		return nil
+	})
+	return out, err
 }

@@ -46,7 +46,7 @@ func TestHostileCancelledRead(t *testing.T) {
 		}
 	}
 	// Half compacted, half still journaled: reads cover both.
-	if _, err := api.Flush(ctx, &sessiondv1.FlushRequest{Session: ref}); err != nil {
+	if _, err := recvAll(api.Flush(ctx, &sessiondv1.FlushRequest{Session: ref})); err != nil {
 		t.Fatal(err)
 	}
 	baseline := waitIdle(t, d, api, 0, 10*time.Second)
@@ -271,7 +271,7 @@ func TestHostileDescriptorExhaustion(t *testing.T) {
 			t.Fatalf("read after the load: %v", err)
 		}
 	}
-	if _, err := api.ListSessions(context.Background(), &sessiondv1.ListSessionsRequest{Limit: 5}); err != nil {
+	if _, err := recvAll(api.ListSessions(context.Background(), &sessiondv1.ListSessionsRequest{Limit: 5})); err != nil {
 		t.Fatalf("list after the load: %v", err)
 	}
 	waitIdle(t, d, api, baseline, 20*time.Second)

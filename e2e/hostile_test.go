@@ -264,7 +264,7 @@ func TestHostileInputs(t *testing.T) {
 	if _, err := api.Append(ctx, &sessiondv1.AppendRequest{Session: bySub(existing, "subagents/agent-a1"), Entries: [][]byte{entry(uuid.NewString())}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := api.Flush(ctx, &sessiondv1.FlushRequest{All: true}); err != nil {
+	if _, err := recvAll(api.Flush(ctx, &sessiondv1.FlushRequest{All: true})); err != nil {
 		t.Fatal(err)
 	}
 	// The subagent folder of one of them is a link to a folder outside
@@ -373,11 +373,11 @@ func TestHostileInputs(t *testing.T) {
 		{name: "project key with newline", call: appendTo(&sessiondv1.SessionRef{Project: &sessiondv1.SessionRef_ProjectKey{ProjectKey: "-tmp-x\n"}, SessionId: uuid.NewString()}, entry(uuid.NewString())),
 			code: codes.InvalidArgument, msg: []string{"control character U+000A"}},
 		{name: "list: project key ..", call: func(ctx context.Context) error {
-			_, err := api.ListSessions(ctx, &sessiondv1.ListSessionsRequest{Project: &sessiondv1.ListSessionsRequest_ProjectKey{ProjectKey: ".."}})
+			_, err := recvAll(api.ListSessions(ctx, &sessiondv1.ListSessionsRequest{Project: &sessiondv1.ListSessionsRequest_ProjectKey{ProjectKey: ".."}}))
 			return err
 		}, code: codes.InvalidArgument, msg: []string{`project key ".."`}},
 		{name: "check all: project key with /", call: func(ctx context.Context) error {
-			_, err := api.Check(ctx, &sessiondv1.CheckRequest{All: true, Session: &sessiondv1.SessionRef{Project: &sessiondv1.SessionRef_ProjectKey{ProjectKey: "a/../../etc"}}})
+			_, err := recvAll(api.Check(ctx, &sessiondv1.CheckRequest{All: true, Session: &sessiondv1.SessionRef{Project: &sessiondv1.SessionRef_ProjectKey{ProjectKey: "a/../../etc"}}}))
 			return err
 		}, code: codes.InvalidArgument, msg: []string{"path separator"}},
 
@@ -427,11 +427,11 @@ func TestHostileInputs(t *testing.T) {
 			return streamErr(api.Follow(ctx, &sessiondv1.ReadRequest{Session: byCwd(unknown)}))
 		}, code: codes.NotFound, msg: []string{unknown, "not found"}},
 		{name: "check unknown", call: func(ctx context.Context) error {
-			_, err := api.Check(ctx, &sessiondv1.CheckRequest{Session: byCwd(unknown)})
+			_, err := recvAll(api.Check(ctx, &sessiondv1.CheckRequest{Session: byCwd(unknown)}))
 			return err
 		}, code: codes.NotFound, msg: []string{unknown, "not found"}},
 		{name: "repair unknown", call: func(ctx context.Context) error {
-			_, err := api.Repair(ctx, &sessiondv1.RepairRequest{Session: byCwd(unknown)})
+			_, err := recvAll(api.Repair(ctx, &sessiondv1.RepairRequest{Session: byCwd(unknown)}))
 			return err
 		}, code: codes.NotFound, msg: []string{unknown, "not found"}},
 		{name: "fork unknown", call: func(ctx context.Context) error {
@@ -443,7 +443,7 @@ func TestHostileInputs(t *testing.T) {
 			return err
 		}, code: codes.NotFound, msg: []string{unknown, "not found"}},
 		{name: "flush unknown", call: func(ctx context.Context) error {
-			_, err := api.Flush(ctx, &sessiondv1.FlushRequest{Session: byCwd(unknown)})
+			_, err := recvAll(api.Flush(ctx, &sessiondv1.FlushRequest{Session: byCwd(unknown)}))
 			return err
 		}, code: codes.NotFound, msg: []string{unknown, "not found"}},
 		{name: "rename unknown", call: func(ctx context.Context) error {
@@ -529,7 +529,7 @@ func TestHostileInputs(t *testing.T) {
 			if o := r.GetResults()[0].GetOutcome(); o != sessiondv1.EntryOutcome_ENTRY_OUTCOME_DUPLICATE || r.GetEntries() != 2 {
 				return fmt.Errorf("second batch: %v with %d entries, want a duplicate and 2 entries", o, r.GetEntries())
 			}
-			_, err = api.Flush(ctx, &sessiondv1.FlushRequest{Session: ref})
+			_, err = recvAll(api.Flush(ctx, &sessiondv1.FlushRequest{Session: ref}))
 			return err
 		}, touches: []string{filepath.Join(projDir, dupSID+".jsonl"), walDir, ackedDir},
 			check: func(t *testing.T) {

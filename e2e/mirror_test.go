@@ -432,7 +432,7 @@ func TestMirrorFollowsRepairAndDelete(t *testing.T) {
 	waitMirrored(t, d, 30*time.Second)
 	mirrortest.SameEntries(t, "before the repair", refLoad(t, dsn, s), []string{string(e[0]), string(e[3])})
 
-	if _, err := c.Repair(ctx, s, false); err != nil {
+	if err := c.Repair(ctx, s, false, func(*sessiondv1.RepairResponse) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	waitMirrored(t, d, 30*time.Second)

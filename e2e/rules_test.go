@@ -117,16 +117,20 @@ func TestFixturesThroughSessiond(t *testing.T) {
 			if err != nil || !bytes.Equal(shown.Bytes(), b) {
 				t.Fatalf("show differs from the fixture (%v)", err)
 			}
-			resp, err := c.Check(context.Background(), s)
+			var problems []*sessiondv1.Problem
+			err = c.Check(context.Background(), s, func(m *sessiondv1.CheckResponse) error {
+				problems = append(problems, m.GetProblems()...)
+				return nil
+			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			var kinds []string
-			for _, p := range resp.GetSessions()[0].GetProblems() {
+			for _, p := range problems {
 				kinds = append(kinds, p.GetKind())
 			}
 			if fmt.Sprint(kinds) != fmt.Sprint(known[name]) {
-				t.Fatalf("check found %v, want %v: %v", kinds, known[name], resp.GetSessions()[0].GetProblems())
+				t.Fatalf("check found %v, want %v: %v", kinds, known[name], problems)
 			}
 		})
 	}

@@ -653,7 +653,9 @@ func TestStatusShowsOperations(t *testing.T) {
 	defer c.Close()
 	ctx := metadata.AppendToOutgoingContext(context.Background(), progress.MetadataKey, "my-check")
 	done := make(chan error, 1)
-	go func() { _, err := c.CheckAll(ctx, client.Session{ProjectKey: "-ops"}); done <- err }()
+	go func() {
+		done <- c.CheckAll(ctx, client.Session{ProjectKey: "-ops"}, func(*sessiondv1.CheckResponse) error { return nil })
+	}()
 	var seen []*sessiondv1.Operation
 	for running := true; running; {
 		select {

@@ -66,16 +66,20 @@ func TestSessionctlTrashRestoreAll(t *testing.T) {
 		t.Fatalf("trash lists:\n%s\nwant both copies of %s in %s", out, sid, pk)
 	}
 	out = run("", "--json", "trash", "--cwd", cwd)
-	var listed struct {
-		Copies []struct {
-			SessionID string `json:"session_id"`
-			Entries   uint64
-			Bytes     uint64
-			DeletedMs int64 `json:"deleted_ms"`
-		}
+	// One JSON object per line, each a page of the listing.
+	type trashed struct {
+		SessionID string `json:"session_id"`
+		Entries   uint64
+		Bytes     uint64
+		DeletedMs int64 `json:"deleted_ms"`
 	}
-	if err := json.Unmarshal([]byte(out), &listed); err != nil {
-		t.Fatalf("trash --json: %v\n%s", err, out)
+	var listed struct{ Copies []trashed }
+	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		var page struct{ Copies []trashed }
+		if err := json.Unmarshal([]byte(l), &page); err != nil {
+			t.Fatalf("trash --json: %v\n%s", err, out)
+		}
+		listed.Copies = append(listed.Copies, page.Copies...)
 	}
 	if c := listed.Copies; len(c) != 2 || c[0].Entries != 5 || c[1].Entries != 4 || c[0].Bytes == 0 || c[0].DeletedMs > c[1].DeletedMs {
 		t.Fatalf("trash --json: %+v, want the copy of 5 entries, then the one of 4", c)

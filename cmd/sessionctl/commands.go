@@ -35,7 +35,10 @@ func (g *globals) done(resp proto.Message, format string, args ...any) error {
 	return err
 }
 
-func (g *globals) printJSON(m proto.Message) error {
+func (g *globals) printJSON(m proto.Message) error { return g.printJSONTo(g.out, m) }
+
+// printJSONTo writes m as a line of JSON to w.
+func (g *globals) printJSONTo(w io.Writer, m proto.Message) error {
 	b, err := pj.Marshal(m)
 	if err != nil {
 		return err
@@ -50,7 +53,7 @@ func (g *globals) printJSON(m proto.Message) error {
 		return err
 	}
 	v = intsAsNumbers(m.ProtoReflect().Descriptor(), v)
-	enc := json.NewEncoder(g.out)
+	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
 }
@@ -208,6 +211,9 @@ func statusCmd(g *globals) *cobra.Command {
 			for _, e := range st.GetRecoveryErrors() {
 				fmt.Fprintf(w, "RECOVERY FAILED\t%s\n", e)
 			}
+			if total, shown := st.GetRecoveryErrorsTotal(), uint64(len(st.GetRecoveryErrors())); total > shown {
+				fmt.Fprintf(w, "RECOVERY FAILED\t%d more (sessiond's log names each)\n", total-shown)
+			}
 			if n := st.GetPastRecoveryFailures(); n > 0 {
 				fmt.Fprintf(w, "recovery failures\t%s recovered since (healthy again)\n", count(n, "session"))
 			}
@@ -217,6 +223,9 @@ func statusCmd(g *globals) *cobra.Command {
 			for _, a := range st.GetAcknowledgedMissing() {
 				fmt.Fprintf(w, "ENTRIES MISSING\t%s: %s sessiond acknowledged no longer in it (another program rewrote it); `sessionctl check %s` names them, `sessionctl repair %s` puts back what the log retains\n",
 					a.GetSession().GetPath(), count(a.GetCount(), "entry"), a.GetSession().GetSessionId(), a.GetSession().GetSessionId())
+			}
+			if total, shown := st.GetAcknowledgedMissingTotal(), uint64(len(st.GetAcknowledgedMissing())); total > shown {
+				fmt.Fprintf(w, "ENTRIES MISSING\t%s more (`sessionctl check --all` names them)\n", count(total-shown, "transcript"))
 			}
 			return w.Flush()
 		}),
@@ -232,7 +241,7 @@ func describeDisk(w io.Writer, d *sessiondv1.DiskStatus) {
 	}
 	for i, c := range d.GetDeferred() {
 		if i == 10 {
-			fmt.Fprintf(w, "COMPACTION DEFERRED\t%d more\n", len(d.GetDeferred())-10)
+			fmt.Fprintf(w, "COMPACTION DEFERRED\t%d more\n", max(d.GetDeferredTotal(), uint64(len(d.GetDeferred())))-10)
 			break
 		}
 		ref := c.GetSession()
@@ -292,6 +301,9 @@ func describeLeases(w io.Writer, l *sessiondv1.LeaseStatus) {
 	for _, f := range l.GetFenced() {
 		fmt.Fprintf(w, "fenced\t%s: appends to it are refused here; its local entries are kept\n", f)
 	}
+	if total, shown := l.GetFencedTotal(), uint64(len(l.GetFenced())); total > shown {
+		fmt.Fprintf(w, "fenced\t%s more\n", count(total-shown, "session"))
+	}
 }
 
 // describeRetention says what the write-ahead log keeps after compaction.
@@ -305,6 +317,11 @@ func describeRetention(r *sessiondv1.WalRetention) string {
 		s += ", the oldest since " + time.UnixMilli(ms).Format(time.RFC3339)
 	}
 	return s
+}
+
+func printFlushed(w io.Writer, s *sessiondv1.FlushedSession) error {
+	_, err := fmt.Fprintf(w, "%s: %s compacted, %s\n", s.GetSession().GetPath(), count(s.GetCompactedEntries(), "entry"), humanBytes(s.GetCanonicalBytes()))
+	return err
 }
 
 func flushCmd(g *globals) *cobra.Command {
@@ -321,24 +338,34 @@ func flushCmd(g *globals) *cobra.Command {
 			if all && sf != (sessionFlags{}) {
 				return usageErr("--all flushes every session of every project; --cwd, --project and --subpath name one session, give its id instead")
 			}
-			var resp *sessiondv1.FlushResponse
-			var err error
-			if all {
-				resp, err = c.FlushAll(cmd.Context())
-			} else {
-				resp, err = c.Flush(cmd.Context(), sf.session(args[0]))
+			if !all {
+				f, err := c.Flush(cmd.Context(), sf.session(args[0]))
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return g.printJSON(&sessiondv1.FlushResponse{Sessions: []*sessiondv1.FlushedSession{f}})
+				}
+				return printFlushed(g.out, f)
 			}
+			// With --json, one line per session compacted, as the daemon
+			// reports it.
+			flushed := 0
+			err := c.FlushAll(cmd.Context(), func(f *sessiondv1.FlushedSession) error {
+				flushed++
+				if g.json {
+					return g.printJSON(&sessiondv1.FlushResponse{Sessions: []*sessiondv1.FlushedSession{f}})
+				}
+				return printFlushed(g.out, f)
+			})
 			if err != nil {
 				return err
 			}
-			if g.json {
-				return g.printJSON(resp)
-			}
-			if len(resp.GetSessions()) == 0 {
+			if flushed == 0 {
+				if g.json {
+					return g.printJSON(&sessiondv1.FlushResponse{})
+				}
 				fmt.Fprintln(g.out, "nothing to flush")
-			}
-			for _, s := range resp.GetSessions() {
-				fmt.Fprintf(g.out, "%s: %s compacted, %s\n", s.GetSession().GetPath(), count(s.GetCompactedEntries(), "entry"), humanBytes(s.GetCanonicalBytes()))
 			}
 			return nil
 		}),

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -32,54 +34,25 @@ func checkCmd(g *globals) *cobra.Command {
 			if all && sf.subpath != "" {
 				return usageErr("check --all checks every transcript, subagents' included; --subpath names one: check UUID --subpath P checks that one")
 			}
-			var resp *sessiondv1.CheckResponse
+			out := bufio.NewWriter(g.out)
+			defer out.Flush()
+			p := &checkPrinter{g: g, out: out, all: all}
 			var err error
 			if all {
 				err = g.withProgress(cmd.Context(), c, "check", func(ctx context.Context) error {
-					resp, err = c.CheckAll(ctx, sf.session(""))
-					return err
-				}, func() (int64, string) { return int64(len(resp.GetSessions())), "transcripts" })
+					return c.CheckAll(ctx, sf.session(""), p.receive)
+				}, func() (int64, string) { return int64(p.transcripts), "transcripts" })
 			} else {
-				resp, err = c.Check(cmd.Context(), sf.session(args[0]))
+				err = c.Check(cmd.Context(), sf.session(args[0]), p.receive)
+			}
+			if ferr := out.Flush(); err == nil {
+				err = ferr
 			}
 			if err != nil {
 				return exitWith(2, err)
 			}
-			if g.json {
-				if err := g.printJSON(resp); err != nil {
-					return err
-				}
-			} else {
-				damaged := 0
-				for _, s := range resp.GetSessions() {
-					path := s.GetSession().GetPath()
-					harm := 0
-					for _, p := range s.GetProblems() {
-						if !p.GetWarning() {
-							harm++
-						}
-					}
-					if harm == 0 && !all {
-						fmt.Fprintf(g.out, "%s: clean (%s)\n", path, count(s.GetLines(), "line"))
-					}
-					if harm > 0 {
-						damaged++
-					}
-					for _, p := range s.GetProblems() {
-						ids := ""
-						if len(p.GetIds()) > 0 {
-							ids = " [" + strings.Join(p.GetIds(), ", ") + "]"
-						}
-						kind := p.GetKind()
-						if p.GetWarning() {
-							kind = "warning: " + kind
-						}
-						fmt.Fprintf(g.out, "%s:%d: %s: %s%s\n", path, p.GetLine(), kind, p.GetMessage(), ids)
-					}
-				}
-				if all {
-					fmt.Fprintf(g.out, "%s checked, %d damaged\n", count(len(resp.GetSessions()), "transcript"), damaged)
-				}
+			if all && !g.json {
+				fmt.Fprintf(out, "%s checked, %d damaged\n", count(p.transcripts, "transcript"), p.damaged)
 			}
 			// What recovery found lost or damaged (a write-ahead log
 			// segment cut or deleted, a session it could not recover)
@@ -92,12 +65,15 @@ func checkCmd(g *globals) *cobra.Command {
 				}
 				for _, e := range st.GetRecoveryErrors() {
 					if !g.json {
-						fmt.Fprintf(g.out, "recovery: %s\n", e)
+						fmt.Fprintf(out, "recovery: %s\n", e)
 					}
-					recovery++
+				}
+				recovery = max(int(st.GetRecoveryErrorsTotal()), len(st.GetRecoveryErrors()))
+				if more := recovery - len(st.GetRecoveryErrors()); more > 0 && !g.json {
+					fmt.Fprintf(out, "recovery: %d more (sessionctl status counts them; sessiond's log names each)\n", more)
 				}
 			}
-			if !resp.GetClean() || recovery > 0 {
+			if p.damaged > 0 || recovery > 0 {
 				return exitError{1}
 			}
 			return nil
@@ -120,41 +96,30 @@ func repairCmd(g *globals) *cobra.Command {
 			"acknowledged entry the file kept; the other program's lines stay. The original is kept.",
 		Args: cobra.ExactArgs(1),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
-			var resp *sessiondv1.RepairResponse
+			out := bufio.NewWriter(g.out)
+			defer out.Flush()
+			p := &repairPrinter{g: g, out: out, dry: dry}
 			err := g.withProgress(cmd.Context(), c, "repair", func(ctx context.Context) error {
-				var err error
-				resp, err = c.Repair(ctx, sf.session(args[0]), dry)
-				return err
+				return c.Repair(ctx, sf.session(args[0]), dry, p.receive)
 			}, nil)
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return g.printJSON(resp)
-			}
-			path := resp.GetSession().GetPath()
-			if !resp.GetChanged() {
-				fmt.Fprintf(g.out, "%s: nothing to repair\n", path)
-				return nil
-			}
-			for _, a := range resp.GetActions() {
-				fmt.Fprintf(g.out, "line %d: %s: %s\n", a.GetLine(), a.GetKind(), a.GetDetail())
-				for _, l := range splitLines(a.GetBefore()) {
-					fmt.Fprintf(g.out, "- %s\n", l)
+			if err == nil {
+				err = p.finish()
+			} else if p.outcome != nil {
+				// The daemon had done the repair and said so: only its
+				// details were lost on the way. (Said on stderr with
+				// --json, whose stdout is for JSON lines only.)
+				p.finish()
+				note := io.Writer(out)
+				if g.json {
+					note = g.errOut
 				}
-				for _, l := range splitLines(a.GetAfter()) {
-					fmt.Fprintf(g.out, "+ %s\n", l)
-				}
+				fmt.Fprintf(note, "(the list of changes was cut short: %s)\n", explain(err))
+				err = nil
 			}
-			if dry {
-				fmt.Fprintf(g.out, "dry run: %s planned for %s; nothing was written\n", count(len(resp.GetActions()), "change"), path)
-				return nil
+			if ferr := out.Flush(); err == nil {
+				err = ferr
 			}
-			fmt.Fprintf(g.out, "repaired %s (%s); the original is kept at %s\n", path, count(len(resp.GetActions()), "change"), resp.GetBackupPath())
-			for _, p := range resp.GetAfter() {
-				fmt.Fprintf(g.out, "still present: line %d: %s: %s\n", p.GetLine(), p.GetKind(), p.GetMessage())
-			}
-			return nil
+			return err
 		}),
 	}
 	sf.add(c)

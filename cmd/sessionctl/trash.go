@@ -72,25 +72,18 @@ func trashCmd(g *globals) *cobra.Command {
 					return usageErr(fmt.Sprintf("trash takes a whole session id, not %q (sessionctl trash lists them all)", args[0]))
 				}
 			}
-			copies, err := c.ListTrash(cmd.Context(), sf.session(id))
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return g.printJSON(&sessiondv1.ListTrashResponse{Copies: copies})
-			}
-			if len(copies) == 0 {
-				if id != "" {
-					fmt.Fprintf(g.out, "no deleted copy of %s in the trash\n", id)
-				} else {
-					fmt.Fprintln(g.out, "the trash is empty")
-				}
-				return nil
-			}
+			// Printed as the daemon's pages arrive: with --json one line
+			// per page, else the table aligned page by page.
 			w := tabwriter.NewWriter(g.out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "SESSION\tPROJECT\tDELETED\tENTRIES\tSIZE")
-			var entries, bytes uint64
-			for _, t := range copies {
+			var copies, entries, bytes uint64
+			err := c.ListTrash(cmd.Context(), sf.session(id), func(t *sessiondv1.TrashedCopy) error {
+				copies++
+				if g.json {
+					return g.printJSON(&sessiondv1.ListTrashResponse{Copies: []*sessiondv1.TrashedCopy{t}})
+				}
+				if copies == 1 {
+					fmt.Fprintln(w, "SESSION\tPROJECT\tDELETED\tENTRIES\tSIZE")
+				}
 				name := t.GetSessionId()
 				if sub := t.GetSubpath(); sub != "" {
 					name += " --subpath " + sub
@@ -99,12 +92,33 @@ func trashCmd(g *globals) *cobra.Command {
 					time.UnixMilli(t.GetDeletedMs()).Format("2006-01-02 15:04:05"), t.GetEntries(), humanBytes(t.GetBytes()))
 				entries += t.GetEntries()
 				bytes += t.GetBytes()
+				if copies%trashTableRows == 0 {
+					return w.Flush()
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if g.json {
+				if copies == 0 {
+					return g.printJSON(&sessiondv1.ListTrashResponse{})
+				}
+				return nil
+			}
+			if copies == 0 {
+				if id != "" {
+					fmt.Fprintf(g.out, "no deleted copy of %s in the trash\n", id)
+				} else {
+					fmt.Fprintln(g.out, "the trash is empty")
+				}
+				return nil
 			}
 			if err := w.Flush(); err != nil {
 				return err
 			}
 			_, err = fmt.Fprintf(g.out, "(%s, %s, %s; sessionctl restore UUID [--all] brings a session's back)\n",
-				count(len(copies), "copy"), count(entries, "entry"), humanBytes(bytes))
+				count(copies, "copy"), count(entries, "entry"), humanBytes(bytes))
 			return err
 		}),
 	}
@@ -113,6 +127,10 @@ func trashCmd(g *globals) *cobra.Command {
 	c.MarkFlagsMutuallyExclusive("cwd", "project")
 	return c
 }
+
+// trashTableRows is how many rows of the trash's table are aligned
+// together: the table is printed as it arrives, not held whole.
+const trashTableRows = 1000
 
 // retention says how long the trash keeps a copy.
 func retention(seconds uint64) string {

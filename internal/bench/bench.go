@@ -165,7 +165,7 @@ const (
 
 // AllScenarios lists the suite's scenarios in the order they run.
 var AllScenarios = []string{ScenarioParallel, ScenarioSequential, ScenarioSessions, ScenarioFleet,
-	ScenarioCompaction, ScenarioRecovery, ScenarioMemory, ScenarioListing, ScenarioMirror}
+	ScenarioCompaction, ScenarioRecovery, ScenarioMemory, ScenarioCheckAll, ScenarioListing, ScenarioMirror}
 
 type runSpec struct {
 	id, label, target string

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
+	"github.com/sessiond/sessiond/client"
 )
 
 // The compaction scenario measures the two costs the journal-then-compact
@@ -204,14 +205,22 @@ func (s *compSession) appendEntries(ctx context.Context, n, batch int, lat *[]in
 // flush compacts the session and checks the daemon's answer against what
 // was appended.
 func (s *compSession) flush(ctx context.Context) error {
-	resp, err := s.api.Flush(ctx, &sessiondv1.FlushRequest{Session: s.ref})
+	stream, err := s.api.Flush(ctx, &sessiondv1.FlushRequest{Session: s.ref})
 	if err != nil {
 		return fmt.Errorf("flush %s: %w", s.sid, err)
 	}
-	if len(resp.GetSessions()) != 1 {
-		return fmt.Errorf("flush %s: %d sessions in the answer", s.sid, len(resp.GetSessions()))
+	var got []*sessiondv1.FlushedSession
+	err = client.Receive(stream, func(resp *sessiondv1.FlushResponse) error {
+		got = append(got, resp.GetSessions()...)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("flush %s: %w", s.sid, err)
 	}
-	if got := resp.GetSessions()[0].GetCanonicalBytes(); got != s.bytes {
+	if len(got) != 1 {
+		return fmt.Errorf("flush %s: %d sessions in the answer", s.sid, len(got))
+	}
+	if got := got[0].GetCanonicalBytes(); got != s.bytes {
 		return fmt.Errorf("flush %s: canonical file of %d bytes, %d appended", s.sid, got, s.bytes)
 	}
 	return nil

@@ -129,8 +129,8 @@ func (e *echoServer) Status(context.Context, *sessiondv1.StatusRequest) (*sessio
 
 // Flush and Delete are what the bench's settle and cleanup call: nothing
 // to do.
-func (e *echoServer) Flush(context.Context, *sessiondv1.FlushRequest) (*sessiondv1.FlushResponse, error) {
-	return &sessiondv1.FlushResponse{}, nil
+func (e *echoServer) Flush(_ *sessiondv1.FlushRequest, stream grpc.ServerStreamingServer[sessiondv1.FlushResponse]) error {
+	return stream.Send(&sessiondv1.FlushResponse{})
 }
 
 func serveEcho(sock, syncFile string) error {

@@ -262,7 +262,7 @@ func memSessions(ctx context.Context, env *Env, sz memSizes, sc *Scenario) (empt
 		sz.known, sz.perKnown, float64(onDisk)/1e6, sz.projects, sz.clients, sz.active, sz.trickle))
 
 	if env.Verify {
-		if _, err := c.FlushAll(ctx); err != nil {
+		if err := c.FlushAll(ctx, func(*sessiondv1.FlushedSession) error { return nil }); err != nil {
 			return 0, fmt.Errorf("flush: %w", err)
 		}
 		for s := range added {

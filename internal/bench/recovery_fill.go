@@ -138,7 +138,7 @@ func recoveryVerify(ctx context.Context, socket, ddir, projectKey string, sessio
 		return err
 	}
 	defer c.Close()
-	if _, err := c.FlushAll(ctx); err != nil {
+	if err := c.FlushAll(ctx, func(*sessiondv1.FlushedSession) error { return nil }); err != nil {
 		return fmt.Errorf("flush: %w", err)
 	}
 	l := layout.Layout{Root: filepath.Join(ddir, "root")}

@@ -177,7 +177,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer mir.Close()
 	}
 	srv := server.New(m, log, server.Info{Version: cfg.Version, Socket: cfg.Socket, Root: cfg.Root,
-		StateDir: cfg.StateDir, Started: start, Mirror: mir})
+		StateDir: cfg.StateDir, Started: start, Mirror: mir, MaxMessageBytes: cfg.MaxMessageBytes})
 	uidUnary, uidStream := socket.SameUserInterceptors(uint32(os.Getuid()))
 	drainUnary, drainStream := srv.Interceptors()
 	unary := []grpc.UnaryServerInterceptor{uidUnary, drainUnary}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 
+	"google.golang.org/grpc"
+
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
@@ -27,69 +29,113 @@ func projectOf(ref *sessiondv1.SessionRef) (string, error) {
 	return "", nil
 }
 
-func problems(ps []transcript.Problem) []*sessiondv1.Problem {
-	out := make([]*sessiondv1.Problem, len(ps))
-	for i, p := range ps {
-		out[i] = &sessiondv1.Problem{Line: uint64(p.Line), Offset: uint64(p.Offset), Kind: p.Kind, Message: p.Message, Ids: p.IDs, Warning: p.Warning()}
-	}
-	return out
-}
-
-// Check implements sessiond.v1.Sessiond.
-func (s *Server) Check(ctx context.Context, req *sessiondv1.CheckRequest) (*sessiondv1.CheckResponse, error) {
-	var results []writer.CheckResult
+// Check implements sessiond.v1.Sessiond: each transcript's result is sent
+// as soon as it is checked, its problems in pages.
+func (s *Server) Check(req *sessiondv1.CheckRequest, stream grpc.ServerStreamingServer[sessiondv1.CheckResponse]) error {
+	ctx := stream.Context()
+	send := func(r writer.CheckResult) error { return s.sendCheck(stream, r) }
 	if req.GetAll() {
 		pk, err := projectOf(req.GetSession())
 		if err != nil {
-			return nil, err
+			return err
 		}
-		results, err = s.m.CheckAll(ctx, pk)
-		if err != nil {
-			return nil, err
-		}
-	} else {
-		k, err := s.resolve(req.GetSession(), false)
-		if err != nil {
-			return nil, err
-		}
-		r, err := s.m.Check(ctx, k)
-		if err != nil {
-			return nil, err
-		}
-		results = []writer.CheckResult{r}
+		return s.m.CheckAll(ctx, pk, send)
 	}
-	out := &sessiondv1.CheckResponse{Clean: true}
-	for _, r := range results {
-		out.Sessions = append(out.Sessions, &sessiondv1.SessionCheck{Session: s.resolved(r.Key),
-			Lines: uint64(r.Report.Lines), Entries: uint64(r.Report.Entries), Problems: problems(r.Report.Problems)})
-		if !r.Report.Clean() {
-			out.Clean = false
-		}
-	}
-	return out, nil
-}
-
-// Repair implements sessiond.v1.Sessiond.
-func (s *Server) Repair(ctx context.Context, req *sessiondv1.RepairRequest) (*sessiondv1.RepairResponse, error) {
 	k, err := s.resolve(req.GetSession(), false)
 	if err != nil {
-		return nil, err
+		return err
+	}
+	r, err := s.m.Check(ctx, k)
+	if err != nil {
+		return err
+	}
+	return send(r)
+}
+
+// sendCheck sends one transcript's result: its counts and verdict in the
+// first message, its problems in as many as they need.
+func (s *Server) sendCheck(stream grpc.ServerStreamingServer[sessiondv1.CheckResponse], r writer.CheckResult) error {
+	rep := r.Report
+	session := s.resolved(r.Key)
+	msg := &sessiondv1.CheckResponse{Session: session, Lines: uint64(rep.Lines), Entries: uint64(rep.Entries),
+		ProblemCount: uint64(len(rep.Problems)), Clean: rep.Clean()}
+	pg := newPager(s.pageBudget(), func(page []*sessiondv1.Problem, more bool) error {
+		if msg == nil {
+			msg = &sessiondv1.CheckResponse{Session: session}
+		}
+		msg.Problems, msg.More = page, more
+		err := stream.Send(msg)
+		msg = nil
+		return err
+	})
+	if err := addProblems(pg, rep.Problems); err != nil {
+		return err
+	}
+	return pg.close()
+}
+
+// Repair implements sessiond.v1.Sessiond: the outcome first, then the
+// actions, the problems found before and those left, in pages.
+func (s *Server) Repair(req *sessiondv1.RepairRequest, stream grpc.ServerStreamingServer[sessiondv1.RepairResponse]) error {
+	ctx := stream.Context()
+	k, err := s.resolve(req.GetSession(), false)
+	if err != nil {
+		return err
 	}
 	o, err := s.m.Repair(ctx, k, req.GetDryRun())
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := &sessiondv1.RepairResponse{Session: s.resolved(k), Changed: o.Result.Changed, BackupPath: o.Backup}
-	for _, a := range o.Result.Actions {
-		out.Actions = append(out.Actions, &sessiondv1.RepairAction{Line: uint64(a.Line), Kind: a.Kind, Detail: a.Detail, Before: a.Before, After: a.After})
+	res := o.Result
+	var before, after []transcript.Problem
+	if res.Before != nil {
+		before = res.Before.Problems
 	}
-	if o.Result.Before != nil {
-		out.Before = problems(o.Result.Before.Problems)
+	if res.After != nil {
+		after = res.After.Problems
 	}
-	if o.Result.After != nil {
-		out.After = problems(o.Result.After.Problems)
+	session := s.resolved(k)
+	if err := stream.Send(&sessiondv1.RepairResponse{Session: session, Changed: res.Changed, BackupPath: o.Backup,
+		ActionCount: uint64(len(res.Actions)), BeforeCount: uint64(len(before)), AfterCount: uint64(len(after))}); err != nil {
+		return err
 	}
-	return out, nil
+	budget := s.pageBudget()
+	acts := newPager(budget, func(page []*sessiondv1.RepairAction, _ bool) error {
+		if len(page) == 0 {
+			return nil
+		}
+		return stream.Send(&sessiondv1.RepairResponse{Session: session, Actions: page})
+	})
+	for _, a := range res.Actions {
+		if err := acts.add(&sessiondv1.RepairAction{Line: uint64(a.Line), Kind: a.Kind, Detail: cutText(a.Detail, budget/4), Before: a.Before, After: a.After}); err != nil {
+			return err
+		}
+	}
+	if err := acts.close(); err != nil {
+		return err
+	}
+	for _, part := range []struct {
+		ps    []transcript.Problem
+		after bool
+	}{{before, false}, {after, true}} {
+		pg := newPager(budget, func(page []*sessiondv1.Problem, _ bool) error {
+			if len(page) == 0 {
+				return nil
+			}
+			msg := &sessiondv1.RepairResponse{Session: session, Before: page}
+			if part.after {
+				msg = &sessiondv1.RepairResponse{Session: session, After: page}
+			}
+			return stream.Send(msg)
+		})
+		if err := addProblems(pg, part.ps); err != nil {
+			return err
+		}
+		if err := pg.close(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Fork implements sessiond.v1.Sessiond.
@@ -222,29 +268,33 @@ func (s *Server) Restore(ctx context.Context, req *sessiondv1.RestoreRequest) (*
 }
 
 // ListTrash implements sessiond.v1.Sessiond.
-func (s *Server) ListTrash(ctx context.Context, req *sessiondv1.ListTrashRequest) (*sessiondv1.ListTrashResponse, error) {
+func (s *Server) ListTrash(req *sessiondv1.ListTrashRequest, stream grpc.ServerStreamingServer[sessiondv1.ListTrashResponse]) error {
 	_, byCwd := req.GetProject().(*sessiondv1.ListTrashRequest_Cwd)
 	_, byKey := req.GetProject().(*sessiondv1.ListTrashRequest_ProjectKey)
 	pk, err := projectKeyOf(byCwd, req.GetCwd(), byKey, req.GetProjectKey())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if id := req.GetSessionId(); id != "" {
 		if err := layout.ValidateSessionID(id); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	copies, err := s.m.ListTrash(ctx, pk, req.GetSessionId())
+	copies, err := s.m.ListTrash(stream.Context(), pk, req.GetSessionId())
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := &sessiondv1.ListTrashResponse{}
+	pg := newPager(s.pageBudget(), func(page []*sessiondv1.TrashedCopy, _ bool) error {
+		return stream.Send(&sessiondv1.ListTrashResponse{Copies: page})
+	})
 	for _, c := range copies {
-		out.Copies = append(out.Copies, &sessiondv1.TrashedCopy{ProjectKey: c.Key.ProjectKey, SessionId: c.Key.SessionID,
+		if err := pg.add(&sessiondv1.TrashedCopy{ProjectKey: c.Key.ProjectKey, SessionId: c.Key.SessionID,
 			Subpath: c.Key.Subpath, DeletedMs: c.DeletedAt.UnixMilli(), Entries: c.Entries, Transcripts: uint32(c.Transcripts),
-			Bytes: uint64(c.Bytes), Path: c.Path})
+			Bytes: uint64(c.Bytes), Path: c.Path}); err != nil {
+			return err
+		}
 	}
-	return out, nil
+	return pg.close()
 }
 
 // ListSubkeys implements sessiond.v1.Sessiond.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/internal/errdefs"
@@ -299,21 +300,21 @@ func (s *Server) resolvePulling(ctx context.Context, ref *sessiondv1.SessionRef)
 // listFleet lists pk's sessions ("" for every project's) from PostgreSQL,
 // with the columns of the local listing it has: entries, size, modified
 // time and title (the path is where a pull would write the session).
-func (s *Server) listFleet(ctx context.Context, pk string, req *sessiondv1.ListSessionsRequest) (*sessiondv1.ListSessionsResponse, error) {
+func (s *Server) listFleet(ctx context.Context, pk string, req *sessiondv1.ListSessionsRequest, stream grpc.ServerStreamingServer[sessiondv1.ListSessionsResponse]) error {
 	if s.info.Mirror == nil {
-		return nil, fmt.Errorf("sessiond runs without a PostgreSQL mirror (start it with --mirror or SESSIOND_MIRROR), so it has no fleet to list: %w", errdefs.ErrFailedPrecondition)
+		return fmt.Errorf("sessiond runs without a PostgreSQL mirror (start it with --mirror or SESSIOND_MIRROR), so it has no fleet to list: %w", errdefs.ErrFailedPrecondition)
 	}
 	if req.GetContinue() {
-		return nil, fmt.Errorf("the fleet listing cannot tell sidechains (PostgreSQL holds no such mark); leave --continue out: %w", errdefs.ErrInvalidArgument)
+		return fmt.Errorf("the fleet listing cannot tell sidechains (PostgreSQL holds no such mark); leave --continue out: %w", errdefs.ErrInvalidArgument)
 	}
 	list, err := s.info.Mirror.List(ctx, pk)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if req.GetExcludeArchived() {
 		list = slices.DeleteFunc(list, func(f mirror.FleetSession) bool { return f.Archived })
 	}
-	out := &sessiondv1.ListSessionsResponse{Total: uint32(len(list))}
+	pg := s.sessionPager(stream, len(list))
 	list = list[min(int(req.GetOffset()), len(list)):]
 	if l := int(req.GetLimit()); l > 0 && l < len(list) {
 		list = list[:l]
@@ -323,8 +324,10 @@ func (s *Server) listFleet(ctx context.Context, pk string, req *sessiondv1.ListS
 		if layout.ValidateProjectKey(f.Key.ProjectKey) == nil && layout.ValidateSessionID(f.Key.SessionID) == nil {
 			session = s.resolved(f.Key)
 		}
-		out.Sessions = append(out.Sessions, &sessiondv1.SessionInfo{Session: session, Title: f.Title, Summary: f.Title,
-			Entries: f.Entries, Bytes: f.Bytes, ModifiedMs: f.ModifiedMs, Archived: f.Archived})
+		if err := pg.add(&sessiondv1.SessionInfo{Session: session, Title: f.Title, Summary: f.Title,
+			Entries: f.Entries, Bytes: f.Bytes, ModifiedMs: f.ModifiedMs, Archived: f.Archived}); err != nil {
+			return err
+		}
 	}
-	return out, nil
+	return pg.close()
 }

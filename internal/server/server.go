@@ -38,6 +38,9 @@ type Info struct {
 	Started  time.Time
 	// Mirror is the PostgreSQL mirror, nil without --mirror.
 	Mirror *mirror.Mirror
+	// MaxMessageBytes is the largest message the daemon sends
+	// (--max-message-bytes): answers in pages keep well under it.
+	MaxMessageBytes int
 }
 
 // Server implements sessiond.v1.Sessiond.
@@ -314,33 +317,38 @@ func projectKeyOf(byCwd bool, cwd string, byKey bool, key string) (string, error
 }
 
 // ListSummaries implements sessiond.v1.Sessiond.
-func (s *Server) ListSummaries(ctx context.Context, req *sessiondv1.ListSummariesRequest) (*sessiondv1.ListSummariesResponse, error) {
+func (s *Server) ListSummaries(req *sessiondv1.ListSummariesRequest, stream grpc.ServerStreamingServer[sessiondv1.ListSummariesResponse]) error {
+	ctx := stream.Context()
 	_, byCwd := req.GetProject().(*sessiondv1.ListSummariesRequest_Cwd)
 	_, byKey := req.GetProject().(*sessiondv1.ListSummariesRequest_ProjectKey)
 	if !byCwd && !byKey {
-		return nil, fmt.Errorf("ListSummaries needs a project: set cwd or project_key: %w", errdefs.ErrInvalidArgument)
+		return fmt.Errorf("ListSummaries needs a project: set cwd or project_key: %w", errdefs.ErrInvalidArgument)
 	}
 	pk, err := projectKeyOf(byCwd, req.GetCwd(), byKey, req.GetProjectKey())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	id := req.GetSessionId()
 	if id != "" {
 		if err := layout.ValidateSessionID(id); err != nil {
-			return nil, err
+			return err
 		}
 		id = s.m.SessionKey(layout.Key{ProjectKey: pk, SessionID: id}).SessionID
 	}
 	sums, err := s.m.ListSummaries(ctx, pk, id)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := &sessiondv1.ListSummariesResponse{Summaries: make([]*sessiondv1.SessionSummary, len(sums))}
-	for i, x := range sums {
-		out.Summaries[i] = &sessiondv1.SessionSummary{SessionId: x.Key.SessionID, MtimeMs: x.ModifiedMs, Data: x.Data, Version: x.Version,
-			CoversEntries: x.Covers, Entries: x.Entries}
+	pg := newPager(s.pageBudget(), func(page []*sessiondv1.SessionSummary, _ bool) error {
+		return stream.Send(&sessiondv1.ListSummariesResponse{Summaries: page})
+	})
+	for _, x := range sums {
+		if err := pg.add(&sessiondv1.SessionSummary{SessionId: x.Key.SessionID, MtimeMs: x.ModifiedMs, Data: x.Data, Version: x.Version,
+			CoversEntries: x.Covers, Entries: x.Entries}); err != nil {
+			return err
+		}
 	}
-	return out, nil
+	return pg.close()
 }
 
 // AppendStream implements sessiond.v1.Sessiond: Append for each request of
@@ -402,32 +410,38 @@ func (s *Server) AppendStream(stream grpc.BidiStreamingServer[sessiondv1.AppendR
 	}
 }
 
-// Flush implements sessiond.v1.Sessiond.
-func (s *Server) Flush(ctx context.Context, req *sessiondv1.FlushRequest) (*sessiondv1.FlushResponse, error) {
-	var results []writer.FlushResult
-	if req.GetAll() {
-		r, err := s.m.FlushAll(ctx)
-		if err != nil {
-			return nil, err
-		}
-		results = r
-	} else {
-		k, err := s.resolve(req.GetSession(), false)
-		if err != nil {
-			return nil, err
-		}
-		r, err := s.m.Flush(ctx, k)
-		if err != nil {
-			return nil, err
-		}
-		results = []writer.FlushResult{r}
-	}
-	out := &sessiondv1.FlushResponse{}
-	for _, r := range results {
-		out.Sessions = append(out.Sessions, &sessiondv1.FlushedSession{Session: s.resolved(r.Key),
+// Flush implements sessiond.v1.Sessiond: the sessions compacted go out in
+// pages as they are compacted.
+func (s *Server) Flush(req *sessiondv1.FlushRequest, stream grpc.ServerStreamingServer[sessiondv1.FlushResponse]) error {
+	ctx := stream.Context()
+	pg := newPager(s.pageBudget(), func(page []*sessiondv1.FlushedSession, _ bool) error {
+		return stream.Send(&sessiondv1.FlushResponse{Sessions: page})
+	})
+	add := func(r writer.FlushResult) error {
+		return pg.add(&sessiondv1.FlushedSession{Session: s.resolved(r.Key),
 			CompactedEntries: r.CompactedEntries, CanonicalBytes: uint64(r.CanonicalBytes)})
 	}
-	return out, nil
+	if req.GetAll() {
+		err := s.m.FlushEach(ctx, add)
+		// The sessions compacted are reported even when another failed:
+		// they are compacted all the same.
+		if cerr := pg.close(); err == nil {
+			err = cerr
+		}
+		return err
+	}
+	k, err := s.resolve(req.GetSession(), false)
+	if err != nil {
+		return err
+	}
+	r, err := s.m.Flush(ctx, k)
+	if err != nil {
+		return err
+	}
+	if err := add(r); err != nil {
+		return err
+	}
+	return pg.close()
 }
 
 // Read implements sessiond.v1.Sessiond.
@@ -469,27 +483,38 @@ func (s *Server) read(req *sessiondv1.ReadRequest, stream grpc.ServerStreamingSe
 	})
 }
 
-// ListSessions implements sessiond.v1.Sessiond.
-func (s *Server) ListSessions(ctx context.Context, req *sessiondv1.ListSessionsRequest) (*sessiondv1.ListSessionsResponse, error) {
+// ListSessions implements sessiond.v1.Sessiond: the sessions go out in
+// pages, each with the total.
+func (s *Server) ListSessions(req *sessiondv1.ListSessionsRequest, stream grpc.ServerStreamingServer[sessiondv1.ListSessionsResponse]) error {
+	ctx := stream.Context()
 	_, byCwd := req.GetProject().(*sessiondv1.ListSessionsRequest_Cwd)
 	_, byKey := req.GetProject().(*sessiondv1.ListSessionsRequest_ProjectKey)
 	pk, err := projectKeyOf(byCwd, req.GetCwd(), byKey, req.GetProjectKey())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if req.GetFleet() {
-		return s.listFleet(ctx, pk, req)
+		return s.listFleet(ctx, pk, req, stream)
 	}
 	infos, total, err := s.m.List(ctx, writer.ListOptions{ProjectKey: pk, Limit: int(req.GetLimit()),
 		Offset: int(req.GetOffset()), Continue: req.GetContinue(), ExcludeArchived: req.GetExcludeArchived()})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := &sessiondv1.ListSessionsResponse{Total: uint32(total), Sessions: make([]*sessiondv1.SessionInfo, len(infos))}
-	for i, in := range infos {
-		out.Sessions[i] = s.sessionInfo(in)
+	pg := s.sessionPager(stream, total)
+	for _, in := range infos {
+		if err := pg.add(s.sessionInfo(in)); err != nil {
+			return err
+		}
 	}
-	return out, nil
+	return pg.close()
+}
+
+// sessionPager sends a listing's pages, each with its total.
+func (s *Server) sessionPager(stream grpc.ServerStreamingServer[sessiondv1.ListSessionsResponse], total int) *pager[*sessiondv1.SessionInfo] {
+	return newPager(s.pageBudget(), func(page []*sessiondv1.SessionInfo, _ bool) error {
+		return stream.Send(&sessiondv1.ListSessionsResponse{Sessions: page, Total: uint32(total)})
+	})
 }
 
 // GetSession implements sessiond.v1.Sessiond.
@@ -515,6 +540,13 @@ func (s *Server) sessionInfo(in writer.Info) *sessiondv1.SessionInfo {
 	}
 }
 
+// statusListMax is the most items Status lists of each kind (recovery
+// errors, transcripts missing entries and their ids, deferred compactions,
+// fenced sessions); it counts them all. A store where thousands of
+// transcripts lost entries would otherwise make an answer over the
+// message limit, and status would fail when it matters most.
+const statusListMax = 100
+
 // Status implements sessiond.v1.Sessiond.
 func (s *Server) Status(ctx context.Context, _ *sessiondv1.StatusRequest) (*sessiondv1.StatusResponse, error) {
 	st, trash := s.m.Stats(), s.m.TrashUsage()
@@ -532,18 +564,20 @@ func (s *Server) Status(ctx context.Context, _ *sessiondv1.StatusRequest) (*sess
 		ret.OldestRetainedMs = st.OldestRetained.UnixMilli()
 	}
 	var missing []*sessiondv1.AcknowledgedMissing
-	for _, in := range st.Missing {
-		missing = append(missing, &sessiondv1.AcknowledgedMissing{Session: s.resolved(in.Key), Count: uint64(in.Count), Ids: in.IDs, DetectedMs: in.DetectedMs})
+	for _, in := range st.Missing[:min(len(st.Missing), statusListMax)] {
+		missing = append(missing, &sessiondv1.AcknowledgedMissing{Session: s.resolved(in.Key), Count: uint64(in.Count),
+			Ids: in.IDs[:min(len(in.IDs), statusListMax)], DetectedMs: in.DetectedMs})
 	}
 	return &sessiondv1.StatusResponse{
-		WalRetention: ret, AcknowledgedMissing: missing,
+		WalRetention: ret, AcknowledgedMissing: missing, AcknowledgedMissingTotal: uint64(len(st.Missing)),
 		Operations: ops,
 		Version:    s.info.Version, Pid: int32(os.Getpid()), StartedMs: s.info.Started.UnixMilli(),
 		Socket: s.info.Socket, Root: s.info.Root, StateDir: s.info.StateDir,
 		ActiveSessions: uint32(st.ActiveSessions), Appends: st.Appends, EntriesStored: st.EntriesStored,
 		EntriesDuplicate: st.EntriesDuplicate, JournalSyncs: st.JournalSyncs, JournalBytes: st.JournalBytes,
 		Compactions: st.Compactions, CompactedBytes: st.CompactedBytes, RecoveredSessions: st.RecoveredSessions,
-		Draining: s.draining.Load(), RecoveryErrors: st.RecoveryErrors, ReplayPending: st.ReplayPending,
+		Draining: s.draining.Load(), ReplayPending: st.ReplayPending,
+		RecoveryErrors: st.RecoveryErrors[:min(len(st.RecoveryErrors), statusListMax)], RecoveryErrorsTotal: uint64(len(st.RecoveryErrors)),
 		PastRecoveryFailures: st.PastRecoveryFailures, Disk: s.diskStatus(st.Disk),
 		TrashCopies: uint32(trash.Copies), TrashBytes: uint64(trash.Bytes), TrashRetentionSeconds: uint64(trash.Retention.Seconds()),
 		Mirror: mirrorSt, Leases: leaseSt,
@@ -557,7 +591,8 @@ func (s *Server) mirrorStatus() (*sessiondv1.MirrorStatus, *sessiondv1.LeaseStat
 		return &sessiondv1.MirrorStatus{}, nil
 	}
 	ms := s.info.Mirror.Status()
-	leases := &sessiondv1.LeaseStatus{MachineId: ms.MachineID, Held: ms.Leases, Fenced: ms.Fenced}
+	leases := &sessiondv1.LeaseStatus{MachineId: ms.MachineID, Held: ms.Leases,
+		Fenced: ms.Fenced[:min(len(ms.Fenced), statusListMax)], FencedTotal: uint64(len(ms.Fenced))}
 	out := &sessiondv1.MirrorStatus{Configured: true, Target: ms.Target, Connected: ms.Connected,
 		EntriesBehind: ms.EntriesBehind, BytesBehind: ms.BytesBehind, Transcripts: ms.Transcripts,
 		Unchecked: ms.Unchecked, RowsWritten: ms.RowsWritten, LastError: ms.LastError, Listing: ms.Listing}
@@ -572,8 +607,9 @@ func (s *Server) mirrorStatus() (*sessiondv1.MirrorStatus, *sessiondv1.LeaseStat
 
 func (s *Server) diskStatus(d writer.DiskStats) *sessiondv1.DiskStatus {
 	out := &sessiondv1.DiskStatus{BallastPath: d.BallastPath, BallastBytes: uint64(d.BallastSize),
-		BallastPresent: d.BallastPresent, BallastReleased: d.BallastReleased, LagSessions: d.LagSessions, LagBytes: d.LagBytes}
-	for _, x := range d.Deferred {
+		BallastPresent: d.BallastPresent, BallastReleased: d.BallastReleased, LagSessions: d.LagSessions, LagBytes: d.LagBytes,
+		DeferredTotal: uint64(len(d.Deferred))}
+	for _, x := range d.Deferred[:min(len(d.Deferred), statusListMax)] {
 		out.Deferred = append(out.Deferred, &sessiondv1.DeferredCompaction{Session: s.resolved(x.Key), Dir: x.Dir,
 			NeedBytes: x.Need, FreeBytes: x.Free, SinceMs: x.Since.UnixMilli(), Message: x.Line()})
 	}

@@ -134,7 +134,9 @@ func TestListingRetiresWritersItOpens(t *testing.T) {
 			return nil
 		}},
 		{"FlushAll", func(m *Manager, _ []layout.Key) error { _, err := m.FlushAll(bg); return err }},
-		{"CheckAll", func(m *Manager, _ []layout.Key) error { _, err := m.CheckAll(bg, project); return err }},
+		{"CheckAll", func(m *Manager, _ []layout.Key) error {
+			return m.CheckAll(bg, project, func(CheckResult) error { return nil })
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
@@ -282,7 +284,9 @@ func TestListingDropsEmptyLeftBehindJournals(t *testing.T) {
 					t.Fatalf("FlushAll: %v, %v; want nothing flushed", res, err)
 				}
 			case "CheckAll":
-				if res, err := m.CheckAll(bg, project); err != nil || len(res) != 0 {
+				var res []CheckResult
+				err := m.CheckAll(bg, project, func(r CheckResult) error { res = append(res, r); return nil })
+				if err != nil || len(res) != 0 {
 					t.Fatalf("CheckAll: %v, %v; want nothing checked", res, err)
 				}
 			}

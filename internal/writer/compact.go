@@ -58,11 +58,23 @@ func (m *Manager) flush(ctx context.Context, key layout.Key, retire retireMode, 
 // FlushAll compacts every session that has journaled entries: the open
 // writers and the journals left by retired ones.
 func (m *Manager) FlushAll(ctx context.Context) ([]FlushResult, error) {
+	var out []FlushResult
+	err := m.FlushEach(ctx, func(r FlushResult) error {
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}
+
+// FlushEach is FlushAll handing each session's result to fn once it is
+// compacted, instead of gathering them. A session that fails is reported
+// in the error returned at the end, after the others; fn's error stops at
+// once.
+func (m *Manager) FlushEach(ctx context.Context, fn func(FlushResult) error) error {
 	keys, err := m.journaledKeys()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var out []FlushResult
 	var errs []error
 	for _, k := range keys {
 		r, err := m.flush(ctx, k, retireIfOpened, "flush")
@@ -74,10 +86,12 @@ func (m *Manager) FlushAll(ctx context.Context) ([]FlushResult, error) {
 			continue
 		}
 		if r.CompactedEntries > 0 {
-			out = append(out, r)
+			if err := fn(r); err != nil {
+				return err
+			}
 		}
 	}
-	return out, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // tempPrefix names this session's compaction temp files. They start with a

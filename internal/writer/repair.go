@@ -66,30 +66,38 @@ func (m *Manager) Check(ctx context.Context, key layout.Key) (CheckResult, error
 }
 
 // CheckAll checks every transcript (subagents included) of one project, or
-// of every project when projectKey is "".
-func (m *Manager) CheckAll(ctx context.Context, projectKey string) ([]CheckResult, error) {
+// of every project when projectKey is "", one at a time, and hands each
+// result to fn before the next transcript is read: a store's results are
+// never held together (a million entries' problems would not fit in one
+// answer). fn's error stops the walk and is returned.
+func (m *Manager) CheckAll(ctx context.Context, projectKey string, fn func(CheckResult) error) error {
 	keys, err := m.AllKeys(projectKey, true)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := make([]CheckResult, 0, len(keys))
 	op := m.progress.Start(ctx, "check", "transcripts", int64(len(keys)))
 	defer op.End()
 	for _, k := range keys {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		r, err := m.Check(ctx, k)
-		op.Add(1)
 		if errdefs.Is(err, errdefs.ErrNotFound) {
+			op.Add(1)
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
-		out = append(out, r)
+		err = fn(r)
+		// Counted once handed on, so that a caller watching the
+		// operation sees no transcript as done before it has its result.
+		op.Add(1)
+		if err != nil {
+			return err
+		}
 	}
-	return out, nil
+	return nil
 }
 
 // RepairOutcome describes one repair.

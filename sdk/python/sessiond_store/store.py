@@ -277,6 +277,20 @@ class SessiondStore:
 
         return invoke
 
+    def _pages(
+        self, name: str, request: Any, items: Callable[[Any], Sequence[Any]]
+    ) -> Callable[[pb_grpc.SessiondStub], Awaitable[List[Any]]]:
+        """A server-streaming call answered in pages (the listings): the
+        items of every page, once the stream ended well."""
+
+        async def invoke(stub: pb_grpc.SessiondStub) -> List[Any]:
+            out: List[Any] = []
+            async for response in getattr(stub, name)(request, timeout=self._timeout):
+                out.extend(items(response))
+            return out
+
+        return invoke
+
     # ---- SessionStore ----------------------------------------------------
 
     async def append(self, key: Any, entries: Sequence[Any]) -> None:
@@ -485,12 +499,13 @@ class SessiondStore:
     async def _list_summaries(self, project_key: str, session_id: str = "") -> List[Any]:
         request = pb.ListSummariesRequest(project_key=project_key, session_id=session_id)
         try:
-            response = await self._call("list the summaries of %s" % project_key, self._unary("ListSummaries", request))
+            return await self._call(
+                "list the summaries of %s" % project_key, self._pages("ListSummaries", request, lambda r: r.summaries)
+            )
         except SessiondError as exc:
             if exc.code == grpc.StatusCode.NOT_FOUND:
                 return []
             raise
-        return list(response.summaries)
 
     async def _read_lines(self, key: Any, project_key: str, session_id: str, subpath: str) -> Optional[List[Any]]:
         """Every line of a transcript (Entry messages), None when it has
@@ -525,16 +540,12 @@ class SessiondStore:
         in epoch milliseconds; [] for a project sessiond does not know."""
         request = pb.ListSessionsRequest(project_key=project_key)
         try:
-            response = await self._call("list %s" % project_key, self._unary("ListSessions", request))
+            sessions = await self._call("list %s" % project_key, self._pages("ListSessions", request, lambda r: r.sessions))
         except SessiondError as exc:
             if exc.code == grpc.StatusCode.NOT_FOUND:
                 return []
             raise
-        return [
-            {"session_id": s.session.session_id, "mtime": s.modified_ms}
-            for s in response.sessions
-            if s.session.subpath == ""
-        ]
+        return [{"session_id": s.session.session_id, "mtime": s.modified_ms} for s in sessions if s.session.subpath == ""]
 
     async def list_session_summaries(self, project_key: str) -> List[Dict[str, Any]]:
         """[{"session_id", "mtime", "data"}] for the project's sessions that

@@ -30,7 +30,9 @@ def canonical_lines(daemon, project, session_id):
 async def flush(daemon, project, session_id):
     channel, stub = raw_stub(daemon)
     async with channel:
-        await stub.Flush(pb.FlushRequest(session=pb.SessionRef(project_key=project, session_id=session_id)))
+        # Flush answers in pages (a stream); the flush is done once it ends.
+        async for _ in stub.Flush(pb.FlushRequest(session=pb.SessionRef(project_key=project, session_id=session_id))):
+            pass
 
 
 def nested(depth):

@@ -402,23 +402,25 @@ def test_daemon_without_summaries(new_store, project):
 
     async def go():
         store = new_store(fold=count_fold)
-        original = store._unary
+        original, original_pages = store._unary, store._pages
         sent_summary = []
 
+        async def unimplemented(stub):
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.UNIMPLEMENTED, grpc.aio.Metadata(), grpc.aio.Metadata(), "unknown method"
+            )
+
         def old_daemon(name, request):
-            if name == "ListSummaries":
-
-                async def unimplemented(stub):
-                    raise grpc.aio.AioRpcError(
-                        grpc.StatusCode.UNIMPLEMENTED, grpc.aio.Metadata(), grpc.aio.Metadata(), "unknown method"
-                    )
-
-                return unimplemented
             if name == "Append":
                 sent_summary.append(request.HasField("summary"))
             return original(name, request)
 
-        store._unary = old_daemon
+        def old_daemon_pages(name, request, items):
+            if name == "ListSummaries":
+                return unimplemented
+            return original_pages(name, request, items)
+
+        store._unary, store._pages = old_daemon, old_daemon_pages
         s = sid()
         await store.append(key(project, s), [entry(), entry()])
         await store.append(key(project, s), [entry()])

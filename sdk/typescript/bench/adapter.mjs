@@ -149,6 +149,19 @@ function call(client, method, req) {
   return new Promise((res, rej) => client[method](req, new Metadata(), { deadline: Date.now() + 120_000 }, (err, resp) => (err ? rej(err) : res(resp))));
 }
 
+/** stream calls a server-streaming method (Flush, ListSessions: answered in pages) and resolves with its messages. */
+function stream(client, method, req) {
+  return new Promise((res, rej) => {
+    const out = [];
+    const s = client[method](req, new Metadata(), { deadline: Date.now() + 120_000 });
+    s.on("data", (m) => out.push(m));
+    s.on("error", rej);
+    s.on("status", (st) => {
+      if (st.code === 0) res(out);
+    });
+  });
+}
+
 /** utime + stime of a process, in ms (from /proc/<pid>/stat). */
 function procCPUms(pid) {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
@@ -236,7 +249,7 @@ async function nodeAppendRun(kind, perCall, total) {
   const seconds = usSince(t0) / 1e6;
   const daemonCPU = procCPUms(daemon.pid) - cpu0;
   // Verify, then remove, as sessiond-bench does with its sessions.
-  await call(raw, "flush", { session: ref(projectKey, sessionId), all: false });
+  await stream(raw, "flush", { session: ref(projectKey, sessionId), all: false });
   const info = await call(raw, "getSession", { session: ref(projectKey, sessionId) });
   const verified = Number(info.entries) === total + 1 && Number(info.pendingEntries) === 0;
   await call(raw, "delete", { session: ref(projectKey, sessionId), purge: true });
@@ -364,7 +377,7 @@ let writtenBytes = 0;
   store.close();
   // Every journal into its transcript, so that no background compaction
   // runs while the listings are timed.
-  await call(raw, "flush", { session: undefined, all: true });
+  await stream(raw, "flush", { session: undefined, all: true });
 }
 
 const lister = new SessiondStore({ socketPath: daemon.sock, agentConfigDir });
@@ -381,7 +394,7 @@ const listRaw = rawClient(daemon.sock);
 
 const listings = [
   { id: "sdk", label: "SDK listSessions({ dir, sessionStore: SessiondStore }) (summaries: ListSummaries + ListSessions)", runs: RUNS, run: () => listSessions({ dir: projectDir, sessionStore: lister }) },
-  { id: "daemon", label: "sessiond ListSessions over gRPC, from node (grpc-js, the same process)", runs: RUNS, run: async () => (await call(listRaw, "listSessions", { projectKey, limit: 0, offset: 0, continue: false, excludeArchived: false })).sessions },
+  { id: "daemon", label: "sessiond ListSessions over gRPC, from node (grpc-js, the same process)", runs: RUNS, run: async () => (await stream(listRaw, "listSessions", { projectKey, limit: 0, offset: 0, continue: false, excludeArchived: false })).flatMap((p) => p.sessions) },
   { id: "sums", info: true, label: "its first call alone: SessiondStore.listSessionSummaries (ListSummaries; info)", runs: RUNS, run: () => lister.listSessionSummaries(projectKey) },
   { id: "ids", info: true, label: "its second call alone: SessiondStore.listSessions (ListSessions; info)", runs: RUNS, run: () => lister.listSessions(projectKey) },
   { id: "fallback", label: "SDK listSessions({ dir, sessionStore }) without listSessionSummaries (ListSessions + one load() per session)", runs: FALLBACK_RUNS, run: () => listSessions({ dir: projectDir, sessionStore: bare }) },

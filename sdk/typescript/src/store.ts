@@ -25,6 +25,7 @@ import {
   type ListSummariesResponse,
   type ReadResponse,
   type SessiondClient,
+  type SessionInfo,
   type SessionRef,
   type SessionSummary,
 } from "./gen/sessiond/v1/sessiond.js";
@@ -333,7 +334,7 @@ export class SessiondStore implements SessionStore {
   private async readLines(key: SessionKey): Promise<Entry[] | null> {
     try {
       return await this.rpc({ op: "load", timeoutMs: this.opts.loadTimeoutMs }, (c, o) =>
-        collect(c.read({ session: ref(key), fromIndex: 0, tail: 0, text: false }, new Metadata(), o)),
+        collect(c.read({ session: ref(key), fromIndex: 0, tail: 0, text: false }, new Metadata(), o), (r: ReadResponse) => r.entries),
       );
     } catch (err) {
       if (isCode(err, Status.NOT_FOUND)) return null;
@@ -342,18 +343,19 @@ export class SessiondStore implements SessionStore {
   }
 
   async listSessions(projectKey: string): Promise<Array<{ sessionId: string; mtime: number }>> {
-    let resp: ListSessionsResponse;
+    let sessions: SessionInfo[];
     try {
-      resp = await this.rpc({ op: "listSessions", timeoutMs: this.opts.callTimeoutMs }, (c, o) =>
-        unary<ListSessionsResponse>((cb) =>
-          c.listSessions({ projectKey, limit: 0, offset: 0, continue: false, excludeArchived: false, fleet: false }, new Metadata(), o, cb),
+      sessions = await this.rpc({ op: "listSessions", timeoutMs: this.opts.callTimeoutMs }, (c, o) =>
+        collect(
+          c.listSessions({ projectKey, limit: 0, offset: 0, continue: false, excludeArchived: false, fleet: false }, new Metadata(), o),
+          (r: ListSessionsResponse) => r.sessions,
         ),
       );
     } catch (err) {
       if (isCode(err, Status.NOT_FOUND)) return [];
       throw err;
     }
-    return resp.sessions
+    return sessions
       .filter((s) => s.session !== undefined && s.session.subpath === "")
       .map((s) => ({ sessionId: s.session!.sessionId, mtime: Math.floor(s.modifiedMs) }));
   }
@@ -396,10 +398,9 @@ export class SessiondStore implements SessionStore {
 
   private async listSummaries(projectKey: string, sessionId: string): Promise<SessionSummary[]> {
     try {
-      const resp = await this.rpc({ op: "listSessionSummaries", timeoutMs: this.opts.callTimeoutMs }, (c, o) =>
-        unary<ListSummariesResponse>((cb) => c.listSummaries({ projectKey, sessionId }, new Metadata(), o, cb)),
+      return await this.rpc({ op: "listSessionSummaries", timeoutMs: this.opts.callTimeoutMs }, (c, o) =>
+        collect(c.listSummaries({ projectKey, sessionId }, new Metadata(), o), (r: ListSummariesResponse) => r.summaries),
       );
-      return resp.summaries;
     } catch (err) {
       if (isCode(err, Status.NOT_FOUND)) return [];
       throw err;
@@ -653,14 +654,16 @@ function unary<T>(start: (cb: (err: import("@grpc/grpc-js").ServiceError | null,
   });
 }
 
-function collect(stream: ClientReadableStream<ReadResponse>): Promise<Entry[]> {
-  return new Promise<Entry[]>((resolve, reject) => {
-    const out: Entry[] = [];
-    stream.on("data", (r: ReadResponse) => {
-      for (const e of r.entries) out.push(e);
+// collect gathers the items of every message of a server stream: a
+// transcript's entries, or a listing's pages.
+function collect<R, T>(stream: ClientReadableStream<R>, items: (r: R) => T[]): Promise<T[]> {
+  return new Promise<T[]>((resolve, reject) => {
+    const out: T[] = [];
+    stream.on("data", (r: R) => {
+      for (const e of items(r)) out.push(e);
     });
     // grpc-js ends the stream (push(null)) before it emits a failed status
-    // as 'error': only an OK status means the transcript came whole.
+    // as 'error': only an OK status means the answer came whole.
     stream.on("error", reject);
     stream.on("status", (st: { code: Status }) => {
       if (st.code === Status.OK) resolve(out);

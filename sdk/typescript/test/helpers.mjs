@@ -98,6 +98,19 @@ export function call(client, method, req) {
   return new Promise((res, rej) => client[method](req, (err, resp) => (err ? rej(err) : res(resp))));
 }
 
+/** stream calls a server-streaming method; it resolves with every message once the stream ends well. */
+export function stream(client, method, req) {
+  return new Promise((res, rej) => {
+    const out = [];
+    const s = client[method](req);
+    s.on("data", (m) => out.push(m));
+    s.on("error", rej);
+    s.on("status", (st) => {
+      if (st.code === 0) res(out);
+    });
+  });
+}
+
 export const uuid = () => randomUUID();
 
 /** A user entry as the CLI writes it. */

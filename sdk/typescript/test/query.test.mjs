@@ -12,7 +12,7 @@ import { after, before, describe, test } from "node:test";
 import { getSessionMessages, listSessions, query } from "@anthropic-ai/claude-agent-sdk";
 
 import { SessiondStore } from "../dist/index.js";
-import { call, rawClient, startDaemon, tempDir } from "./helpers.mjs";
+import { rawClient, startDaemon, stream, tempDir } from "./helpers.mjs";
 
 const require = createRequire(import.meta.url);
 let cli;
@@ -159,7 +159,7 @@ describe("query() mirrored to sessiond", { skip: cli === undefined && "the SDK's
     // it, reads as the CLI's own would.
     const client = rawClient(daemon.socket);
     try {
-      await call(client, "flush", { session: { projectKey, sessionId: sid, subpath: "" }, all: false });
+      await stream(client, "flush", { session: { projectKey, sessionId: sid, subpath: "" }, all: false });
     } finally {
       client.close();
     }

@@ -827,6 +827,8 @@ func (x *FlushedSession) GetCanonicalBytes() uint64 {
 	return 0
 }
 
+// FlushResponse is one page of a Flush's answer: sessions compacted, in
+// the order they were. A Flush that compacted nothing sends one empty page.
 type FlushResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Sessions      []*FlushedSession      `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
@@ -1071,7 +1073,8 @@ type ListSessionsRequest struct {
 	//	*ListSessionsRequest_Cwd
 	//	*ListSessionsRequest_ProjectKey
 	Project isListSessionsRequest_Project `protobuf_oneof:"project"`
-	// Page size; 0 means all.
+	// Sessions to list; 0 means all. However many, the answer comes in pages
+	// of at most 1,000 sessions (or about 1 MiB).
 	Limit uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Sessions to skip (newest first), for paging.
 	Offset uint32 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
@@ -1382,11 +1385,13 @@ func (x *SessionInfo) GetDamaged() bool {
 	return false
 }
 
+// ListSessionsResponse is one page of a listing; a listing with no
+// session is one empty page.
 type ListSessionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Newest first.
+	// Newest first, continuing the page before.
 	Sessions []*SessionInfo `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
-	// Sessions matching before paging.
+	// Sessions matching before limit and offset; the same in every page.
 	Total         uint32 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1539,7 +1544,12 @@ type StatusResponse struct {
 	Draining          bool   `protobuf:"varint,16,opt,name=draining,proto3" json:"draining,omitempty"`
 	// Sessions whose journal could not be replayed at start (a damaged
 	// journal is kept aside; the message says where). Empty when all is well.
-	RecoveryErrors []string `protobuf:"bytes,17,rep,name=recovery_errors,json=recoveryErrors,proto3" json:"recovery_errors,omitempty"`
+	// Status lists at most 100 of each kind (recovery errors, transcripts
+	// missing entries, deferred compactions, fenced sessions), so that its
+	// answer stays small whatever the store; the *_total fields count them
+	// all.
+	RecoveryErrors      []string `protobuf:"bytes,17,rep,name=recovery_errors,json=recoveryErrors,proto3" json:"recovery_errors,omitempty"`
+	RecoveryErrorsTotal uint64   `protobuf:"varint,32,opt,name=recovery_errors_total,json=recoveryErrorsTotal,proto3" json:"recovery_errors_total,omitempty"`
 	// Journals found at start whose entries are not in their transcripts
 	// yet. sessiond checks every journal before it serves, then serves the
 	// entries from the journals while it replays them into the transcripts;
@@ -1562,8 +1572,9 @@ type StatusResponse struct {
 	// Transcripts found lacking entries sessiond had acknowledged (another
 	// program rewrote them without those): `sessionctl check` names them,
 	// `sessionctl repair` puts back what the log retains. Empty when all is
-	// well.
-	AcknowledgedMissing []*AcknowledgedMissing `protobuf:"bytes,31,rep,name=acknowledged_missing,json=acknowledgedMissing,proto3" json:"acknowledged_missing,omitempty"`
+	// well. At most 100 (acknowledged_missing_total counts them all).
+	AcknowledgedMissing      []*AcknowledgedMissing `protobuf:"bytes,31,rep,name=acknowledged_missing,json=acknowledgedMissing,proto3" json:"acknowledged_missing,omitempty"`
+	AcknowledgedMissingTotal uint64                 `protobuf:"varint,33,opt,name=acknowledged_missing_total,json=acknowledgedMissingTotal,proto3" json:"acknowledged_missing_total,omitempty"`
 	// The trash: deleted copies kept, the bytes of their files, and how long
 	// a copy is kept before it is purged (sessiond --trash-retention).
 	TrashCopies           uint32 `protobuf:"varint,20,opt,name=trash_copies,json=trashCopies,proto3" json:"trash_copies,omitempty"`
@@ -1729,6 +1740,13 @@ func (x *StatusResponse) GetRecoveryErrors() []string {
 	return nil
 }
 
+func (x *StatusResponse) GetRecoveryErrorsTotal() uint64 {
+	if x != nil {
+		return x.RecoveryErrorsTotal
+	}
+	return 0
+}
+
 func (x *StatusResponse) GetReplayPending() uint64 {
 	if x != nil {
 		return x.ReplayPending
@@ -1769,6 +1787,13 @@ func (x *StatusResponse) GetAcknowledgedMissing() []*AcknowledgedMissing {
 		return x.AcknowledgedMissing
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetAcknowledgedMissingTotal() uint64 {
+	if x != nil {
+		return x.AcknowledgedMissingTotal
+	}
+	return 0
 }
 
 func (x *StatusResponse) GetTrashCopies() uint32 {
@@ -1820,8 +1845,9 @@ type LeaseStatus struct {
 	// Sessions whose lease this sessiond holds.
 	Held uint64 `protobuf:"varint,2,opt,name=held,proto3" json:"held,omitempty"`
 	// The sessions fenced, each "project/session: fenced, taken over by
-	// HOLDER (lease until TIME)".
+	// HOLDER (lease until TIME)": at most 100, fenced_total counts them all.
 	Fenced        []string `protobuf:"bytes,3,rep,name=fenced,proto3" json:"fenced,omitempty"`
+	FencedTotal   uint64   `protobuf:"varint,4,opt,name=fenced_total,json=fencedTotal,proto3" json:"fenced_total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1875,6 +1901,13 @@ func (x *LeaseStatus) GetFenced() []string {
 		return x.Fenced
 	}
 	return nil
+}
+
+func (x *LeaseStatus) GetFencedTotal() uint64 {
+	if x != nil {
+		return x.FencedTotal
+	}
+	return 0
 }
 
 // MirrorStatus is how the PostgreSQL mirror stands. The local transcripts
@@ -2050,8 +2083,10 @@ type DiskStatus struct {
 	// compactions are deferred.
 	LagSessions uint64 `protobuf:"varint,4,opt,name=lag_sessions,json=lagSessions,proto3" json:"lag_sessions,omitempty"`
 	LagBytes    uint64 `protobuf:"varint,5,opt,name=lag_bytes,json=lagBytes,proto3" json:"lag_bytes,omitempty"`
-	// The compactions waiting for space, oldest first.
-	Deferred []*DeferredCompaction `protobuf:"bytes,6,rep,name=deferred,proto3" json:"deferred,omitempty"`
+	// The compactions waiting for space, oldest first: at most 100,
+	// deferred_total counts them all.
+	Deferred      []*DeferredCompaction `protobuf:"bytes,6,rep,name=deferred,proto3" json:"deferred,omitempty"`
+	DeferredTotal uint64                `protobuf:"varint,8,opt,name=deferred_total,json=deferredTotal,proto3" json:"deferred_total,omitempty"`
 	// The ballast file is in place. False with ballast_bytes set and
 	// ballast_released not: the disk never had room for it twice over yet.
 	BallastPresent bool `protobuf:"varint,7,opt,name=ballast_present,json=ballastPresent,proto3" json:"ballast_present,omitempty"`
@@ -2129,6 +2164,13 @@ func (x *DiskStatus) GetDeferred() []*DeferredCompaction {
 		return x.Deferred
 	}
 	return nil
+}
+
+func (x *DiskStatus) GetDeferredTotal() uint64 {
+	if x != nil {
+		return x.DeferredTotal
+	}
+	return 0
 }
 
 func (x *DiskStatus) GetBallastPresent() bool {
@@ -2316,8 +2358,9 @@ type AcknowledgedMissing struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Session *ResolvedSession       `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	Count   uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
-	// The missing entries' uuids (content:<digest> for entries without a
-	// uuid), in acknowledged order; at most 10,000.
+	// The first of the missing entries' uuids (content:<digest> for entries
+	// without a uuid), in acknowledged order: at most 100 here (check names
+	// them all).
 	Ids           []string `protobuf:"bytes,3,rep,name=ids,proto3" json:"ids,omitempty"`
 	DetectedMs    int64    `protobuf:"varint,4,opt,name=detected_ms,json=detectedMs,proto3" json:"detected_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2546,7 +2589,14 @@ type Problem struct {
 	// Not damage: readers and the API take the transcript as it is, and
 	// Repair leaves it (multiple_roots, session_id_mismatch); the message says
 	// why. A check whose problems are all warnings is clean.
-	Warning       bool `protobuf:"varint,6,opt,name=warning,proto3" json:"warning,omitempty"`
+	Warning bool `protobuf:"varint,6,opt,name=warning,proto3" json:"warning,omitempty"`
+	// A problem with more ids than one message holds (acknowledged_missing
+	// of a large rewrite) is split: its first piece carries every field,
+	// ids_total and the first ids; each following piece, in the messages
+	// right after, carries only more ids, with continued set. ids_total is
+	// 0 when the problem was not split.
+	IdsTotal      uint64 `protobuf:"varint,7,opt,name=ids_total,json=idsTotal,proto3" json:"ids_total,omitempty"`
+	Continued     bool   `protobuf:"varint,8,opt,name=continued,proto3" json:"continued,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2623,86 +2673,50 @@ func (x *Problem) GetWarning() bool {
 	return false
 }
 
-type SessionCheck struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       *ResolvedSession       `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
-	Lines         uint64                 `protobuf:"varint,2,opt,name=lines,proto3" json:"lines,omitempty"`
-	Entries       uint64                 `protobuf:"varint,3,opt,name=entries,proto3" json:"entries,omitempty"`
-	Problems      []*Problem             `protobuf:"bytes,4,rep,name=problems,proto3" json:"problems,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *SessionCheck) Reset() {
-	*x = SessionCheck{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *SessionCheck) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*SessionCheck) ProtoMessage() {}
-
-func (x *SessionCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
+func (x *Problem) GetIdsTotal() uint64 {
 	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use SessionCheck.ProtoReflect.Descriptor instead.
-func (*SessionCheck) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{29}
-}
-
-func (x *SessionCheck) GetSession() *ResolvedSession {
-	if x != nil {
-		return x.Session
-	}
-	return nil
-}
-
-func (x *SessionCheck) GetLines() uint64 {
-	if x != nil {
-		return x.Lines
+		return x.IdsTotal
 	}
 	return 0
 }
 
-func (x *SessionCheck) GetEntries() uint64 {
+func (x *Problem) GetContinued() bool {
 	if x != nil {
-		return x.Entries
+		return x.Continued
 	}
-	return 0
+	return false
 }
 
-func (x *SessionCheck) GetProblems() []*Problem {
-	if x != nil {
-		return x.Problems
-	}
-	return nil
-}
-
+// CheckResponse is one message of a Check's stream. Each transcript's
+// result comes as one or more messages in a row, all naming it in session:
+// the first carries its counts (lines, entries, problem_count, clean) and
+// the first problems; while more is set, the next message carries more of
+// that transcript's problems. Problems come in line order, at most 1,000
+// or about 1 MiB (less under a smaller --max-message-bytes) per message. A
+// transcript that cannot be read ends the stream with its error.
 type CheckResponse struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Sessions []*SessionCheck        `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
-	// True when no session has a problem.
-	Clean         bool `protobuf:"varint,2,opt,name=clean,proto3" json:"clean,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session *ResolvedSession       `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// Set in the transcript's first message.
+	Lines   uint64 `protobuf:"varint,2,opt,name=lines,proto3" json:"lines,omitempty"`
+	Entries uint64 `protobuf:"varint,3,opt,name=entries,proto3" json:"entries,omitempty"`
+	// Every problem of the transcript, warnings included, over all its
+	// messages (a problem split over several messages counts once).
+	ProblemCount uint64 `protobuf:"varint,5,opt,name=problem_count,json=problemCount,proto3" json:"problem_count,omitempty"`
+	// The transcript has no damage (warnings aside). Set in the first
+	// message, so a caller knows the verdict before the details.
+	Clean bool `protobuf:"varint,6,opt,name=clean,proto3" json:"clean,omitempty"`
+	// This message's problems.
+	Problems []*Problem `protobuf:"bytes,4,rep,name=problems,proto3" json:"problems,omitempty"`
+	// More messages about this transcript follow.
+	More          bool `protobuf:"varint,7,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2714,7 +2728,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2727,19 +2741,54 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{30}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{29}
 }
 
-func (x *CheckResponse) GetSessions() []*SessionCheck {
+func (x *CheckResponse) GetSession() *ResolvedSession {
 	if x != nil {
-		return x.Sessions
+		return x.Session
 	}
 	return nil
+}
+
+func (x *CheckResponse) GetLines() uint64 {
+	if x != nil {
+		return x.Lines
+	}
+	return 0
+}
+
+func (x *CheckResponse) GetEntries() uint64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *CheckResponse) GetProblemCount() uint64 {
+	if x != nil {
+		return x.ProblemCount
+	}
+	return 0
 }
 
 func (x *CheckResponse) GetClean() bool {
 	if x != nil {
 		return x.Clean
+	}
+	return false
+}
+
+func (x *CheckResponse) GetProblems() []*Problem {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+func (x *CheckResponse) GetMore() bool {
+	if x != nil {
+		return x.More
 	}
 	return false
 }
@@ -2755,7 +2804,7 @@ type RepairRequest struct {
 
 func (x *RepairRequest) Reset() {
 	*x = RepairRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2767,7 +2816,7 @@ func (x *RepairRequest) String() string {
 func (*RepairRequest) ProtoMessage() {}
 
 func (x *RepairRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2780,7 +2829,7 @@ func (x *RepairRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRequest.ProtoReflect.Descriptor instead.
 func (*RepairRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{31}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RepairRequest) GetSession() *SessionRef {
@@ -2814,7 +2863,7 @@ type RepairAction struct {
 
 func (x *RepairAction) Reset() {
 	*x = RepairAction{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +2875,7 @@ func (x *RepairAction) String() string {
 func (*RepairAction) ProtoMessage() {}
 
 func (x *RepairAction) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +2888,7 @@ func (x *RepairAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairAction.ProtoReflect.Descriptor instead.
 func (*RepairAction) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{32}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RepairAction) GetLine() uint64 {
@@ -2877,14 +2926,26 @@ func (x *RepairAction) GetAfter() []byte {
 	return nil
 }
 
+// RepairResponse is one message of a Repair's stream. The first says what
+// was done: changed, backup_path and the counts, sent once the repaired
+// file is in place (or the plan made, for a dry run), so a caller knows
+// the outcome whatever becomes of the rest. The messages after it carry
+// the details in pages: the actions, then the problems found before, then
+// those left after, each in line order, at most 1,000 or about 1 MiB per
+// message (a problem with many ids is split as in CheckResponse).
 type RepairResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Session *ResolvedSession       `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
-	Actions []*RepairAction        `protobuf:"bytes,2,rep,name=actions,proto3" json:"actions,omitempty"`
+	// First message only.
 	// False when the session needed nothing.
 	Changed bool `protobuf:"varint,3,opt,name=changed,proto3" json:"changed,omitempty"`
 	// Where the pre-repair file was kept (empty for a dry run or no change).
-	BackupPath string `protobuf:"bytes,4,opt,name=backup_path,json=backupPath,proto3" json:"backup_path,omitempty"`
+	BackupPath  string `protobuf:"bytes,4,opt,name=backup_path,json=backupPath,proto3" json:"backup_path,omitempty"`
+	ActionCount uint64 `protobuf:"varint,7,opt,name=action_count,json=actionCount,proto3" json:"action_count,omitempty"`
+	BeforeCount uint64 `protobuf:"varint,8,opt,name=before_count,json=beforeCount,proto3" json:"before_count,omitempty"`
+	AfterCount  uint64 `protobuf:"varint,9,opt,name=after_count,json=afterCount,proto3" json:"after_count,omitempty"`
+	// Later messages: pages of the details.
+	Actions []*RepairAction `protobuf:"bytes,2,rep,name=actions,proto3" json:"actions,omitempty"`
 	// Damage found before and left after.
 	Before        []*Problem `protobuf:"bytes,5,rep,name=before,proto3" json:"before,omitempty"`
 	After         []*Problem `protobuf:"bytes,6,rep,name=after,proto3" json:"after,omitempty"`
@@ -2894,7 +2955,7 @@ type RepairResponse struct {
 
 func (x *RepairResponse) Reset() {
 	*x = RepairResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2906,7 +2967,7 @@ func (x *RepairResponse) String() string {
 func (*RepairResponse) ProtoMessage() {}
 
 func (x *RepairResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2919,19 +2980,12 @@ func (x *RepairResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairResponse.ProtoReflect.Descriptor instead.
 func (*RepairResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{33}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RepairResponse) GetSession() *ResolvedSession {
 	if x != nil {
 		return x.Session
-	}
-	return nil
-}
-
-func (x *RepairResponse) GetActions() []*RepairAction {
-	if x != nil {
-		return x.Actions
 	}
 	return nil
 }
@@ -2948,6 +3002,34 @@ func (x *RepairResponse) GetBackupPath() string {
 		return x.BackupPath
 	}
 	return ""
+}
+
+func (x *RepairResponse) GetActionCount() uint64 {
+	if x != nil {
+		return x.ActionCount
+	}
+	return 0
+}
+
+func (x *RepairResponse) GetBeforeCount() uint64 {
+	if x != nil {
+		return x.BeforeCount
+	}
+	return 0
+}
+
+func (x *RepairResponse) GetAfterCount() uint64 {
+	if x != nil {
+		return x.AfterCount
+	}
+	return 0
+}
+
+func (x *RepairResponse) GetActions() []*RepairAction {
+	if x != nil {
+		return x.Actions
+	}
+	return nil
 }
 
 func (x *RepairResponse) GetBefore() []*Problem {
@@ -2981,7 +3063,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2993,7 +3075,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3006,7 +3088,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{34}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ForkRequest) GetSession() *SessionRef {
@@ -3048,7 +3130,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3060,7 +3142,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3073,7 +3155,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{35}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ForkResponse) GetSession() *ResolvedSession {
@@ -3107,7 +3189,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3119,7 +3201,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3132,7 +3214,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{36}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RenameRequest) GetSession() *SessionRef {
@@ -3160,7 +3242,7 @@ type TagRequest struct {
 
 func (x *TagRequest) Reset() {
 	*x = TagRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3172,7 +3254,7 @@ func (x *TagRequest) String() string {
 func (*TagRequest) ProtoMessage() {}
 
 func (x *TagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3185,7 +3267,7 @@ func (x *TagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagRequest.ProtoReflect.Descriptor instead.
 func (*TagRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{37}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TagRequest) GetSession() *SessionRef {
@@ -3212,7 +3294,7 @@ type SetArchivedRequest struct {
 
 func (x *SetArchivedRequest) Reset() {
 	*x = SetArchivedRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3224,7 +3306,7 @@ func (x *SetArchivedRequest) String() string {
 func (*SetArchivedRequest) ProtoMessage() {}
 
 func (x *SetArchivedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3237,7 +3319,7 @@ func (x *SetArchivedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetArchivedRequest.ProtoReflect.Descriptor instead.
 func (*SetArchivedRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{38}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetArchivedRequest) GetSession() *SessionRef {
@@ -3263,7 +3345,7 @@ type MetadataResponse struct {
 
 func (x *MetadataResponse) Reset() {
 	*x = MetadataResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3275,7 +3357,7 @@ func (x *MetadataResponse) String() string {
 func (*MetadataResponse) ProtoMessage() {}
 
 func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3288,7 +3370,7 @@ func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataResponse.ProtoReflect.Descriptor instead.
 func (*MetadataResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{39}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MetadataResponse) GetSession() *ResolvedSession {
@@ -3309,7 +3391,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3321,7 +3403,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3334,7 +3416,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{40}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeleteRequest) GetSession() *SessionRef {
@@ -3362,7 +3444,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3374,7 +3456,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3387,7 +3469,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{41}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteResponse) GetSession() *ResolvedSession {
@@ -3416,7 +3498,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3428,7 +3510,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3441,7 +3523,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{42}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RestoreRequest) GetSession() *SessionRef {
@@ -3476,7 +3558,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3488,7 +3570,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3501,7 +3583,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{43}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RestoreResponse) GetSession() *ResolvedSession {
@@ -3556,7 +3638,7 @@ type ListTrashRequest struct {
 
 func (x *ListTrashRequest) Reset() {
 	*x = ListTrashRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3568,7 +3650,7 @@ func (x *ListTrashRequest) String() string {
 func (*ListTrashRequest) ProtoMessage() {}
 
 func (x *ListTrashRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3581,7 +3663,7 @@ func (x *ListTrashRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTrashRequest.ProtoReflect.Descriptor instead.
 func (*ListTrashRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{44}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListTrashRequest) GetProject() isListTrashRequest_Project {
@@ -3654,7 +3736,7 @@ type TrashedCopy struct {
 
 func (x *TrashedCopy) Reset() {
 	*x = TrashedCopy{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3666,7 +3748,7 @@ func (x *TrashedCopy) String() string {
 func (*TrashedCopy) ProtoMessage() {}
 
 func (x *TrashedCopy) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3679,7 +3761,7 @@ func (x *TrashedCopy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrashedCopy.ProtoReflect.Descriptor instead.
 func (*TrashedCopy) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{45}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TrashedCopy) GetProjectKey() string {
@@ -3738,6 +3820,7 @@ func (x *TrashedCopy) GetPath() string {
 	return ""
 }
 
+// ListTrashResponse is one page of a ListTrash's answer.
 type ListTrashResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// By project and session, each session's copies oldest first.
@@ -3748,7 +3831,7 @@ type ListTrashResponse struct {
 
 func (x *ListTrashResponse) Reset() {
 	*x = ListTrashResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3760,7 +3843,7 @@ func (x *ListTrashResponse) String() string {
 func (*ListTrashResponse) ProtoMessage() {}
 
 func (x *ListTrashResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3773,7 +3856,7 @@ func (x *ListTrashResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTrashResponse.ProtoReflect.Descriptor instead.
 func (*ListTrashResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{46}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListTrashResponse) GetCopies() []*TrashedCopy {
@@ -3792,7 +3875,7 @@ type ListSubkeysRequest struct {
 
 func (x *ListSubkeysRequest) Reset() {
 	*x = ListSubkeysRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[47]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3804,7 +3887,7 @@ func (x *ListSubkeysRequest) String() string {
 func (*ListSubkeysRequest) ProtoMessage() {}
 
 func (x *ListSubkeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[47]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3817,7 +3900,7 @@ func (x *ListSubkeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubkeysRequest.ProtoReflect.Descriptor instead.
 func (*ListSubkeysRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{47}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListSubkeysRequest) GetSession() *SessionRef {
@@ -3837,7 +3920,7 @@ type ListSubkeysResponse struct {
 
 func (x *ListSubkeysResponse) Reset() {
 	*x = ListSubkeysResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[48]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3849,7 +3932,7 @@ func (x *ListSubkeysResponse) String() string {
 func (*ListSubkeysResponse) ProtoMessage() {}
 
 func (x *ListSubkeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[48]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3862,7 +3945,7 @@ func (x *ListSubkeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubkeysResponse.ProtoReflect.Descriptor instead.
 func (*ListSubkeysResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{48}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListSubkeysResponse) GetSubkeys() []string {
@@ -3889,7 +3972,7 @@ type ListSummariesRequest struct {
 
 func (x *ListSummariesRequest) Reset() {
 	*x = ListSummariesRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[49]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3901,7 +3984,7 @@ func (x *ListSummariesRequest) String() string {
 func (*ListSummariesRequest) ProtoMessage() {}
 
 func (x *ListSummariesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[49]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3914,7 +3997,7 @@ func (x *ListSummariesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSummariesRequest.ProtoReflect.Descriptor instead.
 func (*ListSummariesRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{49}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListSummariesRequest) GetProject() isListSummariesRequest_Project {
@@ -3984,7 +4067,7 @@ type SessionSummary struct {
 
 func (x *SessionSummary) Reset() {
 	*x = SessionSummary{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[50]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3996,7 +4079,7 @@ func (x *SessionSummary) String() string {
 func (*SessionSummary) ProtoMessage() {}
 
 func (x *SessionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[50]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4009,7 +4092,7 @@ func (x *SessionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSummary.ProtoReflect.Descriptor instead.
 func (*SessionSummary) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{50}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SessionSummary) GetSessionId() string {
@@ -4054,9 +4137,12 @@ func (x *SessionSummary) GetEntries() uint64 {
 	return 0
 }
 
+// ListSummariesResponse is one page of the summaries: at most 1,000, or
+// about 1 MiB (a single summary larger than that has a page of its own).
 type ListSummariesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Sessions of the project that have a summary, newest first.
+	// Sessions of the project that have a summary, newest first, continuing
+	// the page before.
 	Summaries     []*SessionSummary `protobuf:"bytes,1,rep,name=summaries,proto3" json:"summaries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4064,7 +4150,7 @@ type ListSummariesResponse struct {
 
 func (x *ListSummariesResponse) Reset() {
 	*x = ListSummariesResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[51]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4076,7 +4162,7 @@ func (x *ListSummariesResponse) String() string {
 func (*ListSummariesResponse) ProtoMessage() {}
 
 func (x *ListSummariesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[51]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4089,7 +4175,7 @@ func (x *ListSummariesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSummariesResponse.ProtoReflect.Descriptor instead.
 func (*ListSummariesResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{51}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListSummariesResponse) GetSummaries() []*SessionSummary {
@@ -4108,7 +4194,7 @@ type PullRequest struct {
 
 func (x *PullRequest) Reset() {
 	*x = PullRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[52]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4120,7 +4206,7 @@ func (x *PullRequest) String() string {
 func (*PullRequest) ProtoMessage() {}
 
 func (x *PullRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[52]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4133,7 +4219,7 @@ func (x *PullRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullRequest.ProtoReflect.Descriptor instead.
 func (*PullRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{52}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PullRequest) GetSession() *SessionRef {
@@ -4158,7 +4244,7 @@ type PulledTranscript struct {
 
 func (x *PulledTranscript) Reset() {
 	*x = PulledTranscript{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[53]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4170,7 +4256,7 @@ func (x *PulledTranscript) String() string {
 func (*PulledTranscript) ProtoMessage() {}
 
 func (x *PulledTranscript) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[53]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4183,7 +4269,7 @@ func (x *PulledTranscript) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PulledTranscript.ProtoReflect.Descriptor instead.
 func (*PulledTranscript) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{53}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PulledTranscript) GetSubpath() string {
@@ -4224,7 +4310,7 @@ type PulledSidecar struct {
 
 func (x *PulledSidecar) Reset() {
 	*x = PulledSidecar{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[54]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4236,7 +4322,7 @@ func (x *PulledSidecar) String() string {
 func (*PulledSidecar) ProtoMessage() {}
 
 func (x *PulledSidecar) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[54]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4249,7 +4335,7 @@ func (x *PulledSidecar) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PulledSidecar.ProtoReflect.Descriptor instead.
 func (*PulledSidecar) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{54}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PulledSidecar) GetName() string {
@@ -4278,7 +4364,7 @@ type PullResponse struct {
 
 func (x *PullResponse) Reset() {
 	*x = PullResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[55]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4290,7 +4376,7 @@ func (x *PullResponse) String() string {
 func (*PullResponse) ProtoMessage() {}
 
 func (x *PullResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[55]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4303,7 +4389,7 @@ func (x *PullResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullResponse.ProtoReflect.Descriptor instead.
 func (*PullResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{55}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PullResponse) GetSession() *ResolvedSession {
@@ -4437,7 +4523,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x05total\x18\x02 \x01(\rR\x05total\"F\n" +
 	"\x11GetSessionRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\"\x0f\n" +
-	"\rStatusRequest\"\xfc\b\n" +
+	"\rStatusRequest\"\xee\t\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x1d\n" +
@@ -4457,7 +4543,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x0fcompacted_bytes\x18\x0e \x01(\x04R\x0ecompactedBytes\x12-\n" +
 	"\x12recovered_sessions\x18\x0f \x01(\x04R\x11recoveredSessions\x12\x1a\n" +
 	"\bdraining\x18\x10 \x01(\bR\bdraining\x12'\n" +
-	"\x0frecovery_errors\x18\x11 \x03(\tR\x0erecoveryErrors\x12%\n" +
+	"\x0frecovery_errors\x18\x11 \x03(\tR\x0erecoveryErrors\x122\n" +
+	"\x15recovery_errors_total\x18  \x01(\x04R\x13recoveryErrorsTotal\x12%\n" +
 	"\x0ereplay_pending\x18\x12 \x01(\x04R\rreplayPending\x126\n" +
 	"\n" +
 	"operations\x18\x13 \x03(\v2\x16.sessiond.v1.OperationR\n" +
@@ -4465,18 +4552,20 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x16past_recovery_failures\x18\x19 \x01(\x04R\x14pastRecoveryFailures\x12+\n" +
 	"\x04disk\x18\x1a \x01(\v2\x17.sessiond.v1.DiskStatusR\x04disk\x12>\n" +
 	"\rwal_retention\x18\x1e \x01(\v2\x19.sessiond.v1.WalRetentionR\fwalRetention\x12S\n" +
-	"\x14acknowledged_missing\x18\x1f \x03(\v2 .sessiond.v1.AcknowledgedMissingR\x13acknowledgedMissing\x12!\n" +
+	"\x14acknowledged_missing\x18\x1f \x03(\v2 .sessiond.v1.AcknowledgedMissingR\x13acknowledgedMissing\x12<\n" +
+	"\x1aacknowledged_missing_total\x18! \x01(\x04R\x18acknowledgedMissingTotal\x12!\n" +
 	"\ftrash_copies\x18\x14 \x01(\rR\vtrashCopies\x12\x1f\n" +
 	"\vtrash_bytes\x18\x15 \x01(\x04R\n" +
 	"trashBytes\x126\n" +
 	"\x17trash_retention_seconds\x18\x16 \x01(\x04R\x15trashRetentionSeconds\x121\n" +
 	"\x06mirror\x18( \x01(\v2\x19.sessiond.v1.MirrorStatusR\x06mirror\x120\n" +
-	"\x06leases\x182 \x01(\v2\x18.sessiond.v1.LeaseStatusR\x06leases\"X\n" +
+	"\x06leases\x182 \x01(\v2\x18.sessiond.v1.LeaseStatusR\x06leases\"{\n" +
 	"\vLeaseStatus\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x12\n" +
 	"\x04held\x18\x02 \x01(\x04R\x04held\x12\x16\n" +
-	"\x06fenced\x18\x03 \x03(\tR\x06fenced\"\x98\x03\n" +
+	"\x06fenced\x18\x03 \x03(\tR\x06fenced\x12!\n" +
+	"\ffenced_total\x18\x04 \x01(\x04R\vfencedTotal\"\x98\x03\n" +
 	"\fMirrorStatus\x12\x1e\n" +
 	"\n" +
 	"configured\x18\x01 \x01(\bR\n" +
@@ -4493,7 +4582,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"last_error\x18\n" +
 	" \x01(\tR\tlastError\x12\"\n" +
 	"\rlast_error_ms\x18\v \x01(\x03R\vlastErrorMs\x12\x18\n" +
-	"\alisting\x18\f \x01(\bR\alisting\"\xa5\x02\n" +
+	"\alisting\x18\f \x01(\bR\alisting\"\xcc\x02\n" +
 	"\n" +
 	"DiskStatus\x12!\n" +
 	"\fballast_path\x18\x01 \x01(\tR\vballastPath\x12#\n" +
@@ -4501,7 +4590,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x10ballast_released\x18\x03 \x01(\bR\x0fballastReleased\x12!\n" +
 	"\flag_sessions\x18\x04 \x01(\x04R\vlagSessions\x12\x1b\n" +
 	"\tlag_bytes\x18\x05 \x01(\x04R\blagBytes\x12;\n" +
-	"\bdeferred\x18\x06 \x03(\v2\x1f.sessiond.v1.DeferredCompactionR\bdeferred\x12'\n" +
+	"\bdeferred\x18\x06 \x03(\v2\x1f.sessiond.v1.DeferredCompactionR\bdeferred\x12%\n" +
+	"\x0edeferred_total\x18\b \x01(\x04R\rdeferredTotal\x12'\n" +
 	"\x0fballast_present\x18\a \x01(\bR\x0eballastPresent\"\xd1\x01\n" +
 	"\x12DeferredCompaction\x126\n" +
 	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\x12\x10\n" +
@@ -4535,22 +4625,24 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"started_ms\x18\x06 \x01(\x03R\tstartedMs\"S\n" +
 	"\fCheckRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x10\n" +
-	"\x03all\x18\x02 \x01(\bR\x03all\"\x8f\x01\n" +
+	"\x03all\x18\x02 \x01(\bR\x03all\"\xca\x01\n" +
 	"\aProblem\x12\x12\n" +
 	"\x04line\x18\x01 \x01(\x04R\x04line\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x12\n" +
 	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12\x10\n" +
 	"\x03ids\x18\x05 \x03(\tR\x03ids\x12\x18\n" +
-	"\awarning\x18\x06 \x01(\bR\awarning\"\xa8\x01\n" +
-	"\fSessionCheck\x126\n" +
+	"\awarning\x18\x06 \x01(\bR\awarning\x12\x1b\n" +
+	"\tids_total\x18\a \x01(\x04R\bidsTotal\x12\x1c\n" +
+	"\tcontinued\x18\b \x01(\bR\tcontinued\"\xf8\x01\n" +
+	"\rCheckResponse\x126\n" +
 	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\x12\x14\n" +
 	"\x05lines\x18\x02 \x01(\x04R\x05lines\x12\x18\n" +
-	"\aentries\x18\x03 \x01(\x04R\aentries\x120\n" +
-	"\bproblems\x18\x04 \x03(\v2\x14.sessiond.v1.ProblemR\bproblems\"\\\n" +
-	"\rCheckResponse\x125\n" +
-	"\bsessions\x18\x01 \x03(\v2\x19.sessiond.v1.SessionCheckR\bsessions\x12\x14\n" +
-	"\x05clean\x18\x02 \x01(\bR\x05clean\"[\n" +
+	"\aentries\x18\x03 \x01(\x04R\aentries\x12#\n" +
+	"\rproblem_count\x18\x05 \x01(\x04R\fproblemCount\x12\x14\n" +
+	"\x05clean\x18\x06 \x01(\bR\x05clean\x120\n" +
+	"\bproblems\x18\x04 \x03(\v2\x14.sessiond.v1.ProblemR\bproblems\x12\x12\n" +
+	"\x04more\x18\a \x01(\bR\x04more\"[\n" +
 	"\rRepairRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"|\n" +
@@ -4559,13 +4651,17 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x16\n" +
 	"\x06before\x18\x04 \x01(\fR\x06before\x12\x14\n" +
-	"\x05after\x18\x05 \x01(\fR\x05after\"\x92\x02\n" +
+	"\x05after\x18\x05 \x01(\fR\x05after\"\xf9\x02\n" +
 	"\x0eRepairResponse\x126\n" +
-	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\x123\n" +
-	"\aactions\x18\x02 \x03(\v2\x19.sessiond.v1.RepairActionR\aactions\x12\x18\n" +
+	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\x12\x18\n" +
 	"\achanged\x18\x03 \x01(\bR\achanged\x12\x1f\n" +
 	"\vbackup_path\x18\x04 \x01(\tR\n" +
-	"backupPath\x12,\n" +
+	"backupPath\x12!\n" +
+	"\faction_count\x18\a \x01(\x04R\vactionCount\x12!\n" +
+	"\fbefore_count\x18\b \x01(\x04R\vbeforeCount\x12\x1f\n" +
+	"\vafter_count\x18\t \x01(\x04R\n" +
+	"afterCount\x123\n" +
+	"\aactions\x18\x02 \x03(\v2\x19.sessiond.v1.RepairActionR\aactions\x12,\n" +
 	"\x06before\x18\x05 \x03(\v2\x14.sessiond.v1.ProblemR\x06before\x12*\n" +
 	"\x05after\x18\x06 \x03(\v2\x14.sessiond.v1.ProblemR\x05after\"\x9a\x01\n" +
 	"\vForkRequest\x121\n" +
@@ -4666,28 +4762,28 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\fEntryOutcome\x12\x1d\n" +
 	"\x19ENTRY_OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ENTRY_OUTCOME_STORED\x10\x01\x12\x1b\n" +
-	"\x17ENTRY_OUTCOME_DUPLICATE\x10\x022\x8f\v\n" +
+	"\x17ENTRY_OUTCOME_DUPLICATE\x10\x022\x9b\v\n" +
 	"\bSessiond\x12A\n" +
 	"\x06Append\x12\x1a.sessiond.v1.AppendRequest\x1a\x1b.sessiond.v1.AppendResponse\x12Q\n" +
-	"\fAppendStream\x12\x1a.sessiond.v1.AppendRequest\x1a!.sessiond.v1.AppendStreamResponse(\x010\x01\x12>\n" +
-	"\x05Flush\x12\x19.sessiond.v1.FlushRequest\x1a\x1a.sessiond.v1.FlushResponse\x12=\n" +
+	"\fAppendStream\x12\x1a.sessiond.v1.AppendRequest\x1a!.sessiond.v1.AppendStreamResponse(\x010\x01\x12@\n" +
+	"\x05Flush\x12\x19.sessiond.v1.FlushRequest\x1a\x1a.sessiond.v1.FlushResponse0\x01\x12=\n" +
 	"\x04Read\x12\x18.sessiond.v1.ReadRequest\x1a\x19.sessiond.v1.ReadResponse0\x01\x12?\n" +
-	"\x06Follow\x12\x18.sessiond.v1.ReadRequest\x1a\x19.sessiond.v1.ReadResponse0\x01\x12S\n" +
-	"\fListSessions\x12 .sessiond.v1.ListSessionsRequest\x1a!.sessiond.v1.ListSessionsResponse\x12F\n" +
+	"\x06Follow\x12\x18.sessiond.v1.ReadRequest\x1a\x19.sessiond.v1.ReadResponse0\x01\x12U\n" +
+	"\fListSessions\x12 .sessiond.v1.ListSessionsRequest\x1a!.sessiond.v1.ListSessionsResponse0\x01\x12F\n" +
 	"\n" +
 	"GetSession\x12\x1e.sessiond.v1.GetSessionRequest\x1a\x18.sessiond.v1.SessionInfo\x12A\n" +
-	"\x06Status\x12\x1a.sessiond.v1.StatusRequest\x1a\x1b.sessiond.v1.StatusResponse\x12>\n" +
-	"\x05Check\x12\x19.sessiond.v1.CheckRequest\x1a\x1a.sessiond.v1.CheckResponse\x12A\n" +
-	"\x06Repair\x12\x1a.sessiond.v1.RepairRequest\x1a\x1b.sessiond.v1.RepairResponse\x12;\n" +
+	"\x06Status\x12\x1a.sessiond.v1.StatusRequest\x1a\x1b.sessiond.v1.StatusResponse\x12@\n" +
+	"\x05Check\x12\x19.sessiond.v1.CheckRequest\x1a\x1a.sessiond.v1.CheckResponse0\x01\x12C\n" +
+	"\x06Repair\x12\x1a.sessiond.v1.RepairRequest\x1a\x1b.sessiond.v1.RepairResponse0\x01\x12;\n" +
 	"\x04Fork\x12\x18.sessiond.v1.ForkRequest\x1a\x19.sessiond.v1.ForkResponse\x12C\n" +
 	"\x06Rename\x12\x1a.sessiond.v1.RenameRequest\x1a\x1d.sessiond.v1.MetadataResponse\x12=\n" +
 	"\x03Tag\x12\x17.sessiond.v1.TagRequest\x1a\x1d.sessiond.v1.MetadataResponse\x12M\n" +
 	"\vSetArchived\x12\x1f.sessiond.v1.SetArchivedRequest\x1a\x1d.sessiond.v1.MetadataResponse\x12A\n" +
 	"\x06Delete\x12\x1a.sessiond.v1.DeleteRequest\x1a\x1b.sessiond.v1.DeleteResponse\x12D\n" +
-	"\aRestore\x12\x1b.sessiond.v1.RestoreRequest\x1a\x1c.sessiond.v1.RestoreResponse\x12J\n" +
-	"\tListTrash\x12\x1d.sessiond.v1.ListTrashRequest\x1a\x1e.sessiond.v1.ListTrashResponse\x12P\n" +
-	"\vListSubkeys\x12\x1f.sessiond.v1.ListSubkeysRequest\x1a .sessiond.v1.ListSubkeysResponse\x12V\n" +
-	"\rListSummaries\x12!.sessiond.v1.ListSummariesRequest\x1a\".sessiond.v1.ListSummariesResponse\x12;\n" +
+	"\aRestore\x12\x1b.sessiond.v1.RestoreRequest\x1a\x1c.sessiond.v1.RestoreResponse\x12L\n" +
+	"\tListTrash\x12\x1d.sessiond.v1.ListTrashRequest\x1a\x1e.sessiond.v1.ListTrashResponse0\x01\x12P\n" +
+	"\vListSubkeys\x12\x1f.sessiond.v1.ListSubkeysRequest\x1a .sessiond.v1.ListSubkeysResponse\x12X\n" +
+	"\rListSummaries\x12!.sessiond.v1.ListSummariesRequest\x1a\".sessiond.v1.ListSummariesResponse0\x01\x12;\n" +
 	"\x04Pull\x12\x18.sessiond.v1.PullRequest\x1a\x19.sessiond.v1.PullResponseB?Z=github.com/sessiond/sessiond/api/proto/sessiond/v1;sessiondv1b\x06proto3"
 
 var (
@@ -4703,7 +4799,7 @@ func file_sessiond_v1_sessiond_proto_rawDescGZIP() []byte {
 }
 
 var file_sessiond_v1_sessiond_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(EntryOutcome)(0),             // 0: sessiond.v1.EntryOutcome
 	(*SessionRef)(nil),            // 1: sessiond.v1.SessionRef
@@ -4735,33 +4831,32 @@ var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(*Operation)(nil),             // 27: sessiond.v1.Operation
 	(*CheckRequest)(nil),          // 28: sessiond.v1.CheckRequest
 	(*Problem)(nil),               // 29: sessiond.v1.Problem
-	(*SessionCheck)(nil),          // 30: sessiond.v1.SessionCheck
-	(*CheckResponse)(nil),         // 31: sessiond.v1.CheckResponse
-	(*RepairRequest)(nil),         // 32: sessiond.v1.RepairRequest
-	(*RepairAction)(nil),          // 33: sessiond.v1.RepairAction
-	(*RepairResponse)(nil),        // 34: sessiond.v1.RepairResponse
-	(*ForkRequest)(nil),           // 35: sessiond.v1.ForkRequest
-	(*ForkResponse)(nil),          // 36: sessiond.v1.ForkResponse
-	(*RenameRequest)(nil),         // 37: sessiond.v1.RenameRequest
-	(*TagRequest)(nil),            // 38: sessiond.v1.TagRequest
-	(*SetArchivedRequest)(nil),    // 39: sessiond.v1.SetArchivedRequest
-	(*MetadataResponse)(nil),      // 40: sessiond.v1.MetadataResponse
-	(*DeleteRequest)(nil),         // 41: sessiond.v1.DeleteRequest
-	(*DeleteResponse)(nil),        // 42: sessiond.v1.DeleteResponse
-	(*RestoreRequest)(nil),        // 43: sessiond.v1.RestoreRequest
-	(*RestoreResponse)(nil),       // 44: sessiond.v1.RestoreResponse
-	(*ListTrashRequest)(nil),      // 45: sessiond.v1.ListTrashRequest
-	(*TrashedCopy)(nil),           // 46: sessiond.v1.TrashedCopy
-	(*ListTrashResponse)(nil),     // 47: sessiond.v1.ListTrashResponse
-	(*ListSubkeysRequest)(nil),    // 48: sessiond.v1.ListSubkeysRequest
-	(*ListSubkeysResponse)(nil),   // 49: sessiond.v1.ListSubkeysResponse
-	(*ListSummariesRequest)(nil),  // 50: sessiond.v1.ListSummariesRequest
-	(*SessionSummary)(nil),        // 51: sessiond.v1.SessionSummary
-	(*ListSummariesResponse)(nil), // 52: sessiond.v1.ListSummariesResponse
-	(*PullRequest)(nil),           // 53: sessiond.v1.PullRequest
-	(*PulledTranscript)(nil),      // 54: sessiond.v1.PulledTranscript
-	(*PulledSidecar)(nil),         // 55: sessiond.v1.PulledSidecar
-	(*PullResponse)(nil),          // 56: sessiond.v1.PullResponse
+	(*CheckResponse)(nil),         // 30: sessiond.v1.CheckResponse
+	(*RepairRequest)(nil),         // 31: sessiond.v1.RepairRequest
+	(*RepairAction)(nil),          // 32: sessiond.v1.RepairAction
+	(*RepairResponse)(nil),        // 33: sessiond.v1.RepairResponse
+	(*ForkRequest)(nil),           // 34: sessiond.v1.ForkRequest
+	(*ForkResponse)(nil),          // 35: sessiond.v1.ForkResponse
+	(*RenameRequest)(nil),         // 36: sessiond.v1.RenameRequest
+	(*TagRequest)(nil),            // 37: sessiond.v1.TagRequest
+	(*SetArchivedRequest)(nil),    // 38: sessiond.v1.SetArchivedRequest
+	(*MetadataResponse)(nil),      // 39: sessiond.v1.MetadataResponse
+	(*DeleteRequest)(nil),         // 40: sessiond.v1.DeleteRequest
+	(*DeleteResponse)(nil),        // 41: sessiond.v1.DeleteResponse
+	(*RestoreRequest)(nil),        // 42: sessiond.v1.RestoreRequest
+	(*RestoreResponse)(nil),       // 43: sessiond.v1.RestoreResponse
+	(*ListTrashRequest)(nil),      // 44: sessiond.v1.ListTrashRequest
+	(*TrashedCopy)(nil),           // 45: sessiond.v1.TrashedCopy
+	(*ListTrashResponse)(nil),     // 46: sessiond.v1.ListTrashResponse
+	(*ListSubkeysRequest)(nil),    // 47: sessiond.v1.ListSubkeysRequest
+	(*ListSubkeysResponse)(nil),   // 48: sessiond.v1.ListSubkeysResponse
+	(*ListSummariesRequest)(nil),  // 49: sessiond.v1.ListSummariesRequest
+	(*SessionSummary)(nil),        // 50: sessiond.v1.SessionSummary
+	(*ListSummariesResponse)(nil), // 51: sessiond.v1.ListSummariesResponse
+	(*PullRequest)(nil),           // 52: sessiond.v1.PullRequest
+	(*PulledTranscript)(nil),      // 53: sessiond.v1.PulledTranscript
+	(*PulledSidecar)(nil),         // 54: sessiond.v1.PulledSidecar
+	(*PullResponse)(nil),          // 55: sessiond.v1.PullResponse
 }
 var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	1,  // 0: sessiond.v1.AppendRequest.session:type_name -> sessiond.v1.SessionRef
@@ -4789,76 +4884,75 @@ var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	2,  // 22: sessiond.v1.DeferredCompaction.session:type_name -> sessiond.v1.ResolvedSession
 	2,  // 23: sessiond.v1.AcknowledgedMissing.session:type_name -> sessiond.v1.ResolvedSession
 	1,  // 24: sessiond.v1.CheckRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 25: sessiond.v1.SessionCheck.session:type_name -> sessiond.v1.ResolvedSession
-	29, // 26: sessiond.v1.SessionCheck.problems:type_name -> sessiond.v1.Problem
-	30, // 27: sessiond.v1.CheckResponse.sessions:type_name -> sessiond.v1.SessionCheck
-	1,  // 28: sessiond.v1.RepairRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 29: sessiond.v1.RepairResponse.session:type_name -> sessiond.v1.ResolvedSession
-	33, // 30: sessiond.v1.RepairResponse.actions:type_name -> sessiond.v1.RepairAction
-	29, // 31: sessiond.v1.RepairResponse.before:type_name -> sessiond.v1.Problem
-	29, // 32: sessiond.v1.RepairResponse.after:type_name -> sessiond.v1.Problem
-	1,  // 33: sessiond.v1.ForkRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 34: sessiond.v1.ForkResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 35: sessiond.v1.RenameRequest.session:type_name -> sessiond.v1.SessionRef
-	1,  // 36: sessiond.v1.TagRequest.session:type_name -> sessiond.v1.SessionRef
-	1,  // 37: sessiond.v1.SetArchivedRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 38: sessiond.v1.MetadataResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 39: sessiond.v1.DeleteRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 40: sessiond.v1.DeleteResponse.session:type_name -> sessiond.v1.ResolvedSession
-	1,  // 41: sessiond.v1.RestoreRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 42: sessiond.v1.RestoreResponse.session:type_name -> sessiond.v1.ResolvedSession
-	46, // 43: sessiond.v1.ListTrashResponse.copies:type_name -> sessiond.v1.TrashedCopy
-	1,  // 44: sessiond.v1.ListSubkeysRequest.session:type_name -> sessiond.v1.SessionRef
-	51, // 45: sessiond.v1.ListSummariesResponse.summaries:type_name -> sessiond.v1.SessionSummary
-	1,  // 46: sessiond.v1.PullRequest.session:type_name -> sessiond.v1.SessionRef
-	2,  // 47: sessiond.v1.PullResponse.session:type_name -> sessiond.v1.ResolvedSession
-	54, // 48: sessiond.v1.PullResponse.transcripts:type_name -> sessiond.v1.PulledTranscript
-	55, // 49: sessiond.v1.PullResponse.sidecars:type_name -> sessiond.v1.PulledSidecar
-	3,  // 50: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
-	3,  // 51: sessiond.v1.Sessiond.AppendStream:input_type -> sessiond.v1.AppendRequest
-	9,  // 52: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
-	12, // 53: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
-	12, // 54: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
-	15, // 55: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
-	18, // 56: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
-	19, // 57: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
-	28, // 58: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
-	32, // 59: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
-	35, // 60: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
-	37, // 61: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
-	38, // 62: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
-	39, // 63: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
-	41, // 64: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
-	43, // 65: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
-	45, // 66: sessiond.v1.Sessiond.ListTrash:input_type -> sessiond.v1.ListTrashRequest
-	48, // 67: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
-	50, // 68: sessiond.v1.Sessiond.ListSummaries:input_type -> sessiond.v1.ListSummariesRequest
-	53, // 69: sessiond.v1.Sessiond.Pull:input_type -> sessiond.v1.PullRequest
-	8,  // 70: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
-	5,  // 71: sessiond.v1.Sessiond.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
-	11, // 72: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
-	14, // 73: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
-	14, // 74: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
-	17, // 75: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
-	16, // 76: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
-	20, // 77: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
-	31, // 78: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
-	34, // 79: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
-	36, // 80: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
-	40, // 81: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
-	40, // 82: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
-	40, // 83: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
-	42, // 84: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
-	44, // 85: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
-	47, // 86: sessiond.v1.Sessiond.ListTrash:output_type -> sessiond.v1.ListTrashResponse
-	49, // 87: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
-	52, // 88: sessiond.v1.Sessiond.ListSummaries:output_type -> sessiond.v1.ListSummariesResponse
-	56, // 89: sessiond.v1.Sessiond.Pull:output_type -> sessiond.v1.PullResponse
-	70, // [70:90] is the sub-list for method output_type
-	50, // [50:70] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	2,  // 25: sessiond.v1.CheckResponse.session:type_name -> sessiond.v1.ResolvedSession
+	29, // 26: sessiond.v1.CheckResponse.problems:type_name -> sessiond.v1.Problem
+	1,  // 27: sessiond.v1.RepairRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 28: sessiond.v1.RepairResponse.session:type_name -> sessiond.v1.ResolvedSession
+	32, // 29: sessiond.v1.RepairResponse.actions:type_name -> sessiond.v1.RepairAction
+	29, // 30: sessiond.v1.RepairResponse.before:type_name -> sessiond.v1.Problem
+	29, // 31: sessiond.v1.RepairResponse.after:type_name -> sessiond.v1.Problem
+	1,  // 32: sessiond.v1.ForkRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 33: sessiond.v1.ForkResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 34: sessiond.v1.RenameRequest.session:type_name -> sessiond.v1.SessionRef
+	1,  // 35: sessiond.v1.TagRequest.session:type_name -> sessiond.v1.SessionRef
+	1,  // 36: sessiond.v1.SetArchivedRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 37: sessiond.v1.MetadataResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 38: sessiond.v1.DeleteRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 39: sessiond.v1.DeleteResponse.session:type_name -> sessiond.v1.ResolvedSession
+	1,  // 40: sessiond.v1.RestoreRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 41: sessiond.v1.RestoreResponse.session:type_name -> sessiond.v1.ResolvedSession
+	45, // 42: sessiond.v1.ListTrashResponse.copies:type_name -> sessiond.v1.TrashedCopy
+	1,  // 43: sessiond.v1.ListSubkeysRequest.session:type_name -> sessiond.v1.SessionRef
+	50, // 44: sessiond.v1.ListSummariesResponse.summaries:type_name -> sessiond.v1.SessionSummary
+	1,  // 45: sessiond.v1.PullRequest.session:type_name -> sessiond.v1.SessionRef
+	2,  // 46: sessiond.v1.PullResponse.session:type_name -> sessiond.v1.ResolvedSession
+	53, // 47: sessiond.v1.PullResponse.transcripts:type_name -> sessiond.v1.PulledTranscript
+	54, // 48: sessiond.v1.PullResponse.sidecars:type_name -> sessiond.v1.PulledSidecar
+	3,  // 49: sessiond.v1.Sessiond.Append:input_type -> sessiond.v1.AppendRequest
+	3,  // 50: sessiond.v1.Sessiond.AppendStream:input_type -> sessiond.v1.AppendRequest
+	9,  // 51: sessiond.v1.Sessiond.Flush:input_type -> sessiond.v1.FlushRequest
+	12, // 52: sessiond.v1.Sessiond.Read:input_type -> sessiond.v1.ReadRequest
+	12, // 53: sessiond.v1.Sessiond.Follow:input_type -> sessiond.v1.ReadRequest
+	15, // 54: sessiond.v1.Sessiond.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
+	18, // 55: sessiond.v1.Sessiond.GetSession:input_type -> sessiond.v1.GetSessionRequest
+	19, // 56: sessiond.v1.Sessiond.Status:input_type -> sessiond.v1.StatusRequest
+	28, // 57: sessiond.v1.Sessiond.Check:input_type -> sessiond.v1.CheckRequest
+	31, // 58: sessiond.v1.Sessiond.Repair:input_type -> sessiond.v1.RepairRequest
+	34, // 59: sessiond.v1.Sessiond.Fork:input_type -> sessiond.v1.ForkRequest
+	36, // 60: sessiond.v1.Sessiond.Rename:input_type -> sessiond.v1.RenameRequest
+	37, // 61: sessiond.v1.Sessiond.Tag:input_type -> sessiond.v1.TagRequest
+	38, // 62: sessiond.v1.Sessiond.SetArchived:input_type -> sessiond.v1.SetArchivedRequest
+	40, // 63: sessiond.v1.Sessiond.Delete:input_type -> sessiond.v1.DeleteRequest
+	42, // 64: sessiond.v1.Sessiond.Restore:input_type -> sessiond.v1.RestoreRequest
+	44, // 65: sessiond.v1.Sessiond.ListTrash:input_type -> sessiond.v1.ListTrashRequest
+	47, // 66: sessiond.v1.Sessiond.ListSubkeys:input_type -> sessiond.v1.ListSubkeysRequest
+	49, // 67: sessiond.v1.Sessiond.ListSummaries:input_type -> sessiond.v1.ListSummariesRequest
+	52, // 68: sessiond.v1.Sessiond.Pull:input_type -> sessiond.v1.PullRequest
+	8,  // 69: sessiond.v1.Sessiond.Append:output_type -> sessiond.v1.AppendResponse
+	5,  // 70: sessiond.v1.Sessiond.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
+	11, // 71: sessiond.v1.Sessiond.Flush:output_type -> sessiond.v1.FlushResponse
+	14, // 72: sessiond.v1.Sessiond.Read:output_type -> sessiond.v1.ReadResponse
+	14, // 73: sessiond.v1.Sessiond.Follow:output_type -> sessiond.v1.ReadResponse
+	17, // 74: sessiond.v1.Sessiond.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
+	16, // 75: sessiond.v1.Sessiond.GetSession:output_type -> sessiond.v1.SessionInfo
+	20, // 76: sessiond.v1.Sessiond.Status:output_type -> sessiond.v1.StatusResponse
+	30, // 77: sessiond.v1.Sessiond.Check:output_type -> sessiond.v1.CheckResponse
+	33, // 78: sessiond.v1.Sessiond.Repair:output_type -> sessiond.v1.RepairResponse
+	35, // 79: sessiond.v1.Sessiond.Fork:output_type -> sessiond.v1.ForkResponse
+	39, // 80: sessiond.v1.Sessiond.Rename:output_type -> sessiond.v1.MetadataResponse
+	39, // 81: sessiond.v1.Sessiond.Tag:output_type -> sessiond.v1.MetadataResponse
+	39, // 82: sessiond.v1.Sessiond.SetArchived:output_type -> sessiond.v1.MetadataResponse
+	41, // 83: sessiond.v1.Sessiond.Delete:output_type -> sessiond.v1.DeleteResponse
+	43, // 84: sessiond.v1.Sessiond.Restore:output_type -> sessiond.v1.RestoreResponse
+	46, // 85: sessiond.v1.Sessiond.ListTrash:output_type -> sessiond.v1.ListTrashResponse
+	48, // 86: sessiond.v1.Sessiond.ListSubkeys:output_type -> sessiond.v1.ListSubkeysResponse
+	51, // 87: sessiond.v1.Sessiond.ListSummaries:output_type -> sessiond.v1.ListSummariesResponse
+	55, // 88: sessiond.v1.Sessiond.Pull:output_type -> sessiond.v1.PullResponse
+	69, // [69:89] is the sub-list for method output_type
+	49, // [49:69] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_sessiond_v1_sessiond_proto_init() }
@@ -4874,11 +4968,11 @@ func file_sessiond_v1_sessiond_proto_init() {
 		(*ListSessionsRequest_Cwd)(nil),
 		(*ListSessionsRequest_ProjectKey)(nil),
 	}
-	file_sessiond_v1_sessiond_proto_msgTypes[44].OneofWrappers = []any{
+	file_sessiond_v1_sessiond_proto_msgTypes[43].OneofWrappers = []any{
 		(*ListTrashRequest_Cwd)(nil),
 		(*ListTrashRequest_ProjectKey)(nil),
 	}
-	file_sessiond_v1_sessiond_proto_msgTypes[49].OneofWrappers = []any{
+	file_sessiond_v1_sessiond_proto_msgTypes[48].OneofWrappers = []any{
 		(*ListSummariesRequest_Cwd)(nil),
 		(*ListSummariesRequest_ProjectKey)(nil),
 	}
@@ -4888,7 +4982,7 @@ func file_sessiond_v1_sessiond_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessiond_v1_sessiond_proto_rawDesc), len(file_sessiond_v1_sessiond_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   56,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -62,15 +62,17 @@ type SessiondClient interface {
 	// (about 40% of the daemon's CPU per 1 KiB Append, see BENCHMARKS.md).
 	AppendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendRequest, AppendStreamResponse], error)
 	// Flush compacts the journal of one session, or of every session, into
-	// the canonical JSONL files.
-	Flush(ctx context.Context, in *FlushRequest, opts ...grpc.CallOption) (*FlushResponse, error)
+	// the canonical JSONL files. The sessions compacted come in pages, each
+	// sent once its sessions are compacted.
+	Flush(ctx context.Context, in *FlushRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FlushResponse], error)
 	// Read streams a session's entries from a position up to its current end.
 	Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadResponse], error)
 	// Follow streams a session's entries from a position, then every new
 	// entry as it is acknowledged, until the caller cancels (like tail -f).
 	Follow(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadResponse], error)
-	// ListSessions lists the sessions of one project, or of all projects.
-	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
+	// ListSessions lists the sessions of one project, or of all projects, in
+	// pages (see ListSessionsResponse).
+	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListSessionsResponse], error)
 	// GetSession describes one session.
 	GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*SessionInfo, error)
 	// Status describes the daemon.
@@ -79,12 +81,17 @@ type SessiondClient interface {
 	// project or of all projects: torn, spliced or NUL-damaged lines, invalid
 	// UTF-8, broken parentUuid chains, tool_use blocks without their result,
 	// stray results, duplicate uuids. Files sessiond never wrote are checked
-	// too.
-	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
+	// too. The answer is streamed: each transcript's result is sent as soon
+	// as that transcript is checked, before the next one is read, and a long
+	// list of problems comes in pieces (see CheckResponse), so neither the
+	// daemon nor the caller holds the answer for a whole store.
+	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CheckResponse], error)
 	// Repair rewrites a damaged session so the official readers and the API
 	// accept it, through the session's writer, atomically, keeping the
-	// original in sessiond's state folder.
-	Repair(ctx context.Context, in *RepairRequest, opts ...grpc.CallOption) (*RepairResponse, error)
+	// original in sessiond's state folder. The first message of the answer
+	// says what was done; the actions and problems follow in pages (see
+	// RepairResponse).
+	Repair(ctx context.Context, in *RepairRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RepairResponse], error)
 	// Fork copies a session (up to an entry) into a new session with fresh
 	// uuids, as the official forkSession does, written atomically.
 	Fork(ctx context.Context, in *ForkRequest, opts ...grpc.CallOption) (*ForkResponse, error)
@@ -103,14 +110,15 @@ type SessiondClient interface {
 	// merged: trashed entries first, every entry once.
 	Restore(ctx context.Context, in *RestoreRequest, opts ...grpc.CallOption) (*RestoreResponse, error)
 	// ListTrash lists the trashed copies of deleted sessions: of one
-	// session, of one project's sessions, or of all.
-	ListTrash(ctx context.Context, in *ListTrashRequest, opts ...grpc.CallOption) (*ListTrashResponse, error)
+	// session, of one project's sessions, or of all, in pages.
+	ListTrash(ctx context.Context, in *ListTrashRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListTrashResponse], error)
 	// ListSubkeys lists a session's subagent transcripts.
 	ListSubkeys(ctx context.Context, in *ListSubkeysRequest, opts ...grpc.CallOption) (*ListSubkeysResponse, error)
 	// ListSummaries returns the SessionStore summaries (see
 	// AppendRequest.summary) of one project's sessions, with the same mtime
-	// as ListSessions: what the SDKs' listSessionSummaries returns.
-	ListSummaries(ctx context.Context, in *ListSummariesRequest, opts ...grpc.CallOption) (*ListSummariesResponse, error)
+	// as ListSessions: what the SDKs' listSessionSummaries returns. A
+	// summary may take 32 KiB, so they come in pages.
+	ListSummaries(ctx context.Context, in *ListSummariesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListSummariesResponse], error)
 	// Brings a session known only to the fleet's PostgreSQL mirror down to
 	// this machine (main and subagent transcripts, their .meta.json), durably.
 	Pull(ctx context.Context, in *PullRequest, opts ...grpc.CallOption) (*PullResponse, error)
@@ -147,19 +155,28 @@ func (c *sessiondClient) AppendStream(ctx context.Context, opts ...grpc.CallOpti
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Sessiond_AppendStreamClient = grpc.BidiStreamingClient[AppendRequest, AppendStreamResponse]
 
-func (c *sessiondClient) Flush(ctx context.Context, in *FlushRequest, opts ...grpc.CallOption) (*FlushResponse, error) {
+func (c *sessiondClient) Flush(ctx context.Context, in *FlushRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FlushResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(FlushResponse)
-	err := c.cc.Invoke(ctx, Sessiond_Flush_FullMethodName, in, out, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[1], Sessiond_Flush_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	x := &grpc.GenericClientStream[FlushRequest, FlushResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessiond_FlushClient = grpc.ServerStreamingClient[FlushResponse]
 
 func (c *sessiondClient) Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[1], Sessiond_Read_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[2], Sessiond_Read_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +195,7 @@ type Sessiond_ReadClient = grpc.ServerStreamingClient[ReadResponse]
 
 func (c *sessiondClient) Follow(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[2], Sessiond_Follow_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[3], Sessiond_Follow_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -195,15 +212,24 @@ func (c *sessiondClient) Follow(ctx context.Context, in *ReadRequest, opts ...gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Sessiond_FollowClient = grpc.ServerStreamingClient[ReadResponse]
 
-func (c *sessiondClient) ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error) {
+func (c *sessiondClient) ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListSessionsResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ListSessionsResponse)
-	err := c.cc.Invoke(ctx, Sessiond_ListSessions_FullMethodName, in, out, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[4], Sessiond_ListSessions_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	x := &grpc.GenericClientStream[ListSessionsRequest, ListSessionsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessiond_ListSessionsClient = grpc.ServerStreamingClient[ListSessionsResponse]
 
 func (c *sessiondClient) GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*SessionInfo, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -225,25 +251,43 @@ func (c *sessiondClient) Status(ctx context.Context, in *StatusRequest, opts ...
 	return out, nil
 }
 
-func (c *sessiondClient) Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error) {
+func (c *sessiondClient) Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CheckResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(CheckResponse)
-	err := c.cc.Invoke(ctx, Sessiond_Check_FullMethodName, in, out, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[5], Sessiond_Check_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	x := &grpc.GenericClientStream[CheckRequest, CheckResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
 }
 
-func (c *sessiondClient) Repair(ctx context.Context, in *RepairRequest, opts ...grpc.CallOption) (*RepairResponse, error) {
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessiond_CheckClient = grpc.ServerStreamingClient[CheckResponse]
+
+func (c *sessiondClient) Repair(ctx context.Context, in *RepairRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RepairResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(RepairResponse)
-	err := c.cc.Invoke(ctx, Sessiond_Repair_FullMethodName, in, out, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[6], Sessiond_Repair_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	x := &grpc.GenericClientStream[RepairRequest, RepairResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessiond_RepairClient = grpc.ServerStreamingClient[RepairResponse]
 
 func (c *sessiondClient) Fork(ctx context.Context, in *ForkRequest, opts ...grpc.CallOption) (*ForkResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -305,15 +349,24 @@ func (c *sessiondClient) Restore(ctx context.Context, in *RestoreRequest, opts .
 	return out, nil
 }
 
-func (c *sessiondClient) ListTrash(ctx context.Context, in *ListTrashRequest, opts ...grpc.CallOption) (*ListTrashResponse, error) {
+func (c *sessiondClient) ListTrash(ctx context.Context, in *ListTrashRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListTrashResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ListTrashResponse)
-	err := c.cc.Invoke(ctx, Sessiond_ListTrash_FullMethodName, in, out, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[7], Sessiond_ListTrash_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	x := &grpc.GenericClientStream[ListTrashRequest, ListTrashResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessiond_ListTrashClient = grpc.ServerStreamingClient[ListTrashResponse]
 
 func (c *sessiondClient) ListSubkeys(ctx context.Context, in *ListSubkeysRequest, opts ...grpc.CallOption) (*ListSubkeysResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -325,15 +378,24 @@ func (c *sessiondClient) ListSubkeys(ctx context.Context, in *ListSubkeysRequest
 	return out, nil
 }
 
-func (c *sessiondClient) ListSummaries(ctx context.Context, in *ListSummariesRequest, opts ...grpc.CallOption) (*ListSummariesResponse, error) {
+func (c *sessiondClient) ListSummaries(ctx context.Context, in *ListSummariesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListSummariesResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ListSummariesResponse)
-	err := c.cc.Invoke(ctx, Sessiond_ListSummaries_FullMethodName, in, out, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Sessiond_ServiceDesc.Streams[8], Sessiond_ListSummaries_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	x := &grpc.GenericClientStream[ListSummariesRequest, ListSummariesResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessiond_ListSummariesClient = grpc.ServerStreamingClient[ListSummariesResponse]
 
 func (c *sessiondClient) Pull(ctx context.Context, in *PullRequest, opts ...grpc.CallOption) (*PullResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -363,15 +425,17 @@ type SessiondServer interface {
 	// (about 40% of the daemon's CPU per 1 KiB Append, see BENCHMARKS.md).
 	AppendStream(grpc.BidiStreamingServer[AppendRequest, AppendStreamResponse]) error
 	// Flush compacts the journal of one session, or of every session, into
-	// the canonical JSONL files.
-	Flush(context.Context, *FlushRequest) (*FlushResponse, error)
+	// the canonical JSONL files. The sessions compacted come in pages, each
+	// sent once its sessions are compacted.
+	Flush(*FlushRequest, grpc.ServerStreamingServer[FlushResponse]) error
 	// Read streams a session's entries from a position up to its current end.
 	Read(*ReadRequest, grpc.ServerStreamingServer[ReadResponse]) error
 	// Follow streams a session's entries from a position, then every new
 	// entry as it is acknowledged, until the caller cancels (like tail -f).
 	Follow(*ReadRequest, grpc.ServerStreamingServer[ReadResponse]) error
-	// ListSessions lists the sessions of one project, or of all projects.
-	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
+	// ListSessions lists the sessions of one project, or of all projects, in
+	// pages (see ListSessionsResponse).
+	ListSessions(*ListSessionsRequest, grpc.ServerStreamingServer[ListSessionsResponse]) error
 	// GetSession describes one session.
 	GetSession(context.Context, *GetSessionRequest) (*SessionInfo, error)
 	// Status describes the daemon.
@@ -380,12 +444,17 @@ type SessiondServer interface {
 	// project or of all projects: torn, spliced or NUL-damaged lines, invalid
 	// UTF-8, broken parentUuid chains, tool_use blocks without their result,
 	// stray results, duplicate uuids. Files sessiond never wrote are checked
-	// too.
-	Check(context.Context, *CheckRequest) (*CheckResponse, error)
+	// too. The answer is streamed: each transcript's result is sent as soon
+	// as that transcript is checked, before the next one is read, and a long
+	// list of problems comes in pieces (see CheckResponse), so neither the
+	// daemon nor the caller holds the answer for a whole store.
+	Check(*CheckRequest, grpc.ServerStreamingServer[CheckResponse]) error
 	// Repair rewrites a damaged session so the official readers and the API
 	// accept it, through the session's writer, atomically, keeping the
-	// original in sessiond's state folder.
-	Repair(context.Context, *RepairRequest) (*RepairResponse, error)
+	// original in sessiond's state folder. The first message of the answer
+	// says what was done; the actions and problems follow in pages (see
+	// RepairResponse).
+	Repair(*RepairRequest, grpc.ServerStreamingServer[RepairResponse]) error
 	// Fork copies a session (up to an entry) into a new session with fresh
 	// uuids, as the official forkSession does, written atomically.
 	Fork(context.Context, *ForkRequest) (*ForkResponse, error)
@@ -404,14 +473,15 @@ type SessiondServer interface {
 	// merged: trashed entries first, every entry once.
 	Restore(context.Context, *RestoreRequest) (*RestoreResponse, error)
 	// ListTrash lists the trashed copies of deleted sessions: of one
-	// session, of one project's sessions, or of all.
-	ListTrash(context.Context, *ListTrashRequest) (*ListTrashResponse, error)
+	// session, of one project's sessions, or of all, in pages.
+	ListTrash(*ListTrashRequest, grpc.ServerStreamingServer[ListTrashResponse]) error
 	// ListSubkeys lists a session's subagent transcripts.
 	ListSubkeys(context.Context, *ListSubkeysRequest) (*ListSubkeysResponse, error)
 	// ListSummaries returns the SessionStore summaries (see
 	// AppendRequest.summary) of one project's sessions, with the same mtime
-	// as ListSessions: what the SDKs' listSessionSummaries returns.
-	ListSummaries(context.Context, *ListSummariesRequest) (*ListSummariesResponse, error)
+	// as ListSessions: what the SDKs' listSessionSummaries returns. A
+	// summary may take 32 KiB, so they come in pages.
+	ListSummaries(*ListSummariesRequest, grpc.ServerStreamingServer[ListSummariesResponse]) error
 	// Brings a session known only to the fleet's PostgreSQL mirror down to
 	// this machine (main and subagent transcripts, their .meta.json), durably.
 	Pull(context.Context, *PullRequest) (*PullResponse, error)
@@ -431,8 +501,8 @@ func (UnimplementedSessiondServer) Append(context.Context, *AppendRequest) (*App
 func (UnimplementedSessiondServer) AppendStream(grpc.BidiStreamingServer[AppendRequest, AppendStreamResponse]) error {
 	return status.Error(codes.Unimplemented, "method AppendStream not implemented")
 }
-func (UnimplementedSessiondServer) Flush(context.Context, *FlushRequest) (*FlushResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Flush not implemented")
+func (UnimplementedSessiondServer) Flush(*FlushRequest, grpc.ServerStreamingServer[FlushResponse]) error {
+	return status.Error(codes.Unimplemented, "method Flush not implemented")
 }
 func (UnimplementedSessiondServer) Read(*ReadRequest, grpc.ServerStreamingServer[ReadResponse]) error {
 	return status.Error(codes.Unimplemented, "method Read not implemented")
@@ -440,8 +510,8 @@ func (UnimplementedSessiondServer) Read(*ReadRequest, grpc.ServerStreamingServer
 func (UnimplementedSessiondServer) Follow(*ReadRequest, grpc.ServerStreamingServer[ReadResponse]) error {
 	return status.Error(codes.Unimplemented, "method Follow not implemented")
 }
-func (UnimplementedSessiondServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method ListSessions not implemented")
+func (UnimplementedSessiondServer) ListSessions(*ListSessionsRequest, grpc.ServerStreamingServer[ListSessionsResponse]) error {
+	return status.Error(codes.Unimplemented, "method ListSessions not implemented")
 }
 func (UnimplementedSessiondServer) GetSession(context.Context, *GetSessionRequest) (*SessionInfo, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSession not implemented")
@@ -449,11 +519,11 @@ func (UnimplementedSessiondServer) GetSession(context.Context, *GetSessionReques
 func (UnimplementedSessiondServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
 }
-func (UnimplementedSessiondServer) Check(context.Context, *CheckRequest) (*CheckResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Check not implemented")
+func (UnimplementedSessiondServer) Check(*CheckRequest, grpc.ServerStreamingServer[CheckResponse]) error {
+	return status.Error(codes.Unimplemented, "method Check not implemented")
 }
-func (UnimplementedSessiondServer) Repair(context.Context, *RepairRequest) (*RepairResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Repair not implemented")
+func (UnimplementedSessiondServer) Repair(*RepairRequest, grpc.ServerStreamingServer[RepairResponse]) error {
+	return status.Error(codes.Unimplemented, "method Repair not implemented")
 }
 func (UnimplementedSessiondServer) Fork(context.Context, *ForkRequest) (*ForkResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Fork not implemented")
@@ -473,14 +543,14 @@ func (UnimplementedSessiondServer) Delete(context.Context, *DeleteRequest) (*Del
 func (UnimplementedSessiondServer) Restore(context.Context, *RestoreRequest) (*RestoreResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Restore not implemented")
 }
-func (UnimplementedSessiondServer) ListTrash(context.Context, *ListTrashRequest) (*ListTrashResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method ListTrash not implemented")
+func (UnimplementedSessiondServer) ListTrash(*ListTrashRequest, grpc.ServerStreamingServer[ListTrashResponse]) error {
+	return status.Error(codes.Unimplemented, "method ListTrash not implemented")
 }
 func (UnimplementedSessiondServer) ListSubkeys(context.Context, *ListSubkeysRequest) (*ListSubkeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSubkeys not implemented")
 }
-func (UnimplementedSessiondServer) ListSummaries(context.Context, *ListSummariesRequest) (*ListSummariesResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method ListSummaries not implemented")
+func (UnimplementedSessiondServer) ListSummaries(*ListSummariesRequest, grpc.ServerStreamingServer[ListSummariesResponse]) error {
+	return status.Error(codes.Unimplemented, "method ListSummaries not implemented")
 }
 func (UnimplementedSessiondServer) Pull(context.Context, *PullRequest) (*PullResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Pull not implemented")
@@ -531,23 +601,16 @@ func _Sessiond_AppendStream_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Sessiond_AppendStreamServer = grpc.BidiStreamingServer[AppendRequest, AppendStreamResponse]
 
-func _Sessiond_Flush_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(FlushRequest)
-	if err := dec(in); err != nil {
-		return nil, err
+func _Sessiond_Flush_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(FlushRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
 	}
-	if interceptor == nil {
-		return srv.(SessiondServer).Flush(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Sessiond_Flush_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SessiondServer).Flush(ctx, req.(*FlushRequest))
-	}
-	return interceptor(ctx, in, info, handler)
+	return srv.(SessiondServer).Flush(m, &grpc.GenericServerStream[FlushRequest, FlushResponse]{ServerStream: stream})
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessiond_FlushServer = grpc.ServerStreamingServer[FlushResponse]
 
 func _Sessiond_Read_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(ReadRequest)
@@ -571,23 +634,16 @@ func _Sessiond_Follow_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Sessiond_FollowServer = grpc.ServerStreamingServer[ReadResponse]
 
-func _Sessiond_ListSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListSessionsRequest)
-	if err := dec(in); err != nil {
-		return nil, err
+func _Sessiond_ListSessions_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ListSessionsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
 	}
-	if interceptor == nil {
-		return srv.(SessiondServer).ListSessions(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Sessiond_ListSessions_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SessiondServer).ListSessions(ctx, req.(*ListSessionsRequest))
-	}
-	return interceptor(ctx, in, info, handler)
+	return srv.(SessiondServer).ListSessions(m, &grpc.GenericServerStream[ListSessionsRequest, ListSessionsResponse]{ServerStream: stream})
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessiond_ListSessionsServer = grpc.ServerStreamingServer[ListSessionsResponse]
 
 func _Sessiond_GetSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetSessionRequest)
@@ -625,41 +681,27 @@ func _Sessiond_Status_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Sessiond_Check_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(CheckRequest)
-	if err := dec(in); err != nil {
-		return nil, err
+func _Sessiond_Check_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(CheckRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
 	}
-	if interceptor == nil {
-		return srv.(SessiondServer).Check(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Sessiond_Check_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SessiondServer).Check(ctx, req.(*CheckRequest))
-	}
-	return interceptor(ctx, in, info, handler)
+	return srv.(SessiondServer).Check(m, &grpc.GenericServerStream[CheckRequest, CheckResponse]{ServerStream: stream})
 }
 
-func _Sessiond_Repair_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(RepairRequest)
-	if err := dec(in); err != nil {
-		return nil, err
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessiond_CheckServer = grpc.ServerStreamingServer[CheckResponse]
+
+func _Sessiond_Repair_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(RepairRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
 	}
-	if interceptor == nil {
-		return srv.(SessiondServer).Repair(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Sessiond_Repair_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SessiondServer).Repair(ctx, req.(*RepairRequest))
-	}
-	return interceptor(ctx, in, info, handler)
+	return srv.(SessiondServer).Repair(m, &grpc.GenericServerStream[RepairRequest, RepairResponse]{ServerStream: stream})
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessiond_RepairServer = grpc.ServerStreamingServer[RepairResponse]
 
 func _Sessiond_Fork_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ForkRequest)
@@ -769,23 +811,16 @@ func _Sessiond_Restore_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Sessiond_ListTrash_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListTrashRequest)
-	if err := dec(in); err != nil {
-		return nil, err
+func _Sessiond_ListTrash_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ListTrashRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
 	}
-	if interceptor == nil {
-		return srv.(SessiondServer).ListTrash(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Sessiond_ListTrash_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SessiondServer).ListTrash(ctx, req.(*ListTrashRequest))
-	}
-	return interceptor(ctx, in, info, handler)
+	return srv.(SessiondServer).ListTrash(m, &grpc.GenericServerStream[ListTrashRequest, ListTrashResponse]{ServerStream: stream})
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessiond_ListTrashServer = grpc.ServerStreamingServer[ListTrashResponse]
 
 func _Sessiond_ListSubkeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListSubkeysRequest)
@@ -805,23 +840,16 @@ func _Sessiond_ListSubkeys_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Sessiond_ListSummaries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListSummariesRequest)
-	if err := dec(in); err != nil {
-		return nil, err
+func _Sessiond_ListSummaries_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ListSummariesRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
 	}
-	if interceptor == nil {
-		return srv.(SessiondServer).ListSummaries(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Sessiond_ListSummaries_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(SessiondServer).ListSummaries(ctx, req.(*ListSummariesRequest))
-	}
-	return interceptor(ctx, in, info, handler)
+	return srv.(SessiondServer).ListSummaries(m, &grpc.GenericServerStream[ListSummariesRequest, ListSummariesResponse]{ServerStream: stream})
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessiond_ListSummariesServer = grpc.ServerStreamingServer[ListSummariesResponse]
 
 func _Sessiond_Pull_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PullRequest)
@@ -853,28 +881,12 @@ var Sessiond_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Sessiond_Append_Handler,
 		},
 		{
-			MethodName: "Flush",
-			Handler:    _Sessiond_Flush_Handler,
-		},
-		{
-			MethodName: "ListSessions",
-			Handler:    _Sessiond_ListSessions_Handler,
-		},
-		{
 			MethodName: "GetSession",
 			Handler:    _Sessiond_GetSession_Handler,
 		},
 		{
 			MethodName: "Status",
 			Handler:    _Sessiond_Status_Handler,
-		},
-		{
-			MethodName: "Check",
-			Handler:    _Sessiond_Check_Handler,
-		},
-		{
-			MethodName: "Repair",
-			Handler:    _Sessiond_Repair_Handler,
 		},
 		{
 			MethodName: "Fork",
@@ -901,16 +913,8 @@ var Sessiond_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Sessiond_Restore_Handler,
 		},
 		{
-			MethodName: "ListTrash",
-			Handler:    _Sessiond_ListTrash_Handler,
-		},
-		{
 			MethodName: "ListSubkeys",
 			Handler:    _Sessiond_ListSubkeys_Handler,
-		},
-		{
-			MethodName: "ListSummaries",
-			Handler:    _Sessiond_ListSummaries_Handler,
 		},
 		{
 			MethodName: "Pull",
@@ -925,6 +929,11 @@ var Sessiond_ServiceDesc = grpc.ServiceDesc{
 			ClientStreams: true,
 		},
 		{
+			StreamName:    "Flush",
+			Handler:       _Sessiond_Flush_Handler,
+			ServerStreams: true,
+		},
+		{
 			StreamName:    "Read",
 			Handler:       _Sessiond_Read_Handler,
 			ServerStreams: true,
@@ -932,6 +941,31 @@ var Sessiond_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Follow",
 			Handler:       _Sessiond_Follow_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ListSessions",
+			Handler:       _Sessiond_ListSessions_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Check",
+			Handler:       _Sessiond_Check_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Repair",
+			Handler:       _Sessiond_Repair_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ListTrash",
+			Handler:       _Sessiond_ListTrash_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ListSummaries",
+			Handler:       _Sessiond_ListSummaries_Handler,
 			ServerStreams: true,
 		},
 	},

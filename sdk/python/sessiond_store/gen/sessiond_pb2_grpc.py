@@ -24,7 +24,7 @@ class SessiondStub(object):
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.AppendRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.AppendStreamResponse.FromString,
         )
-    self.Flush = channel.unary_unary(
+    self.Flush = channel.unary_stream(
         '/sessiond.v1.Sessiond/Flush',
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.FlushRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.FlushResponse.FromString,
@@ -39,7 +39,7 @@ class SessiondStub(object):
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.ReadRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ReadResponse.FromString,
         )
-    self.ListSessions = channel.unary_unary(
+    self.ListSessions = channel.unary_stream(
         '/sessiond.v1.Sessiond/ListSessions',
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.ListSessionsRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ListSessionsResponse.FromString,
@@ -54,12 +54,12 @@ class SessiondStub(object):
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.StatusRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.StatusResponse.FromString,
         )
-    self.Check = channel.unary_unary(
+    self.Check = channel.unary_stream(
         '/sessiond.v1.Sessiond/Check',
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.CheckRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.CheckResponse.FromString,
         )
-    self.Repair = channel.unary_unary(
+    self.Repair = channel.unary_stream(
         '/sessiond.v1.Sessiond/Repair',
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.RepairRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.RepairResponse.FromString,
@@ -94,7 +94,7 @@ class SessiondStub(object):
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.RestoreRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.RestoreResponse.FromString,
         )
-    self.ListTrash = channel.unary_unary(
+    self.ListTrash = channel.unary_stream(
         '/sessiond.v1.Sessiond/ListTrash',
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.ListTrashRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ListTrashResponse.FromString,
@@ -104,7 +104,7 @@ class SessiondStub(object):
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.ListSubkeysRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ListSubkeysResponse.FromString,
         )
-    self.ListSummaries = channel.unary_unary(
+    self.ListSummaries = channel.unary_stream(
         '/sessiond.v1.Sessiond/ListSummaries',
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.ListSummariesRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ListSummariesResponse.FromString,
@@ -143,7 +143,8 @@ class SessiondServicer(object):
 
   def Flush(self, request, context):
     """Flush compacts the journal of one session, or of every session, into
-    the canonical JSONL files.
+    the canonical JSONL files. The sessions compacted come in pages, each
+    sent once its sessions are compacted.
     """
     context.set_code(grpc.StatusCode.UNIMPLEMENTED)
     context.set_details('Method not implemented!')
@@ -165,7 +166,8 @@ class SessiondServicer(object):
     raise NotImplementedError('Method not implemented!')
 
   def ListSessions(self, request, context):
-    """ListSessions lists the sessions of one project, or of all projects.
+    """ListSessions lists the sessions of one project, or of all projects, in
+    pages (see ListSessionsResponse).
     """
     context.set_code(grpc.StatusCode.UNIMPLEMENTED)
     context.set_details('Method not implemented!')
@@ -190,7 +192,10 @@ class SessiondServicer(object):
     project or of all projects: torn, spliced or NUL-damaged lines, invalid
     UTF-8, broken parentUuid chains, tool_use blocks without their result,
     stray results, duplicate uuids. Files sessiond never wrote are checked
-    too.
+    too. The answer is streamed: each transcript's result is sent as soon
+    as that transcript is checked, before the next one is read, and a long
+    list of problems comes in pieces (see CheckResponse), so neither the
+    daemon nor the caller holds the answer for a whole store.
     """
     context.set_code(grpc.StatusCode.UNIMPLEMENTED)
     context.set_details('Method not implemented!')
@@ -199,7 +204,9 @@ class SessiondServicer(object):
   def Repair(self, request, context):
     """Repair rewrites a damaged session so the official readers and the API
     accept it, through the session's writer, atomically, keeping the
-    original in sessiond's state folder.
+    original in sessiond's state folder. The first message of the answer
+    says what was done; the actions and problems follow in pages (see
+    RepairResponse).
     """
     context.set_code(grpc.StatusCode.UNIMPLEMENTED)
     context.set_details('Method not implemented!')
@@ -254,7 +261,7 @@ class SessiondServicer(object):
 
   def ListTrash(self, request, context):
     """ListTrash lists the trashed copies of deleted sessions: of one
-    session, of one project's sessions, or of all.
+    session, of one project's sessions, or of all, in pages.
     """
     context.set_code(grpc.StatusCode.UNIMPLEMENTED)
     context.set_details('Method not implemented!')
@@ -270,7 +277,8 @@ class SessiondServicer(object):
   def ListSummaries(self, request, context):
     """ListSummaries returns the SessionStore summaries (see
     AppendRequest.summary) of one project's sessions, with the same mtime
-    as ListSessions: what the SDKs' listSessionSummaries returns.
+    as ListSessions: what the SDKs' listSessionSummaries returns. A
+    summary may take 32 KiB, so they come in pages.
     """
     context.set_code(grpc.StatusCode.UNIMPLEMENTED)
     context.set_details('Method not implemented!')
@@ -297,7 +305,7 @@ def add_SessiondServicer_to_server(servicer, server):
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.AppendRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.AppendStreamResponse.SerializeToString,
       ),
-      'Flush': grpc.unary_unary_rpc_method_handler(
+      'Flush': grpc.unary_stream_rpc_method_handler(
           servicer.Flush,
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.FlushRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.FlushResponse.SerializeToString,
@@ -312,7 +320,7 @@ def add_SessiondServicer_to_server(servicer, server):
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ReadRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.ReadResponse.SerializeToString,
       ),
-      'ListSessions': grpc.unary_unary_rpc_method_handler(
+      'ListSessions': grpc.unary_stream_rpc_method_handler(
           servicer.ListSessions,
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ListSessionsRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.ListSessionsResponse.SerializeToString,
@@ -327,12 +335,12 @@ def add_SessiondServicer_to_server(servicer, server):
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.StatusRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.StatusResponse.SerializeToString,
       ),
-      'Check': grpc.unary_unary_rpc_method_handler(
+      'Check': grpc.unary_stream_rpc_method_handler(
           servicer.Check,
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.CheckRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.CheckResponse.SerializeToString,
       ),
-      'Repair': grpc.unary_unary_rpc_method_handler(
+      'Repair': grpc.unary_stream_rpc_method_handler(
           servicer.Repair,
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.RepairRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.RepairResponse.SerializeToString,
@@ -367,7 +375,7 @@ def add_SessiondServicer_to_server(servicer, server):
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.RestoreRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.RestoreResponse.SerializeToString,
       ),
-      'ListTrash': grpc.unary_unary_rpc_method_handler(
+      'ListTrash': grpc.unary_stream_rpc_method_handler(
           servicer.ListTrash,
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ListTrashRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.ListTrashResponse.SerializeToString,
@@ -377,7 +385,7 @@ def add_SessiondServicer_to_server(servicer, server):
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ListSubkeysRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.ListSubkeysResponse.SerializeToString,
       ),
-      'ListSummaries': grpc.unary_unary_rpc_method_handler(
+      'ListSummaries': grpc.unary_stream_rpc_method_handler(
           servicer.ListSummaries,
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.ListSummariesRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.ListSummariesResponse.SerializeToString,

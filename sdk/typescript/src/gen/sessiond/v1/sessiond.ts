@@ -209,6 +209,10 @@ export interface FlushedSession {
   canonicalBytes: number;
 }
 
+/**
+ * FlushResponse is one page of a Flush's answer: sessions compacted, in
+ * the order they were. A Flush that compacted nothing sends one empty page.
+ */
 export interface FlushResponse {
   sessions: FlushedSession[];
 }
@@ -253,7 +257,10 @@ export interface ListSessionsRequest {
   projectKey?:
     | string
     | undefined;
-  /** Page size; 0 means all. */
+  /**
+   * Sessions to list; 0 means all. However many, the answer comes in pages
+   * of at most 1,000 sessions (or about 1 MiB).
+   */
   limit: number;
   /** Sessions to skip (newest first), for paging. */
   offset: number;
@@ -318,10 +325,14 @@ export interface SessionInfo {
   damaged: boolean;
 }
 
+/**
+ * ListSessionsResponse is one page of a listing; a listing with no
+ * session is one empty page.
+ */
 export interface ListSessionsResponse {
-  /** Newest first. */
+  /** Newest first, continuing the page before. */
   sessions: SessionInfo[];
-  /** Sessions matching before paging. */
+  /** Sessions matching before limit and offset; the same in every page. */
   total: number;
 }
 
@@ -357,8 +368,13 @@ export interface StatusResponse {
   /**
    * Sessions whose journal could not be replayed at start (a damaged
    * journal is kept aside; the message says where). Empty when all is well.
+   * Status lists at most 100 of each kind (recovery errors, transcripts
+   * missing entries, deferred compactions, fenced sessions), so that its
+   * answer stays small whatever the store; the *_total fields count them
+   * all.
    */
   recoveryErrors: string[];
+  recoveryErrorsTotal: number;
   /**
    * Journals found at start whose entries are not in their transcripts
    * yet. sessiond checks every journal before it serves, then serves the
@@ -396,9 +412,10 @@ export interface StatusResponse {
    * Transcripts found lacking entries sessiond had acknowledged (another
    * program rewrote them without those): `sessionctl check` names them,
    * `sessionctl repair` puts back what the log retains. Empty when all is
-   * well.
+   * well. At most 100 (acknowledged_missing_total counts them all).
    */
   acknowledgedMissing: AcknowledgedMissing[];
+  acknowledgedMissingTotal: number;
   /**
    * The trash: deleted copies kept, the bytes of their files, and how long
    * a copy is kept before it is purged (sessiond --trash-retention).
@@ -439,9 +456,10 @@ export interface LeaseStatus {
   held: number;
   /**
    * The sessions fenced, each "project/session: fenced, taken over by
-   * HOLDER (lease until TIME)".
+   * HOLDER (lease until TIME)": at most 100, fenced_total counts them all.
    */
   fenced: string[];
+  fencedTotal: number;
 }
 
 /**
@@ -519,8 +537,12 @@ export interface DiskStatus {
    */
   lagSessions: number;
   lagBytes: number;
-  /** The compactions waiting for space, oldest first. */
+  /**
+   * The compactions waiting for space, oldest first: at most 100,
+   * deferred_total counts them all.
+   */
   deferred: DeferredCompaction[];
+  deferredTotal: number;
   /**
    * The ballast file is in place. False with ballast_bytes set and
    * ballast_released not: the disk never had room for it twice over yet.
@@ -575,8 +597,9 @@ export interface AcknowledgedMissing {
   session: ResolvedSession | undefined;
   count: number;
   /**
-   * The missing entries' uuids (content:<digest> for entries without a
-   * uuid), in acknowledged order; at most 10,000.
+   * The first of the missing entries' uuids (content:<digest> for entries
+   * without a uuid), in acknowledged order: at most 100 here (check names
+   * them all).
    */
   ids: string[];
   detectedMs: number;
@@ -634,19 +657,47 @@ export interface Problem {
    * why. A check whose problems are all warnings is clean.
    */
   warning: boolean;
+  /**
+   * A problem with more ids than one message holds (acknowledged_missing
+   * of a large rewrite) is split: its first piece carries every field,
+   * ids_total and the first ids; each following piece, in the messages
+   * right after, carries only more ids, with continued set. ids_total is
+   * 0 when the problem was not split.
+   */
+  idsTotal: number;
+  continued: boolean;
 }
 
-export interface SessionCheck {
-  session: ResolvedSession | undefined;
+/**
+ * CheckResponse is one message of a Check's stream. Each transcript's
+ * result comes as one or more messages in a row, all naming it in session:
+ * the first carries its counts (lines, entries, problem_count, clean) and
+ * the first problems; while more is set, the next message carries more of
+ * that transcript's problems. Problems come in line order, at most 1,000
+ * or about 1 MiB (less under a smaller --max-message-bytes) per message. A
+ * transcript that cannot be read ends the stream with its error.
+ */
+export interface CheckResponse {
+  session:
+    | ResolvedSession
+    | undefined;
+  /** Set in the transcript's first message. */
   lines: number;
   entries: number;
-  problems: Problem[];
-}
-
-export interface CheckResponse {
-  sessions: SessionCheck[];
-  /** True when no session has a problem. */
+  /**
+   * Every problem of the transcript, warnings included, over all its
+   * messages (a problem split over several messages counts once).
+   */
+  problemCount: number;
+  /**
+   * The transcript has no damage (warnings aside). Set in the first
+   * message, so a caller knows the verdict before the details.
+   */
   clean: boolean;
+  /** This message's problems. */
+  problems: Problem[];
+  /** More messages about this transcript follow. */
+  more: boolean;
 }
 
 export interface RepairRequest {
@@ -671,13 +722,31 @@ export interface RepairAction {
   after: Buffer;
 }
 
+/**
+ * RepairResponse is one message of a Repair's stream. The first says what
+ * was done: changed, backup_path and the counts, sent once the repaired
+ * file is in place (or the plan made, for a dry run), so a caller knows
+ * the outcome whatever becomes of the rest. The messages after it carry
+ * the details in pages: the actions, then the problems found before, then
+ * those left after, each in line order, at most 1,000 or about 1 MiB per
+ * message (a problem with many ids is split as in CheckResponse).
+ */
 export interface RepairResponse {
-  session: ResolvedSession | undefined;
-  actions: RepairAction[];
-  /** False when the session needed nothing. */
+  session:
+    | ResolvedSession
+    | undefined;
+  /**
+   * First message only.
+   * False when the session needed nothing.
+   */
   changed: boolean;
   /** Where the pre-repair file was kept (empty for a dry run or no change). */
   backupPath: string;
+  actionCount: number;
+  beforeCount: number;
+  afterCount: number;
+  /** Later messages: pages of the details. */
+  actions: RepairAction[];
   /** Damage found before and left after. */
   before: Problem[];
   after: Problem[];
@@ -801,6 +870,7 @@ export interface TrashedCopy {
   path: string;
 }
 
+/** ListTrashResponse is one page of a ListTrash's answer. */
 export interface ListTrashResponse {
   /** By project and session, each session's copies oldest first. */
   copies: TrashedCopy[];
@@ -840,8 +910,15 @@ export interface SessionSummary {
   entries: number;
 }
 
+/**
+ * ListSummariesResponse is one page of the summaries: at most 1,000, or
+ * about 1 MiB (a single summary larger than that has a page of its own).
+ */
 export interface ListSummariesResponse {
-  /** Sessions of the project that have a summary, newest first. */
+  /**
+   * Sessions of the project that have a summary, newest first, continuing
+   * the page before.
+   */
   summaries: SessionSummary[];
 }
 
@@ -2654,12 +2731,14 @@ function createBaseStatusResponse(): StatusResponse {
     recoveredSessions: 0,
     draining: false,
     recoveryErrors: [],
+    recoveryErrorsTotal: 0,
     replayPending: 0,
     operations: [],
     pastRecoveryFailures: 0,
     disk: undefined,
     walRetention: undefined,
     acknowledgedMissing: [],
+    acknowledgedMissingTotal: 0,
     trashCopies: 0,
     trashBytes: 0,
     trashRetentionSeconds: 0,
@@ -2721,6 +2800,9 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     for (const v of message.recoveryErrors) {
       writer.uint32(138).string(v!);
     }
+    if (message.recoveryErrorsTotal !== 0) {
+      writer.uint32(256).uint64(message.recoveryErrorsTotal);
+    }
     if (message.replayPending !== 0) {
       writer.uint32(144).uint64(message.replayPending);
     }
@@ -2738,6 +2820,9 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     }
     for (const v of message.acknowledgedMissing) {
       AcknowledgedMissing.encode(v!, writer.uint32(250).fork()).join();
+    }
+    if (message.acknowledgedMissingTotal !== 0) {
+      writer.uint32(264).uint64(message.acknowledgedMissingTotal);
     }
     if (message.trashCopies !== 0) {
       writer.uint32(160).uint32(message.trashCopies);
@@ -2906,6 +2991,14 @@ export const StatusResponse: MessageFns<StatusResponse> = {
             message.recoveryErrors.push(reader.string());
             continue;
           }
+          case 32: {
+            if (tag !== 256) {
+              break;
+            }
+
+            message.recoveryErrorsTotal = longToNumber(reader.uint64());
+            continue;
+          }
           case 18: {
             if (tag !== 144) {
               break;
@@ -2952,6 +3045,14 @@ export const StatusResponse: MessageFns<StatusResponse> = {
             }
 
             message.acknowledgedMissing.push(AcknowledgedMissing.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 33: {
+            if (tag !== 264) {
+              break;
+            }
+
+            message.acknowledgedMissingTotal = longToNumber(reader.uint64());
             continue;
           }
           case 20: {
@@ -3028,6 +3129,7 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     message.recoveredSessions = object.recoveredSessions ?? 0;
     message.draining = object.draining ?? false;
     message.recoveryErrors = object.recoveryErrors?.map((e) => e) || [];
+    message.recoveryErrorsTotal = object.recoveryErrorsTotal ?? 0;
     message.replayPending = object.replayPending ?? 0;
     message.operations = object.operations?.map((e) => Operation.fromPartial(e)) || [];
     message.pastRecoveryFailures = object.pastRecoveryFailures ?? 0;
@@ -3038,6 +3140,7 @@ export const StatusResponse: MessageFns<StatusResponse> = {
       ? WalRetention.fromPartial(object.walRetention)
       : undefined;
     message.acknowledgedMissing = object.acknowledgedMissing?.map((e) => AcknowledgedMissing.fromPartial(e)) || [];
+    message.acknowledgedMissingTotal = object.acknowledgedMissingTotal ?? 0;
     message.trashCopies = object.trashCopies ?? 0;
     message.trashBytes = object.trashBytes ?? 0;
     message.trashRetentionSeconds = object.trashRetentionSeconds ?? 0;
@@ -3052,7 +3155,7 @@ export const StatusResponse: MessageFns<StatusResponse> = {
 };
 
 function createBaseLeaseStatus(): LeaseStatus {
-  return { machineId: "", held: 0, fenced: [] };
+  return { machineId: "", held: 0, fenced: [], fencedTotal: 0 };
 }
 
 export const LeaseStatus: MessageFns<LeaseStatus> = {
@@ -3065,6 +3168,9 @@ export const LeaseStatus: MessageFns<LeaseStatus> = {
     }
     for (const v of message.fenced) {
       writer.uint32(26).string(v!);
+    }
+    if (message.fencedTotal !== 0) {
+      writer.uint32(32).uint64(message.fencedTotal);
     }
     return writer;
   },
@@ -3106,6 +3212,14 @@ export const LeaseStatus: MessageFns<LeaseStatus> = {
             message.fenced.push(reader.string());
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.fencedTotal = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3126,6 +3240,7 @@ export const LeaseStatus: MessageFns<LeaseStatus> = {
     message.machineId = object.machineId ?? "";
     message.held = object.held ?? 0;
     message.fenced = object.fenced?.map((e) => e) || [];
+    message.fencedTotal = object.fencedTotal ?? 0;
     return message;
   },
 };
@@ -3338,6 +3453,7 @@ function createBaseDiskStatus(): DiskStatus {
     lagSessions: 0,
     lagBytes: 0,
     deferred: [],
+    deferredTotal: 0,
     ballastPresent: false,
   };
 }
@@ -3361,6 +3477,9 @@ export const DiskStatus: MessageFns<DiskStatus> = {
     }
     for (const v of message.deferred) {
       DeferredCompaction.encode(v!, writer.uint32(50).fork()).join();
+    }
+    if (message.deferredTotal !== 0) {
+      writer.uint32(64).uint64(message.deferredTotal);
     }
     if (message.ballastPresent !== false) {
       writer.uint32(56).bool(message.ballastPresent);
@@ -3429,6 +3548,14 @@ export const DiskStatus: MessageFns<DiskStatus> = {
             message.deferred.push(DeferredCompaction.decode(reader, reader.uint32()));
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.deferredTotal = longToNumber(reader.uint64());
+            continue;
+          }
           case 7: {
             if (tag !== 56) {
               break;
@@ -3460,6 +3587,7 @@ export const DiskStatus: MessageFns<DiskStatus> = {
     message.lagSessions = object.lagSessions ?? 0;
     message.lagBytes = object.lagBytes ?? 0;
     message.deferred = object.deferred?.map((e) => DeferredCompaction.fromPartial(e)) || [];
+    message.deferredTotal = object.deferredTotal ?? 0;
     message.ballastPresent = object.ballastPresent ?? false;
     return message;
   },
@@ -3963,7 +4091,7 @@ export const CheckRequest: MessageFns<CheckRequest> = {
 };
 
 function createBaseProblem(): Problem {
-  return { line: 0, offset: 0, kind: "", message: "", ids: [], warning: false };
+  return { line: 0, offset: 0, kind: "", message: "", ids: [], warning: false, idsTotal: 0, continued: false };
 }
 
 export const Problem: MessageFns<Problem> = {
@@ -3985,6 +4113,12 @@ export const Problem: MessageFns<Problem> = {
     }
     if (message.warning !== false) {
       writer.uint32(48).bool(message.warning);
+    }
+    if (message.idsTotal !== 0) {
+      writer.uint32(56).uint64(message.idsTotal);
+    }
+    if (message.continued !== false) {
+      writer.uint32(64).bool(message.continued);
     }
     return writer;
   },
@@ -4050,6 +4184,22 @@ export const Problem: MessageFns<Problem> = {
             message.warning = reader.bool();
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.idsTotal = longToNumber(reader.uint64());
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.continued = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4073,16 +4223,18 @@ export const Problem: MessageFns<Problem> = {
     message.message = object.message ?? "";
     message.ids = object.ids?.map((e) => e) || [];
     message.warning = object.warning ?? false;
+    message.idsTotal = object.idsTotal ?? 0;
+    message.continued = object.continued ?? false;
     return message;
   },
 };
 
-function createBaseSessionCheck(): SessionCheck {
-  return { session: undefined, lines: 0, entries: 0, problems: [] };
+function createBaseCheckResponse(): CheckResponse {
+  return { session: undefined, lines: 0, entries: 0, problemCount: 0, clean: false, problems: [], more: false };
 }
 
-export const SessionCheck: MessageFns<SessionCheck> = {
-  encode(message: SessionCheck, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+export const CheckResponse: MessageFns<CheckResponse> = {
+  encode(message: CheckResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.session !== undefined) {
       ResolvedSession.encode(message.session, writer.uint32(10).fork()).join();
     }
@@ -4092,13 +4244,22 @@ export const SessionCheck: MessageFns<SessionCheck> = {
     if (message.entries !== 0) {
       writer.uint32(24).uint64(message.entries);
     }
+    if (message.problemCount !== 0) {
+      writer.uint32(40).uint64(message.problemCount);
+    }
+    if (message.clean !== false) {
+      writer.uint32(48).bool(message.clean);
+    }
     for (const v of message.problems) {
       Problem.encode(v!, writer.uint32(34).fork()).join();
+    }
+    if (message.more !== false) {
+      writer.uint32(56).bool(message.more);
     }
     return writer;
   },
 
-  decode(input: BinaryReader | Uint8Array, length?: number): SessionCheck {
+  decode(input: BinaryReader | Uint8Array, length?: number): CheckResponse {
     const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
     const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
     if (previousRecursionDepth >= 100) {
@@ -4107,7 +4268,7 @@ export const SessionCheck: MessageFns<SessionCheck> = {
     (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
     try {
       const end = length === undefined ? reader.len : reader.pos + length;
-      const message = createBaseSessionCheck();
+      const message = createBaseCheckResponse();
       while (reader.pos < end) {
         const tag = reader.uint32();
         switch (tag >>> 3) {
@@ -4135,6 +4296,22 @@ export const SessionCheck: MessageFns<SessionCheck> = {
             message.entries = longToNumber(reader.uint64());
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.problemCount = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.clean = reader.bool();
+            continue;
+          }
           case 4: {
             if (tag !== 34) {
               break;
@@ -4143,75 +4320,12 @@ export const SessionCheck: MessageFns<SessionCheck> = {
             message.problems.push(Problem.decode(reader, reader.uint32()));
             continue;
           }
-        }
-        if ((tag & 7) === 4 || tag === 0) {
-          break;
-        }
-        reader.skip(tag & 7);
-      }
-      return message;
-    } finally {
-      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
-    }
-  },
-
-  create<I extends Exact<DeepPartial<SessionCheck>, I>>(base?: I): SessionCheck {
-    return SessionCheck.fromPartial(base ?? ({} as any));
-  },
-  fromPartial<I extends Exact<DeepPartial<SessionCheck>, I>>(object: I): SessionCheck {
-    const message = createBaseSessionCheck();
-    message.session = (object.session !== undefined && object.session !== null)
-      ? ResolvedSession.fromPartial(object.session)
-      : undefined;
-    message.lines = object.lines ?? 0;
-    message.entries = object.entries ?? 0;
-    message.problems = object.problems?.map((e) => Problem.fromPartial(e)) || [];
-    return message;
-  },
-};
-
-function createBaseCheckResponse(): CheckResponse {
-  return { sessions: [], clean: false };
-}
-
-export const CheckResponse: MessageFns<CheckResponse> = {
-  encode(message: CheckResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
-    for (const v of message.sessions) {
-      SessionCheck.encode(v!, writer.uint32(10).fork()).join();
-    }
-    if (message.clean !== false) {
-      writer.uint32(16).bool(message.clean);
-    }
-    return writer;
-  },
-
-  decode(input: BinaryReader | Uint8Array, length?: number): CheckResponse {
-    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
-    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
-    if (previousRecursionDepth >= 100) {
-      throw new globalThis.Error("protobuf decode recursion limit exceeded");
-    }
-    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
-    try {
-      const end = length === undefined ? reader.len : reader.pos + length;
-      const message = createBaseCheckResponse();
-      while (reader.pos < end) {
-        const tag = reader.uint32();
-        switch (tag >>> 3) {
-          case 1: {
-            if (tag !== 10) {
+          case 7: {
+            if (tag !== 56) {
               break;
             }
 
-            message.sessions.push(SessionCheck.decode(reader, reader.uint32()));
-            continue;
-          }
-          case 2: {
-            if (tag !== 16) {
-              break;
-            }
-
-            message.clean = reader.bool();
+            message.more = reader.bool();
             continue;
           }
         }
@@ -4231,8 +4345,15 @@ export const CheckResponse: MessageFns<CheckResponse> = {
   },
   fromPartial<I extends Exact<DeepPartial<CheckResponse>, I>>(object: I): CheckResponse {
     const message = createBaseCheckResponse();
-    message.sessions = object.sessions?.map((e) => SessionCheck.fromPartial(e)) || [];
+    message.session = (object.session !== undefined && object.session !== null)
+      ? ResolvedSession.fromPartial(object.session)
+      : undefined;
+    message.lines = object.lines ?? 0;
+    message.entries = object.entries ?? 0;
+    message.problemCount = object.problemCount ?? 0;
     message.clean = object.clean ?? false;
+    message.problems = object.problems?.map((e) => Problem.fromPartial(e)) || [];
+    message.more = object.more ?? false;
     return message;
   },
 };
@@ -4410,7 +4531,17 @@ export const RepairAction: MessageFns<RepairAction> = {
 };
 
 function createBaseRepairResponse(): RepairResponse {
-  return { session: undefined, actions: [], changed: false, backupPath: "", before: [], after: [] };
+  return {
+    session: undefined,
+    changed: false,
+    backupPath: "",
+    actionCount: 0,
+    beforeCount: 0,
+    afterCount: 0,
+    actions: [],
+    before: [],
+    after: [],
+  };
 }
 
 export const RepairResponse: MessageFns<RepairResponse> = {
@@ -4418,14 +4549,23 @@ export const RepairResponse: MessageFns<RepairResponse> = {
     if (message.session !== undefined) {
       ResolvedSession.encode(message.session, writer.uint32(10).fork()).join();
     }
-    for (const v of message.actions) {
-      RepairAction.encode(v!, writer.uint32(18).fork()).join();
-    }
     if (message.changed !== false) {
       writer.uint32(24).bool(message.changed);
     }
     if (message.backupPath !== "") {
       writer.uint32(34).string(message.backupPath);
+    }
+    if (message.actionCount !== 0) {
+      writer.uint32(56).uint64(message.actionCount);
+    }
+    if (message.beforeCount !== 0) {
+      writer.uint32(64).uint64(message.beforeCount);
+    }
+    if (message.afterCount !== 0) {
+      writer.uint32(72).uint64(message.afterCount);
+    }
+    for (const v of message.actions) {
+      RepairAction.encode(v!, writer.uint32(18).fork()).join();
     }
     for (const v of message.before) {
       Problem.encode(v!, writer.uint32(42).fork()).join();
@@ -4457,14 +4597,6 @@ export const RepairResponse: MessageFns<RepairResponse> = {
             message.session = ResolvedSession.decode(reader, reader.uint32());
             continue;
           }
-          case 2: {
-            if (tag !== 18) {
-              break;
-            }
-
-            message.actions.push(RepairAction.decode(reader, reader.uint32()));
-            continue;
-          }
           case 3: {
             if (tag !== 24) {
               break;
@@ -4479,6 +4611,38 @@ export const RepairResponse: MessageFns<RepairResponse> = {
             }
 
             message.backupPath = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.actionCount = longToNumber(reader.uint64());
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.beforeCount = longToNumber(reader.uint64());
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.afterCount = longToNumber(reader.uint64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.actions.push(RepairAction.decode(reader, reader.uint32()));
             continue;
           }
           case 5: {
@@ -4517,9 +4681,12 @@ export const RepairResponse: MessageFns<RepairResponse> = {
     message.session = (object.session !== undefined && object.session !== null)
       ? ResolvedSession.fromPartial(object.session)
       : undefined;
-    message.actions = object.actions?.map((e) => RepairAction.fromPartial(e)) || [];
     message.changed = object.changed ?? false;
     message.backupPath = object.backupPath ?? "";
+    message.actionCount = object.actionCount ?? 0;
+    message.beforeCount = object.beforeCount ?? 0;
+    message.afterCount = object.afterCount ?? 0;
+    message.actions = object.actions?.map((e) => RepairAction.fromPartial(e)) || [];
     message.before = object.before?.map((e) => Problem.fromPartial(e)) || [];
     message.after = object.after?.map((e) => Problem.fromPartial(e)) || [];
     return message;
@@ -6231,12 +6398,13 @@ export const SessiondService = {
   },
   /**
    * Flush compacts the journal of one session, or of every session, into
-   * the canonical JSONL files.
+   * the canonical JSONL files. The sessions compacted come in pages, each
+   * sent once its sessions are compacted.
    */
   flush: {
     path: "/sessiond.v1.Sessiond/Flush" as const,
     requestStream: false as const,
-    responseStream: false as const,
+    responseStream: true as const,
     requestSerialize: (value: FlushRequest): Buffer => Buffer.from(FlushRequest.encode(value).finish()),
     requestDeserialize: (value: Buffer): FlushRequest => FlushRequest.decode(value),
     responseSerialize: (value: FlushResponse): Buffer => Buffer.from(FlushResponse.encode(value).finish()),
@@ -6265,11 +6433,14 @@ export const SessiondService = {
     responseSerialize: (value: ReadResponse): Buffer => Buffer.from(ReadResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ReadResponse => ReadResponse.decode(value),
   },
-  /** ListSessions lists the sessions of one project, or of all projects. */
+  /**
+   * ListSessions lists the sessions of one project, or of all projects, in
+   * pages (see ListSessionsResponse).
+   */
   listSessions: {
     path: "/sessiond.v1.Sessiond/ListSessions" as const,
     requestStream: false as const,
-    responseStream: false as const,
+    responseStream: true as const,
     requestSerialize: (value: ListSessionsRequest): Buffer => Buffer.from(ListSessionsRequest.encode(value).finish()),
     requestDeserialize: (value: Buffer): ListSessionsRequest => ListSessionsRequest.decode(value),
     responseSerialize: (value: ListSessionsResponse): Buffer =>
@@ -6301,12 +6472,15 @@ export const SessiondService = {
    * project or of all projects: torn, spliced or NUL-damaged lines, invalid
    * UTF-8, broken parentUuid chains, tool_use blocks without their result,
    * stray results, duplicate uuids. Files sessiond never wrote are checked
-   * too.
+   * too. The answer is streamed: each transcript's result is sent as soon
+   * as that transcript is checked, before the next one is read, and a long
+   * list of problems comes in pieces (see CheckResponse), so neither the
+   * daemon nor the caller holds the answer for a whole store.
    */
   check: {
     path: "/sessiond.v1.Sessiond/Check" as const,
     requestStream: false as const,
-    responseStream: false as const,
+    responseStream: true as const,
     requestSerialize: (value: CheckRequest): Buffer => Buffer.from(CheckRequest.encode(value).finish()),
     requestDeserialize: (value: Buffer): CheckRequest => CheckRequest.decode(value),
     responseSerialize: (value: CheckResponse): Buffer => Buffer.from(CheckResponse.encode(value).finish()),
@@ -6315,12 +6489,14 @@ export const SessiondService = {
   /**
    * Repair rewrites a damaged session so the official readers and the API
    * accept it, through the session's writer, atomically, keeping the
-   * original in sessiond's state folder.
+   * original in sessiond's state folder. The first message of the answer
+   * says what was done; the actions and problems follow in pages (see
+   * RepairResponse).
    */
   repair: {
     path: "/sessiond.v1.Sessiond/Repair" as const,
     requestStream: false as const,
-    responseStream: false as const,
+    responseStream: true as const,
     requestSerialize: (value: RepairRequest): Buffer => Buffer.from(RepairRequest.encode(value).finish()),
     requestDeserialize: (value: Buffer): RepairRequest => RepairRequest.decode(value),
     responseSerialize: (value: RepairResponse): Buffer => Buffer.from(RepairResponse.encode(value).finish()),
@@ -6399,12 +6575,12 @@ export const SessiondService = {
   },
   /**
    * ListTrash lists the trashed copies of deleted sessions: of one
-   * session, of one project's sessions, or of all.
+   * session, of one project's sessions, or of all, in pages.
    */
   listTrash: {
     path: "/sessiond.v1.Sessiond/ListTrash" as const,
     requestStream: false as const,
-    responseStream: false as const,
+    responseStream: true as const,
     requestSerialize: (value: ListTrashRequest): Buffer => Buffer.from(ListTrashRequest.encode(value).finish()),
     requestDeserialize: (value: Buffer): ListTrashRequest => ListTrashRequest.decode(value),
     responseSerialize: (value: ListTrashResponse): Buffer => Buffer.from(ListTrashResponse.encode(value).finish()),
@@ -6423,12 +6599,13 @@ export const SessiondService = {
   /**
    * ListSummaries returns the SessionStore summaries (see
    * AppendRequest.summary) of one project's sessions, with the same mtime
-   * as ListSessions: what the SDKs' listSessionSummaries returns.
+   * as ListSessions: what the SDKs' listSessionSummaries returns. A
+   * summary may take 32 KiB, so they come in pages.
    */
   listSummaries: {
     path: "/sessiond.v1.Sessiond/ListSummaries" as const,
     requestStream: false as const,
-    responseStream: false as const,
+    responseStream: true as const,
     requestSerialize: (value: ListSummariesRequest): Buffer => Buffer.from(ListSummariesRequest.encode(value).finish()),
     requestDeserialize: (value: Buffer): ListSummariesRequest => ListSummariesRequest.decode(value),
     responseSerialize: (value: ListSummariesResponse): Buffer =>
@@ -6468,9 +6645,10 @@ export interface SessiondServer extends UntypedServiceImplementation {
   appendStream: handleBidiStreamingCall<AppendRequest, AppendStreamResponse>;
   /**
    * Flush compacts the journal of one session, or of every session, into
-   * the canonical JSONL files.
+   * the canonical JSONL files. The sessions compacted come in pages, each
+   * sent once its sessions are compacted.
    */
-  flush: handleUnaryCall<FlushRequest, FlushResponse>;
+  flush: handleServerStreamingCall<FlushRequest, FlushResponse>;
   /** Read streams a session's entries from a position up to its current end. */
   read: handleServerStreamingCall<ReadRequest, ReadResponse>;
   /**
@@ -6478,8 +6656,11 @@ export interface SessiondServer extends UntypedServiceImplementation {
    * entry as it is acknowledged, until the caller cancels (like tail -f).
    */
   follow: handleServerStreamingCall<ReadRequest, ReadResponse>;
-  /** ListSessions lists the sessions of one project, or of all projects. */
-  listSessions: handleUnaryCall<ListSessionsRequest, ListSessionsResponse>;
+  /**
+   * ListSessions lists the sessions of one project, or of all projects, in
+   * pages (see ListSessionsResponse).
+   */
+  listSessions: handleServerStreamingCall<ListSessionsRequest, ListSessionsResponse>;
   /** GetSession describes one session. */
   getSession: handleUnaryCall<GetSessionRequest, SessionInfo>;
   /** Status describes the daemon. */
@@ -6489,15 +6670,20 @@ export interface SessiondServer extends UntypedServiceImplementation {
    * project or of all projects: torn, spliced or NUL-damaged lines, invalid
    * UTF-8, broken parentUuid chains, tool_use blocks without their result,
    * stray results, duplicate uuids. Files sessiond never wrote are checked
-   * too.
+   * too. The answer is streamed: each transcript's result is sent as soon
+   * as that transcript is checked, before the next one is read, and a long
+   * list of problems comes in pieces (see CheckResponse), so neither the
+   * daemon nor the caller holds the answer for a whole store.
    */
-  check: handleUnaryCall<CheckRequest, CheckResponse>;
+  check: handleServerStreamingCall<CheckRequest, CheckResponse>;
   /**
    * Repair rewrites a damaged session so the official readers and the API
    * accept it, through the session's writer, atomically, keeping the
-   * original in sessiond's state folder.
+   * original in sessiond's state folder. The first message of the answer
+   * says what was done; the actions and problems follow in pages (see
+   * RepairResponse).
    */
-  repair: handleUnaryCall<RepairRequest, RepairResponse>;
+  repair: handleServerStreamingCall<RepairRequest, RepairResponse>;
   /**
    * Fork copies a session (up to an entry) into a new session with fresh
    * uuids, as the official forkSession does, written atomically.
@@ -6523,17 +6709,18 @@ export interface SessiondServer extends UntypedServiceImplementation {
   restore: handleUnaryCall<RestoreRequest, RestoreResponse>;
   /**
    * ListTrash lists the trashed copies of deleted sessions: of one
-   * session, of one project's sessions, or of all.
+   * session, of one project's sessions, or of all, in pages.
    */
-  listTrash: handleUnaryCall<ListTrashRequest, ListTrashResponse>;
+  listTrash: handleServerStreamingCall<ListTrashRequest, ListTrashResponse>;
   /** ListSubkeys lists a session's subagent transcripts. */
   listSubkeys: handleUnaryCall<ListSubkeysRequest, ListSubkeysResponse>;
   /**
    * ListSummaries returns the SessionStore summaries (see
    * AppendRequest.summary) of one project's sessions, with the same mtime
-   * as ListSessions: what the SDKs' listSessionSummaries returns.
+   * as ListSessions: what the SDKs' listSessionSummaries returns. A
+   * summary may take 32 KiB, so they come in pages.
    */
-  listSummaries: handleUnaryCall<ListSummariesRequest, ListSummariesResponse>;
+  listSummaries: handleServerStreamingCall<ListSummariesRequest, ListSummariesResponse>;
   /**
    * Brings a session known only to the fleet's PostgreSQL mirror down to
    * this machine (main and subagent transcripts, their .meta.json), durably.
@@ -6578,23 +6765,15 @@ export interface SessiondClient extends Client {
   ): ClientDuplexStream<AppendRequest, AppendStreamResponse>;
   /**
    * Flush compacts the journal of one session, or of every session, into
-   * the canonical JSONL files.
+   * the canonical JSONL files. The sessions compacted come in pages, each
+   * sent once its sessions are compacted.
    */
+  flush(request: FlushRequest, options?: Partial<CallOptions>): ClientReadableStream<FlushResponse>;
   flush(
     request: FlushRequest,
-    callback: (error: ServiceError | null, response: FlushResponse) => void,
-  ): ClientUnaryCall;
-  flush(
-    request: FlushRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: FlushResponse) => void,
-  ): ClientUnaryCall;
-  flush(
-    request: FlushRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: FlushResponse) => void,
-  ): ClientUnaryCall;
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<FlushResponse>;
   /** Read streams a session's entries from a position up to its current end. */
   read(request: ReadRequest, options?: Partial<CallOptions>): ClientReadableStream<ReadResponse>;
   read(request: ReadRequest, metadata?: Metadata, options?: Partial<CallOptions>): ClientReadableStream<ReadResponse>;
@@ -6604,22 +6783,19 @@ export interface SessiondClient extends Client {
    */
   follow(request: ReadRequest, options?: Partial<CallOptions>): ClientReadableStream<ReadResponse>;
   follow(request: ReadRequest, metadata?: Metadata, options?: Partial<CallOptions>): ClientReadableStream<ReadResponse>;
-  /** ListSessions lists the sessions of one project, or of all projects. */
+  /**
+   * ListSessions lists the sessions of one project, or of all projects, in
+   * pages (see ListSessionsResponse).
+   */
   listSessions(
     request: ListSessionsRequest,
-    callback: (error: ServiceError | null, response: ListSessionsResponse) => void,
-  ): ClientUnaryCall;
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<ListSessionsResponse>;
   listSessions(
     request: ListSessionsRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ListSessionsResponse) => void,
-  ): ClientUnaryCall;
-  listSessions(
-    request: ListSessionsRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ListSessionsResponse) => void,
-  ): ClientUnaryCall;
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<ListSessionsResponse>;
   /** GetSession describes one session. */
   getSession(
     request: GetSessionRequest,
@@ -6657,43 +6833,30 @@ export interface SessiondClient extends Client {
    * project or of all projects: torn, spliced or NUL-damaged lines, invalid
    * UTF-8, broken parentUuid chains, tool_use blocks without their result,
    * stray results, duplicate uuids. Files sessiond never wrote are checked
-   * too.
+   * too. The answer is streamed: each transcript's result is sent as soon
+   * as that transcript is checked, before the next one is read, and a long
+   * list of problems comes in pieces (see CheckResponse), so neither the
+   * daemon nor the caller holds the answer for a whole store.
    */
+  check(request: CheckRequest, options?: Partial<CallOptions>): ClientReadableStream<CheckResponse>;
   check(
     request: CheckRequest,
-    callback: (error: ServiceError | null, response: CheckResponse) => void,
-  ): ClientUnaryCall;
-  check(
-    request: CheckRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: CheckResponse) => void,
-  ): ClientUnaryCall;
-  check(
-    request: CheckRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: CheckResponse) => void,
-  ): ClientUnaryCall;
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<CheckResponse>;
   /**
    * Repair rewrites a damaged session so the official readers and the API
    * accept it, through the session's writer, atomically, keeping the
-   * original in sessiond's state folder.
+   * original in sessiond's state folder. The first message of the answer
+   * says what was done; the actions and problems follow in pages (see
+   * RepairResponse).
    */
+  repair(request: RepairRequest, options?: Partial<CallOptions>): ClientReadableStream<RepairResponse>;
   repair(
     request: RepairRequest,
-    callback: (error: ServiceError | null, response: RepairResponse) => void,
-  ): ClientUnaryCall;
-  repair(
-    request: RepairRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: RepairResponse) => void,
-  ): ClientUnaryCall;
-  repair(
-    request: RepairRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: RepairResponse) => void,
-  ): ClientUnaryCall;
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<RepairResponse>;
   /**
    * Fork copies a session (up to an entry) into a new session with fresh
    * uuids, as the official forkSession does, written atomically.
@@ -6797,23 +6960,14 @@ export interface SessiondClient extends Client {
   ): ClientUnaryCall;
   /**
    * ListTrash lists the trashed copies of deleted sessions: of one
-   * session, of one project's sessions, or of all.
+   * session, of one project's sessions, or of all, in pages.
    */
+  listTrash(request: ListTrashRequest, options?: Partial<CallOptions>): ClientReadableStream<ListTrashResponse>;
   listTrash(
     request: ListTrashRequest,
-    callback: (error: ServiceError | null, response: ListTrashResponse) => void,
-  ): ClientUnaryCall;
-  listTrash(
-    request: ListTrashRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ListTrashResponse) => void,
-  ): ClientUnaryCall;
-  listTrash(
-    request: ListTrashRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ListTrashResponse) => void,
-  ): ClientUnaryCall;
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<ListTrashResponse>;
   /** ListSubkeys lists a session's subagent transcripts. */
   listSubkeys(
     request: ListSubkeysRequest,
@@ -6833,23 +6987,18 @@ export interface SessiondClient extends Client {
   /**
    * ListSummaries returns the SessionStore summaries (see
    * AppendRequest.summary) of one project's sessions, with the same mtime
-   * as ListSessions: what the SDKs' listSessionSummaries returns.
+   * as ListSessions: what the SDKs' listSessionSummaries returns. A
+   * summary may take 32 KiB, so they come in pages.
    */
   listSummaries(
     request: ListSummariesRequest,
-    callback: (error: ServiceError | null, response: ListSummariesResponse) => void,
-  ): ClientUnaryCall;
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<ListSummariesResponse>;
   listSummaries(
     request: ListSummariesRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: ListSummariesResponse) => void,
-  ): ClientUnaryCall;
-  listSummaries(
-    request: ListSummariesRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: ListSummariesResponse) => void,
-  ): ClientUnaryCall;
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<ListSummariesResponse>;
   /**
    * Brings a session known only to the fleet's PostgreSQL mirror down to
    * this machine (main and subagent transcripts, their .meta.json), durably.
