@@ -113,7 +113,10 @@ func TestRunAgainstRealDaemon(t *testing.T) {
 	if d.Syncs == 0 || d.Syncs > d.Entries || d.EntriesPerSync < 1 {
 		t.Errorf("daemon: %d syncs for %d entries (batch %.2f)", d.Syncs, d.Entries, d.EntriesPerSync)
 	}
-	if !strings.HasPrefix(d.CPUOf, "sessiond pid") || d.CPUSeconds <= 0 || d.PeakRSSBytes <= 0 {
+	// The CPU figure comes in clock ticks (10 ms): a short run on a
+	// loaded machine may take less than one, so only a run long enough
+	// for several (about 50 us of CPU per entry) must show some.
+	if !strings.HasPrefix(d.CPUOf, "sessiond pid") || d.CPUSeconds < 0 || d.CPUSeconds == 0 && d.Entries >= 2000 || d.PeakRSSBytes <= 0 {
 		t.Errorf("daemon process figures: cpu %v s of %q, peak RSS %d", d.CPUSeconds, d.CPUOf, d.PeakRSSBytes)
 	}
 	for _, c := range byTarget[TargetCeiling] {
