@@ -44,8 +44,10 @@ func TestNamedSessionIDs(t *testing.T) {
 	if _, err := c.Append(ctx, sub, []byte(`{"type":"x","uuid":"s","n":1}`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Flush(ctx, sess); err != nil {
-		t.Fatal(err)
+	for _, k := range []client.Session{sess, sub} {
+		if _, err := c.Flush(ctx, k); err != nil {
+			t.Fatal(err)
+		}
 	}
 	data, err := os.ReadFile(d.transcript("proj", "sess"))
 	if err != nil {
