@@ -117,9 +117,10 @@ func (g *globals) completeSubpaths(cmd *cobra.Command, arg, prefix string) ([]st
 // resolveSession turns what a user typed for a session into its id: a UUID
 // as it is; a transcript's path into its session (setting --project, and
 // --subpath for a subagent's); a listed session's whole id as it is; a
-// unique prefix of a listed session's id into that id. A valid id that is
-// neither listed nor the start of one goes to the daemon as typed (it
-// says whether the session exists).
+// unique prefix of a listed session's id into that id. A valid id that
+// could not be the start of a UUID, and is neither listed nor the start of
+// a listed id, goes to the daemon as typed (it says whether the session
+// exists).
 func (g *globals) resolveSession(ctx context.Context, cmd *cobra.Command, c *client.Client, arg string) (string, error) {
 	if arg == "" || layout.IsUUID(arg) {
 		return arg, nil
@@ -159,7 +160,7 @@ func (g *globals) resolveSession(ctx context.Context, cmd *cobra.Command, c *cli
 	}
 	switch len(match) {
 	case 0:
-		if valid {
+		if valid && !uuidStart {
 			return arg, nil
 		}
 		return "", fmt.Errorf("no session id starts with %q (sessionctl list shows them)", arg)
