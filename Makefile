@@ -63,12 +63,14 @@ sdk-ts:
 	  echo "npm run --prefix $(TS) build"; npm run --prefix $(TS) build; fi
 
 # PY is the Python the adapter is tested with: Debian's, whose packages give
-# grpcio, protobuf and pytest (the Python registry is not reachable here).
+# grpcio, protobuf and pytest (the Python registry is not reachable here),
+# and anyio and jsonschema, which the vendored official SDK the adapter's
+# tests use as their oracle imports (../shared/vendor/SOURCES.md).
 PY ?= /usr/bin/python3
-PY_DEBS := python3-grpcio python3-protobuf python3-grpc-tools python3-pytest
+PY_DEBS := python3-grpcio python3-protobuf python3-grpc-tools python3-pytest python3-anyio python3-jsonschema
 
 sdk-py:
-	@if ! $(PY) -c 'import grpc, google.protobuf, grpc_tools, pytest' 2>/dev/null; then \
+	@if ! $(PY) -c 'import grpc, google.protobuf, grpc_tools, pytest, anyio, jsonschema' 2>/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing $(PY_DEBS)"; (apt-get update -qq && apt-get install -y -qq $(PY_DEBS)) >/dev/null || exit 1; \
 	  else echo "the Python adapter's tests need $(PY_DEBS) (Debian: sudo apt-get install $(PY_DEBS))" >&2; exit 1; fi; fi
@@ -147,14 +149,16 @@ test-go:
 
 # test-adapters runs the SessionStore adapters' own suites (conformance,
 # round trips, retries, summaries, trust checks) against one freshly built
-# daemon. The TypeScript adapter is type-checked, then tested as sdk-ts
+# daemon; the Python suite also runs the official Python SDK's conformance
+# kit and store functions, vendored in ../shared/vendor (SESSIOND_REQUIRE_SDK
+# fails them, rather than skipping, when it is missing). The TypeScript adapter is type-checked, then tested as sdk-ts
 # built it (npm test's pretest would rebuild dist/ while the agent tests of
 # e2e may be loading it).
 test-adapters: sdk-ts
 	$(GO) build -o .bin/sessiond ./cmd/sessiond
 	npm run --prefix $(TS) typecheck
 	SESSIOND_BIN=$(CURDIR)/.bin/sessiond npm test --prefix $(TS) --ignore-scripts
-	SESSIOND_BIN=$(CURDIR)/.bin/sessiond $(PY) -m pytest -q -p no:cacheprovider sdk/python/tests
+	SESSIOND_BIN=$(CURDIR)/.bin/sessiond SESSIOND_REQUIRE_SDK=1 $(PY) -m pytest -q -p no:cacheprovider sdk/python/tests
 
 # bench runs the load tool's whole suite against a freshly built daemon,
 # with the baselines measured in the same run, and rewrites the results

@@ -646,9 +646,11 @@ func TestAccessPathTricksStayInside(t *testing.T) {
 			default:
 				odd = append(odd, fmt.Sprintf("%s %q: %v", f.name, v, err))
 			}
-			// A string that is no UUID never names a session.
-			// (CheckAll looks at the project only.)
-			if (strings.HasSuffix(f.name, "session_id") && !strings.HasPrefix(f.name, "CheckAll") || f.name == "Fork new_session_id") && v != "" && code == codes.OK {
+			// A string the session id rule refuses never names a session
+			// ("projects", "journal" and "trash" are safe names: they
+			// stay files inside the project folder). (CheckAll looks at
+			// the project only.)
+			if (strings.HasSuffix(f.name, "session_id") && !strings.HasPrefix(f.name, "CheckAll") || f.name == "Fork new_session_id") && v != "" && code == codes.OK && layout.ValidateSessionID(v) != nil {
 				odd = append(odd, fmt.Sprintf("%s %q was accepted", f.name, v))
 			}
 		}

@@ -293,7 +293,7 @@ func TestHostileInputs(t *testing.T) {
 		batch = append(batch, big(60<<10)) // 30 entries under the entry limit, 1.8 MiB in all
 	}
 	unknown := uuid.NewString()
-	wantID := "want a UUID"
+	wantID := "want a UUID such as"
 	dupSID, dupUUID := uuid.NewString(), uuid.NewString()
 	dupLine := `{"type":"user","uuid":"` + dupUUID + `","n":1}`
 
@@ -338,18 +338,34 @@ func TestHostileInputs(t *testing.T) {
 		// Session ids.
 		{name: "session id empty", call: appendTo(byCwd(""), entry(uuid.NewString())), code: codes.InvalidArgument,
 			msg: []string{"session id is empty", wantID}},
-		{name: "session id not a UUID", call: appendTo(byCwd("session-1"), entry(uuid.NewString())), code: codes.InvalidArgument,
-			msg: []string{`session id "session-1"`, wantID}},
+		{name: "session id with upper case, not a UUID", call: appendTo(byCwd("Session-1"), entry(uuid.NewString())), code: codes.InvalidArgument,
+			msg: []string{`session id "Session-1"`, "starts with 'S'", wantID}},
 		{name: "session id ../x", call: appendTo(byCwd("../x"), entry(uuid.NewString())), code: codes.InvalidArgument,
-			msg: []string{`session id "../x"`, wantID}},
+			msg: []string{`session id "../x"`, "starts with '.'", wantID}},
+		{name: "session id ..", call: appendTo(byCwd(".."), entry(uuid.NewString())), code: codes.InvalidArgument,
+			msg: []string{`session id ".."`, wantID}},
+		{name: "session id with a separator", call: appendTo(byCwd("a/../../x"), entry(uuid.NewString())), code: codes.InvalidArgument,
+			msg: []string{`session id "a/../../x"`, "'/' at position 2", wantID}},
+		{name: "session id with a backslash", call: appendTo(byCwd(`a\..\x`), entry(uuid.NewString())), code: codes.InvalidArgument,
+			msg: []string{"at position 2", wantID}},
 		{name: "session id absolute path", call: appendTo(byCwd("/etc/passwd"), entry(uuid.NewString())), code: codes.InvalidArgument,
 			msg: []string{`session id "/etc/passwd"`, wantID}},
 		{name: "session id uppercase in braces", call: appendTo(byCwd("{"+strings.ToUpper(uuid.NewString())+"}"), entry(uuid.NewString())),
-			code: codes.InvalidArgument, msg: []string{"38 bytes long, not 36", wantID}},
+			code: codes.InvalidArgument, msg: []string{"starts with '{'", wantID}},
 		{name: "session id traversal of UUID length", call: appendTo(byCwd("../../../../../../../../../etc/passw"), entry(uuid.NewString())),
-			code: codes.InvalidArgument, msg: []string{"'.' at position 1, which is not a hex digit", wantID}},
+			code: codes.InvalidArgument, msg: []string{"starts with '.'", wantID}},
 		{name: "session id with NUL", call: appendTo(byCwd(unknown[:35]+"\x00"), entry(uuid.NewString())), code: codes.InvalidArgument,
 			msg: []string{"the byte 0x00 at position 36", wantID}},
+		{name: "session id overlong", call: appendTo(byCwd(strings.Repeat("s", 129)), entry(uuid.NewString())), code: codes.InvalidArgument,
+			msg: []string{"129 bytes long, over 128", wantID}},
+		{name: "session id named like a transcript", call: appendTo(byCwd("s.jsonl"), entry(uuid.NewString())), code: codes.InvalidArgument,
+			msg: []string{`ends in ".jsonl"`, wantID}},
+		{name: "session id named like a ledger", call: appendTo(byCwd("s.acked"), entry(uuid.NewString())), code: codes.InvalidArgument,
+			msg: []string{`ends in ".acked"`, wantID}},
+		{name: "session id named like the store sidecar", call: appendTo(byCwd("sessiond-store.json"), entry(uuid.NewString())), code: codes.InvalidArgument,
+			msg: []string{`ends in ".json"`, wantID}},
+		{name: "session id a flag", call: appendTo(byCwd("-rf"), entry(uuid.NewString())), code: codes.InvalidArgument,
+			msg: []string{"starts with '-'", wantID}},
 
 		// Working directories.
 		{name: "cwd relative", call: appendTo(&sessiondv1.SessionRef{Project: &sessiondv1.SessionRef_Cwd{Cwd: "work/proj"}, SessionId: uuid.NewString()}, entry(uuid.NewString())),

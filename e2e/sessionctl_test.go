@@ -149,7 +149,7 @@ func TestSessionctlWalkthrough(t *testing.T) {
 		{`{"a":`, []string{"append", "--cwd", cwd, "--session", sid}, "stdin line 1: entry is not valid JSON"},
 		{`[1]`, []string{"append", "--cwd", cwd, "--session", sid}, "not an object"},
 		{`{}`, []string{"append", "--session", sid}, "--cwd"},
-		{`{}`, []string{"append", "--cwd", cwd, "--session", "not-a-uuid"}, "UUID"},
+		{`{}`, []string{"append", "--cwd", cwd, "--session", "Not/a-uuid"}, "want a UUID such as"},
 		{``, []string{"show", uuid.NewString()}, "not found"},
 		{``, []string{"show", "../etc/passwd"}, "is not a transcript under sessiond's root"},
 		{``, []string{"show", sid, "--subpath", "../escape"}, "invalid input"},

@@ -21,6 +21,7 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/buildinfo"
+	"github.com/sessiond/sessiond/internal/layout"
 )
 
 var pj = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
@@ -392,6 +393,7 @@ func listCmd(g *globals) *cobra.Command {
 			}
 			w := tabwriter.NewWriter(g.out, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(w, "ID\tTITLE\tENTRIES\tSIZE\tMODIFIED")
+			unlisted := 0
 			for _, in := range infos {
 				title := in.GetSummary()
 				if title == "" {
@@ -411,6 +413,10 @@ func listCmd(g *globals) *cobra.Command {
 				if in.GetTag() != "" {
 					marks = append(marks, "#"+in.GetTag())
 				}
+				if !layout.IsUUID(in.GetSession().GetSessionId()) {
+					marks = append(marks, "not a UUID*")
+					unlisted++
+				}
 				if len(marks) > 0 {
 					title += " [" + strings.Join(marks, ", ") + "]"
 				}
@@ -419,6 +425,11 @@ func listCmd(g *globals) *cobra.Command {
 			}
 			if err := w.Flush(); err != nil {
 				return err
+			}
+			if unlisted > 0 {
+				// A SessionStore may be given any safe id; the disk readers
+				// look only for <uuid>.jsonl.
+				fmt.Fprintf(g.out, "* %d of these sessions have an id that is not a UUID: Claude Code and the SDKs' disk readers (claude --resume, listSessions without a store) will not list or resume them; a SessionStore adapter on sessiond will\n", unlisted)
 			}
 			// --continue shows one session by design: the others are not
 			// a further page of it.

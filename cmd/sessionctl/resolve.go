@@ -116,19 +116,27 @@ func (g *globals) completeSubpaths(cmd *cobra.Command, arg, prefix string) ([]st
 
 // resolveSession turns what a user typed for a session into its id: a UUID
 // as it is; a transcript's path into its session (setting --project, and
-// --subpath for a subagent's); a unique prefix of a listed session's id
-// into that id.
+// --subpath for a subagent's); a listed session's whole id as it is; a
+// unique prefix of a listed session's id into that id. A valid id that
+// could not be the start of a UUID, and is neither listed nor the start of
+// a listed id, goes to the daemon as typed (it says whether the session
+// exists).
 func (g *globals) resolveSession(ctx context.Context, cmd *cobra.Command, c *client.Client, arg string) (string, error) {
-	if arg == "" || layout.ValidateSessionID(arg) == nil {
+	if arg == "" || layout.IsUUID(arg) {
 		return arg, nil
 	}
 	if strings.HasSuffix(arg, layout.TranscriptExt) || strings.ContainsRune(arg, filepath.Separator) {
 		return g.sessionFromPath(ctx, cmd, c, arg)
 	}
-	if strings.Trim(strings.ToLower(arg), "0123456789abcdef-") != "" || len(arg) >= 36 {
-		return arg, nil // not a prefix of a UUID: the daemon says what is wrong
+	valid := layout.ValidateSessionID(arg) == nil
+	uuidStart := strings.Trim(strings.ToLower(arg), "0123456789abcdef-") == "" && len(arg) < 36
+	if !valid && !uuidStart {
+		return arg, nil // neither an id nor the start of one: the daemon says what is wrong
 	}
 	if cmd.Name() == "restore" {
+		if valid {
+			return arg, nil
+		}
 		// Prefixes are looked up among live sessions; a deleted one is not.
 		return "", usageErr(fmt.Sprintf("restore needs the whole session id, not %q (sessionctl restore looks in the trash, where prefixes are not searched)", arg))
 	}
@@ -140,12 +148,21 @@ func (g *globals) resolveSession(ctx context.Context, cmd *cobra.Command, c *cli
 	}
 	var match []*sessiondv1.SessionInfo
 	for _, in := range infos {
-		if strings.HasPrefix(strings.ToLower(in.GetSession().GetSessionId()), strings.ToLower(arg)) {
+		id := in.GetSession().GetSessionId()
+		if id == arg {
+			// The whole id of a session (in one project or several: the
+			// daemon resolves it as it does a UUID), not a prefix of others.
+			return arg, nil
+		}
+		if strings.HasPrefix(strings.ToLower(id), strings.ToLower(arg)) {
 			match = append(match, in)
 		}
 	}
 	switch len(match) {
 	case 0:
+		if valid && !uuidStart {
+			return arg, nil
+		}
 		return "", fmt.Errorf("no session id starts with %q (sessionctl list shows them)", arg)
 	case 1:
 		if project == "" && cwd == "" {

@@ -67,7 +67,10 @@ func trashCmd(g *globals) *cobra.Command {
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
 			id := ""
 			if len(args) == 1 {
-				id = strings.ToLower(args[0])
+				id = args[0]
+				if layout.IsUUID(id) {
+					id = strings.ToLower(id) // one session whatever its case
+				}
 				if err := layout.ValidateSessionID(id); err != nil {
 					return usageErr(fmt.Sprintf("trash takes a whole session id, not %q (sessionctl trash lists them all)", args[0]))
 				}

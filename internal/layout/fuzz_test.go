@@ -114,15 +114,24 @@ func FuzzProjectKey(f *testing.F) {
 // syntax of the i flag.
 var sdkSessionID = regexp.MustCompile(`(?i)^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
-// FuzzValidateSessionID: accepts exactly what the SDK's regexp accepts.
+// FuzzValidateSessionID: accepts every UUID the SDK's regexp accepts and,
+// of the rest, exactly the safe names (a regexp of the rule, written apart
+// from the code it checks).
 func FuzzValidateSessionID(f *testing.F) {
 	for _, c := range sessionIDCases {
 		f.Add(c.in)
 	}
+	name := regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
 	f.Fuzz(func(t *testing.T, id string) {
 		ok := ValidateSessionID(id) == nil
-		if want := sdkSessionID.MatchString(id); ok != want {
-			t.Fatalf("ValidateSessionID(%q) accepts=%v, SDK regexp %v", id, ok, want)
+		want := sdkSessionID.MatchString(id) || name.MatchString(id) &&
+			!strings.HasSuffix(id, ".jsonl") && !strings.HasSuffix(id, ".wal") &&
+			!strings.HasSuffix(id, ".acked") && !strings.HasSuffix(id, ".json")
+		if ok != want {
+			t.Fatalf("ValidateSessionID(%q) accepts=%v, want %v", id, ok, want)
+		}
+		if ok && (strings.ContainsAny(id, "/\\\x00") || id == "." || id == "..") {
+			t.Fatalf("ValidateSessionID(%q) accepts a name that is not one path component", id)
 		}
 	})
 }

@@ -61,7 +61,7 @@ func TestPathsRefuseInvalidKeys(t *testing.T) {
 	if p := l.ProjectDir("../x"); p != "" {
 		t.Errorf("ProjectDir(../x) = %q, want \"\"", p)
 	}
-	if p := l.SessionDir(Key{ProjectKey: "-p", SessionID: "x"}); p != "" {
+	if p := l.SessionDir(Key{ProjectKey: "-p", SessionID: "x.jsonl"}); p != "" {
 		t.Errorf("SessionDir(bad sid) = %q, want \"\"", p)
 	}
 }
@@ -110,9 +110,9 @@ func TestParseRejectsNonTranscripts(t *testing.T) {
 		filepath.Join(l.ProjectsDir(), testSID+".jsonl"),                  // no project folder
 		filepath.Join(proj, testSID+".jsonl.tmp"),                         // temp files
 		filepath.Join(proj, "."+testSID+".jsonl.tmp-123"),                 // idem
-		filepath.Join(proj, testSID+".tmp.jsonl"),                         // not a UUID name
-		filepath.Join(proj, "notes.jsonl"),                                // idem
-		filepath.Join(proj, testSID[:35]+".jsonl"),                        // idem
+		filepath.Join(proj, "Notes.jsonl"),                                // upper case outside a UUID
+		filepath.Join(proj, "-notes.jsonl"),                               // not a session id
+		filepath.Join(proj, "x.wal.jsonl"),                                // idem: would collide
 		filepath.Join(proj, testSID+".JSONL"),                             // extension case
 		filepath.Join(proj, testSID+".wal"),                               // a journal name
 		filepath.Join(proj, testSID+".meta.json"),                         // other files
@@ -123,7 +123,7 @@ func TestParseRejectsNonTranscripts(t *testing.T) {
 		filepath.Join(sess, "subagents", ".jsonl"),                        // idem, deeper
 		filepath.Join(sess, "x.jsonl", "y.jsonl"),                         // folder that would collide
 		filepath.Join(l.ProjectsDir(), ".hidden", testSID+".jsonl"),       // bad project key
-		filepath.Join(l.ProjectsDir(), "-p", "x", "y.jsonl"),              // bad session id
+		filepath.Join(l.ProjectsDir(), "-p", "x.acked", "y.jsonl"),        // bad session id
 		proj + "/./" + testSID + ".jsonl",                                 // not clean
 		proj + "//" + testSID + ".jsonl",                                  // not clean
 		proj + "/../-p/" + testSID + ".jsonl",                             // not clean
@@ -133,7 +133,7 @@ func TestParseRejectsNonTranscripts(t *testing.T) {
 		filepath.Join(l.JournalDir(), "-p", testSID+".jsonl"),             // under the state folder
 		filepath.Join(sess, "a\\b.jsonl"),                                 // backslash in a name
 		filepath.Join(sess, "a\nb.jsonl"),                                 // control character
-		filepath.Join(proj, "01234567-89ab-cdef-0123-456789abcdeg.jsonl"), // not hex
+		filepath.Join(proj, "01234567-89ab-cdef-0123-456789abcdeG.jsonl"), // upper case, not a UUID
 	}
 	for _, p := range notTranscripts {
 		if k, ok := l.ParseTranscriptPath(p); ok {
@@ -144,7 +144,7 @@ func TestParseRejectsNonTranscripts(t *testing.T) {
 		l.JournalDir(),
 		filepath.Join(l.JournalDir(), "-p", testSID+".jsonl"),
 		filepath.Join(l.JournalDir(), "-p", testSID+".wal.tmp"),
-		filepath.Join(l.JournalDir(), "-p", "x.wal"),
+		filepath.Join(l.JournalDir(), "-p", "X.wal"),
 		filepath.Join(l.JournalDir(), "-p", testSID, ".wal"),
 		filepath.Join(l.JournalDir(), "..", "-p", testSID+".wal"),
 		filepath.Join(l.ProjectsDir(), "-p", testSID+".wal"),

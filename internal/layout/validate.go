@@ -61,39 +61,98 @@ func ValidateProjectKey(key string) error {
 	return nil
 }
 
-// ValidateSessionID accepts what the SDK accepts as a session id: a UUID in
-// the canonical 8-4-4-4-12 form of hex digits, either case, any version
-// (the SDK's /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i).
-// Braces, a "urn:uuid:" prefix and the 32-digit form are refused.
+// MaxSessionIDBytes bounds a session id: with the longest name sessiond
+// derives from it ("<id>.missing.json") it stays far inside NAME_MAX.
+const MaxSessionIDBytes = 128
+
+// SessionIDRule states which session ids are accepted; every refusal names it.
+const SessionIDRule = "want a UUID such as " + exampleSessionID +
+	" (either case) or up to 128 bytes of [a-z0-9._-] starting with a letter or digit and not ending in .jsonl, .wal, .acked or .json, such as \"sess\""
+
+// folderExts are the extensions of the files sessiond keeps beside a
+// folder it names after a caller's string: a session id or a subpath's
+// folder ending in one would be the folder of one key and the file of
+// another (".json" covers .missing.json, .meta.json and the store sidecars).
+var folderExts = []string{TranscriptExt, JournalExt, AckedExt, ".json"}
+
+// ValidateSessionID accepts a session id that is safe as one file name on
+// every file system sessiond runs on, which the SessionStore contract lets
+// a store be given: a UUID as the Agent SDKs and Claude Code make them
+// (8-4-4-4-12 hex digits, either case: one session whatever its case, see
+// CanonicalSessionID), or a name of lower-case ASCII letters, digits, '.',
+// '_' and '-'. Lower case only, so that two ids never name one file on a
+// case-insensitive file system; a letter or digit first, so that an id is
+// never hidden, "." or "..", a temp file of sessiond's (they start with
+// '.') nor taken for a command-line flag; and no ending that is one of
+// sessiond's own extensions (see folderExts). Only UUID-named transcripts
+// are listed by the official readers (see IsUUID).
 func ValidateSessionID(id string) error {
-	const want = "want a UUID (the Agent SDKs and Claude Code name every session by one): 32 hex digits in groups of 8-4-4-4-12 separated by '-', such as " + exampleSessionID
-	if id == "" {
-		return invalidf("session id is empty; %s", want)
-	}
-	if len(id) != len(exampleSessionID) {
-		return invalidf("session id %s is %d bytes long, not 36; %s", quote(id), len(id), want)
+	switch {
+	case id == "":
+		return invalidf("session id is empty; %s", SessionIDRule)
+	case IsUUID(id):
+		return nil
+	case len(id) > MaxSessionIDBytes:
+		return invalidf("session id %s is %d bytes long, over %d; %s", quote(id), len(id), MaxSessionIDBytes, SessionIDRule)
+	case !isIDStart(id[0]):
+		return invalidf("session id %s starts with %s; %s", quote(id), describeByte(id[0]), SessionIDRule)
 	}
 	for i := 0; i < len(id); i++ {
-		c := id[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return invalidf("session id %s has %s at position %d where '-' belongs; %s", quote(id), describeByte(c), i+1, want)
+		if c := id[i]; !isIDByte(c) {
+			what := "not accepted"
+			if 'A' <= c && c <= 'Z' {
+				what = "upper case, accepted only in a UUID"
 			}
-		default:
-			if !isHex(c) {
-				return invalidf("session id %s has %s at position %d, which is not a hex digit; %s", quote(id), describeByte(c), i+1, want)
-			}
+			return invalidf("session id %s has %s at position %d, %s; %s", quote(id), describeByte(c), i+1, what, SessionIDRule)
 		}
+	}
+	if ext := folderExt(id); ext != "" {
+		return invalidf("session id %s ends in %q, the extension of one of sessiond's own files; %s", quote(id), ext, SessionIDRule)
 	}
 	return nil
 }
 
+// IsUUID reports whether id is a UUID in the canonical 8-4-4-4-12 form of
+// hex digits, either case, any version: the SDK's
+// /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, which
+// Claude Code and the official readers name every session by.
+func IsUUID(id string) bool {
+	if len(id) != len(exampleSessionID) {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		switch i {
+		case 8, 13, 18, 23:
+			if id[i] != '-' {
+				return false
+			}
+		default:
+			if !isHex(id[i]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func folderExt(name string) string {
+	for _, ext := range folderExts {
+		if strings.HasSuffix(name, ext) {
+			return ext
+		}
+	}
+	return ""
+}
+
+func isIDStart(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
+
+func isIDByte(c byte) bool { return isIDStart(c) || c == '.' || c == '_' || c == '-' }
+
 // CanonicalSessionID is the form sessiond stores a session under: its id
 // in lower case, as every Claude Code writer names its files (the SDK's
 // randomUUID is lower case). A UUID in upper case names the same session,
-// so it must not name a second file. id must have passed
-// ValidateSessionID (ASCII only).
+// so it must not name a second file; any other accepted id is lower case
+// already. id must have passed ValidateSessionID (ASCII only).
 func CanonicalSessionID(id string) string { return strings.ToLower(id) }
 
 // SessionIDForms lists the names under which the session id names may be
@@ -115,8 +174,9 @@ func SessionIDForms(id string) []string {
 // ".." components, NUL) and, so that the accepted set stays small and every
 // accepted subpath names exactly one file inside the session folder: any
 // backslash, empty components ("a//b", a trailing '/'), control characters,
-// invalid UTF-8, a ".jsonl" suffix, folder components ending in ".jsonl" or
-// ".wal" (they would collide with the file of a shorter subpath), components
+// invalid UTF-8, a ".jsonl" suffix, folder components ending in ".jsonl",
+// ".wal", ".acked" or ".json" (they would collide with a file sessiond
+// keeps for a shorter subpath: see folderExts), components
 // too long for the filesystem, and more than 1024 bytes in all.
 func ValidateSubpath(sub string) error {
 	const want = "want a relative path such as \"" + exampleSubpath + "\""
@@ -157,21 +217,16 @@ func ValidateSubpath(sub string) error {
 			return invalidf("subpath %s ends in a name of %d bytes; at most %d bytes are accepted so that the file name with %q fits in %d bytes", quote(sub), len(p), maxNameBytes-len(TranscriptExt), TranscriptExt, maxNameBytes)
 		case len(p) > maxNameBytes:
 			return invalidf("subpath %s has a component of %d bytes; at most %d bytes are accepted per component", quote(sub), len(p), maxNameBytes)
-		case i < last && (strings.HasSuffix(p, TranscriptExt) || strings.HasSuffix(p, JournalExt)):
-			ext := reservedExt(p)
-			clash := strings.Join(append(parts[:i:i], strings.TrimSuffix(p, ext)), "/")
-			return invalidf("subpath %s has a folder %q ending in %q, which would collide with the file of subpath %q; rename the folder", quote(sub), p, ext, clash)
+		case i < last && folderExt(p) != "":
+			ext := folderExt(p)
+			if ext == TranscriptExt || ext == JournalExt {
+				clash := strings.Join(append(parts[:i:i], strings.TrimSuffix(p, ext)), "/")
+				return invalidf("subpath %s has a folder %q ending in %q, which would collide with the file of subpath %q; rename the folder", quote(sub), p, ext, clash)
+			}
+			return invalidf("subpath %s has a folder %q ending in %q, which would collide with a file sessiond keeps beside a transcript (a ledger or sidecar of that name); rename the folder", quote(sub), p, ext)
 		}
 	}
 	return nil
-}
-
-// reservedExt returns whichever of the daemon's extensions p ends in.
-func reservedExt(p string) string {
-	if strings.HasSuffix(p, TranscriptExt) {
-		return TranscriptExt
-	}
-	return JournalExt
 }
 
 // invalidf builds an ErrInvalidArgument error; the message should say what

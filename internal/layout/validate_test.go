@@ -101,6 +101,9 @@ var subpathCases = []validatorCase{
 	{in: "subagents/agent-x.jsonl", wantErr: `ends in ".jsonl"`},
 	{in: "a.jsonl/b", wantErr: `collide with the file of subpath "a"`},
 	{in: "x/a.wal/b", wantErr: `collide with the file of subpath "x/a"`},
+	{in: "a.acked/b", wantErr: `folder "a.acked" ending in ".acked"`},
+	{in: "subagents/agent-x.meta.json/b", wantErr: `ending in ".json", which would collide`},
+	{in: "sessiond-store.json/x", wantErr: `ending in ".json", which would collide`},
 	{in: strings.Repeat("x", 250), wantErr: "at most 249 bytes"},
 	{in: strings.Repeat("d", 256) + "/a", wantErr: "component of 256 bytes"},
 	{in: strings.Repeat("abcd/", 204) + "abcde", wantErr: "1025 bytes long"},
@@ -119,28 +122,63 @@ var sessionIDCases = []validatorCase{
 	{in: "01234567-89aB-CdEf-0123-456789abcdef"},
 	{in: "00000000-0000-0000-0000-000000000000"},
 	{in: "018f4b2e-7c1a-7d3e-9f00-123456789abc"}, // v7: any version is accepted
+	// The ids of the SDKs' conformance kits.
+	{in: "sess"},
+	{in: "s1"},
+	{in: "main"},
+	{in: "s"},
+	{in: "a"},
+	{in: "summ-sess"},
+	{in: "never-appended"},
+	{in: "0123456789abcdef0123456789abcdef"}, // 32 hex digits: a name like any other
+	{in: "not-a-uuid"},
+	{in: "a.b_c-d"},
+	{in: "x.."},
+	{in: "9"},
+	{in: "agent-x.meta"},
+	{in: "x.jsonl.bak"},
+	{in: strings.Repeat("a", 128)},
 
 	{in: "", wantErr: "session id is empty"},
-	{in: "not-a-uuid", wantErr: "10 bytes long, not 36"},
-	{in: "01234567-89ab-cdef-0123-456789abcde", wantErr: "35 bytes long"},
-	{in: "01234567-89ab-cdef-0123-456789abcdef0", wantErr: "37 bytes long"},
-	{in: "01234567-89ab-cdef-0123-456789abcdef\n", wantErr: "37 bytes long"},
-	{in: "{01234567-89ab-cdef-0123-456789abcdef}", wantErr: "38 bytes long"},
-	{in: "urn:uuid:01234567-89ab-cdef-0123-456789abcdef", wantErr: "45 bytes long"},
-	{in: "0123456789abcdef0123456789abcdef", wantErr: "32 bytes long"},
-	{in: "01234567_89ab-cdef-0123-456789abcdef", wantErr: `'_' at position 9 where '-' belongs`},
-	{in: "0123456789ab-cdef-0123-456789abcdef-", wantErr: `'8' at position 9 where '-' belongs`},
-	{in: "0123456g-89ab-cdef-0123-456789abcdef", wantErr: `'g' at position 8, which is not a hex digit`},
-	{in: " 1234567-89ab-cdef-0123-456789abcdef", wantErr: `' ' at position 1`},
-	{in: "01234567-89ab-cdef-0123-456789abcd\u00e9", wantErr: "the byte 0xc3 at position 35"},
-	{in: "01234567-89ab-cdef-0123-456789abcd\x00f", wantErr: "the byte 0x00 at position 35"},
-	{in: "../../../../../../../../etc/passwd..", wantErr: `'.' at position 1`},
+	// Traversal and separators.
+	{in: ".", wantErr: "starts with '.'"},
+	{in: "..", wantErr: "starts with '.'"},
+	{in: ".hidden", wantErr: "starts with '.'"},
+	{in: "../../../../../../../../etc/passwd..", wantErr: "starts with '.'"},
+	{in: "a/b", wantErr: "'/' at position 2"},
+	{in: "a/../../x", wantErr: "'/' at position 2"},
+	{in: "/etc/passwd", wantErr: "starts with '/'"},
+	{in: `a\b`, wantErr: `'\\' at position 2`},
+	{in: "c:x", wantErr: "':' at position 2"},
+	// Control bytes, NUL, non-ASCII, whitespace.
+	{in: "a\x00b", wantErr: "the byte 0x00 at position 2"},
+	{in: "sess\n", wantErr: "the byte 0x0a at position 5"},
+	{in: "caf\u00e9", wantErr: "the byte 0xc3 at position 4"},
+	{in: "\xff", wantErr: "starts with the byte 0xff"},
+	{in: " sess", wantErr: "starts with ' '"},
+	{in: "se ss", wantErr: "' ' at position 3"},
+	// Case: only a UUID may have upper case, where it names one session.
+	{in: "Sess", wantErr: "starts with 'S'"},
+	{in: "sEss", wantErr: "'E' at position 2, upper case, accepted only in a UUID"},
+	{in: "{01234567-89ab-cdef-0123-456789abcdef}", wantErr: "starts with '{'"},
+	{in: "urn:uuid:01234567-89ab-cdef-0123-456789abcdef", wantErr: "':' at position 4"},
+	{in: "01234567-89ab-cdef-0123-456789ABCDEF0", wantErr: "'A' at position 31, upper case"},
+	// Flags and sessiond's own files.
+	{in: "-rf", wantErr: "starts with '-'"},
+	{in: "_x", wantErr: "starts with '_'"},
+	{in: "x.jsonl", wantErr: `ends in ".jsonl"`},
+	{in: "x.wal", wantErr: `ends in ".wal"`},
+	{in: "x.acked", wantErr: `ends in ".acked"`},
+	{in: "x.missing.json", wantErr: `ends in ".json"`},
+	{in: "sessiond-store.json", wantErr: `ends in ".json"`},
+	// Overlong.
+	{in: strings.Repeat("a", 129), wantErr: "129 bytes long, over 128"},
 	{in: strings.Repeat("a", 10000), wantErr: "10000 bytes long"},
 }
 
 func TestValidateSessionID(t *testing.T) {
-	if good, bad := count(sessionIDCases); good < 3 || bad < 8 {
-		t.Fatalf("table has %d good and %d bad cases; want at least 3 and 8", good, bad)
+	if good, bad := count(sessionIDCases); good < 10 || bad < 20 {
+		t.Fatalf("table has %d good and %d bad cases; want at least 10 and 20", good, bad)
 	}
 	runValidatorCases(t, "ValidateSessionID", ValidateSessionID, sessionIDCases)
 }
@@ -201,7 +239,10 @@ func TestKeyValidate(t *testing.T) {
 		{key: Key{ProjectKey: "-p", SessionID: sid, Subpath: "subagents/agent-a"}},
 		{key: Key{ProjectKey: "", SessionID: sid}, wantErr: "project key is empty"},
 		{key: Key{ProjectKey: "..", SessionID: sid}, wantErr: "project key"},
-		{key: Key{ProjectKey: "-p", SessionID: "x"}, wantErr: "session id"},
+		{key: Key{ProjectKey: "-p", SessionID: "x"}},
+		{key: Key{ProjectKey: "proj", SessionID: "sess", Subpath: "subagents/agent-1"}},
+		{key: Key{ProjectKey: "-p", SessionID: "X"}, wantErr: "session id"},
+		{key: Key{ProjectKey: "-p", SessionID: "x.jsonl"}, wantErr: "session id"},
 		{key: Key{ProjectKey: "-p", SessionID: sid, Subpath: "../x"}, wantErr: "subpath"},
 		{key: Key{ProjectKey: "-p", SessionID: sid, Subpath: "/x"}, wantErr: "absolute"},
 	}

@@ -41,20 +41,33 @@ type trashName struct {
 }
 
 func parseTrashName(name string) (trashName, bool) {
-	// A session id has dashes of its own: it is the first 36 bytes.
-	if len(name) < 37 || name[36] != '-' {
-		return trashName{}, false
+	// A session id may hold '-' itself, but never the stamp's upper-case
+	// 'T' and 'Z' (a UUID has neither, any other id is lower case): the
+	// first '-' followed by a stamp ends the id.
+	const n = len(trashStampLayout)
+	for i := 1; i+1+n <= len(name); i++ {
+		if name[i] != '-' {
+			continue
+		}
+		rest := name[i+1:]
+		if len(rest) > n && rest[n] != '-' {
+			continue
+		}
+		at, err := time.Parse(trashStampLayout, rest[:n])
+		if err != nil {
+			continue
+		}
+		sid := name[:i]
+		if layout.ValidateSessionID(sid) != nil {
+			return trashName{}, false
+		}
+		lone := ""
+		if len(rest) > n {
+			lone = rest[n+1:]
+		}
+		return trashName{sessionID: sid, deleted: at, lone: lone}, true
 	}
-	sid := name[:36]
-	if layout.ValidateSessionID(sid) != nil {
-		return trashName{}, false
-	}
-	stamp, lone, _ := strings.Cut(name[37:], "-")
-	at, err := time.Parse(trashStampLayout, stamp)
-	if err != nil {
-		return trashName{}, false
-	}
-	return trashName{sessionID: sid, deleted: at, lone: lone}, true
+	return trashName{}, false
 }
 
 // trashEntries returns the trash entries holding key's session (or, with

@@ -158,14 +158,14 @@ describe("batch ids", () => {
 });
 
 describe("refusals", () => {
-  test("a session id that is not a UUID: INVALID_ARGUMENT with the daemon's message", async () => {
-    const key = { projectKey: project(), sessionId: "not-a-uuid" };
+  test("a session id that is neither a UUID nor a safe name: INVALID_ARGUMENT with the daemon's message", async () => {
+    const key = { projectKey: project(), sessionId: "../not-a-uuid" };
     await assert.rejects(store.append(key, [{ type: "x" }]), (err) => {
       assert.ok(err instanceof SessiondError);
       assert.equal(err.code, status.INVALID_ARGUMENT);
       assert.equal(err.codeName, "INVALID_ARGUMENT");
-      assert.match(err.message, /session id "not-a-uuid"/);
-      assert.match(err.message, /UUID/);
+      assert.match(err.message, /session id "\.\.\/not-a-uuid"/);
+      assert.match(err.message, /want a UUID such as .* or up to 128 bytes of \[a-z0-9._-\]/);
       return true;
     });
     await assert.rejects(store.load(key), (err) => err instanceof SessiondError && err.code === status.INVALID_ARGUMENT);
