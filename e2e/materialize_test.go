@@ -260,7 +260,7 @@ func TestMaterializeRefusals(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"a prefix of the id", []string{"materialize", w.sid[:8], "--into", filepath.Join(base, "new1")}, "materialize takes a whole session id"},
+		{"an id no rule takes", []string{"materialize", strings.ToUpper(w.sid[:8]), "--into", filepath.Join(base, "new1")}, "materialize takes a whole session id"},
 		{"a path for an id", []string{"materialize", "../" + w.sid, "--into", filepath.Join(base, "new2")}, "materialize takes a whole session id"},
 		{"a folder that is not empty", []string{"materialize", w.sid, "--into", full}, `is not empty (it holds ".credentials.json")`},
 		{"a symbolic link to an empty folder", []string{"materialize", w.sid, "--into", link}, "is a symbolic link"},

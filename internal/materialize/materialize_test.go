@@ -194,7 +194,9 @@ func gone(t *testing.T, path, why string) {
 // caller (refused before anything is made) or from the source (the
 // folder made is removed), as seed 003 demands.
 func TestMaterializeRefusesNames(t *testing.T) {
-	for _, id := range []string{"", "6f1c5fbb", "../../etc/passwd", sid + "x", "{" + sid[1:35] + "}", strings.Replace(sid, "-", "/", 1)} {
+	// (A short lower-case name such as "6f1c5fbb" is a valid session id:
+	// a name, not a UUID. Upper case is a UUID's alone.)
+	for _, id := range []string{"", "6F1C5FBB", "../../etc/passwd", sid + "X", "{" + sid[1:35] + "}", strings.Replace(sid, "-", "/", 1), ".hidden", "s.jsonl"} {
 		dir := filepath.Join(t.TempDir(), "copy")
 		_, err := Materialize(context.Background(), session(), Request{Ref: Ref{SessionID: id}, Dir: dir})
 		if !errors.Is(err, ErrRefused) || !errors.Is(err, errdefs.ErrInvalidArgument) {
