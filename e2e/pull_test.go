@@ -380,13 +380,41 @@ func waitLeasesReleased(t *testing.T, d *daemon) {
 		if err != nil {
 			t.Fatalf("status: %v", err)
 		}
-		if st.GetLeases().GetHeld() == 0 {
+		// Status stops counting a lease when the release is decided; the
+		// release reaches PostgreSQL just after: wait for that too, or
+		// another machine's append may still find the lease there.
+		if st.GetLeases().GetHeld() == 0 && leasesInPostgres(t, d, st.GetLeases().GetMachineId()) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s still holds %d leases after 30 s", st.GetLeases().GetMachineId(), st.GetLeases().GetHeld())
 		}
 	}
+}
+
+// leasesInPostgres counts the unexpired leases machine holds in the
+// daemon's mirror database.
+func leasesInPostgres(t *testing.T, d *daemon, machine string) int {
+	t.Helper()
+	dsn := ""
+	for _, kv := range d.env {
+		if v, ok := strings.CutPrefix(kv, "SESSIOND_MIRROR="); ok {
+			dsn = v
+		}
+	}
+	if dsn == "" {
+		t.Fatal("the daemon has no mirror")
+	}
+	c, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var n int
+	if err := c.QueryRow(context.Background(), `SELECT count(*) FROM sessiond_leases WHERE holder = $1 AND expires_at > now()`, machine).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // TestLeaseTakeoverPullsFirst: B holds a copy of a session that A then
