@@ -123,8 +123,8 @@ fuzz:
 # adapters' suites (test-adapters), and fuzz-short with one fuzzing worker
 # (it uses the CPU the tests leave idle while they wait on processes).
 # The TypeScript adapter is rebuilt first if proto-check regenerated its
-# sources, never while e2e's agent tests load it. About 4 minutes on 2
-# cores.
+# sources, never while e2e's agent tests load it. About 11 minutes on 2
+# cores from a fresh clone.
 test: tools proto-check fmt-check vet
 	@$(MAKE) --no-print-directory sdk-ts
 	$(MAKE) --no-print-directory -j3 --output-sync=target test-go test-adapters fuzz-short FUZZPARALLEL=1
