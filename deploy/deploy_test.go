@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/testharness"
 )
 
@@ -505,22 +504,8 @@ func TestUnitTwiceRefused(t *testing.T) {
 	t.Cleanup(first.Kill)
 	waitStatus := func() {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			c, err := client.Dial(sock)
-			if err == nil {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_, err = c.Status(ctx)
-				cancel()
-				c.Close()
-			}
-			if err == nil {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the unit's sessiond does not serve on %s: %v\n%s", sock, err, first.LogTail(100))
-			}
-			time.Sleep(20 * time.Millisecond)
+		if err := testharness.WaitStatus(sock, 30*time.Second); err != nil {
+			t.Fatalf("the unit's sessiond does not serve: %v\n%s", err, first.LogTail(100))
 		}
 	}
 	waitStatus()

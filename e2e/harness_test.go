@@ -146,6 +146,26 @@ func (d *daemon) startNoWait() error {
 	return nil
 }
 
+// startRefused starts sessiond, which must exit non-zero within 30 s
+// with a message holding every one of wants.
+func (d *daemon) startRefused(wants ...string) {
+	d.t.Helper()
+	if err := d.startNoWait(); err != nil {
+		d.t.Fatal(err)
+	}
+	select {
+	case <-d.Exited():
+	case <-time.After(30 * time.Second):
+		d.t.Fatalf("sessiond started; want it refused saying %q", wants)
+	}
+	log := d.Log()
+	for _, w := range wants {
+		if d.ExitCode() == 0 || !strings.Contains(log, w) {
+			d.t.Fatalf("exit %d; the refusal does not say %q:\n%s", d.ExitCode(), w, log)
+		}
+	}
+}
+
 func (d *daemon) waitServing() {
 	d.t.Helper()
 	if _, err := d.WaitServing(context.Background(), 30*time.Second); err != nil {

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/testharness"
 )
 
@@ -187,22 +186,8 @@ func TestSecondDaemonOnDefaults(t *testing.T) {
 // waitStatus waits until p answers a status call on socket.
 func waitStatus(t *testing.T, p *testharness.Daemon, socket string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := client.Dial(socket)
-		if err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, err = c.Status(ctx)
-			cancel()
-			c.Close()
-		}
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no status on %s: %v\n%s", socket, err, p.LogTail(logTail))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := testharness.WaitStatus(socket, 30*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, p.LogTail(logTail))
 	}
 }
 

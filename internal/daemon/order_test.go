@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/owner"
+	"github.com/sessiond/sessiond/internal/testharness"
 )
 
 // orderFS records every operation Run makes on the real filesystem, and
@@ -141,21 +141,7 @@ func TestStartOrder(t *testing.T) {
 
 func waitServing(t *testing.T, socket string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		c, err := client.Dial(socket)
-		if err == nil {
-			_, err = c.Status(ctx)
-			c.Close()
-		}
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sessiond not serving on %s: %v", socket, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := testharness.WaitStatus(socket, 10*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -337,3 +337,27 @@ func (s *SyncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// WaitStatus waits until a sessiond answers a Status call on socket, for
+// a daemon whose socket the harness did not choose (its defaults, or one
+// systemd-style activation passed it), and returns the last error when it
+// does not within timeout.
+func WaitStatus(socket string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := client.Dial(socket)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err = c.Status(ctx)
+			cancel()
+			c.Close()
+		}
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no status on %s after %v: %w", socket, timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
