@@ -186,6 +186,7 @@ type ackState struct {
 	f       fsys.File
 	counter uint64
 	buf     []byte
+	segs    []ackEntry
 }
 
 // writeAck writes the record of the live segments to its next slot,
@@ -202,10 +203,11 @@ func (l *Log) writeAck(sync bool) error {
 	}
 	l.mu.Lock()
 	a.counter++
-	r := ackRecord{counter: a.counter, segs: make([]ackEntry, 0, len(l.segs))}
+	r := ackRecord{counter: a.counter, segs: a.segs[:0]}
 	for _, s := range l.segs {
 		r.segs = append(r.segs, ackEntry{seq: s.seq, id: s.id, end: s.end, entries: s.entries})
 	}
+	a.segs = r.segs // reused: this runs after every commit
 	l.mu.Unlock()
 	a.buf = encodeAck(r, a.buf)
 	if _, err := a.f.Seek(int64(a.counter%2)*ackSlot, io.SeekStart); err != nil {
