@@ -36,7 +36,7 @@ func (d *ceilingDriver) open(_ context.Context, w *workload) error {
 	for _, sid := range w.sessionIDs {
 		k := layout.Key{ProjectKey: w.projectKey, SessionID: sid}
 		s := l.Stream(k)
-		if err := s.Begin(wal.Fingerprint{}, 0, false); err != nil {
+		if err := s.Begin(wal.Fingerprint{}, false); err != nil {
 			return err
 		}
 		d.streams = append(d.streams, s)

@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -17,7 +15,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sessiond/sessiond/internal/layout"
 )
 
 // timedRead is one cold read baseline.
@@ -61,35 +58,6 @@ func logSegments(dir string) ([]string, int64, error) {
 		total += fi.Size()
 	}
 	sort.Strings(paths)
-	return paths, total, nil
-}
-
-// legacyJournals lists the per-session journal files of releases before
-// the shared log under dir (none is expected: a missing dir is none) and
-// their total size.
-func legacyJournals(dir string) ([]string, int64, error) {
-	var paths []string
-	var total int64
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if path == dir && errors.Is(err, fs.ErrNotExist) {
-				return fs.SkipAll
-			}
-			return err
-		}
-		if d.Type().IsRegular() && strings.HasSuffix(d.Name(), layout.JournalExt) {
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			paths = append(paths, path)
-			total += fi.Size()
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, 0, fmt.Errorf("list per-session journals: %w", err)
-	}
 	return paths, total, nil
 }
 

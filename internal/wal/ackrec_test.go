@@ -18,7 +18,7 @@ func fillLog(t *testing.T, fsy fsys.FS, dir string, n int, segSize int64, close 
 	t.Helper()
 	l, _ := openLog(t, fsy, dir, Options{SegmentSize: segSize})
 	s := l.Stream(key("a"))
-	if err := s.Begin(Fingerprint{}, 0, true); err != nil {
+	if err := s.Begin(Fingerprint{}, true); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < n; i++ {

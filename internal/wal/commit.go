@@ -133,7 +133,7 @@ func (l *Log) commit(group []*request) {
 				r.err = err
 				continue
 			}
-			p.ep = &epoch{Epoch: Epoch{Key: s.key, Stream: b.Stream, Base: Fingerprint{b.BaseSize, b.BaseTail}, Legacy: b.Legacy},
+			p.ep = &epoch{Epoch: Epoch{Key: s.key, Stream: b.Stream, Base: Fingerprint{b.BaseSize, b.BaseTail}},
 				bindSeg: seg.seq, segs: map[uint64]struct{}{}}
 			p.bind = true
 			buf = frame.Append(buf, typeBind, payload, seg.id, int64(len(buf)))
@@ -144,13 +144,13 @@ func (l *Log) commit(group []*request) {
 			// the stream anew here, so recovery always finds the Bind of
 			// a stream with entries (the old, empty one is superseded).
 			b := bindRec{ProjectKey: s.key.ProjectKey, SessionID: s.key.SessionID, Subpath: s.key.Subpath,
-				BaseSize: e.Base.Size, BaseTail: e.Base.Tail, Legacy: e.Legacy, Stream: l.newStreamID()}
+				BaseSize: e.Base.Size, BaseTail: e.Base.Tail, Stream: l.newStreamID()}
 			payload, err := encodeBind(b)
 			if err != nil {
 				r.err = err
 				continue
 			}
-			p.ep = &epoch{Epoch: Epoch{Key: s.key, Stream: b.Stream, Base: e.Base, Legacy: e.Legacy},
+			p.ep = &epoch{Epoch: Epoch{Key: s.key, Stream: b.Stream, Base: e.Base},
 				bindSeg: seg.seq, segs: map[uint64]struct{}{}}
 			p.bind = true
 			buf = frame.Append(buf, typeBind, payload, seg.id, int64(len(buf)))

@@ -63,7 +63,7 @@ func crashWorkload(fs fsys.FS) *model {
 	st := map[layout.Key]*Stream{}
 	for _, k := range ks {
 		st[k] = l.Stream(k)
-		st[k].Begin(Fingerprint{}, 0, true)
+		st[k].Begin(Fingerprint{}, true)
 		m.begin(k, true)
 	}
 	grouped := func(parts map[layout.Key][][]string) bool {
@@ -102,7 +102,7 @@ func crashWorkload(fs fsys.FS) *model {
 	}
 	s.markAcked = true
 	m.begin(ks[0], false)
-	if st[ks[0]].Begin(Fingerprint{Size: 42, Tail: 7}, 0, false) != nil {
+	if st[ks[0]].Begin(Fingerprint{Size: 42, Tail: 7}, false) != nil {
 		return m
 	}
 	m.last(ks[0]).begunAcked = true
@@ -315,7 +315,7 @@ func TestSealedSegmentIsCutWhereItsSuccessorSays(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := l.Stream(key("a"))
-	s.Begin(Fingerprint{}, 0, true)
+	s.Begin(Fingerprint{}, true)
 	if _, err := s.Append(batchesOf([]string{"acked 1"}), nil); err != nil {
 		t.Fatal(err)
 	}

@@ -44,12 +44,10 @@
 //     write ended: it was sealed after a failed write or sync, and
 //     whatever lies past that offset was never acknowledged.
 //   - Bind (2): starts stream S for a transcript. JSON {"stream":S,
-//     "project_key","session_id","subpath","base_size","base_tail",
-//     "legacy"}: the fingerprint of the canonical file when the epoch began
-//     (opaque to the log) and, for an epoch imported from a per-session
-//     journal of an older release, that journal's generation. A Bind
-//     supersedes every earlier stream of its transcript: recovery ignores
-//     them.
+//     "project_key","session_id","subpath","base_size","base_tail"}: the
+//     fingerprint of the canonical file when the epoch began (opaque to
+//     the log). A Bind supersedes every earlier stream of its transcript:
+//     recovery ignores them.
 //   - Entry (3): stream uint64, then one entry's bytes.
 //   - Meta (4): stream uint64, then what the caller says about the batch as
 //     a whole (at most MaxMeta bytes); between a batch's last Entry and its

@@ -53,7 +53,6 @@ type bindRec struct {
 	Subpath    string `json:"subpath"`
 	BaseSize   int64  `json:"base_size"`
 	BaseTail   uint32 `json:"base_tail"`
-	Legacy     uint64 `json:"legacy,omitempty"`
 }
 
 func (b bindRec) key() layout.Key {

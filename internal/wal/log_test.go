@@ -22,10 +22,10 @@ func TestRoundTripAcrossReopen(t *testing.T) {
 	dir := t.TempDir()
 	l, _ := openLog(t, fsys.OS, dir, Options{})
 	a, b := l.Stream(key("a")), l.Stream(key("b"))
-	if err := a.Begin(Fingerprint{Size: 10, Tail: 3}, 0, true); err != nil {
+	if err := a.Begin(Fingerprint{Size: 10, Tail: 3}, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Begin(Fingerprint{}, 7, true); err != nil {
+	if err := b.Begin(Fingerprint{}, true); err != nil {
 		t.Fatal(err)
 	}
 	big := strings.Repeat("x", 3<<20) // bigger than a read chunk
@@ -54,7 +54,7 @@ func TestRoundTripAcrossReopen(t *testing.T) {
 		t.Fatalf("a epoch %+v", ea)
 	}
 	eb, _ := l.Epoch(key("b"))
-	if eb.Legacy != 7 || eb.Compacted != nil {
+	if eb.Compacted != nil {
 		t.Fatalf("b epoch %+v", eb)
 	}
 	if got := contents(t, l, key("b")); !slices.Equal(got[0], []string{"", "b1"}) {
@@ -87,7 +87,7 @@ func TestAppendWithoutBeginIsRefused(t *testing.T) {
 	small, _ := openLog(t, fsys.OS, t.TempDir(), Options{MaxRecord: 10})
 	defer small.Close()
 	s := small.Stream(key("x"))
-	s.Begin(Fingerprint{}, 0, true)
+	s.Begin(Fingerprint{}, true)
 	if _, err := s.Append(batchesOf([]string{strings.Repeat("x", 11)}), nil); !errors.Is(err, errdefs.ErrTooLarge) {
 		t.Fatalf("entry over the limit: %v", err)
 	}
@@ -138,7 +138,7 @@ func TestOneSyncForManySessions(t *testing.T) {
 	streams := make([]*Stream, n)
 	for i := range streams {
 		streams[i] = l.Stream(key(fmt.Sprint(i)))
-		streams[i].Begin(Fingerprint{}, 0, true)
+		streams[i].Begin(Fingerprint{}, true)
 	}
 	before := l.Stats().Syncs
 	release := make(chan struct{})
@@ -209,8 +209,8 @@ func TestSegmentsGoWhenStreamsMoveOn(t *testing.T) {
 	dir := t.TempDir()
 	l, _ := openLog(t, fsys.OS, dir, Options{SegmentSize: 4096})
 	a, b := l.Stream(key("a")), l.Stream(key("b"))
-	a.Begin(Fingerprint{}, 0, true)
-	b.Begin(Fingerprint{}, 0, true)
+	a.Begin(Fingerprint{}, true)
+	b.Begin(Fingerprint{}, true)
 	if _, err := b.Append(batchesOf([]string{"b-only"}), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestSegmentsGoWhenStreamsMoveOn(t *testing.T) {
 	}
 	// a moves on; b still holds the first segment, and so every later
 	// one stays too (segments go oldest first).
-	if err := a.Begin(Fingerprint{Size: 6 * 1501}, 0, false); err != nil {
+	if err := a.Begin(Fingerprint{Size: 6 * 1501}, false); err != nil {
 		t.Fatal(err)
 	}
 	if got := len(segs()); got < n {
@@ -239,11 +239,11 @@ func TestSegmentsGoWhenStreamsMoveOn(t *testing.T) {
 	if got := contents(t, l, key("b")); len(got) != 1 || got[0][0] != "b-only" {
 		t.Fatalf("b: %q", got)
 	}
-	if err := b.Begin(Fingerprint{Size: 7}, 0, false); err != nil {
+	if err := b.Begin(Fingerprint{Size: 7}, false); err != nil {
 		t.Fatal(err)
 	}
 	// The committer collects after each commit; one more to be sure it ran.
-	l.Stream(key("c")).Begin(Fingerprint{}, 0, false)
+	l.Stream(key("c")).Begin(Fingerprint{}, false)
 	if got := segs(); len(got) != 1 {
 		t.Fatalf("segments left after every stream moved on: %v", got)
 	}
@@ -273,17 +273,17 @@ func TestPressureCompactsIdleStreams(t *testing.T) {
 		mu.Unlock()
 		for _, k := range keys {
 			// What the writer does: compact, then begin anew.
-			l.Stream(k).Begin(Fingerprint{Size: 1}, 0, false)
+			l.Stream(k).Begin(Fingerprint{Size: 1}, false)
 		}
 	}})
 	defer l.Close()
 	idle := l.Stream(key("idle"))
-	idle.Begin(Fingerprint{}, 0, true)
+	idle.Begin(Fingerprint{}, true)
 	if _, err := idle.Append(batchesOf([]string{"once"}), nil); err != nil {
 		t.Fatal(err)
 	}
 	busy := l.Stream(key("busy"))
-	busy.Begin(Fingerprint{}, 0, true)
+	busy.Begin(Fingerprint{}, true)
 	entry := strings.Repeat("b", 1000)
 	largest := int64(0)
 	for i := 0; i < 400; i++ {
@@ -292,7 +292,7 @@ func TestPressureCompactsIdleStreams(t *testing.T) {
 		}
 		if i%20 == 19 {
 			// The busy one compacts now and then, as its writer would.
-			if err := busy.Begin(Fingerprint{Size: int64(i)}, 0, false); err != nil {
+			if err := busy.Begin(Fingerprint{Size: int64(i)}, false); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -316,7 +316,7 @@ func TestTornTailIsCut(t *testing.T) {
 	dir := t.TempDir()
 	l, _ := openLog(t, fsys.OS, dir, Options{})
 	s := l.Stream(key("a"))
-	s.Begin(Fingerprint{}, 0, true)
+	s.Begin(Fingerprint{}, true)
 	if _, err := s.Append(batchesOf([]string{"kept"}), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -348,8 +348,8 @@ func TestDamagedSegment(t *testing.T) {
 	dir := t.TempDir()
 	l, _ := openLog(t, fsys.OS, dir, Options{})
 	a, b := l.Stream(key("a")), l.Stream(key("b"))
-	a.Begin(Fingerprint{}, 0, true)
-	b.Begin(Fingerprint{}, 0, true)
+	a.Begin(Fingerprint{}, true)
+	b.Begin(Fingerprint{}, true)
 	if _, err := a.Append(batchesOf([]string{"a-first"}), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -424,11 +424,11 @@ func TestCloseForgetsOnlyItsOwnStream(t *testing.T) {
 	defer l.Close()
 	k := key("a")
 	old := l.Stream(k)
-	if err := old.Begin(Fingerprint{}, 0, false); err != nil {
+	if err := old.Begin(Fingerprint{}, false); err != nil {
 		t.Fatal(err)
 	}
 	next := l.Stream(k)
-	if err := next.Begin(Fingerprint{Size: 1}, 0, false); err != nil {
+	if err := next.Begin(Fingerprint{Size: 1}, false); err != nil {
 		t.Fatal(err)
 	}
 	old.Close()
@@ -453,22 +453,22 @@ func TestEmptyStreamWhoseBindSegmentWentKeepsItsEntries(t *testing.T) {
 	dir := t.TempDir()
 	l, _ := openLog(t, fsys.OS, dir, Options{SegmentSize: 2048})
 	idle := l.Stream(key("idle"))
-	if err := idle.Begin(Fingerprint{Size: 5}, 0, false); err != nil {
+	if err := idle.Begin(Fingerprint{Size: 5}, false); err != nil {
 		t.Fatal(err)
 	}
 	busy := l.Stream(key("busy"))
-	busy.Begin(Fingerprint{}, 0, true)
+	busy.Begin(Fingerprint{}, true)
 	for i := 0; i < 5; i++ {
 		if _, err := busy.Append(batchesOf([]string{strings.Repeat("b", 1000)}), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := busy.Begin(Fingerprint{Size: 5000}, 0, false); err != nil {
+	if err := busy.Begin(Fingerprint{Size: 5000}, false); err != nil {
 		t.Fatal(err)
 	}
 	// The committer collects after answering; its next commit comes
 	// after that collection.
-	l.Stream(key("barrier")).Begin(Fingerprint{}, 0, false)
+	l.Stream(key("barrier")).Begin(Fingerprint{}, false)
 	if _, err := os.Stat(filepath.Join(dir, segName(1))); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the first segment, holding only the idle stream's Bind, should have gone: %v", err)
 	}
@@ -494,7 +494,7 @@ func TestCommitDelayGathersSiblings(t *testing.T) {
 	l, _ := openLog(t, fsys.OS, t.TempDir(), Options{CommitDelay: time.Hour})
 	defer l.Close()
 	lone := l.Stream(key("lone"))
-	lone.Begin(Fingerprint{}, 0, true)
+	lone.Begin(Fingerprint{}, true)
 	done := make(chan error, 1)
 	go func() {
 		_, err := lone.Append(batchesOf([]string{"alone"}), nil)
@@ -518,7 +518,7 @@ func TestCommitDelayGathersSiblings(t *testing.T) {
 	var ss []*Stream
 	for i := 0; i < 5; i++ {
 		s := l.Stream(key(fmt.Sprint("s", i)))
-		if err := s.Begin(Fingerprint{}, 0, false); err != nil {
+		if err := s.Begin(Fingerprint{}, false); err != nil {
 			t.Fatal(err)
 		}
 		ss = append(ss, s)
@@ -567,7 +567,7 @@ func TestCommitDelayEndsWhenEveryoneIsIn(t *testing.T) {
 	var ss []*Stream
 	for i := 0; i < 5; i++ {
 		s := l.Stream(key(fmt.Sprint("s", i)))
-		if err := s.Begin(Fingerprint{}, 0, false); err != nil {
+		if err := s.Begin(Fingerprint{}, false); err != nil {
 			t.Fatal(err)
 		}
 		ss = append(ss, s)

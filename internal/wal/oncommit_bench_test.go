@@ -25,7 +25,7 @@ func BenchmarkCommitCPU(b *testing.B) {
 			l, _ := openLog(b, fstest.NewCrashFS(), "/wal", Options{Prealloc: -1, SegmentSize: 4 << 20, OnCommit: bc.hook})
 			defer l.Close()
 			s := l.Stream(key("bench"))
-			s.Begin(Fingerprint{}, 0, true)
+			s.Begin(Fingerprint{}, true)
 			entry := batchesOf([]string{strings.Repeat("x", 1<<10)})
 			b.ReportAllocs()
 			b.ResetTimer()

@@ -46,7 +46,7 @@ func TestOnCommitReportsEachDurableWrite(t *testing.T) {
 	defer l.Close()
 	a, b := l.Stream(key("a")), l.Stream(key("b"))
 	for _, s := range []*Stream{a, b} {
-		if err := s.Begin(Fingerprint{}, 0, true); err != nil {
+		if err := s.Begin(Fingerprint{}, true); err != nil {
 			t.Fatal(err)
 		}
 	}

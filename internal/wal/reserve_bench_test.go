@@ -38,7 +38,7 @@ func BenchmarkCommitReserved(b *testing.B) {
 					l = reuseOneSegment(b, l, dir, bc.opt)
 				}
 				s := l.Stream(key("bench"))
-				s.Begin(Fingerprint{}, 0, true)
+				s.Begin(Fingerprint{}, true)
 				entry := batchesOf([]string{strings.Repeat("x", size)})
 				var r0, r1 syscall.Rusage
 				syscall.Getrusage(syscall.RUSAGE_SELF, &r0)
@@ -63,14 +63,14 @@ func BenchmarkCommitReserved(b *testing.B) {
 func reuseOneSegment(b *testing.B, l *Log, dir string, opt Options) *Log {
 	b.Helper()
 	st := l.Stream(key("fill"))
-	st.Begin(Fingerprint{}, 0, true)
+	st.Begin(Fingerprint{}, true)
 	big := batchesOf([]string{strings.Repeat("f", 1<<20)})
 	for l.Stats().Segments < 2 {
 		if _, err := st.Append(big, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
-	st.Begin(Fingerprint{Size: 1}, 0, false) // the full segment goes
+	st.Begin(Fingerprint{Size: 1}, false) // the full segment goes
 	l.Close()
 	l, _ = openLog(b, fsys.OS, dir, opt) // its first segment is the spare
 	return l

@@ -40,14 +40,14 @@ func TestSegmentsAreReservedAndReused(t *testing.T) {
 	// Old records: the stream "old" fills segments 1 and 2 with
 	// distinctive entries, then moves on, so both are collected.
 	old := l.Stream(key("old"))
-	old.Begin(Fingerprint{}, 0, true)
+	old.Begin(Fingerprint{}, true)
 	stale := strings.Repeat("S", 1500)
 	for i := 0; i < 8; i++ {
 		if _, err := old.Append(batchesOf([]string{stale}), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := old.Begin(Fingerprint{Size: 8 * 1501}, 0, false); err != nil {
+	if err := old.Begin(Fingerprint{Size: 8 * 1501}, false); err != nil {
 		t.Fatal(err)
 	}
 	spares, _ := filepath.Glob(filepath.Join(dir, "*"+spareSuffix))
@@ -56,7 +56,7 @@ func TestSegmentsAreReservedAndReused(t *testing.T) {
 	}
 	// New records go into reused files: enough to roll to the spare.
 	cur := l.Stream(key("cur"))
-	cur.Begin(Fingerprint{}, 0, true)
+	cur.Begin(Fingerprint{}, true)
 	var want []string
 	for i := 0; i < 20; i++ {
 		e := strings.Repeat(string(rune('a'+i)), 300)
@@ -127,13 +127,13 @@ func TestLowSpaceGivesReservedSpaceBack(t *testing.T) {
 	fill := func(name string, n int) {
 		t.Helper()
 		s := l.Stream(key(name))
-		s.Begin(Fingerprint{}, 0, true)
+		s.Begin(Fingerprint{}, true)
 		for i := 0; i < n; i++ {
 			if _, err := s.Append(batchesOf([]string{strings.Repeat("x", 1500)}), nil); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := s.Begin(Fingerprint{Size: int64(n) * 1501}, 0, false); err != nil {
+		if err := s.Begin(Fingerprint{Size: int64(n) * 1501}, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -143,7 +143,7 @@ func TestLowSpaceGivesReservedSpaceBack(t *testing.T) {
 	}
 	// Backlog: a stream with entries counts, a compacted one does not.
 	b := l.Stream(key("b"))
-	b.Begin(Fingerprint{}, 0, true)
+	b.Begin(Fingerprint{}, true)
 	if _, err := b.Append(batchesOf([]string{"one", "three"}), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestLowSpaceGivesReservedSpaceBack(t *testing.T) {
 	if len(behind) != 1 || !ok || !l.StillBehind(key("b"), stream) {
 		t.Fatalf("Behind = %v; want b's stream, still behind", behind)
 	}
-	if err := b.Begin(Fingerprint{Size: 10}, 0, false); err != nil {
+	if err := b.Begin(Fingerprint{Size: 10}, false); err != nil {
 		t.Fatal(err)
 	}
 	if n, bytes := l.Backlog(); n != 0 || bytes != 0 {
@@ -170,7 +170,7 @@ func TestLowSpaceGivesReservedSpaceBack(t *testing.T) {
 	if l.StillBehind(key("b"), stream) {
 		t.Fatal("a new stream's entries count as the compacted stream's")
 	}
-	if err := b.Begin(Fingerprint{Size: 15}, 0, false); err != nil {
+	if err := b.Begin(Fingerprint{Size: 15}, false); err != nil {
 		t.Fatal(err)
 	}
 
@@ -234,7 +234,7 @@ func TestOpenOnAFullDisk(t *testing.T) {
 	c := fstest.NewCrashFS()
 	l, _ := openLog(t, c, "/log", Options{})
 	s := l.Stream(key("a"))
-	if err := s.Begin(Fingerprint{}, 0, true); err != nil {
+	if err := s.Begin(Fingerprint{}, true); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Append(batchesOf([]string{"before"}), nil); err != nil {

@@ -76,7 +76,7 @@ func compact(t testing.TB, s *Stream) {
 	if err := s.MarkCompacted(Fingerprint{Size: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Begin(Fingerprint{Size: 1}, 0, false); err != nil {
+	if err := s.Begin(Fingerprint{Size: 1}, false); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -102,8 +102,8 @@ func TestRetainedSegmentsReadBack(t *testing.T) {
 	opt := Options{SegmentSize: 8192, Retention: time.Hour, Now: func() time.Time { return now }}
 	l, _ := openLog(t, fsys.OS, dir, opt)
 	a, b := l.Stream(key("a")), l.Stream(key("b"))
-	a.Begin(Fingerprint{}, 0, true)
-	b.Begin(Fingerprint{}, 0, true)
+	a.Begin(Fingerprint{}, true)
+	b.Begin(Fingerprint{}, true)
 	var all []logged
 	for round := 0; round < 3; round++ {
 		all = append(all, fill(t, a, fmt.Sprintf("a%d", round), 8, 1500)...)
@@ -144,7 +144,7 @@ func TestRetainedSegmentsReadBack(t *testing.T) {
 	// Past the retention, the next commit lets them go.
 	now = now.Add(time.Hour + time.Second)
 	c := l.Stream(key("c"))
-	c.Begin(Fingerprint{}, 0, true)
+	c.Begin(Fingerprint{}, true)
 	fill(t, c, "c", 1, 10)
 	if st := l.Stats(); st.RetainedSegments != 0 || st.RetainedBytes != 0 || !st.OldestRetained.IsZero() {
 		t.Fatalf("past the retention: %+v, want nothing retained", st)
@@ -167,7 +167,7 @@ func TestRetentionSizeBudget(t *testing.T) {
 	l, _ := openLog(t, fsys.OS, dir, opt)
 	defer l.Close()
 	a := l.Stream(key("a"))
-	a.Begin(Fingerprint{}, 0, true)
+	a.Begin(Fingerprint{}, true)
 	var all []logged
 	maxRetained := 0
 	for round := 0; round < 12; round++ {
@@ -206,7 +206,7 @@ func TestRetainedDroppedOnFullDisk(t *testing.T) {
 	}
 	defer l.Close()
 	a := l.Stream(key("a"))
-	a.Begin(Fingerprint{}, 0, true)
+	a.Begin(Fingerprint{}, true)
 	fill(t, a, "a", 8, 1500)
 	compact(t, a)
 	fill(t, a, "b", 1, 10)
@@ -240,7 +240,7 @@ func TestRetainedDroppedWhenWritersFindTheDiskFull(t *testing.T) {
 	}
 	defer l.Close()
 	a := l.Stream(key("a"))
-	a.Begin(Fingerprint{}, 0, true)
+	a.Begin(Fingerprint{}, true)
 	retainSome := func(prefix string) {
 		t.Helper()
 		fill(t, a, prefix, 8, 1500)
@@ -298,7 +298,7 @@ func retainWorkload(fs fsys.FS) *retainModel {
 	st := map[layout.Key]*Stream{}
 	for _, k := range ks {
 		st[k] = l.Stream(k)
-		st[k].Begin(Fingerprint{}, 0, true)
+		st[k].Begin(Fingerprint{}, true)
 	}
 	appendOne := func(k layout.Key, e string) bool {
 		m.sent[k] = append(m.sent[k], e)
@@ -321,7 +321,7 @@ func retainWorkload(fs fsys.FS) *retainModel {
 					return m
 				}
 			}
-			if st[k].MarkCompacted(Fingerprint{Size: int64(round)}) != nil || st[k].Begin(Fingerprint{Size: int64(round)}, 0, false) != nil {
+			if st[k].MarkCompacted(Fingerprint{Size: int64(round)}) != nil || st[k].Begin(Fingerprint{Size: int64(round)}, false) != nil {
 				return m
 			}
 		}

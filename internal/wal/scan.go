@@ -254,7 +254,7 @@ func (sc *scanner) apply(w *frame.Window, s *segment, h frame.Header, off int64,
 		if sc.streams[b.Stream] != nil {
 			return frame.Error(fmt.Sprintf("stream %d is bound twice", b.Stream))
 		}
-		e := &epoch{Epoch: Epoch{Key: b.key(), Stream: b.Stream, Base: Fingerprint{b.BaseSize, b.BaseTail}, Legacy: b.Legacy},
+		e := &epoch{Epoch: Epoch{Key: b.key(), Stream: b.Stream, Base: Fingerprint{b.BaseSize, b.BaseTail}},
 			bindSeg: s.seq, segs: map[uint64]struct{}{}}
 		sc.streams[b.Stream] = e
 		sc.l.epochs[e.Key] = e

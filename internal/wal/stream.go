@@ -25,13 +25,10 @@ type Batch struct {
 
 // Epoch is what the log holds for one transcript: its current stream.
 type Epoch struct {
-	Key    layout.Key
-	Stream uint64
-	Base   Fingerprint // the canonical file when the stream began
-	// Legacy is the generation of the per-session journal of an older
-	// release whose batches this stream imported, 0 if none.
-	Legacy  uint64
-	Batches []Batch // committed, in order
+	Key     layout.Key
+	Stream  uint64
+	Base    Fingerprint // the canonical file when the stream began
+	Batches []Batch     // committed, in order
 	// Compacted is the stream's last marker, nil if none; batches after
 	// it are still listed in Batches.
 	Compacted *Fingerprint
@@ -195,9 +192,9 @@ func (s *Stream) Close() {
 // costs no sync of its own (a new transcript); otherwise it is durable when
 // Begin returns, and from then on recovery ignores the stream it replaces,
 // whose segments may go (after a compaction).
-func (s *Stream) Begin(base Fingerprint, legacy uint64, lazy bool) error {
+func (s *Stream) Begin(base Fingerprint, lazy bool) error {
 	b := &bindRec{ProjectKey: s.key.ProjectKey, SessionID: s.key.SessionID, Subpath: s.key.Subpath,
-		BaseSize: base.Size, BaseTail: base.Tail, Legacy: legacy}
+		BaseSize: base.Size, BaseTail: base.Tail}
 	if _, err := encodeBind(*b); err != nil {
 		return err
 	}

@@ -40,10 +40,7 @@ func (m *Manager) Subkeys(key layout.Key) ([]string, error) {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("list %s: %w", dir, errdefs.FromIO(err))
 	}
-	logged, err := m.logs.subkeys(main)
-	if err != nil {
-		return nil, err
-	}
+	logged := m.logs.subkeys(main)
 	for _, s := range logged {
 		set[s] = true
 	}
@@ -133,14 +130,11 @@ func (m *Manager) existsOnDiskErr(key layout.Key) (bool, error) {
 	// two still shows the entries (asked the other way round, a look at
 	// the file just before the rename and at the log just after found
 	// neither, and a Flush right after an Append said "not found").
-	logged, err := m.logs.exists(key)
-	if err != nil {
-		return false, fmt.Errorf("session %s: %w", key, errdefs.FromIO(err))
-	}
+	logged := m.logs.exists(key)
 	if logged {
 		return true, nil
 	}
-	_, err = m.cfg.FS.Lstat(m.cfg.Layout.TranscriptPath(key))
+	_, err := m.cfg.FS.Lstat(m.cfg.Layout.TranscriptPath(key))
 	switch {
 	case err == nil:
 		return true, nil
@@ -228,7 +222,7 @@ func (m *Manager) entryFor(ctx context.Context, key layout.Key) (index.Entry, er
 			}
 		}
 	}
-	logged, _ := m.logs.exists(key)
+	logged := m.logs.exists(key)
 	if key.Subpath == "" && (logged || m.IsActive(key)) {
 		// A writer indexes its session as it opens; make sure one runs.
 		// One opened only for this (a journal left behind by a writer
@@ -513,10 +507,7 @@ func (m *Manager) mainKeys(projectKey string) ([]layout.Key, error) {
 		}
 	}
 	m.mu.Unlock()
-	logged, err := m.logs.mainKeys(projectKey)
-	if err != nil {
-		return nil, err
-	}
+	logged := m.logs.mainKeys(projectKey)
 	for _, k := range logged {
 		set[k] = true
 	}
@@ -560,10 +551,7 @@ func (m *Manager) find(sessionID, subpath string) ([]layout.Key, error) {
 	if err != nil {
 		return nil, err
 	}
-	logged, err := m.logs.projectsWith(sessionID, subpath)
-	if err != nil {
-		return nil, err
-	}
+	logged := m.logs.projectsWith(sessionID, subpath)
 	for _, k := range append(onDisk, logged...) {
 		found[k] = true
 	}
@@ -662,10 +650,7 @@ func (m *Manager) journaledKeys() ([]layout.Key, error) {
 		set[k] = true
 	}
 	m.mu.Unlock()
-	logged, err := m.logs.keys()
-	if err != nil {
-		return nil, err
-	}
+	logged := m.logs.keys()
 	for _, k := range logged {
 		set[k] = true
 	}

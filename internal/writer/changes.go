@@ -101,7 +101,7 @@ func (m *Manager) ReadLines(ctx context.Context, key layout.Key, from, under uin
 		*ap = r.arena[:0]
 		arenas.Put(ap)
 	}()
-	if logged, _ := m.logs.exists(key); !logged && !m.IsActive(key) {
+	if logged := m.logs.exists(key); !logged && !m.IsActive(key) {
 		if under != 0 {
 			from = 0 // read as it is: no lineage vouches for what came before
 		}

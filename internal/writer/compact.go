@@ -118,7 +118,7 @@ func (st *state) newGeneration() error {
 	if err := st.saveSidecars(); err != nil {
 		return err
 	}
-	l, err := st.logs.create(st.key, st.canon, st.j != nil, st.log)
+	l, err := st.logs.create(st.key, st.canon, st.j != nil)
 	if err != nil {
 		if st.j != nil {
 			// Create may have renamed the new journal over the old one

@@ -4,28 +4,21 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path/filepath"
-	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
-	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/wal"
 )
 
-// This file is the writer's only user of the write-ahead log (package
-// wal) and of the per-session journals of older releases (package
-// journal, read once at start to import them): the rest of the writer
-// sees a session's log through sessionLog (what one writer appends to,
-// reads back and marks compacted) and logStore (what the manager asks of
-// all of them: which sessions have entries logged, importing old
-// journals, dropping a session's entries once compacted).
+// This file is the writer's only user of the journal: the rest of the
+// writer sees a session's stream through sessionLog (what one writer
+// appends to, reads back and marks compacted) and logStore (what the
+// manager asks of all of them: which sessions have entries logged,
+// dropping a session's entries once compacted).
 
 // span is where a logged entry lies, as append or open handed it out:
 // what read and logReader.entry find it by.
@@ -107,13 +100,6 @@ type logStore struct {
 	log    *zap.Logger
 	wal    *wal.Log
 	rec    *wal.Recovery
-
-	// unimported are the journals of older releases that could not be
-	// read when importLegacy met them (key -> path): their sessions count
-	// as logged, and open imports the journal first or fails, so that no
-	// writer serves a session without the entries its journal holds.
-	mu         sync.Mutex
-	unimported map[layout.Key]string
 }
 
 // openLogStore opens (and recovers) the log in the state folder. pressure
@@ -146,10 +132,7 @@ func (ls *logStore) close() error { return ls.wal.Close() }
 
 // open returns key's stream and what the log holds for it; an error
 // matching fs.ErrNotExist means it holds nothing.
-func (ls *logStore) open(key layout.Key, _ bool) (sessionLog, *recovered, error) {
-	if err := ls.importPending(key); err != nil {
-		return nil, nil, err
-	}
+func (ls *logStore) open(key layout.Key) (sessionLog, *recovered, error) {
 	e, ok := ls.wal.Epoch(key)
 	if !ok {
 		return nil, nil, fmt.Errorf("%s has nothing in the log: %w", key, fs.ErrNotExist)
@@ -181,21 +164,18 @@ func (ls *logStore) open(key layout.Key, _ bool) (sessionLog, *recovered, error)
 // file base. replacing says a stream's entries were just compacted: the
 // new stream is then durable at once, so the old one's segments may go;
 // a session's first stream is written with its first entries instead.
-func (ls *logStore) create(key layout.Key, base fingerprint, replacing bool, _ *zap.Logger) (sessionLog, error) {
+func (ls *logStore) create(key layout.Key, base fingerprint, replacing bool) (sessionLog, error) {
 	s := ls.wal.Stream(key)
-	if err := s.Begin(wal.Fingerprint{Size: base.size, Tail: base.tail}, 0, !replacing); err != nil {
+	if err := s.Begin(wal.Fingerprint{Size: base.size, Tail: base.tail}, !replacing); err != nil {
 		return nil, fmt.Errorf("start the log stream of %s: %w", key, err)
 	}
 	return &walLog{s: s, ls: ls}, nil
 }
 
 // exists reports whether the log holds entries of key.
-func (ls *logStore) exists(key layout.Key) (bool, error) {
-	if _, ok := ls.unimportedPath(key); ok {
-		return true, nil
-	}
+func (ls *logStore) exists(key layout.Key) bool {
 	e, ok := ls.wal.Epoch(key)
-	return ok && len(e.Batches) > 0, nil
+	return ok && len(e.Batches) > 0
 }
 
 // stat returns a stamp of key's logged entries (their count, and when the
@@ -208,24 +188,15 @@ func (ls *logStore) stat(key layout.Key) (size int64, mtime time.Time, ok bool) 
 	return int64(e.Stream)<<20 ^ int64(len(e.Batches)), e.Modified, true
 }
 
-// keys lists every session with entries in the log, or in a journal of
-// an older release not imported yet.
-func (ls *logStore) keys() ([]layout.Key, error) {
-	return ls.filter(func(layout.Key) bool { return true }), nil
+// keys lists every session with entries in the log.
+func (ls *logStore) keys() []layout.Key {
+	return ls.filter(func(layout.Key) bool { return true })
 }
 
 func (ls *logStore) filter(keep func(layout.Key) bool) []layout.Key {
 	var out []layout.Key
-	pending := ls.wal.Pending()
-	for _, k := range pending {
+	for _, k := range ls.wal.Pending() {
 		if keep(k) {
-			out = append(out, k)
-		}
-	}
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	for k := range ls.unimported {
-		if keep(k) && !slices.Contains(pending, k) {
 			out = append(out, k)
 		}
 	}
@@ -234,40 +205,26 @@ func (ls *logStore) filter(keep func(layout.Key) bool) []layout.Key {
 
 // mainKeys lists the main sessions of one project (or of every project
 // when projectKey is "") with entries in the log.
-func (ls *logStore) mainKeys(projectKey string) ([]layout.Key, error) {
+func (ls *logStore) mainKeys(projectKey string) []layout.Key {
 	return ls.filter(func(k layout.Key) bool {
 		return k.Subpath == "" && (projectKey == "" || k.ProjectKey == projectKey)
-	}), nil
+	})
 }
 
 // subkeys lists the subagent transcripts of main's session with entries
 // in the log.
-func (ls *logStore) subkeys(main layout.Key) ([]string, error) {
+func (ls *logStore) subkeys(main layout.Key) []string {
 	var out []string
 	for _, k := range ls.filter(func(k layout.Key) bool { return k.Subpath != "" && k.Main() == main }) {
 		out = append(out, k.Subpath)
 	}
-	return out, nil
+	return out
 }
 
 // projectsWith lists the keys, in any project, of a session id and
 // subpath with entries in the log.
-func (ls *logStore) projectsWith(sessionID, subpath string) ([]layout.Key, error) {
-	return ls.filter(func(k layout.Key) bool { return k.SessionID == sessionID && k.Subpath == subpath }), nil
-}
-
-// sweepTemps removes the temp files of per-session journals of older
-// releases that a crash cut short.
-func (ls *logStore) sweepTemps(func(layout.Key) bool) {
-	dir := ls.layout.JournalDir()
-	walk(ls.fs, dir, func(path string, d fs.DirEntry) error {
-		if d.Type().IsRegular() && strings.Contains(d.Name(), layout.JournalExt+".tmp-") {
-			if err := ls.fs.Remove(path); err == nil {
-				ls.log.Info("removed a temp file left by a crash", zap.String("file", path))
-			}
-		}
-		return nil
-	})
+func (ls *logStore) projectsWith(sessionID, subpath string) []layout.Key {
+	return ls.filter(func(k layout.Key) bool { return k.SessionID == sessionID && k.Subpath == subpath })
 }
 
 // drop makes sure the log holds no entry of key (and, for a main session,
@@ -283,142 +240,6 @@ func (ls *logStore) drop(key layout.Key, compact func(layout.Key) error) error {
 		}
 	}
 	return nil
-}
-
-// importLegacy moves the per-session journals of older releases into the
-// log, each in one write with its compaction marker, then removes them:
-// an upgrade loses nothing. A crash between the two leaves the journal
-// behind; the next start sees the log's stream carries its generation
-// and only removes it.
-//
-// A journal that cannot be read (as opposed to one that is damaged or
-// conflicts with the log, kept for inspection) is remembered: its session
-// counts as logged and its writer imports it first (importPending). A
-// journal folder that cannot be listed is fatal: which sessions have
-// journals there is unknown, and none may be served without its entries.
-func (ls *logStore) importLegacy() (imported int, errs []error, fatal error) {
-	dir := ls.layout.JournalDir()
-	err := walk(ls.fs, dir, func(path string, d fs.DirEntry) error {
-		if d.IsDir() || !strings.HasSuffix(path, layout.JournalExt) || !d.Type().IsRegular() {
-			return nil
-		}
-		k, ok := ls.layout.ParseJournalPath(path)
-		if !ok {
-			ls.log.Warn("ignoring a file in the journal folder that is not a journal", zap.String("path", path))
-			return nil
-		}
-		if err := ls.importOne(k, path); err != nil {
-			if couldNotRead(err) {
-				ls.mu.Lock()
-				if ls.unimported == nil {
-					ls.unimported = make(map[layout.Key]string)
-				}
-				ls.unimported[k] = path
-				ls.mu.Unlock()
-			}
-			errs = append(errs, fmt.Errorf("import the journal of %s (%s): %w", k, path, err))
-			return nil
-		}
-		imported++
-		return nil
-	})
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return imported, errs, unreadable("the journals of an older release in "+dir, err)
-	}
-	return imported, errs, nil
-}
-
-// couldNotRead tells a journal the disk or the process could not read
-// (worth trying again) from one that is damaged, of an unknown version or
-// in conflict with the log (kept for a human).
-func couldNotRead(err error) bool {
-	return (errdefs.Is(err, errdefs.ErrIO) || errdefs.Is(err, errdefs.ErrNoSpace)) && !errdefs.Is(err, errdefs.ErrCorrupt)
-}
-
-func (ls *logStore) unimportedPath(key layout.Key) (string, bool) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	path, ok := ls.unimported[key]
-	return path, ok
-}
-
-// importPending imports key's journal of an older release that could not
-// be read at start, if there is one. Only key's writer calls it.
-func (ls *logStore) importPending(key layout.Key) error {
-	path, ok := ls.unimportedPath(key)
-	if !ok {
-		return nil
-	}
-	err := ls.importOne(key, path)
-	switch {
-	case couldNotRead(err):
-		return unreadable("the journal "+path+" of an older release", err)
-	case err != nil:
-		// Damaged, or in conflict with the log: kept for a human, and the
-		// session goes on without it, as when that is found at start.
-		ls.log.Error("a journal of an older release could not be imported; it is kept", zap.Stringer("session", key), zap.String("path", path), zap.Error(err))
-	default:
-		ls.log.Info("imported the journal of an older release that could not be read at start", zap.Stringer("session", key), zap.String("path", path))
-	}
-	ls.mu.Lock()
-	delete(ls.unimported, key)
-	ls.mu.Unlock()
-	return nil
-}
-
-func (ls *logStore) importOne(k layout.Key, path string) error {
-	j, rec, err := journal.Open(ls.fs, path, journal.Options{MaxRecord: journal.DefaultMaxRecord})
-	if err != nil {
-		return err
-	}
-	defer j.Close()
-	h := rec.Header
-	if h.ProjectKey != k.ProjectKey || h.SessionID != k.SessionID || h.Subpath != k.Subpath {
-		return fmt.Errorf("it belongs to %s/%s/%s: %w", h.ProjectKey, h.SessionID, h.Subpath, errdefs.ErrCorrupt)
-	}
-	e, has := ls.wal.Epoch(k)
-	switch {
-	case has && e.Legacy == h.Generation:
-		// Imported before a crash kept the journal from going.
-	case has && len(e.Batches) > 0:
-		return fmt.Errorf("the log already holds entries of this transcript; the journal is kept for inspection: %w", errdefs.ErrFailedPrecondition)
-	default:
-		var batches [][][]byte
-		var metas [][]byte
-		for _, b := range rec.Batches {
-			var lines [][]byte
-			err := j.ReadEntries(b.Entries, func(_ int, p []byte) error {
-				lines = append(lines, append([]byte(nil), p...))
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-			if len(lines) == 0 {
-				continue
-			}
-			batches = append(batches, lines)
-			metas = append(metas, b.Meta)
-		}
-		var marker *wal.Fingerprint
-		if c := rec.Compacted; c != nil {
-			marker = &wal.Fingerprint{Size: c.Size, Tail: c.Tail}
-		}
-		if len(batches) > 0 || marker != nil {
-			s := ls.wal.Stream(k)
-			if err := s.Begin(wal.Fingerprint{Size: h.BaseSize, Tail: h.BaseTail}, h.Generation, true); err != nil {
-				return err
-			}
-			if _, err := s.AppendMarked(batches, metas, marker); err != nil {
-				return err
-			}
-			s.Close()
-		}
-	}
-	if err := ls.fs.Remove(path); err != nil {
-		return errdefs.FromIO(err)
-	}
-	return errdefs.FromIO(ls.fs.SyncDir(filepath.Dir(path)))
 }
 
 // walLog is a sessionLog: one session's stream in the shared log.

@@ -33,7 +33,7 @@ func (st *state) open() error {
 	}
 	// After a failed write or sync, the journal may show records that never
 	// reached the disk: logStore.open cuts back to what was last synced.
-	j, rec, err := st.logs.open(st.key, false)
+	j, rec, err := st.logs.open(st.key)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		j = nil

@@ -27,7 +27,7 @@ func (m *Manager) view(ctx context.Context, key layout.Key, fn func(r io.Reader,
 	if !m.existsOnDisk(key) {
 		return m.notFound(key)
 	}
-	if logged, _ := m.logs.exists(key); !logged && !m.IsActive(key) {
+	if logged := m.logs.exists(key); !logged && !m.IsActive(key) {
 		path := m.cfg.Layout.TranscriptPath(key)
 		f, err := m.cfg.FS.OpenFile(path, os.O_RDONLY, 0)
 		if errors.Is(err, fs.ErrNotExist) {

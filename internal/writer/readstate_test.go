@@ -14,7 +14,6 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
-	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
 )
 
@@ -248,60 +247,5 @@ func TestRescanCutShortReopens(t *testing.T) {
 	r, err := appendOpt(t, m, k, AppendOptions{}, first)
 	if err != nil || r.Results[0].Outcome != Duplicate {
 		t.Fatalf("the first entry resent: %+v %v; want a duplicate", r, err)
-	}
-}
-
-// A journal of an older release that cannot be read at start is not
-// forgotten: its session counts as logged, is refused while the journal
-// cannot be read, and is served with its entries and batch ids once it
-// can (the start imported journals only then, and a session opened
-// without them was later refused the import for good).
-func TestLegacyJournalUnreadableAtStart(t *testing.T) {
-	c := fstest.NewCrashFS()
-	k := fixedKey(1, "")
-	path := crashLayout.JournalPath(k)
-	if err := fsys.MkdirAll(c, filepath.Dir(path), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	j, err := journal.Create(c, path, journal.Header{ProjectKey: k.ProjectKey, SessionID: k.SessionID}, journal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	legacy := `{"type":"queue-operation","operation":"enqueue"}`
-	meta := batchMeta{BatchID: "b1", At: time.Now().UnixMilli(), Entries: 1}.encode()
-	if _, err := j.AppendMeta([][][]byte{{[]byte(legacy)}}, [][]byte{meta}); err != nil {
-		t.Fatal(err)
-	}
-	j.Close()
-	ff := fstest.NewFaultFS(c)
-	ff.Inject(fstest.Fault{Op: fstest.OpOpen, Path: onPath(path), Err: syscall.EMFILE, Sticky: true})
-	m := newCrashManager(t, ff, nil)
-	defer closeManager(t, m)
-	rep, _, err := m.CheckJournals(bg)
-	if err != nil || len(rep.Failed) != 1 {
-		t.Fatalf("CheckJournals with the old journal unreadable: %v %v; want one failure", err, rep.Failed)
-	}
-	wantUnreadable(t, "the import", rep.Failed[0], syscall.EMFILE)
-	read := func() ([]string, error) {
-		var got []string
-		err := m.Read(bg, k, ReadOptions{}, func(es []Entry) error {
-			for _, e := range es {
-				got = append(got, string(e.Data))
-			}
-			return nil
-		})
-		return got, err
-	}
-	_, err = read()
-	wantUnreadable(t, "read with the old journal unreadable", err, syscall.EMFILE)
-	ff.Clear()
-	if got, err := read(); err != nil || len(got) != 1 || got[0] != legacy {
-		t.Fatalf("read once the old journal reads: %q %v; want its entry", got, err)
-	}
-	if r, err := appendOpt(t, m, k, AppendOptions{BatchID: "b1"}, legacy); err != nil || !r.DuplicateBatch {
-		t.Fatalf("the old journal's batch resent: %+v %v; want a duplicate", r, err)
-	}
-	if _, err := c.ReadFile(path); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("the old journal is still there once imported: %v", err)
 	}
 }

@@ -57,7 +57,6 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 		m.noteRecoveryError(err.Error())
 	}
 	m.sweepTemps()
-	m.logs.sweepTemps(m.IsActive)
 	if r := m.logs.rec; r != nil {
 		rep.Bytes = r.Bytes
 		if r.TruncatedBytes > 0 {
@@ -95,25 +94,10 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 		rep.Failed = append(rep.Failed, err)
 		m.noteRecoveryError(err.Error())
 	}
-	n, errs, err := m.logs.importLegacy()
-	if err != nil {
-		return rep, nil, err
-	}
-	for _, err := range errs {
-		m.log.Error("a journal of an older release could not be imported; it is kept", zap.Error(err))
-		rep.Failed = append(rep.Failed, err)
-		m.noteRecoveryError(err.Error())
-	}
-	if n > 0 {
-		m.log.Info("imported the journals of an older release into the write-ahead log", zap.Int("journals", n))
-	}
 	if err := ctx.Err(); err != nil {
 		return rep, nil, err
 	}
-	keys, err := m.logs.keys()
-	if err != nil {
-		return rep, nil, err
-	}
+	keys := m.logs.keys()
 	var todo []layout.Key
 	m.mu.Lock()
 	for _, k := range keys {

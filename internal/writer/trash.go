@@ -112,7 +112,7 @@ func (m *Manager) Delete(ctx context.Context, key layout.Key, purge bool) (strin
 			return "", fmt.Errorf("delete %s: %w", key, errdefs.FromIO(err))
 		}
 	}
-	if logged, _ := m.logs.exists(key); logged {
+	if logged := m.logs.exists(key); logged {
 		found = true
 	}
 	if !found {
