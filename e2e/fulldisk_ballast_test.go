@@ -52,7 +52,7 @@ func TestFullDiskBallastAndCatchUp(t *testing.T) {
 		"--wal-max-size", fmt.Sprint(4<<20), "--idle-compact", "200ms", "--idle-retire", "1s")
 	pid := d.Pid()
 	ballast := filepath.Join(d.state, "ballast")
-	walDir := filepath.Join(d.state, "wal")
+	walDir := filepath.Join(d.state, "journal")
 	if fi, err := os.Stat(ballast); err != nil || fi.Size() != ballastSize {
 		t.Fatalf("no ballast of %d bytes at start: %v, %v", ballastSize, fi, err)
 	}

@@ -574,7 +574,7 @@ func refusedAppendRound(t *testing.T, d *daemon, c *client.Client, disk string, 
 	// another program drops) are removed then, by design, and so are its
 	// spares. Earlier rounds' segments are retained, so the group must
 	// overflow that room too, or it all fits and nothing is refused.
-	giveBack := walGiveBack(t, filepath.Join(d.state, "wal"))
+	giveBack := walGiveBack(t, filepath.Join(d.state, "journal"))
 	filler := filepath.Join(disk, "filler")
 	writeFiller(t, filler, freeBytes(t, disk)-(200<<10))
 

@@ -233,7 +233,7 @@ func TestHostileInputs(t *testing.T) {
 	projDir := filepath.Join(d.root, "projects", pk)
 	// The write-ahead log, shared by every session: only a case that
 	// stores something may change it.
-	walDir := filepath.Join(d.state, "wal")
+	walDir := filepath.Join(d.state, "journal")
 	// A compaction records the entries it moved in the transcript's
 	// ledger of acknowledged entries.
 	ackedDir := filepath.Join(d.state, "acked")

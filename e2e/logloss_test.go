@@ -34,7 +34,7 @@ func TestLogLossIsLoud(t *testing.T) {
 	}
 	c.Close()
 	d.stop(syscall.SIGKILL, 10*time.Second)
-	segs, _ := filepath.Glob(filepath.Join(d.state, "wal", "*.wal"))
+	segs, _ := filepath.Glob(filepath.Join(d.state, "journal", "*.wal"))
 	if len(segs) == 0 {
 		t.Fatal("no log segment")
 	}

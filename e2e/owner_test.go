@@ -135,7 +135,7 @@ func TestSecondDaemonNeverServes(t *testing.T) {
 	d.start()
 	d.waitReplayed()
 	l.verify(t, d)
-	if moved, _ := filepath.Glob(filepath.Join(d.state, "wal", "*corrupt*")); len(moved) > 0 {
+	if moved, _ := filepath.Glob(filepath.Join(d.state, "journal", "*corrupt*")); len(moved) > 0 {
 		t.Fatalf("log segments moved aside: %v", moved)
 	}
 }

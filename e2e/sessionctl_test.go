@@ -414,7 +414,7 @@ func TestDamagedJournalAtStart(t *testing.T) {
 	}
 	c.Close()
 	d.stop(syscall.SIGKILL, 10*time.Second)
-	segs, _ := filepath.Glob(filepath.Join(d.state, "wal", "*.wal"))
+	segs, _ := filepath.Glob(filepath.Join(d.state, "journal", "*.wal"))
 	var jpath string
 	var b []byte
 	for _, p := range segs {

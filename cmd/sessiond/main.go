@@ -23,11 +23,11 @@ import (
 	"github.com/sessiond/sessiond/internal/buildinfo"
 	"github.com/sessiond/sessiond/internal/daemon"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/mirror"
 	"github.com/sessiond/sessiond/internal/owner"
 	"github.com/sessiond/sessiond/internal/socket"
-	"github.com/sessiond/sessiond/internal/wal"
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
@@ -78,8 +78,8 @@ func run() error {
 		idleCompact     = flag.Duration("idle-compact", writer.DefaultIdleCompact, "compact a session after this long without appends")
 		idleRetire      = flag.Duration("idle-retire", writer.DefaultIdleRetire, "close a session's files after this long without activity")
 		minCompact      = flag.Int64("min-compact-bytes", writer.DefaultMinCompactBytes, "compact a session once the log holds this many bytes of its entries and at least as many as its transcript (benchmarks raise it to keep large logs)")
-		walSegment      = flag.Int64("wal-segment-size", wal.DefaultSegmentSize, "size at which the write-ahead log starts a new segment file (default: a sixteenth of the state folder's disk when that is smaller)")
-		walMax          = flag.Int64("wal-max-size", wal.DefaultMaxSize, "once the write-ahead log's segments add up to more, the sessions holding the oldest one are compacted so it can go (default: a quarter of the state folder's disk when that is smaller)")
+		walSegment      = flag.Int64("wal-segment-size", journal.DefaultSegmentSize, "size at which the write-ahead log starts a new segment file (default: a sixteenth of the state folder's disk when that is smaller)")
+		walMax          = flag.Int64("wal-max-size", journal.DefaultMaxSize, "once the write-ahead log's segments add up to more, the sessions holding the oldest one are compacted so it can go (default: a quarter of the state folder's disk when that is smaller)")
 		ballastSize     = flag.Int64("ballast-size", writer.DefaultBallastSize, "disk space kept in reserve (the file <state-dir>/ballast), released when the disk fills so the compactions waiting can finish, made again once there is room for it twice over; 0 keeps none (default: a sixteenth of the state folder's disk when that is smaller)")
 		walRetention    = flag.Duration("wal-retention", writer.DefaultWALRetention, "keep the write-ahead log's segments this long after their sessions were compacted, so repair can put back acknowledged entries another program's rewrite of a transcript dropped (0 keeps none)")
 		walRetentionMax = flag.Int64("wal-retention-size", writer.DefaultWALRetentionSize, "the most the retained segments may add up to, in bytes; the oldest go first (and all of them when the disk is full) (default: an eighth of the state folder's disk when that is smaller)")

@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
-	"github.com/sessiond/sessiond/internal/wal"
 )
 
 // The ceiling, row (c): the storage engine alone, in the bench process, no
@@ -19,8 +19,8 @@ import (
 
 type ceilingDriver struct {
 	dir     string
-	log     *wal.Log
-	streams []*wal.Stream
+	log     *journal.Log
+	streams []*journal.Stream
 	keys    []layout.Key
 	entries atomic.Uint64
 	reqs    atomic.Uint64
@@ -28,7 +28,7 @@ type ceilingDriver struct {
 }
 
 func (d *ceilingDriver) open(_ context.Context, w *workload) error {
-	l, _, err := wal.Open(wal.Options{FS: fsys.OS, Dir: d.dir})
+	l, _, err := journal.Open(journal.Options{FS: fsys.OS, Dir: d.dir})
 	if err != nil {
 		return err
 	}
@@ -36,7 +36,7 @@ func (d *ceilingDriver) open(_ context.Context, w *workload) error {
 	for _, sid := range w.sessionIDs {
 		k := layout.Key{ProjectKey: w.projectKey, SessionID: sid}
 		s := l.Stream(k)
-		if err := s.Begin(wal.Fingerprint{}, false); err != nil {
+		if err := s.Begin(journal.Fingerprint{}, false); err != nil {
 			return err
 		}
 		d.streams = append(d.streams, s)
@@ -73,7 +73,7 @@ func (d *ceilingDriver) verify(_ context.Context, t *tally) error {
 	if err := d.log.Close(); err != nil {
 		return err
 	}
-	l, _, err := wal.Open(wal.Options{FS: fsys.OS, Dir: d.dir})
+	l, _, err := journal.Open(journal.Options{FS: fsys.OS, Dir: d.dir})
 	if err != nil {
 		return err
 	}

@@ -125,7 +125,7 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 	<-p.exited
 
 	sl := layout.Layout{StateDir: filepath.Join(ddir, "state")}
-	segs, logBytes, err := logSegments(sl.WALDir())
+	segs, logBytes, err := logSegments(sl.JournalDir())
 	if err != nil {
 		return sc, err
 	}
@@ -133,7 +133,7 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 	// fewer bytes on disk means segments went (or entries went elsewhere),
 	// and the rows below would not be the recovery of what was appended.
 	if len(segs) == 0 || logBytes < int64(journalCounter) {
-		return sc, fmt.Errorf("%d log segments, %d bytes in %s after the kill; %d bytes of entries were appended", len(segs), logBytes, sl.WALDir(), journalCounter)
+		return sc, fmt.Errorf("%d log segments, %d bytes in %s after the kill; %d bytes of entries were appended", len(segs), logBytes, sl.JournalDir(), journalCounter)
 	}
 
 	// 3. Baselines, cold: one file of the log's total size, then the

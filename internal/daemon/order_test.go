@@ -77,7 +77,7 @@ func TestStartOrder(t *testing.T) {
 	base := t.TempDir()
 	cfg := Config{Socket: filepath.Join(base, "run", "s.sock"), Root: filepath.Join(base, "root"),
 		StateDir: filepath.Join(base, "state"), Version: "order-test"}
-	ofs := &orderFS{FS: fsys.OS, socket: cfg.Socket, wal: filepath.Join(cfg.StateDir, "wal")}
+	ofs := &orderFS{FS: fsys.OS, socket: cfg.Socket, wal: filepath.Join(cfg.StateDir, "journal")}
 	cfg.FS = ofs
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

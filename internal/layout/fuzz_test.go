@@ -44,12 +44,6 @@ func FuzzValidateSubpath(f *testing.F) {
 		if got, ok := l.ParseTranscriptPath(tp); !ok || got != k {
 			t.Fatalf("ParseTranscriptPath(%q) = %#v, %v", tp, got, ok)
 		}
-		if got, ok := l.ParseJournalPath(l.JournalPath(k)); !ok || got != k {
-			t.Fatalf("ParseJournalPath(JournalPath(%#v)) = %#v, %v", k, got, ok)
-		}
-		if got, ok := l.ParseAckedPath(l.AckedPath(k)); !ok || got != k {
-			t.Fatalf("ParseAckedPath(AckedPath(%#v)) = %#v, %v", k, got, ok)
-		}
 		if got, ok := l.ParseMissingPath(l.MissingPath(k)); !ok || got != k {
 			t.Fatalf("ParseMissingPath(MissingPath(%#v)) = %#v, %v", k, got, ok)
 		}

@@ -19,7 +19,6 @@ import (
 // listed by the official readers, which is why temp files must not use it.
 const (
 	TranscriptExt = ".jsonl"
-	JournalExt    = ".wal"
 	// AckedExt ends the name of a transcript's ledger of acknowledged
 	// entries; MissingExt the note of those found missing from it.
 	AckedExt   = ".acked"
@@ -29,7 +28,6 @@ const (
 const (
 	projectsDirName = "projects"
 	journalDirName  = "journal"
-	walDirName      = "wal"
 	ackedDirName    = "acked"
 	missingDirName  = "missing"
 )
@@ -144,8 +142,9 @@ func (l Layout) StorePath(k Key) string {
 	return keyPath(l.ProjectsDir(), k, StoreExt)
 }
 
-// WALDir is StateDir/wal, the shared write-ahead log's segments.
-func (l Layout) WALDir() string { return filepath.Join(l.StateDir, walDirName) }
+// JournalDir is StateDir/journal, the journal's segments (the
+// write-ahead log every session's appends go to first).
+func (l Layout) JournalDir() string { return filepath.Join(l.StateDir, journalDirName) }
 
 // BallastPath is StateDir/ballast, the file of disk space kept in reserve
 // for compactions on a full disk (see package ballast).
@@ -160,11 +159,6 @@ func (l Layout) AckedDir() string { return filepath.Join(l.StateDir, ackedDirNam
 // invalid key.
 func (l Layout) AckedPath(k Key) string { return keyPath(l.AckedDir(), k, AckedExt) }
 
-// ParseAckedPath is the inverse of AckedPath.
-func (l Layout) ParseAckedPath(path string) (Key, bool) {
-	return parseKeyPath(l.AckedDir(), path, AckedExt)
-}
-
 // MissingDir is StateDir/missing, where sessiond notes the transcripts
 // found missing entries it had acknowledged, until they are repaired.
 func (l Layout) MissingDir() string { return filepath.Join(l.StateDir, missingDirName) }
@@ -178,17 +172,6 @@ func (l Layout) ParseMissingPath(path string) (Key, bool) {
 	return parseKeyPath(l.MissingDir(), path, MissingExt)
 }
 
-// JournalDir is StateDir/journal, where releases before the shared log
-// kept a journal per transcript (read once at start, to import them).
-func (l Layout) JournalDir() string { return filepath.Join(l.StateDir, journalDirName) }
-
-// JournalPath is StateDir/journal/<key>/<sid>.wal for a main transcript and
-// StateDir/journal/<key>/<sid>/<subpath>.wal otherwise, or "" for an invalid
-// key.
-func (l Layout) JournalPath(k Key) string {
-	return keyPath(l.JournalDir(), k, JournalExt)
-}
-
 // ParseTranscriptPath is the inverse of TranscriptPath. It reports false for
 // anything that is not a transcript sessiond could have written: a path
 // outside Root/projects or not in clean form, another extension (temp files,
@@ -196,12 +179,6 @@ func (l Layout) JournalPath(k Key) string {
 // part that does not validate.
 func (l Layout) ParseTranscriptPath(path string) (Key, bool) {
 	return parseKeyPath(l.ProjectsDir(), path, TranscriptExt)
-}
-
-// ParseJournalPath is the inverse of JournalPath, with the same rules as
-// ParseTranscriptPath.
-func (l Layout) ParseJournalPath(path string) (Key, bool) {
-	return parseKeyPath(l.JournalDir(), path, JournalExt)
 }
 
 func keyPath(base string, k Key, ext string) string {

@@ -24,14 +24,11 @@ func TestPaths(t *testing.T) {
 		{l.TranscriptPath(main), "/home/me/.claude/projects/-home-me-proj/" + testSID + ".jsonl"},
 		{l.TranscriptPath(sub), "/home/me/.claude/projects/-home-me-proj/" + testSID + "/subagents/workflows/run-1/agent-abc.jsonl"},
 		{l.JournalDir(), "/home/me/.local/state/sessiond/journal"},
-		{l.JournalPath(main), "/home/me/.local/state/sessiond/journal/-home-me-proj/" + testSID + ".wal"},
-		{l.JournalPath(sub), "/home/me/.local/state/sessiond/journal/-home-me-proj/" + testSID + "/subagents/workflows/run-1/agent-abc.wal"},
 		{l.AckedPath(main), "/home/me/.local/state/sessiond/acked/-home-me-proj/" + testSID + ".acked"},
 		{l.AckedPath(sub), "/home/me/.local/state/sessiond/acked/-home-me-proj/" + testSID + "/subagents/workflows/run-1/agent-abc.acked"},
 		{l.MissingPath(sub), "/home/me/.local/state/sessiond/missing/-home-me-proj/" + testSID + "/subagents/workflows/run-1/agent-abc.missing.json"},
 		// Unclean roots still give clean paths.
 		{Layout{Root: "/r/", StateDir: "/s//x/"}.TranscriptPath(main), "/r/projects/-home-me-proj/" + testSID + ".jsonl"},
-		{Layout{Root: "/r/", StateDir: "/s//x/"}.JournalPath(main), "/s/x/journal/-home-me-proj/" + testSID + ".wal"},
 		{Layout{Root: "/"}.ProjectsDir(), "/projects"},
 	}
 	for i, c := range checks {
@@ -54,9 +51,6 @@ func TestPathsRefuseInvalidKeys(t *testing.T) {
 		if p := l.TranscriptPath(k); p != "" {
 			t.Errorf("TranscriptPath(%#v) = %q, want \"\"", k, p)
 		}
-		if p := l.JournalPath(k); p != "" {
-			t.Errorf("JournalPath(%#v) = %q, want \"\"", k, p)
-		}
 	}
 	if p := l.ProjectDir("../x"); p != "" {
 		t.Errorf("ProjectDir(../x) = %q, want \"\"", p)
@@ -73,7 +67,7 @@ var roundTripKeys = []Key{
 	{ProjectKey: "-home-me-proj", SessionID: testSID, Subpath: "subagents/agent-abc"},
 	{ProjectKey: "-home-me-proj", SessionID: testSID, Subpath: "subagents/workflows/run-1/agent-abc"},
 	{ProjectKey: "-home-me-proj", SessionID: testSID, Subpath: testSID},     // a subpath named like a session
-	{ProjectKey: "-home-me-proj", SessionID: testSID, Subpath: "x.wal"},     // the journal's extension, last
+	{ProjectKey: "-home-me-proj", SessionID: testSID, Subpath: "x.wal"},     // the reserved extension, last
 	{ProjectKey: "-home-me-proj", SessionID: testSID, Subpath: "日本/語 x"},    // UTF-8, spaces
 	{ProjectKey: "proj_1 \u00e9", SessionID: testSID, Subpath: ".hidden/y"}, // key given directly
 }
@@ -84,16 +78,6 @@ func TestTranscriptPathRoundTrip(t *testing.T) {
 			p := l.TranscriptPath(k)
 			if got, ok := l.ParseTranscriptPath(p); !ok || got != k {
 				t.Errorf("%+v: ParseTranscriptPath(%q) = %#v, %v; want %#v", l, p, got, ok, k)
-			}
-			if _, ok := l.ParseJournalPath(p); ok {
-				t.Errorf("%+v: ParseJournalPath accepted the transcript %q", l, p)
-			}
-			j := l.JournalPath(k)
-			if got, ok := l.ParseJournalPath(j); !ok || got != k {
-				t.Errorf("%+v: ParseJournalPath(%q) = %#v, %v; want %#v", l, j, got, ok, k)
-			}
-			if _, ok := l.ParseTranscriptPath(j); ok {
-				t.Errorf("%+v: ParseTranscriptPath accepted the journal %q", l, j)
 			}
 		}
 	}
@@ -114,7 +98,7 @@ func TestParseRejectsNonTranscripts(t *testing.T) {
 		filepath.Join(proj, "-notes.jsonl"),                               // not a session id
 		filepath.Join(proj, "x.wal.jsonl"),                                // idem: would collide
 		filepath.Join(proj, testSID+".JSONL"),                             // extension case
-		filepath.Join(proj, testSID+".wal"),                               // a journal name
+		filepath.Join(proj, testSID+".wal"),                               // a reserved name
 		filepath.Join(proj, testSID+".meta.json"),                         // other files
 		filepath.Join(proj, testSID),                                      // the session folder
 		filepath.Join(sess, "archived.json"),                              // archive marker
@@ -138,20 +122,6 @@ func TestParseRejectsNonTranscripts(t *testing.T) {
 	for _, p := range notTranscripts {
 		if k, ok := l.ParseTranscriptPath(p); ok {
 			t.Errorf("ParseTranscriptPath(%q) = %#v, true; want false", p, k)
-		}
-	}
-	notJournals := []string{
-		l.JournalDir(),
-		filepath.Join(l.JournalDir(), "-p", testSID+".jsonl"),
-		filepath.Join(l.JournalDir(), "-p", testSID+".wal.tmp"),
-		filepath.Join(l.JournalDir(), "-p", "X.wal"),
-		filepath.Join(l.JournalDir(), "-p", testSID, ".wal"),
-		filepath.Join(l.JournalDir(), "..", "-p", testSID+".wal"),
-		filepath.Join(l.ProjectsDir(), "-p", testSID+".wal"),
-	}
-	for _, p := range notJournals {
-		if k, ok := l.ParseJournalPath(p); ok {
-			t.Errorf("ParseJournalPath(%q) = %#v, true; want false", p, k)
 		}
 	}
 }

@@ -19,15 +19,15 @@ import (
 var ErrUnsafePath = errdefs.ErrUnsafePath
 
 // CheckOnDisk looks (with lstat, never following a link) at every path
-// sessiond derives from k below the projects folder and below the journal
-// folder: the project folder, the session folder, each folder of the
-// subpath, and the transcript and journal files themselves. It refuses a
-// symbolic link at any of them, a folder that is not a folder, and a
-// transcript or journal that is not a regular file, so that no request can
+// sessiond derives from k below the projects folder: the project folder,
+// the session folder, each folder of the subpath, and the transcript
+// itself. It refuses a symbolic link at any of them, a folder that is not
+// a folder, and a transcript that is not a regular file, so that no
+// request can
 // make sessiond read or write outside Root and StateDir through a planted
 // link. Parts that do not exist yet are fine.
 //
-// Root, StateDir and the projects and journal folders themselves may be
+// Root, StateDir and the projects folder itself may be
 // links (a config dir kept elsewhere is common); only what lies below them
 // is checked.
 //
@@ -44,10 +44,7 @@ func (l Layout) CheckOnDisk(k Key) error {
 	}
 	// The transcript tree: <projects>/<key>/<sid>/<sub...>.jsonl, and for a
 	// main transcript also its session folder <projects>/<key>/<sid>.
-	if err := checkChain(l.ProjectsDir(), parts, TranscriptExt, k.Subpath == ""); err != nil {
-		return err
-	}
-	return checkChain(l.JournalDir(), parts, JournalExt, k.Subpath == "")
+	return checkChain(l.ProjectsDir(), parts, TranscriptExt, k.Subpath == "")
 }
 
 // checkChain checks base/parts[0]/.../parts[n-1]+ext: every folder on the

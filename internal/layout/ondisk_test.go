@@ -30,8 +30,6 @@ func TestCheckOnDisk(t *testing.T) {
 		{"real files and folders", sub, func(t *testing.T, l Layout, _ string) string {
 			mkfile(t, l.TranscriptPath(sub))
 			mkfile(t, l.TranscriptPath(main))
-			mkfile(t, l.JournalPath(sub))
-			mkfile(t, l.JournalPath(main))
 			return ""
 		}},
 		{"root and projects folder are links", main, func(t *testing.T, l Layout, outside string) string {
@@ -85,16 +83,6 @@ func TestCheckOnDisk(t *testing.T) {
 				t.Skip(err)
 			}
 			return l.TranscriptPath(main)
-		}},
-		{"journal folder of the project is a link", main, func(t *testing.T, l Layout, outside string) string {
-			mkdir(t, l.JournalDir())
-			link(t, outside, filepath.Join(l.JournalDir(), pk))
-			return filepath.Join(l.JournalDir(), pk)
-		}},
-		{"journal is a link", sub, func(t *testing.T, l Layout, outside string) string {
-			mkdir(t, filepath.Dir(l.JournalPath(sub)))
-			link(t, filepath.Join(outside, "j"), l.JournalPath(sub))
-			return l.JournalPath(sub)
 		}},
 	}
 	for _, c := range cases {

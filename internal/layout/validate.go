@@ -73,7 +73,12 @@ const SessionIDRule = "want a UUID such as " + exampleSessionID +
 // folder it names after a caller's string: a session id or a subpath's
 // folder ending in one would be the folder of one key and the file of
 // another (".json" covers .missing.json, .meta.json and the store sidecars).
-var folderExts = []string{TranscriptExt, JournalExt, AckedExt, ".json"}
+var folderExts = []string{TranscriptExt, reservedExt, AckedExt, ".json"}
+
+// reservedExt is kept from session ids and folders for a file sessiond
+// may keep beside a transcript, so that adding one never makes an
+// accepted name collide.
+const reservedExt = ".wal"
 
 // ValidateSessionID accepts a session id that is safe as one file name on
 // every file system sessiond runs on, which the SessionStore contract lets
@@ -219,7 +224,7 @@ func ValidateSubpath(sub string) error {
 			return invalidf("subpath %s has a component of %d bytes; at most %d bytes are accepted per component", quote(sub), len(p), maxNameBytes)
 		case i < last && folderExt(p) != "":
 			ext := folderExt(p)
-			if ext == TranscriptExt || ext == JournalExt {
+			if ext == TranscriptExt || ext == reservedExt {
 				clash := strings.Join(append(parts[:i:i], strings.TrimSuffix(p, ext)), "/")
 				return invalidf("subpath %s has a folder %q ending in %q, which would collide with the file of subpath %q; rename the folder", quote(sub), p, ext, clash)
 			}

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 
-	"github.com/sessiond/sessiond/internal/wal"
+	"github.com/sessiond/sessiond/internal/journal"
 )
 
 // Buckets. Calls over a local socket take tens of microseconds to a few
@@ -171,8 +171,8 @@ func (m *Metrics) ObserveAppend(took time.Duration, entries int, err error) {
 }
 
 // ObserveCommit records one durable write of the write-ahead log; it is
-// wal.Options.OnCommit (through writer.Config.WALOnCommit).
-func (m *Metrics) ObserveCommit(c wal.Commit) {
+// journal.Options.OnCommit (through writer.Config.WALOnCommit).
+func (m *Metrics) ObserveCommit(c journal.Commit) {
 	if m == nil {
 		return
 	}

@@ -22,8 +22,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/testharness"
-	"github.com/sessiond/sessiond/internal/wal"
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
@@ -133,7 +133,7 @@ func TestScrape(t *testing.T) {
 			m.ObserveAppend(2*time.Millisecond, 5, nil)
 			m.ObserveAppend(3*time.Millisecond, 4, nil)
 			m.ObserveAppend(time.Millisecond, 9, errors.New("refused"))
-			m.ObserveCommit(wal.Commit{Entries: 9, Bytes: 700, Sync: 4 * time.Millisecond})
+			m.ObserveCommit(journal.Commit{Entries: 9, Bytes: 700, Sync: 4 * time.Millisecond})
 			m.SetRecovery(1500 * time.Millisecond)
 			// The writers' counters, read at the scrape.
 			retained := time.Unix(1_700_000_000, 0)
@@ -328,7 +328,7 @@ func TestRegisterExtra(t *testing.T) {
 func TestNilMetrics(t *testing.T) {
 	var m *Metrics
 	m.ObserveAppend(time.Second, 1, nil)
-	m.ObserveCommit(wal.Commit{Entries: 1})
+	m.ObserveCommit(journal.Commit{Entries: 1})
 	m.SetRecovery(time.Second)
 	if err := m.Register(NewStatsCollector(&fakeSource{})); err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ var ErrFormat = errors.New("state folder format not understood")
 // Format is the state folder's layout version this build reads and
 // writes. Raise it whenever a change to the state folder would make an
 // older sessiond misread it; the older one then refuses to start on it.
-const Format = 1
+const Format = 2
 
 const (
 	// InfoName is the file in the state folder that says who holds it,
@@ -210,13 +210,16 @@ func (e *OwnedError) Error() string {
 }
 
 // checkFormat reads the state folder's format stamp, writing it when the
-// folder has none (a new folder, or one from before stamps, which is
-// format 1). Only absence counts as none: a stamp that cannot be read
-// stops the start.
+// folder has none (a new folder). Only absence counts as none: a stamp
+// that cannot be read stops the start, and so does an unstamped folder
+// holding what development builds before format 2 wrote.
 func checkFormat(fsy fsys.FS, dir string) error {
 	path := filepath.Join(dir, FormatName)
 	b, err := readFile(fsy, path)
 	if errors.Is(err, fs.ErrNotExist) {
+		if err := checkUnstamped(fsy, dir); err != nil {
+			return err
+		}
 		if err := fsys.WriteFileAtomic(fsy, path, ".format.tmp", 0o600, func(w io.Writer) error {
 			_, err := fmt.Fprintf(w, "%s %d\n", formatTag, Format)
 			return err
@@ -236,9 +239,37 @@ func checkFormat(fsy fsys.FS, dir string) error {
 		return fmt.Errorf("the state folder %s has format %d, written by a newer sessiond; this one reads format %d: run the newer sessiond, or give this one another --state-dir: %w", dir, v, Format, ErrFormat)
 	}
 	if v < Format {
-		return fmt.Errorf("the state folder %s has format %d, which this sessiond (format %d) no longer reads: %w", dir, v, Format, ErrFormat)
+		return fmt.Errorf("the state folder %s has format %d, which this sessiond (format %d) does not read: %s: %w", dir, v, Format, oldFormatAdvice(dir), ErrFormat)
 	}
 	return nil
+}
+
+// checkUnstamped refuses a state folder without a stamp that holds a
+// journal in the layouts of development builds before format 2: a
+// write-ahead log in <state>/wal, or a journal per transcript under
+// <state>/journal/<project>/. Starting on it would serve those sessions
+// without the entries logged there.
+func checkUnstamped(fsy fsys.FS, dir string) error {
+	if _, err := fsy.Lstat(filepath.Join(dir, "wal")); err == nil {
+		return fmt.Errorf("the state folder %s holds a write-ahead log in %s, the layout of a development build of sessiond before format %d: %s: %w", dir, filepath.Join(dir, "wal"), Format, oldFormatAdvice(dir), ErrFormat)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("look for an older journal in %s: %w", dir, errdefs.FromIO(err))
+	}
+	jdir := filepath.Join(dir, "journal")
+	ents, err := fsy.ReadDir(jdir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("look for an older journal in %s: %w", jdir, errdefs.FromIO(err))
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			return fmt.Errorf("the state folder %s holds per-transcript journals (%s), the layout of a development build of sessiond before format %d: %s: %w", dir, filepath.Join(jdir, e.Name()), Format, oldFormatAdvice(dir), ErrFormat)
+		}
+	}
+	return nil
+}
+
+func oldFormatAdvice(dir string) string {
+	return "finish with the build that wrote it (sessionctl flush --all, then stop it, so that every entry is in its transcript), then move " + dir + " aside or give this sessiond another --state-dir"
 }
 
 func parseFormat(b []byte) (int, bool) {

@@ -182,8 +182,9 @@ func TestFormatStamp(t *testing.T) {
 		msg         string
 	}{
 		{"absent", "", nil, ""},
-		{"current", "sessiond-state 1\n", nil, ""},
-		{"newer", "sessiond-state 2\n", ErrFormat, "written by a newer sessiond"},
+		{"current", fmt.Sprintf("sessiond-state %d\n", Format), nil, ""},
+		{"newer", fmt.Sprintf("sessiond-state %d\n", Format+1), ErrFormat, "written by a newer sessiond"},
+		{"older", "sessiond-state 1\n", ErrFormat, "does not read: finish with the build that wrote it"},
 		{"foreign", "hello\n", ErrFormat, "not a sessiond format stamp"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -199,7 +200,7 @@ func TestFormatStamp(t *testing.T) {
 					t.Fatal(err)
 				}
 				b, _ := os.ReadFile(filepath.Join(l.StateDir, FormatName))
-				if string(b) != "sessiond-state 1\n" {
+				if string(b) != fmt.Sprintf("sessiond-state %d\n", Format) {
 					t.Fatalf("stamp %q", b)
 				}
 				c.Release()
@@ -217,6 +218,34 @@ func TestFormatStamp(t *testing.T) {
 				t.Fatalf("state folder still locked after the refusal: %v", err)
 			} else {
 				lk.Close()
+			}
+		})
+	}
+}
+
+// An unstamped state folder holding a development build's journal (in
+// <state>/wal, or one per transcript under <state>/journal/<project>/) is
+// refused and left as it is.
+func TestOlderJournalRefused(t *testing.T) {
+	for _, tc := range []struct{ name, path, msg string }{
+		{"wal folder", "wal/0000000000000001.wal", "holds a write-ahead log in"},
+		{"per-transcript journals", "journal/-home-me-p/0b7e7c3e-8a4b-4c1e-9f00-000000000001.wal", "holds per-transcript journals"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := t.TempDir()
+			l := layout.Layout{StateDir: filepath.Join(base, "s"), Root: filepath.Join(base, "r")}
+			p := filepath.Join(l.StateDir, tc.path)
+			os.MkdirAll(filepath.Dir(p), 0o700)
+			os.WriteFile(p, []byte("entries"), 0o600)
+			_, err := Acquire(fsys.OS, l, Self("v", ""))
+			if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), tc.msg) || !strings.Contains(err.Error(), "sessionctl flush --all") {
+				t.Fatalf("got %v, want ErrFormat saying %q and what to do", err, tc.msg)
+			}
+			if _, err := os.Stat(filepath.Join(l.StateDir, FormatName)); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("a refused folder was stamped: %v", err)
+			}
+			if b, err := os.ReadFile(p); err != nil || string(b) != "entries" {
+				t.Fatalf("the older journal was touched: %q %v", b, err)
 			}
 		})
 	}

@@ -286,7 +286,7 @@ func (st *state) logBatches(batches [][][]byte, metas [][]byte, stored func(i in
 		if errdefs.Is(err, errdefs.ErrNoSpace) {
 			// Say where and how much (the caller is told which disk
 			// to free), and free the reserves for the compactions.
-			err = st.space.full(st.cfg.Layout.WALDir(), batchBytes(batches), err)
+			err = st.space.full(st.cfg.Layout.JournalDir(), batchBytes(batches), err)
 		}
 		return fmt.Errorf("journal append to %s: %w", st.key, err)
 	}

@@ -9,9 +9,9 @@ import (
 
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/owner"
-	"github.com/sessiond/sessiond/internal/wal"
 )
 
 // Config tunes the writers. Zero values take the defaults below.
@@ -95,16 +95,16 @@ type Config struct {
 	// trash before PurgeTrash removes it.
 	TrashRetention time.Duration
 	// WALOnCommit, when set, is told of every write of the log that
-	// reached the disk (wal.Options.OnCommit): the daemon's metrics. The
+	// reached the disk (journal.Options.OnCommit): the daemon's metrics. The
 	// log's committer calls it, so it must be quick.
-	WALOnCommit func(wal.Commit)
+	WALOnCommit func(journal.Commit)
 	// Changed, when set, is told of every change to a transcript (see
 	// Change): the PostgreSQL mirror follows the transcripts through it.
 	// It is called on the writer goroutines and must not block.
 	Changed func(Change)
 	// AcceptLogLoss lets New start over a write-ahead log that lost
 	// acknowledged records to something other than a crash (a segment
-	// cut, deleted or damaged: wal.Options.AcceptLoss). The loss is then
+	// cut, deleted or damaged: journal.Options.AcceptLoss). The loss is then
 	// reported (Stats.RecoveryErrors, the log at error level) instead of
 	// refusing to start.
 	AcceptLogLoss bool
@@ -172,8 +172,8 @@ func SizesFor(total int64) DiskSizes {
 	}
 	return DiskSizes{
 		Ballast:   share(DefaultBallastSize, 16),
-		Segment:   share(wal.DefaultSegmentSize, 16),
-		WALMax:    share(wal.DefaultMaxSize, 4),
+		Segment:   share(journal.DefaultSegmentSize, 16),
+		WALMax:    share(journal.DefaultMaxSize, 4),
 		Retention: share(DefaultWALRetentionSize, 8),
 	}
 }

@@ -3,7 +3,7 @@ package writer
 import (
 	"testing"
 
-	"github.com/sessiond/sessiond/internal/wal"
+	"github.com/sessiond/sessiond/internal/journal"
 )
 
 // TestSizesFor: the disk-bound defaults are the fixed ones on a large
@@ -13,8 +13,8 @@ func TestSizesFor(t *testing.T) {
 		total int64
 		want  DiskSizes
 	}{
-		{0, DiskSizes{DefaultBallastSize, wal.DefaultSegmentSize, wal.DefaultMaxSize, DefaultWALRetentionSize}},
-		{500 << 30, DiskSizes{DefaultBallastSize, wal.DefaultSegmentSize, wal.DefaultMaxSize, DefaultWALRetentionSize}},
+		{0, DiskSizes{DefaultBallastSize, journal.DefaultSegmentSize, journal.DefaultMaxSize, DefaultWALRetentionSize}},
+		{500 << 30, DiskSizes{DefaultBallastSize, journal.DefaultSegmentSize, journal.DefaultMaxSize, DefaultWALRetentionSize}},
 		{64 << 20, DiskSizes{4 << 20, 4 << 20, 16 << 20, 8 << 20}},
 		{4 << 20, DiskSizes{1 << 20, 1 << 20, 1 << 20, 1 << 20}},
 	} {

@@ -119,7 +119,7 @@ func (w *world) checkCallErrors(kind faultKind) (probs []string, absorbed int) {
 			probs = append(probs, fmt.Sprintf("%s failed with %v, not of kind %v", c.what, c.err, kind.kind))
 		}
 		for _, ev := range c.faults {
-			journal := ev.Path == crashLayout.JournalPath(c.key) && (ev.Op == fstest.OpWrite || ev.Op == fstest.OpSync)
+			journal := inWAL(ev.Path) && strings.HasSuffix(ev.Path, ".wal") && (ev.Op == fstest.OpWrite || ev.Op == fstest.OpSync)
 			if journal && c.err == nil && !w.wl.appendsCompact {
 				probs = append(probs, fmt.Sprintf("%s was acknowledged although its journal %s failed", c.what, ev.Op))
 			}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
-	"github.com/sessiond/sessiond/internal/wal"
 )
 
 // This file is the writer's only user of the journal: the rest of the
@@ -28,15 +28,15 @@ type span struct {
 	n   int // the entry's length in bytes
 }
 
-func toWAL(sp []span) []wal.Span {
-	out := make([]wal.Span, len(sp))
+func toWAL(sp []span) []journal.Span {
+	out := make([]journal.Span, len(sp))
 	for i, s := range sp {
-		out[i] = wal.Span{Seg: s.seg, Off: s.off, Len: s.n}
+		out[i] = journal.Span{Seg: s.seg, Off: s.off, Len: s.n}
 	}
 	return out
 }
 
-func fromWAL(sp []wal.Span) []span {
+func fromWAL(sp []journal.Span) []span {
 	out := make([]span, len(sp))
 	for i, s := range sp {
 		out[i] = span{seg: s.Seg, off: s.Off, n: s.Len}
@@ -98,16 +98,16 @@ type logStore struct {
 	fs     fsys.FS
 	layout layout.Layout
 	log    *zap.Logger
-	wal    *wal.Log
-	rec    *wal.Recovery
+	jr     *journal.Log
+	rec    *journal.Recovery
 }
 
 // openLogStore opens (and recovers) the log in the state folder. pressure
 // is told which sessions hold the log's oldest segment when it grows past
-// its bound (see wal.Options.OnPressure).
+// its bound (see journal.Options.OnPressure).
 func openLogStore(cfg *Config, pressure func([]layout.Key)) (*logStore, error) {
-	l, rec, err := wal.Open(wal.Options{
-		FS: cfg.FS, Dir: cfg.Layout.WALDir(),
+	l, rec, err := journal.Open(journal.Options{
+		FS: cfg.FS, Dir: cfg.Layout.JournalDir(),
 		MaxRecord:     cfg.MaxEntryBytes + 1024,
 		SegmentSize:   cfg.WALSegmentSize,
 		MaxSize:       cfg.WALMaxSize,
@@ -125,15 +125,15 @@ func openLogStore(cfg *Config, pressure func([]layout.Key)) (*logStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open the write-ahead log: %w", err)
 	}
-	return &logStore{fs: cfg.FS, layout: cfg.Layout, log: cfg.Logger, wal: l, rec: rec}, nil
+	return &logStore{fs: cfg.FS, layout: cfg.Layout, log: cfg.Logger, jr: l, rec: rec}, nil
 }
 
-func (ls *logStore) close() error { return ls.wal.Close() }
+func (ls *logStore) close() error { return ls.jr.Close() }
 
 // open returns key's stream and what the log holds for it; an error
 // matching fs.ErrNotExist means it holds nothing.
 func (ls *logStore) open(key layout.Key) (sessionLog, *recovered, error) {
-	e, ok := ls.wal.Epoch(key)
+	e, ok := ls.jr.Epoch(key)
 	if !ok {
 		return nil, nil, fmt.Errorf("%s has nothing in the log: %w", key, fs.ErrNotExist)
 	}
@@ -157,7 +157,7 @@ func (ls *logStore) open(key layout.Key) (sessionLog, *recovered, error) {
 			r.size += int64(sp.Len)
 		}
 	}
-	return &walLog{s: ls.wal.Stream(key), ls: ls}, r, nil
+	return &walLog{s: ls.jr.Stream(key), ls: ls}, r, nil
 }
 
 // create starts a new stream for key whose entries follow the canonical
@@ -165,8 +165,8 @@ func (ls *logStore) open(key layout.Key) (sessionLog, *recovered, error) {
 // new stream is then durable at once, so the old one's segments may go;
 // a session's first stream is written with its first entries instead.
 func (ls *logStore) create(key layout.Key, base fingerprint, replacing bool) (sessionLog, error) {
-	s := ls.wal.Stream(key)
-	if err := s.Begin(wal.Fingerprint{Size: base.size, Tail: base.tail}, !replacing); err != nil {
+	s := ls.jr.Stream(key)
+	if err := s.Begin(journal.Fingerprint{Size: base.size, Tail: base.tail}, !replacing); err != nil {
 		return nil, fmt.Errorf("start the log stream of %s: %w", key, err)
 	}
 	return &walLog{s: s, ls: ls}, nil
@@ -174,14 +174,14 @@ func (ls *logStore) create(key layout.Key, base fingerprint, replacing bool) (se
 
 // exists reports whether the log holds entries of key.
 func (ls *logStore) exists(key layout.Key) bool {
-	e, ok := ls.wal.Epoch(key)
+	e, ok := ls.jr.Epoch(key)
 	return ok && len(e.Batches) > 0
 }
 
 // stat returns a stamp of key's logged entries (their count, and when the
 // last was logged) for the index's stamp of the session's files.
 func (ls *logStore) stat(key layout.Key) (size int64, mtime time.Time, ok bool) {
-	e, ok := ls.wal.Epoch(key)
+	e, ok := ls.jr.Epoch(key)
 	if !ok || len(e.Batches) == 0 {
 		return 0, time.Time{}, false
 	}
@@ -195,7 +195,7 @@ func (ls *logStore) keys() []layout.Key {
 
 func (ls *logStore) filter(keep func(layout.Key) bool) []layout.Key {
 	var out []layout.Key
-	for _, k := range ls.wal.Pending() {
+	for _, k := range ls.jr.Pending() {
 		if keep(k) {
 			out = append(out, k)
 		}
@@ -244,7 +244,7 @@ func (ls *logStore) drop(key layout.Key, compact func(layout.Key) error) error {
 
 // walLog is a sessionLog: one session's stream in the shared log.
 type walLog struct {
-	s  *wal.Stream
+	s  *journal.Stream
 	ls *logStore
 	// failed is set when a write or sync of the log failed under this
 	// stream's append.
@@ -269,15 +269,15 @@ func (l *walLog) append(batches [][][]byte, metas [][]byte) ([][]span, error) {
 func (l *walLog) broken() bool { return l.failed }
 
 func (l *walLog) read(spans []span, fn func(i int, entry []byte) error) error {
-	return l.ls.wal.ReadEntries(toWAL(spans), fn)
+	return l.ls.jr.ReadEntries(toWAL(spans), fn)
 }
 
 func (l *walLog) reader() (logReader, error) {
-	return walReader{l.ls.wal, l.ls.wal.Pin(0), new([]byte)}, nil
+	return walReader{l.ls.jr, l.ls.jr.Pin(0), new([]byte)}, nil
 }
 
 func (l *walLog) markCompacted(fp fingerprint) error {
-	err := l.s.MarkCompacted(wal.Fingerprint{Size: fp.size, Tail: fp.tail})
+	err := l.s.MarkCompacted(journal.Fingerprint{Size: fp.size, Tail: fp.tail})
 	if err != nil {
 		l.failed = true
 	}
@@ -291,7 +291,7 @@ func (l *walLog) close() error {
 
 // walReader reads entries while keeping the segments it may need.
 type walReader struct {
-	l       *wal.Log
+	l       *journal.Log
 	release func()
 	// buf is read into, entry after entry: a reader serving a session's
 	// pending entries (the mirror's, a follower's) allocates once, not
@@ -300,8 +300,8 @@ type walReader struct {
 }
 
 func (r walReader) entry(sp span) ([]byte, error) {
-	ws := wal.Span{Seg: sp.seg, Off: sp.off, Len: sp.n}
-	if need := wal.ReadSize(ws); cap(*r.buf) < need {
+	ws := journal.Span{Seg: sp.seg, Off: sp.off, Len: sp.n}
+	if need := journal.ReadSize(ws); cap(*r.buf) < need {
 		*r.buf = make([]byte, max(need, 2*cap(*r.buf)))
 	}
 	return r.l.ReadEntry(ws, *r.buf)

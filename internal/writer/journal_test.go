@@ -52,7 +52,7 @@ func TestJournalSyncFailureThenPowerLoss(t *testing.T) {
 }
 
 // inWAL says whether a path is one of the shared log's segments.
-func inWAL(p string) bool { return strings.HasPrefix(p, crashLayout.WALDir()+"/") }
+func inWAL(p string) bool { return strings.HasPrefix(p, crashLayout.JournalDir()+"/") }
 
 // Bug (CI, TestHostileDescriptorExhaustion), as it stands with the shared
 // log: a refused first append of a new session must leave nothing behind

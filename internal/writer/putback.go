@@ -16,9 +16,9 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
-	"github.com/sessiond/sessiond/internal/wal"
 )
 
 // Putting back acknowledged entries another program's rewrite dropped
@@ -67,15 +67,15 @@ func countOf(n int, one, many string) string {
 }
 
 // retained finds which of the missing entries the log still holds, by
-// the spans the ledger recorded (wal.Log.Lookup), with their bytes when
+// the spans the ledger recorded (journal.Log.Lookup), with their bytes when
 // keep.
-func (ls *logStore) retained(missing []ackID, keep bool) (map[span][]byte, wal.LookupInfo, error) {
-	spans := make([]wal.Span, len(missing))
+func (ls *logStore) retained(missing []ackID, keep bool) (map[span][]byte, journal.LookupInfo, error) {
+	spans := make([]journal.Span, len(missing))
 	for i, id := range missing {
-		spans[i] = wal.Span{Seg: id.sp.seg, Off: id.sp.off}
+		spans[i] = journal.Span{Seg: id.sp.seg, Off: id.sp.off}
 	}
 	found := map[span][]byte{}
-	info, err := ls.wal.Lookup(spans, func(i int, e []byte) error {
+	info, err := ls.jr.Lookup(spans, func(i int, e []byte) error {
 		var b []byte
 		if keep {
 			b = append([]byte(nil), e...)

@@ -16,8 +16,8 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
+	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
-	"github.com/sessiond/sessiond/internal/wal"
 )
 
 // TestJournalReplayAfterAbort: entries acknowledged but never compacted
@@ -90,13 +90,13 @@ func TestCheckJournalsServesBeforeReplay(t *testing.T) {
 	// Damage the first batch of the last session in the shared log: the
 	// writes after it are intact, so this is corruption, not a torn tail.
 	bad := keys[3]
-	ep, ok := m.logs.wal.Epoch(bad)
+	ep, ok := m.logs.jr.Epoch(bad)
 	if !ok {
 		t.Fatal("no stream for the last session")
 	}
 	first := ep.Batches[0].Entries[0]
 	crash(t, m)
-	jp := filepath.Join(e.lay.WALDir(), fmt.Sprintf("%016x.wal", first.Seg))
+	jp := filepath.Join(e.lay.JournalDir(), fmt.Sprintf("%016x.wal", first.Seg))
 	data, err := os.ReadFile(jp)
 	if err != nil {
 		t.Fatal(err)
@@ -108,8 +108,8 @@ func TestCheckJournalsServesBeforeReplay(t *testing.T) {
 
 	// The damage lost acknowledged entries: the start is refused, unless
 	// told to accept the loss.
-	if _, err := New(e.cfg); !errors.Is(err, wal.ErrLost) {
-		t.Fatalf("New over a damaged log: %v, want wal.ErrLost", err)
+	if _, err := New(e.cfg); !errors.Is(err, journal.ErrLost) {
+		t.Fatalf("New over a damaged log: %v, want journal.ErrLost", err)
 	}
 	e.cfg.AcceptLogLoss = true
 	m = e.manager()
@@ -167,25 +167,6 @@ func TestCheckJournalsServesBeforeReplay(t *testing.T) {
 		if got := e.canonicalLines(k); strings.Join(got, "\n") != strings.Join(want[k], "\n") {
 			t.Fatalf("%s after the replay: %d lines, want %d", k, len(got), len(want[k]))
 		}
-	}
-}
-
-// Bug: a crash during the first journal generation of a session left
-// "<sid>.wal.tmp-…" in the journal folder for good: writers sweep only
-// their own temps when they open, and without a .wal file recovery never
-// opens that session.
-func TestRecoverSweepsJournalTemps(t *testing.T) {
-	c := fstest.NewCrashFS()
-	k := fixedKey(1, "")
-	tmp := crashLayout.JournalPath(k) + ".tmp-0123456789abcdef"
-	c.WriteFile(tmp, []byte("half a header"), 0o600)
-	m := newCrashManager(t, c, nil)
-	if _, err := m.Recover(bg); err != nil {
-		t.Fatal(err)
-	}
-	closeManager(t, m)
-	if _, err := c.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("journal temp file still there after Recover: %v", err)
 	}
 }
 

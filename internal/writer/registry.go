@@ -163,7 +163,7 @@ func newManager(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m.logs = logs
-	m.space.start(logs.wal)
+	m.space.start(logs.jr)
 	return m, nil
 }
 
@@ -416,9 +416,9 @@ func (m *Manager) Stats() Stats {
 	m.mu.Unlock()
 	recErrs, past := m.health.report()
 	disk := m.space.stats()
-	lagSessions, lagBytes := m.logs.wal.Backlog()
+	lagSessions, lagBytes := m.logs.jr.Backlog()
 	disk.LagSessions, disk.LagBytes = uint64(lagSessions), uint64(lagBytes)
-	ws := m.logs.wal.Stats()
+	ws := m.logs.jr.Stats()
 	return Stats{
 		RecoveryErrors:       recErrs,
 		PastRecoveryFailures: past,

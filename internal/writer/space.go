@@ -17,8 +17,8 @@ import (
 	"github.com/sessiond/sessiond/internal/ballast"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
-	"github.com/sessiond/sessiond/internal/wal"
 )
 
 // How the writers ride out a full disk. An append needs room in the
@@ -34,7 +34,7 @@ import (
 //     append into the ballast's room only refused once they are gone;
 //   - the ballast (package ballast) is deleted, if it is on that disk, and
 //     the log stops reserving space ahead and deletes its spare segments
-//     (wal.Log.SetLowSpace), so the compactions waiting get that room;
+//     (journal.Log.SetLowSpace), so the compactions waiting get that room;
 //     the transcripts whose entries were not compacted yet when the
 //     ballast went are the compactions waiting (lagging): the watcher
 //     compacts each at once, and those that do not fit are deferred;
@@ -81,7 +81,7 @@ type diskSpace struct {
 	cfg     *Config
 	log     *zap.Logger
 	ballast *ballast.Ballast // nil: none kept
-	wal     *wal.Log
+	jr      *journal.Log
 	// lowSpaceClear is the free space of the log's folder past which the
 	// log reserves space ahead again: two segments' worth.
 	lowSpaceClear int64
@@ -91,7 +91,7 @@ type diskSpace struct {
 	mu       sync.Mutex
 	deferred map[layout.Key]*deferral
 	// lagging: the transcripts whose entries were in the log only when
-	// the ballast was released, with their streams (wal.Log.Behind); the
+	// the ballast was released, with their streams (journal.Log.Behind); the
 	// watcher compacts each once, unless a compaction did it already.
 	lagging  map[layout.Key]uint64
 	watching bool          // the watcher goroutine runs
@@ -151,7 +151,7 @@ func newDiskSpace(cfg *Config, log *zap.Logger) *diskSpace {
 		kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	seg := cfg.WALSegmentSize
 	if seg <= 0 {
-		seg = wal.DefaultSegmentSize
+		seg = journal.DefaultSegmentSize
 	}
 	d.lowSpaceClear = 2 * seg
 	if cfg.BallastSize > 0 {
@@ -162,8 +162,8 @@ func newDiskSpace(cfg *Config, log *zap.Logger) *diskSpace {
 
 // start puts the ballast in place (or has the watcher make it once there
 // is room). Called once the log is open.
-func (d *diskSpace) start(l *wal.Log) {
-	d.wal = l
+func (d *diskSpace) start(l *journal.Log) {
+	d.jr = l
 	if d.ballast == nil {
 		return
 	}
@@ -215,7 +215,7 @@ func (d *diskSpace) appendRoom(need int64) error {
 	if _, released := d.ballast.State(); !released {
 		return nil
 	}
-	dir := d.cfg.Layout.WALDir()
+	dir := d.cfg.Layout.JournalDir()
 	free := d.freeSpace(dir)
 	if free >= 0 && free-need < d.ballast.Size() && d.yieldRetained(dir) {
 		free = d.freeSpace(dir)
@@ -261,15 +261,15 @@ func (d *diskSpace) release(dir string) {
 	if d.yieldRetained(dir) {
 		freed = true
 	}
-	if d.wal != nil && fsys.SameDisk(dir, d.cfg.Layout.WALDir()) && !d.wal.LowSpace() {
+	if d.jr != nil && fsys.SameDisk(dir, d.cfg.Layout.JournalDir()) && !d.jr.LowSpace() {
 		freed = true
-		d.wal.SetLowSpace(true)
+		d.jr.SetLowSpace(true)
 		d.log.Info("disk full: the write-ahead log gives back the space it reserved ahead until there is room again", zap.String("full", dir))
 	}
 	var behind map[layout.Key]uint64
-	if ballast && d.wal != nil {
+	if ballast && d.jr != nil {
 		// The compactions the ballast's room is for.
-		behind = d.wal.Behind()
+		behind = d.jr.Behind()
 	}
 	now := d.cfg.Clock.Now()
 	d.mu.Lock()
@@ -303,7 +303,7 @@ func (d *diskSpace) release(dir string) {
 // The ballast and the log's reserve are freed once until the watcher puts
 // them back; the log retains segments again as compactions let them go.
 func (d *diskSpace) yieldRetained(dir string) bool {
-	if d.wal == nil || !fsys.SameDisk(dir, d.cfg.Layout.WALDir()) || !d.wal.DropRetained() {
+	if d.jr == nil || !fsys.SameDisk(dir, d.cfg.Layout.JournalDir()) || !d.jr.DropRetained() {
 		return false
 	}
 	d.log.Warn("disk full: removed the write-ahead log's retained segments (kept so repair can put back entries another program's rewrite drops)",
@@ -452,7 +452,7 @@ func (d *diskSpace) needsWatchLocked() bool {
 			return true
 		}
 	}
-	return d.wal != nil && d.wal.LowSpace()
+	return d.jr != nil && d.jr.LowSpace()
 }
 
 // testHookSpaceChecked, when set by a test, runs after each round of the
@@ -546,13 +546,13 @@ func (d *diskSpace) round() {
 			}
 		}
 	}
-	if d.wal != nil && d.wal.LowSpace() {
+	if d.jr != nil && d.jr.LowSpace() {
 		present := true
 		if d.ballast != nil {
 			present, _ = d.ballast.State()
 		}
-		if free := d.freeSpace(d.cfg.Layout.WALDir()); present && free >= d.lowSpaceClear {
-			d.wal.SetLowSpace(false)
+		if free := d.freeSpace(d.cfg.Layout.JournalDir()); present && free >= d.lowSpaceClear {
+			d.jr.SetLowSpace(false)
 			d.log.Info("space is back: the write-ahead log reserves space ahead again")
 		}
 	}
@@ -578,7 +578,7 @@ func (d *diskSpace) compactLagging() {
 		if closed {
 			return
 		}
-		if deferred || !d.wal.StillBehind(k, lagging[k]) {
+		if deferred || !d.jr.StillBehind(k, lagging[k]) {
 			continue
 		}
 		if err := d.retry(k); err != nil && !errdefs.Is(err, errdefs.ErrNoSpace) {

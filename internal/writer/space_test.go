@@ -171,7 +171,7 @@ func TestBallastReleasedAndRemade(t *testing.T) {
 	if st := m.Stats().Disk; !st.BallastReleased || st.BallastPath != path || st.BallastSize != size {
 		t.Errorf("status: %+v, want the ballast %s released", st, path)
 	}
-	if !m.logs.wal.LowSpace() {
+	if !m.logs.jr.LowSpace() {
 		t.Error("the log still reserves space ahead on a full disk")
 	}
 	// The release wakes the watcher at once; the free space (10) does
@@ -188,8 +188,8 @@ func TestBallastReleasedAndRemade(t *testing.T) {
 	// it is refused, saying so.
 	_, err := m.Append(bg, k, [][]byte{entry("", "n", "1")})
 	var se *errdefs.SpaceError
-	if !errors.As(err, &se) || se.Dir != e.lay.WALDir() || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "kept for the compactions") {
-		t.Errorf("an append into the released ballast's room = %v, want a SpaceError in %s saying the room is kept", err, e.lay.WALDir())
+	if !errors.As(err, &se) || se.Dir != e.lay.JournalDir() || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "kept for the compactions") {
+		t.Errorf("an append into the released ballast's room = %v, want a SpaceError in %s saying the room is kept", err, e.lay.JournalDir())
 	}
 	// Some space: the compaction fits, and appends that leave the
 	// ballast's room, but not the ballast twice over.
@@ -216,7 +216,7 @@ func TestBallastReleasedAndRemade(t *testing.T) {
 	if st := m.Stats().Disk; st.BallastReleased {
 		t.Error("status still says the ballast is released")
 	}
-	if m.logs.wal.LowSpace() {
+	if m.logs.jr.LowSpace() {
 		t.Error("the log does not reserve space ahead again once space is back")
 	}
 }
@@ -402,7 +402,7 @@ func TestLaggingTranscriptsGetTheReleasedRoom(t *testing.T) {
 	// disk full. The free space read after that is the room the release
 	// freed: the ballast's twice over.
 	e.ff.Inject(fstest.Fault{Op: fstest.OpWrite, Path: func(p string) bool { return strings.Contains(p, "."+big.SessionID+".compact-") }, Err: syscall.ENOSPC, Sticky: true})
-	e.ff.Inject(fstest.Fault{Op: fstest.OpWrite, Path: func(p string) bool { return strings.HasPrefix(p, e.lay.WALDir()) }, Err: syscall.ENOSPC})
+	e.ff.Inject(fstest.Fault{Op: fstest.OpWrite, Path: func(p string) bool { return strings.HasPrefix(p, e.lay.JournalDir()) }, Err: syscall.ENOSPC})
 	e.free.Store(4 * size)
 	if _, err := m.Append(bg, full, [][]byte{entry("", "n", "0")}); !errdefs.Is(err, errdefs.ErrNoSpace) {
 		t.Fatalf("append on a full disk: %v, want a space error", err)
@@ -434,7 +434,7 @@ func TestLaggingTranscriptsGetTheReleasedRoom(t *testing.T) {
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the ballast was made again while a compaction waited for the room (%v)", err)
 	}
-	if !m.logs.wal.LowSpace() {
+	if !m.logs.jr.LowSpace() {
 		t.Error("the log reserves space ahead again while a compaction waits")
 	}
 	e.ff.Clear()

@@ -1,4 +1,4 @@
-package wal
+package journal
 
 import (
 	"encoding/binary"

@@ -106,4 +106,4 @@
 // segment back to its last synced write (best effort) and seals it; the
 // next request starts a new segment whose header records that end, so a
 // later recovery cuts the sealed segment there even if the cut failed.
-package wal
+package journal
