@@ -24,14 +24,14 @@ import (
 // and saves its copy back with open("w"), shorter, plus lines of its own,
 // and the daemon restarts. check must exit 1 naming every acknowledged
 // entry the copy lacks, status must list the transcript, repair must put
-// them back (from the write-ahead log's retained segments) and check is
+// them back (from the journal's retained segments) and check is
 // clean after: every acknowledged entry once, in the order acknowledged,
 // and the tool's lines kept.
 func TestForeignTruncatingSave(t *testing.T) {
 	t.Parallel()
 	// Small segments, so the entries lie in segments the log has let go
 	// (retained) by the time of the repair, not only in live ones.
-	d := newDaemon(t, "--wal-segment-size", "16384")
+	d := newDaemon(t, "--journal-segment-size", "16384")
 	d.start()
 	c := d.client()
 	defer c.Close()
@@ -99,11 +99,11 @@ func TestForeignTruncatingSave(t *testing.T) {
 		t.Fatalf("status does not list the transcript:\n%s", st)
 	}
 	var js struct {
-		WalRetention struct {
+		JournalRetention struct {
 			RetainedSegments int `json:"retained_segments"`
-		} `json:"wal_retention"`
+		} `json:"journal_retention"`
 	}
-	if out, _, _ := d.ctl("", "status", "--json"); json.Unmarshal([]byte(out), &js) != nil || js.WalRetention.RetainedSegments == 0 {
+	if out, _, _ := d.ctl("", "status", "--json"); json.Unmarshal([]byte(out), &js) != nil || js.JournalRetention.RetainedSegments == 0 {
 		t.Fatalf("status --json shows no retained segment (the repair below would read only live ones):\n%s", out)
 	}
 

@@ -48,11 +48,11 @@ func TestFullDiskBallastAndCatchUp(t *testing.T) {
 	// No retained segments: the room they would give back when the disk
 	// fills (the base entries' log, megabytes) would depend on how far
 	// the log had rolled, and could let the compactions fit.
-	d := diskDaemon(t, disk, "--ballast-size", fmt.Sprint(ballastSize), "--wal-segment-size", fmt.Sprint(1<<20), "--wal-retention", "0",
-		"--wal-max-size", fmt.Sprint(4<<20), "--idle-compact", "200ms", "--idle-retire", "1s")
+	d := diskDaemon(t, disk, "--ballast-size", fmt.Sprint(ballastSize), "--journal-segment-size", fmt.Sprint(1<<20), "--journal-retention", "0",
+		"--journal-max-size", fmt.Sprint(4<<20), "--idle-compact", "200ms", "--idle-retire", "1s")
 	pid := d.Pid()
 	ballast := filepath.Join(d.state, "ballast")
-	walDir := filepath.Join(d.state, "journal")
+	journalDir := filepath.Join(d.state, "journal")
 	if fi, err := os.Stat(ballast); err != nil || fi.Size() != ballastSize {
 		t.Fatalf("no ballast of %d bytes at start: %v, %v", ballastSize, fi, err)
 	}
@@ -136,7 +136,7 @@ func TestFullDiskBallastAndCatchUp(t *testing.T) {
 			t.Errorf("refused append: %v, want ResourceExhausted: %s", st.Code(), st.Message())
 			continue
 		}
-		if m := st.Message(); !strings.Contains(m, "the disk holding "+walDir+" is full") || !strings.Contains(m, "bytes in "+walDir) || !strings.Contains(m, "needs ") {
+		if m := st.Message(); !strings.Contains(m, "the disk holding "+journalDir+" is full") || !strings.Contains(m, "bytes in "+journalDir) || !strings.Contains(m, "needs ") {
 			t.Errorf("the refusal does not say which folder is full and how much is needed: %q", m)
 		}
 	}

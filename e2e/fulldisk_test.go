@@ -302,8 +302,8 @@ func (d *daemon) requireSameProcess(t *testing.T, pid int) {
 // a small disk gets by default.
 func diskDaemon(t *testing.T, disk string, args ...string) *daemon {
 	t.Helper()
-	fixed := []string{"--ballast-size", "67108864", "--wal-segment-size", "67108864",
-		"--wal-max-size", "536870912", "--wal-retention-size", "1073741824"}
+	fixed := []string{"--ballast-size", "67108864", "--journal-segment-size", "67108864",
+		"--journal-max-size", "536870912", "--journal-retention-size", "1073741824"}
 	d := newDaemon(t, append(fixed, args...)...)
 	d.root = filepath.Join(disk, "claude")
 	d.state = filepath.Join(disk, "state")
@@ -574,7 +574,7 @@ func refusedAppendRound(t *testing.T, d *daemon, c *client.Client, disk string, 
 	// another program drops) are removed then, by design, and so are its
 	// spares. Earlier rounds' segments are retained, so the group must
 	// overflow that room too, or it all fits and nothing is refused.
-	giveBack := walGiveBack(t, filepath.Join(d.state, "journal"))
+	giveBack := journalGiveBack(t, filepath.Join(d.state, "journal"))
 	filler := filepath.Join(disk, "filler")
 	writeFiller(t, filler, freeBytes(t, disk)-(200<<10))
 
@@ -645,9 +645,9 @@ func refusedAppendRound(t *testing.T, d *daemon, c *client.Client, disk string, 
 	}
 }
 
-// walGiveBack is the disk space the files the log removes on a full disk
+// journalGiveBack is the disk space the files the log removes on a full disk
 // take in dir: its retained segments and its spares.
-func walGiveBack(t *testing.T, dir string) int64 {
+func journalGiveBack(t *testing.T, dir string) int64 {
 	t.Helper()
 	ents, err := os.ReadDir(dir)
 	if err != nil {

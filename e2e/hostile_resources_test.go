@@ -179,7 +179,7 @@ func TestHostileDescriptorExhaustion(t *testing.T) {
 	}
 	wg.Wait()
 	close(stopSampling)
-	// With the shared write-ahead log a live writer holds no file of its
+	// With the journal a live writer holds no file of its
 	// own (a journal per session once held one each): 50 writers must not
 	// cost 50 descriptors; a few transient ones (a canonical file read as
 	// a writer opens, the files of the few compactions allowed at once)

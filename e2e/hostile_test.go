@@ -231,9 +231,9 @@ func TestHostileInputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	projDir := filepath.Join(d.root, "projects", pk)
-	// The write-ahead log, shared by every session: only a case that
+	// The journal, shared by every session: only a case that
 	// stores something may change it.
-	walDir := filepath.Join(d.state, "journal")
+	journalDir := filepath.Join(d.state, "journal")
 	// A compaction records the entries it moved in the transcript's
 	// ledger of acknowledged entries.
 	ackedDir := filepath.Join(d.state, "acked")
@@ -547,7 +547,7 @@ func TestHostileInputs(t *testing.T) {
 			}
 			_, err = recvAll(api.Flush(ctx, &sessiondv1.FlushRequest{Session: ref}))
 			return err
-		}, touches: []string{filepath.Join(projDir, dupSID+".jsonl"), walDir, ackedDir},
+		}, touches: []string{filepath.Join(projDir, dupSID+".jsonl"), journalDir, ackedDir},
 			check: func(t *testing.T) {
 				b, err := os.ReadFile(filepath.Join(projDir, dupSID+".jsonl"))
 				if want := dupLine + "\n" + `{"type":"user","n":2}` + "\n"; err != nil || string(b) != want {

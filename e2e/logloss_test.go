@@ -15,10 +15,10 @@ import (
 	"github.com/sessiond/sessiond/client"
 )
 
-// TestLogLossIsLoud: entries acknowledged and only in the write-ahead log,
+// TestLogLossIsLoud: entries acknowledged and only in the journal,
 // then sessiond killed and its last segment cut to half by someone else.
 // sessiond refuses to start over the loss, changing nothing, and says how
-// to go on; with --accept-log-loss it starts, the log says so at error
+// to go on; with --accept-journal-loss it starts, the log says so at error
 // level, status shows it, and check --all exits 1 with the count.
 func TestLogLossIsLoud(t *testing.T) {
 	t.Parallel()
@@ -46,12 +46,12 @@ func TestLogLossIsLoud(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	d.startRefused("lost acknowledged records", "acknowledged entries lost", "--accept-log-loss")
+	d.startRefused("lost acknowledged records", "acknowledged entries lost", "--accept-journal-loss")
 	if fileSize(t, last) != cut {
 		t.Fatal("the refused start changed the cut segment")
 	}
 
-	d.args = append(d.args, "--accept-log-loss")
+	d.args = append(d.args, "--accept-journal-loss")
 	d.start()
 	if !strings.Contains(d.Log(), `"level":"error"`) || !strings.Contains(d.Log(), "lost acknowledged entries") {
 		t.Errorf("the log does not report the loss at error level:\n%s", d.LogTail(50))

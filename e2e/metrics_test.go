@@ -75,27 +75,27 @@ func TestMetricsEndpoint(t *testing.T) {
 
 			before := d.scrape(addr)
 			for name, typ := range map[string]dto.MetricType{
-				"sessiond_entries_stored_total":       dto.MetricType_COUNTER,
-				"sessiond_stored_bytes_total":         dto.MetricType_COUNTER,
-				"sessiond_compactions_total":          dto.MetricType_COUNTER,
-				"sessiond_active_sessions":            dto.MetricType_GAUGE,
-				"sessiond_recovery_duration_seconds":  dto.MetricType_GAUGE,
-				"sessiond_wal_fsync_duration_seconds": dto.MetricType_HISTOGRAM,
-				"sessiond_wal_commit_entries":         dto.MetricType_HISTOGRAM,
-				"sessiond_append_duration_seconds":    dto.MetricType_HISTOGRAM,
-				"sessiond_append_batch_entries":       dto.MetricType_HISTOGRAM,
-				"sessiond_trash_copies":               dto.MetricType_GAUGE,
-				"sessiond_wal_segments":               dto.MetricType_GAUGE,
-				"process_open_fds":                    dto.MetricType_GAUGE,
-				"grpc_server_handled_total":           dto.MetricType_COUNTER, // WaitServing's health checks
-				"grpc_server_handling_seconds":        dto.MetricType_HISTOGRAM,
+				"sessiond_entries_stored_total":           dto.MetricType_COUNTER,
+				"sessiond_stored_bytes_total":             dto.MetricType_COUNTER,
+				"sessiond_compactions_total":              dto.MetricType_COUNTER,
+				"sessiond_active_sessions":                dto.MetricType_GAUGE,
+				"sessiond_recovery_duration_seconds":      dto.MetricType_GAUGE,
+				"sessiond_journal_fsync_duration_seconds": dto.MetricType_HISTOGRAM,
+				"sessiond_journal_commit_entries":         dto.MetricType_HISTOGRAM,
+				"sessiond_append_duration_seconds":        dto.MetricType_HISTOGRAM,
+				"sessiond_append_batch_entries":           dto.MetricType_HISTOGRAM,
+				"sessiond_trash_copies":                   dto.MetricType_GAUGE,
+				"sessiond_journal_segments":               dto.MetricType_GAUGE,
+				"process_open_fds":                        dto.MetricType_GAUGE,
+				"grpc_server_handled_total":               dto.MetricType_COUNTER, // WaitServing's health checks
+				"grpc_server_handling_seconds":            dto.MetricType_HISTOGRAM,
 			} {
 				if err := before.Check(name, typ); err != nil {
 					t.Error(err)
 				}
 			}
-			if before.Value("process_open_fds") < 5 || before.Value("sessiond_wal_segments") < 1 {
-				t.Errorf("open fds %v, log segments %v", before.Value("process_open_fds"), before.Value("sessiond_wal_segments"))
+			if before.Value("process_open_fds") < 5 || before.Value("sessiond_journal_segments") < 1 {
+				t.Errorf("open fds %v, log segments %v", before.Value("process_open_fds"), before.Value("sessiond_journal_segments"))
 			}
 
 			api := d.api()
@@ -166,13 +166,13 @@ func TestMetricsEndpoint(t *testing.T) {
 			}
 			// Every acknowledged append waited for a sync; group commit may
 			// put several in one.
-			if n := delta("sessiond_wal_fsync_duration_seconds"); n < 1 || n > unary+2 {
+			if n := delta("sessiond_journal_fsync_duration_seconds"); n < 1 || n > unary+2 {
 				t.Errorf("fsyncs for %d appends: %v", unary+2, n)
 			}
-			if got := after.Sum("sessiond_wal_commit_entries") - before.Sum("sessiond_wal_commit_entries"); got != entries {
+			if got := after.Sum("sessiond_journal_commit_entries") - before.Sum("sessiond_journal_commit_entries"); got != entries {
 				t.Errorf("entries in the log's commits: %v, want %v", got, entries)
 			}
-			if after.Sum("sessiond_wal_fsync_duration_seconds") <= before.Sum("sessiond_wal_fsync_duration_seconds") {
+			if after.Sum("sessiond_journal_fsync_duration_seconds") <= before.Sum("sessiond_journal_fsync_duration_seconds") {
 				t.Error("the fsyncs took no time")
 			}
 			if delta("sessiond_stored_bytes_total") < entries*float64(len(line())) {

@@ -99,7 +99,7 @@ func TestCheckMoreProblemsThanOneMessage(t *testing.T) {
 
 // TestRepairMoreActionsThanOneMessage is the repair of a session missing
 // many entries it had acknowledged (another program rewrote it without
-// them): 6,000 entries put back from the write-ahead log, a plan and a
+// them): 6,000 entries put back from the journal, a plan and a
 // finding (6,000 ids) far larger than one message. The repair succeeds and
 // sessionctl says so, exit 0, listing every change; check is clean after.
 // Before, the daemon repaired the file but its answer was over the limit,

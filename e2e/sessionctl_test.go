@@ -435,11 +435,11 @@ func TestDamagedJournalAtStart(t *testing.T) {
 	}
 	// An acknowledged entry is gone: sessiond refuses to start over it,
 	// changing nothing, and says how to go on.
-	d.startRefused("1 acknowledged entries lost", "--accept-log-loss")
+	d.startRefused("1 acknowledged entries lost", "--accept-journal-loss")
 	if kept, _ := filepath.Glob(jpath + ".corrupt-*"); len(kept) != 0 {
 		t.Fatalf("the refused start changed the state folder: %v", kept)
 	}
-	d.args = append(d.args, "--accept-log-loss")
+	d.args = append(d.args, "--accept-journal-loss")
 	d.start()
 	c = d.client()
 	defer c.Close()
@@ -564,9 +564,9 @@ func TestSessiondRefusesNonPositiveFlags(t *testing.T) {
 	for _, tc := range [][]string{
 		{"--max-entry-bytes", "-5"}, {"--max-message-bytes", "0"}, {"--idle-compact", "-1s"},
 		{"--idle-retire", "0s"}, {"--shutdown-timeout", "-3s"}, {"--min-compact-bytes", "0"},
-		{"--wal-retention-size", "0"},
+		{"--journal-retention-size", "0"},
 		// 0 is a valid retention (keep nothing); less is not.
-		{"--wal-retention", "-1h", "must not be negative"},
+		{"--journal-retention", "-1h", "must not be negative"},
 		{"--trash-retention", "0s"},
 		{"--lease-ttl", "0s"},
 		{"--machine-id", "a b", `"a b" is refused`},

@@ -206,7 +206,7 @@ func statusCmd(g *globals) *cobra.Command {
 			for _, op := range st.GetOperations() {
 				fmt.Fprintf(w, "in progress\t%s\n", describeOperation(op))
 			}
-			if r := st.GetWalRetention(); r != nil {
+			if r := st.GetJournalRetention(); r != nil {
 				fmt.Fprintf(w, "log retention\t%s\n", describeRetention(r))
 			}
 			for _, e := range st.GetRecoveryErrors() {
@@ -222,7 +222,7 @@ func statusCmd(g *globals) *cobra.Command {
 			describeMirror(w, st.GetMirror(), time.Now())
 			describeLeases(w, st.GetLeases())
 			for _, a := range st.GetAcknowledgedMissing() {
-				fmt.Fprintf(w, "ENTRIES MISSING\t%s: %s sessiond acknowledged no longer in it (another program rewrote it); `sessionctl check %s` names them, `sessionctl repair %s` puts back what the log retains\n",
+				fmt.Fprintf(w, "ENTRIES MISSING\t%s: %s sessiond acknowledged no longer in it (another program rewrote it); `sessionctl check %s` names them, `sessionctl repair %s` puts back what the journal retains\n",
 					a.GetSession().GetPath(), count(a.GetCount(), "entry"), a.GetSession().GetSessionId(), a.GetSession().GetSessionId())
 			}
 			if total, shown := st.GetAcknowledgedMissingTotal(), uint64(len(st.GetAcknowledgedMissing())); total > shown {
@@ -238,7 +238,7 @@ func statusCmd(g *globals) *cobra.Command {
 // for space (one line each, the first ten), and the ballast.
 func describeDisk(w io.Writer, d *sessiondv1.DiskStatus) {
 	if n := d.GetLagSessions(); n > 0 {
-		fmt.Fprintf(w, "not yet compacted\t%s, %s (served from the write-ahead log)\n", count(n, "session"), humanBytes(d.GetLagBytes()))
+		fmt.Fprintf(w, "not yet compacted\t%s, %s (served from the journal)\n", count(n, "session"), humanBytes(d.GetLagBytes()))
 	}
 	for i, c := range d.GetDeferred() {
 		if i == 10 {
@@ -307,10 +307,10 @@ func describeLeases(w io.Writer, l *sessiondv1.LeaseStatus) {
 	}
 }
 
-// describeRetention says what the write-ahead log keeps after compaction.
-func describeRetention(r *sessiondv1.WalRetention) string {
+// describeRetention says what the journal keeps after compaction.
+func describeRetention(r *sessiondv1.JournalRetention) string {
 	if r.GetRetentionMs() <= 0 {
-		return "none (--wal-retention 0): repair cannot put back entries another program's rewrite dropped"
+		return "none (--journal-retention 0): repair cannot put back entries another program's rewrite dropped"
 	}
 	s := fmt.Sprintf("%s after compaction, up to %s: %s kept (%s)", time.Duration(r.GetRetentionMs())*time.Millisecond,
 		humanBytes(r.GetSizeBudget()), count(r.GetRetainedSegments(), "segment"), humanBytes(r.GetRetainedBytes()))

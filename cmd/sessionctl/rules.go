@@ -24,7 +24,7 @@ func checkCmd(g *globals) *cobra.Command {
 			"uuids, with line numbers. Works on sessions sessiond never wrote too. For those it wrote,\n" +
 			"it also reports entries it acknowledged that are no longer in the file (another program\n" +
 			"rewrote it without them: acknowledged_missing, with their uuids). --all also reports\n" +
-			"what recovery found lost (a write-ahead log segment cut, deleted or damaged outside\n" +
+			"what recovery found lost (a journal segment cut, deleted or damaged outside\n" +
 			"sessiond, with the count of acknowledged entries gone) and exits 1 for it.",
 		Args: cobra.MaximumNArgs(1),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {
@@ -54,7 +54,7 @@ func checkCmd(g *globals) *cobra.Command {
 			if all && !g.json {
 				fmt.Fprintf(out, "%s checked, %d damaged\n", count(p.transcripts, "transcript"), p.damaged)
 			}
-			// What recovery found lost or damaged (a write-ahead log
+			// What recovery found lost or damaged (a journal
 			// segment cut or deleted, a session it could not recover)
 			// is damage too, whatever the transcripts say.
 			recovery := 0
@@ -91,8 +91,8 @@ func repairCmd(g *globals) *cobra.Command {
 		Use:   "repair UUID [--dry-run]",
 		Short: "Repair a damaged session so it can be resumed (the original is kept)",
 		Long: "Repairs what check reports. Entries sessiond acknowledged that another program's rewrite\n" +
-			"dropped come back first, from the write-ahead log (it keeps compacted entries for\n" +
-			"sessiond --wal-retention), each once, in the order they were acknowledged, after the last\n" +
+			"dropped come back first, from the journal (it keeps compacted entries for\n" +
+			"sessiond --journal-retention), each once, in the order they were acknowledged, after the last\n" +
 			"acknowledged entry the file kept; the other program's lines stay. The original is kept.",
 		Args: cobra.ExactArgs(1),
 		RunE: g.withClient(func(cmd *cobra.Command, args []string, c *client.Client) error {

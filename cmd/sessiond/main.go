@@ -69,34 +69,34 @@ func run() error {
 	root, rootErr := layout.DefaultRoot(os.Getenv)
 	state, stateErr := layout.DefaultStateDir(os.Getenv)
 	var (
-		socketPath      = flag.String("socket", layout.DefaultSocket(os.Getenv), "Unix socket to serve on (env SESSIOND_SOCKET; default: $XDG_RUNTIME_DIR/sessiond, /run/user/<uid>/sessiond, macOS $TMPDIR/sessiond, <state folder from SESSIOND_STATE_DIR, XDG_STATE_HOME or HOME>/run, else /tmp/sessiond-<uid>)")
-		rootDir         = flag.String("root", root, "transcripts root holding projects/ (env SESSIOND_ROOT, else CLAUDE_CONFIG_DIR, else ~/.claude)")
-		stateDir        = flag.String("state-dir", state, "the write-ahead log and daemon state (env SESSIOND_STATE_DIR, else $XDG_STATE_HOME/sessiond)")
-		shutdownTimeout = flag.Duration("shutdown-timeout", 30*time.Second, "how long a SIGTERM drain may take before sessiond exits, leaving the rest to recovery from the write-ahead log")
-		maxEntry        = flag.Int("max-entry-bytes", writer.DefaultMaxEntryBytes, "largest entry accepted")
-		maxMessage      = flag.Int("max-message-bytes", 64<<20, "largest gRPC message (an append batch) accepted")
-		idleCompact     = flag.Duration("idle-compact", writer.DefaultIdleCompact, "compact a session after this long without appends")
-		idleRetire      = flag.Duration("idle-retire", writer.DefaultIdleRetire, "close a session's files after this long without activity")
-		minCompact      = flag.Int64("min-compact-bytes", writer.DefaultMinCompactBytes, "compact a session once the log holds this many bytes of its entries and at least as many as its transcript (benchmarks raise it to keep large logs)")
-		walSegment      = flag.Int64("wal-segment-size", journal.DefaultSegmentSize, "size at which the write-ahead log starts a new segment file (default: a sixteenth of the state folder's disk when that is smaller)")
-		walMax          = flag.Int64("wal-max-size", journal.DefaultMaxSize, "once the write-ahead log's segments add up to more, the sessions holding the oldest one are compacted so it can go (default: a quarter of the state folder's disk when that is smaller)")
-		ballastSize     = flag.Int64("ballast-size", writer.DefaultBallastSize, "disk space kept in reserve (the file <state-dir>/ballast), released when the disk fills so the compactions waiting can finish, made again once there is room for it twice over; 0 keeps none (default: a sixteenth of the state folder's disk when that is smaller)")
-		walRetention    = flag.Duration("wal-retention", writer.DefaultWALRetention, "keep the write-ahead log's segments this long after their sessions were compacted, so repair can put back acknowledged entries another program's rewrite of a transcript dropped (0 keeps none)")
-		walRetentionMax = flag.Int64("wal-retention-size", writer.DefaultWALRetentionSize, "the most the retained segments may add up to, in bytes; the oldest go first (and all of them when the disk is full) (default: an eighth of the state folder's disk when that is smaller)")
-		trashRetention  = flag.Duration("trash-retention", writer.DefaultTrashRetention, "how long a deleted session's copy stays in the trash before it is purged (checked at start and hourly); the default is the official CLI's own cleanupPeriodDays, 30 days")
-		metricsListen   = flag.String("metrics-listen", "", "serve Prometheus metrics at GET /metrics on this address: 127.0.0.1:PORT, [::1]:PORT, localhost:PORT or unix:/path (a socket made 0600 in a folder only this user controls); other addresses are refused, the endpoint having no authentication. Empty (the default): no metrics")
-		mirrorDSN       = flag.String("mirror", "", "mirror every transcript into PostgreSQL at this connection string (postgres://user@host:5432/db, or key=value pairs; env SESSIOND_MIRROR, which keeps the password out of the process list, as does ~/.pgpass): the reference SessionStore adapter's table, kept exactly once behind the local transcripts, which stay the source of truth")
-		mirrorTable     = flag.String("mirror-table", mirror.DefaultTable, "the table --mirror writes (the reference adapter's layout; letters, digits and _; env SESSIOND_MIRROR_TABLE)")
-		mirrorPace      = flag.Duration("mirror-pace", mirror.DefaultPace, "with --mirror: the least time between two transactions of one transcript (what is appended meanwhile goes in the next; 0: none)")
-		machineID       = flag.String("machine-id", "", "the name this sessiond holds sessions' leases under in the --mirror database (one writer per session across machines; env SESSIOND_MACHINE_ID): every machine sharing the database needs its own. Default: the host name and a random suffix, made once and kept in <state-dir>/machine-id")
-		leaseTTL        = flag.Duration("lease-ttl", mirror.DefaultLeaseTTL, "with --mirror: how long a session's lease lasts unless renewed (renewed every third of it while the session is appended to); after it another machine may take the session over")
-		acceptLogLoss   = flag.Bool("accept-log-loss", false, "start even though the write-ahead log lost acknowledged entries to something other than a crash (a segment cut short, deleted or damaged by another program or the disk): those entries are then gone for good, and status and the log report them. Without it sessiond refuses to start over such a loss and changes nothing, so the segments can still be restored from a backup")
-		logFormat       = flag.String("log-format", "auto", "auto (console on a terminal, else JSON), console or json")
-		logLevel        = flag.String("log-level", "info", "debug, info, warn or error")
-		showVersion     = flag.Bool("version", false, "print the version and exit")
-		cpuProfile      = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for `go tool pprof`), finished when sessiond exits")
-		memProfile      = flag.String("memprofile", "", "write a profile of the whole run's allocations to this file (for `go tool pprof`) when sessiond exits")
-		traceFile       = flag.String("trace", "", "write an execution trace of the whole run to this file (for `go tool trace`: where each request waited), finished when sessiond exits")
+		socketPath          = flag.String("socket", layout.DefaultSocket(os.Getenv), "Unix socket to serve on (env SESSIOND_SOCKET; default: $XDG_RUNTIME_DIR/sessiond, /run/user/<uid>/sessiond, macOS $TMPDIR/sessiond, <state folder from SESSIOND_STATE_DIR, XDG_STATE_HOME or HOME>/run, else /tmp/sessiond-<uid>)")
+		rootDir             = flag.String("root", root, "transcripts root holding projects/ (env SESSIOND_ROOT, else CLAUDE_CONFIG_DIR, else ~/.claude)")
+		stateDir            = flag.String("state-dir", state, "the journal and daemon state (env SESSIOND_STATE_DIR, else $XDG_STATE_HOME/sessiond)")
+		shutdownTimeout     = flag.Duration("shutdown-timeout", 30*time.Second, "how long a SIGTERM drain may take before sessiond exits, leaving the rest to recovery from the journal")
+		maxEntry            = flag.Int("max-entry-bytes", writer.DefaultMaxEntryBytes, "largest entry accepted")
+		maxMessage          = flag.Int("max-message-bytes", 64<<20, "largest gRPC message (an append batch) accepted")
+		idleCompact         = flag.Duration("idle-compact", writer.DefaultIdleCompact, "compact a session after this long without appends")
+		idleRetire          = flag.Duration("idle-retire", writer.DefaultIdleRetire, "close a session's files after this long without activity")
+		minCompact          = flag.Int64("min-compact-bytes", writer.DefaultMinCompactBytes, "compact a session once the log holds this many bytes of its entries and at least as many as its transcript (benchmarks raise it to keep large logs)")
+		journalSegment      = flag.Int64("journal-segment-size", journal.DefaultSegmentSize, "size at which the journal starts a new segment file (default: a sixteenth of the state folder's disk when that is smaller)")
+		journalMax          = flag.Int64("journal-max-size", journal.DefaultMaxSize, "once the journal's segments add up to more, the sessions holding the oldest one are compacted so it can go (default: a quarter of the state folder's disk when that is smaller)")
+		ballastSize         = flag.Int64("ballast-size", writer.DefaultBallastSize, "disk space kept in reserve (the file <state-dir>/ballast), released when the disk fills so the compactions waiting can finish, made again once there is room for it twice over; 0 keeps none (default: a sixteenth of the state folder's disk when that is smaller)")
+		journalRetention    = flag.Duration("journal-retention", writer.DefaultJournalRetention, "keep the journal's segments this long after their sessions were compacted, so repair can put back acknowledged entries another program's rewrite of a transcript dropped (0 keeps none)")
+		journalRetentionMax = flag.Int64("journal-retention-size", writer.DefaultJournalRetentionSize, "the most the retained segments may add up to, in bytes; the oldest go first (and all of them when the disk is full) (default: an eighth of the state folder's disk when that is smaller)")
+		trashRetention      = flag.Duration("trash-retention", writer.DefaultTrashRetention, "how long a deleted session's copy stays in the trash before it is purged (checked at start and hourly); the default is the official CLI's own cleanupPeriodDays, 30 days")
+		metricsListen       = flag.String("metrics-listen", "", "serve Prometheus metrics at GET /metrics on this address: 127.0.0.1:PORT, [::1]:PORT, localhost:PORT or unix:/path (a socket made 0600 in a folder only this user controls); other addresses are refused, the endpoint having no authentication. Empty (the default): no metrics")
+		mirrorDSN           = flag.String("mirror", "", "mirror every transcript into PostgreSQL at this connection string (postgres://user@host:5432/db, or key=value pairs; env SESSIOND_MIRROR, which keeps the password out of the process list, as does ~/.pgpass): the reference SessionStore adapter's table, kept exactly once behind the local transcripts, which stay the source of truth")
+		mirrorTable         = flag.String("mirror-table", mirror.DefaultTable, "the table --mirror writes (the reference adapter's layout; letters, digits and _; env SESSIOND_MIRROR_TABLE)")
+		mirrorPace          = flag.Duration("mirror-pace", mirror.DefaultPace, "with --mirror: the least time between two transactions of one transcript (what is appended meanwhile goes in the next; 0: none)")
+		machineID           = flag.String("machine-id", "", "the name this sessiond holds sessions' leases under in the --mirror database (one writer per session across machines; env SESSIOND_MACHINE_ID): every machine sharing the database needs its own. Default: the host name and a random suffix, made once and kept in <state-dir>/machine-id")
+		leaseTTL            = flag.Duration("lease-ttl", mirror.DefaultLeaseTTL, "with --mirror: how long a session's lease lasts unless renewed (renewed every third of it while the session is appended to); after it another machine may take the session over")
+		acceptJournalLoss   = flag.Bool("accept-journal-loss", false, "start even though the journal lost acknowledged entries to something other than a crash (a segment cut short, deleted or damaged by another program or the disk): those entries are then gone for good, and status and the log report them. Without it sessiond refuses to start over such a loss and changes nothing, so the segments can still be restored from a backup")
+		logFormat           = flag.String("log-format", "auto", "auto (console on a terminal, else JSON), console or json")
+		logLevel            = flag.String("log-level", "info", "debug, info, warn or error")
+		showVersion         = flag.Bool("version", false, "print the version and exit")
+		cpuProfile          = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for `go tool pprof`), finished when sessiond exits")
+		memProfile          = flag.String("memprofile", "", "write a profile of the whole run's allocations to this file (for `go tool pprof`) when sessiond exits")
+		traceFile           = flag.String("trace", "", "write an execution trace of the whole run to this file (for `go tool trace`: where each request waited), finished when sessiond exits")
 	)
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -115,8 +115,8 @@ func run() error {
 		{"shutdown-timeout", *shutdownTimeout > 0}, {"max-entry-bytes", *maxEntry > 0},
 		{"max-message-bytes", *maxMessage > 0}, {"idle-compact", *idleCompact > 0},
 		{"idle-retire", *idleRetire > 0}, {"min-compact-bytes", *minCompact > 0},
-		{"wal-segment-size", *walSegment > 0}, {"wal-max-size", *walMax > 0},
-		{"wal-retention-size", *walRetentionMax > 0},
+		{"journal-segment-size", *journalSegment > 0}, {"journal-max-size", *journalMax > 0},
+		{"journal-retention-size", *journalRetentionMax > 0},
 		{"trash-retention", *trashRetention > 0},
 		{"lease-ttl", *leaseTTL > 0},
 	} {
@@ -127,8 +127,8 @@ func run() error {
 	if *ballastSize < 0 {
 		return fmt.Errorf("--ballast-size must be 0 (no reserve) or more, not %d", *ballastSize)
 	}
-	if *walRetention < 0 {
-		return fmt.Errorf("--wal-retention must not be negative (%s); 0 keeps nothing after compaction", *walRetention)
+	if *journalRetention < 0 {
+		return fmt.Errorf("--journal-retention must not be negative (%s); 0 keeps nothing after compaction", *journalRetention)
 	}
 	mc, err := mirrorConfig(*mirrorDSN, *mirrorTable, *mirrorPace)
 	if err != nil {
@@ -147,7 +147,7 @@ func run() error {
 		mc.LeaseIdle = *idleRetire
 		mc.MachineID = *machineID // empty: made once and kept in the state folder
 	}
-	retention := *walRetention
+	retention := *journalRetention
 	if retention == 0 {
 		retention = -1 // writer.Config: negative keeps nothing, 0 is the default
 	}
@@ -176,8 +176,8 @@ func run() error {
 			name string
 			v    *int64
 			auto int64
-		}{{"ballast-size", ballastSize, sz.Ballast}, {"wal-segment-size", walSegment, sz.Segment},
-			{"wal-max-size", walMax, sz.WALMax}, {"wal-retention-size", walRetentionMax, sz.Retention}} {
+		}{{"ballast-size", ballastSize, sz.Ballast}, {"journal-segment-size", journalSegment, sz.Segment},
+			{"journal-max-size", journalMax, sz.JournalMax}, {"journal-retention-size", journalRetentionMax, sz.Retention}} {
 			if !set[f.name] {
 				*f.v = f.auto
 			}
@@ -239,9 +239,9 @@ func run() error {
 		Socket: *socketPath, Root: *rootDir, StateDir: *stateDir,
 		ShutdownTimeout: *shutdownTimeout, MaxMessageBytes: *maxMessage, Version: version(),
 		Writer: writer.Config{MaxEntryBytes: *maxEntry, IdleCompact: *idleCompact, IdleRetire: *idleRetire,
-			MinCompactBytes: *minCompact, WALSegmentSize: *walSegment, WALMaxSize: *walMax, BallastSize: *ballastSize,
-			WALRetention: retention, WALRetentionSize: *walRetentionMax, TrashRetention: *trashRetention,
-			AcceptLogLoss: *acceptLogLoss},
+			MinCompactBytes: *minCompact, JournalSegmentSize: *journalSegment, JournalMaxSize: *journalMax, BallastSize: *ballastSize,
+			JournalRetention: retention, JournalRetentionSize: *journalRetentionMax, TrashRetention: *trashRetention,
+			AcceptJournalLoss: *acceptJournalLoss},
 		Logger: log, MetricsListen: *metricsListen, Mirror: mc,
 	})
 }

@@ -11,7 +11,7 @@
 //
 // The ballast frees space only on its own filesystem: with the state folder
 // and the transcripts on different disks, it helps the state folder's
-// (where the write-ahead log is).
+// (where the journal is).
 package ballast
 
 import (

@@ -6,7 +6,7 @@
 //
 //	(a) naive safe writer: O_APPEND write + fsync per entry, a file per client;
 //	(b) what agents do today: O_APPEND write, no fsync;
-//	(c) the ceiling: the shared write-ahead log (internal/wal) alone,
+//	(c) the ceiling: the journal (internal/journal) alone,
 //	    in-process, its one committer fed by the C clients, no gRPC.
 //
 // It prints throughput, per-append latency percentiles, the daemon's

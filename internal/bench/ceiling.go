@@ -12,10 +12,10 @@ import (
 
 // The ceiling, row (c): the storage engine alone, in the bench process, no
 // gRPC. Everything the row depends on is in this file (the only one of the
-// package that imports internal/wal): open creates the engine's log,
+// package that imports internal/journal): open creates the engine's log,
 // append is one client's durable append, verify reads back what it holds.
 
-// ---- (c): the shared write-ahead log alone: one log, one stream per session ----
+// ---- (c): the journal alone: one log, one stream per session ----
 
 type ceilingDriver struct {
 	dir     string

@@ -17,7 +17,7 @@ import (
 // The recovery scenario: the issue asks that 1 GiB of entries across 1,000
 // sessions be recovered at start at no less than half the disk's
 // sequential read speed. sessiond is filled without compacting anything,
-// so every entry is still in its shared write-ahead log (internal/wal), is
+// so every entry is still in its shared journal (internal/journal), is
 // killed with SIGKILL, the log's segments are evicted from the page cache,
 // and the time from exec to the first answered Status (the whole log read,
 // in writer.New, before serving) and to every transcript current (the
@@ -26,7 +26,7 @@ import (
 // (the disk's sequential speed) and the segments one after the other.
 
 func init() {
-	registerExtra(extraDef{name: ScenarioRecovery, title: "recovery: 1 GiB of entries across 1,000 sessions in the write-ahead log, recovered at start",
+	registerExtra(extraDef{name: ScenarioRecovery, title: "recovery: 1 GiB of entries across 1,000 sessions in the journal, recovered at start",
 		run: runRecovery})
 }
 
@@ -37,7 +37,7 @@ const (
 	recoveryBatchBytes   = 256 << 10
 	recoveryReadBuf      = 4 << 20
 	recoveryStartTimeout = 5 * time.Minute
-	// recoveryNoCompact is the compaction floor and the write-ahead log's
+	// recoveryNoCompact is the compaction floor and the journal's
 	// bound sessiond gets: far above any session and the whole log here,
 	// so nothing is compacted (neither a session past the floor nor the
 	// sessions holding the oldest segment of a log past its bound), every
@@ -63,19 +63,19 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 	// only changes how many sessions there are, so a small run still
 	// replays sessions of the real size.
 	perSession := uint64(recoveryTotalBytes / recoverySessions)
-	sc.Title = fmt.Sprintf("recovery: %d sessions x ~%.2f MB in the write-ahead log (dist:agent entries), SIGKILL, cold restart",
+	sc.Title = fmt.Sprintf("recovery: %d sessions x ~%.2f MB in the journal (dist:agent entries), SIGKILL, cold restart",
 		nSessions, float64(perSession)/1e6)
 
 	ddir := filepath.Join(env.Dir, "daemon")
 	if err := os.MkdirAll(ddir, 0o700); err != nil {
 		return sc, err
 	}
-	// After env.SessiondArgs, so they win; a --wal-segment-size there is
+	// After env.SessiondArgs, so they win; a --journal-segment-size there is
 	// kept (the test makes segments small to have several).
 	args := append(append([]string{}, env.SessiondArgs...),
 		"--idle-compact", "1h", "--idle-retire", "1h",
 		"--min-compact-bytes", strconv.FormatInt(recoveryNoCompact, 10),
-		"--wal-max-size", strconv.FormatInt(recoveryNoCompact, 10))
+		"--journal-max-size", strconv.FormatInt(recoveryNoCompact, 10))
 	p, err := startDaemon(ctx, env.Sessiond, ddir, args)
 	if err != nil {
 		return sc, err
@@ -164,7 +164,7 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 	if err := evict(segs...); err != nil {
 		return sc, err
 	}
-	env.Logf("[recovery] restarting sessiond on %.0f MB of write-ahead log (%d segments)", float64(logBytes)/1e6, len(segs))
+	env.Logf("[recovery] restarting sessiond on %.0f MB of journal (%d segments)", float64(logBytes)/1e6, len(segs))
 	// Info level: the daemon logs when it has read the log and how long
 	// the replay took.
 	rargs := append(append([]string{}, args...), "--log-level", "info")
@@ -177,7 +177,7 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 	// waiting on the disk.
 	recCPU, recCPUErr := procCPU(p.cmd.Process.Pid)
 	logPath := filepath.Join(ddir, "sessiond.log")
-	// "checked journals" is logged once the log was read (wal.Open, in
+	// "checked journals" is logged once the log was read (journal.Open, in
 	// writer.New) and the sessions it holds listed; it says what the daemon
 	// read, which must be what was evicted.
 	checked, ok := daemonLog(logPath, "checked journals")
@@ -263,7 +263,7 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 		row(fmt.Sprintf("read the %d log segments one after the other, cold", len(segs)), files.bytes, files.files, files.elapsed),
 		row("sessiond recovery: exec -> serving, the whole log read (Status answers)", logBytes, len(segs), recTime))
 	if logReadOK {
-		sc.Table.Rows = append(sc.Table.Rows, row("  of which exec -> the log read (wal.Open; sessiond's log)", logBytes, len(segs), logRead))
+		sc.Table.Rows = append(sc.Table.Rows, row("  of which exec -> the log read (journal.Open; sessiond's log)", logBytes, len(segs), logRead))
 	}
 	full := row("exec -> every transcript current (replay, while serving; info)", logBytes, len(segs), replayTime)
 	sc.Table.Rows = append(sc.Table.Rows, full)
@@ -289,12 +289,12 @@ func runRecovery(ctx context.Context, env *Env) (*Scenario, error) {
 		curMBps, seqMBps, replayTime.Seconds(), recTime.Seconds())
 	sc.Checks = append(sc.Checks, ch, cur)
 	sc.Notes = append(sc.Notes,
-		fmt.Sprintf("Sizes: %d sessions in one project, entries drawn from dist:agent (mean ~7 KiB, up to 1 MiB; the last one cut to fit) until each session holds %d bytes; %d entries, %.1f MB of entries, all in one write-ahead log of %d segments, %.1f MB (sessiond's journal_bytes counter, entries appended to the log: %.1f MB); no per-session journals.",
+		fmt.Sprintf("Sizes: %d sessions in one project, entries drawn from dist:agent (mean ~7 KiB, up to 1 MiB; the last one cut to fit) until each session holds %d bytes; %d entries, %.1f MB of entries, all in one journal of %d segments, %.1f MB (sessiond's journal_bytes counter, entries appended to the log: %.1f MB); no per-session journals.",
 			nSessions, perSession, sentEntries, float64(sent)/1e6, len(segs), float64(logBytes)/1e6, float64(journalCounter)/1e6),
-		fmt.Sprintf("sessiond ran with --idle-compact 1h --idle-retire 1h --min-compact-bytes %d --wal-max-size %d (the log's bound far above its size, so no session was compacted to free its oldest segment), so nothing was compacted before the SIGKILL (Status: 0 compactions) and every segment written was still there; after the restart, sessiond's log says it read %d bytes of log holding %d sessions (the bytes evicted), and recovered_sessions was %d.",
+		fmt.Sprintf("sessiond ran with --idle-compact 1h --idle-retire 1h --min-compact-bytes %d --journal-max-size %d (the log's bound far above its size, so no session was compacted to free its oldest segment), so nothing was compacted before the SIGKILL (Status: 0 compactions) and every segment written was still there; after the restart, sessiond's log says it read %d bytes of log holding %d sessions (the bytes evicted), and recovered_sessions was %d.",
 			int64(recoveryNoCompact), int64(recoveryNoCompact), checked.bytes, checked.journals, nSessions),
 		"Cold: every segment and the baseline file were fsynced, then dropped from the page cache with posix_fadvise(POSIX_FADV_DONTNEED) (no drop_caches: the machine is shared); dentries and inodes stay cached, and the virtual disk's host may cache too, equally for every row.",
-		fmt.Sprintf("Baselines read with %d MiB read() calls; the segments are read in recovery's order (by seq). Recovery time is exec of sessiond to its first answered Status, so it includes process start. Before it serves, sessiond reads the log (wal.Open, in writer.New): every segment once, in order, every record checked against its checksum, a torn tail cut, a damaged segment copied aside; it rebuilds each transcript's current stream and starts a new segment for appends. It then lists the sessions whose entries the log holds (%.1f ms here, the \"checked journals\" line; per-session journals of older releases would be imported then: none here) and serves the entries from the log. The \"exec -> the log read\" row is the time of that line less its took, from exec (ms resolution). The replay into the canonical files (the entries read back from the segments and written after the transcript's content into a temp file, fsync, a compaction marker in the log, rename, folder fsync, then a new stream bound in the log) runs while it serves, a few sessions at a time; the full row is exec to the Status that shows replay_pending 0.",
+		fmt.Sprintf("Baselines read with %d MiB read() calls; the segments are read in recovery's order (by seq). Recovery time is exec of sessiond to its first answered Status, so it includes process start. Before it serves, sessiond reads the log (journal.Open, in writer.New): every segment once, in order, every record checked against its checksum, a torn tail cut, a damaged segment copied aside; it rebuilds each transcript's current stream and starts a new segment for appends. It then lists the sessions whose entries the log holds (%.1f ms here, the \"checked journals\" line; per-session journals of older releases would be imported then: none here) and serves the entries from the log. The \"exec -> the log read\" row is the time of that line less its took, from exec (ms resolution). The replay into the canonical files (the entries read back from the segments and written after the transcript's content into a temp file, fsync, a compaction marker in the log, rename, folder fsync, then a new stream bound in the log) runs while it serves, a few sessions at a time; the full row is exec to the Status that shows replay_pending 0.",
 			recoveryReadBuf>>20, float64(checked.took)/1e6),
 		cpuNote,
 		"Verified: "+verified+".")

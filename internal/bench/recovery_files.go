@@ -32,8 +32,8 @@ func mbPerSec(n int64, d time.Duration) float64 {
 	return float64(n) / 1e6 / d.Seconds()
 }
 
-// logSegments lists the write-ahead log's segments in dir
-// ("<seq as 16 hex digits>.wal", see internal/wal), in seq order, which is
+// logSegments lists the journal's segments in dir
+// ("<seq as 16 hex digits>.wal", see internal/journal), in seq order, which is
 // the order recovery reads them (the fixed-width names sort as their
 // seqs), and their total size. Temp files and the copies of damaged
 // segments kept aside are not segments.

@@ -15,7 +15,7 @@ import (
 
 // TestRecoveryScenario runs the recovery scenario at a tiny scale against a
 // real sessiond: a few sessions of the full per-session size in a
-// write-ahead log of small segments (so that recovery reads several),
+// journal of small segments (so that recovery reads several),
 // SIGKILL, restart. It checks what the scenario claims about the files,
 // never a speed.
 func TestRecoveryScenario(t *testing.T) {
@@ -27,7 +27,7 @@ func TestRecoveryScenario(t *testing.T) {
 	dir := t.TempDir()
 	cfg := Config{Sessiond: bin, Dir: dir, Keep: true, Verify: true, Suite: true,
 		Scenarios: []string{ScenarioRecovery}, Scale: 0.004, Seed: 11, Log: io.Discard,
-		SessiondArgs: []string{"--wal-segment-size", strconv.Itoa(1 << 20)}}
+		SessiondArgs: []string{"--journal-segment-size", strconv.Itoa(1 << 20)}}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var out strings.Builder
@@ -120,7 +120,7 @@ func TestRecoveryScenario(t *testing.T) {
 	if !strings.Contains(notes, "Verified: yes: 4 sessions") {
 		t.Errorf("notes do not say verified: %q", sc.Notes)
 	}
-	if want := "--wal-max-size " + strconv.Itoa(recoveryNoCompact); !strings.Contains(notes, want) || !strings.Contains(notes, "holding 4 sessions") {
+	if want := "--journal-max-size " + strconv.Itoa(recoveryNoCompact); !strings.Contains(notes, want) || !strings.Contains(notes, "holding 4 sessions") {
 		t.Errorf("notes do not say %q and that the log held 4 sessions: %q", want, sc.Notes)
 	}
 

@@ -24,7 +24,7 @@ import (
 const (
 	TargetNaive   = "naive"   // (a) O_APPEND write + fsync per entry, one file per client
 	TargetNoSync  = "nosync"  // (b) O_APPEND write, no fsync (what agents do today)
-	TargetCeiling = "ceiling" // (c) the shared log (internal/wal) in-process, its committer, no gRPC
+	TargetCeiling = "ceiling" // (c) the shared log (internal/journal) in-process, its committer, no gRPC
 	TargetDaemon  = "daemon"  // sessiond over its socket
 	TargetInProc  = "inproc"  // internal/writer in-process (sessiond without gRPC), for profiling
 	// TargetInProcDaemon is internal/daemon.Run in-process, over a socket

@@ -105,7 +105,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var met *metrics.Metrics
 	if cfg.MetricsListen != "" {
 		met = metrics.New(cfg.Version)
-		wc.WALOnCommit = met.ObserveCommit
+		wc.JournalOnCommit = met.ObserveCommit
 	}
 	var mir *mirror.Mirror
 	if cfg.Mirror != nil {

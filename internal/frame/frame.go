@@ -1,7 +1,7 @@
 // Package frame encodes and checks the records sessiond's logs are made
 // of: 8-byte aligned frames, each with a length, a type, a CRC32C seeded
 // with the file's identity, and its position inside the write() that
-// carried it. The shared write-ahead log (internal/wal) is built on it;
+// carried it. The journal (internal/journal) is built on it;
 // what each record type means is the log's business, not this package's.
 //
 // # Layout

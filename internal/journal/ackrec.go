@@ -18,13 +18,13 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 )
 
-// The acknowledgement record: how far the log was acknowledged, kept
+// The acknowledgement record: how far the journal was acknowledged, kept
 // outside the segments, so that a segment cut short, deleted or damaged
 // by anything but sessiond is found at start instead of passing for a
 // torn tail (which recovery cuts in silence, rightly, because it was never
 // acknowledged).
 //
-// It lists every live segment (the log keeps them contiguous: only the
+// It lists every live segment (the journal keeps them contiguous: only the
 // oldest is ever let go) with its id, the end of its last acknowledged
 // write and the entries acknowledged in it. The committer rewrites it
 // after every write that synced, before it answers the write's requests;
@@ -104,12 +104,12 @@ func readAck(fsy fsys.FS, dir string) (r ackRecord, found, unreadable bool, err 
 		return ackRecord{}, false, false, nil
 	}
 	if err != nil {
-		return ackRecord{}, false, false, errdefs.FromIO(fmt.Errorf("open the log's acknowledgement record: %w", err))
+		return ackRecord{}, false, false, errdefs.FromIO(fmt.Errorf("open the journal's acknowledgement record: %w", err))
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, 2*ackSlot))
 	if err != nil {
-		return ackRecord{}, false, false, errdefs.FromIO(fmt.Errorf("read the log's acknowledgement record: %w", err))
+		return ackRecord{}, false, false, errdefs.FromIO(fmt.Errorf("read the journal's acknowledgement record: %w", err))
 	}
 	best, ok := ackRecord{}, false
 	for off := 0; off < len(b); off += ackSlot {
@@ -120,7 +120,7 @@ func readAck(fsy fsys.FS, dir string) (r ackRecord, found, unreadable bool, err 
 	return best, ok, !ok, nil
 }
 
-// Loss is part of the log that was acknowledged and is gone.
+// Loss is part of the journal that was acknowledged and is gone.
 type Loss struct {
 	Segment string // the segment's file
 	Missing bool   // the whole file is gone
@@ -139,11 +139,11 @@ func (l Loss) String() string {
 	var b strings.Builder
 	switch {
 	case l.Missing:
-		fmt.Fprintf(&b, "log segment %s is missing (it was acknowledged up to byte %d)", l.Segment, l.AckedEnd)
+		fmt.Fprintf(&b, "journal segment %s is missing (it was acknowledged up to byte %d)", l.Segment, l.AckedEnd)
 	case l.ReadEnd < l.AckedEnd:
-		fmt.Fprintf(&b, "log segment %s ends at byte %d, but was acknowledged up to byte %d", l.Segment, l.ReadEnd, l.AckedEnd)
+		fmt.Fprintf(&b, "journal segment %s ends at byte %d, but was acknowledged up to byte %d", l.Segment, l.ReadEnd, l.AckedEnd)
 	default:
-		fmt.Fprintf(&b, "log segment %s is damaged", l.Segment)
+		fmt.Fprintf(&b, "journal segment %s is damaged", l.Segment)
 	}
 	if l.Entries > 0 {
 		fmt.Fprintf(&b, ": %d acknowledged entries lost", l.Entries)
@@ -173,9 +173,9 @@ func (e *lostError) Error() string {
 	for _, l := range e.losses {
 		parts = append(parts, l.String())
 	}
-	return "the write-ahead log lost acknowledged records, which a crash never does (another program cut, deleted or damaged its files, or the disk did): " +
+	return "the journal lost acknowledged records, which a crash never does (another program cut, deleted or damaged its files, or the disk did): " +
 		strings.Join(parts, "; ") +
-		". Nothing was changed. Restore the segments from a backup if you have one; or start with --accept-log-loss to go on without them (those entries are then gone for good, and sessiond reports them)"
+		". Nothing was changed. Restore the segments from a backup if you have one; or start with --accept-journal-loss to go on without them (those entries are then gone for good, and sessiond reports them)"
 }
 
 func (e *lostError) Unwrap() []error { return []error{ErrLost, errdefs.ErrCorrupt} }
@@ -197,7 +197,7 @@ func (l *Log) writeAck(sync bool) error {
 	if a.f == nil {
 		f, err := l.opt.FS.OpenFile(filepath.Join(l.opt.Dir, ackName), os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
-			return errdefs.FromIO(fmt.Errorf("open the log's acknowledgement record: %w", err))
+			return errdefs.FromIO(fmt.Errorf("open the journal's acknowledgement record: %w", err))
 		}
 		a.f = f
 	}
@@ -211,14 +211,14 @@ func (l *Log) writeAck(sync bool) error {
 	l.mu.Unlock()
 	a.buf = encodeAck(r, a.buf)
 	if _, err := a.f.Seek(int64(a.counter%2)*ackSlot, io.SeekStart); err != nil {
-		return errdefs.FromIO(fmt.Errorf("write the log's acknowledgement record: %w", err))
+		return errdefs.FromIO(fmt.Errorf("write the journal's acknowledgement record: %w", err))
 	}
 	if _, err := a.f.Write(a.buf); err != nil {
-		return errdefs.FromIO(fmt.Errorf("write the log's acknowledgement record: %w", err))
+		return errdefs.FromIO(fmt.Errorf("write the journal's acknowledgement record: %w", err))
 	}
 	if sync {
 		if err := a.f.Sync(); err != nil {
-			return errdefs.FromIO(fmt.Errorf("sync the log's acknowledgement record: %w", err))
+			return errdefs.FromIO(fmt.Errorf("sync the journal's acknowledgement record: %w", err))
 		}
 	}
 	return nil

@@ -83,11 +83,11 @@ func TestLossIsFound(t *testing.T) {
 			tc.damage(t, segs)
 			before := snapshot(t, dir)
 			_, _, err := Open(Options{FS: fsys.OS, Dir: dir, SegmentSize: 32 << 10})
-			if !errors.Is(err, ErrLost) || !strings.Contains(err.Error(), "--accept-log-loss") {
+			if !errors.Is(err, ErrLost) || !strings.Contains(err.Error(), "--accept-journal-loss") {
 				t.Fatalf("Open: %v, want the loss refused", err)
 			}
 			if after := snapshot(t, dir); after != before {
-				t.Fatalf("the refused start changed the log:\nbefore %s\nafter  %s", before, after)
+				t.Fatalf("the refused start changed the journal:\nbefore %s\nafter  %s", before, after)
 			}
 			l, rec := openLog(t, fsys.OS, dir, Options{SegmentSize: 32 << 10, AcceptLoss: true})
 			defer l.Close()
@@ -109,7 +109,7 @@ func TestLossIsFound(t *testing.T) {
 	}
 }
 
-// snapshot names the log folder's files and sizes (the record's slots
+// snapshot names the journal folder's files and sizes (the record's slots
 // aside, which Open only reads).
 func snapshot(t *testing.T, dir string) string {
 	t.Helper()
@@ -135,7 +135,7 @@ func crc(b []byte) uint32 {
 }
 
 // TestLossAfterKill: the record is written without a sync, so a kill -9
-// (the page cache kept) still knows how far the log was acknowledged: a
+// (the page cache kept) still knows how far the journal was acknowledged: a
 // segment cut after the kill is found; the same disk without the cut
 // starts clean.
 func TestLossAfterKill(t *testing.T) {

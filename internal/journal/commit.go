@@ -274,7 +274,7 @@ func (l *Log) write(seg *segment, b []byte) (time.Duration, error) {
 	}
 	synced, err := frame.WriteSyncedTimed(seg.f, b, seg.end)
 	if err != nil {
-		err = errdefs.FromIO(fmt.Errorf("log segment %s: %w", seg.path, err))
+		err = errdefs.FromIO(fmt.Errorf("journal segment %s: %w", seg.path, err))
 		l.mu.Lock()
 		l.cur = nil
 		l.prevEnd = seg.end

@@ -186,7 +186,7 @@ func TestCrashEveryOperation(t *testing.T) {
 				t.Fatalf("crash at %v, seed %d: Open: %v", ev, seed, err)
 			}
 			if len(rec.Corrupt) > 0 {
-				t.Fatalf("crash at %v, seed %d: a crash made the log look corrupt: %v", ev, seed, rec.Corrupt)
+				t.Fatalf("crash at %v, seed %d: a crash made the journal look corrupt: %v", ev, seed, rec.Corrupt)
 			}
 			if err := m.check(l); err != nil {
 				t.Fatalf("crash at %v, seed %d: %v", ev, seed, err)
@@ -350,7 +350,7 @@ func TestSealedSegmentIsCutWhereItsSuccessorSays(t *testing.T) {
 	}
 }
 
-// allocating lets c's files reserve space, as the log's segments do on
+// allocating lets c's files reserve space, as the journal's segments do on
 // ext4, so the tests see reserved tails.
 func allocating(c *fstest.CrashFS) *fstest.CrashFS {
 	c.AllowAllocate(true)

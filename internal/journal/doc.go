@@ -1,4 +1,4 @@
-// Package wal is sessiond's write-ahead log: one log, shared by every
+// Package wal is sessiond's journal: one log, shared by every
 // transcript, where a session's appends become durable before they are
 // acknowledged. One committer at a time takes everything the session
 // writers have queued, from every session at once, writes it with one
@@ -12,7 +12,7 @@
 //
 // # Segments
 //
-// The log is a sequence of segment files in one folder, named
+// The journal is a sequence of segment files in one folder, named
 // "<seq as 16 hex digits>.wal". A segment is created under a temp name with
 // its header record, synced, renamed into place and the folder synced, so a
 // segment's name always stands for a readable header. Its space is
@@ -46,7 +46,7 @@
 //   - Bind (2): starts stream S for a transcript. JSON {"stream":S,
 //     "project_key","session_id","subpath","base_size","base_tail"}: the
 //     fingerprint of the canonical file when the epoch began (opaque to
-//     the log). A Bind supersedes every earlier stream of its transcript:
+//     the journal). A Bind supersedes every earlier stream of its transcript:
 //     recovery ignores them.
 //   - Entry (3): stream uint64, then one entry's bytes.
 //   - Meta (4): stream uint64, then what the caller says about the batch as
@@ -74,17 +74,17 @@
 //
 // A segment the checkpoint lets go is not deleted at once when
 // Options.Retention is set: it is renamed "<seq>-<unix ms>.wal-retained",
-// out of the log (recovery does not read it), and kept that long while
+// out of the journal (recovery does not read it), and kept that long while
 // the retained segments stay within Options.RetentionSize, the oldest
 // going first; Lookup reads entries back from them by their spans (see
-// retain.go). A full disk drops them all: the log's own writes that find
+// retain.go). A full disk drops them all: the journal's own writes that find
 // it full, and the writers' (DropRetained, SetLowSpace).
 //
 // An idle transcript whose entries sit in the oldest segment would keep it
 // forever. So when the segments add up to more than Options.MaxSize, the
 // committer reports, once per new segment, every transcript holding the
 // oldest segment (Options.OnPressure); the writers compact them and the
-// segment goes. The log therefore stays within MaxSize plus one segment
+// segment goes. The journal therefore stays within MaxSize plus one segment
 // plus what is written while those compactions run, unless they fail (a
 // full disk): then it grows, and the failures are reported.
 //

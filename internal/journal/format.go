@@ -25,7 +25,7 @@ const (
 	formatV     = 1
 	maxJSONSize = 64 << 10
 
-	// MaxMeta bounds a batch's Meta record, which the log keeps in memory
+	// MaxMeta bounds a batch's Meta record, which the journal keeps in memory
 	// for every batch of a live stream.
 	MaxMeta = 64 << 10
 	// DefaultMaxRecord is the entry limit when Options.MaxRecord is 0.
@@ -33,7 +33,7 @@ const (
 )
 
 // Fingerprint identifies a canonical file's content (its size and a
-// checksum of its tail); opaque to the log.
+// checksum of its tail); opaque to the journal.
 type Fingerprint struct {
 	Size int64
 	Tail uint32

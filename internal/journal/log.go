@@ -38,7 +38,7 @@ const (
 // Options configure a log.
 type Options struct {
 	FS  fsys.FS
-	Dir string // the log's folder; created if missing
+	Dir string // the journal's folder; created if missing
 	// MaxRecord is the largest entry, in bytes; 0 means DefaultMaxRecord.
 	MaxRecord   int
 	SegmentSize int64 // 0: DefaultSegmentSize
@@ -60,7 +60,7 @@ type Options struct {
 	// negative value never waits.
 	CommitDelay time.Duration
 	// OnPressure is told, from its own goroutine, the transcripts that
-	// hold the oldest segment when the log is over MaxSize: compacting
+	// hold the oldest segment when the journal is over MaxSize: compacting
 	// them lets the segment go. Nil: nobody is told.
 	OnPressure func(keys []layout.Key)
 	// Retention keeps the segments the checkpoint lets go for this long
@@ -76,7 +76,7 @@ type Options struct {
 	// never the other way round). The committer calls it before it
 	// answers the write's requests, so a caller that appended and then
 	// looks sees its commit counted; it must be quick and must not call
-	// back into the log.
+	// back into the journal.
 	OnCommit func(Commit)
 	// AcceptLoss lets Open go on when acknowledged records are gone
 	// (ackrec.go): they are reported in Recovery.Lost instead of
@@ -84,14 +84,14 @@ type Options struct {
 	AcceptLoss bool
 }
 
-// Commit describes one write and sync of the log, for Options.OnCommit.
+// Commit describes one write and sync of the journal, for Options.OnCommit.
 type Commit struct {
 	Entries int           // entries the write carried
 	Bytes   int           // bytes written: the entries with their frames
 	Sync    time.Duration // how long the fdatasync took
 }
 
-// Stats are the log's counters.
+// Stats are the journal's counters.
 type Stats struct {
 	Syncs    uint64 // write+sync rounds that succeeded
 	Bytes    uint64 // bytes written to segments
@@ -105,7 +105,7 @@ type Stats struct {
 	OldestRetained   time.Time
 }
 
-// Log is the shared write-ahead log. Its methods are safe for concurrent
+// Log is the journal. Its methods are safe for concurrent
 // use; each transcript's Stream belongs to that transcript's writer.
 type Log struct {
 	opt   Options
@@ -142,7 +142,7 @@ type Log struct {
 	// lowSpace: the disk filled up; no space is reserved ahead and no
 	// spare kept until it is cleared (SetLowSpace).
 	lowSpace atomic.Bool
-	// retained are the segments out of the log kept for Lookup, oldest
+	// retained are the segments out of the journal kept for Lookup, oldest
 	// first (retain.go); readers counts Lookup calls running, which
 	// keep segments from being collected or retained ones from going.
 	retained []*retainedSeg
@@ -247,7 +247,7 @@ func (l *Log) createSegment(seq uint64, prevEnd int64) (*segment, error) {
 	tmp := filepath.Join(l.opt.Dir, fmt.Sprintf("%s.tmp-%016x", segName(seq), randomUint64()))
 	f, err := l.openSpare(tmp)
 	if err != nil {
-		return nil, errdefs.FromIO(fmt.Errorf("create log segment %s: %w", path, err))
+		return nil, errdefs.FromIO(fmt.Errorf("create journal segment %s: %w", path, err))
 	}
 	ok := false
 	defer func() {
@@ -272,7 +272,7 @@ func (l *Log) createSegment(seq uint64, prevEnd int64) (*segment, error) {
 		}
 	}
 	if err != nil {
-		return nil, errdefs.FromIO(fmt.Errorf("create log segment %s: %w", path, err))
+		return nil, errdefs.FromIO(fmt.Errorf("create journal segment %s: %w", path, err))
 	}
 	return &segment{seq: seq, id: id, path: path, f: f, end: int64(len(hdr))}, nil
 }
@@ -325,7 +325,7 @@ func (l *Log) newStreamID() uint64 {
 	return seq<<32 | uint64(l.nextID)
 }
 
-// Stats returns the log's counters.
+// Stats returns the journal's counters.
 func (l *Log) Stats() Stats {
 	s := Stats{Syncs: l.syncs.Load(), Bytes: l.bytes.Load()}
 	l.mu.Lock()
@@ -427,7 +427,7 @@ func (l *Log) collect() {
 }
 
 // pressure tells OnPressure which transcripts hold the oldest segment when
-// the log is over MaxSize, once per segment. Called by the committer only.
+// the journal is over MaxSize, once per segment. Called by the committer only.
 func (l *Log) pressure() {
 	if l.opt.OnPressure == nil {
 		return

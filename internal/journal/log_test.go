@@ -171,7 +171,7 @@ func TestOneSyncForManySessions(t *testing.T) {
 			errs <- err
 		}(streams[i])
 	}
-	// Everyone is queued once the log's queue holds them all.
+	// Everyone is queued once the journal's queue holds them all.
 	for {
 		l.qmu.Lock()
 		queued := len(l.queue)
@@ -259,7 +259,7 @@ func TestSegmentsGoWhenStreamsMoveOn(t *testing.T) {
 }
 
 // TestPressureCompactsIdleStreams: an idle transcript holding the oldest
-// segment is reported once the log is over MaxSize, and the log stays
+// segment is reported once the journal is over MaxSize, and the journal stays
 // bounded when the reported transcripts begin anew.
 func TestPressureCompactsIdleStreams(t *testing.T) {
 	dir := t.TempDir()
@@ -369,7 +369,7 @@ func TestDamagedSegment(t *testing.T) {
 	os.WriteFile(path, data, 0o600)
 
 	_, _, err := Open(Options{FS: fsys.OS, Dir: dir})
-	if !errors.Is(err, ErrLost) || !errdefs.Is(err, errdefs.ErrCorrupt) || !strings.Contains(err.Error(), "1 acknowledged entries lost") || !strings.Contains(err.Error(), "--accept-log-loss") {
+	if !errors.Is(err, ErrLost) || !errdefs.Is(err, errdefs.ErrCorrupt) || !strings.Contains(err.Error(), "1 acknowledged entries lost") || !strings.Contains(err.Error(), "--accept-journal-loss") {
 		t.Fatalf("Open over the damage: %v, want the loss refused", err)
 	}
 	if now, _ := os.ReadFile(path); !slices.Equal(now, data) {
@@ -395,7 +395,7 @@ func TestDamagedSegment(t *testing.T) {
 			t.Fatalf("b: %q", got)
 		}
 	}
-	// The log goes on.
+	// The journal goes on.
 	if _, err := l.Stream(key("a")).Append(batchesOf([]string{"a-next"}), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -514,7 +514,7 @@ func TestCommitDelayGathersSiblings(t *testing.T) {
 	defer l.Close()
 	l.window = time.Minute // the warm-up's appends count however slow the machine
 	// Five streams begin (compactions never wait), then append at
-	// once: now the log is busy.
+	// once: now the journal is busy.
 	var ss []*Stream
 	for i := 0; i < 5; i++ {
 		s := l.Stream(key(fmt.Sprint("s", i)))
@@ -626,5 +626,25 @@ func TestNewerSegmentRefused(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Fatalf("the refused start left files: %v", ents)
+	}
+}
+
+// A journal folder holding a folder (per-transcript journals of a
+// development build) is refused, and nothing in it is touched.
+func TestOlderJournalsRefused(t *testing.T) {
+	dir := t.TempDir()
+	old := filepath.Join(dir, "-home-me-p", "0b7e7c3e-8a4b-4c1e-9f00-000000000001.wal")
+	os.MkdirAll(filepath.Dir(old), 0o700)
+	os.WriteFile(old, []byte("entries"), 0o600)
+	_, _, err := Open(Options{FS: fsys.OS, Dir: dir})
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "per-transcript journals") || !strings.Contains(err.Error(), "sessionctl flush --all") {
+		t.Fatalf("Open = %v; want a refusal saying what the folder holds and what to do", err)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Fatalf("the refused Open left %d entries in the folder, want the one it found", len(ents))
+	}
+	if b, err := os.ReadFile(old); err != nil || string(b) != "entries" {
+		t.Fatalf("the older journal was touched: %q %v", b, err)
 	}
 }

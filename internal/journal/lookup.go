@@ -12,22 +12,22 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 )
 
-// LookupInfo says how far back the log reaches.
+// LookupInfo says how far back the journal reaches.
 type LookupInfo struct {
 	// Since is when the oldest retained segment was let go; zero when no
 	// segment is retained. Entries compacted before it (by more than a
-	// segment's worth) are no longer in the log.
+	// segment's worth) are no longer in the journal.
 	Since time.Time
 }
 
 // Lookup reads back entries by the spans Append gave them, from the live
 // segments or the retained ones (see retain.go), long after their streams
 // were compacted and superseded: a transcript's record of what it was
-// given (its spans) finds the bytes again while the log keeps them. A
+// given (its spans) finds the bytes again while the journal keeps them. A
 // span's Len may be 0 (not known): the frame says it. Each entry is
 // checked against its checksum, seeded with its segment's id, so a span
 // never reads anything but the entry logged there. fn is called, in the
-// order of spans, for each entry found; spans whose segment the log no
+// order of spans, for each entry found; spans whose segment the journal no
 // longer has are skipped, and so are spans that do not point at an entry
 // (not this log's). The entry is valid only during the call; an error from
 // fn stops the lookup and is returned as is.
@@ -93,20 +93,20 @@ func (l *Log) Lookup(spans []Span, fn func(i int, entry []byte) error) (LookupIn
 			return nil, nil
 		}
 		if err != nil {
-			return nil, errdefs.FromIO(fmt.Errorf("open log segment %s: %w", path, err))
+			return nil, errdefs.FromIO(fmt.Errorf("open journal segment %s: %w", path, err))
 		}
 		o := &opened{f: f, own: true}
 		files[seq] = o
 		fi, err := f.Stat()
 		if err != nil {
-			return nil, errdefs.FromIO(fmt.Errorf("read log segment %s: %w", path, err))
+			return nil, errdefs.FromIO(fmt.Errorf("read journal segment %s: %w", path, err))
 		}
 		o.end = fi.Size()
 		w := frame.NewWindow(f, o.end, int(min(max(o.end, frame.HeaderSize), 64<<10)))
 		h, _, err := readHeader(w)
 		switch {
 		case err != nil && !frame.IsError(err):
-			return nil, errdefs.FromIO(fmt.Errorf("read log segment %s: %w", path, err))
+			return nil, errdefs.FromIO(fmt.Errorf("read journal segment %s: %w", path, err))
 		case err != nil || h.Seq != seq:
 			files[seq] = nil // not a segment of this log: nothing in it counts
 			return nil, nil

@@ -12,7 +12,7 @@ import (
 // commit path's own CPU, where the OnCommit hook (the metrics' fsync
 // timing and entry count) would show, with the hook unset and set to a
 // function that does nothing. Run: go test -run '^$' -bench CommitCPU
-// ./internal/wal
+// ./internal/journal
 func BenchmarkCommitCPU(b *testing.B) {
 	for _, bc := range []struct {
 		name string

@@ -13,7 +13,7 @@ const readChunk = 1 << 20
 
 var chunkPool = sync.Pool{New: func() any { b := make([]byte, readChunk); return &b }}
 
-// spanError says a span does not point at an entry of the log.
+// spanError says a span does not point at an entry of the journal.
 func (l *Log) spanError(sp Span, why string) error {
 	return fmt.Errorf("log: span %d:%d+%d %s: %w", sp.Seg, sp.Off, sp.Len, why, errdefs.ErrInvalidArgument)
 }
@@ -26,7 +26,7 @@ func (l *Log) check(s *segment, sp Span, hdr, payload []byte) error {
 		return l.spanError(sp, "is not an entry record of that length (wrong span?)")
 	}
 	if !frame.Verify(s.id, hdr, payload) {
-		return fmt.Errorf("log segment %s: entry at offset %d fails its checksum: %w", s.path, sp.Off, errdefs.ErrCorrupt)
+		return fmt.Errorf("journal segment %s: entry at offset %d fails its checksum: %w", s.path, sp.Off, errdefs.ErrCorrupt)
 	}
 	return nil
 }
@@ -40,7 +40,7 @@ func ReadSize(sp Span) int { return frame.HeaderSize + streamSize + sp.Len }
 func (l *Log) ReadEntry(sp Span, buf []byte) ([]byte, error) {
 	s := l.segment(sp.Seg)
 	if s == nil {
-		return nil, l.spanError(sp, "names a segment the log no longer has")
+		return nil, l.spanError(sp, "names a segment the journal no longer has")
 	}
 	n := ReadSize(sp)
 	if cap(buf) < n {
@@ -48,7 +48,7 @@ func (l *Log) ReadEntry(sp Span, buf []byte) ([]byte, error) {
 	}
 	buf = buf[:n]
 	if err := frame.ReadFull(s.f, buf, sp.Off); err != nil {
-		return nil, fmt.Errorf("log segment %s: %w", s.path, err)
+		return nil, fmt.Errorf("journal segment %s: %w", s.path, err)
 	}
 	if err := l.check(s, sp, buf[:frame.HeaderSize], buf[frame.HeaderSize:]); err != nil {
 		return nil, err
@@ -65,7 +65,7 @@ func (l *Log) ReadEntry(sp Span, buf []byte) ([]byte, error) {
 // other session's, so reads are planned from the spans themselves: spans
 // less than readGap apart are read with one pread (up to readChunk), and
 // nothing else is. (Reading a fixed window from each span read a megabyte
-// per entry of a session whose neighbours in the log were other
+// per entry of a session whose neighbours in the journal were other
 // sessions': compacting one session of a busy fleet read 60 MiB.)
 func (l *Log) ReadEntries(spans []Span, fn func(i int, entry []byte) error) error {
 	var (
@@ -86,7 +86,7 @@ func (l *Log) ReadEntries(spans []Span, fn func(i int, entry []byte) error) erro
 		}
 		s := l.segment(first.Seg)
 		if s == nil {
-			return l.spanError(first, "names a segment the log no longer has")
+			return l.spanError(first, "names a segment the journal no longer has")
 		}
 		l.mu.Lock()
 		segEnd := s.end
@@ -122,7 +122,7 @@ func (l *Log) ReadEntries(spans []Span, fn func(i int, entry []byte) error) erro
 			buf = big[:n]
 		}
 		if err := frame.ReadFull(s.f, buf, start); err != nil {
-			return fmt.Errorf("log segment %s: %w", s.path, err)
+			return fmt.Errorf("journal segment %s: %w", s.path, err)
 		}
 		for k := i; k < j; k++ {
 			sp := spans[k]

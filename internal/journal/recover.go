@@ -28,7 +28,7 @@ type Recovery struct {
 	// where the copy kept for inspection went.
 	Corrupt []string
 	// NoSegment is why no segment for appends could be started (a full
-	// disk): the log still serves what it holds, and the first commit
+	// disk): the journal still serves what it holds, and the first commit
 	// tries again.
 	NoSegment error
 	// Lost lists acknowledged records found gone (Options.AcceptLoss;
@@ -115,6 +115,13 @@ func (l *Log) recover(rec *Recovery) error {
 	if err != nil {
 		return errdefs.FromIO(fmt.Errorf("read log folder %s: %w", dir, err))
 	}
+	for _, e := range ents {
+		if e.IsDir() {
+			// The journal keeps no folders; development builds before
+			// format 2 kept a journal per transcript in one per project.
+			return fmt.Errorf("the journal folder %s holds the folder %s: per-transcript journals of a development build of sessiond, which this one does not read; finish with that build (sessionctl flush --all, then stop it), then move %s aside: %w", dir, e.Name(), filepath.Dir(dir), errdefs.ErrFailedPrecondition)
+		}
+	}
 	var seqs []uint64
 	for _, e := range ents {
 		n := e.Name()
@@ -152,7 +159,7 @@ func (l *Log) recover(rec *Recovery) error {
 		path := filepath.Join(dir, segName(seq))
 		f, err := fs.OpenFile(path, os.O_RDWR, 0)
 		if err != nil {
-			return errdefs.FromIO(fmt.Errorf("open log segment %s: %w", path, err))
+			return errdefs.FromIO(fmt.Errorf("open journal segment %s: %w", path, err))
 		}
 		s := &segment{seq: seq, path: path, f: f}
 		l.segs = append(l.segs, s)
@@ -164,7 +171,7 @@ func (l *Log) recover(rec *Recovery) error {
 	for i, s := range l.segs {
 		fi, err := s.f.Stat()
 		if err != nil {
-			return errdefs.FromIO(fmt.Errorf("stat log segment %s: %w", s.path, err))
+			return errdefs.FromIO(fmt.Errorf("stat journal segment %s: %w", s.path, err))
 		}
 		sizes[i] = fi.Size()
 		s.mtime = fi.ModTime()
@@ -173,17 +180,17 @@ func (l *Log) recover(rec *Recovery) error {
 		if err != nil {
 			var uv unsupportedVersionError
 			if errors.As(err, &uv) {
-				return fmt.Errorf("log segment %s: %w", s.path, err)
+				return fmt.Errorf("journal segment %s: %w", s.path, err)
 			}
 			if !frame.IsError(err) {
-				return errdefs.FromIO(fmt.Errorf("read log segment %s: %w", s.path, err))
+				return errdefs.FromIO(fmt.Errorf("read journal segment %s: %w", s.path, err))
 			}
 			// The header is synced before the segment gets its name, so
 			// it cannot be torn: this is damage.
-			return fmt.Errorf("log segment %s has a damaged header (%v); move it away to start (its records are lost): %w", s.path, err, errdefs.ErrCorrupt)
+			return fmt.Errorf("journal segment %s has a damaged header (%v); move it away to start (its records are lost): %w", s.path, err, errdefs.ErrCorrupt)
 		}
 		if h.Seq != s.seq {
-			return fmt.Errorf("log segment %s says it is segment %d: %w", s.path, h.Seq, errdefs.ErrCorrupt)
+			return fmt.Errorf("journal segment %s says it is segment %d: %w", s.path, h.Seq, errdefs.ErrCorrupt)
 		}
 		heads[i] = h
 		s.id = h.ID

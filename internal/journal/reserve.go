@@ -115,7 +115,7 @@ func (l *Log) reserve(f fsys.File) {
 // minReserve is the least reservation worth making.
 const minReserve = 1 << 20
 
-// retire takes a collected segment out of the log: kept as a spare while
+// retire takes a collected segment out of the journal: kept as a spare while
 // there are fewer than maxSpares, removed otherwise. Either way its
 // segment name is gone; the caller syncs the folder.
 func (l *Log) retire(path string) error {
@@ -134,7 +134,7 @@ func (l *Log) retire(path string) error {
 	return fs.Remove(path)
 }
 
-// SetLowSpace tells the log whether its disk is short of space. Space
+// SetLowSpace tells the journal whether its disk is short of space. Space
 // reserved ahead is itself a reserve: a spare holds a whole segment's
 // blocks that nothing uses yet, and a new segment's fallocate (which on
 // some filesystems keeps what it got when it fails part way) would take
@@ -174,7 +174,7 @@ func (l *Log) Spares() int {
 	return len(l.spares)
 }
 
-// isSpare reports whether a file name in the log's folder is a spare.
+// isSpare reports whether a file name in the journal's folder is a spare.
 func isSpare(name string) bool {
 	return strings.HasPrefix(name, "spare-") && strings.HasSuffix(name, spareSuffix)
 }

@@ -16,7 +16,7 @@ import (
 // append (Prealloc < 0, the baseline, as before reservation), and into a
 // reused segment (every block written before). Besides ns/op it reports
 // the process's CPU per commit (user+system), where the sync's own kernel
-// work shows. Run: go test -run '^$' -bench CommitReserved ./internal/wal
+// work shows. Run: go test -run '^$' -bench CommitReserved ./internal/journal
 func BenchmarkCommitReserved(b *testing.B) {
 	for _, bc := range []struct {
 		name  string

@@ -109,8 +109,8 @@ func TestSegmentsAreReservedAndReused(t *testing.T) {
 // TestLowSpaceGivesReservedSpaceBack: once the disk is short of space
 // (SetLowSpace), the spares are deleted at once, a collected segment is
 // deleted instead of kept, and a new segment reserves nothing ahead, so
-// the room freed for compactions is not taken back by the log; appends
-// still work. Cleared, the log reserves and keeps spares again. Backlog
+// the room freed for compactions is not taken back by the journal; appends
+// still work. Cleared, the journal reserves and keeps spares again. Backlog
 // counts what is logged and not compacted.
 func TestLowSpaceGivesReservedSpaceBack(t *testing.T) {
 	dir := t.TempDir()
@@ -254,7 +254,7 @@ func TestOpenOnAFullDisk(t *testing.T) {
 		t.Fatalf("Recovery.NoSegment = %v, want the full disk", rec.NoSegment)
 	}
 	if got := contents(t, l, key("a")); len(got) != 1 || got[0][0] != "before" {
-		t.Fatalf("the log serves %q", got)
+		t.Fatalf("the journal serves %q", got)
 	}
 	s = l.Stream(key("a"))
 	if _, err := s.Append(batchesOf([]string{"refused"}), nil); !errdefs.Is(err, errdefs.ErrNoSpace) {
@@ -265,6 +265,6 @@ func TestOpenOnAFullDisk(t *testing.T) {
 		t.Fatalf("append once there is room: %v", err)
 	}
 	if got := contents(t, l, key("a")); len(got) != 2 || got[1][0] != "after" {
-		t.Fatalf("the log holds %q", got)
+		t.Fatalf("the journal holds %q", got)
 	}
 }

@@ -26,12 +26,12 @@ import (
 // segments (and the live ones), so sessiond can put back what such a
 // rewrite dropped.
 //
-// A retained segment is out of the log: recovery does not read it (a day
+// A retained segment is out of the journal: recovery does not read it (a day
 // of segments would slow every start) and no stream refers to it. Taking
 // a segment out keeps the rule of collection: oldest first, one at a time
 // with a folder sync after each, so a newer segment holding the Bind that
 // superseded a stream is never gone while an older one holding its
-// entries is still in the log. A crash before the folder sync leaves the
+// entries is still in the journal. A crash before the folder sync leaves the
 // old name or the new one, and either is right: under its old name the
 // segment is read again at recovery, found superseded, and retained again.
 //
@@ -39,7 +39,7 @@ import (
 // restart keeps it; expiry runs after commits (and at Open), so an idle
 // log keeps its segments longer, never shorter. A full disk has the last
 // word: when a segment cannot be made or written for want of space, and
-// whenever the writers find the log's disk full (DropRetained: a
+// whenever the writers find the journal's disk full (DropRetained: a
 // compaction whose new copy did not fit, an append kept out of the
 // ballast's room, SetLowSpace), every retained segment is removed:
 // appends, and the compactions that move entries into their transcripts,
@@ -50,7 +50,7 @@ import (
 // retainedSuffix ends the name of a retained segment.
 const retainedSuffix = ".wal-retained"
 
-// retainedSeg is a segment out of the log, kept for Lookup.
+// retainedSeg is a segment out of the journal, kept for Lookup.
 type retainedSeg struct {
 	seq  uint64
 	path string
@@ -90,7 +90,7 @@ func (l *Log) now() time.Time {
 	return time.Now()
 }
 
-// let takes collected segment s out of the log: retained when retention
+// let takes collected segment s out of the journal: retained when retention
 // is on, else retired (kept as a spare or removed). The caller syncs the
 // folder. Called by the committer only (and by Open).
 func (l *Log) let(s *segment) error {
@@ -102,7 +102,7 @@ func (l *Log) let(s *segment) error {
 	}
 	// The file keeps its reserved space: once expired it becomes a spare
 	// (retire), and a reused file's blocks are what makes its syncs cheap
-	// (reserve.go). A segment leaves the log once full, so little of it
+	// (reserve.go). A segment leaves the journal once full, so little of it
 	// is unwritten; the budget counts the file's size all the same.
 	size := s.end
 	if s.f != nil {
@@ -157,7 +157,7 @@ func (l *Log) expire() {
 }
 
 // DropRetained removes every retained segment (not as spares: the point
-// is to free space) when the log's disk is full, its own writes' or a
+// is to free space) when the journal's disk is full, its own writes' or a
 // writer's finding (see above), and reports whether it removed any: the
 // room they held is free now, and what failed for want of it may be tried
 // again. It removes none while Lookup reads them. Safe from any goroutine:

@@ -69,7 +69,7 @@ func fill(t testing.TB, s *Stream, prefix string, n, size int) []logged {
 	return out
 }
 
-// compact does what a writer's compaction does to the log: a marker, then
+// compact does what a writer's compaction does to the journal: a marker, then
 // a new stream, durable, which lets the old one's segments go.
 func compact(t testing.TB, s *Stream) {
 	t.Helper()
@@ -132,7 +132,7 @@ func TestRetainedSegmentsReadBack(t *testing.T) {
 	l, rec := openLog(t, fsys.OS, dir, opt)
 	if rec.Segments != l.Stats().Segments-1 {
 		// The live segments before this start, not the retained ones.
-		t.Fatalf("recovery read %d segments; the log has %d live (one new): it must not read retained ones", rec.Segments, l.Stats().Segments)
+		t.Fatalf("recovery read %d segments; the journal has %d live (one new): it must not read retained ones", rec.Segments, l.Stats().Segments)
 	}
 	if l.Stats().RetainedSegments != st.RetainedSegments {
 		t.Fatalf("after a restart %d retained segments listed, want %d", l.Stats().RetainedSegments, st.RetainedSegments)
@@ -382,7 +382,7 @@ func TestCrashDuringRetention(t *testing.T) {
 					t.Fatalf("crash at %v, seed %d: Open: %v", ev, seed, err)
 				}
 				if len(rec.Corrupt) > 0 {
-					t.Fatalf("crash at %v, seed %d: a crash made the log look corrupt: %v", ev, seed, rec.Corrupt)
+					t.Fatalf("crash at %v, seed %d: a crash made the journal look corrupt: %v", ev, seed, rec.Corrupt)
 				}
 				if l.Stats().RetainedSegments > 0 {
 					retainedSeen = true

@@ -57,11 +57,11 @@ func (sc *scanner) segment(s *segment, size, limit int64) error {
 		}
 		if err != nil {
 			if !frame.IsError(err) {
-				return errdefs.FromIO(fmt.Errorf("read log segment %s: %w", s.path, err))
+				return errdefs.FromIO(fmt.Errorf("read journal segment %s: %w", s.path, err))
 			}
 			proof, err2 := frame.FindLaterWrite(w, off, s.id, rules)
 			if err2 != nil {
-				return errdefs.FromIO(fmt.Errorf("read log segment %s: %w", s.path, err2))
+				return errdefs.FromIO(fmt.Errorf("read journal segment %s: %w", s.path, err2))
 			}
 			if proof < 0 {
 				break // a torn tail: never acknowledged
@@ -108,7 +108,7 @@ func (sc *scanner) finish() error {
 		s := c.s
 		if c.valid < c.size {
 			if err := s.f.Truncate(c.valid); err != nil {
-				return errdefs.FromIO(fmt.Errorf("cut torn tail of log segment %s at offset %d: %w", s.path, c.valid, err))
+				return errdefs.FromIO(fmt.Errorf("cut torn tail of journal segment %s at offset %d: %w", s.path, c.valid, err))
 			}
 			sc.rec.TruncatedBytes += c.size - c.valid
 		}
@@ -116,7 +116,7 @@ func (sc *scanner) finish() error {
 		// its sync returned may have left what recovery now takes as
 		// committed in the page cache only.
 		if err := s.f.Sync(); err != nil {
-			return errdefs.FromIO(fmt.Errorf("sync log segment %s: %w", s.path, err))
+			return errdefs.FromIO(fmt.Errorf("sync journal segment %s: %w", s.path, err))
 		}
 		s.end = c.valid
 		s.entries = sc.counts[s.seq]
@@ -129,7 +129,7 @@ func (sc *scanner) finish() error {
 // nothing), and recovery reads on past the damage.
 func (sc *scanner) quarantine(s *segment, size, bad, proof int64, why error) error {
 	sc.damaged = true
-	what := fmt.Sprintf("log segment %s is damaged from byte offset %d (%v) to %d, where an intact later write begins, so this is not a torn tail; the records in the damaged bytes are lost, those after them are read", s.path, bad, why, proof)
+	what := fmt.Sprintf("journal segment %s is damaged from byte offset %d (%v) to %d, where an intact later write begins, so this is not a torn tail; the records in the damaged bytes are lost, those after them are read", s.path, bad, why, proof)
 	sc.damages = append(sc.damages, damage{s: s, size: size, what: what})
 	return nil
 }

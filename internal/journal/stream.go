@@ -8,7 +8,7 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 )
 
-// Span is where one entry's bytes lie in the log.
+// Span is where one entry's bytes lie in the journal.
 type Span struct {
 	Seg uint64 // segment seq
 	Off int64  // offset of the entry's frame in the segment
@@ -23,7 +23,7 @@ type Batch struct {
 	Meta []byte
 }
 
-// Epoch is what the log holds for one transcript: its current stream.
+// Epoch is what the journal holds for one transcript: its current stream.
 type Epoch struct {
 	Key     layout.Key
 	Stream  uint64
@@ -37,7 +37,7 @@ type Epoch struct {
 	Modified time.Time
 }
 
-// epoch is the log's record of a stream, guarded by Log.mu.
+// epoch is the journal's record of a stream, guarded by Log.mu.
 type epoch struct {
 	Epoch
 	bindSeg uint64
@@ -77,7 +77,7 @@ func (l *Log) letGo(e *epoch) {
 	e.segs = nil
 }
 
-// Epoch returns a copy of what the log holds for key, or false when it has
+// Epoch returns a copy of what the journal holds for key, or false when it has
 // nothing (no stream, or one with neither batches nor marker).
 func (l *Log) Epoch(key layout.Key) (Epoch, bool) {
 	l.mu.Lock()
@@ -105,7 +105,7 @@ func (l *Log) Pending() []layout.Key {
 	return keys
 }
 
-// Backlog is what the log holds that is not in the transcripts yet: the
+// Backlog is what the journal holds that is not in the transcripts yet: the
 // transcripts whose current stream has batches and no Compacted marker
 // (one with a marker was compacted a moment ago, its next stream about to
 // begin), and the bytes of those batches' entries. The official readers
@@ -149,7 +149,7 @@ func (l *Log) StillBehind(key layout.Key, stream uint64) bool {
 	return e != nil && e.Stream == stream && len(e.Batches) > 0 && e.Compacted == nil
 }
 
-// Stream is one transcript's handle on the log, used by that transcript's
+// Stream is one transcript's handle on the journal, used by that transcript's
 // writer alone.
 type Stream struct {
 	l   *Log

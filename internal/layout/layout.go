@@ -143,7 +143,7 @@ func (l Layout) StorePath(k Key) string {
 }
 
 // JournalDir is StateDir/journal, the journal's segments (the
-// write-ahead log every session's appends go to first).
+// journal every session's appends go to first).
 func (l Layout) JournalDir() string { return filepath.Join(l.StateDir, journalDirName) }
 
 // BallastPath is StateDir/ballast, the file of disk space kept in reserve

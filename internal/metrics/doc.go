@@ -15,9 +15,9 @@
 //   - histograms fed on the hot paths, each an atomic add or two:
 //     sessiond_append_duration_seconds{result} and
 //     sessiond_append_batch_entries (ObserveAppend, per Append or
-//     AppendStream message, from the server), sessiond_wal_commit_entries,
-//     sessiond_wal_commit_bytes and sessiond_wal_fsync_duration_seconds
-//     (ObserveCommit: the write-ahead log's wal.Options.OnCommit; wal does
+//     AppendStream message, from the server), sessiond_journal_commit_entries,
+//     sessiond_journal_commit_bytes and sessiond_journal_fsync_duration_seconds
+//     (ObserveCommit: the journal's journal.Options.OnCommit; wal does
 //     not import this package);
 //   - sessiond_recovery_duration_seconds (SetRecovery) and
 //     sessiond_build_info{version};
@@ -25,7 +25,7 @@
 //     writers at each scrape (NewStatsCollector, stats.go), so they cost
 //     the appends nothing: entries and bytes stored, compactions, active
 //     sessions, replay and recovery, transcript lag, the ballast, the
-//     write-ahead log's segments and retention, the trash.
+//     journal's segments and retention, the trash.
 //
 // # Adding metrics from another part of sessiond
 //

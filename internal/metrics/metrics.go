@@ -53,7 +53,7 @@ func New(version string) *Metrics {
 	m.grpc = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramBuckets(latencyBuckets)))
 	appendSeconds := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "sessiond_append_duration_seconds",
-		Help:    "Time sessiond took to answer an Append, or one message of an AppendStream: checks, the session writer's queue, the write-ahead log's write and fdatasync. result is ok or error.",
+		Help:    "Time sessiond took to answer an Append, or one message of an AppendStream: checks, the session writer's queue, the journal's write and fdatasync. result is ok or error.",
 		Buckets: latencyBuckets,
 	}, []string{"result"})
 	// Resolved once: no label lookup per append.
@@ -65,23 +65,23 @@ func New(version string) *Metrics {
 		Buckets: entryBuckets,
 	})
 	m.commitEntries = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "sessiond_wal_commit_entries",
-		Help:    "Entries per write of the write-ahead log: one write and one fdatasync carry what every session had waiting (group commit). Compaction markers are writes of 0 entries.",
+		Name:    "sessiond_journal_commit_entries",
+		Help:    "Entries per write of the journal: one write and one fdatasync carry what every session had waiting (group commit). Compaction markers are writes of 0 entries.",
 		Buckets: append([]float64{0}, entryBuckets...),
 	})
 	m.commitBytes = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "sessiond_wal_commit_bytes",
-		Help:    "Bytes per write of the write-ahead log, records and their frames.",
+		Name:    "sessiond_journal_commit_bytes",
+		Help:    "Bytes per write of the journal, records and their frames.",
 		Buckets: byteBuckets,
 	})
 	m.fsync = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "sessiond_wal_fsync_duration_seconds",
-		Help:    "Time of each fdatasync of the write-ahead log after a write that succeeded (as etcd's wal_fsync_duration_seconds): every append waits for one.",
+		Name:    "sessiond_journal_fsync_duration_seconds",
+		Help:    "Time of each fdatasync of the journal after a write that succeeded (as etcd's wal_fsync_duration_seconds): every append waits for one.",
 		Buckets: fsyncBuckets,
 	})
 	m.recovery = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "sessiond_recovery_duration_seconds",
-		Help: "Seconds this start's recovery took before sessiond served: the write-ahead log and the journals read and checked.",
+		Help: "Seconds this start's recovery took before sessiond served: the journal and the journals read and checked.",
 	})
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "sessiond_build_info",
@@ -170,8 +170,8 @@ func (m *Metrics) ObserveAppend(took time.Duration, entries int, err error) {
 	m.batchEntries.Observe(float64(entries))
 }
 
-// ObserveCommit records one durable write of the write-ahead log; it is
-// journal.Options.OnCommit (through writer.Config.WALOnCommit).
+// ObserveCommit records one durable write of the journal; it is
+// journal.Options.OnCommit (through writer.Config.JournalOnCommit).
 func (m *Metrics) ObserveCommit(c journal.Commit) {
 	if m == nil {
 		return

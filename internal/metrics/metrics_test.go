@@ -98,22 +98,22 @@ func TestScrape(t *testing.T) {
 			}
 			before := scrape(t, addr)
 			for name, typ := range map[string]dto.MetricType{
-				"sessiond_append_duration_seconds":    dto.MetricType_HISTOGRAM,
-				"sessiond_append_batch_entries":       dto.MetricType_HISTOGRAM,
-				"sessiond_wal_commit_entries":         dto.MetricType_HISTOGRAM,
-				"sessiond_wal_commit_bytes":           dto.MetricType_HISTOGRAM,
-				"sessiond_wal_fsync_duration_seconds": dto.MetricType_HISTOGRAM,
-				"sessiond_entries_stored_total":       dto.MetricType_COUNTER,
-				"sessiond_stored_bytes_total":         dto.MetricType_COUNTER,
-				"sessiond_compactions_total":          dto.MetricType_COUNTER,
-				"sessiond_active_sessions":            dto.MetricType_GAUGE,
-				"sessiond_recovery_duration_seconds":  dto.MetricType_GAUGE,
-				"sessiond_transcript_lag_bytes":       dto.MetricType_GAUGE,
-				"sessiond_wal_retained_bytes":         dto.MetricType_GAUGE,
-				"sessiond_trash_bytes":                dto.MetricType_GAUGE,
-				"sessiond_build_info":                 dto.MetricType_GAUGE,
-				"process_open_fds":                    dto.MetricType_GAUGE,
-				"go_goroutines":                       dto.MetricType_GAUGE,
+				"sessiond_append_duration_seconds":        dto.MetricType_HISTOGRAM,
+				"sessiond_append_batch_entries":           dto.MetricType_HISTOGRAM,
+				"sessiond_journal_commit_entries":         dto.MetricType_HISTOGRAM,
+				"sessiond_journal_commit_bytes":           dto.MetricType_HISTOGRAM,
+				"sessiond_journal_fsync_duration_seconds": dto.MetricType_HISTOGRAM,
+				"sessiond_entries_stored_total":           dto.MetricType_COUNTER,
+				"sessiond_stored_bytes_total":             dto.MetricType_COUNTER,
+				"sessiond_compactions_total":              dto.MetricType_COUNTER,
+				"sessiond_active_sessions":                dto.MetricType_GAUGE,
+				"sessiond_recovery_duration_seconds":      dto.MetricType_GAUGE,
+				"sessiond_transcript_lag_bytes":           dto.MetricType_GAUGE,
+				"sessiond_journal_retained_bytes":         dto.MetricType_GAUGE,
+				"sessiond_trash_bytes":                    dto.MetricType_GAUGE,
+				"sessiond_build_info":                     dto.MetricType_GAUGE,
+				"process_open_fds":                        dto.MetricType_GAUGE,
+				"go_goroutines":                           dto.MetricType_GAUGE,
 			} {
 				if err := before.Check(name, typ); err != nil {
 					t.Error(err)
@@ -125,7 +125,7 @@ func TestScrape(t *testing.T) {
 			if before.Value("process_open_fds") < 3 {
 				t.Errorf("process_open_fds %v", before.Value("process_open_fds"))
 			}
-			if _, ok := before["sessiond_wal_oldest_retained_timestamp_seconds"]; ok {
+			if _, ok := before["sessiond_journal_oldest_retained_timestamp_seconds"]; ok {
 				t.Error("the oldest retained segment's time is served while none is retained")
 			}
 
@@ -152,16 +152,16 @@ func TestScrape(t *testing.T) {
 				{"sessiond_append_duration_seconds", []string{"result", "ok"}, 2},
 				{"sessiond_append_duration_seconds", []string{"result", "error"}, 1},
 				{"sessiond_append_batch_entries", nil, 2}, // the refused one has no batch
-				{"sessiond_wal_commit_entries", nil, 1},
-				{"sessiond_wal_fsync_duration_seconds", nil, 1},
+				{"sessiond_journal_commit_entries", nil, 1},
+				{"sessiond_journal_fsync_duration_seconds", nil, 1},
 				{"sessiond_recovery_duration_seconds", nil, 1.5},
 				{"sessiond_entries_stored_total", nil, 9},
 				{"sessiond_stored_bytes_total", nil, 700},
 				{"sessiond_compactions_total", nil, 2},
 				{"sessiond_active_sessions", nil, 3},
 				{"sessiond_transcript_lag_bytes", nil, 50},
-				{"sessiond_wal_retained_bytes", nil, 4096},
-				{"sessiond_wal_oldest_retained_timestamp_seconds", nil, 1_700_000_000},
+				{"sessiond_journal_retained_bytes", nil, 4096},
+				{"sessiond_journal_oldest_retained_timestamp_seconds", nil, 1_700_000_000},
 				{"sessiond_trash_copies", nil, 1},
 				{"sessiond_trash_bytes", nil, 123},
 			} {
@@ -174,9 +174,9 @@ func TestScrape(t *testing.T) {
 				want float64
 			}{
 				{"sessiond_append_batch_entries", 9},
-				{"sessiond_wal_commit_entries", 9},
-				{"sessiond_wal_commit_bytes", 700},
-				{"sessiond_wal_fsync_duration_seconds", 0.004},
+				{"sessiond_journal_commit_entries", 9},
+				{"sessiond_journal_commit_bytes", 700},
+				{"sessiond_journal_fsync_duration_seconds", 0.004},
 			} {
 				if got := f.Sum(c.name); got != c.want {
 					t.Errorf("sum of %s = %v, want %v", c.name, got, c.want)

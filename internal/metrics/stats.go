@@ -49,7 +49,7 @@ func NewStatsCollector(src Source) prometheus.Collector {
 	}
 	counter("sessiond_appends_total", "Append requests (and AppendStream messages) taken by the session writers.",
 		func(s *snapshot) uint64 { return s.st.Appends })
-	counter("sessiond_entries_stored_total", "Entries stored: durable in the write-ahead log and acknowledged.",
+	counter("sessiond_entries_stored_total", "Entries stored: durable in the journal and acknowledged.",
 		func(s *snapshot) uint64 { return s.st.EntriesStored })
 	counter("sessiond_entries_duplicate_total", "Entries acknowledged without being stored again (a uuid or batch id already stored: a client's retry).",
 		func(s *snapshot) uint64 { return s.st.EntriesDuplicate })
@@ -59,17 +59,17 @@ func NewStatsCollector(src Source) prometheus.Collector {
 		func(s *snapshot) uint64 { return s.st.Compactions })
 	counter("sessiond_compacted_bytes_total", "Bytes of the transcripts the compactions wrote.",
 		func(s *snapshot) uint64 { return s.st.CompactedBytes })
-	counter("sessiond_recovered_sessions_total", "Sessions replayed from the write-ahead log into their transcripts since sessiond started.",
+	counter("sessiond_recovered_sessions_total", "Sessions replayed from the journal into their transcripts since sessiond started.",
 		func(s *snapshot) uint64 { return s.st.RecoveredSessions })
 	gauge("sessiond_active_sessions", "Session writers open now.",
 		func(s *snapshot) float64 { return float64(s.st.ActiveSessions) })
-	gauge("sessiond_replay_pending_sessions", "Sessions found in the write-ahead log at start whose entries are not in their transcripts yet.",
+	gauge("sessiond_replay_pending_sessions", "Sessions found in the journal at start whose entries are not in their transcripts yet.",
 		func(s *snapshot) float64 { return float64(s.st.ReplayPending) })
 	gauge("sessiond_recovery_errors", "Sessions whose recovery failed and is still standing (sessionctl status names them).",
 		func(s *snapshot) float64 { return float64(len(s.st.RecoveryErrors)) })
 	gauge("sessiond_acknowledged_missing_transcripts", "Transcripts found lacking entries sessiond acknowledged (another program rewrote them; sessionctl repair).",
 		func(s *snapshot) float64 { return float64(len(s.st.Missing)) })
-	gauge("sessiond_transcript_lag_sessions", "Sessions with acknowledged entries not in their transcripts yet (served from the write-ahead log meanwhile).",
+	gauge("sessiond_transcript_lag_sessions", "Sessions with acknowledged entries not in their transcripts yet (served from the journal meanwhile).",
 		func(s *snapshot) float64 { return float64(s.st.Disk.LagSessions) })
 	gauge("sessiond_transcript_lag_bytes", "Bytes of the acknowledged entries not in their transcripts yet.",
 		func(s *snapshot) float64 { return float64(s.st.Disk.LagBytes) })
@@ -81,15 +81,15 @@ func NewStatsCollector(src Source) prometheus.Collector {
 		func(s *snapshot) float64 { return flag(s.st.Disk.BallastPresent) })
 	gauge("sessiond_ballast_released", "1 when the reserve was released after the disk filled and is not back yet.",
 		func(s *snapshot) float64 { return flag(s.st.Disk.BallastReleased) })
-	gauge("sessiond_wal_segments", "Segment files of the write-ahead log in use.",
-		func(s *snapshot) float64 { return float64(s.st.WALSegments) })
-	gauge("sessiond_wal_size_bytes", "Bytes written in the write-ahead log's segments in use.",
-		func(s *snapshot) float64 { return float64(s.st.WALSize) })
-	gauge("sessiond_wal_retained_segments", "Segments kept after compaction so repair can put back entries another program dropped (--wal-retention).",
+	gauge("sessiond_journal_segments", "Segment files of the journal in use.",
+		func(s *snapshot) float64 { return float64(s.st.JournalSegments) })
+	gauge("sessiond_journal_size_bytes", "Bytes written in the journal's segments in use.",
+		func(s *snapshot) float64 { return float64(s.st.JournalSize) })
+	gauge("sessiond_journal_retained_segments", "Segments kept after compaction so repair can put back entries another program dropped (--journal-retention).",
 		func(s *snapshot) float64 { return float64(s.st.RetainedSegments) })
-	gauge("sessiond_wal_retained_bytes", "Bytes of the retained segments.",
+	gauge("sessiond_journal_retained_bytes", "Bytes of the retained segments.",
 		func(s *snapshot) float64 { return float64(s.st.RetainedBytes) })
-	c.add("sessiond_wal_oldest_retained_timestamp_seconds", "When the oldest retained segment was let go (Unix time); absent when none is retained.",
+	c.add("sessiond_journal_oldest_retained_timestamp_seconds", "When the oldest retained segment was let go (Unix time); absent when none is retained.",
 		prometheus.GaugeValue, func(s *snapshot) (float64, bool) {
 			if s.st.OldestRetained.IsZero() {
 				return 0, false

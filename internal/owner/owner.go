@@ -2,7 +2,7 @@
 // state folder and the transcripts root it serves.
 //
 // Everything sessiond promises rests on one writer per file: a second
-// process that opened the same write-ahead log would cut, move aside or
+// process that opened the same journal would cut, move aside or
 // compact what the first acknowledged. Acquire takes an exclusive lock on
 // the state folder and one on the root folder (flock on the folders
 // themselves, so no file of the user's root is added and a lock cannot be
@@ -246,24 +246,14 @@ func checkFormat(fsy fsys.FS, dir string) error {
 
 // checkUnstamped refuses a state folder without a stamp that holds a
 // journal in the layouts of development builds before format 2: a
-// write-ahead log in <state>/wal, or a journal per transcript under
+// journal in <state>/wal, or a journal per transcript under
 // <state>/journal/<project>/. Starting on it would serve those sessions
 // without the entries logged there.
 func checkUnstamped(fsy fsys.FS, dir string) error {
 	if _, err := fsy.Lstat(filepath.Join(dir, "wal")); err == nil {
-		return fmt.Errorf("the state folder %s holds a write-ahead log in %s, the layout of a development build of sessiond before format %d: %s: %w", dir, filepath.Join(dir, "wal"), Format, oldFormatAdvice(dir), ErrFormat)
+		return fmt.Errorf("the state folder %s holds a journal in %s, the layout of a development build of sessiond before format %d: %s: %w", dir, filepath.Join(dir, "wal"), Format, oldFormatAdvice(dir), ErrFormat)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("look for an older journal in %s: %w", dir, errdefs.FromIO(err))
-	}
-	jdir := filepath.Join(dir, "journal")
-	ents, err := fsy.ReadDir(jdir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("look for an older journal in %s: %w", jdir, errdefs.FromIO(err))
-	}
-	for _, e := range ents {
-		if e.IsDir() {
-			return fmt.Errorf("the state folder %s holds per-transcript journals (%s), the layout of a development build of sessiond before format %d: %s: %w", dir, filepath.Join(jdir, e.Name()), Format, oldFormatAdvice(dir), ErrFormat)
-		}
 	}
 	return nil
 }

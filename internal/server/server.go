@@ -556,8 +556,8 @@ func (s *Server) Status(ctx context.Context, _ *sessiondv1.StatusRequest) (*sess
 		ops = append(ops, &sessiondv1.Operation{Id: o.ID, Kind: o.Kind, Unit: o.Unit, Done: uint64(o.Done), Total: uint64(o.Total), StartedMs: o.Started.UnixMilli()})
 	}
 	cfg := s.m.Config()
-	ret := &sessiondv1.WalRetention{
-		RetentionMs: max(cfg.WALRetention, 0).Milliseconds(), SizeBudget: uint64(cfg.WALRetentionSize),
+	ret := &sessiondv1.JournalRetention{
+		RetentionMs: max(cfg.JournalRetention, 0).Milliseconds(), SizeBudget: uint64(cfg.JournalRetentionSize),
 		RetainedSegments: uint64(st.RetainedSegments), RetainedBytes: uint64(st.RetainedBytes),
 	}
 	if !st.OldestRetained.IsZero() {
@@ -569,7 +569,7 @@ func (s *Server) Status(ctx context.Context, _ *sessiondv1.StatusRequest) (*sess
 			Ids: in.IDs[:min(len(in.IDs), statusListMax)], DetectedMs: in.DetectedMs})
 	}
 	return &sessiondv1.StatusResponse{
-		WalRetention: ret, AcknowledgedMissing: missing, AcknowledgedMissingTotal: uint64(len(st.Missing)),
+		JournalRetention: ret, AcknowledgedMissing: missing, AcknowledgedMissingTotal: uint64(len(st.Missing)),
 		Operations: ops,
 		Version:    s.info.Version, Pid: int32(os.Getpid()), StartedMs: s.info.Started.UnixMilli(),
 		Socket: s.info.Socket, Root: s.info.Root, StateDir: s.info.StateDir,

@@ -24,7 +24,7 @@ import (
 )
 
 // The ledger of acknowledged entries. Once a compaction has moved a
-// session's entries into its canonical file, the log lets them go, and
+// session's entries into its canonical file, the journal lets them go, and
 // another program may rewrite the file without them (a tool that loaded
 // the transcript earlier and saves its copy back with open("w")). To tell
 // that apart from lines it never wrote, sessiond records, per transcript,
@@ -32,8 +32,8 @@ import (
 // <state>/acked/<project>/<sid>.acked (layout.AckedPath).
 //
 // Each compaction appends one record, synced, before its compaction
-// marker goes to the log: so at any crash every acknowledged entry is in
-// the ledger or still in the log's current stream of the transcript (the
+// marker goes to the journal: so at any crash every acknowledged entry is in
+// the ledger or still in the journal's current stream of the transcript (the
 // writer counts both). A crash between the two makes the next compaction
 // record the same entries again; they are known by where they were
 // logged (a span: segment seqs never repeat), so each counts once.
@@ -46,7 +46,7 @@ import (
 // recorded: sessiond never acknowledged them to anyone.
 //
 // The ledger is what makes the report correct after a restart and after
-// retention expired: it knows the uuids even when the log no longer holds
+// retention expired: it knows the uuids even when the journal no longer holds
 // the bytes (see putback.go for putting them back).
 //
 // Record (one frame of internal/frame, type 1, seeded with the key):

@@ -184,7 +184,7 @@ func TestForeignTruncatingRewrite(t *testing.T) {
 }
 
 // TestForeignRewriteKeepsPending: a rewrite while entries are still only
-// in the log loses none of them (they follow the rewritten content), and
+// in the journal loses none of them (they follow the rewritten content), and
 // the compacted ones it dropped are reported, then put back in order.
 func TestForeignRewriteKeepsPending(t *testing.T) {
 	e := newEnv(t)
@@ -269,7 +269,7 @@ func TestAcknowledgedMissingFoundAtOpen(t *testing.T) {
 	}
 }
 
-// TestAcknowledgedMissingAfterRetention: once the log no longer holds
+// TestAcknowledgedMissingAfterRetention: once the journal no longer holds
 // the bytes (past the retention), check still names the missing entries
 // from the ledger and says repair cannot bring them back; repair leaves
 // the finding standing.
@@ -277,8 +277,8 @@ func TestAcknowledgedMissingAfterRetention(t *testing.T) {
 	e := newEnv(t)
 	clk := clock.NewFake(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
 	e.cfg.Clock = clk
-	e.cfg.WALRetention = time.Hour
-	e.cfg.WALSegmentSize = 4096
+	e.cfg.JournalRetention = time.Hour
+	e.cfg.JournalSegmentSize = 4096
 	m := e.manager()
 	defer closeManager(t, m)
 	k := newKey()
@@ -286,7 +286,7 @@ func TestAcknowledgedMissingAfterRetention(t *testing.T) {
 	if st := m.Stats(); st.RetainedSegments == 0 {
 		t.Fatalf("nothing retained: %+v", st)
 	}
-	// Time passes; another session's appends roll the log on and expire
+	// Time passes; another session's appends roll the journal on and expire
 	// what is retained.
 	clk.Advance(2 * time.Hour)
 	other := newKey()
@@ -420,7 +420,7 @@ func agentAppend(t *testing.T, path, line string) {
 }
 
 // Bug (e2e's TestForeignAppendRace under load): an agent's line written
-// to the old file during a compaction's rename was rescued into the log
+// to the old file during a compaction's rename was rescued into the journal
 // and compacted after the agent's next line, written to the new file a
 // moment later: the agent's lines came out of order. And a line the agent
 // wrote to the old file after the rescue (opened before the rename,

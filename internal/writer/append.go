@@ -276,7 +276,7 @@ func (st *state) logBatches(batches [][][]byte, metas [][]byte, stored func(i in
 	spans, err := st.j.append(batches, metas)
 	if err != nil {
 		if st.j.broken() {
-			// A write or sync failed: the log is done for (see
+			// A write or sync failed: the journal is done for (see
 			// sessionLog.broken); the writer reopens from disk.
 			st.failed = err
 		}
@@ -301,7 +301,7 @@ func (st *state) logBatches(batches [][][]byte, metas [][]byte, stored func(i in
 	return nil
 }
 
-// batchBytes is about what batches take in the log: their entries and a
+// batchBytes is about what batches take in the journal: their entries and a
 // record header each.
 func batchBytes(batches [][][]byte) int64 {
 	var n int64

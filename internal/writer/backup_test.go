@@ -33,7 +33,7 @@ func restoreState(t *testing.T, from, to *fstest.CrashFS) {
 }
 
 // TestRestoredStateFolderStoresNothingTwice: the state folder is backed up
-// while entries are only in the log; sessiond then compacts them and
+// while entries are only in the journal; sessiond then compacts them and
 // takes more; the backup is restored with sessiond stopped. The restored
 // log's entries are already in the transcript after the content they
 // followed, so they are not appended again, those without a uuid
@@ -46,7 +46,7 @@ func TestRestoredStateFolderStoresNothingTwice(t *testing.T) {
 	if _, err := m.Append(bg, k, lineBytes(first...)); err != nil {
 		t.Fatal(err)
 	}
-	abortManager(m) // killed: the entries are in the log only
+	abortManager(m) // killed: the entries are in the journal only
 	backup := c.KillClone()
 
 	m = newCrashManager(t, c, nil)

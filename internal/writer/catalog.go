@@ -124,11 +124,11 @@ func (m *Manager) existsOnDiskErr(key layout.Key) (bool, error) {
 	if s != nil && s.hasContent.Load() {
 		return true, nil
 	}
-	// The log first, then the file: a compaction running meanwhile
+	// The journal first, then the file: a compaction running meanwhile
 	// renames the file into place before it begins the session's next
-	// (empty) stream, so whichever moment the log is asked at, one of the
+	// (empty) stream, so whichever moment the journal is asked at, one of the
 	// two still shows the entries (asked the other way round, a look at
-	// the file just before the rename and at the log just after found
+	// the file just before the rename and at the journal just after found
 	// neither, and a Flush right after an Append said "not found").
 	logged := m.logs.exists(key)
 	if logged {

@@ -260,7 +260,7 @@ func TestListingDropsEmptyLeftBehindJournals(t *testing.T) {
 			for i := range keys {
 				keys[i] = newKey()
 				// A stream begun and never written: what a writer whose
-				// first append was refused leaves in the log.
+				// first append was refused leaves in the journal.
 				if err := m.logs.jr.Stream(keys[i]).Begin(journal.Fingerprint{}, false); err != nil {
 					t.Fatal(err)
 				}

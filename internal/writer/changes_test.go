@@ -220,13 +220,13 @@ func TestAppendGate(t *testing.T) {
 	closeManager(t, m)
 }
 
-// TestReadLinesSaysWhatAppendValidated: entries served from the log
+// TestReadLinesSaysWhatAppendValidated: entries served from the journal
 // before their compaction are the lines Append validated (Normalized:
 // the mirror does not validate them again); lines read from the file,
 // which another program may have written, are not.
 func TestReadLinesSaysWhatAppendValidated(t *testing.T) {
 	e := newEnv(t)
-	e.cfg.IdleCompact = time.Hour // the entries stay in the log until the Flush
+	e.cfg.IdleCompact = time.Hour // the entries stay in the journal until the Flush
 	m := e.manager()
 	defer closeManager(t, m)
 	k := newKey()
@@ -244,13 +244,13 @@ func TestReadLinesSaysWhatAppendValidated(t *testing.T) {
 		return out
 	}
 	if got := flags(); len(got) != 2 || !got[0] || !got[1] {
-		t.Fatalf("entries in the log: Normalized %v, want both", got)
+		t.Fatalf("entries in the journal: Normalized %v, want both", got)
 	}
 	if _, err := m.Flush(bg, k); err != nil {
 		t.Fatal(err)
 	}
 	mustAppendTo(t, m, k, string(entry("c")))
 	if got := flags(); len(got) != 3 || got[0] || got[1] || !got[2] {
-		t.Fatalf("two lines in the file and one in the log: Normalized %v, want false, false, true", got)
+		t.Fatalf("two lines in the file and one in the journal: Normalized %v, want false, false, true", got)
 	}
 }

@@ -113,7 +113,7 @@ func compactTempPrefix(canonPath string) string {
 // newGeneration replaces the session's log with an empty one whose base is
 // the canonical file as it is now.
 func (st *state) newGeneration() error {
-	// The log about to be replaced may be the only copy of batch ids and a
+	// The journal about to be replaced may be the only copy of batch ids and a
 	// summary: they go to the sidecar first.
 	if err := st.saveSidecars(); err != nil {
 		return err
@@ -173,7 +173,7 @@ func (st *state) compact(reason string) error {
 	need := st.canon.size + st.pendingBytes
 	err := st.compactInSlot(reason)
 	if err != nil && st.failed == nil && errdefs.Is(err, errdefs.ErrNoSpace) && st.space.yieldRetained(failedDir(err, st.dir)) {
-		// The log's retained segments gave their room back (space.go):
+		// The journal's retained segments gave their room back (space.go):
 		// the compaction may fit now, and a caller's flush need not
 		// fail for room sessiond could free itself.
 		err = st.compactInSlot(reason)
@@ -189,15 +189,15 @@ func (st *state) compact(reason string) error {
 }
 
 // errCompactAborted: Close ran out of time while the compaction waited
-// for a slot; the log keeps the entries for the next start's replay.
-var errCompactAborted = fmt.Errorf("sessiond's time to stop ran out before this compaction could start; the write-ahead log keeps its entries for the next start: %w", errdefs.ErrUnavailable)
+// for a slot; the journal keeps the entries for the next start's replay.
+var errCompactAborted = fmt.Errorf("sessiond's time to stop ran out before this compaction could start; the journal keeps its entries for the next start: %w", errdefs.ErrUnavailable)
 
 // compactInSlot is compactNow once one of the Config.CompactParallel
 // slots is free (or at once when the writer's loop holds one already).
 // A compaction waiting here blocks only its own session, and only when
 // asked for (a flush, a size compaction in an append's turn, a stop):
 // the idle ones wait in the loop's select instead (session.run). The slot
-// holders wait on nothing but the disk and the write-ahead log, never on
+// holders wait on nothing but the disk and the journal, never on
 // another session, so the wait always ends, or Close's time runs out.
 func (st *state) compactInSlot(reason string) error {
 	if st.slotHeld {
@@ -498,8 +498,8 @@ func (st *state) keepAttrs(tmp fsys.File) error {
 	return fsys.KeepAttrs(tmp, fi)
 }
 
-// dropEmptyJournal lets go of the session's stream in the log when nothing
-// is pending as its writer closes: the log forgets a stream with nothing
+// dropEmptyJournal lets go of the session's stream in the journal when nothing
+// is pending as its writer closes: the journal forgets a stream with nothing
 // logged, so listings and recovery look only at sessions with something to
 // replay, not at every session ever written.
 func (st *state) dropEmptyJournal() {

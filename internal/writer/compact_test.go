@@ -59,7 +59,7 @@ func (f *faultFS) SyncDir(name string) error {
 // entries are already in the canonical file and not append them again,
 // also those without a uuid.
 func TestCrashBetweenRenameAndJournalReset(t *testing.T) {
-	// (A failing start of the log's next stream, after the rename: see
+	// (A failing start of the journal's next stream, after the rename: see
 	// TestFailedNewGenerationAfterForeignLinesReopens.)
 	for _, point := range []string{"canonical-syncdir"} {
 		t.Run(point, func(t *testing.T) {
@@ -214,7 +214,7 @@ func TestFailedFolderSyncIsRedone(t *testing.T) {
 		t.Fatalf("flush with a failing folder sync: %v", err)
 	}
 	ff.Clear()
-	// The next compaction must sync the folder again before the log lets
+	// The next compaction must sync the folder again before the journal lets
 	// the entries go.
 	if _, err := m.Flush(bg, k); err != nil {
 		t.Fatal(err)
@@ -406,7 +406,7 @@ func TestCompactionsRunWithinTheirSlots(t *testing.T) {
 
 // BenchmarkShutdownManySessions measures what bounding the compactions
 // running at once (Config.CompactParallel) costs a SIGTERM: 1000 open
-// sessions, each with one entry only in the log, all compacted as the
+// sessions, each with one entry only in the journal, all compacted as the
 // Manager closes. "unbounded" lets all 1000 run together, as before the
 // bound, and is the baseline measured in the same run.
 func BenchmarkShutdownManySessions(b *testing.B) {
@@ -486,7 +486,7 @@ func TestAppendsAreServedWhileTheIdleCompactionWaitsForASlot(t *testing.T) {
 
 // TestCloseOutOfTimeLeavesWaitingCompactionsToReplay: Close whose time
 // runs out while compactions wait for a slot returns then, and the next
-// start finds every entry in the log.
+// start finds every entry in the journal.
 func TestCloseOutOfTimeLeavesWaitingCompactionsToReplay(t *testing.T) {
 	e := newEnv(t)
 	e.cfg.CompactParallel = 1

@@ -66,12 +66,12 @@ type Config struct {
 	// descriptors appends need, and queue the disk behind them anyway.
 	CompactParallel int
 
-	// WALSegmentSize is the size at which the shared write-ahead log
-	// starts a new segment file; WALMaxSize is the bound past which the
+	// JournalSegmentSize is the size at which the journal
+	// starts a new segment file; JournalMaxSize is the bound past which the
 	// sessions holding its oldest segment are compacted so it can go
-	// (see package wal). Zero: wal's defaults.
-	WALSegmentSize int64
-	WALMaxSize     int64
+	// (see package journal). Zero: wal's defaults.
+	JournalSegmentSize int64
+	JournalMaxSize     int64
 
 	// BallastSize is the disk space kept in reserve for compactions on a
 	// full disk: a file of that size in the state folder, released when
@@ -83,31 +83,31 @@ type Config struct {
 	// holding a folder; nil is fsys.FreeSpace (statfs). Tests give their
 	// own, to run out of space on a disk that only pretends to.
 	FreeSpace func(dir string) (int64, error)
-	// WALRetention keeps the log's segments for this long after every
-	// session in them was compacted, within WALRetentionSize (the oldest
+	// JournalRetention keeps the journal's segments for this long after every
+	// session in them was compacted, within JournalRetentionSize (the oldest
 	// go first), so that repair can put back acknowledged entries another
 	// program's rewrite dropped from a transcript (see putback.go and
-	// wal's retain.go). Zero: the defaults; a negative WALRetention keeps
+	// wal's retain.go). Zero: the defaults; a negative JournalRetention keeps
 	// nothing.
-	WALRetention     time.Duration
-	WALRetentionSize int64
+	JournalRetention     time.Duration
+	JournalRetentionSize int64
 	// TrashRetention is how long a deleted session's copy stays in the
 	// trash before PurgeTrash removes it.
 	TrashRetention time.Duration
-	// WALOnCommit, when set, is told of every write of the log that
+	// JournalOnCommit, when set, is told of every write of the journal that
 	// reached the disk (journal.Options.OnCommit): the daemon's metrics. The
 	// log's committer calls it, so it must be quick.
-	WALOnCommit func(journal.Commit)
+	JournalOnCommit func(journal.Commit)
 	// Changed, when set, is told of every change to a transcript (see
 	// Change): the PostgreSQL mirror follows the transcripts through it.
 	// It is called on the writer goroutines and must not block.
 	Changed func(Change)
-	// AcceptLogLoss lets New start over a write-ahead log that lost
+	// AcceptJournalLoss lets New start over a journal that lost
 	// acknowledged records to something other than a crash (a segment
 	// cut, deleted or damaged: journal.Options.AcceptLoss). The loss is then
-	// reported (Stats.RecoveryErrors, the log at error level) instead of
+	// reported (Stats.RecoveryErrors, the journal at error level) instead of
 	// refusing to start.
-	AcceptLogLoss bool
+	AcceptJournalLoss bool
 	// AppendGate, when set, may refuse an append before it is queued (the
 	// PostgreSQL mirror's lease check: a session another machine writes).
 	// It runs in the caller's goroutine and must not wait long.
@@ -135,17 +135,17 @@ const (
 	// needs room for its transcript's new copy, and 64 MiB lets one of a
 	// transcript larger than nearly any (a long agent session with large
 	// tool results runs to tens of MB) finish on a full disk, which in
-	// turn lets the log's oldest segments go. It is also one segment of
-	// the log: on a disk of a few GiB it costs a few percent at most
+	// turn lets the journal's oldest segments go. It is also one segment of
+	// the journal: on a disk of a few GiB it costs a few percent at most
 	// (CockroachDB keeps 1% of the disk, at most 1 GiB).
 	DefaultBallastSize = 64 << 20
-	// DefaultWALRetention: a day covers a rewrite noticed the next
-	// morning; DefaultWALRetentionSize caps it at what a busy machine's
+	// DefaultJournalRetention: a day covers a rewrite noticed the next
+	// morning; DefaultJournalRetentionSize caps it at what a busy machine's
 	// agents log in about a day (BENCHMARKS.md: a heavy session writes
 	// tens of MB a day), a small part of a disk that holds the
 	// transcripts themselves.
-	DefaultWALRetention     = 24 * time.Hour
-	DefaultWALRetentionSize = 1 << 30
+	DefaultJournalRetention     = 24 * time.Hour
+	DefaultJournalRetentionSize = 1 << 30
 	// DefaultTrashRetention is the official CLI's own default for how long
 	// it keeps transcripts (cleanupPeriodDays, 30).
 	DefaultTrashRetention = 30 * 24 * time.Hour
@@ -153,14 +153,14 @@ const (
 
 // DiskSizes are the sizes whose defaults follow the disk: a fixed size
 // suits a disk of many GiB, but on a small volume (64 MB) a 64 MiB ballast
-// or log segment would be the whole disk.
+// or journal segment would be the whole disk.
 type DiskSizes struct {
-	Ballast, Segment, WALMax, Retention int64
+	Ballast, Segment, JournalMax, Retention int64
 }
 
 // SizesFor is the default of each DiskSizes on a disk of total bytes: the
 // fixed default, or a share of a disk too small for it (a sixteenth for
-// the ballast and a segment, a quarter for the log, an eighth for the
+// the ballast and a segment, a quarter for the journal, an eighth for the
 // retained history), never less than minDiskShare. total <= 0 (unknown)
 // gives the fixed defaults.
 func SizesFor(total int64) DiskSizes {
@@ -171,14 +171,14 @@ func SizesFor(total int64) DiskSizes {
 		return min(def, max(total/div, minDiskShare))
 	}
 	return DiskSizes{
-		Ballast:   share(DefaultBallastSize, 16),
-		Segment:   share(journal.DefaultSegmentSize, 16),
-		WALMax:    share(journal.DefaultMaxSize, 4),
-		Retention: share(DefaultWALRetentionSize, 8),
+		Ballast:    share(DefaultBallastSize, 16),
+		Segment:    share(journal.DefaultSegmentSize, 16),
+		JournalMax: share(journal.DefaultMaxSize, 4),
+		Retention:  share(DefaultJournalRetentionSize, 8),
 	}
 }
 
-// minDiskShare is the least size SizesFor gives: smaller, a log segment
+// minDiskShare is the least size SizesFor gives: smaller, a journal segment
 // would roll every few appends.
 const minDiskShare = 1 << 20
 
@@ -237,11 +237,11 @@ func (c *Config) setDefaults() error {
 	if c.IdleRetire < c.IdleCompact {
 		c.IdleRetire = c.IdleCompact
 	}
-	if c.WALRetention == 0 {
-		c.WALRetention = DefaultWALRetention
+	if c.JournalRetention == 0 {
+		c.JournalRetention = DefaultJournalRetention
 	}
-	if c.WALRetentionSize <= 0 {
-		c.WALRetentionSize = DefaultWALRetentionSize
+	if c.JournalRetentionSize <= 0 {
+		c.JournalRetentionSize = DefaultJournalRetentionSize
 	}
 	return nil
 }

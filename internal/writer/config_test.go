@@ -13,8 +13,8 @@ func TestSizesFor(t *testing.T) {
 		total int64
 		want  DiskSizes
 	}{
-		{0, DiskSizes{DefaultBallastSize, journal.DefaultSegmentSize, journal.DefaultMaxSize, DefaultWALRetentionSize}},
-		{500 << 30, DiskSizes{DefaultBallastSize, journal.DefaultSegmentSize, journal.DefaultMaxSize, DefaultWALRetentionSize}},
+		{0, DiskSizes{DefaultBallastSize, journal.DefaultSegmentSize, journal.DefaultMaxSize, DefaultJournalRetentionSize}},
+		{500 << 30, DiskSizes{DefaultBallastSize, journal.DefaultSegmentSize, journal.DefaultMaxSize, DefaultJournalRetentionSize}},
 		{64 << 20, DiskSizes{4 << 20, 4 << 20, 16 << 20, 8 << 20}},
 		{4 << 20, DiskSizes{1 << 20, 1 << 20, 1 << 20, 1 << 20}},
 	} {

@@ -44,8 +44,8 @@ func crashEveryOp(t *testing.T, wl *workload) crashCounts {
 		if wl.setup != nil {
 			wl.setup(c)
 		}
-		// The manager (and the write-ahead log it opens) first: crashes
-		// of the log's own start are wal's TestCrashDuringRecovery.
+		// The manager (and the journal it opens) first: crashes
+		// of the journal's own start are wal's TestCrashDuringRecovery.
 		w := newWorld(t, wl, c, nil)
 		c.CrashAt(c.Ops() + i)
 		wl.run(w)
@@ -179,7 +179,7 @@ func persistencePointsFrom(c *fstest.CrashFS, fn func(c *fstest.CrashFS), from f
 
 // recoverWith runs a Manager's Recover on c and stops it as a crash would.
 func (w *world) recoverWith(c *fstest.CrashFS) {
-	// Opening the log is recovery's first part: a crash there fails New,
+	// Opening the journal is recovery's first part: a crash there fails New,
 	// as it would end a starting daemon.
 	m, err := New(crashConfig(c, w.wl))
 	if err != nil {
@@ -313,8 +313,8 @@ func runToCrash(t *testing.T, wl *workload, op int64) (*fstest.CrashFS, *world) 
 		wl.setup(c)
 	}
 	w := newWorld(t, wl, c, nil)
-	// Points inside New (the log's start) crash at the first operation
-	// after it: wal's TestCrashDuringRecovery covers the log's start.
+	// Points inside New (the journal's start) crash at the first operation
+	// after it: wal's TestCrashDuringRecovery covers the journal's start.
 	c.CrashAt(max(op, c.Ops()+1))
 	wl.run(w)
 	w.stop()
@@ -490,7 +490,7 @@ func TestLogDamageNeverSilent(t *testing.T) {
 				}
 			}
 			if len(segs) == 0 {
-				t.Fatal("no log segment")
+				t.Fatal("no journal segment")
 			}
 			refused := 0
 			for _, seg := range segs {

@@ -3,8 +3,8 @@
 // that owns its log and canonical file; every append, flush and
 // compaction of that session runs there, so writes can never interleave.
 // Concurrent callers reach the goroutine through a bounded queue; it drains
-// what is queued and hands it to the write-ahead log shared by every
-// session (package wal), which makes it durable together with what other
+// what is queued and hands it to the journal shared by every
+// session (package journal), which makes it durable together with what other
 // sessions queued at that moment, in one write and one sync; only then
 // does it acknowledge each caller.
 //
@@ -30,10 +30,10 @@
 //     (acknowledged and compacted there).
 //   - missing.go: comparing it with the file, and reporting what another
 //     program's rewrite dropped (log, Status, notes).
-//   - putback.go: repair's putting them back from the log's retained
+//   - putback.go: repair's putting them back from the journal's retained
 //     segments.
-//   - journal.go: each session's stream in the shared write-ahead log
-//     (package wal) behind sessionLog and logStore, and the import of the
+//   - journal.go: each session's stream in the journal
+//     (package journal) behind sessionLog and logStore, and the import of the
 //     per-session journals of older releases (package journal): the only
 //     user of either.
 //   - recover.go: recovery at start (Recover, CheckJournals, Replay) and

@@ -119,7 +119,7 @@ func (w *world) checkCallErrors(kind faultKind) (probs []string, absorbed int) {
 			probs = append(probs, fmt.Sprintf("%s failed with %v, not of kind %v", c.what, c.err, kind.kind))
 		}
 		for _, ev := range c.faults {
-			journal := inWAL(ev.Path) && strings.HasSuffix(ev.Path, ".wal") && (ev.Op == fstest.OpWrite || ev.Op == fstest.OpSync)
+			journal := inJournal(ev.Path) && strings.HasSuffix(ev.Path, ".wal") && (ev.Op == fstest.OpWrite || ev.Op == fstest.OpSync)
 			if journal && c.err == nil && !w.wl.appendsCompact {
 				probs = append(probs, fmt.Sprintf("%s was acknowledged although its journal %s failed", c.what, ev.Op))
 			}
@@ -266,7 +266,7 @@ func faultDuringRecovery(t *testing.T, wl *workload, from func(fstest.Event) boo
 			ff := fstest.NewFaultFS(d)
 			ff.CountReads(true) // every operation, reads included
 			ff.Inject(fstest.Fault{Nth: j, Err: syscall.EIO, LoseUnsynced: true})
-			// Opening the manager opens the write-ahead log, which is
+			// Opening the manager opens the journal, which is
 			// recovery's first part: a fault there fails New.
 			var rep RecoverReport
 			m, err := New(crashConfig(ff, wl))

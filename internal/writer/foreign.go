@@ -28,7 +28,7 @@ import (
 // later. (Appended after those, as they once were, an agent's lines came
 // out of order: e2e's TestForeignAppendRace under load.) A rescued line
 // whose uuid the session holds is dropped. After a crash the rescued lines
-// are replayed from the log after the file's lines.
+// are replayed from the journal after the file's lines.
 
 // canonStatChanged reports whether the canonical file's size differs from
 // what this writer last saw (a cheap check before the tail checksum).

@@ -7,7 +7,7 @@ import (
 )
 
 // health keeps the recovery failures status reports. A failure that is
-// not one session's (a damaged log segment, an interrupted delete that
+// not one session's (a damaged journal segment, an interrupted delete that
 // could not be finished, an old journal that could not be imported)
 // stays for the life of the process: it says what was lost or kept
 // aside. A session whose replay failed (a full disk, say) is reported

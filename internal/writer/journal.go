@@ -28,7 +28,7 @@ type span struct {
 	n   int // the entry's length in bytes
 }
 
-func toWAL(sp []span) []journal.Span {
+func toJournal(sp []span) []journal.Span {
 	out := make([]journal.Span, len(sp))
 	for i, s := range sp {
 		out[i] = journal.Span{Seg: s.seg, Off: s.off, Len: s.n}
@@ -36,7 +36,7 @@ func toWAL(sp []span) []journal.Span {
 	return out
 }
 
-func fromWAL(sp []journal.Span) []span {
+func fromJournal(sp []journal.Span) []span {
 	out := make([]span, len(sp))
 	for i, s := range sp {
 		out[i] = span{seg: s.Seg, off: s.Off, n: s.Len}
@@ -44,10 +44,10 @@ func fromWAL(sp []journal.Span) []span {
 	return out
 }
 
-// recovered is what the log holds for a session when its writer opens.
+// recovered is what the journal holds for a session when its writer opens.
 type recovered struct {
 	name  string     // for messages
-	owner layout.Key // the session the log says it belongs to
+	owner layout.Key // the session the journal says it belongs to
 	// base is the canonical file as it was when the session's stream
 	// began: the entries follow its content.
 	base fingerprint
@@ -62,7 +62,7 @@ type recovered struct {
 	size      int64    // bytes of entries logged
 }
 
-// sessionLog is one session's stream in the log. It belongs to the
+// sessionLog is one session's stream in the journal. It belongs to the
 // session's writer goroutine.
 type sessionLog interface {
 	// append logs batches of entries, with each batch's meta record (nil
@@ -71,12 +71,12 @@ type sessionLog interface {
 	// refuses what is over its limits without writing anything.
 	append(batches [][][]byte, metas [][]byte) ([][]span, error)
 	// broken reports whether a write or sync failed: the writer then
-	// reopens from what the log holds.
+	// reopens from what the journal holds.
 	broken() bool
 	// read calls fn with the entries at spans, in order, each checked
 	// against its checksum. entry is valid only during the call.
 	read(spans []span, fn func(i int, entry []byte) error) error
-	// reader opens a reader of the log's entries for another goroutine;
+	// reader opens a reader of the journal's entries for another goroutine;
 	// the segments it needs stay until it is closed.
 	reader() (logReader, error)
 	// markCompacted durably records that the canonical file is about to
@@ -93,7 +93,7 @@ type logReader interface {
 	close() error
 }
 
-// logStore is the manager's side of the log.
+// logStore is the manager's side of the journal.
 type logStore struct {
 	fs     fsys.FS
 	layout layout.Layout
@@ -102,43 +102,43 @@ type logStore struct {
 	rec    *journal.Recovery
 }
 
-// openLogStore opens (and recovers) the log in the state folder. pressure
-// is told which sessions hold the log's oldest segment when it grows past
+// openLogStore opens (and recovers) the journal in the state folder. pressure
+// is told which sessions hold the journal's oldest segment when it grows past
 // its bound (see journal.Options.OnPressure).
 func openLogStore(cfg *Config, pressure func([]layout.Key)) (*logStore, error) {
 	l, rec, err := journal.Open(journal.Options{
 		FS: cfg.FS, Dir: cfg.Layout.JournalDir(),
 		MaxRecord:     cfg.MaxEntryBytes + 1024,
-		SegmentSize:   cfg.WALSegmentSize,
-		MaxSize:       cfg.WALMaxSize,
+		SegmentSize:   cfg.JournalSegmentSize,
+		MaxSize:       cfg.JournalMaxSize,
 		OnPressure:    pressure,
-		Retention:     max(cfg.WALRetention, 0),
-		RetentionSize: cfg.WALRetentionSize,
+		Retention:     max(cfg.JournalRetention, 0),
+		RetentionSize: cfg.JournalRetentionSize,
 		Now:           cfg.Clock.Now,
-		OnCommit:      cfg.WALOnCommit,
+		OnCommit:      cfg.JournalOnCommit,
 		// A reservation leaves the ballast's room free, and a segment's
 		// more for the compactions.
 		FreeSpace:  cfg.FreeSpace,
-		Keep:       cfg.BallastSize + cfg.WALSegmentSize,
-		AcceptLoss: cfg.AcceptLogLoss,
+		Keep:       cfg.BallastSize + cfg.JournalSegmentSize,
+		AcceptLoss: cfg.AcceptJournalLoss,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("open the write-ahead log: %w", err)
+		return nil, fmt.Errorf("open the journal: %w", err)
 	}
 	return &logStore{fs: cfg.FS, layout: cfg.Layout, log: cfg.Logger, jr: l, rec: rec}, nil
 }
 
 func (ls *logStore) close() error { return ls.jr.Close() }
 
-// open returns key's stream and what the log holds for it; an error
+// open returns key's stream and what the journal holds for it; an error
 // matching fs.ErrNotExist means it holds nothing.
 func (ls *logStore) open(key layout.Key) (sessionLog, *recovered, error) {
 	e, ok := ls.jr.Epoch(key)
 	if !ok {
-		return nil, nil, fmt.Errorf("%s has nothing in the log: %w", key, fs.ErrNotExist)
+		return nil, nil, fmt.Errorf("%s has nothing in the journal: %w", key, fs.ErrNotExist)
 	}
 	r := &recovered{
-		name:  "the log's stream of " + key.String(),
+		name:  "the journal's stream of " + key.String(),
 		owner: e.Key,
 		base:  fingerprint{e.Base.Size, e.Base.Tail},
 	}
@@ -157,7 +157,7 @@ func (ls *logStore) open(key layout.Key) (sessionLog, *recovered, error) {
 			r.size += int64(sp.Len)
 		}
 	}
-	return &walLog{s: ls.jr.Stream(key), ls: ls}, r, nil
+	return &journalStream{s: ls.jr.Stream(key), ls: ls}, r, nil
 }
 
 // create starts a new stream for key whose entries follow the canonical
@@ -167,12 +167,12 @@ func (ls *logStore) open(key layout.Key) (sessionLog, *recovered, error) {
 func (ls *logStore) create(key layout.Key, base fingerprint, replacing bool) (sessionLog, error) {
 	s := ls.jr.Stream(key)
 	if err := s.Begin(journal.Fingerprint{Size: base.size, Tail: base.tail}, !replacing); err != nil {
-		return nil, fmt.Errorf("start the log stream of %s: %w", key, err)
+		return nil, fmt.Errorf("start the journal stream of %s: %w", key, err)
 	}
-	return &walLog{s: s, ls: ls}, nil
+	return &journalStream{s: s, ls: ls}, nil
 }
 
-// exists reports whether the log holds entries of key.
+// exists reports whether the journal holds entries of key.
 func (ls *logStore) exists(key layout.Key) bool {
 	e, ok := ls.jr.Epoch(key)
 	return ok && len(e.Batches) > 0
@@ -188,7 +188,7 @@ func (ls *logStore) stat(key layout.Key) (size int64, mtime time.Time, ok bool) 
 	return int64(e.Stream)<<20 ^ int64(len(e.Batches)), e.Modified, true
 }
 
-// keys lists every session with entries in the log.
+// keys lists every session with entries in the journal.
 func (ls *logStore) keys() []layout.Key {
 	return ls.filter(func(layout.Key) bool { return true })
 }
@@ -204,7 +204,7 @@ func (ls *logStore) filter(keep func(layout.Key) bool) []layout.Key {
 }
 
 // mainKeys lists the main sessions of one project (or of every project
-// when projectKey is "") with entries in the log.
+// when projectKey is "") with entries in the journal.
 func (ls *logStore) mainKeys(projectKey string) []layout.Key {
 	return ls.filter(func(k layout.Key) bool {
 		return k.Subpath == "" && (projectKey == "" || k.ProjectKey == projectKey)
@@ -212,7 +212,7 @@ func (ls *logStore) mainKeys(projectKey string) []layout.Key {
 }
 
 // subkeys lists the subagent transcripts of main's session with entries
-// in the log.
+// in the journal.
 func (ls *logStore) subkeys(main layout.Key) []string {
 	var out []string
 	for _, k := range ls.filter(func(k layout.Key) bool { return k.Subpath != "" && k.Main() == main }) {
@@ -222,12 +222,12 @@ func (ls *logStore) subkeys(main layout.Key) []string {
 }
 
 // projectsWith lists the keys, in any project, of a session id and
-// subpath with entries in the log.
+// subpath with entries in the journal.
 func (ls *logStore) projectsWith(sessionID, subpath string) []layout.Key {
 	return ls.filter(func(k layout.Key) bool { return k.SessionID == sessionID && k.Subpath == subpath })
 }
 
-// drop makes sure the log holds no entry of key (and, for a main session,
+// drop makes sure the journal holds no entry of key (and, for a main session,
 // of its subagent transcripts) that their files lack: compact (which the
 // caller runs with no writer of the session live) moves them there.
 func (ls *logStore) drop(key layout.Key, compact func(layout.Key) error) error {
@@ -242,16 +242,16 @@ func (ls *logStore) drop(key layout.Key, compact func(layout.Key) error) error {
 	return nil
 }
 
-// walLog is a sessionLog: one session's stream in the shared log.
-type walLog struct {
+// journalStream is a sessionLog: one session's stream in the shared log.
+type journalStream struct {
 	s  *journal.Stream
 	ls *logStore
-	// failed is set when a write or sync of the log failed under this
+	// failed is set when a write or sync of the journal failed under this
 	// stream's append.
 	failed bool
 }
 
-func (l *walLog) append(batches [][][]byte, metas [][]byte) ([][]span, error) {
+func (l *journalStream) append(batches [][][]byte, metas [][]byte) ([][]span, error) {
 	ws, err := l.s.Append(batches, metas)
 	if err != nil {
 		if !errors.Is(err, errdefs.ErrTooLarge) && !errors.Is(err, errdefs.ErrInvalidArgument) {
@@ -261,22 +261,22 @@ func (l *walLog) append(batches [][][]byte, metas [][]byte) ([][]span, error) {
 	}
 	out := make([][]span, len(ws))
 	for i, b := range ws {
-		out[i] = fromWAL(b)
+		out[i] = fromJournal(b)
 	}
 	return out, nil
 }
 
-func (l *walLog) broken() bool { return l.failed }
+func (l *journalStream) broken() bool { return l.failed }
 
-func (l *walLog) read(spans []span, fn func(i int, entry []byte) error) error {
-	return l.ls.jr.ReadEntries(toWAL(spans), fn)
+func (l *journalStream) read(spans []span, fn func(i int, entry []byte) error) error {
+	return l.ls.jr.ReadEntries(toJournal(spans), fn)
 }
 
-func (l *walLog) reader() (logReader, error) {
-	return walReader{l.ls.jr, l.ls.jr.Pin(0), new([]byte)}, nil
+func (l *journalStream) reader() (logReader, error) {
+	return journalReader{l.ls.jr, l.ls.jr.Pin(0), new([]byte)}, nil
 }
 
-func (l *walLog) markCompacted(fp fingerprint) error {
+func (l *journalStream) markCompacted(fp fingerprint) error {
 	err := l.s.MarkCompacted(journal.Fingerprint{Size: fp.size, Tail: fp.tail})
 	if err != nil {
 		l.failed = true
@@ -284,13 +284,13 @@ func (l *walLog) markCompacted(fp fingerprint) error {
 	return err
 }
 
-func (l *walLog) close() error {
+func (l *journalStream) close() error {
 	l.s.Close()
 	return nil
 }
 
-// walReader reads entries while keeping the segments it may need.
-type walReader struct {
+// journalReader reads entries while keeping the segments it may need.
+type journalReader struct {
 	l       *journal.Log
 	release func()
 	// buf is read into, entry after entry: a reader serving a session's
@@ -299,7 +299,7 @@ type walReader struct {
 	buf *[]byte
 }
 
-func (r walReader) entry(sp span) ([]byte, error) {
+func (r journalReader) entry(sp span) ([]byte, error) {
 	ws := journal.Span{Seg: sp.seg, Off: sp.off, Len: sp.n}
 	if need := journal.ReadSize(ws); cap(*r.buf) < need {
 		*r.buf = make([]byte, max(need, 2*cap(*r.buf)))
@@ -307,7 +307,7 @@ func (r walReader) entry(sp span) ([]byte, error) {
 	return r.l.ReadEntry(ws, *r.buf)
 }
 
-func (r walReader) close() error {
+func (r journalReader) close() error {
 	r.release()
 	return nil
 }

@@ -27,7 +27,7 @@ func TestJournalSyncFailureThenPowerLoss(t *testing.T) {
 			m := newCrashManager(t, ff, nil)
 			first := line(k, "00000000-0000-4000-8000-000000000001", "first")
 			mustAppendTo(t, m, k, first)
-			wal := inWAL
+			wal := inJournal
 			ff.Inject(fstest.Fault{Op: fstest.OpSync, Path: wal, Err: syscall.EIO, LoseUnsynced: true})
 			if cutFails {
 				ff.Inject(fstest.Fault{Op: fstest.OpTruncate, Path: wal, Err: syscall.EIO})
@@ -51,13 +51,13 @@ func TestJournalSyncFailureThenPowerLoss(t *testing.T) {
 	}
 }
 
-// inWAL says whether a path is one of the shared log's segments.
-func inWAL(p string) bool { return strings.HasPrefix(p, crashLayout.JournalDir()+"/") }
+// inJournal says whether a path is one of the shared log's segments.
+func inJournal(p string) bool { return strings.HasPrefix(p, crashLayout.JournalDir()+"/") }
 
 // Bug (CI, TestHostileDescriptorExhaustion), as it stands with the shared
 // log: a refused first append of a new session must leave nothing behind
 // (the session is not listed, nothing of it is replayed), and the next
-// append works. The log writes a new session's first stream with its
+// append works. The journal writes a new session's first stream with its
 // first entries, so a failed write refuses both.
 func TestRefusedFirstAppendLeavesNoJournal(t *testing.T) {
 	k := fixedKey(1, "")
@@ -65,11 +65,11 @@ func TestRefusedFirstAppendLeavesNoJournal(t *testing.T) {
 		c := fstest.NewCrashFS()
 		ff := fstest.NewFaultFS(c)
 		m := newCrashManager(t, ff, nil)
-		ff.Inject(fstest.Fault{Op: op, Path: inWAL, Err: syscall.ENOSPC})
+		ff.Inject(fstest.Fault{Op: op, Path: inJournal, Err: syscall.ENOSPC})
 		first := line(k, "00000000-0000-4000-8000-000000000001", "first try")
 		_, err := m.Append(bg, k, [][]byte{[]byte(first)})
 		if len(ff.Fired()) == 0 || !errors.Is(err, syscall.ENOSPC) {
-			t.Fatalf("%v: the append failed with %v (fired %v); want the log's ENOSPC, which the server maps to ResourceExhausted", op, err, ff.Fired())
+			t.Fatalf("%v: the append failed with %v (fired %v); want the journal's ENOSPC, which the server maps to ResourceExhausted", op, err, ff.Fired())
 		}
 		ff.Clear()
 		if infos, _, err := m.List(bg, ListOptions{}); err != nil || len(infos) != 0 {
@@ -112,7 +112,7 @@ func TestFailedNewGenerationAfterForeignLinesReopens(t *testing.T) {
 			f.Close()
 			// The write or sync of the stream that follows: it comes
 			// after the file is known to hold every entry.
-			ff.Inject(fstest.Fault{Op: op, Path: inWAL, Err: syscall.EIO})
+			ff.Inject(fstest.Fault{Op: op, Path: inJournal, Err: syscall.EIO})
 			if _, err := m.Flush(bg, k); !errors.Is(err, errdefs.ErrIO) {
 				t.Fatalf("flush with a failing new journal: %v (faults %v)", err, ff.Fired())
 			}

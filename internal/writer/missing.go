@@ -158,7 +158,7 @@ func missingIDs(ids []ackID) []string {
 }
 
 // setMissing records what the last comparison found (nil: nothing
-// missing): the log, the registry and the note.
+// missing): the journal, the registry and the note.
 func (st *state) setMissing(ids []ackID, where string) {
 	st.missingIDs = ids
 	path := st.cfg.Layout.MissingPath(st.key)
@@ -181,7 +181,7 @@ func (st *state) setMissing(ids []ackID, where string) {
 	if had && prev.Count == in.Count {
 		return // logged and noted when found
 	}
-	st.log.Error("the transcript no longer holds entries sessiond acknowledged: another program rewrote it without them; `sessionctl check` lists them and `sessionctl repair` puts back those the write-ahead log still holds",
+	st.log.Error("the transcript no longer holds entries sessiond acknowledged: another program rewrote it without them; `sessionctl check` lists them and `sessionctl repair` puts back those the journal still holds",
 		zap.String("found_by", where), zap.Int("missing", len(ids)), zap.Strings("uuids", list[:min(len(list), 20)]))
 	body, err := json.Marshal(missingNote{Count: in.Count, IDs: list, DetectedMs: in.DetectedMs})
 	if err == nil {
@@ -270,7 +270,7 @@ func (st *state) findMissing(gate bool) ([]ackID, error) {
 			return nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("read the log of %s: %w", st.key, errdefs.FromIO(err))
+			return nil, fmt.Errorf("read the journal of %s: %w", st.key, errdefs.FromIO(err))
 		}
 	}
 	return mt.missing(), nil

@@ -104,7 +104,7 @@ func (st *state) open() error {
 			return err
 		}
 		if there {
-			st.log.Warn("the transcript already holds the entries the log has for it, after the content they followed: the state folder is older than the transcript (restored from a backup?); they are not appended again",
+			st.log.Warn("the transcript already holds the entries the journal has for it, after the content they followed: the state folder is older than the transcript (restored from a backup?); they are not appended again",
 				zap.Int("entries", len(rec.entries)))
 			if err := st.syncCanonical(); err != nil {
 				return err

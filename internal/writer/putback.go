@@ -23,12 +23,12 @@ import (
 
 // Putting back acknowledged entries another program's rewrite dropped
 // (see acked.go and missing.go). The ledger says which entries are
-// missing and in which order they were acknowledged; the write-ahead log,
+// missing and in which order they were acknowledged; the journal,
 // which keeps compacted segments for a while (wal's retention), still
 // has their bytes. Repair inserts each missing entry once, right after
 // the nearest entry acknowledged before it that the file holds (at the
 // start when none is), in acknowledged order, and keeps every line the
-// other program wrote where it is. An entry whose bytes the log no longer
+// other program wrote where it is. An entry whose bytes the journal no longer
 // holds cannot come back: the finding stays, and says so.
 
 // ackProblem is the check finding for missing acknowledged entries.
@@ -43,20 +43,20 @@ func ackProblem(missing []ackID, retained int, since time.Time) transcript.Probl
 		countOf(len(missing), "entry", "entries"), map[bool]string{true: "is", false: "are"}[len(missing) == 1], strings.Join(shown, ", "), more)
 	switch gone := len(missing) - retained; {
 	case gone == 0:
-		msg += "; sessiond's write-ahead log still holds every one, and repair puts them back in the order they were acknowledged, keeping the other program's lines"
+		msg += "; sessiond's journal still holds every one, and repair puts them back in the order they were acknowledged, keeping the other program's lines"
 	case retained == 0:
-		msg += fmt.Sprintf("; the write-ahead log no longer holds them (it keeps compacted entries %s), so repair cannot bring them back: look for a copy (a backup, the other program's)", retainedSince(since))
+		msg += fmt.Sprintf("; the journal no longer holds them (it keeps compacted entries %s), so repair cannot bring them back: look for a copy (a backup, the other program's)", retainedSince(since))
 	default:
-		msg += fmt.Sprintf("; repair puts back the %d the write-ahead log still holds, in the order they were acknowledged; it cannot bring back the other %d (the log keeps compacted entries %s)", retained, gone, retainedSince(since))
+		msg += fmt.Sprintf("; repair puts back the %d the journal still holds, in the order they were acknowledged; it cannot bring back the other %d (the journal keeps compacted entries %s)", retained, gone, retainedSince(since))
 	}
 	return transcript.Problem{Kind: transcript.KindAcknowledgedMissing, Message: msg, IDs: ids}
 }
 
 func retainedSince(since time.Time) string {
 	if since.IsZero() {
-		return "for --wal-retention after their compaction, and keeps none now"
+		return "for --journal-retention after their compaction, and keeps none now"
 	}
-	return "for --wal-retention after their compaction; the oldest it keeps now were compacted " + since.UTC().Format(time.RFC3339)
+	return "for --journal-retention after their compaction; the oldest it keeps now were compacted " + since.UTC().Format(time.RFC3339)
 }
 
 func countOf(n int, one, many string) string {
@@ -66,7 +66,7 @@ func countOf(n int, one, many string) string {
 	return fmt.Sprintf("%d %s", n, many)
 }
 
-// retained finds which of the missing entries the log still holds, by
+// retained finds which of the missing entries the journal still holds, by
 // the spans the ledger recorded (journal.Log.Lookup), with their bytes when
 // keep.
 func (ls *logStore) retained(missing []ackID, keep bool) (map[span][]byte, journal.LookupInfo, error) {
@@ -84,7 +84,7 @@ func (ls *logStore) retained(missing []ackID, keep bool) (map[span][]byte, journ
 		return nil
 	})
 	if err != nil {
-		return nil, info, fmt.Errorf("read entries back from the write-ahead log: %w", err)
+		return nil, info, fmt.Errorf("read entries back from the journal: %w", err)
 	}
 	return found, info, nil
 }
@@ -107,7 +107,7 @@ func (m *Manager) checkAcked(key layout.Key, mt *ackMatcher, rep *transcript.Rep
 }
 
 // recordMissing records a finding made outside the session's writer (by
-// check): the registry, the note and the log, as setMissing does.
+// check): the registry, the note and the journal, as setMissing does.
 func (m *Manager) recordMissing(key layout.Key, missing []ackID, where string) {
 	st := &state{deps: &m.deps, fs: m.cfg.FS, log: m.log.With(zap.Stringer("session", key)), key: key}
 	st.setMissing(missing, where)
@@ -132,7 +132,7 @@ type insertion struct {
 
 // planPutback compares the ledger with the canonical file (plus the
 // pending entries, which a dry run leaves pending) and finds where each
-// missing entry the log still holds goes. nil when nothing is missing.
+// missing entry the journal still holds goes. nil when nothing is missing.
 func (st *state) planPutback() (*putbackPlan, error) {
 	led, err := readLedger(st.fs, st.cfg.Layout, st.key)
 	if err != nil || led == nil || len(led.ids) == 0 || !st.canonExists {
@@ -168,7 +168,7 @@ func (st *state) planPutback() (*putbackPlan, error) {
 		}
 		err := st.j.read(spans, func(i int, line []byte) error { mt.line(n+i, line); return nil })
 		if err != nil {
-			return nil, fmt.Errorf("read the log of %s: %w", st.key, errdefs.FromIO(err))
+			return nil, fmt.Errorf("read the journal of %s: %w", st.key, errdefs.FromIO(err))
 		}
 	}
 	missing := mt.missing()
@@ -223,7 +223,7 @@ func (p *putbackPlan) actions() []transcript.Action {
 				after = after[:200]
 			}
 			out = append(out, transcript.Action{Line: ins.line, Kind: transcript.ActionRestore,
-				Detail: fmt.Sprintf("put back entry %s, acknowledged by sessiond and missing from the file, from the write-ahead log", id), After: after})
+				Detail: fmt.Sprintf("put back entry %s, acknowledged by sessiond and missing from the file, from the journal", id), After: after})
 		}
 	}
 	return out

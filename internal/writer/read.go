@@ -111,9 +111,9 @@ type Entry struct {
 	Data  []byte
 	// Normalized: Data is a line this sessiond's Append validated
 	// (transcript.Normalize: one JSON object, valid UTF-8), served from
-	// the log before its compaction. False for lines read from the file,
+	// the journal before its compaction. False for lines read from the file,
 	// which another program may have written, and for lines another
-	// program appended that the log rescued.
+	// program appended that the journal rescued.
 	Normalized bool
 }
 

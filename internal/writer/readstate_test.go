@@ -72,7 +72,7 @@ func TestStoreSidecarUnreadable(t *testing.T) {
 			if err != nil || r.SummaryVersion != 1 {
 				t.Fatalf("first append: %+v %v", r, err)
 			}
-			// Compacted (the log lets the batch go: its id lives in the
+			// Compacted (the journal lets the batch go: its id lives in the
 			// sidecar only) and retired: the next append opens the session.
 			retire(t, m, k)
 			ff.Inject(fstest.Fault{Op: c.op, Path: onPath(crashLayout.StorePath(k)), Err: c.err, Sticky: true})

@@ -43,11 +43,11 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 // CheckJournals is the part of recovery that must finish before sessiond
 // serves. It finishes interrupted deletes and restores, removes temp files
 // a crash left, imports the per-session journals of older releases into
-// the write-ahead log, and lists the sessions whose entries the log
-// holds. The log itself was read and checked once, every segment in
-// order, when the Manager was made (wal.Open): torn tails cut, damaged
+// the journal, and lists the sessions whose entries the journal
+// holds. The journal itself was read and checked once, every segment in
+// order, when the Manager was made (journal.Open): torn tails cut, damaged
 // segments kept aside and reported in Stats().RecoveryErrors. The entries
-// are then served from the log; Replay moves them into the canonical
+// are then served from the journal; Replay moves them into the canonical
 // files. It returns the sessions to replay.
 func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Key, error) {
 	var rep RecoverReport
@@ -63,22 +63,22 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 			// After a crash the last segment always ends in unwritten
 			// reserved space (zeros, or a reused file's old records),
 			// and maybe a write that was never acknowledged.
-			m.log.Info("cut the write-ahead log after its last complete record (reserved space never written, or a write never acknowledged)", zap.Int64("bytes", r.TruncatedBytes))
+			m.log.Info("cut the journal after its last complete record (reserved space never written, or a write never acknowledged)", zap.Int64("bytes", r.TruncatedBytes))
 		}
 		for _, lost := range r.Lost {
-			msg := "the write-ahead log lost acknowledged entries (started with --accept-log-loss): " + lost.String()
+			msg := "the journal lost acknowledged entries (started with --accept-journal-loss): " + lost.String()
 			m.log.Error(msg)
 			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", msg, errdefs.ErrCorrupt))
 			m.noteRecoveryError(msg)
 		}
 		if r.AckUnreadable {
-			m.log.Error("the write-ahead log's acknowledgement record is unreadable: whether acknowledged records were lost cannot be told this time")
+			m.log.Error("the journal's acknowledgement record is unreadable: whether acknowledged records were lost cannot be told this time")
 		}
 		if r.NoSegment != nil {
-			m.log.Warn("the disk holding the write-ahead log is full: sessiond serves what it holds, and appends are refused until there is room", zap.Error(r.NoSegment))
+			m.log.Warn("the disk holding the journal is full: sessiond serves what it holds, and appends are refused until there is room", zap.Error(r.NoSegment))
 		}
 		for _, c := range r.Corrupt {
-			m.log.Error("damaged write-ahead log segment", zap.String("what", c))
+			m.log.Error("damaged journal segment", zap.String("what", c))
 			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", c, errdefs.ErrCorrupt))
 			m.noteRecoveryError(c)
 		}
@@ -156,7 +156,7 @@ func (m *Manager) Replay(ctx context.Context, keys []layout.Key) ReplayReport {
 		case err != nil && errdefs.Is(err, errdefs.ErrNoSpace) && m.space.waiting(k):
 			// A full disk is no failure of the session: its compaction
 			// waits for room (space.go) and the entries are served from
-			// the log meanwhile.
+			// the journal meanwhile.
 			rep.Deferred++
 		case err != nil:
 			m.log.Error("recovery of a session failed; its journal is kept", zap.Stringer("session", k), zap.Error(err))

@@ -67,7 +67,7 @@ func TestJournalReplayAfterAbort(t *testing.T) {
 // sessiond does before it serves) every acknowledged entry is read back
 // from the journals and listed, with the canonical files not yet written;
 // Replay then moves them there, counting ReplayPending down. Damage in
-// the log is refused at start; accepted, it is reported by CheckJournals,
+// the journal is refused at start; accepted, it is reported by CheckJournals,
 // the damaged batch is lost and the same session's later batches are
 // replayed.
 func TestCheckJournalsServesBeforeReplay(t *testing.T) {
@@ -111,7 +111,7 @@ func TestCheckJournalsServesBeforeReplay(t *testing.T) {
 	if _, err := New(e.cfg); !errors.Is(err, journal.ErrLost) {
 		t.Fatalf("New over a damaged log: %v, want journal.ErrLost", err)
 	}
-	e.cfg.AcceptLogLoss = true
+	e.cfg.AcceptJournalLoss = true
 	m = e.manager()
 	defer closeManager(t, m)
 	rep, todo, err := m.CheckJournals(ctx)

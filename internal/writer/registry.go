@@ -56,10 +56,10 @@ type Stats struct {
 	RecoveryErrors       []string
 	PastRecoveryFailures uint64
 	Disk                 DiskStats
-	// The write-ahead log's segments in use and their total size.
-	WALSegments int
-	WALSize     int64
-	// The write-ahead log's retained segments (Config.WALRetention):
+	// The journal's segments in use and their total size.
+	JournalSegments int
+	JournalSize     int64
+	// The journal's retained segments (Config.JournalRetention):
 	// how many, their size, and when the oldest was let go.
 	RetainedSegments int
 	RetainedBytes    int64
@@ -167,8 +167,8 @@ func newManager(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
-// relieve compacts the sessions holding the write-ahead log's oldest
-// segment, which the log reports when it has grown past its bound: an
+// relieve compacts the sessions holding the journal's oldest
+// segment, which the journal reports when it has grown past its bound: an
 // idle session would otherwise keep the segment, and every later one,
 // forever.
 func (m *Manager) relieve(keys []layout.Key) {
@@ -177,7 +177,7 @@ func (m *Manager) relieve(keys []layout.Key) {
 			continue // the watcher compacts it once there is room
 		}
 		if _, err := m.flush(context.Background(), k, retireIfOpened, "relieve"); err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
-			m.log.Warn("compaction to free the write-ahead log's oldest segment failed; the log stays over its bound until it succeeds",
+			m.log.Warn("compaction to free the journal's oldest segment failed; the journal stays over its bound until it succeeds",
 				zap.Stringer("session", k), zap.Error(err))
 		}
 	}
@@ -423,8 +423,8 @@ func (m *Manager) Stats() Stats {
 		RecoveryErrors:       recErrs,
 		PastRecoveryFailures: past,
 		Disk:                 disk,
-		WALSegments:          ws.Segments,
-		WALSize:              ws.Size,
+		JournalSegments:      ws.Segments,
+		JournalSize:          ws.Size,
 		RetainedSegments:     ws.RetainedSegments,
 		RetainedBytes:        ws.RetainedBytes,
 		OldestRetained:       ws.OldestRetained,

@@ -289,7 +289,7 @@ func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*tra
 	res = fold(res)
 	if !res.Changed {
 		if plan != nil {
-			// Missing, and none of it in the log any more: the finding
+			// Missing, and none of it in the journal any more: the finding
 			// stands.
 			st.setMissing(plan.remaining(), "repair")
 		}

@@ -506,7 +506,7 @@ func (s *session) drain(st *state) {
 // reference. Only then can the goroutine end without stranding anyone.
 func (s *session) exit(st *state, err error) {
 	// Before anyone can reach a new writer of this session: closing a log
-	// that failed tells the log store where to cut it back to for the new
+	// that failed tells the journal store where to cut it back to for the new
 	// writer.
 	st.closeFiles()
 	s.m.tryRemove(s, true)
@@ -553,7 +553,7 @@ func (e *notProcessed) Unwrap() error { return e.err }
 // written steadily is not taken for idle between two of its appends: an
 // agent appending once a second would otherwise have its whole transcript
 // rewritten once a second (a thousand such sessions: a thousand
-// rewrites a second, for entries the log already holds durably).
+// rewrites a second, for entries the journal already holds durably).
 type rhythm struct {
 	last time.Time
 	gap  time.Duration // moving average of the time between appends

@@ -22,18 +22,18 @@ import (
 )
 
 // How the writers ride out a full disk. An append needs room in the
-// write-ahead log (the tail its current segment reserved ahead lets
+// journal (the tail its current segment reserved ahead lets
 // appends go on for a while when the disk is full), a compaction room for
 // the transcript's new copy: its old content plus the logged entries,
 // before the rename lets the old file go. When a write finds the disk
 // full:
 //
-//   - the log's retained segments (kept for repair, wal's retain.go) go
+//   - the journal's retained segments (kept for repair, wal's retain.go) go
 //     first, every time, if they are on that disk (yieldRetained): a
 //     compaction is then tried once more at once (state.compact), an
 //     append into the ballast's room only refused once they are gone;
 //   - the ballast (package ballast) is deleted, if it is on that disk, and
-//     the log stops reserving space ahead and deletes its spare segments
+//     the journal stops reserving space ahead and deletes its spare segments
 //     (journal.Log.SetLowSpace), so the compactions waiting get that room;
 //     the transcripts whose entries were not compacted yet when the
 //     ballast went are the compactions waiting (lagging): the watcher
@@ -43,7 +43,7 @@ import (
 //   - a compaction that did not fit is deferred: the session's automatic
 //     compactions (after appends, when idle, before retiring, under the
 //     log's pressure) stop trying, and status shows one line for it
-//     (Deferred.Line); entries stay in the log, served from there;
+//     (Deferred.Line); entries stay in the journal, served from there;
 //   - a watcher looks at the free space every spaceCheck (one statfs per
 //     folder) and compacts a deferred session as soon as its folder has
 //     the room it needs, or, where the free space cannot be told, on a
@@ -53,7 +53,7 @@ import (
 //     a loop;
 //   - once nothing waits (no compaction deferred, each lagging transcript
 //     compacted or deferred) and the state folder's disk has room for the
-//     ballast twice over, the ballast is made again, then the log reserves
+//     ballast twice over, the ballast is made again, then the journal reserves
 //     space ahead again. Without the lagging transcripts, the room the
 //     release had just freed counted as room that was back: the reserves
 //     came back at once, before any compaction had had the room, and the
@@ -69,9 +69,9 @@ const (
 	// same).
 	minRetry = time.Second
 	maxRetry = time.Minute
-	// walWriteNeed is what a record of the log (a compaction's marker, a
+	// journalWriteNeed is what a record of the journal (a compaction's marker, a
 	// stream's Bind) needs on its disk: a block.
-	walWriteNeed = 4096
+	journalWriteNeed = 4096
 )
 
 // diskSpace is the manager's view of the disk space: the ballast, the
@@ -82,7 +82,7 @@ type diskSpace struct {
 	log     *zap.Logger
 	ballast *ballast.Ballast // nil: none kept
 	jr      *journal.Log
-	// lowSpaceClear is the free space of the log's folder past which the
+	// lowSpaceClear is the free space of the journal's folder past which the
 	// log reserves space ahead again: two segments' worth.
 	lowSpaceClear int64
 	// retry compacts a deferred session (Manager.flush).
@@ -90,7 +90,7 @@ type diskSpace struct {
 
 	mu       sync.Mutex
 	deferred map[layout.Key]*deferral
-	// lagging: the transcripts whose entries were in the log only when
+	// lagging: the transcripts whose entries were in the journal only when
 	// the ballast was released, with their streams (journal.Log.Behind); the
 	// watcher compacts each once, unless a compaction did it already.
 	lagging  map[layout.Key]uint64
@@ -149,7 +149,7 @@ type DiskStats struct {
 func newDiskSpace(cfg *Config, log *zap.Logger) *diskSpace {
 	d := &diskSpace{cfg: cfg, log: log, deferred: map[layout.Key]*deferral{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{})}
-	seg := cfg.WALSegmentSize
+	seg := cfg.JournalSegmentSize
 	if seg <= 0 {
 		seg = journal.DefaultSegmentSize
 	}
@@ -161,7 +161,7 @@ func newDiskSpace(cfg *Config, log *zap.Logger) *diskSpace {
 }
 
 // start puts the ballast in place (or has the watcher make it once there
-// is room). Called once the log is open.
+// is room). Called once the journal is open.
 func (d *diskSpace) start(l *journal.Log) {
 	d.jr = l
 	if d.ballast == nil {
@@ -205,7 +205,7 @@ func (d *diskSpace) full(dir string, need int64, err error) error {
 // ballast's room while it is released: that room is for the compactions
 // that waited for space (appends would fill it again within moments and
 // no compaction would fit). Appends go on once the free space is above
-// the ballast's size again, as compactions let the log's segments go or
+// the ballast's size again, as compactions let the journal's segments go or
 // as space is freed; the ballast is made again later. Outside that time
 // it costs nothing (no statfs).
 func (d *diskSpace) appendRoom(need int64) error {
@@ -247,7 +247,7 @@ func (d *diskSpace) noticeFull(err error) {
 }
 
 // release gives the reserves on dir's disk to what waits for space: the
-// ballast and the log's reserved space. When it freed something, every
+// ballast and the journal's reserved space. When it freed something, every
 // deferred compaction is looked at again at once. It frees each reserve
 // once until the watcher puts it back, so a compaction failing again
 // waits for its backoff.
@@ -264,7 +264,7 @@ func (d *diskSpace) release(dir string) {
 	if d.jr != nil && fsys.SameDisk(dir, d.cfg.Layout.JournalDir()) && !d.jr.LowSpace() {
 		freed = true
 		d.jr.SetLowSpace(true)
-		d.log.Info("disk full: the write-ahead log gives back the space it reserved ahead until there is room again", zap.String("full", dir))
+		d.log.Info("disk full: the journal gives back the space it reserved ahead until there is room again", zap.String("full", dir))
 	}
 	var behind map[layout.Key]uint64
 	if ballast && d.jr != nil {
@@ -294,19 +294,19 @@ func (d *diskSpace) release(dir string) {
 	}
 }
 
-// yieldRetained has the log remove the segments it retains (wal's
-// retention, kept for repair) when dir, found full, is on the log's disk,
+// yieldRetained has the journal remove the segments it retains (wal's
+// retention, kept for repair) when dir, found full, is on the journal's disk,
 // and reports whether that freed anything. They are the first room to give
 // back, every time the disk is found full: entries already in their
 // transcripts, kept in case another program drops them, matter less than
 // appends and the compactions that move entries into their transcripts.
-// The ballast and the log's reserve are freed once until the watcher puts
-// them back; the log retains segments again as compactions let them go.
+// The ballast and the journal's reserve are freed once until the watcher puts
+// them back; the journal retains segments again as compactions let them go.
 func (d *diskSpace) yieldRetained(dir string) bool {
 	if d.jr == nil || !fsys.SameDisk(dir, d.cfg.Layout.JournalDir()) || !d.jr.DropRetained() {
 		return false
 	}
-	d.log.Warn("disk full: removed the write-ahead log's retained segments (kept so repair can put back entries another program's rewrite drops)",
+	d.log.Warn("disk full: removed the journal's retained segments (kept so repair can put back entries another program's rewrite drops)",
 		zap.String("full", dir))
 	return true
 }
@@ -324,8 +324,8 @@ func (d *diskSpace) compactFailed(key layout.Key, dir string, need int64, err er
 		dir, need = se.Dir, se.Need
 	} else if p := failedPath(err); p != "" {
 		if pdir := filepath.Dir(p); pdir != dir {
-			// Not the temp copy: a record of the log.
-			dir, need = pdir, walWriteNeed
+			// Not the temp copy: a record of the journal.
+			dir, need = pdir, journalWriteNeed
 		}
 	}
 	now, free := d.cfg.Clock.Now(), d.freeSpace(dir)
@@ -344,7 +344,7 @@ func (d *diskSpace) compactFailed(key layout.Key, dir string, need int64, err er
 	d.mu.Unlock()
 	if first {
 		d.log.Warn(Deferred{Key: key, Dir: dir, Need: need, Free: free}.Line()+
-			"; the entries stay in the write-ahead log (served from there) and are compacted once there is room",
+			"; the entries stay in the journal (served from there) and are compacted once there is room",
 			zap.Stringer("session", key))
 	}
 	d.release(dir)
@@ -441,7 +441,7 @@ func (d *diskSpace) watchLocked() {
 }
 
 // needsWatchLocked reports whether anything waits for space: a deferred
-// compaction, a ballast not in place, the log giving back its reserve.
+// compaction, a ballast not in place, the journal giving back its reserve.
 // Called with d.mu held.
 func (d *diskSpace) needsWatchLocked() bool {
 	if len(d.deferred) > 0 || len(d.lagging) > 0 {
@@ -553,7 +553,7 @@ func (d *diskSpace) round() {
 		}
 		if free := d.freeSpace(d.cfg.Layout.JournalDir()); present && free >= d.lowSpaceClear {
 			d.jr.SetLowSpace(false)
-			d.log.Info("space is back: the write-ahead log reserves space ahead again")
+			d.log.Info("space is back: the journal reserves space ahead again")
 		}
 	}
 }

@@ -149,7 +149,7 @@ func TestDeferredCompactionWaitsForSpace(t *testing.T) {
 }
 
 // TestBallastReleasedAndRemade: the ballast is made at start; the first
-// write that finds the disk full deletes it and the log gives back its
+// write that finds the disk full deletes it and the journal gives back its
 // spare space; the compaction waiting is tried again at once (it may fit
 // now); once nothing waits and the disk has room for the ballast twice
 // over, it is made again.
@@ -172,7 +172,7 @@ func TestBallastReleasedAndRemade(t *testing.T) {
 		t.Errorf("status: %+v, want the ballast %s released", st, path)
 	}
 	if !m.logs.jr.LowSpace() {
-		t.Error("the log still reserves space ahead on a full disk")
+		t.Error("the journal still reserves space ahead on a full disk")
 	}
 	// The release wakes the watcher at once; the free space (10) does
 	// not fit the compaction, so it is not tried.
@@ -217,13 +217,13 @@ func TestBallastReleasedAndRemade(t *testing.T) {
 		t.Error("status still says the ballast is released")
 	}
 	if m.logs.jr.LowSpace() {
-		t.Error("the log does not reserve space ahead again once space is back")
+		t.Error("the journal does not reserve space ahead again once space is back")
 	}
 }
 
 // TestReplayOnAFullDiskWaitsForSpace: a session whose replay does not fit
 // on a full disk is no recovery failure: its compaction is deferred (shown
-// as such), its entries served from the log, and it catches up once there
+// as such), its entries served from the journal, and it catches up once there
 // is room, with nothing ever reported as failed.
 func TestReplayOnAFullDiskWaitsForSpace(t *testing.T) {
 	e := newSpaceEnv(t, func(c *Config) { c.MinCompactBytes = 1 << 30 })
@@ -260,17 +260,17 @@ func TestReplayOnAFullDiskWaitsForSpace(t *testing.T) {
 	}
 }
 
-// TestRetainedSegmentsYieldToACompaction: the log's retained segments
+// TestRetainedSegmentsYieldToACompaction: the journal's retained segments
 // (kept so repair can put back what another program's rewrite drops) are
 // the first room given back when the disk is full, to a compaction as to
 // an append: a flush that finds the disk full while they hold room has
-// the log remove them and tries once more at once, instead of failing and
+// the journal remove them and tries once more at once, instead of failing and
 // waiting for space sessiond could free itself (its transcripts would lag
-// until an append happened to hit the full disk in the log, which the
+// until an append happened to hit the full disk in the journal, which the
 // ballast's rule keeps appends from doing). With nothing retained, the
 // compaction is not tried again: it waits for space.
 func TestRetainedSegmentsYieldToACompaction(t *testing.T) {
-	e := newSpaceEnv(t, func(c *Config) { c.MinCompactBytes = 1 << 30; c.WALSegmentSize = 4096 })
+	e := newSpaceEnv(t, func(c *Config) { c.MinCompactBytes = 1 << 30; c.JournalSegmentSize = 4096 })
 	m, k := e.m, newKey()
 	for i := range 12 {
 		e.appendTo(k, string(entry("", "n", fmt.Sprint(i), "pad", strings.Repeat("p", 1000))))
@@ -285,7 +285,7 @@ func TestRetainedSegmentsYieldToACompaction(t *testing.T) {
 	e.ff.Inject(fstest.Fault{Op: fstest.OpWrite, Path: func(p string) bool { return strings.Contains(p, ".compact-") }, Err: syscall.ENOSPC})
 	before := e.attempts.Load()
 	if _, err := m.Flush(bg, k); err != nil {
-		t.Fatalf("flush on a disk full but for the log's retained segments: %v", err)
+		t.Fatalf("flush on a disk full but for the journal's retained segments: %v", err)
 	}
 	if n := e.attempts.Load() - before; n != 2 {
 		t.Errorf("%d compactions tried, want 2: the one that found the disk full, then one once the retained segments were gone", n)
@@ -309,15 +309,15 @@ func TestRetainedSegmentsYieldToACompaction(t *testing.T) {
 
 // TestRetainedSegmentsYieldToAnAppend: while the released ballast's room
 // is kept for the compactions, an append that would take it is refused;
-// but room the log's retained segments hold is given back first (they
+// but room the journal's retained segments hold is given back first (they
 // came back as the deferred compactions let segments go), as it is to
-// the log's own writes, instead of refusing appends while sessiond keeps
+// the journal's own writes, instead of refusing appends while sessiond keeps
 // history that is already in the transcripts.
 func TestRetainedSegmentsYieldToAnAppend(t *testing.T) {
 	const size = 64 << 10
 	var retainedGone atomic.Bool
 	e := newSpaceEnv(t, func(c *Config) {
-		c.BallastSize, c.MinCompactBytes, c.WALSegmentSize = size, 1<<30, 4096
+		c.BallastSize, c.MinCompactBytes, c.JournalSegmentSize = size, 1<<30, 4096
 	})
 	// The free space the test sets, and the retained segments' room once
 	// they are gone.
@@ -344,7 +344,7 @@ func TestRetainedSegmentsYieldToAnAppend(t *testing.T) {
 	}
 	// Some room: the compaction is done, appends that leave the
 	// ballast's room go on, and the compactions let segments go, which
-	// the log retains.
+	// the journal retains.
 	e.free.Store(2*size - 1)
 	for i := 0; len(m.Stats().Disk.Deferred) > 0; i++ {
 		if i == 10 {
@@ -371,7 +371,7 @@ func TestRetainedSegmentsYieldToAnAppend(t *testing.T) {
 		}
 	})
 	if _, err := m.Append(bg, k, [][]byte{entry("", "n", "14")}); err != nil {
-		t.Fatalf("append refused while the log's retained segments held room: %v", err)
+		t.Fatalf("append refused while the journal's retained segments held room: %v", err)
 	}
 	if n := m.Stats().RetainedSegments; n != 0 {
 		t.Errorf("%d segments still retained", n)
@@ -380,7 +380,7 @@ func TestRetainedSegmentsYieldToAnAppend(t *testing.T) {
 
 // TestLaggingTranscriptsGetTheReleasedRoom: an append that finds the disk
 // full releases the reserves while nothing is deferred yet, only
-// transcripts whose entries are still in the log. The watcher compacts
+// transcripts whose entries are still in the journal. The watcher compacts
 // them at once: the one that fits is done, the one that does not is
 // deferred, and the ballast is not made again meanwhile, though the free
 // space has room for it (what the release freed). Once that compaction is
@@ -398,7 +398,7 @@ func TestLaggingTranscriptsGetTheReleasedRoom(t *testing.T) {
 		t.Fatalf("lag %d sessions before the disk fills, want 2", st.LagSessions)
 	}
 	path := e.lay.BallastPath()
-	// big's compaction does not fit; the next write of the log finds the
+	// big's compaction does not fit; the next write of the journal finds the
 	// disk full. The free space read after that is the room the release
 	// freed: the ballast's twice over.
 	e.ff.Inject(fstest.Fault{Op: fstest.OpWrite, Path: func(p string) bool { return strings.Contains(p, "."+big.SessionID+".compact-") }, Err: syscall.ENOSPC, Sticky: true})
@@ -413,7 +413,7 @@ func TestLaggingTranscriptsGetTheReleasedRoom(t *testing.T) {
 	var st DiskStats
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		st = m.Stats().Disk
-		// The log stops counting small as lagging at its compaction's
+		// The journal stops counting small as lagging at its compaction's
 		// marker, just before the rename: wait for the file too.
 		if _, err := os.Stat(e.lay.TranscriptPath(small)); len(st.Deferred) == 1 && st.LagSessions == 1 && err == nil {
 			break
@@ -435,7 +435,7 @@ func TestLaggingTranscriptsGetTheReleasedRoom(t *testing.T) {
 		t.Fatalf("the ballast was made again while a compaction waited for the room (%v)", err)
 	}
 	if !m.logs.jr.LowSpace() {
-		t.Error("the log reserves space ahead again while a compaction waits")
+		t.Error("the journal reserves space ahead again while a compaction waits")
 	}
 	e.ff.Clear()
 	for i := 0; ; i++ {
@@ -453,7 +453,7 @@ func TestLaggingTranscriptsGetTheReleasedRoom(t *testing.T) {
 }
 
 // TestReadOfADeferredSessionTellsNoChange: a session whose compaction
-// waits for space keeps its entries in the log with no writer; each
+// waits for space keeps its entries in the journal with no writer; each
 // ReadLines opens a writer that retires at once. The retirement tells
 // Config.Changed nothing (the transcript holds what it held): told, the
 // mirror, which reads on every Change, would turn again and again for as

@@ -33,7 +33,7 @@ type pendingEntry struct {
 	size int    // line bytes without newline
 	uuid string // "" for an entry without uuid
 	// foreign: a line another program appended to the file during a
-	// compaction's rename, rescued into the log (foreign.go): never
+	// compaction's rename, rescued into the journal (foreign.go): never
 	// acknowledged to anyone, so not in the ledger (acked.go).
 	foreign bool
 }
@@ -43,7 +43,7 @@ type pendingEntry struct {
 // the manager. The manager embeds them too (they are its as well).
 type deps struct {
 	cfg   Config
-	logs  *logStore // the sessions' write-ahead logs (journal.go)
+	logs  *logStore // the sessions' journals (journal.go)
 	ix    *index.Index
 	stats counters
 	// missing lists the transcripts found lacking entries sessiond had
@@ -110,7 +110,7 @@ type state struct {
 	ent *index.Entry
 
 	// ackEnd is where the ledger's last whole record ends, -1 until
-	// read (acked.go); ackDropped are acknowledged entries of the log's
+	// read (acked.go); ackDropped are acknowledged entries of the journal's
 	// current stream that are not pending because the file already held
 	// their uuid (replay): the next ledger record lists them too, before
 	// the stream goes. missingIDs is what the last comparison of the

@@ -129,7 +129,7 @@ func TestRestoreMergesNewestCopy(t *testing.T) {
 	if _, err := m.Delete(bg, k, false); err != nil {
 		t.Fatal(err)
 	}
-	mustAppendTo(t, m, k, c) // stays in the log: the restore compacts it first
+	mustAppendTo(t, m, k, c) // stays in the journal: the restore compacts it first
 	out, err := m.RestoreTrash(bg, k, RestoreOptions{})
 	if err != nil {
 		t.Fatal(err)

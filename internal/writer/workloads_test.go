@@ -38,7 +38,7 @@ func allWorkloads() []*workload {
 }
 
 // wlForeignRewrite: entries compacted in two compactions (segments small
-// enough to roll, so the log retains them), another program's truncating
+// enough to roll, so the journal retains them), another program's truncating
 // save of the transcript (open("w"): its stale copy, shorter, and a line
 // of its own, synced), an entry appended after it, then repair and a
 // flush. Whatever the crash or fault, once recovered and repaired (settle)
@@ -48,7 +48,7 @@ func allWorkloads() []*workload {
 func wlForeignRewrite() *workload {
 	return &workload{
 		name:  "foreign-rewrite",
-		cfg:   func(c *Config) { c.WALSegmentSize = 1500 },
+		cfg:   func(c *Config) { c.JournalSegmentSize = 1500 },
 		probe: []layout.Key{kRewrite, kBy},
 		run: func(w *world) {
 			w.append(0, kRewrite, line(kRewrite, w.id(), "r1"), line(kRewrite, "", "r2"), line(kRewrite, w.id(), "r3"))

@@ -1566,12 +1566,12 @@ type StatusResponse struct {
 	// compactions waiting for space, and how far the transcripts lag behind
 	// what sessiond acknowledged.
 	Disk *DiskStatus `protobuf:"bytes,26,opt,name=disk,proto3" json:"disk,omitempty"`
-	// What the write-ahead log keeps after compaction, for repair to put
+	// What the journal keeps after compaction, for repair to put
 	// back acknowledged entries another program's rewrite dropped.
-	WalRetention *WalRetention `protobuf:"bytes,30,opt,name=wal_retention,json=walRetention,proto3" json:"wal_retention,omitempty"`
+	JournalRetention *JournalRetention `protobuf:"bytes,30,opt,name=journal_retention,json=journalRetention,proto3" json:"journal_retention,omitempty"`
 	// Transcripts found lacking entries sessiond had acknowledged (another
 	// program rewrote them without those): `sessionctl check` names them,
-	// `sessionctl repair` puts back what the log retains. Empty when all is
+	// `sessionctl repair` puts back what the journal retains. Empty when all is
 	// well. At most 100 (acknowledged_missing_total counts them all).
 	AcknowledgedMissing      []*AcknowledgedMissing `protobuf:"bytes,31,rep,name=acknowledged_missing,json=acknowledgedMissing,proto3" json:"acknowledged_missing,omitempty"`
 	AcknowledgedMissingTotal uint64                 `protobuf:"varint,33,opt,name=acknowledged_missing_total,json=acknowledgedMissingTotal,proto3" json:"acknowledged_missing_total,omitempty"`
@@ -1775,9 +1775,9 @@ func (x *StatusResponse) GetDisk() *DiskStatus {
 	return nil
 }
 
-func (x *StatusResponse) GetWalRetention() *WalRetention {
+func (x *StatusResponse) GetJournalRetention() *JournalRetention {
 	if x != nil {
-		return x.WalRetention
+		return x.JournalRetention
 	}
 	return nil
 }
@@ -2078,7 +2078,7 @@ type DiskStatus struct {
 	// The ballast was released after the disk filled and is not back yet.
 	BallastReleased bool `protobuf:"varint,3,opt,name=ballast_released,json=ballastReleased,proto3" json:"ballast_released,omitempty"`
 	// Sessions with acknowledged entries that are not in their transcripts
-	// yet (they are served from the write-ahead log), and those entries'
+	// yet (they are served from the journal), and those entries'
 	// bytes: usually a few sessions for a second, lasting while
 	// compactions are deferred.
 	LagSessions uint64 `protobuf:"varint,4,opt,name=lag_sessions,json=lagSessions,proto3" json:"lag_sessions,omitempty"`
@@ -2270,13 +2270,13 @@ func (x *DeferredCompaction) GetMessage() string {
 	return ""
 }
 
-// WalRetention is the write-ahead log's retention of compacted segments.
-type WalRetention struct {
+// JournalRetention is the journal's retention of compacted segments.
+type JournalRetention struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How long a segment is kept after every session in it was compacted
-	// (--wal-retention); 0 when nothing is kept.
+	// (--journal-retention); 0 when nothing is kept.
 	RetentionMs int64 `protobuf:"varint,1,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
-	// The most the retained segments may add up to (--wal-retention-size);
+	// The most the retained segments may add up to (--journal-retention-size);
 	// the oldest go first.
 	SizeBudget       uint64 `protobuf:"varint,2,opt,name=size_budget,json=sizeBudget,proto3" json:"size_budget,omitempty"`
 	RetainedSegments uint64 `protobuf:"varint,3,opt,name=retained_segments,json=retainedSegments,proto3" json:"retained_segments,omitempty"`
@@ -2287,20 +2287,20 @@ type WalRetention struct {
 	sizeCache        protoimpl.SizeCache
 }
 
-func (x *WalRetention) Reset() {
-	*x = WalRetention{}
+func (x *JournalRetention) Reset() {
+	*x = JournalRetention{}
 	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *WalRetention) String() string {
+func (x *JournalRetention) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*WalRetention) ProtoMessage() {}
+func (*JournalRetention) ProtoMessage() {}
 
-func (x *WalRetention) ProtoReflect() protoreflect.Message {
+func (x *JournalRetention) ProtoReflect() protoreflect.Message {
 	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -2312,40 +2312,40 @@ func (x *WalRetention) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use WalRetention.ProtoReflect.Descriptor instead.
-func (*WalRetention) Descriptor() ([]byte, []int) {
+// Deprecated: Use JournalRetention.ProtoReflect.Descriptor instead.
+func (*JournalRetention) Descriptor() ([]byte, []int) {
 	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{24}
 }
 
-func (x *WalRetention) GetRetentionMs() int64 {
+func (x *JournalRetention) GetRetentionMs() int64 {
 	if x != nil {
 		return x.RetentionMs
 	}
 	return 0
 }
 
-func (x *WalRetention) GetSizeBudget() uint64 {
+func (x *JournalRetention) GetSizeBudget() uint64 {
 	if x != nil {
 		return x.SizeBudget
 	}
 	return 0
 }
 
-func (x *WalRetention) GetRetainedSegments() uint64 {
+func (x *JournalRetention) GetRetainedSegments() uint64 {
 	if x != nil {
 		return x.RetainedSegments
 	}
 	return 0
 }
 
-func (x *WalRetention) GetRetainedBytes() uint64 {
+func (x *JournalRetention) GetRetainedBytes() uint64 {
 	if x != nil {
 		return x.RetainedBytes
 	}
 	return 0
 }
 
-func (x *WalRetention) GetOldestRetainedMs() int64 {
+func (x *JournalRetention) GetOldestRetainedMs() int64 {
 	if x != nil {
 		return x.OldestRetainedMs
 	}
@@ -2852,7 +2852,7 @@ type RepairAction struct {
 	// split, drop, strip_nul, replace_invalid, insert_tool_result,
 	// neutralise_tool_result, repoint_parent, drop_duplicate,
 	// restore_acknowledged (an acknowledged entry put back from the
-	// write-ahead log; line is the one it goes after).
+	// journal; line is the one it goes after).
 	Kind          string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
 	Before        []byte `protobuf:"bytes,4,opt,name=before,proto3" json:"before,omitempty"`
@@ -4523,7 +4523,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x05total\x18\x02 \x01(\rR\x05total\"F\n" +
 	"\x11GetSessionRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\"\x0f\n" +
-	"\rStatusRequest\"\xee\t\n" +
+	"\rStatusRequest\"\xfa\t\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x1d\n" +
@@ -4550,8 +4550,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"operations\x18\x13 \x03(\v2\x16.sessiond.v1.OperationR\n" +
 	"operations\x124\n" +
 	"\x16past_recovery_failures\x18\x19 \x01(\x04R\x14pastRecoveryFailures\x12+\n" +
-	"\x04disk\x18\x1a \x01(\v2\x17.sessiond.v1.DiskStatusR\x04disk\x12>\n" +
-	"\rwal_retention\x18\x1e \x01(\v2\x19.sessiond.v1.WalRetentionR\fwalRetention\x12S\n" +
+	"\x04disk\x18\x1a \x01(\v2\x17.sessiond.v1.DiskStatusR\x04disk\x12J\n" +
+	"\x11journal_retention\x18\x1e \x01(\v2\x1d.sessiond.v1.JournalRetentionR\x10journalRetention\x12S\n" +
 	"\x14acknowledged_missing\x18\x1f \x03(\v2 .sessiond.v1.AcknowledgedMissingR\x13acknowledgedMissing\x12<\n" +
 	"\x1aacknowledged_missing_total\x18! \x01(\x04R\x18acknowledgedMissingTotal\x12!\n" +
 	"\ftrash_copies\x18\x14 \x01(\rR\vtrashCopies\x12\x1f\n" +
@@ -4601,8 +4601,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\n" +
 	"free_bytes\x18\x04 \x01(\x03R\tfreeBytes\x12\x19\n" +
 	"\bsince_ms\x18\x05 \x01(\x03R\asinceMs\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage\"\xd4\x01\n" +
-	"\fWalRetention\x12!\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\"\xd8\x01\n" +
+	"\x10JournalRetention\x12!\n" +
 	"\fretention_ms\x18\x01 \x01(\x03R\vretentionMs\x12\x1f\n" +
 	"\vsize_budget\x18\x02 \x01(\x04R\n" +
 	"sizeBudget\x12+\n" +
@@ -4826,7 +4826,7 @@ var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(*MirrorStatus)(nil),          // 22: sessiond.v1.MirrorStatus
 	(*DiskStatus)(nil),            // 23: sessiond.v1.DiskStatus
 	(*DeferredCompaction)(nil),    // 24: sessiond.v1.DeferredCompaction
-	(*WalRetention)(nil),          // 25: sessiond.v1.WalRetention
+	(*JournalRetention)(nil),      // 25: sessiond.v1.JournalRetention
 	(*AcknowledgedMissing)(nil),   // 26: sessiond.v1.AcknowledgedMissing
 	(*Operation)(nil),             // 27: sessiond.v1.Operation
 	(*CheckRequest)(nil),          // 28: sessiond.v1.CheckRequest
@@ -4876,7 +4876,7 @@ var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	1,  // 14: sessiond.v1.GetSessionRequest.session:type_name -> sessiond.v1.SessionRef
 	27, // 15: sessiond.v1.StatusResponse.operations:type_name -> sessiond.v1.Operation
 	23, // 16: sessiond.v1.StatusResponse.disk:type_name -> sessiond.v1.DiskStatus
-	25, // 17: sessiond.v1.StatusResponse.wal_retention:type_name -> sessiond.v1.WalRetention
+	25, // 17: sessiond.v1.StatusResponse.journal_retention:type_name -> sessiond.v1.JournalRetention
 	26, // 18: sessiond.v1.StatusResponse.acknowledged_missing:type_name -> sessiond.v1.AcknowledgedMissing
 	22, // 19: sessiond.v1.StatusResponse.mirror:type_name -> sessiond.v1.MirrorStatus
 	21, // 20: sessiond.v1.StatusResponse.leases:type_name -> sessiond.v1.LeaseStatus

@@ -402,16 +402,16 @@ export interface StatusResponse {
     | DiskStatus
     | undefined;
   /**
-   * What the write-ahead log keeps after compaction, for repair to put
+   * What the journal keeps after compaction, for repair to put
    * back acknowledged entries another program's rewrite dropped.
    */
-  walRetention:
-    | WalRetention
+  journalRetention:
+    | JournalRetention
     | undefined;
   /**
    * Transcripts found lacking entries sessiond had acknowledged (another
    * program rewrote them without those): `sessionctl check` names them,
-   * `sessionctl repair` puts back what the log retains. Empty when all is
+   * `sessionctl repair` puts back what the journal retains. Empty when all is
    * well. At most 100 (acknowledged_missing_total counts them all).
    */
   acknowledgedMissing: AcknowledgedMissing[];
@@ -531,7 +531,7 @@ export interface DiskStatus {
   ballastReleased: boolean;
   /**
    * Sessions with acknowledged entries that are not in their transcripts
-   * yet (they are served from the write-ahead log), and those entries'
+   * yet (they are served from the journal), and those entries'
    * bytes: usually a few sessions for a second, lasting while
    * compactions are deferred.
    */
@@ -571,15 +571,15 @@ export interface DeferredCompaction {
   message: string;
 }
 
-/** WalRetention is the write-ahead log's retention of compacted segments. */
-export interface WalRetention {
+/** JournalRetention is the journal's retention of compacted segments. */
+export interface JournalRetention {
   /**
    * How long a segment is kept after every session in it was compacted
-   * (--wal-retention); 0 when nothing is kept.
+   * (--journal-retention); 0 when nothing is kept.
    */
   retentionMs: number;
   /**
-   * The most the retained segments may add up to (--wal-retention-size);
+   * The most the retained segments may add up to (--journal-retention-size);
    * the oldest go first.
    */
   sizeBudget: number;
@@ -714,7 +714,7 @@ export interface RepairAction {
    * split, drop, strip_nul, replace_invalid, insert_tool_result,
    * neutralise_tool_result, repoint_parent, drop_duplicate,
    * restore_acknowledged (an acknowledged entry put back from the
-   * write-ahead log; line is the one it goes after).
+   * journal; line is the one it goes after).
    */
   kind: string;
   detail: string;
@@ -2736,7 +2736,7 @@ function createBaseStatusResponse(): StatusResponse {
     operations: [],
     pastRecoveryFailures: 0,
     disk: undefined,
-    walRetention: undefined,
+    journalRetention: undefined,
     acknowledgedMissing: [],
     acknowledgedMissingTotal: 0,
     trashCopies: 0,
@@ -2815,8 +2815,8 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     if (message.disk !== undefined) {
       DiskStatus.encode(message.disk, writer.uint32(210).fork()).join();
     }
-    if (message.walRetention !== undefined) {
-      WalRetention.encode(message.walRetention, writer.uint32(242).fork()).join();
+    if (message.journalRetention !== undefined) {
+      JournalRetention.encode(message.journalRetention, writer.uint32(242).fork()).join();
     }
     for (const v of message.acknowledgedMissing) {
       AcknowledgedMissing.encode(v!, writer.uint32(250).fork()).join();
@@ -3036,7 +3036,7 @@ export const StatusResponse: MessageFns<StatusResponse> = {
               break;
             }
 
-            message.walRetention = WalRetention.decode(reader, reader.uint32());
+            message.journalRetention = JournalRetention.decode(reader, reader.uint32());
             continue;
           }
           case 31: {
@@ -3136,8 +3136,8 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     message.disk = (object.disk !== undefined && object.disk !== null)
       ? DiskStatus.fromPartial(object.disk)
       : undefined;
-    message.walRetention = (object.walRetention !== undefined && object.walRetention !== null)
-      ? WalRetention.fromPartial(object.walRetention)
+    message.journalRetention = (object.journalRetention !== undefined && object.journalRetention !== null)
+      ? JournalRetention.fromPartial(object.journalRetention)
       : undefined;
     message.acknowledgedMissing = object.acknowledgedMissing?.map((e) => AcknowledgedMissing.fromPartial(e)) || [];
     message.acknowledgedMissingTotal = object.acknowledgedMissingTotal ?? 0;
@@ -3710,12 +3710,12 @@ export const DeferredCompaction: MessageFns<DeferredCompaction> = {
   },
 };
 
-function createBaseWalRetention(): WalRetention {
+function createBaseJournalRetention(): JournalRetention {
   return { retentionMs: 0, sizeBudget: 0, retainedSegments: 0, retainedBytes: 0, oldestRetainedMs: 0 };
 }
 
-export const WalRetention: MessageFns<WalRetention> = {
-  encode(message: WalRetention, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+export const JournalRetention: MessageFns<JournalRetention> = {
+  encode(message: JournalRetention, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.retentionMs !== 0) {
       writer.uint32(8).int64(message.retentionMs);
     }
@@ -3734,7 +3734,7 @@ export const WalRetention: MessageFns<WalRetention> = {
     return writer;
   },
 
-  decode(input: BinaryReader | Uint8Array, length?: number): WalRetention {
+  decode(input: BinaryReader | Uint8Array, length?: number): JournalRetention {
     const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
     const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
     if (previousRecursionDepth >= 100) {
@@ -3743,7 +3743,7 @@ export const WalRetention: MessageFns<WalRetention> = {
     (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
     try {
       const end = length === undefined ? reader.len : reader.pos + length;
-      const message = createBaseWalRetention();
+      const message = createBaseJournalRetention();
       while (reader.pos < end) {
         const tag = reader.uint32();
         switch (tag >>> 3) {
@@ -3799,11 +3799,11 @@ export const WalRetention: MessageFns<WalRetention> = {
     }
   },
 
-  create<I extends Exact<DeepPartial<WalRetention>, I>>(base?: I): WalRetention {
-    return WalRetention.fromPartial(base ?? ({} as any));
+  create<I extends Exact<DeepPartial<JournalRetention>, I>>(base?: I): JournalRetention {
+    return JournalRetention.fromPartial(base ?? ({} as any));
   },
-  fromPartial<I extends Exact<DeepPartial<WalRetention>, I>>(object: I): WalRetention {
-    const message = createBaseWalRetention();
+  fromPartial<I extends Exact<DeepPartial<JournalRetention>, I>>(object: I): JournalRetention {
+    const message = createBaseJournalRetention();
     message.retentionMs = object.retentionMs ?? 0;
     message.sizeBudget = object.sizeBudget ?? 0;
     message.retainedSegments = object.retainedSegments ?? 0;
