@@ -95,6 +95,51 @@ class TestStore < Minitest::Test
     refute_equal s.batch_ids_sent[1], s.batch_ids_sent[2]
   end
 
+  # Holds the first append inside its turn until released.
+  class HoldsTheFirstAppend < SessiondStore
+    attr_reader :gate
+
+    def initialize(**kw)
+      super
+      @gate = Queue.new
+      @held = false
+    end
+
+    # Appends holding or waiting for a turn on the transcript.
+    def in_line(key)
+      @queues_lock.synchronize do
+        @queues[[key['project_key'], key['session_id'], '']]&.users.to_i
+      end
+    end
+
+    private
+
+    def append_in_order(*args)
+      unless @held
+        @held = true
+        @gate.pop
+      end
+      super
+    end
+  end
+
+  def test_a_thread_killed_while_waiting_for_its_turn_blocks_nobody
+    s = HoldsTheFirstAppend.new(socket_path: @daemon.socket, fold: nil)
+    @stores = [s]
+    k = key
+    first = Thread.new { s.append(k, [TestSupport.entry('first')]) }
+    Thread.pass until first.status == 'sleep' && s.in_line(k) == 1
+    waiting = Thread.new { s.append(k, [TestSupport.entry('killed')]) }
+    Thread.pass until waiting.status == 'sleep' && s.in_line(k) == 2
+    waiting.kill.join
+    s.gate << :go
+    first.join
+    last = Thread.new { s.append(k, [TestSupport.entry('last')]) }
+    refute_nil last.join(10), 'the append after the killed one got its turn'
+    assert_equal %w[first last], s.load(k).map { |e| e['message']['content'] }
+    assert_equal 0, s.in_line(k)
+  end
+
   def test_appends_from_many_threads_stay_whole_and_in_each_threads_order
     s = store
     k = key

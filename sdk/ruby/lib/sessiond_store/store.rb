@@ -381,12 +381,18 @@ class SessiondStore
       turns = (@queues[transcript] ||= Turns.new)
       turns.users += 1
       ticket = turns.take
+      served = false
       begin
         turns.wait(ticket, @queues_lock)
-      rescue Exception # rubocop:disable Lint/RescueException -- killed or interrupted while waiting
-        turns.mine?(ticket) ? turns.advance : turns.abandon(ticket)
-        release(transcript, turns)
-        raise
+        served = true
+      ensure
+        # Killed or interrupted while waiting (Thread#kill is no exception
+        # a rescue sees): give the turn up, or the appends behind it would
+        # wait forever.
+        unless served
+          turns.mine?(ticket) ? turns.advance : turns.abandon(ticket)
+          release(transcript, turns)
+        end
       end
     end
     begin
