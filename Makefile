@@ -5,7 +5,7 @@ PROTOC_VERSION := libprotoc 3.21.12
 PROTO_DIR := api/proto
 PROTO_FILES := $(shell find $(PROTO_DIR) -name '*.proto' | sort)
 
-.PHONY: all build test test-go tools postgres grpcurl sdk sdk-ts sdk-py proto proto-check vet fmt-check fuzz fuzz-short bench bench-adapter clean test-adapters
+.PHONY: all build test test-go tools postgres grpcurl sdk sdk-ts sdk-py sdk-rb proto proto-check vet fmt-check fuzz fuzz-short bench bench-adapter clean test-adapters
 
 all: build
 
@@ -17,9 +17,9 @@ build:
 # tools installs what the suite needs beyond Go: protoc (Debian's
 # protobuf-compiler, which pins its version), the official TypeScript SDK
 # (pinned in e2e/sdk/package-lock.json), the TypeScript adapter's packages
-# (with the SDK's Claude Code CLI) and the Python adapter's Debian packages,
-# when they are missing, and Debian's PostgreSQL server (postgres).
-tools: sdk sdk-ts sdk-py grpcurl postgres
+# (with the SDK's Claude Code CLI), the Python and Ruby adapters' Debian
+# packages, when they are missing, and Debian's PostgreSQL server (postgres).
+tools: sdk sdk-ts sdk-py sdk-rb grpcurl postgres
 	@v="$$(protoc --version 2>/dev/null)"; if [ "$$v" != "$(PROTOC_VERSION)" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing protobuf-compiler"; (apt-get update -qq && apt-get install -y -qq protobuf-compiler) >/dev/null || exit 1; \
@@ -75,6 +75,20 @@ sdk-py:
 	    echo "installing $(PY_DEBS)"; (apt-get update -qq && apt-get install -y -qq $(PY_DEBS)) >/dev/null || exit 1; \
 	  else echo "the Python adapter's tests need $(PY_DEBS) (Debian: sudo apt-get install $(PY_DEBS))" >&2; exit 1; fi; fi
 
+# RUBY is the Ruby the Ruby adapter is tested with: Debian's, whose packages
+# give grpc (with googleapis' status protos), google-protobuf, the code
+# generator (grpc_tools_ruby_protoc) and minitest (the Ruby registry is not
+# reachable here), and async, which the vendored Ruby Agent SDK the
+# adapter's tests use as their oracle requires (../shared/vendor/SOURCES.md).
+RUBY ?= ruby
+RB_DEBS := ruby ruby-async ruby-grpc ruby-grpc-tools ruby-google-protobuf
+
+sdk-rb:
+	@if ! $(RUBY) -e 'require "grpc"; require "google/protobuf"; require "async"; require "minitest"' 2>/dev/null || ! command -v grpc_tools_ruby_protoc >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing $(RB_DEBS)"; (apt-get update -qq && apt-get install -y -qq $(RB_DEBS)) >/dev/null || exit 1; \
+	  else echo "the Ruby adapter needs $(RB_DEBS) (Debian: sudo apt-get install $(RB_DEBS))" >&2; exit 1; fi; fi
+
 # proto regenerates the committed Go code with the pinned generators:
 # protoc-gen-go and protoc-gen-go-grpc are go.mod tool entries, protoc is
 # Debian's protobuf-compiler.
@@ -87,10 +101,11 @@ proto: tools
 	  $(patsubst $(PROTO_DIR)/%,%,$(PROTO_FILES))
 	npm run --prefix sdk/typescript gen
 	PYTHON=$(PY) sdk/python/gen.sh
+	sdk/ruby/gen.sh
 
 # proto-check fails when the committed generated code differs from what the
 # pinned generators produce.
-GEN_DIRS := $(PROTO_DIR) sdk/typescript/src/gen sdk/python/sessiond_store/gen
+GEN_DIRS := $(PROTO_DIR) sdk/typescript/src/gen sdk/python/sessiond_store/gen sdk/ruby/lib/sessiond_store/gen
 
 proto-check: proto
 	@git diff --exit-code -- $(GEN_DIRS) || { echo "generated protobuf code is stale: run make proto and commit" >&2; exit 1; }
@@ -151,7 +166,9 @@ test-go:
 # round trips, retries, summaries, trust checks) against one freshly built
 # daemon; the Python suite also runs the official Python SDK's conformance
 # kit and store functions, vendored in ../shared/vendor (SESSIOND_REQUIRE_SDK
-# fails them, rather than skipping, when it is missing). The TypeScript adapter is type-checked, then tested as sdk-ts
+# fails them, rather than skipping, when it is missing), and the Ruby suite
+# the Ruby SDK's kit, SessionResume and store functions, vendored there too
+# (it fails when they are missing). The TypeScript adapter is type-checked, then tested as sdk-ts
 # built it (npm test's pretest would rebuild dist/ while the agent tests of
 # e2e may be loading it).
 test-adapters: sdk-ts
@@ -159,6 +176,7 @@ test-adapters: sdk-ts
 	npm run --prefix $(TS) typecheck
 	SESSIOND_BIN=$(CURDIR)/.bin/sessiond npm test --prefix $(TS) --ignore-scripts
 	SESSIOND_BIN=$(CURDIR)/.bin/sessiond SESSIOND_REQUIRE_SDK=1 $(PY) -m pytest -q -p no:cacheprovider sdk/python/tests
+	SESSIOND_BIN=$(CURDIR)/.bin/sessiond RUBY=$(RUBY) sdk/ruby/test/run
 
 # bench runs the load tool's whole suite against a freshly built daemon,
 # with the baselines measured in the same run, and rewrites the results
