@@ -144,7 +144,7 @@ Google::Protobuf::DescriptorPool.generated_pool.build do
       repeated :operations, :message, 19, "sessiond.v1.Operation"
       optional :past_recovery_failures, :uint64, 25
       optional :disk, :message, 26, "sessiond.v1.DiskStatus"
-      optional :wal_retention, :message, 30, "sessiond.v1.WalRetention"
+      optional :journal_retention, :message, 30, "sessiond.v1.JournalRetention"
       repeated :acknowledged_missing, :message, 31, "sessiond.v1.AcknowledgedMissing"
       optional :acknowledged_missing_total, :uint64, 33
       optional :trash_copies, :uint32, 20
@@ -191,7 +191,7 @@ Google::Protobuf::DescriptorPool.generated_pool.build do
       optional :since_ms, :int64, 5
       optional :message, :string, 6
     end
-    add_message "sessiond.v1.WalRetention" do
+    add_message "sessiond.v1.JournalRetention" do
       optional :retention_ms, :int64, 1
       optional :size_budget, :uint64, 2
       optional :retained_segments, :uint64, 3
@@ -397,7 +397,7 @@ module Sessiond
     MirrorStatus = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("sessiond.v1.MirrorStatus").msgclass
     DiskStatus = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("sessiond.v1.DiskStatus").msgclass
     DeferredCompaction = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("sessiond.v1.DeferredCompaction").msgclass
-    WalRetention = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("sessiond.v1.WalRetention").msgclass
+    JournalRetention = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("sessiond.v1.JournalRetention").msgclass
     AcknowledgedMissing = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("sessiond.v1.AcknowledgedMissing").msgclass
     Operation = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("sessiond.v1.Operation").msgclass
     CheckRequest = ::Google::Protobuf::DescriptorPool.generated_pool.lookup("sessiond.v1.CheckRequest").msgclass
