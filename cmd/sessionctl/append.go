@@ -62,7 +62,7 @@ const sessiondBatchMemory = "10 minutes"
 func appendCmd(g *globals) *cobra.Command {
 	a := &appender{g: g}
 	c := &cobra.Command{
-		Use:   "append --cwd DIR --session UUID [--subpath P] [--batch-id ID] < entries.jsonl",
+		Use:   "append --cwd DIR --session ID [--subpath P] [--batch-id ID] < entries.jsonl",
 		Short: "Append JSONL entries read from stdin to a session",
 		Long: `Reads one JSON object per line from stdin and stores them through sessiond.
 Lines are sent in batches of up to 16 MiB; each batch is stored atomically
@@ -84,7 +84,7 @@ that sends the rest again safely.`,
 		}),
 	}
 	a.sf.add(c)
-	c.Flags().StringVar(&a.id, "session", "", "the session id (a UUID)")
+	c.Flags().StringVar(&a.id, "session", "", "the session id: a UUID, or a name such as sess-1 (1-128 bytes of [a-z0-9._-]; only UUID-named sessions are listed by Claude Code)")
 	c.Flags().StringVar(&a.batchID, "batch-id", "", "the first batch's id, to send again a batch whose outcome was unknown (later batches take ID.2, ID.3, ...); a new UUID per batch by default")
 	return c
 }

@@ -132,6 +132,9 @@ func (g *globals) withClient(fn func(cmd *cobra.Command, args []string, c *clien
 		default:
 			return usageErr(fmt.Sprintf("--progress is auto, always or never, not %q", g.progressMode))
 		}
+		if err := checkKeyFlags(cmd); err != nil {
+			return err
+		}
 		c, err := g.dial()
 		if err != nil {
 			return err

@@ -12,6 +12,7 @@ import (
 
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
+	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
 )
 
@@ -131,7 +132,7 @@ func (g *globals) resolveSession(ctx context.Context, cmd *cobra.Command, c *cli
 	valid := layout.ValidateSessionID(arg) == nil
 	uuidStart := strings.Trim(strings.ToLower(arg), "0123456789abcdef-") == "" && len(arg) < 36
 	if !valid && !uuidStart {
-		return arg, nil // neither an id nor the start of one: the daemon says what is wrong
+		return "", usageErr(plainReason(layout.ValidateSessionID(arg)))
 	}
 	if cmd.Name() == "restore" {
 		if valid {
@@ -223,4 +224,33 @@ func (g *globals) sessionFromPath(ctx context.Context, cmd *cobra.Command, c *cl
 		cmd.Flags().Set("subpath", k.Subpath)
 	}
 	return k.SessionID, nil
+}
+
+// checkKeyFlags refuses, before anything is sent, a --session, --project
+// or --subpath the daemon would refuse: a command-line mistake (exit
+// status 2), named by its flag rather than by what it reached.
+func checkKeyFlags(cmd *cobra.Command) error {
+	for _, f := range []struct {
+		name  string
+		check func(string) error
+	}{
+		{"session", layout.ValidateSessionID},
+		{"project", layout.ValidateProjectKey},
+		{"subpath", layout.ValidateSubpath},
+	} {
+		fl := cmd.Flags().Lookup(f.name)
+		if fl == nil || !fl.Changed {
+			continue
+		}
+		if err := f.check(fl.Value.String()); err != nil {
+			return usageErr(fmt.Sprintf("--%s: %s", f.name, plainReason(err)))
+		}
+	}
+	return nil
+}
+
+// plainReason is a validation error's text without the kind the daemon
+// would put in front of it ("invalid input"): here the flag says it.
+func plainReason(err error) string {
+	return strings.TrimSuffix(err.Error(), ": "+errdefs.ErrInvalidArgument.Error())
 }
