@@ -61,12 +61,15 @@ type Client struct {
 }
 
 type options struct {
-	dial       func(ctx context.Context, socket string) (net.Conn, error) // tests replace it
-	attempts   int
-	backoff    time.Duration
-	maxMessage int
-	unary      bool
+	dial     func(ctx context.Context, socket string) (net.Conn, error) // tests replace it
+	attempts int
+	backoff  time.Duration
+	unary    bool
 }
+
+// maxMessage is the largest message sent or received: the daemon's
+// default --max-message-bytes.
+const maxMessage = 64 << 20
 
 // Option configures a Client.
 type Option func(*options)
@@ -77,10 +80,6 @@ type Option func(*options)
 func WithRetry(attempts int, backoff time.Duration) Option {
 	return func(o *options) { o.attempts, o.backoff = attempts, backoff }
 }
-
-// WithMaxMessageBytes sets the largest message sent or received (default
-// 64 MiB, the daemon's default).
-func WithMaxMessageBytes(n int) Option { return func(o *options) { o.maxMessage = n } }
 
 // WithUnaryAppend makes Append use one unary call per append instead of
 // the pooled AppendStream streams (to compare the two, or for a proxy
@@ -95,7 +94,7 @@ const clientWindow = 1 << 20
 // connection is made lazily; a daemon that is not running shows up as an
 // UNAVAILABLE error on the first call.
 func Dial(socket string, opts ...Option) (*Client, error) {
-	o := options{dial: dialTrusted, attempts: 6, backoff: 200 * time.Millisecond, maxMessage: 64 << 20}
+	o := options{dial: dialTrusted, attempts: 6, backoff: 200 * time.Millisecond}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -114,7 +113,7 @@ func Dial(socket string, opts ...Option) (*Client, error) {
 		grpc.WithChainUnaryInterceptor(d.unary),
 		grpc.WithChainStreamInterceptor(d.stream),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.maxMessage), grpc.MaxCallSendMsgSize(o.maxMessage)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
 		// Fixed windows: no bandwidth-estimation ping on every call (see
 		// internal/daemon.TransportOptions). These are what the daemon may
 		// send ahead of the caller reading it, so they are small: reading
