@@ -85,14 +85,14 @@ func trashCmd(g *globals) *cobra.Command {
 					return g.printJSON(&sessiondv1.ListTrashResponse{Copies: []*sessiondv1.TrashedCopy{t}})
 				}
 				if copies == 1 {
-					fmt.Fprintln(w, "SESSION\tPROJECT\tDELETED\tENTRIES\tSIZE")
+					fmt.Fprintln(w, "SESSION\tPROJECT\tDELETED\tENTRIES\tTRANSCRIPTS\tSIZE")
 				}
 				name := t.GetSessionId()
 				if sub := t.GetSubpath(); sub != "" {
 					name += " --subpath " + sub
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", name, t.GetProjectKey(),
-					time.UnixMilli(t.GetDeletedMs()).Format("2006-01-02 15:04:05"), t.GetEntries(), humanBytes(t.GetBytes()))
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\n", name, t.GetProjectKey(),
+					time.UnixMilli(t.GetDeletedMs()).Format("2006-01-02 15:04:05"), t.GetEntries(), t.GetTranscripts(), humanBytes(t.GetBytes()))
 				entries += t.GetEntries()
 				bytes += t.GetBytes()
 				if copies%trashTableRows == 0 {
@@ -120,7 +120,9 @@ func trashCmd(g *globals) *cobra.Command {
 			if err := w.Flush(); err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(g.out, "(%s, %s, %s; sessionctl restore UUID [--all] brings a session's back)\n",
+			// A copy's entries count every transcript in it, its
+			// subagents' too, where list counts the main transcript's.
+			_, err = fmt.Fprintf(g.out, "(%s, %s in all their transcripts, subagents' included, %s; sessionctl restore UUID [--all] brings a session's back)\n",
 				count(copies, "copy"), count(entries, "entry"), humanBytes(bytes))
 			return err
 		}),
