@@ -10,6 +10,11 @@ import (
 	"strings"
 )
 
+// unstamped is the version of a build that knows neither its module
+// version nor its commit: saying how to get one beats a bare "dev" in a
+// bug report.
+const unstamped = "dev (no commit recorded: go run and go test do not stamp one; make install or go build in the checkout does)"
+
 // Version is "v1.2.3", or "dev", followed by " (commit abcdef123456)" and
 // ", modified" when the binary knows them.
 func Version() string {
@@ -36,6 +41,9 @@ func describe(bi *debug.BuildInfo) string {
 		}
 	}
 	if rev == "" {
+		if v == "dev" {
+			return unstamped
+		}
 		return v
 	}
 	if len(rev) > 12 {

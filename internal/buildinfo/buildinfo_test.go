@@ -18,7 +18,7 @@ func TestDescribe(t *testing.T) {
 		settings []debug.BuildSetting
 		want     string
 	}{
-		{"(devel)", nil, "dev"},
+		{"(devel)", nil, unstamped},
 		{"v1.4.0", nil, "v1.4.0"},
 		{"(devel)", set("vcs.revision", "0123456789abcdef0123", "vcs.modified", "false"), "dev (commit 0123456789ab)"},
 		{"(devel)", set("vcs.revision", "0123456789abcdef0123", "vcs.modified", "true"), "dev (commit 0123456789ab, modified)"},
