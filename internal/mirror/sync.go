@@ -100,7 +100,7 @@ func (mr *Mirror) sync(ctx context.Context, k layout.Key) (err error) {
 			zap.Stringer("session", k), zap.Uint64("mirrored_entries", j.cur.entries))
 		total, lineage, err = j.replace(ctx)
 	}
-	if errdefs.Is(err, errdefs.ErrNotFound) {
+	if errors.Is(err, errdefs.ErrNotFound) {
 		// Gone from the disk: deleted here (a main key takes its
 		// subagents along, as the reference adapter's delete does).
 		return j.remove(ctx, gone && k.Subpath == "")
@@ -481,10 +481,8 @@ func (j *job) dbError(err error) error {
 	case errors.As(err, &pe):
 		return dbErr{err}
 	}
-	for _, k := range errdefs.Kinds {
-		if errors.Is(err, k) {
-			return err // the local transcript's (a read that failed)
-		}
+	if errdefs.Tagged(err) {
+		return err // the local transcript's (a read that failed)
 	}
 	return dbErr{err}
 }
