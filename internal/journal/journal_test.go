@@ -334,7 +334,7 @@ func TestReadEntries(t *testing.T) {
 		t.Fatalf("an error from fn: %v after %d calls, want it back after 1", err, calls)
 	}
 	swapped := append([]Span{spans[1], spans[0]}, spans[2:]...)
-	if err := j.ReadEntries(swapped, func(int, []byte) error { return nil }); !errdefs.Is(err, errdefs.ErrInvalidArgument) {
+	if err := j.ReadEntries(swapped, func(int, []byte) error { return nil }); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("spans out of order: %v, want invalid argument", err)
 	}
 	// Flip one byte of a small entry and of a big one: both fail their
@@ -350,7 +350,7 @@ func TestReadEntries(t *testing.T) {
 		f.WriteAt(b, spans[i].Off+1)
 		f.Close()
 		err = j.ReadEntries(spans, func(int, []byte) error { return nil })
-		if !errdefs.Is(err, errdefs.ErrCorrupt) {
+		if !errors.Is(err, errdefs.ErrCorrupt) {
 			t.Fatalf("entry %d damaged: %v, want corrupt", i, err)
 		}
 		b[0] ^= 0xff

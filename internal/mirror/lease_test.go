@@ -57,7 +57,7 @@ func (e *env) copyTo(other *env, k layout.Key) {
 func wantLeased(t *testing.T, err error, holder string, expires time.Time, takenOver bool) {
 	t.Helper()
 	var le *LeasedError
-	if !errors.As(err, &le) || !errdefs.Is(err, errdefs.ErrLeased) {
+	if !errors.As(err, &le) || !errors.Is(err, errdefs.ErrLeased) {
 		t.Fatalf("got %v, want a refusal: leased by %s", err, holder)
 	}
 	msg := err.Error()
@@ -176,7 +176,7 @@ func TestLeaseReleasedWhenIdleAndAtStop(t *testing.T) {
 	a.append(k, line(1, ""))
 	a.waitCaughtUp(30 * time.Second)
 	la := leaseRow(t, dsn, k)
-	if err := b.appendErr(k, line(2, "")); !errdefs.Is(err, errdefs.ErrLeased) {
+	if err := b.appendErr(k, line(2, "")); !errors.Is(err, errdefs.ErrLeased) {
 		t.Fatalf("B's append while A holds the lease: %v", err)
 	}
 	// Idle past LeaseIdle (the default, the writer's idle retirement):

@@ -210,7 +210,7 @@ func (mr *Mirror) catchUp(ctx context.Context, fam layout.Key, token int64) erro
 		mr.log.Debug("lease release failed; it expires by itself", zap.Stringer("session", fam), zap.Error(rerr))
 	}
 	werr := fmt.Errorf("session %s was last written by machine %q, and %w before anything is written after it (the lease is given back; nothing was written): %w", fam, from, errLacking, err)
-	if errdefs.Is(err, errdefs.ErrFailedPrecondition) {
+	if errors.Is(err, errdefs.ErrFailedPrecondition) {
 		// Trying again changes nothing until the copy here does.
 		werr = fmt.Errorf("%w: %w", werr, errForeignRows)
 	}

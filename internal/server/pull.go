@@ -25,7 +25,7 @@ func (s *Server) Pull(ctx context.Context, req *sessiondv1.PullRequest) (*sessio
 		return nil, fmt.Errorf("pull brings a whole session with its subagents; name the session without a subpath: %w", errdefs.ErrInvalidArgument)
 	}
 	k, err := s.resolveRef(ref, false)
-	if err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return nil, err
 	}
 	project := k.ProjectKey
@@ -252,7 +252,7 @@ func (s *Server) pullIfAbsent(ctx context.Context, k layout.Key, strict bool) er
 	switch {
 	case err == nil, errors.Is(err, mirror.ErrNotMirrored):
 		return nil
-	case !strict && errdefs.Is(err, errdefs.ErrUnavailable):
+	case !strict && errors.Is(err, errdefs.ErrUnavailable):
 		s.log.Warn("could not ask PostgreSQL for a session that is not here; appending locally", zap.Stringer("session", main), zap.Error(err))
 		return nil
 	}
@@ -285,7 +285,7 @@ func (s *Server) pullTakenOver(ctx context.Context, fam layout.Key, from string)
 // a session that is not here but in PostgreSQL is pulled first.
 func (s *Server) resolvePulling(ctx context.Context, ref *sessiondv1.SessionRef) (layout.Key, error) {
 	k, err := s.resolve(ref, false)
-	if s.info.Mirror == nil || err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
+	if s.info.Mirror == nil || err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return k, err
 	}
 	if perr := s.pullIfAbsent(ctx, k, true); perr != nil {

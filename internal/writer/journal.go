@@ -332,7 +332,7 @@ func (ls *logStore) importLegacy() (imported int, errs []error, fatal error) {
 // (worth trying again) from one that is damaged, of an unknown version or
 // in conflict with the log (kept for a human).
 func couldNotRead(err error) bool {
-	return (errdefs.Is(err, errdefs.ErrIO) || errdefs.Is(err, errdefs.ErrNoSpace)) && !errdefs.Is(err, errdefs.ErrCorrupt)
+	return (errors.Is(err, errdefs.ErrIO) || errors.Is(err, errdefs.ErrNoSpace)) && !errors.Is(err, errdefs.ErrCorrupt)
 }
 
 func (ls *logStore) unimportedPath(key layout.Key) (string, bool) {
