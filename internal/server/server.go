@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,53 +147,82 @@ func (s *Server) resolveRef(ref *sessiondv1.SessionRef, needProject bool) (layou
 			return k, err
 		}
 	}
-	switch p := ref.GetProject().(type) {
-	case *sessiondv1.SessionRef_Cwd:
-		key, err := layout.ProjectKeyFromCwd(p.Cwd)
-		if err != nil {
-			return k, err
-		}
-		k.ProjectKey = key
-	case *sessiondv1.SessionRef_ProjectKey:
-		if err := layout.ValidateProjectKey(p.ProjectKey); err != nil {
-			return k, err
-		}
-		k.ProjectKey = p.ProjectKey
-	default:
+	pk, named, err := projectOf(ref.GetProject())
+	if err != nil {
+		return k, err
+	}
+	if !named {
 		// Find looks for the id in either case.
 		if needProject {
 			return k, fmt.Errorf("the project is required to create or append to a session: set cwd (the agent's working directory) or project_key (sessionctl: --cwd or --project): %w", errdefs.ErrInvalidArgument)
 		}
-		keys, err := s.m.Find(k.SessionID, k.Subpath)
-		if err != nil {
-			return k, err
-		}
-		if len(keys) == 0 && k.Subpath != "" {
-			// The subagent transcript is not anywhere; if its session is
-			// found, the call goes on and says the subpath is missing.
-			if mains, err := s.m.Find(k.SessionID, ""); err == nil && len(mains) == 1 {
-				return layout.Key{ProjectKey: mains[0].ProjectKey, SessionID: mains[0].SessionID, Subpath: k.Subpath}, nil
-			}
-		}
-		switch len(keys) {
-		case 0:
-			return k, fmt.Errorf("no session %s in any project under %s: %w", k.SessionID, s.info.Root, errdefs.ErrNotFound)
-		case 1:
-			return keys[0], nil
-		default:
-			names := ""
-			for i, key := range keys {
-				if i > 0 {
-					names += ", "
-				}
-				names += key.ProjectKey
-			}
-			return k, fmt.Errorf("session %s exists in several projects (%s); name the project with cwd or project_key (sessionctl: --cwd or --project): %w", k.SessionID, names, errdefs.ErrAmbiguous)
-		}
+		return s.find(k)
 	}
+	k.ProjectKey = pk
 	// One UUID is one session in any case: stored under the lower-case
 	// id, found under either.
 	return s.m.SessionKey(k), nil
+}
+
+// find is the one session whose id (and subpath) is k's, in whichever
+// project holds it.
+func (s *Server) find(k layout.Key) (layout.Key, error) {
+	keys, err := s.m.Find(k.SessionID, k.Subpath)
+	if err != nil {
+		return k, err
+	}
+	if len(keys) == 0 && k.Subpath != "" {
+		// The subagent transcript is not anywhere; if its session is
+		// found, the call goes on and says the subpath is missing.
+		if mains, err := s.m.Find(k.SessionID, ""); err == nil && len(mains) == 1 {
+			return layout.Key{ProjectKey: mains[0].ProjectKey, SessionID: mains[0].SessionID, Subpath: k.Subpath}, nil
+		}
+	}
+	switch len(keys) {
+	case 0:
+		return k, fmt.Errorf("no session %s in any project under %s: %w", k.SessionID, s.info.Root, errdefs.ErrNotFound)
+	case 1:
+		return keys[0], nil
+	}
+	names := make([]string, len(keys))
+	for i, key := range keys {
+		names[i] = key.ProjectKey
+	}
+	return k, fmt.Errorf("session %s exists in several projects (%s); name the project with cwd or project_key (sessionctl: --cwd or --project): %w", k.SessionID, strings.Join(names, ", "), errdefs.ErrAmbiguous)
+}
+
+// projectOf is the project a request names in its project oneof: by the
+// agent's working directory or by key; named is false when it names
+// none.
+func projectOf(oneof any) (key string, named bool, err error) {
+	switch p := oneof.(type) {
+	case *sessiondv1.SessionRef_Cwd:
+		return projectOfCwd(p.Cwd)
+	case *sessiondv1.ListSessionsRequest_Cwd:
+		return projectOfCwd(p.Cwd)
+	case *sessiondv1.ListSummariesRequest_Cwd:
+		return projectOfCwd(p.Cwd)
+	case *sessiondv1.ListTrashRequest_Cwd:
+		return projectOfCwd(p.Cwd)
+	case *sessiondv1.SessionRef_ProjectKey:
+		return projectOfKey(p.ProjectKey)
+	case *sessiondv1.ListSessionsRequest_ProjectKey:
+		return projectOfKey(p.ProjectKey)
+	case *sessiondv1.ListSummariesRequest_ProjectKey:
+		return projectOfKey(p.ProjectKey)
+	case *sessiondv1.ListTrashRequest_ProjectKey:
+		return projectOfKey(p.ProjectKey)
+	}
+	return "", false, nil
+}
+
+func projectOfCwd(cwd string) (string, bool, error) {
+	key, err := layout.ProjectKeyFromCwd(cwd)
+	return key, true, err
+}
+
+func projectOfKey(key string) (string, bool, error) {
+	return key, true, layout.ValidateProjectKey(key)
 }
 
 func (s *Server) resolved(k layout.Key) *sessiondv1.ResolvedSession {
@@ -301,32 +331,15 @@ func (s *Server) checkAgentConfigDir(dir string) error {
 	return nil
 }
 
-// projectKeyOf is the project a listing names: by the agent's working
-// directory, by key, or (neither set) "", every project.
-func projectKeyOf(byCwd bool, cwd string, byKey bool, key string) (string, error) {
-	switch {
-	case byCwd:
-		return layout.ProjectKeyFromCwd(cwd)
-	case byKey:
-		if err := layout.ValidateProjectKey(key); err != nil {
-			return "", err
-		}
-		return key, nil
-	}
-	return "", nil
-}
-
 // ListSummaries implements sessiond.v1.Sessiond.
 func (s *Server) ListSummaries(req *sessiondv1.ListSummariesRequest, stream grpc.ServerStreamingServer[sessiondv1.ListSummariesResponse]) error {
 	ctx := stream.Context()
-	_, byCwd := req.GetProject().(*sessiondv1.ListSummariesRequest_Cwd)
-	_, byKey := req.GetProject().(*sessiondv1.ListSummariesRequest_ProjectKey)
-	if !byCwd && !byKey {
-		return fmt.Errorf("ListSummaries needs a project: set cwd or project_key: %w", errdefs.ErrInvalidArgument)
-	}
-	pk, err := projectKeyOf(byCwd, req.GetCwd(), byKey, req.GetProjectKey())
+	pk, named, err := projectOf(req.GetProject())
 	if err != nil {
 		return err
+	}
+	if !named {
+		return fmt.Errorf("ListSummaries needs a project: set cwd or project_key: %w", errdefs.ErrInvalidArgument)
 	}
 	id := req.GetSessionId()
 	if id != "" {
@@ -487,9 +500,7 @@ func (s *Server) read(req *sessiondv1.ReadRequest, stream grpc.ServerStreamingSe
 // pages, each with the total.
 func (s *Server) ListSessions(req *sessiondv1.ListSessionsRequest, stream grpc.ServerStreamingServer[sessiondv1.ListSessionsResponse]) error {
 	ctx := stream.Context()
-	_, byCwd := req.GetProject().(*sessiondv1.ListSessionsRequest_Cwd)
-	_, byKey := req.GetProject().(*sessiondv1.ListSessionsRequest_ProjectKey)
-	pk, err := projectKeyOf(byCwd, req.GetCwd(), byKey, req.GetProjectKey())
+	pk, _, err := projectOf(req.GetProject())
 	if err != nil {
 		return err
 	}
