@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -14,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/lease"
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
@@ -28,11 +27,9 @@ type Mirror struct {
 
 	src  Source
 	pool *pgxpool.Pool
-	// lv: this machine's view of the sessions' leases (leases.go).
-	lv leaseView
-	// takeover, when set (OnTakeover), brings down what another machine
-	// wrote of a session before this one appends to it.
-	takeover atomic.Pointer[func(ctx context.Context, fam layout.Key, from string) error]
+	// leases: one writer per session across machines; every write of a
+	// session's rows goes under its lease.
+	leases *lease.Leases
 	// down wakes the connector when a worker lost the connection.
 	down   chan struct{}
 	cancel context.CancelFunc
@@ -120,8 +117,22 @@ func New(cfg Config) (*Mirror, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Mirror{cfg: cfg, pc: pc, red: red, target: Target(cfg.DSN), log: cfg.Logger.Named("mirror"),
-		keys: map[layout.Key]*tstate{}, wake: make(chan struct{}), down: make(chan struct{}, 1)}, nil
+	mr := &Mirror{cfg: cfg, pc: pc, red: red, target: Target(cfg.DSN), log: cfg.Logger.Named("mirror"),
+		keys: map[layout.Key]*tstate{}, wake: make(chan struct{}), down: make(chan struct{}, 1)}
+	mr.leases = lease.New(lease.Config{Table: cfg.Table, MachineID: cfg.MachineID, TTL: cfg.LeaseTTL, Wait: cfg.LeaseWait, Idle: cfg.LeaseIdle,
+		ReleaseTimeout: cfg.ConnectTimeout, Clock: cfg.Clock, Logger: mr.log, Up: mr.up, OnFenced: mr.fail})
+	return mr, nil
+}
+
+// Leases are the leases of the sessions this machine writes; their
+// CheckAppend is the writers' AppendGate.
+func (mr *Mirror) Leases() *lease.Leases { return mr.leases }
+
+// up reports whether PostgreSQL answers and holds the tables.
+func (mr *Mirror) up() bool {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	return mr.connected && mr.schema
 }
 
 // Target is where the mirror writes, without the password.
@@ -136,11 +147,12 @@ func (mr *Mirror) Start(ctx context.Context, src Source) error {
 		return errors.New(mr.red.clean(err.Error()))
 	}
 	mr.src, mr.pool = src, pool
+	mr.leases.SetPool(pool)
 	ctx, mr.cancel = context.WithCancel(ctx)
 	mr.log.Info("mirroring transcripts to PostgreSQL", zap.String("target", mr.Target()))
 	mr.wg.Add(3 + mr.cfg.Workers)
 	go func() { defer mr.wg.Done(); mr.listLocal(ctx) }()
-	go func() { defer mr.wg.Done(); mr.renewer(ctx) }()
+	go func() { defer mr.wg.Done(); mr.leases.Run(ctx) }()
 	go func() { defer mr.wg.Done(); mr.connector(ctx) }()
 	for range mr.cfg.Workers {
 		go func() { defer mr.wg.Done(); mr.worker(ctx) }()
@@ -202,7 +214,7 @@ func (mr *Mirror) Close() {
 	mr.wg.Wait()
 	// Once nothing writes any more: the sessions are free for other
 	// machines at once, instead of when their leases expire.
-	mr.releaseAll()
+	mr.leases.ReleaseAll()
 	if mr.pool != nil {
 		mr.pool.Close()
 	}
@@ -533,11 +545,11 @@ func (mr *Mirror) finish(ctx context.Context, k layout.Key, err error) {
 		mr.requeue(k)
 		mr.lost()
 		return
-	case errors.Is(err, errFenced):
+	case errors.Is(err, lease.ErrFenced):
 		// Another machine holds the session: nothing of it is mirrored
 		// from here any more (noteLease logged and recorded it).
 		return
-	case errors.Is(err, errForeignRows):
+	case errors.Is(err, errForeignRows), errors.Is(err, lease.ErrDiverged):
 		// Nothing changes by trying again; the next change of the
 		// transcript (or the next start) tries again.
 		mr.fail(err)
@@ -581,7 +593,7 @@ func connectionLost(err error) bool {
 		}
 		return false
 	}
-	return !errors.Is(err, errCursorMoved) && !errors.Is(err, errForeignRows) && !errors.Is(err, errFenced)
+	return !errors.Is(err, errCursorMoved) && !errors.Is(err, errForeignRows) && !errors.Is(err, lease.ErrFenced) && !errors.Is(err, lease.ErrDiverged)
 }
 
 // Status is how the mirror stands.
@@ -628,22 +640,13 @@ func (mr *Mirror) Errors() uint64 {
 
 // Status reports the mirror's state.
 func (mr *Mirror) Status() Status {
+	// The leases first: a fencing is recorded as the last error before
+	// the leases list it, so a status that shows one shows the other.
+	held, fenced := mr.leases.Status()
 	mr.mu.Lock()
 	defer mr.mu.Unlock()
 	st := Status{Target: mr.Target(), Connected: mr.connected, RowsWritten: mr.rows, LastError: mr.lastErr, LastErrorAt: mr.lastErrAt,
-		Listing: !mr.listed, MachineID: mr.cfg.MachineID}
-	mr.lv.mu.Lock()
-	for fam, ls := range mr.lv.m {
-		switch {
-		case ls.fenced:
-			st.Fenced = append(st.Fenced, (&LeasedError{ProjectKey: fam.ProjectKey, SessionID: fam.SessionID,
-				Holder: ls.fencedBy.holder, Expires: ls.fencedBy.expires, TakenOver: true}).Short())
-		case ls.held:
-			st.Leases++
-		}
-	}
-	mr.lv.mu.Unlock()
-	slices.Sort(st.Fenced)
+		Listing: !mr.listed, MachineID: mr.cfg.MachineID, Leases: held, Fenced: fenced}
 	for _, ts := range mr.keys {
 		if !ts.checked || ts.moved != ts.movedChecked {
 			st.Unchecked++

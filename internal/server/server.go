@@ -1,7 +1,8 @@
 // Package server is sessiond's gRPC edge: it turns wire requests into calls
 // on the session writers, and the writers' errors into gRPC status codes
-// (errors.go). Handlers stay thin; the rules live in the writer and
-// transcript packages.
+// (errors.go). Handlers stay thin: the rules live in the writer and
+// transcript packages, and when a session comes down from PostgreSQL is
+// the mirror's policy (the fleet interface, pull.go).
 package server
 
 import (
@@ -62,17 +63,16 @@ type Server struct {
 	closeStreams context.CancelFunc
 	// observeAppend, when set, times every append (ObserveAppends).
 	observeAppend AppendObserver
+	// fleet: the PostgreSQL mirror's sessions, or noMirror.
+	fleet fleet
 }
 
 // New returns a Server over m.
 func New(m *writer.Manager, log *zap.Logger, info Info) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{m: m, log: log, info: info, health: health.NewServer(), streams: ctx, closeStreams: cancel}
+	s := &Server{m: m, log: log, info: info, health: health.NewServer(), streams: ctx, closeStreams: cancel, fleet: noMirror{}}
 	if info.Mirror != nil {
-		// A session taken over from another machine gets what that
-		// machine wrote before this one appends after it (issue 16:
-		// "takes it over after expiry, pulling what it lacks first").
-		info.Mirror.OnTakeover(s.pullTakenOver)
+		s.fleet = mirrorFleet{mirror.NewPuller(info.Mirror, m, info.layout(), log), info.Mirror}
 	}
 	return s
 }
@@ -262,9 +262,7 @@ func (s *Server) append(ctx context.Context, req *sessiondv1.AppendRequest) (*se
 	if err := s.checkAgentConfigDir(req.GetAgentConfigDir()); err != nil {
 		return nil, err
 	}
-	// A session known only in PostgreSQL comes down first: appended to
-	// as a new one, it would replace the fleet's copy.
-	if err := s.pullIfAbsent(ctx, k, false); err != nil {
+	if err := s.fleet.BeforeAppend(ctx, k); err != nil {
 		return nil, err
 	}
 	opt := writer.AppendOptions{BatchID: req.GetBatchId()}
