@@ -332,7 +332,16 @@ func (ls *logStore) importLegacy() (imported int, errs []error, fatal error) {
 // (worth trying again) from one that is damaged, of an unknown version or
 // in conflict with the log (kept for a human).
 func couldNotRead(err error) bool {
-	return (errors.Is(err, errdefs.ErrIO) || errors.Is(err, errdefs.ErrNoSpace)) && !errors.Is(err, errdefs.ErrCorrupt)
+	if errors.Is(err, errdefs.ErrCorrupt) {
+		return false
+	}
+	// The kinds errdefs.FromIO gives what the filesystem refused.
+	for _, kind := range []error{errdefs.ErrIO, errdefs.ErrNoSpace, errdefs.ErrNoDescriptors, errdefs.ErrUnsafePath, errdefs.ErrFailedPrecondition} {
+		if errors.Is(err, kind) {
+			return true
+		}
+	}
+	return false
 }
 
 func (ls *logStore) unimportedPath(key layout.Key) (string, bool) {
