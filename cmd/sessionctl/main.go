@@ -312,7 +312,7 @@ func lostConnection(msg string) bool {
 // not found"): the code name in front, or the message itself, says it.
 func trimKinds(msg string) string {
 	for _, kind := range errdefs.Kinds {
-		msg = strings.TrimSuffix(msg, ": "+kind.Error())
+		msg = strings.TrimSuffix(msg, ": "+kind.Err.Error())
 	}
 	return msg
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/lease"
 	"github.com/sessiond/sessiond/internal/mirror"
 	"github.com/sessiond/sessiond/internal/owner"
 	"github.com/sessiond/sessiond/internal/socket"
@@ -138,7 +139,7 @@ func run() error {
 		*machineID = os.Getenv("SESSIOND_MACHINE_ID")
 	}
 	if *machineID != "" {
-		if err := mirror.CheckMachineID(*machineID); err != nil {
+		if err := lease.CheckMachineID(*machineID); err != nil {
 			return fmt.Errorf("--machine-id %q is refused: %w", *machineID, err)
 		}
 	}

@@ -107,7 +107,7 @@ func TestBallastUnreadable(t *testing.T) {
 	ff := fstest.NewFaultFS(fsys.OS)
 	ff.Inject(fstest.Fault{Op: fstest.OpStat, Path: func(p string) bool { return p == path }, Err: syscall.EIO})
 	b := New(ff, path, size, freeFn)
-	if ok, err := b.Ensure(); ok || !errors.Is(err, syscall.EIO) || !errdefs.Is(err, errdefs.ErrIO) {
+	if ok, err := b.Ensure(); ok || !errors.Is(err, syscall.EIO) || !errors.Is(err, errdefs.ErrIO) {
 		t.Fatalf("Ensure with the ballast's lstat failing = %v, %v; want the error", ok, err)
 	}
 	if ff.OpsOf(fstest.OpOpen) != 0 || ff.OpsOf(fstest.OpRemove) != 0 {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/lease"
 	"github.com/sessiond/sessiond/internal/metrics"
 	"github.com/sessiond/sessiond/internal/mirror"
 	"github.com/sessiond/sessiond/internal/owner"
@@ -113,7 +114,7 @@ func Run(ctx context.Context, cfg Config) error {
 		mc.Logger = log
 		if mc.MachineID == "" {
 			var moved bool
-			if mc.MachineID, moved, err = mirror.MachineID(cfg.FS, cfg.StateDir); err != nil {
+			if mc.MachineID, moved, err = lease.MachineID(cfg.FS, cfg.StateDir); err != nil {
 				return fmt.Errorf("machine id: %w", err)
 			}
 			if moved {
@@ -127,7 +128,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// The writers tell the mirror what changed; it never holds them up.
 		wc.Changed = mir.Notify
 		// And ask it whether another machine holds the session.
-		wc.AppendGate = mir.CheckAppend
+		wc.AppendGate = mir.Leases().CheckAppend
 	}
 	// Recovery starts here: writer.New reads and checks the log.
 	recoveryStart := time.Now()

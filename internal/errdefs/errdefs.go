@@ -1,13 +1,16 @@
-// Package errdefs holds the few kinds of error sessiond's packages return.
-// Code deep inside wraps one of these sentinels with %w and adds context; the
-// server maps the kind to a gRPC status code in one place (see
-// internal/server), so handlers never pick codes themselves.
+// Package errdefs holds the few kinds of error sessiond's packages return,
+// and the gRPC code each kind is answered with. Code deep inside wraps one
+// of these sentinels with %w and adds context; the server's edge looks the
+// kind up here (Of) in one place, so handlers never pick codes themselves.
 package errdefs
 
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"syscall"
+
+	"google.golang.org/grpc/codes"
 )
 
 var (
@@ -25,6 +28,9 @@ var (
 	ErrUnavailable = errors.New("unavailable")
 	// ErrNoSpace: the disk (or quota) is full.
 	ErrNoSpace = errors.New("no space left")
+	// ErrNoDescriptors: the process or the system ran out of file
+	// descriptors; a passing shortage, not a broken disk.
+	ErrNoDescriptors = errors.New("out of file descriptors")
 	// ErrTooLarge: an entry or batch exceeds a configured limit.
 	ErrTooLarge = errors.New("too large")
 	// ErrCorrupt: stored data failed its checksum in a way that is not a
@@ -43,7 +49,8 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrFailedPrecondition: the request is well formed but the system is
 	// not in a state where it may be carried out (the agent's config dir is
-	// sessiond's root, for instance); a human must change the setup.
+	// sessiond's root, or the disk refuses sessiond access, for instance);
+	// a human must change the setup.
 	ErrFailedPrecondition = errors.New("failed precondition")
 	// ErrLeased: another machine holds the session's lease (the PostgreSQL
 	// mirror's one writer per session), or took it over from this one; the
@@ -51,27 +58,89 @@ var (
 	ErrLeased = errors.New("leased by another machine")
 )
 
-// Kinds are every error kind above, for code that must recognise them
-// (sessionctl drops the kind a message ends with).
-var Kinds = []error{ErrInvalidArgument, ErrNotFound, ErrAlreadyExists, ErrAmbiguous, ErrUnavailable, ErrNoSpace,
-	ErrTooLarge, ErrCorrupt, ErrIO, ErrUnsafePath, ErrConflict, ErrFailedPrecondition, ErrLeased}
+// Kind is one kind of error: its sentinel, the gRPC code the edge answers
+// it with, and the errors of the system that are of that kind even when
+// nothing classified them (a raw ENOSPC passed up by a fork's temp copy
+// must not become INTERNAL).
+type Kind struct {
+	Err    error
+	Code   codes.Code
+	errnos []error
+}
 
-// Is reports whether err is of the given kind.
-func Is(err, kind error) bool { return errors.Is(err, kind) }
+// Kinds are every kind, in the order they are recognised: an error that
+// carries several kinds (an ErrUnavailable holding an EMFILE, say) is of
+// the first. ErrIO, the kind of whatever else the disk refused, is last.
+var Kinds = []Kind{
+	{Err: ErrInvalidArgument, Code: codes.InvalidArgument},
+	{Err: ErrTooLarge, Code: codes.InvalidArgument},
+	{Err: ErrNotFound, Code: codes.NotFound},
+	{Err: ErrAlreadyExists, Code: codes.AlreadyExists},
+	{Err: ErrConflict, Code: codes.Aborted},
+	{Err: ErrAmbiguous, Code: codes.FailedPrecondition},
+	// An open with O_NOFOLLOW that met a link planted on disk.
+	{Err: ErrUnsafePath, Code: codes.FailedPrecondition, errnos: []error{syscall.ELOOP}},
+	// The disk refused sessiond access (EACCES, EPERM): the request is
+	// fine, the disk needs a human. (Refusing a caller of another uid is
+	// PermissionDenied, decided where the caller is checked.)
+	{Err: ErrFailedPrecondition, Code: codes.FailedPrecondition, errnos: []error{fs.ErrPermission}},
+	// Another machine writes the session: not this request's fault, and
+	// no retry helps before the holder's lease expires.
+	{Err: ErrLeased, Code: codes.FailedPrecondition},
+	{Err: ErrNoSpace, Code: codes.ResourceExhausted, errnos: []error{syscall.ENOSPC, syscall.EDQUOT}},
+	{Err: ErrNoDescriptors, Code: codes.ResourceExhausted, errnos: []error{syscall.EMFILE, syscall.ENFILE}},
+	{Err: ErrUnavailable, Code: codes.Unavailable},
+	{Err: ErrCorrupt, Code: codes.DataLoss},
+	{Err: ErrIO, Code: codes.Internal},
+}
 
-// FromIO classifies an error returned by the filesystem: a full disk becomes
-// ErrNoSpace, anything else ErrIO. The original error stays in the chain.
+// Of is the kind of err: the first of Kinds whose sentinel or system
+// errors err's chain holds. ok is false when it holds none.
+func Of(err error) (k Kind, ok bool) {
+	if err == nil {
+		return Kind{}, false
+	}
+	for _, k := range Kinds {
+		if errors.Is(err, k.Err) {
+			return k, true
+		}
+		for _, e := range k.errnos {
+			if errors.Is(err, e) {
+				return k, true
+			}
+		}
+	}
+	return Kind{}, false
+}
+
+// Tagged reports whether err carries one of the kinds' sentinels (not
+// merely a system error of that kind): sessiond's own verdict.
+func Tagged(err error) bool {
+	for _, k := range Kinds {
+		if errors.Is(err, k.Err) {
+			return true
+		}
+	}
+	return false
+}
+
+// FromIO classifies an error returned by the filesystem: a full disk
+// becomes ErrNoSpace, a descriptor shortage ErrNoDescriptors, a link met
+// with O_NOFOLLOW ErrUnsafePath, a refused access ErrFailedPrecondition,
+// and any other failure ErrIO. An error that already carries its kind
+// comes back as it is. The original error stays in the chain.
 func FromIO(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-		return &kinded{kind: ErrNoSpace, err: err}
-	}
-	if kindOf(err) != nil {
+	k, ok := Of(err)
+	switch {
+	case !ok:
+		return &kinded{kind: ErrIO, err: err}
+	case errors.Is(err, k.Err):
 		return err
 	}
-	return &kinded{kind: ErrIO, err: err}
+	return &kinded{kind: k.Err, err: err}
 }
 
 // SpaceError is a write that found its disk full, with what a user needs to
@@ -103,15 +172,3 @@ type kinded struct {
 
 func (k *kinded) Error() string   { return k.err.Error() }
 func (k *kinded) Unwrap() []error { return []error{k.kind, k.err} }
-
-var kinds = []error{ErrInvalidArgument, ErrNotFound, ErrAlreadyExists, ErrAmbiguous,
-	ErrUnavailable, ErrNoSpace, ErrTooLarge, ErrCorrupt, ErrIO, ErrUnsafePath}
-
-func kindOf(err error) error {
-	for _, k := range kinds {
-		if errors.Is(err, k) {
-			return k
-		}
-	}
-	return nil
-}

@@ -369,7 +369,7 @@ func TestDamagedSegment(t *testing.T) {
 	os.WriteFile(path, data, 0o600)
 
 	_, _, err := Open(Options{FS: fsys.OS, Dir: dir})
-	if !errors.Is(err, ErrLost) || !errdefs.Is(err, errdefs.ErrCorrupt) || !strings.Contains(err.Error(), "1 acknowledged entries lost") || !strings.Contains(err.Error(), "--accept-journal-loss") {
+	if !errors.Is(err, ErrLost) || !errors.Is(err, errdefs.ErrCorrupt) || !strings.Contains(err.Error(), "1 acknowledged entries lost") || !strings.Contains(err.Error(), "--accept-journal-loss") {
 		t.Fatalf("Open over the damage: %v, want the loss refused", err)
 	}
 	if now, _ := os.ReadFile(path); !slices.Equal(now, data) {

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -250,14 +251,14 @@ func TestOpenOnAFullDisk(t *testing.T) {
 		t.Fatalf("Open on a full disk: %v", err)
 	}
 	defer l.Close()
-	if rec.NoSegment == nil || !errdefs.Is(rec.NoSegment, errdefs.ErrNoSpace) {
+	if rec.NoSegment == nil || !errors.Is(rec.NoSegment, errdefs.ErrNoSpace) {
 		t.Fatalf("Recovery.NoSegment = %v, want the full disk", rec.NoSegment)
 	}
 	if got := contents(t, l, key("a")); len(got) != 1 || got[0][0] != "before" {
 		t.Fatalf("the journal serves %q", got)
 	}
 	s = l.Stream(key("a"))
-	if _, err := s.Append(batchesOf([]string{"refused"}), nil); !errdefs.Is(err, errdefs.ErrNoSpace) {
+	if _, err := s.Append(batchesOf([]string{"refused"}), nil); !errors.Is(err, errdefs.ErrNoSpace) {
 		t.Fatalf("append on the full disk: %v, want ErrNoSpace", err)
 	}
 	ff.Clear()

@@ -83,7 +83,7 @@ type Config struct {
 	// ConnectTimeout bounds one connection attempt.
 	ConnectTimeout time.Duration
 
-	// MachineID names this sessiond as a lease holder (leases.go): two
+	// MachineID names this sessiond as a lease holder (package lease): two
 	// machines sharing the database must have different ones. Empty:
 	// "sessiond".
 	MachineID string

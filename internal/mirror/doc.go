@@ -53,11 +53,11 @@
 // (writer.Change.Sidecars), when a restore brings the session back, and
 // at start for every local session, against the rows loaded in one query
 // with the cursors; nothing is written, and no lease taken, when they are
-// equal. A write goes under the session's lease like rows (ensureLease,
+// equal. A write goes under the session's lease like rows (Leases.Ensure,
 // then fence in the transaction, the files read again under it), so a
 // fenced machine writes none; a main transcript's delete takes its
 // session's sidecars along. A pull writes them after the transcripts
-// (the server's pullSidecars says which wins when they differ); List
+// (Puller.pullSidecars says which wins when they differ); List
 // reads the archive mark against the last main row that is a user
 // prompt (FleetSession.Archived) and the title file.
 //
@@ -79,29 +79,28 @@
 // cursor covers (another program's) get one in the same transaction, so
 // that once the pulled file is here the mirror appends after them; rows
 // sessiond wrote already have theirs, and the pulled file matches its
-// digest. The session's sidecars come in the same snapshot. The server
-// writes the files (writer.Manager.Import, WriteSidecar). List is the
+// digest. The session's sidecars come in the same snapshot. List is the
 // reference adapter's list_sessions with sizes, titles and the archive
 // mark beside it.
 //
+// Puller decides when a session comes down and writes it here (through
+// the writers: Import, Append, WriteSidecar): on request, before an
+// append or a read of a session that is here only in PostgreSQL, and when
+// this machine takes a session over from another. It refuses a local
+// copy that differs from PostgreSQL's before anything is written, and
+// says which sidecar wins when they differ (pullSidecars).
+//
 // # One writer per session across machines
 //
-// A session (with its subagents) is leased in sessiond_leases to the
-// machine that appends to it (lease.go, leases.go): Mirror.CheckAppend,
-// the writers' AppendGate, takes the lease on the session's first append
-// (waiting at most Config.LeaseWait for PostgreSQL, else appending
-// locally), refuses appends to a session another machine holds, and a
-// renewer keeps the leases of the sessions in use and releases the idle
-// ones. Every transaction that writes a transcript's rows first makes
-// sure the lease is held (ensureLease, in a transaction of its own), then,
-// with the cursor locked, locks the lease row and checks that this
-// machine's fencing token is still the current one (fence): a former
-// holder paused past its expiry cannot write after a takeover; it is
-// fenced, reported, and refuses appends to the session.
-//
-// A lease taken over from another machine (by an append or by the
-// mirror's own write) first runs the takeover hook the server sets
-// (OnTakeover: a pull of what that machine wrote and this one lacks);
-// appends to the session wait for it, and when it fails they are refused
-// and the lease is given back (catchUp), so that two copies never part.
+// A session (with its subagents) is leased to the machine that appends
+// to it (package lease): the lease's CheckAppend is the writers'
+// AppendGate. Every transaction that writes a transcript's rows first
+// makes sure the lease is held (Leases.Ensure, in a transaction of its
+// own), then, with the cursor locked, locks the lease row and checks
+// that this machine's fencing token is still the current one (fence): a
+// former holder paused past its expiry cannot write after a takeover; it
+// is fenced, reported as the mirror's last error, and refuses appends to
+// the session. A session taken over from another machine is caught up
+// first (the Puller is the leases' takeover hook); until it is, its rows
+// are not written from here.
 package mirror

@@ -14,18 +14,19 @@ import (
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/lease"
 	"github.com/sessiond/sessiond/internal/mirror/mirrortest"
 )
 
 // leaseRow reads k's session's lease as PostgreSQL holds it.
-func leaseRow(t *testing.T, dsn string, k layout.Key) lease {
+func leaseRow(t *testing.T, dsn string, k layout.Key) lease.Row {
 	t.Helper()
 	c, err := pgx.Connect(bg, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close(bg)
-	l, ok, err := readLease(bg, c, DefaultTable, familyKey(k), false)
+	l, ok, err := lease.Read(bg, c, DefaultTable, k, false)
 	if err != nil || !ok {
 		t.Fatalf("lease of %s: %v (exists %v)", k, err, ok)
 	}
@@ -56,8 +57,8 @@ func (e *env) copyTo(other *env, k layout.Key) {
 
 func wantLeased(t *testing.T, err error, holder string, expires time.Time, takenOver bool) {
 	t.Helper()
-	var le *LeasedError
-	if !errors.As(err, &le) || !errdefs.Is(err, errdefs.ErrLeased) {
+	var le *lease.LeasedError
+	if !errors.As(err, &le) || !errors.Is(err, errdefs.ErrLeased) {
 		t.Fatalf("got %v, want a refusal: leased by %s", err, holder)
 	}
 	msg := err.Error()
@@ -86,10 +87,10 @@ func TestLeaseAcquireRenewExpireTakeoverFence(t *testing.T) {
 	a.append(k, first...)
 	a.waitCaughtUp(30 * time.Second)
 	l := leaseRow(t, dsn, k)
-	if l.holder != "machine-A" || !l.expires.Equal(t0.Add(ttl)) {
+	if l.Holder != "machine-A" || !l.Expires.Equal(t0.Add(ttl)) {
 		t.Fatalf("lease after A's append: %+v, want machine-A until %v", l, t0.Add(ttl))
 	}
-	tokenA := l.token
+	tokenA := l.Token
 
 	// A subagent of the session is the same session: refused too.
 	wantLeased(t, b.appendErr(k, line(9, "")), "machine-A", t0.Add(ttl), false)
@@ -110,9 +111,9 @@ func TestLeaseAcquireRenewExpireTakeoverFence(t *testing.T) {
 	if err := ca.WaitArmed(ctx, 1); err != nil {
 		t.Fatalf("A's renewer never came back to sleep after renewing: %v", err)
 	}
-	a.mr.renewAll(bg)
+	a.mr.leases.Renew(bg)
 	l = leaseRow(t, dsn, k)
-	if l.holder != "machine-A" || l.token != tokenA || !l.expires.Equal(t0.Add(50*time.Second)) {
+	if l.Holder != "machine-A" || l.Token != tokenA || !l.Expires.Equal(t0.Add(50*time.Second)) {
 		t.Fatalf("lease after renewal: %+v, want machine-A token %d until %v", l, tokenA, t0.Add(50*time.Second))
 	}
 	// Past the first expiry, before the renewed one: B asks again and is
@@ -127,7 +128,7 @@ func TestLeaseAcquireRenewExpireTakeoverFence(t *testing.T) {
 	b.append(k, bLines...)
 	b.waitCaughtUp(30 * time.Second)
 	l = leaseRow(t, dsn, k)
-	if l.holder != "machine-B" || l.token <= tokenA {
+	if l.Holder != "machine-B" || l.Token <= tokenA {
 		t.Fatalf("lease after takeover: %+v, want machine-B with a token above %d", l, tokenA)
 	}
 
@@ -157,7 +158,7 @@ func TestLeaseAcquireRenewExpireTakeoverFence(t *testing.T) {
 		t.Fatalf("A's local copy: %q, want its 3 lines", got)
 	}
 	// And A's clients are told.
-	wantLeased(t, a.appendErr(k, line(6, "")), "machine-B", l.expires, true)
+	wantLeased(t, a.appendErr(k, line(6, "")), "machine-B", l.Expires, true)
 }
 
 // TestLeaseReleasedWhenIdleAndAtStop: a session idle for LeaseIdle has
@@ -176,15 +177,15 @@ func TestLeaseReleasedWhenIdleAndAtStop(t *testing.T) {
 	a.append(k, line(1, ""))
 	a.waitCaughtUp(30 * time.Second)
 	la := leaseRow(t, dsn, k)
-	if err := b.appendErr(k, line(2, "")); !errdefs.Is(err, errdefs.ErrLeased) {
+	if err := b.appendErr(k, line(2, "")); !errors.Is(err, errdefs.ErrLeased) {
 		t.Fatalf("B's append while A holds the lease: %v", err)
 	}
 	// Idle past LeaseIdle (the default, the writer's idle retirement):
 	// released, though its minute is not over.
 	clk.Advance(DefaultLeaseIdle + time.Second)
-	a.mr.renewAll(bg)
-	if l := leaseRow(t, dsn, k); l.holder != "machine-A" || l.token != la.token || l.expires.After(clk.Now()) {
-		t.Fatalf("lease after A went idle: %+v, want A's token %d expired by %v", l, la.token, clk.Now())
+	a.mr.leases.Renew(bg)
+	if l := leaseRow(t, dsn, k); l.Holder != "machine-A" || l.Token != la.Token || l.Expires.After(clk.Now()) {
+		t.Fatalf("lease after A went idle: %+v, want A's token %d expired by %v", l, la.Token, clk.Now())
 	}
 	if st := a.mr.Status(); st.Leases != 0 {
 		t.Fatalf("A still counts %d leases", st.Leases)
@@ -192,12 +193,12 @@ func TestLeaseReleasedWhenIdleAndAtStop(t *testing.T) {
 	a.copyTo(b, k)
 	b.append(k, line(3, ""))
 	lb := leaseRow(t, dsn, k)
-	if lb.holder != "machine-B" || lb.token <= la.token {
-		t.Fatalf("lease after B's append: %+v, want B's above %d", lb, la.token)
+	if lb.Holder != "machine-B" || lb.Token <= la.Token {
+		t.Fatalf("lease after B's append: %+v, want B's above %d", lb, la.Token)
 	}
 	// B stops: released.
 	b.stop()
-	if l := leaseRow(t, dsn, k); l.holder != "machine-B" || l.expires.After(clk.Now()) {
+	if l := leaseRow(t, dsn, k); l.Holder != "machine-B" || l.Expires.After(clk.Now()) {
 		t.Fatalf("lease after B stopped: %+v, want expired by %v", l, clk.Now())
 	}
 }
@@ -249,7 +250,7 @@ func TestLeaseBoundedWait(t *testing.T) {
 	if rows := load(t, dsn, k); len(rows) != 1 {
 		t.Fatalf("rows %q: A's entry must not reach PostgreSQL", rows)
 	}
-	wantLeased(t, a.appendErr(k, line(3, "")), "machine-B", leaseRow(t, dsn, k).expires, true)
+	wantLeased(t, a.appendErr(k, line(3, "")), "machine-B", leaseRow(t, dsn, k).Expires, true)
 }
 
 // TestLeaseTakeoverKeepsFormerRows: a machine that takes a session over
@@ -266,7 +267,7 @@ func TestLeaseTakeoverKeepsFormerRows(t *testing.T) {
 	a.append(k, rows...)
 	a.waitCaughtUp(30 * time.Second)
 	clk.Advance(2 * time.Minute)
-	a.mr.renewAll(bg) // idle: released
+	a.mr.leases.Renew(bg) // idle: released
 	b.append(k, line(3, ""))
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(b.mr.Status().LastError, "pull the session") {
@@ -275,7 +276,7 @@ func TestLeaseTakeoverKeepsFormerRows(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if l := leaseRow(t, dsn, k); l.holder != "machine-B" {
+	if l := leaseRow(t, dsn, k); l.Holder != "machine-B" {
 		t.Fatalf("lease %+v, want B's", l)
 	}
 	mirrortest.SameEntries(t, "A's rows", load(t, dsn, k), rows)

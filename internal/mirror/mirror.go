@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -14,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/lease"
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
@@ -28,11 +27,9 @@ type Mirror struct {
 
 	src  Source
 	pool *pgxpool.Pool
-	// lv: this machine's view of the sessions' leases (leases.go).
-	lv leaseView
-	// takeover, when set (OnTakeover), brings down what another machine
-	// wrote of a session before this one appends to it.
-	takeover atomic.Pointer[func(ctx context.Context, fam layout.Key, from string) error]
+	// leases: one writer per session across machines; every write of a
+	// session's rows goes under its lease.
+	leases *lease.Leases
 	// down wakes the connector when a worker lost the connection.
 	down   chan struct{}
 	cancel context.CancelFunc
@@ -120,8 +117,22 @@ func New(cfg Config) (*Mirror, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Mirror{cfg: cfg, pc: pc, red: red, target: Target(cfg.DSN), log: cfg.Logger.Named("mirror"),
-		keys: map[layout.Key]*tstate{}, wake: make(chan struct{}), down: make(chan struct{}, 1)}, nil
+	mr := &Mirror{cfg: cfg, pc: pc, red: red, target: Target(cfg.DSN), log: cfg.Logger.Named("mirror"),
+		keys: map[layout.Key]*tstate{}, wake: make(chan struct{}), down: make(chan struct{}, 1)}
+	mr.leases = lease.New(lease.Config{Table: cfg.Table, MachineID: cfg.MachineID, TTL: cfg.LeaseTTL, Wait: cfg.LeaseWait, Idle: cfg.LeaseIdle,
+		ReleaseTimeout: cfg.ConnectTimeout, Clock: cfg.Clock, Logger: mr.log, Up: mr.up, OnFenced: mr.fail})
+	return mr, nil
+}
+
+// Leases are the leases of the sessions this machine writes; their
+// CheckAppend is the writers' AppendGate.
+func (mr *Mirror) Leases() *lease.Leases { return mr.leases }
+
+// up reports whether PostgreSQL answers and holds the tables.
+func (mr *Mirror) up() bool {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	return mr.connected && mr.schema
 }
 
 // Target is where the mirror writes, without the password.
@@ -136,11 +147,12 @@ func (mr *Mirror) Start(ctx context.Context, src Source) error {
 		return errors.New(mr.red.clean(err.Error()))
 	}
 	mr.src, mr.pool = src, pool
+	mr.leases.SetPool(pool)
 	ctx, mr.cancel = context.WithCancel(ctx)
 	mr.log.Info("mirroring transcripts to PostgreSQL", zap.String("target", mr.Target()))
 	mr.wg.Add(3 + mr.cfg.Workers)
 	go func() { defer mr.wg.Done(); mr.listLocal(ctx) }()
-	go func() { defer mr.wg.Done(); mr.renewer(ctx) }()
+	go func() { defer mr.wg.Done(); mr.leases.Run(ctx) }()
 	go func() { defer mr.wg.Done(); mr.connector(ctx) }()
 	for range mr.cfg.Workers {
 		go func() { defer mr.wg.Done(); mr.worker(ctx) }()
@@ -202,7 +214,7 @@ func (mr *Mirror) Close() {
 	mr.wg.Wait()
 	// Once nothing writes any more: the sessions are free for other
 	// machines at once, instead of when their leases expire.
-	mr.releaseAll()
+	mr.leases.ReleaseAll()
 	if mr.pool != nil {
 		mr.pool.Close()
 	}
@@ -289,108 +301,6 @@ func (mr *Mirror) listLocal(ctx context.Context) {
 		if !mr.sleep(ctx, delay) {
 			return
 		}
-	}
-}
-
-// connector keeps the connection: it checks PostgreSQL answers, creates
-// the tables, loads the cursors once, and tries again with a growing
-// delay while it cannot.
-func (mr *Mirror) connector(ctx context.Context) {
-	delay := mr.cfg.RetryMin
-	for {
-		err := mr.connect(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			delay = mr.cfg.RetryMin
-			select {
-			case <-mr.down:
-				continue
-			case <-ctx.Done():
-				return
-			}
-		}
-		mr.fail(err)
-		mr.mu.Lock()
-		mr.failedConnect = true
-		mr.mu.Unlock()
-		if !mr.sleep(ctx, delay) {
-			return
-		}
-		delay = min(2*delay, mr.cfg.RetryMax)
-	}
-}
-
-func (mr *Mirror) connect(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, mr.cfg.ConnectTimeout)
-	defer cancel()
-	if err := mr.pool.Ping(cctx); err != nil {
-		mr.setConnected(false)
-		return dbErr{err}
-	}
-	mr.mu.Lock()
-	schema, scanned := mr.schema, mr.scanned
-	mr.mu.Unlock()
-	if !schema {
-		if err := createSchema(cctx, mr.pool, mr.cfg.Table); err != nil {
-			return dbErr{err}
-		}
-		mr.mu.Lock()
-		mr.schema = true
-		mr.mu.Unlock()
-	}
-	if !scanned {
-		// One query for every cursor (and one for every sidecar), so the
-		// scan at start needs none per transcript.
-		curs, err := loadCursors(ctx, mr.pool, mr.cfg.Table)
-		if err != nil {
-			return dbErr{err}
-		}
-		sides, err := loadAllSidecars(ctx, mr.pool, mr.cfg.Table)
-		if err != nil {
-			return dbErr{err}
-		}
-		mr.mu.Lock()
-		mr.sidecarsAtStart = sides
-		for k, ts := range mr.keys {
-			if !ts.known && !ts.busy {
-				ts.cur, ts.known, ts.lineage = curs[k], true, 0
-				ts.added = 0
-			}
-		}
-		mr.scanned = true
-		mr.mu.Unlock()
-	}
-	was := mr.setConnected(true)
-	if !was {
-		mr.log.Info("connected to PostgreSQL", zap.String("target", mr.Target()))
-	}
-	return nil
-}
-
-// setConnected records whether PostgreSQL answers and returns what was
-// recorded before; workers wait while it does not.
-func (mr *Mirror) setConnected(ok bool) bool {
-	mr.mu.Lock()
-	defer mr.mu.Unlock()
-	was := mr.connected
-	mr.connected = ok
-	if ok {
-		mr.failedConnect = false
-		mr.signalLocked()
-	}
-	return was
-}
-
-// lost tells the connector a worker lost the connection.
-func (mr *Mirror) lost() {
-	if mr.setConnected(false) {
-		mr.log.Warn("lost PostgreSQL; appends go on locally and are mirrored once it is back")
-	}
-	select {
-	case mr.down <- struct{}{}:
-	default:
 	}
 }
 
@@ -533,11 +443,11 @@ func (mr *Mirror) finish(ctx context.Context, k layout.Key, err error) {
 		mr.requeue(k)
 		mr.lost()
 		return
-	case errors.Is(err, errFenced):
+	case errors.Is(err, lease.ErrFenced):
 		// Another machine holds the session: nothing of it is mirrored
 		// from here any more (noteLease logged and recorded it).
 		return
-	case errors.Is(err, errForeignRows):
+	case errors.Is(err, errForeignRows), errors.Is(err, lease.ErrDiverged):
 		// Nothing changes by trying again; the next change of the
 		// transcript (or the next start) tries again.
 		mr.fail(err)
@@ -581,90 +491,5 @@ func connectionLost(err error) bool {
 		}
 		return false
 	}
-	return !errors.Is(err, errCursorMoved) && !errors.Is(err, errForeignRows) && !errors.Is(err, errFenced)
-}
-
-// Status is how the mirror stands.
-type Status struct {
-	Target    string
-	Connected bool
-	// EntriesBehind and BytesBehind: what the local transcripts hold that
-	// PostgreSQL does not yet, as far as the mirror knows (a transcript
-	// not compared with its cursor yet counts the entries acknowledged
-	// since start); OldestBehind: since when the transcript furthest
-	// behind has been (zero: none is).
-	EntriesBehind uint64
-	BytesBehind   uint64
-	OldestBehind  time.Time
-	// Transcripts: transcripts whose cursor covers all they hold;
-	// Unchecked: local transcripts not compared with PostgreSQL since
-	// start, or since the writer told that their lines may have moved
-	// (their number may be the same: EntriesBehind cannot show it).
-	Transcripts uint64
-	Unchecked   uint64
-	// Listing: the local transcripts are still being listed at start, so
-	// Unchecked is not complete yet.
-	Listing bool
-	// RowsWritten: rows written since start.
-	RowsWritten uint64
-	LastError   string
-	LastErrorAt time.Time
-	// MachineID is the lease holder this sessiond writes as; Leases the
-	// sessions it holds; Fenced the sessions another machine took over
-	// (each says by whom and until when).
-	MachineID string
-	Leases    uint64
-	Fenced    []string
-}
-
-// Errors counts the errors the mirror met since start (a lost
-// connection, a failed transaction), each try once: the metric
-// sessiond_mirror_errors_total.
-func (mr *Mirror) Errors() uint64 {
-	mr.mu.Lock()
-	defer mr.mu.Unlock()
-	return mr.errs
-}
-
-// Status reports the mirror's state.
-func (mr *Mirror) Status() Status {
-	mr.mu.Lock()
-	defer mr.mu.Unlock()
-	st := Status{Target: mr.Target(), Connected: mr.connected, RowsWritten: mr.rows, LastError: mr.lastErr, LastErrorAt: mr.lastErrAt,
-		Listing: !mr.listed, MachineID: mr.cfg.MachineID}
-	mr.lv.mu.Lock()
-	for fam, ls := range mr.lv.m {
-		switch {
-		case ls.fenced:
-			st.Fenced = append(st.Fenced, (&LeasedError{ProjectKey: fam.ProjectKey, SessionID: fam.SessionID,
-				Holder: ls.fencedBy.holder, Expires: ls.fencedBy.expires, TakenOver: true}).Short())
-		case ls.held:
-			st.Leases++
-		}
-	}
-	mr.lv.mu.Unlock()
-	slices.Sort(st.Fenced)
-	for _, ts := range mr.keys {
-		if !ts.checked || ts.moved != ts.movedChecked {
-			st.Unchecked++
-		}
-		var behind uint64
-		switch {
-		case ts.known && ts.localKnown && ts.local > ts.cur.entries:
-			behind = ts.local - ts.cur.entries
-			if b := ts.localBytes - int64(ts.cur.bytes); b > 0 {
-				st.BytesBehind += uint64(b)
-			}
-		case !ts.known:
-			behind = ts.added
-		}
-		st.EntriesBehind += behind
-		if since := ts.lag.oldest(); behind > 0 && !since.IsZero() && (st.OldestBehind.IsZero() || since.Before(st.OldestBehind)) {
-			st.OldestBehind = since
-		}
-		if behind == 0 && ts.checked && ts.known && ts.cur.exists {
-			st.Transcripts++
-		}
-	}
-	return st
+	return !errors.Is(err, errCursorMoved) && !errors.Is(err, errForeignRows) && !errors.Is(err, lease.ErrFenced) && !errors.Is(err, lease.ErrDiverged)
 }

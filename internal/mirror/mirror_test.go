@@ -111,7 +111,7 @@ func (e *env) start() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	m, err := writer.New(writer.Config{Layout: e.lay, Logger: zaptest.NewLogger(e.t), Changed: mr.Notify, AppendGate: mr.CheckAppend,
+	m, err := writer.New(writer.Config{Layout: e.lay, Logger: zaptest.NewLogger(e.t), Changed: mr.Notify, AppendGate: mr.Leases().CheckAppend,
 		IdleCompact: 50 * time.Millisecond, IdleRetire: 200 * time.Millisecond})
 	if err != nil {
 		e.t.Fatal(err)

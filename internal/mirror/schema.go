@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/lease"
 )
 
 // The reference adapter's schema (examples/session_stores/
@@ -109,7 +110,7 @@ func createSchema(ctx context.Context, pool *pgxpool.Pool, table string) error {
 		if _, err := tx.Exec(ctx, ownDDL); err != nil {
 			return fmt.Errorf("create sessiond's tables: %w", err)
 		}
-		if _, err := tx.Exec(ctx, leaseDDL); err != nil {
+		if _, err := tx.Exec(ctx, lease.DDL); err != nil {
 			return fmt.Errorf("create sessiond's leases: %w", err)
 		}
 		return nil

@@ -18,7 +18,7 @@ import (
 // deleted. They are compared when the writer says one was written
 // (Change.Sidecars), when a restore brings the session back, and at start
 // for every local session (against the rows loaded in one query). Writes
-// go under the session's lease like its rows: ensureLease first, fence in
+// go under the session's lease like its rows: Leases.Ensure first, fence in
 // the transaction, so a fenced machine writes no sidecar either.
 
 // queryer runs a query on the pool or in a transaction.
@@ -102,7 +102,7 @@ func (j *job) syncSidecars(ctx context.Context, remote map[string][]byte) error 
 	if sameSidecars(local, remote) {
 		return nil
 	}
-	if err := mr.ensureLease(ctx, j.key); err != nil {
+	if err := mr.leases.Ensure(ctx, j.key); err != nil {
 		return j.dbError(err)
 	}
 	var put, removed []string

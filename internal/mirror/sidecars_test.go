@@ -125,7 +125,7 @@ func TestMirrorSidecarFenced(t *testing.T) {
 		}
 	}
 	a.waitCaughtUp(30 * time.Second)
-	if l := leaseRow(t, dsn, k); l.holder != "machine-A" {
+	if l := leaseRow(t, dsn, k); l.Holder != "machine-A" {
 		t.Fatalf("lease %+v, want A's", l)
 	}
 	// B may not archive it while A holds it: refused, nothing written.
@@ -138,7 +138,7 @@ func TestMirrorSidecarFenced(t *testing.T) {
 	cb.Advance(ttl + time.Second)
 	b.append(k, line(2, ""))
 	b.waitCaughtUp(30 * time.Second)
-	if l := leaseRow(t, dsn, k); l.holder != "machine-B" {
+	if l := leaseRow(t, dsn, k); l.Holder != "machine-B" {
 		t.Fatalf("lease %+v, want B's", l)
 	}
 	// A wakes up and archives the session: its view says it holds the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/lease"
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
@@ -43,7 +44,7 @@ type job struct {
 // what is new, replaces the whole transcript when it was rewritten, and
 // deletes it when it went to the trash.
 func (mr *Mirror) sync(ctx context.Context, k layout.Key) (err error) {
-	if err := mr.fencedErr(k); err != nil {
+	if err := mr.leases.Fenced(k); err != nil {
 		return err
 	}
 	mr.mu.Lock()
@@ -93,14 +94,14 @@ func (mr *Mirror) sync(ctx context.Context, k layout.Key) (err error) {
 	}
 	total, lineage, err := j.push(ctx)
 	if errors.Is(err, errRewritten) {
-		if derr := mr.diverged(k); derr != nil {
+		if derr := mr.leases.Diverged(k); derr != nil {
 			return derr
 		}
 		mr.log.Info("transcript rewritten since it was mirrored (a repair, a restore's merge or another program); replacing its rows",
 			zap.Stringer("session", k), zap.Uint64("mirrored_entries", j.cur.entries))
 		total, lineage, err = j.replace(ctx)
 	}
-	if errdefs.Is(err, errdefs.ErrNotFound) {
+	if errors.Is(err, errdefs.ErrNotFound) {
 		// Gone from the disk: deleted here (a main key takes its
 		// subagents along, as the reference adapter's delete does).
 		return j.remove(ctx, gone && k.Subpath == "")
@@ -268,7 +269,7 @@ func (j *job) commit(ctx context.Context, b *batch, h chain) error {
 	if next.generation == 0 {
 		next.generation = 1
 	}
-	if err := mr.ensureLease(ctx, j.key); err != nil {
+	if err := mr.leases.Ensure(ctx, j.key); err != nil {
 		return j.dbError(err)
 	}
 	if err := j.pipelined(ctx, b, next); err != nil {
@@ -295,7 +296,7 @@ func (j *job) pipelined(ctx context.Context, b *batch, next cursor) (err error) 
 	defer conn.Release()
 	var (
 		got             cursor
-		held            lease
+		held            lease.Row
 		leased, foreign bool
 		q               pgx.Batch
 	)
@@ -305,9 +306,9 @@ func (j *job) pipelined(ctx context.Context, b *batch, next cursor) (err error) 
 		got, err = scanCursor(r)
 		return err
 	})
-	sql, args = leaseQuery(mr.cfg.Table, familyKey(j.key), true)
+	sql, args = lease.Query(mr.cfg.Table, j.key, true)
 	q.Queue(sql, args...).QueryRow(func(r pgx.Row) (err error) {
-		held, leased, err = scanLease(r)
+		held, leased, err = lease.Scan(r)
 		return err
 	})
 	if !j.cur.exists {
@@ -326,7 +327,7 @@ func (j *job) pipelined(ctx context.Context, b *batch, next cursor) (err error) 
 	case !got.same(j.cur):
 		err = errCursorMoved
 	default:
-		err = mr.checkFence(j.key, held, leased)
+		err = leaseVerdict(mr.leases.Check(j.key, held, leased))
 	}
 	if err == nil && foreign {
 		err = fmt.Errorf("%s: table %s holds %w for this transcript (another program's, or left by a mirror whose cursor is gone); it is not mirrored until they are removed",
@@ -356,6 +357,21 @@ func (j *job) lock(ctx context.Context, tx pgx.Tx) (cursor, error) {
 	return got, j.mr.fence(ctx, tx, j.key)
 }
 
+// fence is lease.Leases.Fence in one of the mirror's transactions.
+func (mr *Mirror) fence(ctx context.Context, tx pgx.Tx, key layout.Key) error {
+	return leaseVerdict(mr.leases.Fence(ctx, tx, key))
+}
+
+// leaseVerdict is a lease check's error as the mirror handles it: a lease
+// released meanwhile is like a cursor that moved (read it again, and the
+// retry takes the lease again).
+func leaseVerdict(err error) error {
+	if errors.Is(err, lease.ErrGone) {
+		return fmt.Errorf("%w (%w)", errCursorMoved, err)
+	}
+	return err
+}
+
 // cover advances c over b's lines and rows.
 func (c *cursor) cover(b *batch) {
 	c.entries += b.n
@@ -382,10 +398,10 @@ func (j *job) replace(ctx context.Context) (uint64, uint64, error) {
 	mr := j.mr
 	var next cursor
 	var lineage, total, rows uint64
-	if err := mr.ensureLease(ctx, j.key); err != nil {
+	if err := mr.leases.Ensure(ctx, j.key); err != nil {
 		return 0, 0, j.dbError(err)
 	}
-	if err := mr.diverged(j.key); err != nil {
+	if err := mr.leases.Diverged(j.key); err != nil {
 		return 0, 0, err
 	}
 	err := pgx.BeginFunc(ctx, mr.pool, func(tx pgx.Tx) error {
@@ -441,7 +457,7 @@ func (j *job) replace(ctx context.Context) (uint64, uint64, error) {
 // whole session's).
 func (j *job) remove(ctx context.Context, cascade bool) error {
 	mr := j.mr
-	if err := mr.ensureLease(ctx, j.key); err != nil {
+	if err := mr.leases.Ensure(ctx, j.key); err != nil {
 		return j.dbError(err)
 	}
 	err := pgx.BeginFunc(ctx, mr.pool, func(tx pgx.Tx) error {
@@ -473,7 +489,8 @@ func (j *job) dbError(err error) error {
 	var de dbErr
 	var pe *pgconn.PgError
 	switch {
-	case errors.Is(err, errRewritten), errors.Is(err, errCursorMoved), errors.Is(err, errForeignRows), errors.Is(err, errFenced), errors.As(err, &de):
+	case errors.Is(err, errRewritten), errors.Is(err, errCursorMoved), errors.Is(err, errForeignRows), errors.Is(err, lease.ErrFenced),
+		errors.Is(err, lease.ErrDiverged), errors.As(err, &de):
 		return err
 	case errors.As(err, &pe) && pe.Code == "23505":
 		// Another sessiond made the cursor first.
@@ -481,10 +498,8 @@ func (j *job) dbError(err error) error {
 	case errors.As(err, &pe):
 		return dbErr{err}
 	}
-	for _, k := range errdefs.Kinds {
-		if errors.Is(err, k) {
-			return err // the local transcript's (a read that failed)
-		}
+	if errdefs.Tagged(err) {
+		return err // the local transcript's (a read that failed)
 	}
 	return dbErr{err}
 }

@@ -14,28 +14,13 @@ import (
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
-// projectOf returns the project named by ref (cwd or project key), or ""
-// when it names none.
-func projectOf(ref *sessiondv1.SessionRef) (string, error) {
-	switch p := ref.GetProject().(type) {
-	case *sessiondv1.SessionRef_Cwd:
-		return layout.ProjectKeyFromCwd(p.Cwd)
-	case *sessiondv1.SessionRef_ProjectKey:
-		if err := layout.ValidateProjectKey(p.ProjectKey); err != nil {
-			return "", err
-		}
-		return p.ProjectKey, nil
-	}
-	return "", nil
-}
-
 // Check implements sessiond.v1.Sessiond: each transcript's result is sent
 // as soon as it is checked, its problems in pages.
 func (s *Server) Check(req *sessiondv1.CheckRequest, stream grpc.ServerStreamingServer[sessiondv1.CheckResponse]) error {
 	ctx := stream.Context()
 	send := func(r writer.CheckResult) error { return s.sendCheck(stream, r) }
 	if req.GetAll() {
-		pk, err := projectOf(req.GetSession())
+		pk, _, err := projectOf(req.GetSession().GetProject())
 		if err != nil {
 			return err
 		}
@@ -227,7 +212,7 @@ func (s *Server) Restore(ctx context.Context, req *sessiondv1.RestoreRequest) (*
 	if err := layout.ValidateSessionID(ref.GetSessionId()); err != nil {
 		return nil, err
 	}
-	pk, err := projectOf(ref)
+	pk, _, err := projectOf(ref.GetProject())
 	if err != nil {
 		return nil, err
 	}
@@ -269,9 +254,7 @@ func (s *Server) Restore(ctx context.Context, req *sessiondv1.RestoreRequest) (*
 
 // ListTrash implements sessiond.v1.Sessiond.
 func (s *Server) ListTrash(req *sessiondv1.ListTrashRequest, stream grpc.ServerStreamingServer[sessiondv1.ListTrashResponse]) error {
-	_, byCwd := req.GetProject().(*sessiondv1.ListTrashRequest_Cwd)
-	_, byKey := req.GetProject().(*sessiondv1.ListTrashRequest_ProjectKey)
-	pk, err := projectKeyOf(byCwd, req.GetCwd(), byKey, req.GetProjectKey())
+	pk, _, err := projectOf(req.GetProject())
 	if err != nil {
 		return err
 	}

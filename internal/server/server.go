@@ -1,7 +1,8 @@
 // Package server is sessiond's gRPC edge: it turns wire requests into calls
 // on the session writers, and the writers' errors into gRPC status codes
-// (errors.go). Handlers stay thin; the rules live in the writer and
-// transcript packages.
+// (errors.go). Handlers stay thin: the rules live in the writer and
+// transcript packages, and when a session comes down from PostgreSQL is
+// the mirror's policy (the fleet interface, pull.go).
 package server
 
 import (
@@ -10,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,17 +63,16 @@ type Server struct {
 	closeStreams context.CancelFunc
 	// observeAppend, when set, times every append (ObserveAppends).
 	observeAppend AppendObserver
+	// fleet: the PostgreSQL mirror's sessions, or noMirror.
+	fleet fleet
 }
 
 // New returns a Server over m.
 func New(m *writer.Manager, log *zap.Logger, info Info) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{m: m, log: log, info: info, health: health.NewServer(), streams: ctx, closeStreams: cancel}
+	s := &Server{m: m, log: log, info: info, health: health.NewServer(), streams: ctx, closeStreams: cancel, fleet: noMirror{}}
 	if info.Mirror != nil {
-		// A session taken over from another machine gets what that
-		// machine wrote before this one appends after it (issue 16:
-		// "takes it over after expiry, pulling what it lacks first").
-		info.Mirror.OnTakeover(s.pullTakenOver)
+		s.fleet = mirrorFleet{mirror.NewPuller(info.Mirror, m, info.layout(), log), info.Mirror}
 	}
 	return s
 }
@@ -146,53 +147,82 @@ func (s *Server) resolveRef(ref *sessiondv1.SessionRef, needProject bool) (layou
 			return k, err
 		}
 	}
-	switch p := ref.GetProject().(type) {
-	case *sessiondv1.SessionRef_Cwd:
-		key, err := layout.ProjectKeyFromCwd(p.Cwd)
-		if err != nil {
-			return k, err
-		}
-		k.ProjectKey = key
-	case *sessiondv1.SessionRef_ProjectKey:
-		if err := layout.ValidateProjectKey(p.ProjectKey); err != nil {
-			return k, err
-		}
-		k.ProjectKey = p.ProjectKey
-	default:
+	pk, named, err := projectOf(ref.GetProject())
+	if err != nil {
+		return k, err
+	}
+	if !named {
 		// Find looks for the id in either case.
 		if needProject {
 			return k, fmt.Errorf("the project is required to create or append to a session: set cwd (the agent's working directory) or project_key (sessionctl: --cwd or --project): %w", errdefs.ErrInvalidArgument)
 		}
-		keys, err := s.m.Find(k.SessionID, k.Subpath)
-		if err != nil {
-			return k, err
-		}
-		if len(keys) == 0 && k.Subpath != "" {
-			// The subagent transcript is not anywhere; if its session is
-			// found, the call goes on and says the subpath is missing.
-			if mains, err := s.m.Find(k.SessionID, ""); err == nil && len(mains) == 1 {
-				return layout.Key{ProjectKey: mains[0].ProjectKey, SessionID: mains[0].SessionID, Subpath: k.Subpath}, nil
-			}
-		}
-		switch len(keys) {
-		case 0:
-			return k, fmt.Errorf("no session %s in any project under %s: %w", k.SessionID, s.info.Root, errdefs.ErrNotFound)
-		case 1:
-			return keys[0], nil
-		default:
-			names := ""
-			for i, key := range keys {
-				if i > 0 {
-					names += ", "
-				}
-				names += key.ProjectKey
-			}
-			return k, fmt.Errorf("session %s exists in several projects (%s); name the project with cwd or project_key (sessionctl: --cwd or --project): %w", k.SessionID, names, errdefs.ErrAmbiguous)
-		}
+		return s.find(k)
 	}
+	k.ProjectKey = pk
 	// One UUID is one session in any case: stored under the lower-case
 	// id, found under either.
 	return s.m.SessionKey(k), nil
+}
+
+// find is the one session whose id (and subpath) is k's, in whichever
+// project holds it.
+func (s *Server) find(k layout.Key) (layout.Key, error) {
+	keys, err := s.m.Find(k.SessionID, k.Subpath)
+	if err != nil {
+		return k, err
+	}
+	if len(keys) == 0 && k.Subpath != "" {
+		// The subagent transcript is not anywhere; if its session is
+		// found, the call goes on and says the subpath is missing.
+		if mains, err := s.m.Find(k.SessionID, ""); err == nil && len(mains) == 1 {
+			return layout.Key{ProjectKey: mains[0].ProjectKey, SessionID: mains[0].SessionID, Subpath: k.Subpath}, nil
+		}
+	}
+	switch len(keys) {
+	case 0:
+		return k, fmt.Errorf("no session %s in any project under %s: %w", k.SessionID, s.info.Root, errdefs.ErrNotFound)
+	case 1:
+		return keys[0], nil
+	}
+	names := make([]string, len(keys))
+	for i, key := range keys {
+		names[i] = key.ProjectKey
+	}
+	return k, fmt.Errorf("session %s exists in several projects (%s); name the project with cwd or project_key (sessionctl: --cwd or --project): %w", k.SessionID, strings.Join(names, ", "), errdefs.ErrAmbiguous)
+}
+
+// projectOf is the project a request names in its project oneof: by the
+// agent's working directory or by key; named is false when it names
+// none.
+func projectOf(oneof any) (key string, named bool, err error) {
+	switch p := oneof.(type) {
+	case *sessiondv1.SessionRef_Cwd:
+		return projectOfCwd(p.Cwd)
+	case *sessiondv1.ListSessionsRequest_Cwd:
+		return projectOfCwd(p.Cwd)
+	case *sessiondv1.ListSummariesRequest_Cwd:
+		return projectOfCwd(p.Cwd)
+	case *sessiondv1.ListTrashRequest_Cwd:
+		return projectOfCwd(p.Cwd)
+	case *sessiondv1.SessionRef_ProjectKey:
+		return projectOfKey(p.ProjectKey)
+	case *sessiondv1.ListSessionsRequest_ProjectKey:
+		return projectOfKey(p.ProjectKey)
+	case *sessiondv1.ListSummariesRequest_ProjectKey:
+		return projectOfKey(p.ProjectKey)
+	case *sessiondv1.ListTrashRequest_ProjectKey:
+		return projectOfKey(p.ProjectKey)
+	}
+	return "", false, nil
+}
+
+func projectOfCwd(cwd string) (string, bool, error) {
+	key, err := layout.ProjectKeyFromCwd(cwd)
+	return key, true, err
+}
+
+func projectOfKey(key string) (string, bool, error) {
+	return key, true, layout.ValidateProjectKey(key)
 }
 
 func (s *Server) resolved(k layout.Key) *sessiondv1.ResolvedSession {
@@ -232,9 +262,7 @@ func (s *Server) append(ctx context.Context, req *sessiondv1.AppendRequest) (*se
 	if err := s.checkAgentConfigDir(req.GetAgentConfigDir()); err != nil {
 		return nil, err
 	}
-	// A session known only in PostgreSQL comes down first: appended to
-	// as a new one, it would replace the fleet's copy.
-	if err := s.pullIfAbsent(ctx, k, false); err != nil {
+	if err := s.fleet.BeforeAppend(ctx, k); err != nil {
 		return nil, err
 	}
 	opt := writer.AppendOptions{BatchID: req.GetBatchId()}
@@ -301,32 +329,15 @@ func (s *Server) checkAgentConfigDir(dir string) error {
 	return nil
 }
 
-// projectKeyOf is the project a listing names: by the agent's working
-// directory, by key, or (neither set) "", every project.
-func projectKeyOf(byCwd bool, cwd string, byKey bool, key string) (string, error) {
-	switch {
-	case byCwd:
-		return layout.ProjectKeyFromCwd(cwd)
-	case byKey:
-		if err := layout.ValidateProjectKey(key); err != nil {
-			return "", err
-		}
-		return key, nil
-	}
-	return "", nil
-}
-
 // ListSummaries implements sessiond.v1.Sessiond.
 func (s *Server) ListSummaries(req *sessiondv1.ListSummariesRequest, stream grpc.ServerStreamingServer[sessiondv1.ListSummariesResponse]) error {
 	ctx := stream.Context()
-	_, byCwd := req.GetProject().(*sessiondv1.ListSummariesRequest_Cwd)
-	_, byKey := req.GetProject().(*sessiondv1.ListSummariesRequest_ProjectKey)
-	if !byCwd && !byKey {
-		return fmt.Errorf("ListSummaries needs a project: set cwd or project_key: %w", errdefs.ErrInvalidArgument)
-	}
-	pk, err := projectKeyOf(byCwd, req.GetCwd(), byKey, req.GetProjectKey())
+	pk, named, err := projectOf(req.GetProject())
 	if err != nil {
 		return err
+	}
+	if !named {
+		return fmt.Errorf("ListSummaries needs a project: set cwd or project_key: %w", errdefs.ErrInvalidArgument)
 	}
 	id := req.GetSessionId()
 	if id != "" {
@@ -487,9 +498,7 @@ func (s *Server) read(req *sessiondv1.ReadRequest, stream grpc.ServerStreamingSe
 // pages, each with the total.
 func (s *Server) ListSessions(req *sessiondv1.ListSessionsRequest, stream grpc.ServerStreamingServer[sessiondv1.ListSessionsResponse]) error {
 	ctx := stream.Context()
-	_, byCwd := req.GetProject().(*sessiondv1.ListSessionsRequest_Cwd)
-	_, byKey := req.GetProject().(*sessiondv1.ListSessionsRequest_ProjectKey)
-	pk, err := projectKeyOf(byCwd, req.GetCwd(), byKey, req.GetProjectKey())
+	pk, _, err := projectOf(req.GetProject())
 	if err != nil {
 		return err
 	}
@@ -538,80 +547,4 @@ func (s *Server) sessionInfo(in writer.Info) *sessiondv1.SessionInfo {
 		Summary: in.Summary, Tag: in.Tag, Archived: in.Archived, GitBranch: in.GitBranch,
 		Sidechain: in.Sidechain, Damaged: in.Damaged,
 	}
-}
-
-// statusListMax is the most items Status lists of each kind (recovery
-// errors, transcripts missing entries and their ids, deferred compactions,
-// fenced sessions); it counts them all. A store where thousands of
-// transcripts lost entries would otherwise make an answer over the
-// message limit, and status would fail when it matters most.
-const statusListMax = 100
-
-// Status implements sessiond.v1.Sessiond.
-func (s *Server) Status(ctx context.Context, _ *sessiondv1.StatusRequest) (*sessiondv1.StatusResponse, error) {
-	st, trash := s.m.Stats(), s.m.TrashUsage()
-	mirrorSt, leaseSt := s.mirrorStatus()
-	var ops []*sessiondv1.Operation
-	for _, o := range s.m.Operations() {
-		ops = append(ops, &sessiondv1.Operation{Id: o.ID, Kind: o.Kind, Unit: o.Unit, Done: uint64(o.Done), Total: uint64(o.Total), StartedMs: o.Started.UnixMilli()})
-	}
-	cfg := s.m.Config()
-	ret := &sessiondv1.JournalRetention{
-		RetentionMs: max(cfg.JournalRetention, 0).Milliseconds(), SizeBudget: uint64(cfg.JournalRetentionSize),
-		RetainedSegments: uint64(st.RetainedSegments), RetainedBytes: uint64(st.RetainedBytes),
-	}
-	if !st.OldestRetained.IsZero() {
-		ret.OldestRetainedMs = st.OldestRetained.UnixMilli()
-	}
-	var missing []*sessiondv1.AcknowledgedMissing
-	for _, in := range st.Missing[:min(len(st.Missing), statusListMax)] {
-		missing = append(missing, &sessiondv1.AcknowledgedMissing{Session: s.resolved(in.Key), Count: uint64(in.Count),
-			Ids: in.IDs[:min(len(in.IDs), statusListMax)], DetectedMs: in.DetectedMs})
-	}
-	return &sessiondv1.StatusResponse{
-		JournalRetention: ret, AcknowledgedMissing: missing, AcknowledgedMissingTotal: uint64(len(st.Missing)),
-		Operations: ops,
-		Version:    s.info.Version, Pid: int32(os.Getpid()), StartedMs: s.info.Started.UnixMilli(),
-		Socket: s.info.Socket, Root: s.info.Root, StateDir: s.info.StateDir,
-		ActiveSessions: uint32(st.ActiveSessions), Appends: st.Appends, EntriesStored: st.EntriesStored,
-		EntriesDuplicate: st.EntriesDuplicate, JournalSyncs: st.JournalSyncs, JournalBytes: st.JournalBytes,
-		Compactions: st.Compactions, CompactedBytes: st.CompactedBytes, RecoveredSessions: st.RecoveredSessions,
-		Draining: s.draining.Load(), ReplayPending: st.ReplayPending,
-		RecoveryErrors: st.RecoveryErrors[:min(len(st.RecoveryErrors), statusListMax)], RecoveryErrorsTotal: uint64(len(st.RecoveryErrors)),
-		PastRecoveryFailures: st.PastRecoveryFailures, Disk: s.diskStatus(st.Disk),
-		TrashCopies: uint32(trash.Copies), TrashBytes: uint64(trash.Bytes), TrashRetentionSeconds: uint64(trash.Retention.Seconds()),
-		Mirror: mirrorSt, Leases: leaseSt,
-	}, nil
-}
-
-// mirrorStatus is the mirror's status and the leases' (nil without
-// --mirror), from one look at the mirror.
-func (s *Server) mirrorStatus() (*sessiondv1.MirrorStatus, *sessiondv1.LeaseStatus) {
-	if s.info.Mirror == nil {
-		return &sessiondv1.MirrorStatus{}, nil
-	}
-	ms := s.info.Mirror.Status()
-	leases := &sessiondv1.LeaseStatus{MachineId: ms.MachineID, Held: ms.Leases,
-		Fenced: ms.Fenced[:min(len(ms.Fenced), statusListMax)], FencedTotal: uint64(len(ms.Fenced))}
-	out := &sessiondv1.MirrorStatus{Configured: true, Target: ms.Target, Connected: ms.Connected,
-		EntriesBehind: ms.EntriesBehind, BytesBehind: ms.BytesBehind, Transcripts: ms.Transcripts,
-		Unchecked: ms.Unchecked, RowsWritten: ms.RowsWritten, LastError: ms.LastError, Listing: ms.Listing}
-	if !ms.OldestBehind.IsZero() {
-		out.OldestBehindMs = ms.OldestBehind.UnixMilli()
-	}
-	if !ms.LastErrorAt.IsZero() {
-		out.LastErrorMs = ms.LastErrorAt.UnixMilli()
-	}
-	return out, leases
-}
-
-func (s *Server) diskStatus(d writer.DiskStats) *sessiondv1.DiskStatus {
-	out := &sessiondv1.DiskStatus{BallastPath: d.BallastPath, BallastBytes: uint64(d.BallastSize),
-		BallastPresent: d.BallastPresent, BallastReleased: d.BallastReleased, LagSessions: d.LagSessions, LagBytes: d.LagBytes,
-		DeferredTotal: uint64(len(d.Deferred))}
-	for _, x := range d.Deferred[:min(len(d.Deferred), statusListMax)] {
-		out.Deferred = append(out.Deferred, &sessiondv1.DeferredCompaction{Session: s.resolved(x.Key), Dir: x.Dir,
-			NeedBytes: x.Need, FreeBytes: x.Free, SinceMs: x.Since.UnixMilli(), Message: x.Line()})
-	}
-	return out
 }

@@ -2,6 +2,7 @@ package writer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -283,7 +284,7 @@ func (st *state) logBatches(batches [][][]byte, metas [][]byte, stored func(i in
 		// Otherwise the journal refused the batches before writing
 		// anything (a record over its limit): the writer goes on.
 		err = errdefs.FromIO(err)
-		if errdefs.Is(err, errdefs.ErrNoSpace) {
+		if errors.Is(err, errdefs.ErrNoSpace) {
 			// Say where and how much (the caller is told which disk
 			// to free), and free the reserves for the compactions.
 			err = st.space.full(st.cfg.Layout.JournalDir(), batchBytes(batches), err)

@@ -274,7 +274,7 @@ func (m *Manager) entryFor(ctx context.Context, key layout.Key) (index.Entry, er
 		if errors.Is(err, fs.ErrNotExist) {
 			err = m.notFound(key)
 		}
-		if !errdefs.Is(err, errdefs.ErrNotFound) {
+		if !errors.Is(err, errdefs.ErrNotFound) {
 			err = fmt.Errorf("index %s: %w", key, errdefs.FromIO(err))
 		}
 		return index.Entry{}, err
@@ -348,7 +348,7 @@ func (m *Manager) list(ctx context.Context, opt ListOptions, op *progress.Op) ([
 		}
 		e, err := m.entryFor(ctx, k)
 		op.Add(1)
-		if errdefs.Is(err, errdefs.ErrNotFound) {
+		if errors.Is(err, errdefs.ErrNotFound) {
 			continue
 		}
 		if err != nil {
@@ -433,7 +433,7 @@ func (m *Manager) ListSummaries(ctx context.Context, projectKey, sessionID strin
 			return nil, err
 		}
 		e, err := m.entryFor(ctx, k)
-		if errdefs.Is(err, errdefs.ErrNotFound) {
+		if errors.Is(err, errdefs.ErrNotFound) {
 			continue
 		}
 		if err != nil {

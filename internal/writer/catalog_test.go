@@ -272,7 +272,7 @@ func TestListingDropsEmptyLeftBehindJournals(t *testing.T) {
 				}
 			case "Info":
 				for _, k := range keys {
-					if _, err := m.Info(bg, k); !errdefs.Is(err, errdefs.ErrNotFound) {
+					if _, err := m.Info(bg, k); !errors.Is(err, errdefs.ErrNotFound) {
 						t.Fatalf("info of %s: %v, want not found", k, err)
 					}
 				}

@@ -79,7 +79,7 @@ func (m *Manager) FlushEach(ctx context.Context, fn func(FlushResult) error) err
 	for _, k := range keys {
 		r, err := m.flush(ctx, k, retireIfOpened, "flush")
 		if err != nil {
-			if errdefs.Is(err, errdefs.ErrNotFound) {
+			if errors.Is(err, errdefs.ErrNotFound) {
 				continue
 			}
 			errs = append(errs, fmt.Errorf("%s: %w", k, err))
@@ -172,7 +172,7 @@ func (st *state) compact(reason string) error {
 	}
 	need := st.canon.size + st.pendingBytes
 	err := st.compactInSlot(reason)
-	if err != nil && st.failed == nil && errdefs.Is(err, errdefs.ErrNoSpace) && st.space.yieldRetained(failedDir(err, st.dir)) {
+	if err != nil && st.failed == nil && errors.Is(err, errdefs.ErrNoSpace) && st.space.yieldRetained(failedDir(err, st.dir)) {
 		// The journal's retained segments gave their room back (space.go):
 		// the compaction may fit now, and a caller's flush need not
 		// fail for room sessiond could free itself.

@@ -297,7 +297,7 @@ func (m *Manager) finishIntents() (failed []error, err error) {
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			continue // finished by whoever removed it
-		case errdefs.Is(err, errdefs.ErrCorrupt):
+		case errors.Is(err, errdefs.ErrCorrupt):
 			m.log.Error("an intent of an interrupted delete or restore is damaged; it is left in place for a human", zap.String("intent", filepath.Join(dir, name)), zap.Error(err))
 			failed = append(failed, fmt.Errorf("intent %s: %w", name, err))
 			continue

@@ -2,6 +2,7 @@ package writer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
@@ -150,10 +151,10 @@ func (m *Manager) Replay(ctx context.Context, keys []layout.Key) ReplayReport {
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
-		case err != nil && (errdefs.Is(err, errdefs.ErrNotFound) || ctx.Err() != nil):
+		case err != nil && (errors.Is(err, errdefs.ErrNotFound) || ctx.Err() != nil):
 			// Gone meanwhile, or sessiond is stopping: the journal stays
 			// for the next start.
-		case err != nil && errdefs.Is(err, errdefs.ErrNoSpace) && m.space.waiting(k):
+		case err != nil && errors.Is(err, errdefs.ErrNoSpace) && m.space.waiting(k):
 			// A full disk is no failure of the session: its compaction
 			// waits for room (space.go) and the entries are served from
 			// the journal meanwhile.

@@ -121,7 +121,7 @@ func TestCheckJournalsServesBeforeReplay(t *testing.T) {
 	// Reported twice (the damage, and the loss it caused); the damaged
 	// session's batches after the damage are still read, so all four are
 	// replayed.
-	if rep.Checked != 4 || len(todo) != 4 || len(rep.Failed) != 2 || !errdefs.Is(rep.Failed[0], errdefs.ErrCorrupt) || !errdefs.Is(rep.Failed[1], errdefs.ErrCorrupt) {
+	if rep.Checked != 4 || len(todo) != 4 || len(rep.Failed) != 2 || !errors.Is(rep.Failed[0], errdefs.ErrCorrupt) || !errors.Is(rep.Failed[1], errdefs.ErrCorrupt) {
 		t.Fatalf("check: %+v, %d to replay", rep, len(todo))
 	}
 	if st := m.Stats(); st.ReplayPending != 4 || len(st.RecoveryErrors) != 2 || st.RecoveredSessions != 0 {

@@ -176,7 +176,7 @@ func (m *Manager) relieve(keys []layout.Key) {
 		if m.space.waiting(k) {
 			continue // the watcher compacts it once there is room
 		}
-		if _, err := m.flush(context.Background(), k, retireIfOpened, "relieve"); err != nil && !errdefs.Is(err, errdefs.ErrNotFound) {
+		if _, err := m.flush(context.Background(), k, retireIfOpened, "relieve"); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			m.log.Warn("compaction to free the journal's oldest segment failed; the journal stays over its bound until it succeeds",
 				zap.Stringer("session", k), zap.Error(err))
 		}

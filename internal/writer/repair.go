@@ -2,6 +2,7 @@ package writer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -82,7 +83,7 @@ func (m *Manager) CheckAll(ctx context.Context, projectKey string, fn func(Check
 			return err
 		}
 		r, err := m.Check(ctx, k)
-		if errdefs.Is(err, errdefs.ErrNotFound) {
+		if errors.Is(err, errdefs.ErrNotFound) {
 			op.Add(1)
 			continue
 		}

@@ -232,7 +232,7 @@ func (d *diskSpace) appendRoom(need int64) error {
 // appends and compactions, which handle their own, did not: a fork's temp
 // copy, a sidecar, a repair.
 func (d *diskSpace) noticeFull(err error) {
-	if err == nil || !errdefs.Is(err, errdefs.ErrNoSpace) && !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
+	if err == nil || !errors.Is(err, errdefs.ErrNoSpace) && !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
 		return
 	}
 	var se *errdefs.SpaceError
@@ -315,7 +315,7 @@ func (d *diskSpace) yieldRetained(dir string) bool {
 // (need bytes of it in dir); any other error ends a deferral, so the
 // usual rules take over.
 func (d *diskSpace) compactFailed(key layout.Key, dir string, need int64, err error) error {
-	if !errdefs.Is(err, errdefs.ErrNoSpace) {
+	if !errors.Is(err, errdefs.ErrNoSpace) {
 		d.forget(key)
 		return err
 	}
@@ -525,7 +525,7 @@ func (d *diskSpace) round() {
 			d.mu.Unlock()
 			continue
 		}
-		if err := d.retry(k); err != nil && !errdefs.Is(err, errdefs.ErrNoSpace) {
+		if err := d.retry(k); err != nil && !errors.Is(err, errdefs.ErrNoSpace) {
 			// Gone, or failing for another reason: the usual rules
 			// (and their errors) take over.
 			d.forget(k)
@@ -581,7 +581,7 @@ func (d *diskSpace) compactLagging() {
 		if deferred || !d.jr.StillBehind(k, lagging[k]) {
 			continue
 		}
-		if err := d.retry(k); err != nil && !errdefs.Is(err, errdefs.ErrNoSpace) {
+		if err := d.retry(k); err != nil && !errors.Is(err, errdefs.ErrNoSpace) {
 			// Gone, or failing for another reason: the usual rules (and
 			// their errors) take over, as for a deferred compaction.
 			d.log.Debug("compacting a transcript that lagged when the disk filled failed", zap.Stringer("session", k), zap.Error(err))

@@ -299,7 +299,7 @@ func TestRetainedSegmentsYieldToACompaction(t *testing.T) {
 	e.ff.Inject(fstest.Fault{Op: fstest.OpWrite, Path: func(p string) bool { return strings.Contains(p, ".compact-") }, Err: syscall.ENOSPC, Sticky: true})
 	e.free.Store(10)
 	before = e.attempts.Load()
-	if _, err := m.Flush(bg, k); !errdefs.Is(err, errdefs.ErrNoSpace) {
+	if _, err := m.Flush(bg, k); !errors.Is(err, errdefs.ErrNoSpace) {
 		t.Fatalf("flush on a full disk with nothing retained: %v, want no space", err)
 	}
 	if n := e.attempts.Load() - before; n != 1 {
@@ -335,7 +335,7 @@ func TestRetainedSegmentsYieldToAnAppend(t *testing.T) {
 	// The disk fills: the ballast goes, the compaction waits.
 	e.ff.Inject(fstest.Fault{Op: fstest.OpWrite, Path: func(p string) bool { return strings.Contains(p, ".compact-") }, Err: syscall.ENOSPC, Sticky: true})
 	e.free.Store(10)
-	if _, err := m.Flush(bg, k); !errdefs.Is(err, errdefs.ErrNoSpace) {
+	if _, err := m.Flush(bg, k); !errors.Is(err, errdefs.ErrNoSpace) {
 		t.Fatalf("flush on a full disk: %v", err)
 	}
 	e.ff.Clear()
@@ -404,7 +404,7 @@ func TestLaggingTranscriptsGetTheReleasedRoom(t *testing.T) {
 	e.ff.Inject(fstest.Fault{Op: fstest.OpWrite, Path: func(p string) bool { return strings.Contains(p, "."+big.SessionID+".compact-") }, Err: syscall.ENOSPC, Sticky: true})
 	e.ff.Inject(fstest.Fault{Op: fstest.OpWrite, Path: func(p string) bool { return strings.HasPrefix(p, e.lay.JournalDir()) }, Err: syscall.ENOSPC})
 	e.free.Store(4 * size)
-	if _, err := m.Append(bg, full, [][]byte{entry("", "n", "0")}); !errdefs.Is(err, errdefs.ErrNoSpace) {
+	if _, err := m.Append(bg, full, [][]byte{entry("", "n", "0")}); !errors.Is(err, errdefs.ErrNoSpace) {
 		t.Fatalf("append on a full disk: %v, want a space error", err)
 	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {

@@ -2,6 +2,7 @@ package writer
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,7 +109,7 @@ func TestRestoreAllMergesEveryCopy(t *testing.T) {
 	if got := e.canonicalLines(k); got[len(got)-1] != last || len(got) != len(want) {
 		t.Fatalf("append after the restore: %d lines, last %q", len(got), got[len(got)-1])
 	}
-	if err := m.Restore(bg, k); !errdefs.Is(err, errdefs.ErrNotFound) {
+	if err := m.Restore(bg, k); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("restore with an empty trash: %v, want not found", err)
 	}
 }
@@ -167,13 +168,13 @@ func TestRestoreFinishedByRetryWithAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	ff.Inject(fstest.Fault{Op: fstest.OpRename, Path: func(p string) bool { return strings.Contains(p, ".compact-") && strings.Contains(p, "/projects/") }, Err: syscall.EIO})
-	if _, err := m.RestoreTrash(bg, k, RestoreOptions{}); !errdefs.Is(err, errdefs.ErrIO) {
+	if _, err := m.RestoreTrash(bg, k, RestoreOptions{}); !errors.Is(err, errdefs.ErrIO) {
 		t.Fatalf("restore with a failing rename: %v, want an i/o error", err)
 	}
 	if len(ff.Fired()) == 0 {
 		t.Fatal("the fault never fired: the merge renamed nothing")
 	}
-	if _, err := m.Append(bg, k, [][]byte{[]byte(line(k, "", "meanwhile"))}); !errdefs.Is(err, errdefs.ErrUnavailable) {
+	if _, err := m.Append(bg, k, [][]byte{[]byte(line(k, "", "meanwhile"))}); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("append to a session half restored: %v, want unavailable", err)
 	}
 	ff.Clear()
@@ -199,7 +200,7 @@ func TestRestoreFinishedByRetryWithAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	ff.Inject(fstest.Fault{Op: fstest.OpRename, Path: func(p string) bool { return strings.Contains(p, ".compact-") && strings.Contains(p, "/projects/") }, Err: syscall.EIO})
-	if _, err := m.RestoreTrash(bg, k, RestoreOptions{}); !errdefs.Is(err, errdefs.ErrIO) {
+	if _, err := m.RestoreTrash(bg, k, RestoreOptions{}); !errors.Is(err, errdefs.ErrIO) {
 		t.Fatalf("restore with a failing rename: %v, want an i/o error", err)
 	}
 	ff.Clear()
@@ -285,7 +286,7 @@ func TestTrashPurgedAfterRetention(t *testing.T) {
 	if u := m.TrashUsage(); u.Copies != 1 || u.Retention != 30*24*time.Hour {
 		t.Fatalf("trash usage after the purge: %+v", u)
 	}
-	if err := m.Restore(bg, old); !errdefs.Is(err, errdefs.ErrNotFound) {
+	if err := m.Restore(bg, old); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("restore of a purged copy: %v, want not found", err)
 	}
 }
@@ -410,14 +411,14 @@ func TestRestoreRefusesWhatItCannotMerge(t *testing.T) {
 	if err := os.WriteFile(dir, []byte("not a folder"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Restore(bg, k); !errdefs.Is(err, errdefs.ErrAlreadyExists) || !strings.Contains(err.Error(), dir) {
+	if err := m.Restore(bg, k); !errors.Is(err, errdefs.ErrAlreadyExists) || !strings.Contains(err.Error(), dir) {
 		t.Fatalf("restore over a file where the session folder goes: %v, want already exists naming %s", err, dir)
 	}
 	os.Remove(dir)
 	if err := os.Symlink(filepath.Join(t.TempDir(), "elsewhere.jsonl"), e.lay.TranscriptPath(k)); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Restore(bg, k); !errdefs.Is(err, errdefs.ErrAlreadyExists) {
+	if err := m.Restore(bg, k); !errors.Is(err, errdefs.ErrAlreadyExists) {
 		t.Fatalf("restore over a link where the transcript goes: %v, want already exists", err)
 	}
 	os.Remove(e.lay.TranscriptPath(k))

@@ -249,7 +249,7 @@ func TestRestoreLoneSubagent(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Nothing of it in the trash yet.
-	if err := m.Restore(bg, sub); !errdefs.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "subagents/agent-a1") {
+	if err := m.Restore(bg, sub); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "subagents/agent-a1") {
 		t.Fatalf("restore before any delete: %v, want not found naming the subagent", err)
 	}
 	if got, err := m.TrashedProjects(main.SessionID, sub.Subpath); err != nil || len(got) != 0 {
@@ -297,7 +297,7 @@ func TestRestoreLoneSubagent(t *testing.T) {
 		t.Fatalf("subagent after the merge holds %q, want the trashed entry then the new one", got)
 	}
 	// A whole session's restore still ignores lone subagents' entries.
-	if err := m.Restore(bg, main); !errdefs.Is(err, errdefs.ErrNotFound) {
+	if err := m.Restore(bg, main); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("restore of the main session, never deleted: %v, want not found", err)
 	}
 }

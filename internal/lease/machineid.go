@@ -1,4 +1,4 @@
-package mirror
+package lease
 
 import (
 	"crypto/rand"

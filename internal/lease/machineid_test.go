@@ -1,4 +1,4 @@
-package mirror
+package lease
 
 import (
 	"errors"
@@ -36,7 +36,7 @@ func TestMachineID(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(d2, "machine-id"), []byte("bad id\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := MachineID(fsys.OS, d2); !errdefs.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "--machine-id") {
+	if _, _, err := MachineID(fsys.OS, d2); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "--machine-id") {
 		t.Fatalf("a bad machine-id file: %v", err)
 	}
 	for _, bad := range []string{"", "a b", "-x", strings.Repeat("x", 129), "é"} {
