@@ -41,6 +41,11 @@ type cutProxy struct {
 	conns   []net.Conn
 	mode    string        // "", "request" or "answer"
 	reached chan struct{} // closed when the armed point is reached
+	// mute is set once the "request" point is reached: the batch's answer
+	// is held back too until the cut, or a daemon quicker than the test's
+	// kill (a loaded machine) would answer it, and nothing would be sent
+	// again.
+	mute bool
 }
 
 // batchBytes is the least request that counts as a batch: the tests'
@@ -86,8 +91,16 @@ func (p *cutProxy) hit(mode string) bool {
 		return false
 	}
 	p.mode = ""
+	p.mute = mode == "request"
 	close(p.reached)
 	return true
+}
+
+// muted reports whether the answers are held back until the cut.
+func (p *cutProxy) muted() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mute
 }
 
 // cut closes every connection: for sessionctl, the daemon is gone.
@@ -95,6 +108,7 @@ func (p *cutProxy) cut() {
 	p.mu.Lock()
 	conns := p.conns
 	p.conns = nil
+	p.mute = false
 	p.mu.Unlock()
 	for _, c := range conns {
 		c.Close()
@@ -194,7 +208,7 @@ func (p *cutProxy) downstream(d, c net.Conn, batch <-chan uint32) {
 			default:
 			}
 		}
-		if stream != 0 && stream == found && p.hit("answer") {
+		if stream != 0 && stream == found && (p.muted() || p.hit("answer")) {
 			io.Copy(io.Discard, d) // held until the test cuts
 			return
 		}

@@ -152,7 +152,7 @@ func TestSessionctlWalkthrough(t *testing.T) {
 		{`{}`, []string{"append", "--cwd", cwd, "--session", "Not/a-uuid"}, "want a UUID such as"},
 		{``, []string{"show", uuid.NewString()}, "not found"},
 		{``, []string{"show", "../etc/passwd"}, "is not a transcript under sessiond's root"},
-		{``, []string{"show", sid, "--subpath", "../escape"}, "invalid input"},
+		{``, []string{"show", sid, "--subpath", "../escape"}, "--subpath: subpath \"../escape\" has a \"..\" component"},
 		{``, []string{"flush"}, "session id or --all"},
 	} {
 		_, errOut, code := d.ctl(c.stdin, c.args...)

@@ -1,26 +1,20 @@
 package e2e
 
 import (
-	"context"
+	"crypto/sha256"
+	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
-	"time"
-
-	"github.com/sessiond/sessiond/client"
 )
 
-// TestUpgradeFromPerSessionJournals starts this sessiond on a state
-// folder written by a release that kept one journal per transcript
-// (testdata/legacy: made by that release, killed with entries still in
-// its journals: a session with compacted lines and three pending entries
-// and a title, a session never compacted, and a subagent transcript).
-// The upgrade loses nothing and duplicates nothing: every entry is in its
-// transcript once, in order, the old journals are gone, and a second
-// start finds nothing left to do.
-func TestUpgradeFromPerSessionJournals(t *testing.T) {
+// TestOlderStateFolderRefused starts this sessiond on a state folder a
+// development build wrote with one journal per transcript (testdata/legacy:
+// made by that build and killed with entries still in its journals). The
+// start is refused with what the folder holds and what to do, and nothing
+// in the state folder or the root is changed: the entries are still there
+// for the build that can read them.
+func TestOlderStateFolderRefused(t *testing.T) {
 	d := newDaemon(t)
 	if err := os.CopyFS(d.dir, os.DirFS("testdata/legacy")); err != nil {
 		t.Fatal(err)
@@ -30,65 +24,37 @@ func TestUpgradeFromPerSessionJournals(t *testing.T) {
 	if err := os.Rename(filepath.Join(d.dir, "root"), d.root); err != nil {
 		t.Fatal(err)
 	}
-	const project = "-work-legacy"
-	a, b := "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222"
-	want := map[string][]string{
-		filepath.Join(project, a+".jsonl"):                       {"compacted 0", "compacted 1", "compacted 2", "pending 3", "pending 4", "pending 5", "legacy pending"},
-		filepath.Join(project, b+".jsonl"):                       {"b 0", "b 1"},
-		filepath.Join(project, b, "subagents", "agent-x1.jsonl"): {`"sub"`},
-	}
-	check := func(when string) {
-		t.Helper()
-		for rel, parts := range want {
-			data, err := os.ReadFile(filepath.Join(d.root, "projects", rel))
-			if err != nil {
-				t.Fatalf("%s: %v", when, err)
-			}
-			lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
-			if len(lines) != len(parts) {
-				t.Fatalf("%s: %s has %d lines, want %d:\n%s", when, rel, len(lines), len(parts), data)
-			}
-			for i, p := range parts {
-				if !strings.Contains(lines[i], p) {
-					t.Fatalf("%s: %s line %d is %s, want it to hold %q", when, rel, i+1, lines[i], p)
-				}
-			}
+	before := treeSums(t, d.state, d.root)
+	d.startRefused("per-transcript journals of a development build", "sessionctl flush --all", "move "+d.state+" aside")
+	after := treeSums(t, d.state, d.root)
+	for p, sum := range before {
+		if after[p] != sum {
+			t.Errorf("%s changed by the refused start", p)
 		}
-		var left []string
-		filepath.WalkDir(filepath.Join(d.state, "journal"), func(p string, e os.DirEntry, err error) error {
-			if err == nil && !e.IsDir() {
-				left = append(left, p)
+	}
+	for p := range after {
+		if _, ok := before[p]; !ok && filepath.Base(p) != "format" && filepath.Base(p) != "owner" {
+			t.Errorf("the refused start made %s", p)
+		}
+	}
+}
+
+// treeSums maps every regular file under the folders to its checksum.
+func treeSums(t *testing.T, dirs ...string) map[string][32]byte {
+	t.Helper()
+	out := map[string][32]byte{}
+	for _, dir := range dirs {
+		err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+			if err != nil || !e.Type().IsRegular() {
+				return err
 			}
-			return nil
+			b, err := os.ReadFile(p)
+			out[p] = sha256.Sum256(b)
+			return err
 		})
-		if len(left) > 0 {
-			t.Fatalf("%s: old journals left: %v", when, left)
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
-	d.start()
-	d.waitReplayed()
-	c := d.client()
-	st, err := c.Status(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(st.RecoveryErrors) > 0 {
-		t.Fatalf("recovery errors after the upgrade: %v", st.RecoveryErrors)
-	}
-	check("after the upgrade")
-	if code := d.stop(syscall.SIGTERM, 10*time.Second); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
-	d.start()
-	d.waitReplayed()
-	check("after a second start")
-	// The session takes new entries after the imported ones.
-	if _, err := d.client().Append(context.Background(), client.Session{ProjectKey: project, ID: b}, []byte(`{"type":"user","uuid":"bbbbbbbb-0000-4000-8000-000000000009","parentUuid":null,"sessionId":"`+b+`","message":{"role":"user","content":"b after"}}`)); err != nil {
-		t.Fatal(err)
-	}
-	if code := d.stop(syscall.SIGTERM, 10*time.Second); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
-	want[filepath.Join(project, b+".jsonl")] = []string{"b 0", "b 1", "b after"}
-	check("after an append")
+	return out
 }
