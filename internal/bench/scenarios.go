@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/sessiond/sessiond/internal/bench/arrival"
 	"github.com/sessiond/sessiond/internal/bench/checkall"
 	"github.com/sessiond/sessiond/internal/bench/compaction"
 	"github.com/sessiond/sessiond/internal/bench/fleet"
@@ -31,6 +32,7 @@ type scenario struct {
 // others lists them in the order the suite runs them.
 var others = []scenario{
 	{fleet.Name, fleet.Title, fleet.Run},
+	{arrival.Name, arrival.Title, arrival.Run},
 	{compaction.Name, compaction.Title, compaction.Run},
 	{recovery.Name, recovery.Title, recovery.Run},
 	{memory.Name, memory.Title, memory.Run},
