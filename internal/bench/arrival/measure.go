@@ -3,6 +3,7 @@ package arrival
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/sessiond/sessiond/client"
@@ -18,6 +19,7 @@ type snapshot struct {
 	writeBytes                    uint64
 	rss, hwm                      int64
 	fds, deleted                  int
+	self                          time.Duration // the bench process's CPU
 }
 
 func takeSnapshot(ctx context.Context, c *client.Client, pid int) (snapshot, error) {
@@ -25,7 +27,7 @@ func takeSnapshot(ctx context.Context, c *client.Client, pid int) (snapshot, err
 	if err != nil {
 		return snapshot{}, err
 	}
-	s := snapshot{at: time.Now(), appends: st.GetAppends(), entries: st.GetEntriesStored(), compactions: st.GetCompactions()}
+	s := snapshot{at: time.Now(), appends: st.GetAppends(), entries: st.GetEntriesStored(), compactions: st.GetCompactions(), self: selfCPU()}
 	if s.cpu, err = harness.ProcCPU(pid); err != nil {
 		return s, err
 	}
@@ -143,4 +145,19 @@ func (r *run) tally(m *measured) error {
 			d, m.after.entries-m.before.entries, m.calls, entries)
 	}
 	return nil
+}
+
+// selfCPU is the CPU time the bench process has used: the load generator's
+// share of the machine, which says whether it, rather than the daemon,
+// limited the rate.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func (m *measured) selfPct() float64 {
+	return (m.after.self - m.before.self).Seconds() / m.wall().Seconds() * 100
 }

@@ -18,8 +18,8 @@ func addRows(sc *harness.Scenario, v variant, m *measured) {
 	add("appends/s: achieved / offered", fmt.Sprintf("%.1f / %.1f", m.achieved(), m.offered), keptUp(v, m))
 	add("append latency p50 / p99 / max, ms", fmt.Sprintf("%s / %s / %s", ms(m.latency.P50), ms(m.latency.P99), ms(m.latency.Max)),
 		fmt.Sprintf("%d calls of %d entries, from the call to its acknowledgement", m.calls, batchEntries))
-	add("daemon CPU, % of one core", fmt.Sprintf("%.1f", m.cpuPct()), fmt.Sprintf("%.2f s of utime+stime in %.1f s",
-		(m.after.cpu-m.before.cpu).Seconds(), m.wall().Seconds()))
+	add("daemon CPU, % of one core", fmt.Sprintf("%.1f", m.cpuPct()), fmt.Sprintf("%.2f s of utime+stime in %.1f s; the bench process (the load) %.1f %% of one core",
+		(m.after.cpu-m.before.cpu).Seconds(), m.wall().Seconds(), m.selfPct()))
 	add("daemon descriptors, max / of them deleted files", fmt.Sprintf("%d / %d", m.fdMax, m.fdDel),
 		fmt.Sprintf("/proc/<pid>/fd read %d times (every %v); %d / %d before the window", m.fdSamples, fdEvery, m.before.fds, m.before.deleted))
 	add("compactions/s", fmt.Sprintf("%.1f", m.compactionsPerSec()), fmt.Sprintf("Status compactions: %d in the window", m.after.compactions-m.before.compactions))
