@@ -53,7 +53,7 @@ type Config struct {
 	Size      string // default "1KiB"
 	Baselines bool   // also measure (a), (b), (c)
 
-	// Suite runs every scenario of the issue (Scenarios selects some).
+	// Suite runs every scenario of the suite (Scenarios selects some).
 	Suite     bool
 	Scenarios []string
 	// InProc adds, in the suite, a run of internal/writer in-process next
@@ -80,7 +80,7 @@ type Config struct {
 	// several such runs the run's id is added to the name.
 	CPUProfile string
 
-	// Scale shrinks the suite's sizes (1, the default: the issue's
+	// Scale shrinks the suite's sizes (1, the default: the full
 	// sizes): the client counts of the throughput scenarios (at least 2 or
 	// 4 clients) and the other scenarios' data (see Env.Scale).
 	Scale float64

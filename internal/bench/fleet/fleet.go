@@ -16,7 +16,6 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/bench/harness"
-	"github.com/sessiond/sessiond/internal/layout"
 )
 
 // The fleet scenario: what sessiond costs a machine running many agents at
@@ -247,9 +246,9 @@ func Run(ctx context.Context, env *harness.Env) (*harness.Scenario, error) {
 	sc := &harness.Scenario{Name: Name}
 	rng := rand.New(rand.NewPCG(env.Seed, 0x666c656574))
 	plan := newFleetPlan(int(env.Scaled(fleetSessions, 4)), int(env.Scaled(fleetRounds, 3)), fleetBatch, fleetPeriod, rng)
-	nConns := min(fleetConns, plan.sessions)
+	f := &fleetRun{env: env, plan: plan, nConns: min(fleetConns, plan.sessions)}
 	sc.Title = fmt.Sprintf("agent fleet: %d sessions, each a batch of %d x 1 KiB entries once a second at its own phase, for %.0f s, over %d connections",
-		plan.sessions, plan.batch, plan.window().Seconds(), nConns)
+		plan.sessions, plan.batch, plan.window().Seconds(), f.nConns)
 	ctx, cancel := context.WithTimeout(ctx, plan.window()+5*time.Minute)
 	defer cancel()
 
@@ -267,147 +266,151 @@ func Run(ctx context.Context, env *harness.Env) (*harness.Scenario, error) {
 			env.Logf("[fleet] stopping sessiond: %v", err)
 		}
 	}()
-	var conns []*client.Client
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for range nConns {
-		c, err := client.Dial(p.Socket, client.WithRetry(1, 0))
-		if err != nil {
-			return sc, err
-		}
-		conns = append(conns, c)
-	}
-	st, err := conns[0].Status(ctx)
-	if err != nil {
+	defer f.close()
+	if err := f.dial(ctx, p); err != nil {
 		return sc, err
 	}
-	pid := int(st.GetPid())
-	idleFDs, err := harness.CountFDs(pid)
-	if err != nil {
-		return sc, err
-	}
-
-	// Warm-up, untimed: every session is created with one batch and
-	// flushed, so the window sees running agents, not 1,000 new
-	// sessions (and no idle compaction of the warm-up's entries).
-	projectKey := fmt.Sprintf("-sessiond-bench-fleet-%08x", uint32(env.Seed))
-	sessions := make([]*fleetSession, plan.sessions)
-	for s := range sessions {
-		sessions[s] = &fleetSession{sess: client.Session{ProjectKey: projectKey, ID: harness.NewUUID(rng)},
-			rng: rand.New(rand.NewPCG(env.Seed, uint64(s)+1))}
-	}
-	env.Logf("[fleet] creating %d sessions", plan.sessions)
-	if err := harness.ForEach(ctx, plan.sessions, fleetWarmConc, func(s int) error {
-		c := conns[s%nConns]
-		if err := sessions[s].send(ctx, c, plan.batch); err != nil {
-			return err
-		}
-		_, err := c.Flush(ctx, sessions[s].sess)
-		return err
-	}); err != nil {
+	f.newSessions(rng)
+	if err := f.warmUp(ctx); err != nil {
 		return sc, fmt.Errorf("warm-up: %w", err)
 	}
-
-	// The window.
-	before, err := takeFleetSnap(ctx, conns[0], pid)
+	res, err := f.window(ctx)
 	if err != nil {
 		return sc, err
 	}
-	env.Logf("[fleet] %d sessions x %d batches of %d entries, one per %v each, over %d connections",
-		plan.sessions, plan.rounds, plan.batch, plan.period, nConns)
-	sampler := harness.SampleFDs(pid, fleetSample)
-	t0 := time.Now().Add(20 * time.Millisecond)
-	calls, derr := driveFleet(ctx, plan, sessions, conns, t0)
-	maxFDs, samples, serr := sampler.Finish()
-	if derr != nil {
-		return sc, derr
-	}
-	if serr != nil {
-		return sc, serr
-	}
-	after, err := takeFleetSnap(ctx, conns[0], pid)
-	if err != nil {
-		return sc, err
-	}
-	maxFDs = max(maxFDs, after.fds)
-	rss, hwm, memErr := harness.ProcMem(pid)
-
-	t := tallyFleet(plan, calls)
-	dAppends, dEntries, dSyncs := after.appends-before.appends, after.entries-before.entries, after.syncs-before.syncs
-	// The counters must tell this load's story, or the ratios drawn from
-	// them mean nothing.
-	if want := uint64(t.batches); dAppends != want || dEntries != want*uint64(plan.batch) {
-		return sc, fmt.Errorf("Status counted %d appends storing %d entries over the window; %d batches of %d were acknowledged",
-			dAppends, dEntries, t.batches, plan.batch)
-	}
-	if dSyncs == 0 {
-		return sc, fmt.Errorf("Status counted no journal sync for %d appends", dAppends)
-	}
-	wall := after.at.Sub(before.at)
-	cpu := after.cpu - before.cpu
-	cpuPct := cpu.Seconds() / wall.Seconds() * 100
-	perSync := float64(dAppends) / float64(dSyncs)
-
 	// Every acknowledged entry is in its session's transcript, once.
 	verified := "not asked (--verify)"
 	if env.Verify {
-		if err := fleetVerify(ctx, conns, layout.Layout{Root: st.GetRoot()}, sessions); err != nil {
+		if err := fleetVerify(ctx, f.conns, f.root, f.sessions); err != nil {
 			return sc, fmt.Errorf("verify: %w", err)
 		}
 		verified = fmt.Sprintf("yes: %d sessions, each transcript holds exactly the %d entries acknowledged to it (warm-up included), whole lines",
 			plan.sessions, (plan.rounds+1)*plan.batch)
 	}
-
-	ms := func(us float64) string { return fmt.Sprintf("%.2f", us/1e3) }
-	sc.Table = &harness.Table{Columns: []string{"measurement", "value", "detail"}}
-	add := func(what, v, detail string) { sc.Table.Rows = append(sc.Table.Rows, []string{what, v, detail}) }
-	add("offered: entries/s", fmt.Sprintf("%.0f", t.offered), fmt.Sprintf("%d batches of %d x %d B in %.0f s (%.0f appends/s)",
-		t.batches, plan.batch, fleetEntry, plan.window().Seconds(), float64(t.batches)/plan.window().Seconds()))
-	add("achieved: entries/s acknowledged", fmt.Sprintf("%.0f", t.achieved), fmt.Sprintf("%.2f%% of offered (over the window, or until the last acknowledgement if later)", t.achieved/t.offered*100))
-	add("backlog: batches unacknowledged 1 period after the window", fmt.Sprint(t.backlog), fmt.Sprintf("last acknowledgement %.1f ms after the window closed", t.drain.Seconds()*1e3))
-	add("append latency per call p50 / p90 / p99 / max, ms", fmt.Sprintf("%s / %s / %s / %s", ms(t.latency.P50), ms(t.latency.P90), ms(t.latency.P99), ms(t.latency.Max)),
-		fmt.Sprintf("%d calls, from the call to its acknowledgement", t.batches))
-	add("senders behind schedule p99 / max, ms", fmt.Sprintf("%s / %s", ms(t.late.P99), ms(t.late.Max)),
-		"a call's start after its due time (the bench's own timers, or the previous call still in flight)")
-	add("Status: appends / journal syncs", fmt.Sprintf("%d / %d", dAppends, dSyncs), fmt.Sprintf("%.2f appends per sync, %.2f entries per sync; %d compactions",
-		perSync, float64(dEntries)/float64(dSyncs), after.comps-before.comps))
-	add("daemon CPU, % of one core", fmt.Sprintf("%.1f", cpuPct), fmt.Sprintf("%.2f s of utime+stime in %.1f s; %.0f us per append",
-		cpu.Seconds(), wall.Seconds(), cpu.Seconds()*1e6/float64(dAppends)))
-	add("daemon open descriptors, max", fmt.Sprint(maxFDs), fmt.Sprintf("/proc/%d/fd counted %d times (every %v); %d before the sessions existed, %d after the warm-up, %d after the window",
-		pid, samples, fleetSample, idleFDs, before.fds, after.fds))
-	if memErr == nil {
-		add("daemon RSS / peak since start, MiB", fmt.Sprintf("%.1f / %.1f", float64(rss)/(1<<20), float64(hwm)/(1<<20)), "")
-	}
-
-	keep := harness.NewCheck(fmt.Sprintf("keeps up: achieved >= %.0f%% of offered", fleetKeepUpPct), t.achieved/t.offered*100, fleetKeepUpPct, "%", true)
-	keep.Note = fmt.Sprintf("%.0f of %.0f entries/s", t.achieved, t.offered)
-	backlog := harness.NewCheck("keeps up: no backlog 1 s after the window", float64(t.backlog), fleetBacklogLimit, "batches", false)
-	backlog.Note = fmt.Sprintf("last acknowledgement %.1f ms after the window", t.drain.Seconds()*1e3)
-	p99 := harness.NewCheck(fmt.Sprintf("p99 append latency <= %.0f ms", fleetP99MS), t.latency.P99/1e3, fleetP99MS, "ms", false)
-	p99.Note = fmt.Sprintf("p50 %s ms, max %s ms", ms(t.latency.P50), ms(t.latency.Max))
-	grouped := harness.NewCheck(fmt.Sprintf("appends per fsync >= %.0f", fleetPerSync), perSync, fleetPerSync, "appends", true)
-	grouped.Note = fmt.Sprintf("Status: %d appends, %d journal syncs", dAppends, dSyncs)
-	cpuc := harness.NewCheck(fmt.Sprintf("daemon CPU <= %.0f%% of one core", fleetCPUPct), cpuPct, fleetCPUPct, "%", false)
-	cpuc.Note = fmt.Sprintf("%.2f s in %.1f s", cpu.Seconds(), wall.Seconds())
-	fds := harness.NewCheck(fmt.Sprintf("open file descriptors <= %d (gRPC's included)", fleetFDs), float64(maxFDs), fleetFDs, "fds", false)
-	fds.Note = fmt.Sprintf("max of %d samples; %d connections; %d with no session", samples, nConns, idleFDs)
-	sc.Checks = append(sc.Checks, keep, backlog, p99, grouped, cpuc, fds)
-	sc.Notes = append(sc.Notes,
-		fmt.Sprintf("Load: %d sessions in one project; each, at its own phase (uniform in the first second), appends a batch of %d entries of %d B (one Append call) every %v for %d rounds, on its own goroutine, and waits for the acknowledgement before its next batch (a late batch is sent at once). Open loop: offered = the entries due in the window over its length; achieved = the entries acknowledged over the time from its opening to the later of its end and the last acknowledgement (a daemon that ends X s late reaches offered x window / (window + X)); backlog = batches still unacknowledged %v after it closed.",
-			plan.sessions, plan.batch, fleetEntry, plan.period, plan.rounds, plan.period),
-		fmt.Sprintf("The sessions share %d gRPC connections (Go client, AppendStream streams), session i on connection i mod %d, as agents run by a few harness processes would: every connection is a descriptor in the daemon, so one per session would count 1,000 descriptors that are the clients', not sessiond's.", nConns, nConns),
-		"Warm-up, untimed: each session appended one batch and was flushed before the window, so the window sees running agents, not session creation. sessiond ran with its default flags (idle compaction after 1 s, writers retired after 30 s idle).",
-		fmt.Sprintf("Counters: Status deltas over the window (appends, entries_stored, journal_syncs, compactions); CPU = utime+stime of /proc/<pid>/stat over the same interval; descriptors = entries of /proc/<pid>/fd, counted every %v over the window.", fleetSample),
-		"Verified: "+verified+".")
+	f.report(sc, res, verified)
 	return sc, nil
+}
+
+// fleetRun is the fleet on its sessiond: the connections, the sessions and
+// the daemon's process.
+type fleetRun struct {
+	env      *harness.Env
+	plan     fleetPlan
+	nConns   int
+	conns    []*client.Client
+	pid      int
+	root     string
+	idleFDs  int // before any session existed
+	sessions []*fleetSession
+}
+
+func (f *fleetRun) dial(ctx context.Context, p *harness.Daemon) error {
+	for range f.nConns {
+		c, err := client.Dial(p.Socket, client.WithRetry(1, 0))
+		if err != nil {
+			return err
+		}
+		f.conns = append(f.conns, c)
+	}
+	st, err := f.conns[0].Status(ctx)
+	if err != nil {
+		return err
+	}
+	f.pid, f.root = int(st.GetPid()), st.GetRoot()
+	f.idleFDs, err = harness.CountFDs(f.pid)
+	return err
+}
+
+func (f *fleetRun) close() {
+	for _, c := range f.conns {
+		c.Close()
+	}
+}
+
+func (f *fleetRun) newSessions(rng *rand.Rand) {
+	projectKey := fmt.Sprintf("-sessiond-bench-fleet-%08x", uint32(f.env.Seed))
+	f.sessions = make([]*fleetSession, f.plan.sessions)
+	for s := range f.sessions {
+		f.sessions[s] = &fleetSession{sess: client.Session{ProjectKey: projectKey, ID: harness.NewUUID(rng)},
+			rng: rand.New(rand.NewPCG(f.env.Seed, uint64(s)+1))}
+	}
+}
+
+// warmUp, untimed: every session is created with one batch and flushed,
+// so the window sees running agents, not 1,000 new sessions (and no idle
+// compaction of the warm-up's entries).
+func (f *fleetRun) warmUp(ctx context.Context) error {
+	f.env.Logf("[fleet] creating %d sessions", f.plan.sessions)
+	return harness.ForEach(ctx, f.plan.sessions, fleetWarmConc, func(s int) error {
+		c := f.conns[s%f.nConns]
+		if err := f.sessions[s].send(ctx, c, f.plan.batch); err != nil {
+			return err
+		}
+		_, err := c.Flush(ctx, f.sessions[s].sess)
+		return err
+	})
+}
+
+// fleetResult is what the window measured.
+type fleetResult struct {
+	t                          fleetTally
+	before, after              fleetSnap
+	maxFDs, samples            int
+	rss, hwm                   int64
+	memOK                      bool
+	dAppends, dEntries, dSyncs uint64
+}
+
+func (r *fleetResult) wall() time.Duration { return r.after.at.Sub(r.before.at) }
+func (r *fleetResult) cpu() time.Duration  { return r.after.cpu - r.before.cpu }
+func (r *fleetResult) cpuPct() float64     { return r.cpu().Seconds() / r.wall().Seconds() * 100 }
+func (r *fleetResult) perSync() float64    { return float64(r.dAppends) / float64(r.dSyncs) }
+
+// window runs the plan with the daemon's counters read around it, and
+// checks they count what the sessions were acknowledged.
+func (f *fleetRun) window(ctx context.Context) (*fleetResult, error) {
+	plan := f.plan
+	var r fleetResult
+	var err error
+	if r.before, err = takeFleetSnap(ctx, f.conns[0], f.pid); err != nil {
+		return nil, err
+	}
+	f.env.Logf("[fleet] %d sessions x %d batches of %d entries, one per %v each, over %d connections",
+		plan.sessions, plan.rounds, plan.batch, plan.period, f.nConns)
+	sampler := harness.SampleFDs(f.pid, fleetSample)
+	t0 := time.Now().Add(20 * time.Millisecond)
+	calls, derr := driveFleet(ctx, plan, f.sessions, f.conns, t0)
+	maxFDs, samples, serr := sampler.Finish()
+	if derr != nil {
+		return nil, derr
+	}
+	if serr != nil {
+		return nil, serr
+	}
+	if r.after, err = takeFleetSnap(ctx, f.conns[0], f.pid); err != nil {
+		return nil, err
+	}
+	r.maxFDs, r.samples = max(maxFDs, r.after.fds), samples
+	rss, hwm, memErr := harness.ProcMem(f.pid)
+	r.rss, r.hwm, r.memOK = rss, hwm, memErr == nil
+
+	r.t = tallyFleet(plan, calls)
+	r.dAppends, r.dEntries, r.dSyncs = r.after.appends-r.before.appends, r.after.entries-r.before.entries, r.after.syncs-r.before.syncs
+	// The counters must tell this load's story, or the ratios drawn from
+	// them mean nothing.
+	if want := uint64(r.t.batches); r.dAppends != want || r.dEntries != want*uint64(plan.batch) {
+		return nil, fmt.Errorf("Status counted %d appends storing %d entries over the window; %d batches of %d were acknowledged",
+			r.dAppends, r.dEntries, r.t.batches, plan.batch)
+	}
+	if r.dSyncs == 0 {
+		return nil, fmt.Errorf("Status counted no journal sync for %d appends", r.dAppends)
+	}
+	return &r, nil
 }
 
 // fleetVerify flushes every session and checks its canonical file holds
 // exactly what was acknowledged to it.
-func fleetVerify(ctx context.Context, conns []*client.Client, l layout.Layout, sessions []*fleetSession) error {
+func fleetVerify(ctx context.Context, conns []*client.Client, root string, sessions []*fleetSession) error {
 	if err := harness.ForEach(ctx, len(sessions), fleetWarmConc, func(s int) error {
 		_, err := conns[s%len(conns)].Flush(ctx, sessions[s].sess)
 		return err
@@ -415,7 +418,7 @@ func fleetVerify(ctx context.Context, conns []*client.Client, l layout.Layout, s
 		return err
 	}
 	for _, fs := range sessions {
-		path := l.TranscriptPath(layout.Key{ProjectKey: fs.sess.ProjectKey, SessionID: fs.sess.ID})
+		path := harness.TranscriptPath(root, fs.sess)
 		n, err := harness.CountLines(path)
 		if err != nil {
 			return err

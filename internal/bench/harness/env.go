@@ -26,7 +26,7 @@ type Env struct {
 	// back equals what it wrote); they are cheap and always wanted in
 	// tests.
 	Verify bool
-	// Scale shrinks the scenario's sizes (1 = the sizes; tests
+	// Scale shrinks the scenario's sizes (1 = the full sizes; tests
 	// use about 0.01). A scenario states in its title or notes the sizes
 	// it actually used.
 	Scale float64

@@ -58,7 +58,7 @@ type Scenario struct {
 	Error  string   `json:"error,omitempty"`
 }
 
-// Check is one target of the issue, measured.
+// Check is one target, measured.
 type Check struct {
 	Target string  `json:"target"`
 	Value  float64 `json:"value"`

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,7 +24,7 @@ import (
 	"github.com/sessiond/sessiond/internal/pgtest"
 )
 
-// The mirror scenario (issue 16) measures sessiond's PostgreSQL mirror on
+// The mirror scenario measures sessiond's PostgreSQL mirror on
 // a real, durable PostgreSQL (Debian's server, started in a temp folder
 // on the disk the run measures, fsync and synchronous_commit on):
 //
@@ -329,210 +327,6 @@ SELECT $1, $2, $3, '', $4 + ord, l FROM unnest($5::text[]) WITH ORDINALITY AS t(
 	return float64(made) / took.Seconds(), nil
 }
 
-func Run(ctx context.Context, env *harness.Env) (*harness.Scenario, error) {
-	clients := int(env.Scaled(mirrorClients, 2))
-	dur := env.Duration
-	if dur <= 0 {
-		dur = 10 * time.Second
-	}
-	sc := &harness.Scenario{Name: Name,
-		Title: fmt.Sprintf("mirror: %d clients, 1 KiB entries, durable, on a durable PostgreSQL: the mirror off and on; its catch-up vs a plain batched INSERT loop; the reference PostgreSQL store", clients)}
-	size, err := harness.ParseSize("1KiB")
-	if err != nil {
-		return sc, err
-	}
-	pg, err := pgtest.New(pgtest.Options{Durable: true, Settings: map[string]string{"max_connections": "200"}})
-	if err != nil {
-		return sc, fmt.Errorf("PostgreSQL for the mirror scenario: %w (%s)", err, pgtest.InstallHint)
-	}
-	defer pg.Close()
-	if err := pg.Start(ctx); err != nil {
-		return sc, fmt.Errorf("start PostgreSQL: %w", err)
-	}
-	dsn, err := pg.CreateDatabase(ctx, "bench")
-	if err != nil {
-		return sc, err
-	}
-	if err := harness.SameFS(env.Dir, pg.Dir()); err != nil {
-		sc.Notes = append(sc.Notes, fmt.Sprintf("warning: %v: PostgreSQL and sessiond are not on the same disk", err))
-	}
-	rng := rand.New(rand.NewPCG(env.Seed, 16))
-	newLoad := func(c, s int) *throughput.Workload {
-		w := &throughput.Workload{Clients: c, Sessions: s, Size: size, Duration: dur, Seed: rng.Uint64(), Verify: env.Verify}
-		w.ProjectKey = fmt.Sprintf("-sessiond-bench-%08x", rng.Uint32())
-		for range s {
-			w.SessionIDs = append(w.SessionIDs, harness.NewUUID(rng))
-		}
-		return w
-	}
-	by := map[string]*harness.Result{}
-	measure := func(id, label, target string, d throughput.Driver, w *throughput.Workload) (*harness.Result, error) {
-		r := &harness.Result{ID: id, Label: label, Target: target}
-		env.Logf("[%s] %s ...", Name, label)
-		err := throughput.Measure(ctx, d, w, r)
-		sc.Results = append(sc.Results, r)
-		by[id] = r
-		if err != nil {
-			return r, fmt.Errorf("%s: %w", label, err)
-		}
-		env.Logf("[%s]   %.0f entries/s, p50 %.0f us", Name, r.EntriesPerSec, r.Latency.P50)
-		return r, nil
-	}
-	start := func(name string, args ...string) (*harness.Daemon, error) {
-		dir := filepath.Join(env.Dir, name)
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, err
-		}
-		return harness.StartDaemon(ctx, env.Sessiond, dir, append(append([]string{}, env.SessiondArgs...), args...))
-	}
-
-	// The peer: the reference store, one agent, then 64.
-	if _, err := measure("p1", "(p) reference PG store, 1 client", "refstore",
-		&refStoreDriver{dsn: dsn, table: "ref_one"}, newLoad(1, 1)); err != nil {
-		return sc, err
-	}
-	if _, err := measure("p64", fmt.Sprintf("(p) reference PG store, %d -> %d sessions", clients, clients), "refstore",
-		&refStoreDriver{dsn: dsn, table: "ref_many"}, newLoad(clients, clients)); err != nil {
-		return sc, err
-	}
-
-	// sessiond without the mirror.
-	off, err := start("off")
-	if err != nil {
-		return sc, err
-	}
-	_, err1 := measure("d1", "sessiond, 1 client (no mirror)", harness.TargetDaemon, &throughput.DaemonDriver{Socket: off.Socket, ResetHWM: true}, newLoad(1, 1))
-	var err2 error
-	if err1 == nil {
-		_, err2 = measure("d64", fmt.Sprintf("sessiond, %d -> %d sessions, no mirror", clients, clients), harness.TargetDaemon,
-			&throughput.DaemonDriver{Socket: off.Socket, ResetHWM: true}, newLoad(clients, clients))
-	}
-	if err := errors.Join(err1, err2, off.Stop(60*time.Second)); err != nil {
-		return sc, err
-	}
-
-	// sessiond with the mirror, under the same load.
-	mr, err := mirrorLoad(ctx, start, measure, "on", "m64", fmt.Sprintf("sessiond, %d -> %d sessions, mirror on", clients, clients), dsn, newLoad(clients, clients))
-	if err != nil {
-		return sc, err
-	}
-	m := mr.res
-
-	// The same pair with PostgreSQL as on a server of its own: a second
-	// PostgreSQL on a CPU of its own (sessiond and the load on CPU 0,
-	// PostgreSQL on CPU 1) and on a disk of its own (memory: /dev/shm).
-	// Beside sessiond on this machine's two cores and one disk, a
-	// PostgreSQL takes the CPU the local load needs (the ceiling below
-	// says how much of the machine its inserts take) and slows
-	// sessiond's own syncs with its writes, which a fleet's database
-	// elsewhere does not.
-	var pinned *mirrorRun
-	if runtime.NumCPU() >= 2 {
-		far, farDSN, err := farPostgres(ctx)
-		if err != nil {
-			return sc, err
-		}
-		defer far.Close()
-		pr, err := pinnedPair(far, func() (mirrorRun, error) {
-			poff, err := start("pinned-off")
-			if err != nil {
-				return mirrorRun{}, err
-			}
-			_, err = measure("d64p", fmt.Sprintf("sessiond on 1 CPU, %d -> %d, no mirror", clients, clients), harness.TargetDaemon,
-				&throughput.DaemonDriver{Socket: poff.Socket, ResetHWM: true}, newLoad(clients, clients))
-			if err := errors.Join(err, poff.Stop(60*time.Second)); err != nil {
-				return mirrorRun{}, err
-			}
-			return mirrorLoad(ctx, start, measure, "pinned-on", "m64p", fmt.Sprintf("sessiond on 1 CPU, %d -> %d, mirror on", clients, clients),
-				farDSN, newLoad(clients, clients))
-		})
-		if err != nil {
-			return sc, err
-		}
-		pinned = &pr
-	}
-
-	// The mirror's own pace: a sessiond on what the load left, mirroring
-	// into an empty table, copies every transcript at start. Its rate is
-	// counted from the moment its mirror is connected, as the INSERT
-	// loop's is from when its connections are open: what sessiond does
-	// before (start, recovery) is not the mirror's work. The time from
-	// sessiond's start is reported beside it.
-	catchStart := time.Now()
-	again, err := start("on", "--mirror", dsn, "--mirror-table", "catchup_store")
-	if err != nil {
-		return sc, err
-	}
-	var drained *sessiondv1.MirrorStatus
-	var connectedAt time.Time
-	var rowsAtConnect uint64
-	ctl2, err := client.Dial(again.Socket)
-	if err == nil {
-		defer ctl2.Close()
-		connectedAt, rowsAtConnect, err = waitConnected(ctx, ctl2, time.Minute)
-		if err == nil {
-			drained, err = waitCaughtUp(ctx, ctl2, 10*time.Minute)
-		}
-	}
-	caughtUp := time.Now()
-	if err := errors.Join(err, again.Stop(60*time.Second)); err != nil {
-		return sc, err
-	}
-	catchRows := drained.GetRowsWritten()
-	if catchRows != m.TotalAcked {
-		return sc, fmt.Errorf("the catch-up wrote %d rows, the load acknowledged %d entries", catchRows, m.TotalAcked)
-	}
-	catchTook, catchWhole := caughtUp.Sub(connectedAt), caughtUp.Sub(catchStart)
-	catchRate := float64(catchRows-rowsAtConnect) / catchTook.Seconds()
-	perTx := min(mirror.DefaultBatchEntries, max(int(catchRows)/clients, 1))
-	ceiling, err := insertLoop(ctx, dsn, "ceiling_store", true, int(catchRows), clients, perTx, mirror.DefaultWorkers, size, env.Seed)
-	if err != nil {
-		return sc, fmt.Errorf("the plain INSERT loop: %w", err)
-	}
-	rowsOnly, err := insertLoop(ctx, dsn, "ceiling_rows", false, int(catchRows), clients, perTx, mirror.DefaultWorkers, size, env.Seed+1)
-	if err != nil {
-		return sc, fmt.Errorf("the plain INSERT loop (rows alone): %w", err)
-	}
-
-	sc.Notes = append(sc.Notes,
-		"mirror under the load: "+mr.String(),
-		fmt.Sprintf("mirror catch-up: %d rows (every transcript on disk) into an empty table, %d of them in the %.2f s from its connection to the last row: %s rows/s (%.2f s from sessiond's start: %s rows/s)",
-			catchRows, catchRows-rowsAtConnect, catchTook.Seconds(), harness.FmtNum(catchRate), catchWhole.Seconds(), harness.FmtNum(float64(catchRows)/catchWhole.Seconds())),
-		fmt.Sprintf("ceiling: a plain INSERT loop of as many entries, %d connections as the mirror's %d workers, %d entries per committed transaction, "+
-			"each transaction the reference adapter's INSERT of the jsonb rows and an INSERT of the same lines into a table laid out as sessiond_lines (the data the mirror writes): %s rows/s",
-			mirror.DefaultWorkers, mirror.DefaultWorkers, perTx, harness.FmtNum(ceiling)),
-		fmt.Sprintf("the same loop writing the jsonb rows alone (the reference adapter's data, without sessiond's exact lines): %s rows/s; the mirror reaches %.0f %% of it",
-			harness.FmtNum(rowsOnly), catchRate/rowsOnly*100))
-
-	if pinned != nil {
-		sc.Notes = append(sc.Notes, "mirror under the load, PostgreSQL on a CPU and a (memory) disk of its own: "+pinned.String())
-		if off, on := by["d64p"], by["m64p"]; harness.Measured(off, on) {
-			ch := harness.NewCheck("local throughput, mirror on >= 90% of off, PostgreSQL on a CPU and disk of its own", on.EntriesPerSec/off.EntriesPerSec*100, mirrorLocalShare, "%", true)
-			ch.Note = fmt.Sprintf("%s vs %s entries/s", harness.FmtNum(on.EntriesPerSec), harness.FmtNum(off.EntriesPerSec))
-			sc.Checks = append(sc.Checks, ch)
-		}
-	}
-	if d64 := by["d64"]; harness.Measured(d64, m) {
-		ch := harness.NewCheck("local throughput, mirror on >= 90% of off, PostgreSQL sharing the CPUs (info)", m.EntriesPerSec/d64.EntriesPerSec*100, mirrorLocalShare, "%", true)
-		ch.Note = fmt.Sprintf("%s vs %s entries/s; PostgreSQL's inserts take the CPU the load needs: its ceiling below is what the whole machine gives them", harness.FmtNum(m.EntriesPerSec), harness.FmtNum(d64.EntriesPerSec))
-		sc.Checks = append(sc.Checks, ch)
-	}
-	ch := harness.NewCheck("mirror rows/s >= 80% of a plain batched INSERT loop of the same data", catchRate/ceiling*100, mirrorCeilingShare, "%", true)
-	ch.Note = fmt.Sprintf("%s vs %s rows/s", harness.FmtNum(catchRate), harness.FmtNum(ceiling))
-	sc.Checks = append(sc.Checks, ch)
-	if d1, p1 := by["d1"], by["p1"]; harness.Measured(d1, p1) {
-		ch := harness.NewCheck("one agent's p50: sessiond <= the reference PostgreSQL store", d1.Latency.P50, p1.Latency.P50, "us", false)
-		ch.Note = "peer (info): sessiond durable on this disk vs one durable INSERT per append"
-		sc.Checks = append(sc.Checks, ch)
-	}
-	if d64, p64 := by["d64"], by["p64"]; harness.Measured(d64, p64) {
-		ch := harness.NewCheck("64 agents: sessiond >= the reference PostgreSQL store", d64.EntriesPerSec/p64.EntriesPerSec, 1, "x", true)
-		ch.Note = fmt.Sprintf("%s vs %s entries/s", harness.FmtNum(d64.EntriesPerSec), harness.FmtNum(p64.EntriesPerSec))
-		sc.Checks = append(sc.Checks, ch)
-	}
-	return sc, nil
-}
-
 // mirrorRun is what a load against a sessiond that mirrors measured of
 // the mirror.
 type mirrorRun struct {
@@ -549,49 +343,6 @@ func (m mirrorRun) String() string {
 		"most entries behind %d, oldest unmirrored entry at most %.0f ms old; drained %.0f ms after the load ended",
 		harness.FmtNum(float64(m.rows)/m.secs), m.secs, harness.FmtNum(m.res.EntriesPerSec), m.maxBehind, float64(m.maxAge)/float64(time.Millisecond),
 		float64(m.drain)/float64(time.Millisecond))
-}
-
-// mirrorLoad starts a sessiond mirroring into dsn in folder name, runs w
-// against it (measured as id), samples the mirror's lag meanwhile, waits
-// until it drained, and checks that PostgreSQL holds every acknowledged
-// entry once.
-func mirrorLoad(ctx context.Context, start func(string, ...string) (*harness.Daemon, error),
-	measure func(id, label, target string, d throughput.Driver, w *throughput.Workload) (*harness.Result, error),
-	name, id, label, dsn string, w *throughput.Workload) (out mirrorRun, err error) {
-	on, err := start(name, "--mirror", dsn)
-	if err != nil {
-		return out, err
-	}
-	defer func() { err = errors.Join(err, on.Stop(60*time.Second)) }()
-	ctl, err := client.Dial(on.Socket)
-	if err != nil {
-		return out, err
-	}
-	defer ctl.Close()
-	m0, err := waitCaughtUp(ctx, ctl, 30*time.Second)
-	if err != nil {
-		return out, err
-	}
-	smp := sampleMirror(ctx, ctl, 100*time.Millisecond)
-	t0 := time.Now()
-	out.res, err = measure(id, label, harness.TargetDaemon, &throughput.DaemonDriver{Socket: on.Socket, ResetHWM: true}, w)
-	loadEnd := time.Now()
-	var drained *sessiondv1.MirrorStatus
-	if err == nil {
-		drained, err = waitCaughtUp(ctx, ctl, 10*time.Minute)
-	}
-	out.drain = time.Since(loadEnd)
-	if err := errors.Join(err, smp.finish()); err != nil {
-		return out, err
-	}
-	out.maxBehind, out.maxAge = smp.maxBehind, smp.maxAge
-	out.rows, out.secs = drained.GetRowsWritten()-m0.GetRowsWritten(), loadEnd.Sub(t0).Seconds()
-	// Every acknowledged entry is a row, once.
-	n, err := countRows(ctx, dsn, mirror.DefaultTable, w.ProjectKey)
-	if err == nil && n != out.res.TotalAcked {
-		err = fmt.Errorf("the mirror left %d rows of the load's sessions in PostgreSQL, %d entries were acknowledged", n, out.res.TotalAcked)
-	}
-	return out, err
 }
 
 // farPostgres starts a PostgreSQL standing in for one on a server of its

@@ -64,9 +64,9 @@ func logSegments(dir string) ([]string, int64, error) {
 	return paths, total, nil
 }
 
-// legacyJournals lists the per-session journal files of releases before
-// the shared log under dir (none is expected: a missing dir is none) and
-// their total size.
+// legacyJournals lists the per-session journal files under dir, which
+// sessiond imports at start when it finds them (none is expected here: a
+// missing dir is none), and their total size.
 func legacyJournals(dir string) ([]string, int64, error) {
 	var paths []string
 	var total int64

@@ -103,7 +103,7 @@ func fillSession(ctx context.Context, c *client.Client, projectKey string, s *re
 	}
 	for s.bytes < perSession {
 		// The last entry is cut to what the session still lacks, so the
-		// total is the 1 GiB and not more (a 1 MiB draw at the
+		// total is 1 GiB and not more (a 1 MiB draw at the
 		// end would add up to 1 MiB to a session).
 		size := sizer.Size(r)
 		if left := int(perSession-s.bytes) - 1; size > left {

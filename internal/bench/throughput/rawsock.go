@@ -16,8 +16,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sessiond/sessiond/internal/bench/harness"
 	"golang.org/x/sys/unix"
+
+	"github.com/sessiond/sessiond/internal/bench/harness"
 )
 
 // TargetRawSync is (f) without gRPC: a server process that reads

@@ -14,7 +14,7 @@ import (
 	"github.com/sessiond/sessiond/internal/bench/harness"
 )
 
-// workload is one run's load.
+// Workload is one run's load.
 type Workload struct {
 	Clients    int
 	Sessions   int
@@ -42,7 +42,29 @@ type clientOut struct {
 	err     error
 }
 
-// Measure drives d with w and measures it.
+// measurement is one run in progress: the clients, what they were
+// acknowledged, and the gate that starts them together.
+type measurement struct {
+	d     Driver
+	bd    BatchDriver // when w.Batch > 1
+	w     *Workload
+	r     *harness.Result
+	t     *Tally
+	tmu   sync.Mutex
+	outs  []clientOut
+	ready sync.WaitGroup
+	done  sync.WaitGroup
+	start chan struct{}
+	// deadline is set before start is closed.
+	deadline time.Time
+	budget   atomic.Int64
+	failed   atomic.Bool
+}
+
+// Measure drives d with w and measures it: every client makes one untimed
+// append, then all start together and append until the duration or the
+// entry budget is spent; the target's counters are read around that
+// window, and what it holds is settled and verified after it.
 func Measure(ctx context.Context, d Driver, w *Workload, r *harness.Result) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -55,10 +77,11 @@ func Measure(ctx context.Context, d Driver, w *Workload, r *harness.Result) (err
 			r.Error = err.Error()
 		}
 	}()
-	var bd BatchDriver
+	m := &measurement{d: d, w: w, r: r, start: make(chan struct{}),
+		t: &Tally{PerClient: make([]harness.Acc, w.Clients), PerSession: make([]harness.Acc, w.Sessions)}, outs: make([]clientOut, w.Clients)}
 	if w.Batch > 1 {
 		var ok bool
-		if bd, ok = d.(BatchDriver); !ok {
+		if m.bd, ok = d.(BatchDriver); !ok {
 			return fmt.Errorf("target %s stores one entry per call: no --batch", r.Target)
 		}
 		r.Batch = w.Batch
@@ -66,182 +89,211 @@ func Measure(ctx context.Context, d Driver, w *Workload, r *harness.Result) (err
 	if err := d.Open(ctx, w); err != nil {
 		return fmt.Errorf("open: %w", err)
 	}
-
-	t := &Tally{PerClient: make([]harness.Acc, w.Clients), PerSession: make([]harness.Acc, w.Sessions)}
-	var tmu sync.Mutex
-	outs := make([]clientOut, w.Clients)
-	var ready, done sync.WaitGroup
-	start := make(chan struct{})
-	var deadline time.Time
-	var budget atomic.Int64
-	budget.Store(w.Entries)
-	var failed atomic.Bool
-
+	m.budget.Store(w.Entries)
 	for c := range w.Clients {
-		ready.Add(1)
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			o := &outs[c]
-			s := c % w.Sessions
-			sid := w.SessionIDs[s]
-			rng := rand.New(rand.NewPCG(w.Seed, uint64(c)+1))
-			var buf []byte
-			var seq uint64
-			next := func() []byte {
-				size := w.Size.Size(rng)
-				if cap(buf) < size+512 {
-					buf = make([]byte, 0, size+512)
-				}
-				// The line is followed by its newline in buf: the
-				// file targets write both in one call.
-				buf = harness.AppendEntry(buf[:0], size, sid, harness.NewUUID(rng), seq)
-				buf = append(buf, '\n')
-				seq++
-				return buf[:len(buf)-1]
-			}
-			ack := func(line []byte) {
-				tmu.Lock()
-				t.PerClient[c].Entries++
-				t.PerClient[c].Bytes += uint64(len(line)) + 1
-				t.PerSession[s].Entries++
-				t.PerSession[s].Bytes += uint64(len(line)) + 1
-				tmu.Unlock()
-			}
-			// Warm-up: one append, untimed (connection, session and
-			// file creation), then wait for everyone.
-			line := next()
-			werr := d.Append(ctx, c, s, line)
-			if werr == nil {
-				ack(line)
-			} else {
-				o.err = fmt.Errorf("warm-up append of client %d: %w", c, werr)
-				failed.Store(true)
-			}
-			ready.Done()
-			<-start
-			if werr != nil || failed.Load() {
-				return
-			}
-			o.lat = make([]int64, 0, 1024)
-			var lines [][]byte
-			for ctx.Err() == nil && !failed.Load() {
-				n := max(w.Batch, 1)
-				if w.Entries > 0 {
-					if n = claim(&budget, n); n == 0 {
-						return
-					}
-				} else if time.Now().After(deadline) {
-					return
-				}
-				var err error
-				var lat time.Duration
-				if w.Batch > 1 {
-					lines = lines[:0]
-					for range n {
-						lines = append(lines, bytes.Clone(next()))
-					}
-					t0 := time.Now()
-					err = bd.AppendBatch(ctx, c, s, lines)
-					lat = time.Since(t0)
-				} else {
-					line = next()
-					t0 := time.Now()
-					err = d.Append(ctx, c, s, line)
-					lat = time.Since(t0)
-					lines = append(lines[:0], line)
-				}
-				if err != nil {
-					o.err = fmt.Errorf("append of client %d: %w", c, err)
-					failed.Store(true)
-					return
-				}
-				for _, line := range lines {
-					ack(line)
-					o.entries++
-					o.bytes += uint64(len(line)) + 1
-				}
-				o.lat = append(o.lat, int64(lat))
-			}
-		}()
+		m.ready.Add(1)
+		m.done.Add(1)
+		go m.client(ctx, c)
 	}
-	ready.Wait()
-	for i := range w.Clients {
-		if outs[i].err != nil {
-			close(start)
-			done.Wait()
-			return outs[i].err
-		}
+	if err := m.warmedUp(); err != nil {
+		return err
 	}
-	var dd *DaemonDriver
-	if x, ok := d.(*DaemonDriver); ok {
-		dd = x
-		if dd.ResetHWM && dd.pid > 0 {
-			if err := harness.ResetHWM(dd.pid); err == nil {
-				r.PeakRSSNote = "peak over this run (VmHWM reset before it)"
-			}
-		}
-		if r.PeakRSSNote == "" {
-			r.PeakRSSNote = "peak since sessiond started (VmHWM)"
-		}
-	}
-	before, err := d.Counters(ctx)
+	before, stop, err := m.beforeWindow(ctx)
 	if err != nil {
-		close(start)
-		done.Wait()
-		return fmt.Errorf("Counters: %w", err)
+		m.release()
+		return err
 	}
-	if w.CPUProfile != "" {
-		f, err := os.Create(w.CPUProfile)
-		if err != nil {
-			close(start)
-			done.Wait()
-			return err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			f.Close()
-			close(start)
-			done.Wait()
-			return err
-		}
-		defer func() { pprof.StopCPUProfile(); f.Close() }()
-		r.ProfileFile = w.CPUProfile
-	}
-	if w.Awake {
-		stop := keepAwake()
-		defer stop()
-		r.ClientAwake = true
-	}
-	t0 := time.Now()
-	deadline = t0.Add(w.Duration)
-	close(start)
-	done.Wait()
-	elapsed := time.Since(t0)
-	if w.CPUProfile != "" {
-		pprof.StopCPUProfile()
-	}
+	elapsed := m.window()
+	stop()
 	after, cerr := d.Counters(ctx)
-	for i := range outs {
-		if outs[i].err != nil {
-			return outs[i].err
+	for i := range m.outs {
+		if m.outs[i].err != nil {
+			return m.outs[i].err
 		}
 	}
 	if cerr != nil {
-		return fmt.Errorf("Counters: %w", cerr)
+		return fmt.Errorf("counters: %w", cerr)
 	}
+	m.fill(elapsed, before, after)
+	return m.settle(ctx)
+}
 
+// client is client c: its warm-up append, then its measured appends.
+func (m *measurement) client(ctx context.Context, c int) {
+	defer m.done.Done()
+	o := &m.outs[c]
+	s := c % m.w.Sessions
+	cl := &entrySource{sid: m.w.SessionIDs[s], size: m.w.Size, rng: rand.New(rand.NewPCG(m.w.Seed, uint64(c)+1))}
+	line := cl.next()
+	werr := m.d.Append(ctx, c, s, line)
+	if werr == nil {
+		m.ack(c, s, line)
+	} else {
+		o.err = fmt.Errorf("warm-up append of client %d: %w", c, werr)
+		m.failed.Store(true)
+	}
+	m.ready.Done()
+	<-m.start
+	if werr != nil || m.failed.Load() {
+		return
+	}
+	o.lat = make([]int64, 0, 1024)
+	for ctx.Err() == nil && !m.failed.Load() {
+		n := max(m.w.Batch, 1)
+		if m.w.Entries > 0 {
+			if n = claim(&m.budget, n); n == 0 {
+				return
+			}
+		} else if time.Now().After(m.deadline) {
+			return
+		}
+		lines, lat, err := m.call(ctx, c, s, cl, n)
+		if err != nil {
+			o.err = fmt.Errorf("append of client %d: %w", c, err)
+			m.failed.Store(true)
+			return
+		}
+		for _, line := range lines {
+			m.ack(c, s, line)
+			o.entries++
+			o.bytes += uint64(len(line)) + 1
+		}
+		o.lat = append(o.lat, int64(lat))
+	}
+}
+
+// call makes one measured call of n entries (one entry unless batched).
+func (m *measurement) call(ctx context.Context, c, s int, cl *entrySource, n int) ([][]byte, time.Duration, error) {
+	if m.w.Batch > 1 {
+		lines := make([][]byte, 0, n)
+		for range n {
+			lines = append(lines, bytes.Clone(cl.next()))
+		}
+		t0 := time.Now()
+		err := m.bd.AppendBatch(ctx, c, s, lines)
+		return lines, time.Since(t0), err
+	}
+	line := cl.next()
+	t0 := time.Now()
+	err := m.d.Append(ctx, c, s, line)
+	return [][]byte{line}, time.Since(t0), err
+}
+
+// entrySource makes one client's entries.
+type entrySource struct {
+	sid  string
+	size harness.Sizer
+	rng  *rand.Rand
+	buf  []byte
+	seq  uint64
+}
+
+// next returns the client's next line, valid until the following call.
+func (e *entrySource) next() []byte {
+	size := e.size.Size(e.rng)
+	if cap(e.buf) < size+512 {
+		e.buf = make([]byte, 0, size+512)
+	}
+	// The line is followed by its newline in buf: the file targets write
+	// both in one call.
+	e.buf = harness.AppendEntry(e.buf[:0], size, e.sid, harness.NewUUID(e.rng), e.seq)
+	e.buf = append(e.buf, '\n')
+	e.seq++
+	return e.buf[:len(e.buf)-1]
+}
+
+func (m *measurement) ack(c, s int, line []byte) {
+	m.tmu.Lock()
+	defer m.tmu.Unlock()
+	m.t.PerClient[c].Entries++
+	m.t.PerClient[c].Bytes += uint64(len(line)) + 1
+	m.t.PerSession[s].Entries++
+	m.t.PerSession[s].Bytes += uint64(len(line)) + 1
+}
+
+// warmedUp waits for every client's warm-up append and returns the first
+// that failed (the clients then stop).
+func (m *measurement) warmedUp() error {
+	m.ready.Wait()
+	for i := range m.outs {
+		if m.outs[i].err != nil {
+			m.release()
+			return m.outs[i].err
+		}
+	}
+	return nil
+}
+
+// release lets the clients go when no window is run (they return at once,
+// having seen a failure or a past deadline) and waits for them.
+func (m *measurement) release() {
+	m.failed.Store(true)
+	close(m.start)
+	m.done.Wait()
+}
+
+// beforeWindow reads the target's counters and starts what runs over the
+// window (peak RSS reset, CPU profile, a kept-awake CPU); stop ends those.
+func (m *measurement) beforeWindow(ctx context.Context) (before Counters, stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, f := range stops {
+			f()
+		}
+		stops = nil
+	}
+	if dd, ok := m.d.(*DaemonDriver); ok {
+		m.r.PeakRSSNote = "peak since sessiond started (VmHWM)"
+		if dd.ResetHWM && dd.pid > 0 && harness.ResetHWM(dd.pid) == nil {
+			m.r.PeakRSSNote = "peak over this run (VmHWM reset before it)"
+		}
+	}
+	if before, err = m.d.Counters(ctx); err != nil {
+		return before, stop, fmt.Errorf("counters: %w", err)
+	}
+	if m.w.CPUProfile != "" {
+		f, err := os.Create(m.w.CPUProfile)
+		if err != nil {
+			return before, stop, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return before, stop, err
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
+		m.r.ProfileFile = m.w.CPUProfile
+	}
+	if m.w.Awake {
+		stops = append(stops, keepAwake())
+		m.r.ClientAwake = true
+	}
+	return before, stop, nil
+}
+
+// window starts every client and waits until all have stopped.
+func (m *measurement) window() time.Duration {
+	t0 := time.Now()
+	m.deadline = t0.Add(m.w.Duration)
+	close(m.start)
+	m.done.Wait()
+	return time.Since(t0)
+}
+
+// fill puts what the window measured into the Result.
+func (m *measurement) fill(elapsed time.Duration, before, after Counters) {
+	r := m.r
 	var lat []int64
-	for i := range outs {
-		r.Entries += outs[i].entries
-		r.Bytes += outs[i].bytes
-		lat = append(lat, outs[i].lat...)
-		outs[i].lat = nil
+	for i := range m.outs {
+		r.Entries += m.outs[i].entries
+		r.Bytes += m.outs[i].bytes
+		lat = append(lat, m.outs[i].lat...)
+		m.outs[i].lat = nil
 	}
 	r.Seconds = elapsed.Seconds()
 	r.EntriesPerSec = float64(r.Entries) / r.Seconds
 	r.MBPerSec = float64(r.Bytes) / r.Seconds / 1e6
 	r.Latency = harness.LatencyOf(lat)
-	for _, a := range t.PerClient {
+	for _, a := range m.t.PerClient {
 		r.TotalAcked += a.Entries
 	}
 	r.WarmupEntries = r.TotalAcked - r.Entries
@@ -260,22 +312,26 @@ func Measure(ctx context.Context, d Driver, w *Workload, r *harness.Result) (err
 			r.CPUPerEntryUS = r.CPUSeconds * 1e6 / float64(r.Entries)
 		}
 	}
-	if dd != nil && dd.hwmOK {
+	if dd, ok := m.d.(*DaemonDriver); ok && dd.hwmOK {
 		r.PeakRSSBytes = dd.hwm
 	}
+}
 
+// settle makes the target put what it buffers in its final place, timed,
+// and verifies it when asked.
+func (m *measurement) settle(ctx context.Context) error {
 	ts := time.Now()
-	if err := d.Settle(ctx); err != nil {
+	if err := m.d.Settle(ctx); err != nil {
 		return fmt.Errorf("settle (flush): %w", err)
 	}
-	r.SettleSeconds = time.Since(ts).Seconds()
-	if w.Verify {
+	m.r.SettleSeconds = time.Since(ts).Seconds()
+	if m.w.Verify {
 		ok := true
-		if err := d.Verify(ctx, t); err != nil {
+		if err := m.d.Verify(ctx, m.t); err != nil {
 			ok = false
-			r.VerifyError = err.Error()
+			m.r.VerifyError = err.Error()
 		}
-		r.Verified = &ok
+		m.r.Verified = &ok
 	}
 	return nil
 }
