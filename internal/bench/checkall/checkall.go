@@ -16,7 +16,6 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/bench/harness"
-	"github.com/sessiond/sessiond/internal/layout"
 )
 
 // The check scenario measures what `sessionctl check --all` of a large
@@ -176,8 +175,8 @@ const damageEvery = 10
 // problems.
 func writeStore(root string, transcripts, per, projects int, rng *rand.Rand) (onDisk int64, problems int, err error) {
 	for i := range transcripts {
-		k := layout.Key{ProjectKey: fmt.Sprintf("-sessiond-bench-check-p%02d", i%projects), SessionID: harness.NewUUID(rng)}
-		n, p, err := writeCheckTranscript(layout.Layout{Root: root}.TranscriptPath(k), k.SessionID, per, damageEvery, rng)
+		k := client.Session{ProjectKey: fmt.Sprintf("-sessiond-bench-check-p%02d", i%projects), ID: harness.NewUUID(rng)}
+		n, p, err := writeCheckTranscript(harness.TranscriptPath(root, k), k.ID, per, damageEvery, rng)
 		if err != nil {
 			return onDisk, problems, err
 		}

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/internal/bench/harness"
 )
@@ -137,6 +139,46 @@ type trickleResult struct {
 	CompactedBytes        uint64
 }
 
+// connect dials the daemon p through a connection that counts what it
+// reads from the socket, and returns its process id.
+func connect(ctx context.Context, p *harness.Daemon, sockRead *atomic.Uint64) (*grpc.ClientConn, sessiondv1.SessiondClient, int, error) {
+	conn, err := dialCounting(p.Socket, sockRead)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	api := sessiondv1.NewSessiondClient(conn)
+	st, err := api.Status(ctx, &sessiondv1.StatusRequest{})
+	if err != nil {
+		conn.Close()
+		return nil, nil, 0, fmt.Errorf("sessiond status: %w", err)
+	}
+	return conn, api, int(st.GetPid()), nil
+}
+
+// trickles feeds a new small session and then the large one s a turn at a
+// time, with pauses past the daemon's idle delay between the turns.
+func trickles(ctx context.Context, env *harness.Env, s *compSession, pid int, sockRead *atomic.Uint64, res *compactionResult, rng *rand.Rand) error {
+	small := &compSession{api: s.api, rng: rng, sum: sha256.New(), sid: harness.NewUUID(rng), ref: &sessiondv1.SessionRef{Project: s.ref.Project}}
+	small.ref.SessionId = small.sid
+	env.Logf("[%s] trickle: turns of %d entries, %v pauses, idle compaction after %v", Name, compSmallTurn, res.Idle.Pause, compIdleCompact)
+	if err := small.appendEntries(ctx, compSmallSession/(compEntrySize+1), compPadBatch/(compEntrySize+1), nil); err != nil {
+		return err
+	}
+	if err := small.flush(ctx); err != nil {
+		return err
+	}
+	var err error
+	if res.Idle.Small, err = measureTrickle(ctx, env, small, pid, sockRead, compSmallTurn, compSmallTurns, res.Idle.Pause, false); err != nil {
+		return fmt.Errorf("trickle into a small session: %w", err)
+	}
+	res.Idle.Large, err = measureTrickle(ctx, env, s, pid, sockRead, compLargeTurn, compLargeMaxTurns, res.Idle.Pause, true)
+	res.FinalEntries, res.FinalBytes = s.entries, s.bytes
+	if err != nil {
+		return fmt.Errorf("trickle into the large session: %w", err)
+	}
+	return nil
+}
+
 // compactionRun starts its own sessiond and measures both parts on one
 // session: the life of compLifeEntries entries, then the same session
 // grown to compBigSession and compacted compRounds times.
@@ -163,17 +205,11 @@ func compactionRun(ctx context.Context, env *harness.Env) (_ *compactionResult, 
 		}
 	}()
 	var sockRead atomic.Uint64
-	conn, err := dialCounting(p.Socket, &sockRead)
+	conn, api, pid, err := connect(ctx, p, &sockRead)
 	if err != nil {
 		return nil, sc, err
 	}
 	defer conn.Close()
-	api := sessiondv1.NewSessiondClient(conn)
-	st, err := api.Status(ctx, &sessiondv1.StatusRequest{})
-	if err != nil {
-		return nil, sc, fmt.Errorf("sessiond status: %w", err)
-	}
-	pid := int(st.GetPid())
 
 	rng := rand.New(rand.NewPCG(env.Seed, 0xc0ac7))
 	s := &compSession{api: api, rng: rng, sum: sha256.New(), sid: harness.NewUUID(rng)}
@@ -208,33 +244,14 @@ func compactionRun(ctx context.Context, env *harness.Env) (_ *compactionResult, 
 	if err != nil {
 		return res, sc, err
 	}
-	if conn, err = dialCounting(p.Socket, &sockRead); err != nil {
+	conn2, api, pid, err := connect(ctx, p, &sockRead)
+	if err != nil {
 		return res, sc, err
 	}
-	defer conn.Close()
-	api = sessiondv1.NewSessiondClient(conn)
-	if st, err = api.Status(ctx, &sessiondv1.StatusRequest{}); err != nil {
-		return res, sc, fmt.Errorf("sessiond status: %w", err)
-	}
-	pid = int(st.GetPid())
+	defer conn2.Close()
 	s.api = api
-	small := &compSession{api: api, rng: rng, sum: sha256.New(), sid: harness.NewUUID(rng), ref: &sessiondv1.SessionRef{Project: s.ref.Project}}
-	small.ref.SessionId = small.sid
-	env.Logf("[%s] trickle: turns of %d entries, %v pauses, idle compaction after %v", Name, compSmallTurn, res.Idle.Pause, compIdleCompact)
-	if err := small.appendEntries(ctx, compSmallSession/(compEntrySize+1), compPadBatch/(compEntrySize+1), nil); err != nil {
+	if err := trickles(ctx, env, s, pid, &sockRead, res, rng); err != nil {
 		return res, sc, err
-	}
-	if err := small.flush(ctx); err != nil {
-		return res, sc, err
-	}
-	res.Idle.Small, err = measureTrickle(ctx, env, small, pid, &sockRead, compSmallTurn, compSmallTurns, res.Idle.Pause, false)
-	if err != nil {
-		return res, sc, fmt.Errorf("trickle into a small session: %w", err)
-	}
-	res.Idle.Large, err = measureTrickle(ctx, env, s, pid, &sockRead, compLargeTurn, compLargeMaxTurns, res.Idle.Pause, true)
-	res.FinalEntries, res.FinalBytes = s.entries, s.bytes
-	if err != nil {
-		return res, sc, fmt.Errorf("trickle into the large session: %w", err)
 	}
 	fillCompactionScenario(sc, res, lifeN)
 	return res, sc, nil

@@ -9,7 +9,10 @@ import (
 	"github.com/sessiond/sessiond/internal/bench/throughput"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
-	"github.com/sessiond/sessiond/internal/wal"
+
+	// The engine, under the name this file uses for it whatever its
+	// package is called: if it moves, this path is the line to change.
+	wal "github.com/sessiond/sessiond/internal/wal"
 )
 
 // The ceiling, row (c): the storage engine alone, in the bench process, no

@@ -63,7 +63,7 @@ func (d *inprocDriver) Settle(ctx context.Context) error {
 }
 
 func (d *inprocDriver) Verify(_ context.Context, t *throughput.Tally) error {
-	return throughput.VerifyCanonical(d.l, d.w, t)
+	return throughput.VerifyCanonical(d.l.Root, d.w, t)
 }
 
 func (d *inprocDriver) Close(ctx context.Context) error {

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/bench/benchtest"
 	"github.com/sessiond/sessiond/internal/bench/harness"
-	"github.com/sessiond/sessiond/internal/layout"
 )
 
 // TestMemoryScenario runs the memory scenario at a tiny scale against a
@@ -101,7 +101,7 @@ func TestMemoryScenario(t *testing.T) {
 func TestMemoryTranscript(t *testing.T) {
 	root := t.TempDir()
 	rng := rand.New(rand.NewPCG(3, 4))
-	key := layout.Key{ProjectKey: "-p", SessionID: harness.NewUUID(rng)}
+	key := client.Session{ProjectKey: "-p", ID: harness.NewUUID(rng)}
 	const size, largest, tail = 10_000_000, 2*harness.MaxEntry + 17, 4
 	f, err := memWriteTranscript(root, key, size, largest, tail, rng)
 	if err != nil {
@@ -143,7 +143,7 @@ func TestMemoryTranscript(t *testing.T) {
 		}
 	}
 	for _, n := range []int{harness.MaxEntry + 1, 3 * harness.MaxEntry} {
-		if e := harness.AppendEntry(nil, n, key.SessionID, harness.NewUUID(rng), 1); len(e) != n || !json.Valid(e) {
+		if e := harness.AppendEntry(nil, n, key.ID, harness.NewUUID(rng), 1); len(e) != n || !json.Valid(e) {
 			t.Errorf("entry of %d bytes: got %d, valid %v", n, len(e), json.Valid(e))
 		}
 	}

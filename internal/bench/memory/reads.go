@@ -12,7 +12,6 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/bench/harness"
-	"github.com/sessiond/sessiond/internal/layout"
 )
 
 // readsPart is part 2: reading a large transcript, against the same reads
@@ -76,7 +75,7 @@ func memReads(ctx context.Context, env *harness.Env, sz memSizes, emptyRSS int64
 // daemon on it and measures the daemon before any read.
 func (m *readsPart) start(ctx context.Context) error {
 	var err error
-	m.small, err = memWriteTranscript(m.root, layout.Key{ProjectKey: m.project, SessionID: harness.NewUUID(m.rng)}, m.sz.smallBytes, 16<<10, int(m.sz.tail), m.rng)
+	m.small, err = memWriteTranscript(m.root, client.Session{ProjectKey: m.project, ID: harness.NewUUID(m.rng)}, m.sz.smallBytes, 16<<10, int(m.sz.tail), m.rng)
 	if err != nil {
 		return fmt.Errorf("write the small transcript: %w", err)
 	}
@@ -132,7 +131,7 @@ func (m *readsPart) read(ctx context.Context, f *memFile, opt client.ReadOptions
 		next = f.lines - uint64(opt.Tail)
 	}
 	first := next
-	err := m.c.Read(ctx, client.Session{ProjectKey: f.key.ProjectKey, ID: f.key.SessionID}, opt, func(e *sessiondv1.Entry) error {
+	err := m.c.Read(ctx, f.key, opt, func(e *sessiondv1.Entry) error {
 		if e.GetIndex() != next {
 			return fmt.Errorf("entry %d served where %d was due", e.GetIndex(), next)
 		}
@@ -160,7 +159,7 @@ func (m *readsPart) verified(s *memSink, f *memFile) error {
 // show runs sessionctl show on f and returns sessionctl's peak RSS.
 func (m *readsPart) show(ctx context.Context, f *memFile) (peak int64, err error) {
 	s := newMemSink(m.env.Verify)
-	peak, err = memRunPeak(ctx, s, m.ctl, "--socket", m.p.Socket, "show", "--project", f.key.ProjectKey, f.key.SessionID)
+	peak, err = memRunPeak(ctx, s, m.ctl, "--socket", m.p.Socket, "show", "--project", f.key.ProjectKey, f.key.ID)
 	if err == nil {
 		err = m.verified(s, f)
 	}
@@ -209,7 +208,7 @@ func (m *readsPart) baselines(ctx context.Context) error {
 func (m *readsPart) writeBig(context.Context) error {
 	t0 := time.Now()
 	var err error
-	m.big, err = memWriteTranscript(m.root, layout.Key{ProjectKey: m.project, SessionID: harness.NewUUID(m.rng)}, m.sz.bigBytes, m.sz.largest, int(m.sz.tail), m.rng)
+	m.big, err = memWriteTranscript(m.root, client.Session{ProjectKey: m.project, ID: harness.NewUUID(m.rng)}, m.sz.bigBytes, m.sz.largest, int(m.sz.tail), m.rng)
 	if err != nil {
 		return fmt.Errorf("write the large transcript: %w", err)
 	}
@@ -304,7 +303,7 @@ func (m *readsPart) indexAtStart(ctx context.Context) error {
 	took := time.Since(t0)
 	big := m.big
 	for _, in := range infos {
-		if in.GetSession().GetSessionId() == big.key.SessionID && (in.GetEntries() != big.lines || in.GetBytes() != uint64(big.bytes)) {
+		if in.GetSession().GetSessionId() == big.key.ID && (in.GetEntries() != big.lines || in.GetBytes() != uint64(big.bytes)) {
 			return fmt.Errorf("the large transcript is listed with %d entries, %d bytes; it holds %d, %d", in.GetEntries(), in.GetBytes(), big.lines, big.bytes)
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/bench/harness"
-	"github.com/sessiond/sessiond/internal/layout"
 )
 
 // sessionsPart is part 1: many sessions known, some active.
@@ -24,7 +23,7 @@ type sessionsPart struct {
 	emptyRSS int64
 	dir      string
 	root     string
-	keys     []layout.Key
+	keys     []client.Session
 	want     []harness.Acc // what each session holds: lines and bytes with newlines
 	onDisk   int64
 	p        *harness.Daemon
@@ -106,17 +105,17 @@ func (m *sessionsPart) empty(ctx context.Context) error {
 // before the daemon starts.
 func (m *sessionsPart) writeKnown() error {
 	rng := rand.New(rand.NewPCG(m.env.Seed, 1))
-	m.keys = make([]layout.Key, m.sz.known)
+	m.keys = make([]client.Session, m.sz.known)
 	m.want = make([]harness.Acc, m.sz.known)
 	t0 := time.Now()
 	for i := range m.keys {
-		m.keys[i] = layout.Key{ProjectKey: fmt.Sprintf("-sessiond-bench-mem-p%03d", i%m.sz.projects), SessionID: harness.NewUUID(rng)}
+		m.keys[i] = client.Session{ProjectKey: fmt.Sprintf("-sessiond-bench-mem-p%03d", i%m.sz.projects), ID: harness.NewUUID(rng)}
 		var buf []byte
 		for j := range m.sz.perKnown {
-			buf = harness.AppendEntry(buf, 200+rng.IntN(2048-200+1), m.keys[i].SessionID, harness.NewUUID(rng), uint64(j))
+			buf = harness.AppendEntry(buf, 200+rng.IntN(2048-200+1), m.keys[i].ID, harness.NewUUID(rng), uint64(j))
 			buf = append(buf, '\n')
 		}
-		path := layout.Layout{Root: m.root}.TranscriptPath(m.keys[i])
+		path := harness.TranscriptPath(m.root, m.keys[i])
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return err
 		}
@@ -231,8 +230,8 @@ func (m *sessionsPart) trickleClient(ctx, tctx context.Context, ci int, added []
 				return appends, nil
 			}
 			k := m.keys[s]
-			line = harness.AppendEntry(line[:0], 200+r.IntN(2048-200+1), k.SessionID, harness.NewUUID(r), uint64(sz.perKnown)+added[s].Entries)
-			if _, err := cl.Append(ctx, client.Session{ProjectKey: k.ProjectKey, ID: k.SessionID}, line); err != nil {
+			line = harness.AppendEntry(line[:0], 200+r.IntN(2048-200+1), k.ID, harness.NewUUID(r), uint64(sz.perKnown)+added[s].Entries)
+			if _, err := cl.Append(ctx, k, line); err != nil {
 				return appends, fmt.Errorf("append to %s: %w", k, err)
 			}
 			added[s].Entries++
@@ -264,13 +263,13 @@ func (m *sessionsPart) verify(ctx context.Context, added []harness.Acc) error {
 		byID[in.GetSession().GetSessionId()] = in
 	}
 	for i, k := range m.keys {
-		in := byID[k.SessionID]
+		in := byID[k.ID]
 		if in == nil || in.GetEntries() != m.want[i].Entries || in.GetBytes() != m.want[i].Bytes {
 			return fmt.Errorf("session %s: listed as %v, want %d entries, %d bytes", k, in, m.want[i].Entries, m.want[i].Bytes)
 		}
 	}
 	for s := range added {
-		path := layout.Layout{Root: m.root}.TranscriptPath(m.keys[s])
+		path := harness.TranscriptPath(m.root, m.keys[s])
 		n, err := harness.CountLines(path)
 		if err != nil {
 			return err

@@ -10,13 +10,13 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/bench/harness"
-	"github.com/sessiond/sessiond/internal/layout"
 )
 
 // memFile describes a transcript the scenario wrote.
 type memFile struct {
-	key     layout.Key
+	key     client.Session
 	path    string
 	bytes   int64
 	lines   uint64
@@ -30,8 +30,8 @@ type memFile struct {
 // bytes at 3/4 and two of largest/2 at 1/4 and 1/2 of the file (real tool
 // results reach 12 MB). The last line is cut so the file has exactly size
 // bytes.
-func memWriteTranscript(root string, key layout.Key, size int64, largest int, tail int, rng *rand.Rand) (*memFile, error) {
-	f := &memFile{key: key, path: layout.Layout{Root: root}.TranscriptPath(key)}
+func memWriteTranscript(root string, key client.Session, size int64, largest int, tail int, rng *rand.Rand) (*memFile, error) {
+	f := &memFile{key: key, path: harness.TranscriptPath(root, key)}
 	if err := os.MkdirAll(filepath.Dir(f.path), 0o700); err != nil {
 		return nil, err
 	}
@@ -57,7 +57,7 @@ func memWriteTranscript(root string, key layout.Key, size int64, largest int, ta
 		if left := size - f.bytes - 1; int64(n) > left || left-int64(n) < harness.MinEntry+1 {
 			n = int(left) // the last line fills the file exactly
 		}
-		line = harness.AppendEntry(line[:0], n, key.SessionID, harness.NewUUID(rng), f.lines)
+		line = harness.AppendEntry(line[:0], n, key.ID, harness.NewUUID(rng), f.lines)
 		line = append(line, '\n')
 		if _, err := w.Write(line); err != nil {
 			return nil, err

@@ -16,7 +16,6 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/bench/harness"
-	"github.com/sessiond/sessiond/internal/layout"
 )
 
 // recoveryFill appends to n sessions until each holds perSession bytes,
@@ -142,10 +141,9 @@ func recoveryVerify(ctx context.Context, socket, ddir, projectKey string, sessio
 	if err := c.FlushAll(ctx, func(*sessiondv1.FlushedSession) error { return nil }); err != nil {
 		return fmt.Errorf("flush: %w", err)
 	}
-	l := layout.Layout{Root: filepath.Join(ddir, "root")}
 	var errs []error
 	for _, s := range sessions {
-		path := l.TranscriptPath(layout.Key{ProjectKey: projectKey, SessionID: s.id})
+		path := harness.TranscriptPath(filepath.Join(ddir, "root"), client.Session{ProjectKey: projectKey, ID: s.id})
 		n, size, sum, err := hashLines(path)
 		if err != nil {
 			return err

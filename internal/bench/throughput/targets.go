@@ -12,7 +12,6 @@ import (
 
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/internal/bench/harness"
-	"github.com/sessiond/sessiond/internal/layout"
 )
 
 // Targets: what the clients append to.
@@ -228,7 +227,7 @@ func (d *DaemonDriver) Settle(ctx context.Context) error {
 }
 
 func (d *DaemonDriver) Verify(_ context.Context, t *Tally) error {
-	return VerifyCanonical(layout.Layout{Root: d.root}, d.w, t)
+	return VerifyCanonical(d.root, d.w, t)
 }
 
 func (d *DaemonDriver) Close(ctx context.Context) error {
@@ -274,9 +273,9 @@ func forSessions(ctx context.Context, n int, fn func(s int) error) error {
 
 // verifyCanonical checks every session's canonical file: whole lines only,
 // as many entries and bytes as were acknowledged.
-func VerifyCanonical(l layout.Layout, w *Workload, t *Tally) error {
+func VerifyCanonical(root string, w *Workload, t *Tally) error {
 	for s, sid := range w.SessionIDs {
-		path := l.TranscriptPath(layout.Key{ProjectKey: w.ProjectKey, SessionID: sid})
+		path := harness.TranscriptPath(root, client.Session{ProjectKey: w.ProjectKey, ID: sid})
 		n, err := harness.CountLines(path)
 		if err != nil {
 			return err
