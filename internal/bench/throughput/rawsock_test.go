@@ -2,9 +2,14 @@ package throughput
 
 import (
 	"context"
+	"io"
+	"math/rand/v2"
 	"os"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/sessiond/sessiond/internal/bench/benchtest"
 	"github.com/sessiond/sessiond/internal/bench/harness"
 )
 
@@ -20,5 +25,33 @@ func TestRawVerifyCountsLines(t *testing.T) {
 		if (err == nil) != ok {
 			t.Errorf("%d acknowledged, 2 lines on disk: verify said %v", acked, err)
 		}
+	}
+}
+
+// TestRawSyncTarget: (g), a plain socket and an fdatasync per request,
+// holds every acknowledged entry in its file.
+func TestRawSyncTarget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server process")
+	}
+	t.Parallel()
+	def, err := Single{Target: TargetRawSync, Clients: 3, Sessions: 1, Size: "1KiB"}.Def()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizer, err := harness.ParseSize("1KiB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &Options{Dir: t.TempDir(), Size: sizer, Duration: benchtest.RunFor(500 * time.Millisecond), Verify: true, Log: io.Discard}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sc, err := o.Run(ctx, def, 0, rand.New(rand.NewPCG(7, 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := sc.Results[0]
+	if r.Error != "" || r.Verified == nil || !*r.Verified || r.Target != TargetRawSync || r.Entries == 0 || !strings.HasPrefix(r.CPUOf, "raw server") {
+		t.Fatalf("raw-sync run: %+v", r)
 	}
 }
