@@ -180,7 +180,7 @@ test-adapters: sdk-ts
 
 # bench runs the load tool's whole suite against a freshly built daemon,
 # with the baselines measured in the same run, and rewrites the results
-# section of BENCHMARKS.md; then bench-adapter. Not part of test. About 11
+# section of BENCHMARKS.md; then bench-adapter. Not part of test. About 18
 # minutes on 2 cores (the mirror scenario needs PostgreSQL: make tools).
 bench: sdk
 	$(GO) build -o bin/ ./cmd/sessiond ./cmd/sessiond-bench ./cmd/sessionctl

@@ -2,7 +2,7 @@
 // baselines it is judged against, measured in the same run on the same
 // disk. See internal/bench and BENCHMARKS.md.
 //
-//	sessiond-bench --sessiond bin/sessiond --suite          # the scenarios and targets
+//	sessiond-bench --sessiond bin/sessiond --suite          # every scenario and its targets
 //	sessiond-bench --clients 64 --sessions 1 --size 1KiB --duration 10s --baselines
 //	sessiond-bench --socket $SESSIOND_SOCKET --size dist:agent --entries 100000
 package main
@@ -19,12 +19,16 @@ import (
 	"time"
 
 	"github.com/sessiond/sessiond/internal/bench"
+	"github.com/sessiond/sessiond/internal/bench/harness"
+	"github.com/sessiond/sessiond/internal/bench/inprocess"
+	"github.com/sessiond/sessiond/internal/bench/throughput"
 )
 
 func main() {
 	// The bench re-executes itself as the (e)/(f) echo server and the (g)
 	// raw server.
-	bench.MaybeServe()
+	inprocess.MaybeServe()
+	throughput.MaybeServe()
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "sessiond-bench:", err)
 		os.Exit(1)
@@ -41,13 +45,13 @@ func run() error {
 	flag.StringVar(&sessiondArgs, "sessiond-args", "", "extra flags for the started sessiond, space-separated")
 	flag.StringVar(&cfg.Dir, "dir", "", "work folder (default: a temp folder; next to sessiond's state folder when using a running one)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the work folder, and the sessions written to a running sessiond")
-	flag.StringVar(&cfg.Target, "target", bench.TargetDaemon, "single run: daemon, inproc (internal/writer in-process), inproc-daemon (internal/daemon in-process, over gRPC), ceiling, naive, nosync, echo (gRPC alone), echo-sync (gRPC + fdatasync per request) or raw-sync (a plain socket + fdatasync per request, no gRPC)")
+	flag.StringVar(&cfg.Target, "target", harness.TargetDaemon, "single run: daemon, inproc (internal/writer in-process), inproc-daemon (internal/daemon in-process, over gRPC), ceiling, naive, nosync, echo (gRPC alone), echo-sync (gRPC + fdatasync per request) or raw-sync (a plain socket + fdatasync per request, no gRPC)")
 	flag.IntVar(&cfg.Clients, "clients", 64, "concurrent clients (C)")
 	flag.IntVar(&cfg.Sessions, "sessions", 1, "sessions the clients write to (S); client i writes to session i mod S")
 	flag.StringVar(&cfg.Size, "size", "1KiB", "entry size: bytes (200..1MiB, e.g. 1KiB) or dist:agent")
 	flag.BoolVar(&cfg.Baselines, "baselines", true, "single run: also measure (a) O_APPEND+fsync, (b) O_APPEND and (c) the journal alone")
-	flag.BoolVar(&cfg.Suite, "suite", false, "run the issue's scenarios and print each target's PASS/FAIL")
-	flag.StringVar(&scenarios, "scenarios", "", "with --suite: comma-separated subset of "+strings.Join(bench.AllScenarios, ","))
+	flag.BoolVar(&cfg.Suite, "suite", false, "run the suite's scenarios and print each target's PASS/FAIL")
+	flag.StringVar(&scenarios, "scenarios", "", "with --suite: comma-separated subset of "+strings.Join(bench.AllScenarios(), ","))
 	flag.BoolVar(&cfg.InProc, "inproc", false, "with --suite: add an in-process internal/writer run next to each sessiond run")
 	flag.DurationVar(&cfg.Duration, "duration", 10*time.Second, "measurement time per run")
 	flag.Int64Var(&cfg.Entries, "entries", 0, "measured entries per run, instead of --duration")
@@ -57,7 +61,7 @@ func run() error {
 	flag.IntVar(&cfg.Batch, "batch", 1, "single run of --target daemon or inproc-daemon with --baselines=false: entries per Append call (latency is per call)")
 	flag.BoolVar(&cfg.UnaryAppend, "unary", false, "the Go client sends each Append as a unary call instead of on its AppendStream streams")
 	flag.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the bench process over each in-process run (--target inproc or inproc-daemon, or --suite --inproc)")
-	flag.Float64Var(&cfg.Scale, "scale", 1, "with --suite: shrink every scenario's sizes: the client counts of parallel64 and sessions1000, the fleet's sessions and seconds, the compaction, recovery, memory and listing scenarios' data (1: the issue's sizes; tests use about 0.01)")
+	flag.Float64Var(&cfg.Scale, "scale", 1, "with --suite: shrink every scenario's sizes: the client counts of parallel64 and sessions1000, the fleets' sessions and seconds, the compaction, recovery, memory and listing scenarios' data (1: the full sizes; tests use about 0.01)")
 	flag.StringVar(&cfg.SDKDir, "sdk-dir", "e2e/sdk", "folder whose node_modules holds the official TypeScript SDK (listing scenario)")
 	flag.StringVar(&markdown, "markdown", "", "rewrite the results section of this markdown file (BENCHMARKS.md) with the report")
 	flag.BoolVar(&jsonOut, "json", false, "print the report as JSON instead of tables")
@@ -87,16 +91,16 @@ func run() error {
 	if rep != nil {
 		rep.Commit = commit
 		if jsonOut {
-			if jerr := bench.WriteJSON(out, rep); jerr != nil {
+			if jerr := harness.WriteJSON(out, rep); jerr != nil {
 				return jerr
 			}
 		} else {
 			fmt.Fprintln(out)
-			bench.WriteHeader(out, rep)
+			harness.WriteHeader(out, rep)
 		}
 	}
 	if rep != nil && markdown != "" && err == nil {
-		if merr := bench.UpdateMarkdown(markdown, rep, commandLine()); merr != nil {
+		if merr := harness.UpdateMarkdown(markdown, rep, commandLine()); merr != nil {
 			return merr
 		}
 		fmt.Fprintf(os.Stderr, "wrote the results into %s\n", markdown)

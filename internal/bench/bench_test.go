@@ -2,42 +2,17 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"io"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sessiond/sessiond/internal/testharness"
+	"github.com/sessiond/sessiond/internal/bench/benchtest"
+	"github.com/sessiond/sessiond/internal/bench/harness"
+	"github.com/sessiond/sessiond/internal/bench/throughput"
 )
-
-// buildSessiond returns ./cmd/sessiond built into a temp folder, with
-// ./cmd/sessionctl next to it (where the memory scenario looks for it
-// first); both are built once for every test of the package (TestMain
-// removes them).
-func buildSessiond(t *testing.T) string {
-	t.Helper()
-	bins, err := testharness.Build(testharness.BuildOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bins.Sessiond()
-}
-
-// runFor is how long a test drives its load: full, or a fifth of it (at
-// least 100ms) with SESSIOND_TEST_SIZE=small, which make test sets. The
-// tests judge no figure, only that what was measured holds together and
-// what was acknowledged is on disk, so their assertions are the same at
-// both sizes.
-func runFor(full time.Duration) time.Duration {
-	if os.Getenv("SESSIOND_TEST_SIZE") == "small" {
-		return max(full/5, 100*time.Millisecond)
-	}
-	return full
-}
 
 // TestRunAgainstRealDaemon runs the tool's code path for a short while
 // against a real sessiond and checks that what it reports is consistent
@@ -48,12 +23,12 @@ func TestRunAgainstRealDaemon(t *testing.T) {
 		t.Skip("builds and runs sessiond")
 	}
 	t.Parallel()
-	bin := buildSessiond(t)
+	bin := benchtest.Sessiond(t)
 	dir := t.TempDir()
 	const clients, sessions = 4, 2
 	cfg := Config{
 		Sessiond: bin, Dir: dir, Keep: true, Verify: true, Baselines: true,
-		Clients: clients, Sessions: sessions, Size: "1KiB", Duration: runFor(1500 * time.Millisecond),
+		Clients: clients, Sessions: sessions, Size: "1KiB", Duration: benchtest.RunFor(1500 * time.Millisecond),
 		Seed: 42, Log: io.Discard,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -72,7 +47,7 @@ func TestRunAgainstRealDaemon(t *testing.T) {
 	if len(rep.Scenarios) != 1 {
 		t.Fatalf("%d scenarios, want 1", len(rep.Scenarios))
 	}
-	byTarget := map[string][]*Result{}
+	byTarget := map[string][]*harness.Result{}
 	for _, r := range rep.Scenarios[0].Results {
 		byTarget[r.Target] = append(byTarget[r.Target], r)
 		// Common consistency.
@@ -92,18 +67,18 @@ func TestRunAgainstRealDaemon(t *testing.T) {
 		if r.Verified == nil || !*r.Verified {
 			t.Errorf("%s: not verified: %s", r.Label, r.VerifyError)
 		}
-		if r.Target != TargetDaemon && r.RatioToNaive == 0 {
+		if r.Target != harness.TargetDaemon && r.RatioToNaive == 0 {
 			t.Errorf("%s: no ratio to (a)", r.Label)
 		}
 	}
-	for _, tg := range []string{TargetNaive, TargetNoSync, TargetCeiling, TargetDaemon} {
+	for _, tg := range []string{throughput.TargetNaive, throughput.TargetNoSync, throughput.TargetCeiling, harness.TargetDaemon} {
 		if len(byTarget[tg]) == 0 {
 			t.Fatalf("no %s run in %v", tg, rep.Scenarios[0].Results)
 		}
 	}
 
 	// sessiond's own counters agree with what the clients saw.
-	d := byTarget[TargetDaemon][0]
+	d := byTarget[harness.TargetDaemon][0]
 	if d.Clients != clients || d.Sessions != sessions {
 		t.Errorf("daemon run: %d clients, %d sessions", d.Clients, d.Sessions)
 	}
@@ -119,7 +94,7 @@ func TestRunAgainstRealDaemon(t *testing.T) {
 	if !strings.HasPrefix(d.CPUOf, "sessiond pid") || d.CPUSeconds < 0 || d.CPUSeconds == 0 && d.Entries >= 2000 || d.PeakRSSBytes <= 0 {
 		t.Errorf("daemon process figures: cpu %v s of %q, peak RSS %d", d.CPUSeconds, d.CPUOf, d.PeakRSSBytes)
 	}
-	for _, c := range byTarget[TargetCeiling] {
+	for _, c := range byTarget[throughput.TargetCeiling] {
 		if c.StoredEntries != c.Entries || c.Syncs == 0 || c.Syncs > c.Entries {
 			t.Errorf("%s: %d acknowledged, %d journaled in %d syncs", c.Label, c.Entries, c.StoredEntries, c.Syncs)
 		}
@@ -133,7 +108,7 @@ func TestRunAgainstRealDaemon(t *testing.T) {
 	}
 	var lines uint64
 	for _, p := range canon {
-		lines += checkLines(t, p, 1024)
+		lines += benchtest.CheckLines(t, p, 1024)
 	}
 	if lines != d.TotalAcked {
 		t.Errorf("canonical files hold %d entries, %d acknowledged", lines, d.TotalAcked)
@@ -141,7 +116,7 @@ func TestRunAgainstRealDaemon(t *testing.T) {
 
 	// The baselines' files: one per client, whole 1 KiB lines, as many as
 	// acknowledged.
-	for _, tg := range []string{TargetNaive, TargetNoSync} {
+	for _, tg := range []string{throughput.TargetNaive, throughput.TargetNoSync} {
 		r := byTarget[tg][0]
 		files, _ := filepath.Glob(filepath.Join(dir, "*-"+r.ID, "client-*.jsonl"))
 		if len(files) != clients {
@@ -153,7 +128,7 @@ func TestRunAgainstRealDaemon(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			k := checkLines(t, f, 1024)
+			k := benchtest.CheckLines(t, f, 1024)
 			if uint64(fi.Size()) != k*1025 {
 				t.Errorf("%s: %d bytes for %d lines of 1 KiB", f, fi.Size(), k)
 			}
@@ -165,157 +140,5 @@ func TestRunAgainstRealDaemon(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "sessiond, 4 clients -> 2 sessions") {
 		t.Errorf("table lacks the sessiond run:\n%s", out.String())
-	}
-}
-
-// checkLines returns the number of lines of path, each a JSON object of
-// size bytes.
-func checkLines(t *testing.T, path string, size int) uint64 {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(b) == 0 || b[len(b)-1] != '\n' {
-		t.Fatalf("%s: empty or ends without a newline", path)
-	}
-	var n uint64
-	for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
-		if len(line) != size || !json.Valid([]byte(line)) {
-			t.Fatalf("%s line %d: %d bytes, valid JSON %v", path, n+1, len(line), json.Valid([]byte(line)))
-		}
-		n++
-	}
-	return n
-}
-
-func TestInProcTarget(t *testing.T) {
-	if testing.Short() {
-		t.Skip("writes files for a second")
-	}
-	cfg := Config{Target: TargetInProc, Clients: 3, Sessions: 3, Size: "dist:agent", Duration: runFor(time.Second),
-		Verify: true, Seed: 7, Log: io.Discard, CPUProfile: filepath.Join(t.TempDir(), "cpu.pprof")}
-	rep, err := Run(context.Background(), cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rep.Failed(); err != nil {
-		t.Fatal(err)
-	}
-	r := rep.Scenarios[0].Results[0]
-	if r.Entries == 0 || r.StoredEntries != r.Entries || r.Syncs == 0 {
-		t.Errorf("in-process: %d acknowledged, %d stored, %d syncs", r.Entries, r.StoredEntries, r.Syncs)
-	}
-	if fi, err := os.Stat(cfg.CPUProfile); err != nil || fi.Size() == 0 {
-		t.Errorf("no CPU profile written: %v", err)
-	}
-}
-
-func TestEntriesHaveTheirSize(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 2))
-	for _, size := range []int{MinEntry, 1000, 1024, 4096, 65536, MaxEntry} {
-		e := appendEntry(nil, size, newUUID(r), newUUID(r), 7)
-		if len(e) != size {
-			t.Errorf("entry of %d bytes is %d", size, len(e))
-		}
-		var v map[string]any
-		if err := json.Unmarshal(e, &v); err != nil {
-			t.Errorf("size %d: %v", size, err)
-		}
-	}
-	d, err := ParseSize("dist:agent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 10000 {
-		if n := d.Size(r); n < MinEntry || n > MaxEntry {
-			t.Fatalf("dist:agent drew %d", n)
-		}
-	}
-	for spec, want := range map[string]int{"1KiB": 1024, "200": 200, "200B": 200, "1MiB": 1 << 20, "4KB": 4000} {
-		s, err := ParseSize(spec)
-		if err != nil || s.Size(r) != want {
-			t.Errorf("ParseSize(%q) = %v, %v; want %d", spec, s, err, want)
-		}
-	}
-	for _, bad := range []string{"100", "2MiB", "x", "dist:nope", "-1"} {
-		if _, err := ParseSize(bad); err == nil {
-			t.Errorf("ParseSize(%q) accepted", bad)
-		}
-	}
-}
-
-func TestLatencyPercentiles(t *testing.T) {
-	ns := make([]int64, 100)
-	for i := range ns {
-		ns[i] = int64(100-i) * 1000 // 100..1 us, unsorted
-	}
-	l := latencyOf(ns)
-	if l.P50 != 50 || l.P90 != 90 || l.P99 != 99 || l.Max != 100 || l.Mean != 50.5 {
-		t.Errorf("latencyOf = %+v", l)
-	}
-}
-
-// TestEchoTarget runs the (e) transport baseline: the test binary serves
-// as the echo server (TestMain), and every acknowledged append must have
-// reached it.
-func TestEchoTarget(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a server process")
-	}
-	t.Parallel()
-	cfg := Config{Dir: t.TempDir(), Target: TargetEcho, Verify: true, Clients: 3, Sessions: 1, Size: "1KiB",
-		Duration: runFor(500 * time.Millisecond), Seed: 7, Log: io.Discard}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	rep, err := Run(ctx, cfg, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rep.Failed(); err != nil {
-		t.Fatal(err)
-	}
-	r := rep.Scenarios[0].Results[0]
-	if r.Target != TargetEcho || r.Entries == 0 || r.Verified == nil || !*r.Verified || !strings.HasPrefix(r.CPUOf, "echo server") {
-		t.Fatalf("echo run: %+v", r)
-	}
-	// (f): the same, and the server's file holds every acknowledged entry.
-	cfg.Target = TargetEchoSync
-	cfg.Dir = t.TempDir()
-	if rep, err = Run(ctx, cfg, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	if err := rep.Failed(); err != nil {
-		t.Fatal(err)
-	}
-	if r := rep.Scenarios[0].Results[0]; r.Target != TargetEchoSync || r.Entries == 0 || r.Verified == nil || !*r.Verified {
-		t.Fatalf("echo-sync run: %+v", r)
-	}
-	// (g): the same without gRPC.
-	cfg.Target = TargetRawSync
-	cfg.Dir = t.TempDir()
-	if rep, err = Run(ctx, cfg, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	if err := rep.Failed(); err != nil {
-		t.Fatal(err)
-	}
-	if r := rep.Scenarios[0].Results[0]; r.Target != TargetRawSync || r.Entries == 0 || r.Verified == nil || !*r.Verified || !strings.HasPrefix(r.CPUOf, "raw server") {
-		t.Fatalf("raw-sync run: %+v", r)
-	}
-}
-
-// TestRawVerifyCountsLines: the raw target's check fails when the server's
-// file does not hold exactly the acknowledged entries.
-func TestRawVerifyCountsLines(t *testing.T) {
-	d := &rawDriver{dir: t.TempDir()}
-	if err := os.WriteFile(d.file(), []byte("{\"a\":1}\n{\"a\":2}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for acked, ok := range map[uint64]bool{1: false, 2: true, 3: false} {
-		err := d.verify(context.Background(), &tally{perClient: []acc{{entries: acked}}})
-		if (err == nil) != ok {
-			t.Errorf("%d acknowledged, 2 lines on disk: verify said %v", acked, err)
-		}
 	}
 }
