@@ -5,7 +5,7 @@ PROTOC_VERSION := libprotoc 3.21.12
 PROTO_DIR := api/proto
 PROTO_FILES := $(shell find $(PROTO_DIR) -name '*.proto' | sort)
 
-.PHONY: all build test test-go tools postgres grpcurl sdk sdk-ts sdk-py sdk-rb proto proto-check vet fmt-check fuzz fuzz-short bench bench-adapter clean test-adapters
+.PHONY: all build test test-go tools postgres grpcurl sdk sdk-ts sdk-py sdk-rb sdk-pkg packages install uninstall proto proto-check vet fmt-check fuzz fuzz-short bench bench-adapter clean test-adapters
 
 all: build
 
@@ -18,8 +18,9 @@ build:
 # protobuf-compiler, which pins its version), the official TypeScript SDK
 # (pinned in e2e/sdk/package-lock.json), the TypeScript adapter's packages
 # (with the SDK's Claude Code CLI), the Python and Ruby adapters' Debian
-# packages, when they are missing, and Debian's PostgreSQL server (postgres).
-tools: sdk sdk-ts sdk-py sdk-rb grpcurl postgres
+# packages, when they are missing, Debian's Python packaging tools (sdk-pkg,
+# for make packages) and Debian's PostgreSQL server (postgres).
+tools: sdk sdk-ts sdk-py sdk-rb sdk-pkg grpcurl postgres
 	@v="$$(protoc --version 2>/dev/null)"; if [ "$$v" != "$(PROTOC_VERSION)" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing protobuf-compiler"; (apt-get update -qq && apt-get install -y -qq protobuf-compiler) >/dev/null || exit 1; \
@@ -88,6 +89,57 @@ sdk-rb:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing $(RB_DEBS)"; (apt-get update -qq && apt-get install -y -qq $(RB_DEBS)) >/dev/null || exit 1; \
 	  else echo "the Ruby adapter needs $(RB_DEBS) (Debian: sudo apt-get install $(RB_DEBS))" >&2; exit 1; fi; fi
+
+# sdk-pkg installs what make packages and e2e's package test need to build
+# and install the Python wheel offline: Debian's pip, setuptools and wheel
+# (built with no isolation, so nothing comes from the registry) and venv.
+PKG_PY_DEBS := python3-pip python3-setuptools python3-wheel python3-venv
+
+sdk-pkg:
+	@if ! $(PY) -c 'import pip, setuptools, wheel, venv, ensurepip' 2>/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing $(PKG_PY_DEBS)"; (apt-get update -qq && apt-get install -y -qq $(PKG_PY_DEBS)) >/dev/null || exit 1; \
+	  else echo "make packages needs $(PKG_PY_DEBS) (Debian: sudo apt-get install $(PKG_PY_DEBS))" >&2; exit 1; fi; fi
+
+# packages builds the three SessionStore adapters as installable packages
+# into PKGDIR (dist/, git-ignored), offline: the npm tarball of
+# sdk/typescript (npm pack of what sdk-ts built; no lifecycle scripts, so
+# it never rebuilds dist/ under a running test), the Python wheel of
+# sdk/python (Debian's setuptools, no build isolation, no index; built
+# from a copy, so no stale build/ folder leaks into it) and the Ruby gem of
+# sdk/ruby. Each adapter's README installs from these files.
+PKGDIR ?= dist
+PKGOUT = $(abspath $(PKGDIR))
+
+packages: sdk-ts sdk-pkg sdk-rb
+	@mkdir -p $(PKGOUT) && rm -f $(PKGOUT)/sessiond-store-*.tgz $(PKGOUT)/sessiond_store-*.whl $(PKGOUT)/sessiond_store-*.gem
+	cd $(TS) && npm pack --ignore-scripts --silent --pack-destination $(PKGOUT) >/dev/null
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cp -R sdk/python/. "$$tmp" && rm -rf "$$tmp/build" "$$tmp"/*.egg-info && \
+	  echo "$(PY) -m pip wheel --no-deps --no-build-isolation --no-index --wheel-dir $(PKGOUT) sdk/python" && \
+	  $(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation --no-index --wheel-dir $(PKGOUT) "$$tmp"
+	v=$$($(RUBY) -e 'load ARGV[0]; print SessiondStore::VERSION' sdk/ruby/lib/sessiond_store/version.rb) && \
+	  gem build -C sdk/ruby --silent sessiond_store.gemspec --output $(PKGOUT)/sessiond_store-$$v.gem
+	@ls -1 $(PKGOUT)/sessiond-store-*.tgz $(PKGOUT)/sessiond_store-*.whl $(PKGOUT)/sessiond_store-*.gem
+
+# install builds sessiond and sessionctl with the commit stamped and
+# installs them into BINDIR (PREFIX/bin, ~/.local/bin), then the service:
+# on Linux the systemd user units into SYSTEMD_USER_DIR, with ExecStart=
+# naming the installed binary, enabled (systemctl --user enable --now
+# sessiond.socket) when a user manager runs, else it prints what to run;
+# on macOS the LaunchAgent into LAUNCHD_DIR, bootstrapped. uninstall stops
+# and removes exactly those files, never transcripts or the state folder.
+# deploy/install.sh does both; deploy/README.md has the details.
+PREFIX ?= $(HOME)/.local
+BINDIR ?= $(PREFIX)/bin
+SYSTEMD_USER_DIR ?= $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/systemd/user
+LAUNCHD_DIR ?= $(HOME)/Library/LaunchAgents
+INSTALL_ENV = GO="$(GO)" PREFIX="$(PREFIX)" BINDIR="$(BINDIR)" SYSTEMD_USER_DIR="$(SYSTEMD_USER_DIR)" LAUNCHD_DIR="$(LAUNCHD_DIR)"
+
+install:
+	@$(INSTALL_ENV) deploy/install.sh install
+
+uninstall:
+	@$(INSTALL_ENV) deploy/install.sh uninstall
 
 # proto regenerates the committed Go code with the pinned generators:
 # protoc-gen-go and protoc-gen-go-grpc are go.mod tool entries, protoc is
@@ -198,4 +250,4 @@ bench-adapter: sdk-ts
 	node sdk/typescript/bench/adapter.mjs --sessiond bin/sessiond --bench bin/sessiond-bench --markdown BENCHMARKS.md $(ADAPTERBENCHFLAGS)
 
 clean:
-	rm -rf bin .bin
+	rm -rf bin .bin dist
