@@ -96,7 +96,7 @@ sdk-rb:
 PKG_PY_DEBS := python3-pip python3-setuptools python3-wheel python3-venv
 
 sdk-pkg:
-	@if ! $(PY) -c 'import pip, setuptools, wheel, venv, ensurepip' 2>/dev/null; then \
+	@if ! $(PY) -c 'import setuptools, wheel, venv, ensurepip' 2>/dev/null || ! $(PY) -m pip --version >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing $(PKG_PY_DEBS)"; (apt-get update -qq && apt-get install -y -qq $(PKG_PY_DEBS)) >/dev/null || exit 1; \
 	  else echo "make packages needs $(PKG_PY_DEBS) (Debian: sudo apt-get install $(PKG_PY_DEBS))" >&2; exit 1; fi; fi
