@@ -28,6 +28,7 @@ import (
 // python3-grpcio, python3-venv and pip, ruby with ruby-grpc and gem), and
 // fails, rather than skips, when one is missing.
 func TestAdapterPackages(t *testing.T) {
+	t.Parallel()
 	repo, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
@@ -102,6 +103,7 @@ func TestAdapterPackages(t *testing.T) {
 		if err := json.Unmarshal([]byte(lastLine(out)), &got); err != nil {
 			t.Fatalf("%s script printed %q (stderr %q): %v", lang, out, errOut, err)
 		}
+		t.Logf("%s script: %s", lang, lastLine(out))
 		if !reflect.DeepEqual(got["loaded"], want) {
 			t.Errorf("%s: load returned\n%v\nwant the appended entries\n%v", lang, got["loaded"], want)
 		}
