@@ -5,7 +5,7 @@ PROTOC_VERSION := libprotoc 3.21.12
 PROTO_DIR := api/proto
 PROTO_FILES := $(shell find $(PROTO_DIR) -name '*.proto' | sort)
 
-.PHONY: all build test test-go tools postgres grpcurl sdk sdk-ts sdk-py sdk-rb sdk-pkg packages install uninstall proto proto-check vet fmt-check fuzz fuzz-short bench bench-adapter clean test-adapters
+.PHONY: all build test test-go tools postgres grpcurl sdk sdk-ts sdk-py sdk-rb sdk-pkg systemd-analyze packages install uninstall proto proto-check vet fmt-check fuzz fuzz-short bench bench-adapter clean test-adapters
 
 all: build
 
@@ -19,8 +19,9 @@ build:
 # (pinned in e2e/sdk/package-lock.json), the TypeScript adapter's packages
 # (with the SDK's Claude Code CLI), the Python and Ruby adapters' Debian
 # packages, when they are missing, Debian's Python packaging tools (sdk-pkg,
-# for make packages) and Debian's PostgreSQL server (postgres).
-tools: sdk sdk-ts sdk-py sdk-rb sdk-pkg grpcurl postgres
+# for make packages), systemd-analyze (on Linux) and Debian's PostgreSQL
+# server (postgres).
+tools: sdk sdk-ts sdk-py sdk-rb sdk-pkg systemd-analyze grpcurl postgres
 	@v="$$(protoc --version 2>/dev/null)"; if [ "$$v" != "$(PROTOC_VERSION)" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing protobuf-compiler"; (apt-get update -qq && apt-get install -y -qq protobuf-compiler) >/dev/null || exit 1; \
@@ -82,10 +83,11 @@ sdk-py:
 # reachable here), and async, which the vendored Ruby Agent SDK the
 # adapter's tests use as their oracle requires (../shared/vendor/SOURCES.md).
 RUBY ?= ruby
-RB_DEBS := ruby ruby-async ruby-grpc ruby-grpc-tools ruby-google-protobuf
+# ruby-rubygems gives gem, which make packages builds the gem with.
+RB_DEBS := ruby ruby-rubygems ruby-async ruby-grpc ruby-grpc-tools ruby-google-protobuf
 
 sdk-rb:
-	@if ! $(RUBY) -e 'require "grpc"; require "google/protobuf"; require "async"; require "minitest"' 2>/dev/null || ! command -v grpc_tools_ruby_protoc >/dev/null; then \
+	@if ! $(RUBY) -e 'require "grpc"; require "google/protobuf"; require "async"; require "minitest"' 2>/dev/null || ! command -v grpc_tools_ruby_protoc >/dev/null || ! command -v gem >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing $(RB_DEBS)"; (apt-get update -qq && apt-get install -y -qq $(RB_DEBS)) >/dev/null || exit 1; \
 	  else echo "the Ruby adapter needs $(RB_DEBS) (Debian: sudo apt-get install $(RB_DEBS))" >&2; exit 1; fi; fi
@@ -100,6 +102,15 @@ sdk-pkg:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing $(PKG_PY_DEBS)"; (apt-get update -qq && apt-get install -y -qq $(PKG_PY_DEBS)) >/dev/null || exit 1; \
 	  else echo "make packages needs $(PKG_PY_DEBS) (Debian: sudo apt-get install $(PKG_PY_DEBS))" >&2; exit 1; fi; fi
+
+# systemd-analyze installs Debian's systemd package (only installed, not
+# started) on Linux when systemd-analyze is missing: deploy's tests verify
+# the units, as shipped and as make install writes them, with it.
+systemd-analyze:
+	@if [ "$$(uname -s)" = Linux ] && ! command -v systemd-analyze >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing systemd (for systemd-analyze)"; (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd) >/dev/null || exit 1; \
+	  else echo "deploy's tests need systemd-analyze (Debian: sudo apt-get install systemd)" >&2; exit 1; fi; fi
 
 # packages builds the three SessionStore adapters as installable packages
 # into PKGDIR (dist/, git-ignored), offline: the npm tarball of

@@ -45,7 +45,7 @@ func TestAdapterPackages(t *testing.T) {
 
 	dist := t.TempDir()
 	cmd := exec.Command("make", "--no-print-directory", "-C", repo, "packages", "PKGDIR="+dist)
-	cmd.Env = withoutEnv(os.Environ(), "MAKEFLAGS", "MFLAGS", "MAKELEVEL")
+	cmd.Env = envWithout(os.Environ(), "MAKEFLAGS", "MFLAGS", "MAKELEVEL")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make packages: %v\n%s", err, out)
 	}
@@ -87,7 +87,7 @@ func TestAdapterPackages(t *testing.T) {
 			want = append(want, b.([]any)...)
 		}
 		// JSON as the scripts see it (and as they print it back).
-		want = jsonRoundTrip(t, want).([]any)
+		want = jsonRoundTripped(t, want).([]any)
 		entries, err := json.Marshal(batches)
 		if err != nil {
 			t.Fatal(err)
@@ -100,10 +100,10 @@ func TestAdapterPackages(t *testing.T) {
 			t.Fatalf("%s script: exit %d\nstdout:\n%s\nstderr:\n%s", lang, code, out, errOut)
 		}
 		var got map[string]any
-		if err := json.Unmarshal([]byte(lastLine(out)), &got); err != nil {
+		if err := json.Unmarshal([]byte(lastOutputLine(out)), &got); err != nil {
 			t.Fatalf("%s script printed %q (stderr %q): %v", lang, out, errOut, err)
 		}
-		t.Logf("%s script: %s", lang, lastLine(out))
+		t.Logf("%s script: %s", lang, lastOutputLine(out))
 		if !reflect.DeepEqual(got["loaded"], want) {
 			t.Errorf("%s: load returned\n%v\nwant the appended entries\n%v", lang, got["loaded"], want)
 		}
@@ -127,7 +127,7 @@ func TestAdapterPackages(t *testing.T) {
 		if !reflect.DeepEqual(stored, want) {
 			t.Errorf("%s: sessiond holds\n%v\nwant\n%v", lang, stored, want)
 		}
-		if p, _ := got["module"].(string); !inside(p, scratch) || inside(p, repo) {
+		if p, _ := got["module"].(string); !pathInside(p, scratch) || pathInside(p, repo) {
 			t.Errorf("%s: the package was loaded from %q, want the scratch project's install (%s), not the checkout (%s)", lang, p, scratch, repo)
 		}
 		return got
@@ -149,12 +149,12 @@ func TestAdapterPackages(t *testing.T) {
 			t.Fatal("sdk/typescript/package.json pins no @anthropic-ai/claude-agent-sdk devDependency")
 		}
 		scratch := t.TempDir()
-		writeFiles(t, scratch, map[string]string{
+		writeScratchFiles(t, scratch, map[string]string{
 			"package.json":  `{"name": "scratch-agent", "version": "1.0.0", "private": true}` + "\n",
 			"roundtrip.mjs": npmScript,
 			"cjs.cjs":       npmCJSScript,
 		})
-		env := withoutEnvPrefix(os.Environ(), "npm_", "NODE_PATH", "NODE_OPTIONS")
+		env := envWithoutPrefix(os.Environ(), "npm_", "NODE_PATH", "NODE_OPTIONS")
 		// The agent's own SDK, the version the adapter is built against,
 		// from npm's cache when it is there. Optional dependencies (the
 		// SDK's platform package with the Claude Code CLI) are left out:
@@ -177,7 +177,7 @@ func TestAdapterPackages(t *testing.T) {
 		got := check(t, "npm", scratch, script)
 		// The SDK resolves to the agent's own (and, with no copy under
 		// sessiond-store checked above, so it does for the adapter).
-		if p, _ := got["sdk"].(string); !inside(p, filepath.Join(scratch, "node_modules", "@anthropic-ai", "claude-agent-sdk")) {
+		if p, _ := got["sdk"].(string); !pathInside(p, filepath.Join(scratch, "node_modules", "@anthropic-ai", "claude-agent-sdk")) {
 			t.Errorf("@anthropic-ai/claude-agent-sdk resolves to %q, want the agent's own, in %s", p, scratch)
 		}
 
@@ -193,8 +193,8 @@ func TestAdapterPackages(t *testing.T) {
 
 	t.Run("python", func(t *testing.T) {
 		scratch := t.TempDir()
-		writeFiles(t, scratch, map[string]string{"roundtrip.py": pythonScript})
-		env := withoutEnvPrefix(os.Environ(), "PYTHON", "PIP_", "VIRTUAL_ENV")
+		writeScratchFiles(t, scratch, map[string]string{"roundtrip.py": pythonScript})
+		env := envWithoutPrefix(os.Environ(), "PYTHON", "PIP_", "VIRTUAL_ENV")
 		venv := filepath.Join(scratch, "venv")
 		for _, args := range [][]string{
 			// Debian's grpcio and protobuf come from the system site
@@ -212,7 +212,7 @@ func TestAdapterPackages(t *testing.T) {
 		script := exec.Command(filepath.Join(venv, "bin", "python"), "roundtrip.py")
 		script.Env = env
 		got := check(t, "python", scratch, script)
-		if p, _ := got["module"].(string); !inside(p, filepath.Join(venv, "lib")) {
+		if p, _ := got["module"].(string); !pathInside(p, filepath.Join(venv, "lib")) {
 			t.Errorf("sessiond_store was imported from %q, want the venv's site-packages", p)
 		}
 	})
@@ -220,8 +220,8 @@ func TestAdapterPackages(t *testing.T) {
 	t.Run("ruby", func(t *testing.T) {
 		scratch := t.TempDir()
 		home := filepath.Join(scratch, "home")
-		writeFiles(t, scratch, map[string]string{"roundtrip.rb": rubyScript, "home/.keep": ""})
-		env := append(withoutEnv(os.Environ(), "HOME", "XDG_DATA_HOME", "GEM_HOME", "GEM_PATH", "RUBYLIB", "RUBYOPT", "BUNDLE_GEMFILE"),
+		writeScratchFiles(t, scratch, map[string]string{"roundtrip.rb": rubyScript, "home/.keep": ""})
+		env := append(envWithout(os.Environ(), "HOME", "XDG_DATA_HOME", "GEM_HOME", "GEM_PATH", "RUBYLIB", "RUBYOPT", "BUNDLE_GEMFILE"),
 			"HOME="+home)
 		// --user-install into the fake HOME; the dependencies (grpc,
 		// google-protobuf, googleapis-common-protos-types) are Debian's
@@ -234,7 +234,7 @@ func TestAdapterPackages(t *testing.T) {
 		script := exec.Command("ruby", "roundtrip.rb")
 		script.Env = env
 		got := check(t, "ruby", scratch, script)
-		if p, _ := got["gem"].(string); !inside(p, filepath.Join(home, ".local", "share", "gem")) {
+		if p, _ := got["gem"].(string); !pathInside(p, filepath.Join(home, ".local", "share", "gem")) {
 			t.Errorf("the sessiond_store gem loaded is %q, want the one installed under %s", p, home)
 		}
 	})
@@ -291,7 +291,7 @@ puts JSON.generate('loaded' => loaded, 'module' => File.realpath(feature),
                    'gem' => File.realpath(Gem.loaded_specs.fetch('sessiond_store').full_gem_path))
 `
 
-func writeFiles(t *testing.T, dir string, files map[string]string) {
+func writeScratchFiles(t *testing.T, dir string, files map[string]string) {
 	t.Helper()
 	for name, content := range files {
 		p := filepath.Join(dir, name)
@@ -304,9 +304,9 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 	}
 }
 
-// inside reports whether p is dir or below it (both cleaned, symlinks in
+// pathInside reports whether p is dir or below it (both cleaned, symlinks in
 // dir resolved as the scripts resolve theirs).
-func inside(p, dir string) bool {
+func pathInside(p, dir string) bool {
 	if p == "" {
 		return false
 	}
@@ -317,7 +317,7 @@ func inside(p, dir string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
-func jsonRoundTrip(t *testing.T, v any) any {
+func jsonRoundTripped(t *testing.T, v any) any {
 	t.Helper()
 	data, err := json.Marshal(v)
 	if err != nil {
@@ -330,12 +330,12 @@ func jsonRoundTrip(t *testing.T, v any) any {
 	return out
 }
 
-func lastLine(s string) string {
+func lastOutputLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
 }
 
-func withoutEnv(env []string, names ...string) []string {
+func envWithout(env []string, names ...string) []string {
 	var out []string
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
@@ -352,9 +352,9 @@ func withoutEnv(env []string, names ...string) []string {
 	return out
 }
 
-// withoutEnvPrefix drops the variables whose names start with any of
+// envWithoutPrefix drops the variables whose names start with any of
 // prefixes.
-func withoutEnvPrefix(env []string, prefixes ...string) []string {
+func envWithoutPrefix(env []string, prefixes ...string) []string {
 	var out []string
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
