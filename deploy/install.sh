@@ -160,7 +160,7 @@ systemd_uninstall() {
 			systemctl --user disable --now "${present[@]}" || true
 		fi
 	elif [ ${#present[@]} -gt 0 ]; then
-		say "no systemd user manager answers for $SYSTEMD_USER_DIR: if sessiond runs, stop it yourself"
+		say "no user manager to stop the units in $SYSTEMD_USER_DIR (none answers, or it does not read that folder): if sessiond runs from them, stop it yourself"
 	fi
 	# Links an enable made (here or by hand) to these very units, which
 	# disable removes when a manager runs, and nothing else does otherwise.
