@@ -25,6 +25,7 @@
 set -euo pipefail
 
 action=${1:-}
+cd "$(dirname "$0")/.."
 : "${HOME:?HOME is not set}"
 GO=${GO:-go}
 PREFIX=${PREFIX:-$HOME/.local}
