@@ -5,7 +5,7 @@ PROTOC_VERSION := libprotoc 3.21.12
 PROTO_DIR := api/proto
 PROTO_FILES := $(shell find $(PROTO_DIR) -name '*.proto' | sort)
 
-.PHONY: all build test test-go tools postgres grpcurl sdk sdk-ts sdk-py sdk-rb sdk-pkg systemd-analyze packages install uninstall proto proto-check vet fmt-check fuzz fuzz-short bench bench-adapter clean test-adapters
+.PHONY: all build test test-go tools postgres grpcurl sdk sdk-ts sdk-py sdk-rb sdk-pkg systemd-analyze packages package-ts package-py package-rb install uninstall proto proto-check vet fmt-check fuzz fuzz-short bench bench-adapter clean test-adapters
 
 all: build
 
@@ -113,24 +113,36 @@ systemd-analyze:
 	  else echo "deploy's tests need systemd-analyze (Debian: sudo apt-get install systemd)" >&2; exit 1; fi; fi
 
 # packages builds the three SessionStore adapters as installable packages
-# into PKGDIR (dist/, git-ignored), offline: the npm tarball of
-# sdk/typescript (npm pack of what sdk-ts built; no lifecycle scripts, so
-# it never rebuilds dist/ under a running test), the Python wheel of
-# sdk/python (Debian's setuptools, no build isolation, no index; built
-# from a copy, so no stale build/ folder leaks into it) and the Ruby gem of
-# sdk/ruby. Each adapter's README installs from these files.
+# into PKGDIR (dist/, git-ignored), offline; package-ts, package-py and
+# package-rb build one each:
+# - package-ts: the npm tarball of sdk/typescript, npm pack of what sdk-ts
+#   built (no lifecycle scripts, so it never rebuilds dist/ under a running
+#   test);
+# - package-py: the wheel of sdk/python, with Debian's setuptools, no build
+#   isolation and no index, from a copy (no stale build/ folder leaks in);
+# - package-rb: the gem of sdk/ruby.
+# Each adapter's README installs from these files.
 PKGDIR ?= dist
 PKGOUT = $(abspath $(PKGDIR))
 
-packages: sdk-ts sdk-pkg sdk-rb
-	@mkdir -p $(PKGOUT) && rm -f $(PKGOUT)/sessiond-store-*.tgz $(PKGOUT)/sessiond_store-*.whl $(PKGOUT)/sessiond_store-*.gem
+packages: package-ts package-py package-rb
+	@ls -1 $(PKGOUT)/sessiond-store-*.tgz $(PKGOUT)/sessiond_store-*.whl $(PKGOUT)/sessiond_store-*.gem
+
+package-ts: sdk-ts
+	@mkdir -p $(PKGOUT) && rm -f $(PKGOUT)/sessiond-store-*.tgz
 	cd $(TS) && npm pack --ignore-scripts --silent --pack-destination $(PKGOUT) >/dev/null
+
+package-py: sdk-pkg
+	@mkdir -p $(PKGOUT) && rm -f $(PKGOUT)/sessiond_store-*.whl
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cp -R sdk/python/. "$$tmp" && rm -rf "$$tmp/build" "$$tmp"/*.egg-info && \
 	  echo "$(PY) -m pip wheel --no-deps --no-build-isolation --no-index --wheel-dir $(PKGOUT) sdk/python" && \
 	  $(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation --no-index --wheel-dir $(PKGOUT) "$$tmp"
+
+package-rb:
+	@command -v gem >/dev/null || { echo "make package-rb needs ruby and gem (Debian: sudo apt-get install ruby; make tools installs it as root)" >&2; exit 1; }
+	@mkdir -p $(PKGOUT) && rm -f $(PKGOUT)/sessiond_store-*.gem
 	v=$$($(RUBY) -e 'load ARGV[0]; print SessiondStore::VERSION' sdk/ruby/lib/sessiond_store/version.rb) && \
 	  gem build -C sdk/ruby --silent sessiond_store.gemspec --output $(PKGOUT)/sessiond_store-$$v.gem
-	@ls -1 $(PKGOUT)/sessiond-store-*.tgz $(PKGOUT)/sessiond_store-*.whl $(PKGOUT)/sessiond_store-*.gem
 
 # install builds sessiond and sessionctl with the commit stamped and
 # installs them into BINDIR (PREFIX/bin, ~/.local/bin), then the service:
