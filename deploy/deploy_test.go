@@ -557,9 +557,6 @@ func TestUnitTwiceRefused(t *testing.T) {
 // exactly what install wrote (and the links an enable made to it), never
 // the transcripts, the state folder or anyone else's files.
 func TestMakeInstall(t *testing.T) {
-	if _, err := exec.LookPath("make"); err != nil {
-		t.Fatalf("make not on PATH: %v", err)
-	}
 	dir := t.TempDir()
 	home := filepath.Join(dir, "home")
 	prefix := filepath.Join(dir, "prefix")
@@ -601,33 +598,7 @@ func TestMakeInstall(t *testing.T) {
 	}
 	before := tree(t, dir)
 
-	// The fake HOME keeps the Go caches and settings of the real one; no
-	// DBUS_SESSION_BUS_ADDRESS and a runtime folder of its own, so
-	// systemctl --user reaches no manager, whatever runs on this machine.
-	env := withoutEnv(os.Environ(), "HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR", "XDG_STATE_HOME", "DBUS_SESSION_BUS_ADDRESS",
-		"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PREFIX", "BINDIR", "SYSTEMD_USER_DIR", "LAUNCHD_DIR", "SERVICE_OS")
-	names := []string{"GOCACHE", "GOMODCACHE", "GOPATH", "GOENV"}
-	out, err := exec.Command("go", append([]string{"env"}, names...)...).Output()
-	if err != nil {
-		t.Fatalf("go env: %v", err)
-	}
-	for i, v := range strings.Split(strings.TrimSuffix(string(out), "\n"), "\n") {
-		if i < len(names) && os.Getenv(names[i]) == "" {
-			env = append(env, names[i]+"="+v)
-		}
-	}
-	env = append(env, "HOME="+home, "XDG_RUNTIME_DIR="+filepath.Join(dir, "run"), "SERVICE_OS=Linux")
-	runMake := func(target string) string {
-		t.Helper()
-		cmd := exec.Command("make", "--no-print-directory", "-C", "..", target, "PREFIX="+prefix, "SYSTEMD_USER_DIR="+units)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("make %s: %v\n%s", target, err, out)
-		}
-		t.Logf("make %s:\n%s", target, out)
-		return string(out)
-	}
+	runMake := makeInstaller(t, dir, home, "Linux", "PREFIX="+prefix, "SYSTEMD_USER_DIR="+units)
 
 	installOut := runMake("install")
 	for _, b := range []string{"sessiond", "sessionctl"} {
@@ -742,6 +713,98 @@ func TestMakeInstall(t *testing.T) {
 		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("make uninstall left %s (%v)", p, err)
 		}
+	}
+}
+
+// makeInstaller returns a function running `make TARGET vars...` in the
+// repository as deploy/install.sh would run on goos (SERVICE_OS), with home
+// as HOME. The fake HOME keeps the Go caches and settings of the real one;
+// there is no DBUS_SESSION_BUS_ADDRESS and the runtime folder is dir/run,
+// so systemctl --user reaches no manager, whatever runs on this machine,
+// and launchctl, where there is one, is left alone (install.sh only calls
+// it for ~/Library/LaunchAgents).
+func makeInstaller(t *testing.T, dir, home, goos string, vars ...string) func(target string) string {
+	t.Helper()
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Fatalf("make not on PATH: %v", err)
+	}
+	env := withoutEnv(os.Environ(), "HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR", "XDG_STATE_HOME", "DBUS_SESSION_BUS_ADDRESS",
+		"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PREFIX", "BINDIR", "SYSTEMD_USER_DIR", "LAUNCHD_DIR", "SERVICE_OS")
+	names := []string{"GOCACHE", "GOMODCACHE", "GOPATH", "GOENV"}
+	out, err := exec.Command("go", append([]string{"env"}, names...)...).Output()
+	if err != nil {
+		t.Fatalf("go env: %v", err)
+	}
+	for i, v := range strings.Split(strings.TrimSuffix(string(out), "\n"), "\n") {
+		if i < len(names) && os.Getenv(names[i]) == "" {
+			env = append(env, names[i]+"="+v)
+		}
+	}
+	env = append(env, "HOME="+home, "XDG_RUNTIME_DIR="+filepath.Join(dir, "run"), "SERVICE_OS="+goos)
+	return func(target string) string {
+		t.Helper()
+		cmd := exec.Command("make", append([]string{"--no-print-directory", "-C", "..", target}, vars...)...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("make %s: %v\n%s", target, err, out)
+		}
+		t.Logf("make %s:\n%s", target, out)
+		return string(out)
+	}
+}
+
+// TestMakeInstallLaunchd runs `make install` and `make uninstall` as they run
+// on macOS, into a LAUNCHD_DIR that is not ~/Library/LaunchAgents (so
+// nothing is loaded): the plist has its placeholders filled in with the
+// installed binary and the home folder, and uninstall removes it and the
+// binaries.
+func TestMakeInstallLaunchd(t *testing.T) {
+	dir := t.TempDir()
+	home := filepath.Join(dir, "home")
+	bin := filepath.Join(dir, "prefix", "bin")
+	agents := filepath.Join(dir, "agents")
+	runMake := makeInstaller(t, dir, home, "Darwin", "PREFIX="+filepath.Join(dir, "prefix"), "LAUNCHD_DIR="+agents)
+
+	out := runMake("install")
+	installed := filepath.Join(agents, filepath.Base(plistFile))
+	data, err := os.ReadFile(installed)
+	if err != nil {
+		t.Fatalf("make install wrote no plist: %v", err)
+	}
+	if want := "launchctl bootstrap gui/"; !strings.Contains(out, want) {
+		t.Errorf("make install into %s does not say how to load the plist (%q)", agents, want)
+	}
+	if bytes.Contains(data, []byte("<string>/usr/local/bin/sessiond</string>")) || bytes.Contains(data, []byte("<string>/Users/YOURNAME")) {
+		t.Errorf("the installed plist still holds a placeholder:\n%s", data)
+	}
+	v, err := parsePlist(data)
+	if err != nil {
+		t.Fatalf("installed plist: %v", err)
+	}
+	top, _ := v.(map[string]any)
+	if args := plistArgs(t, top); len(args) == 0 || args[0] != filepath.Join(bin, "sessiond") {
+		t.Errorf("installed plist runs %q, want %s", args, filepath.Join(bin, "sessiond"))
+	}
+	for _, key := range []string{"StandardErrorPath", "StandardOutPath"} {
+		if p, ok := top[key].(string); ok && !strings.HasPrefix(p, home+"/") {
+			t.Errorf("installed plist: %s=%q, want a path in the home folder %s", key, p, home)
+		}
+	}
+	if plutil, err := exec.LookPath("plutil"); err == nil {
+		if out, err := exec.Command(plutil, "-lint", installed).CombinedOutput(); err != nil {
+			t.Errorf("plutil -lint %s: %v\n%s", installed, err, out)
+		}
+	}
+
+	runMake("uninstall")
+	for _, p := range []string{installed, filepath.Join(bin, "sessiond"), filepath.Join(bin, "sessionctl")} {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("make uninstall left %s (%v)", p, err)
+		}
+	}
+	if _, err := os.Stat(agents); err != nil {
+		t.Errorf("make uninstall removed the LaunchAgents folder itself: %v", err)
 	}
 }
 

@@ -226,7 +226,11 @@ launchd_install() {
 	fi
 	install -m 644 "$tmp" "$LAUNCHD_DIR/$plist"
 	rm -f "$tmp"
-	say "installed $LAUNCHD_DIR/$plist, not loaded (not the folder launchd reads, $default_launchd_dir); load it with:"
+	if same_dir "$LAUNCHD_DIR" "$default_launchd_dir"; then
+		say "installed $LAUNCHD_DIR/$plist, not loaded (no launchctl here); load it with:"
+	else
+		say "installed $LAUNCHD_DIR/$plist, not loaded (not the folder launchd reads, $default_launchd_dir); load it with:"
+	fi
 	say "  launchctl bootstrap $(launchd_domain) $LAUNCHD_DIR/$plist"
 }
 
