@@ -5,7 +5,7 @@ PROTOC_VERSION := libprotoc 3.21.12
 PROTO_DIR := api/proto
 PROTO_FILES := $(shell find $(PROTO_DIR) -name '*.proto' | sort)
 
-.PHONY: all build test test-go tools postgres grpcurl sdk sdk-ts sdk-py sdk-rb proto proto-check vet fmt-check fuzz fuzz-short bench bench-adapter clean test-adapters
+.PHONY: all build test test-go tools postgres grpcurl sdk sdk-ts sdk-py sdk-rb sdk-pkg systemd-analyze packages package-ts package-py package-rb install uninstall proto proto-check vet fmt-check fuzz fuzz-short bench bench-adapter clean test-adapters
 
 all: build
 
@@ -18,8 +18,10 @@ build:
 # protobuf-compiler, which pins its version), the official TypeScript SDK
 # (pinned in e2e/sdk/package-lock.json), the TypeScript adapter's packages
 # (with the SDK's Claude Code CLI), the Python and Ruby adapters' Debian
-# packages, when they are missing, and Debian's PostgreSQL server (postgres).
-tools: sdk sdk-ts sdk-py sdk-rb grpcurl postgres
+# packages, when they are missing, Debian's Python packaging tools (sdk-pkg,
+# for make packages), systemd-analyze (on Linux) and Debian's PostgreSQL
+# server (postgres).
+tools: sdk sdk-ts sdk-py sdk-rb sdk-pkg systemd-analyze grpcurl postgres
 	@v="$$(protoc --version 2>/dev/null)"; if [ "$$v" != "$(PROTOC_VERSION)" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing protobuf-compiler"; (apt-get update -qq && apt-get install -y -qq protobuf-compiler) >/dev/null || exit 1; \
@@ -81,13 +83,86 @@ sdk-py:
 # reachable here), and async, which the vendored Ruby Agent SDK the
 # adapter's tests use as their oracle requires (../shared/vendor/SOURCES.md).
 RUBY ?= ruby
-RB_DEBS := ruby ruby-async ruby-grpc ruby-grpc-tools ruby-google-protobuf
+# ruby-rubygems gives gem, which make packages builds the gem with.
+RB_DEBS := ruby ruby-rubygems ruby-async ruby-grpc ruby-grpc-tools ruby-google-protobuf
 
 sdk-rb:
-	@if ! $(RUBY) -e 'require "grpc"; require "google/protobuf"; require "async"; require "minitest"' 2>/dev/null || ! command -v grpc_tools_ruby_protoc >/dev/null; then \
+	@if ! $(RUBY) -e 'require "grpc"; require "google/protobuf"; require "async"; require "minitest"' 2>/dev/null || ! command -v grpc_tools_ruby_protoc >/dev/null || ! command -v gem >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing $(RB_DEBS)"; (apt-get update -qq && apt-get install -y -qq $(RB_DEBS)) >/dev/null || exit 1; \
 	  else echo "the Ruby adapter needs $(RB_DEBS) (Debian: sudo apt-get install $(RB_DEBS))" >&2; exit 1; fi; fi
+
+# sdk-pkg installs what make packages and e2e's package test need to build
+# and install the Python wheel offline: Debian's pip, setuptools and wheel
+# (built with no isolation, so nothing comes from the registry) and venv.
+PKG_PY_DEBS := python3-pip python3-setuptools python3-wheel python3-venv
+
+sdk-pkg:
+	@if ! $(PY) -c 'import setuptools, wheel, venv, ensurepip' 2>/dev/null || ! $(PY) -m pip --version >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing $(PKG_PY_DEBS)"; (apt-get update -qq && apt-get install -y -qq $(PKG_PY_DEBS)) >/dev/null || exit 1; \
+	  else echo "make packages needs $(PKG_PY_DEBS) (Debian: sudo apt-get install $(PKG_PY_DEBS))" >&2; exit 1; fi; fi
+
+# systemd-analyze installs Debian's systemd package (only installed, not
+# started) on Linux when systemd-analyze is missing: deploy's tests verify
+# the units, as shipped and as make install writes them, with it.
+systemd-analyze:
+	@if [ "$$(uname -s)" = Linux ] && ! command -v systemd-analyze >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing systemd (for systemd-analyze)"; (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd) >/dev/null || exit 1; \
+	  else echo "deploy's tests need systemd-analyze (Debian: sudo apt-get install systemd)" >&2; exit 1; fi; fi
+
+# packages builds the three SessionStore adapters as installable packages
+# into PKGDIR (dist/, git-ignored), offline; package-ts, package-py and
+# package-rb build one each:
+# - package-ts: the npm tarball of sdk/typescript, npm pack of what sdk-ts
+#   built (no lifecycle scripts, so it never rebuilds dist/ under a running
+#   test);
+# - package-py: the wheel of sdk/python, with Debian's setuptools, no build
+#   isolation and no index, from a copy (no stale build/ folder leaks in);
+# - package-rb: the gem of sdk/ruby.
+# Each adapter's README installs from these files.
+PKGDIR ?= dist
+PKGOUT = $(abspath $(PKGDIR))
+
+packages: package-ts package-py package-rb
+	@ls -1 $(PKGOUT)/sessiond-store-*.tgz $(PKGOUT)/sessiond_store-*.whl $(PKGOUT)/sessiond_store-*.gem
+
+package-ts: sdk-ts
+	@mkdir -p $(PKGOUT) && rm -f $(PKGOUT)/sessiond-store-*.tgz
+	cd $(TS) && npm pack --ignore-scripts --silent --pack-destination $(PKGOUT) >/dev/null
+
+package-py: sdk-pkg
+	@mkdir -p $(PKGOUT) && rm -f $(PKGOUT)/sessiond_store-*.whl
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cp -R sdk/python/. "$$tmp" && rm -rf "$$tmp/build" "$$tmp"/*.egg-info && \
+	  echo "$(PY) -m pip wheel --no-deps --no-build-isolation --no-index --wheel-dir $(PKGOUT) sdk/python" && \
+	  $(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation --no-index --wheel-dir $(PKGOUT) "$$tmp"
+
+package-rb:
+	@command -v gem >/dev/null || { echo "make package-rb needs ruby and gem (Debian: sudo apt-get install ruby; make tools installs it as root)" >&2; exit 1; }
+	@mkdir -p $(PKGOUT) && rm -f $(PKGOUT)/sessiond_store-*.gem
+	v=$$($(RUBY) -e 'load ARGV[0]; print SessiondStore::VERSION' sdk/ruby/lib/sessiond_store/version.rb) && \
+	  gem build -C sdk/ruby --silent sessiond_store.gemspec --output $(PKGOUT)/sessiond_store-$$v.gem
+
+# install builds sessiond and sessionctl with the commit stamped and
+# installs them into BINDIR (PREFIX/bin, ~/.local/bin), then the service:
+# on Linux the systemd user units into SYSTEMD_USER_DIR, with ExecStart=
+# naming the installed binary, enabled (systemctl --user enable --now
+# sessiond.socket) when a user manager runs, else it prints what to run;
+# on macOS the LaunchAgent into LAUNCHD_DIR, bootstrapped. uninstall stops
+# and removes exactly those files, never transcripts or the state folder.
+# deploy/install.sh does both; deploy/README.md has the details.
+PREFIX ?= $(HOME)/.local
+BINDIR ?= $(PREFIX)/bin
+SYSTEMD_USER_DIR ?= $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/systemd/user
+LAUNCHD_DIR ?= $(HOME)/Library/LaunchAgents
+INSTALL_ENV = GO="$(GO)" PREFIX="$(PREFIX)" BINDIR="$(BINDIR)" SYSTEMD_USER_DIR="$(SYSTEMD_USER_DIR)" LAUNCHD_DIR="$(LAUNCHD_DIR)"
+
+install:
+	@$(INSTALL_ENV) deploy/install.sh install
+
+uninstall:
+	@$(INSTALL_ENV) deploy/install.sh uninstall
 
 # proto regenerates the committed Go code with the pinned generators:
 # protoc-gen-go and protoc-gen-go-grpc are go.mod tool entries, protoc is
@@ -198,4 +273,4 @@ bench-adapter: sdk-ts
 	node sdk/typescript/bench/adapter.mjs --sessiond bin/sessiond --bench bin/sessiond-bench --markdown BENCHMARKS.md $(ADAPTERBENCHFLAGS)
 
 clean:
-	rm -rf bin .bin
+	rm -rf bin .bin dist

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -264,32 +266,44 @@ func TestSystemdUnits(t *testing.T) {
 			}
 			paths = append(paths, p)
 		}
-		cmd := exec.Command(analyze, append([]string{"verify", "--user", "--man=no"}, paths...)...)
-		// A private runtime and config folder: CI runs as root without a
-		// user manager (so no XDG_RUNTIME_DIR), and a developer's own
-		// ~/.config/systemd/user must not be verified instead.
-		cmd.Env = append(withoutEnv(os.Environ(), "XDG_RUNTIME_DIR", "HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "SYSTEMD_UNIT_PATH"),
-			"XDG_RUNTIME_DIR="+filepath.Join(dir, "run"),
-			"HOME="+filepath.Join(dir, "home"),
-			"XDG_CONFIG_HOME="+filepath.Join(dir, "home", ".config"),
-			"XDG_DATA_HOME="+filepath.Join(dir, "home", ".local", "share"))
-		out, err := cmd.CombinedOutput()
-		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			if line == "" {
-				continue
-			}
-			// Parse warnings (unknown keys, bad values) do not change the
-			// exit status, so any line about our units is a failure.
-			if strings.Contains(line, dir) || strings.Contains(line, "sessiond") {
-				t.Errorf("systemd-analyze: %s", line)
-			} else {
-				t.Logf("systemd-analyze: %s", line)
-			}
-		}
-		if err != nil {
-			t.Errorf("%s: %v", cmd, err)
-		}
+		analyzeVerify(t, analyze, dir, paths)
 	})
+}
+
+// analyzeVerify runs systemd-analyze verify --user on the unit files at
+// paths, with dir/run, dir/home as its runtime and home folders.
+func analyzeVerify(t *testing.T, analyze, dir string, paths []string) {
+	t.Helper()
+	for _, d := range []string{filepath.Join(dir, "run"), filepath.Join(dir, "home")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(analyze, append([]string{"verify", "--user", "--man=no"}, paths...)...)
+	// A private runtime and config folder: CI runs as root without a
+	// user manager (so no XDG_RUNTIME_DIR), and a developer's own
+	// ~/.config/systemd/user must not be verified instead.
+	cmd.Env = append(withoutEnv(os.Environ(), "XDG_RUNTIME_DIR", "HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "SYSTEMD_UNIT_PATH"),
+		"XDG_RUNTIME_DIR="+filepath.Join(dir, "run"),
+		"HOME="+filepath.Join(dir, "home"),
+		"XDG_CONFIG_HOME="+filepath.Join(dir, "home", ".config"),
+		"XDG_DATA_HOME="+filepath.Join(dir, "home", ".local", "share"))
+	out, err := cmd.CombinedOutput()
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if line == "" {
+			continue
+		}
+		// Parse warnings (unknown keys, bad values) do not change the
+		// exit status, so any line about our units is a failure.
+		if strings.Contains(line, dir) || strings.Contains(line, "sessiond") {
+			t.Errorf("systemd-analyze: %s", line)
+		} else {
+			t.Logf("systemd-analyze: %s", line)
+		}
+	}
+	if err != nil {
+		t.Errorf("%s: %v", cmd, err)
+	}
 }
 
 // TestLaunchdPlist checks the macOS LaunchAgent.
@@ -534,6 +548,303 @@ func TestUnitTwiceRefused(t *testing.T) {
 		}
 	}
 	waitStatus()
+}
+
+// TestMakeInstall runs `make install` and `make uninstall` (deploy/install.sh)
+// with a fake HOME, PREFIX and SYSTEMD_USER_DIR, and no user manager to
+// reach: the binaries carry the commit, the installed units run the
+// installed binary and pass systemd-analyze verify, and uninstall removes
+// exactly what install wrote (and the links an enable made to it), never
+// the transcripts, the state folder or anyone else's files.
+func TestMakeInstall(t *testing.T) {
+	dir := t.TempDir()
+	home := filepath.Join(dir, "home")
+	prefix := filepath.Join(dir, "prefix")
+	bin := filepath.Join(prefix, "bin")
+	units := filepath.Join(dir, "units")
+
+	// What is there before: another program and another unit beside
+	// ours, a drop-in for ours, transcripts, sessiond's state, and the
+	// links `systemctl --user enable` would make to our units (dangling
+	// until install writes them).
+	others := map[string]string{
+		filepath.Join(bin, "other-tool"):                                 "#!/bin/sh\n",
+		filepath.Join(units, "other.service"):                            "[Service]\nExecStart=/bin/true\n",
+		filepath.Join(units, "sessiond.service.d", "override.conf"):      "[Service]\nEnvironment=X=1\n",
+		filepath.Join(home, ".claude", "projects", "-p", "s.jsonl"):      "{\"type\":\"user\"}\n",
+		filepath.Join(home, ".local", "state", "sessiond", "machine-id"): "m\n",
+		filepath.Join(home, ".config", "sessiond", "mirror.env"):         "SESSIOND_MIRROR=x\n",
+	}
+	for p, content := range others {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enableLinks := map[string]string{
+		filepath.Join(units, "sockets.target.wants", "sessiond.socket"):  filepath.Join(units, "sessiond.socket"),
+		filepath.Join(units, "default.target.wants", "sessiond.service"): filepath.Join(units, "sessiond.service"),
+		filepath.Join(units, "default.target.wants", "other.service"):    filepath.Join(units, "other.service"),
+	}
+	for link, target := range enableLinks {
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := tree(t, dir)
+
+	runMake := makeInstaller(t, dir, home, "Linux", "PREFIX="+prefix, "SYSTEMD_USER_DIR="+units)
+
+	installOut := runMake("install")
+	for _, b := range []string{"sessiond", "sessionctl"} {
+		fi, err := os.Stat(filepath.Join(bin, b))
+		if err != nil {
+			t.Fatalf("make install did not install %s: %v", b, err)
+		}
+		if fi.Mode().Perm() != 0o755 {
+			t.Errorf("%s: mode %v, want 0755", b, fi.Mode().Perm())
+		}
+	}
+	if want := "systemctl --user enable --now sessiond.socket"; !strings.Contains(installOut, "not enabled") || !strings.Contains(installOut, want) {
+		t.Errorf("make install, with no user manager to reach, does not say the units are not enabled and what to run (%q)", want)
+	}
+
+	// The version: the commit, unless this is a linked worktree, where Go
+	// cannot stamp it (install says so).
+	version := func(b string, args ...string) string {
+		out, err := exec.Command(filepath.Join(bin, b), args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", b, args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	gitDir, _ := exec.Command("git", "-C", "..", "rev-parse", "--path-format=absolute", "--git-dir").Output()
+	commonDir, _ := exec.Command("git", "-C", "..", "rev-parse", "--path-format=absolute", "--git-common-dir").Output()
+	head, _ := exec.Command("git", "-C", "..", "rev-parse", "HEAD").Output()
+	v, ctlV := version("sessiond", "--version"), version("sessionctl", "--version")
+	switch {
+	case len(gitDir) == 0 || len(head) < 12:
+		if !strings.Contains(installOut, "not a git checkout") {
+			t.Errorf("not in a git checkout, and make install does not warn that the binaries carry no commit")
+		}
+	case !bytes.Equal(gitDir, commonDir):
+		if v != "sessiond dev" || !strings.Contains(installOut, "linked git worktree") {
+			t.Errorf("in a linked worktree: sessiond --version says %q (want sessiond dev), and make install must say why", v)
+		}
+	default:
+		want := "(commit " + string(head[:12])
+		if !strings.HasPrefix(v, "sessiond ") || v == "sessiond dev" || !strings.Contains(v, want) {
+			t.Errorf("installed sessiond --version says %q, want the commit stamped: %q", v, want)
+		}
+		if !strings.Contains(ctlV, want) {
+			t.Errorf("installed sessionctl --version says %q, want %q", ctlV, want)
+		}
+	}
+
+	// The units: the socket as shipped, the service running the installed
+	// binary and otherwise as shipped.
+	for _, name := range []string{socketFile, serviceFile} {
+		shipped, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		installed, err := os.ReadFile(filepath.Join(units, filepath.Base(name)))
+		if err != nil {
+			t.Fatalf("make install did not install %s: %v", filepath.Base(name), err)
+		}
+		want := string(shipped)
+		if name == serviceFile {
+			var n int
+			want, n = replaceExecBinary(want, filepath.Join(bin, "sessiond"))
+			if n != 1 {
+				t.Fatalf("%s: %d ExecStart= lines", name, n)
+			}
+		}
+		if string(installed) != want {
+			t.Errorf("installed %s differs from %s with ExecStart= pointed at %s:\n%s", filepath.Base(name), name, bin, installed)
+		}
+	}
+	svc := loadUnit(t, filepath.Join(units, "sessiond.service"))
+	specs := map[byte]string{'t': filepath.Join(dir, "run"), 'h': home, 'U': "1000", 'u': "someone"}
+	if args := execStart(t, svc, specs); args[0] != filepath.Join(bin, "sessiond") {
+		t.Errorf("installed sessiond.service runs %s, want %s", args[0], filepath.Join(bin, "sessiond"))
+	}
+	if analyze, err := exec.LookPath("systemd-analyze"); err != nil {
+		// make tools installs it on Linux; elsewhere there is none.
+		if runtime.GOOS == "linux" {
+			t.Errorf("systemd-analyze is missing (make tools installs Debian's systemd package): the installed units were not verified: %v", err)
+		} else {
+			t.Logf("systemd-analyze not available on %s: the installed units were not verified", runtime.GOOS)
+		}
+	} else {
+		analyzeVerify(t, analyze, filepath.Join(dir, "verify"), []string{filepath.Join(units, "sessiond.socket"), filepath.Join(units, "sessiond.service")})
+	}
+	os.RemoveAll(filepath.Join(dir, "verify"))
+
+	// make install again (an upgrade) changes nothing but the files.
+	runMake("install")
+
+	runMake("uninstall")
+	after := tree(t, dir)
+	want := map[string]string{}
+	for p, kind := range before {
+		want[p] = kind
+	}
+	delete(want, filepath.Join(units, "sockets.target.wants", "sessiond.socket"))
+	delete(want, filepath.Join(units, "default.target.wants", "sessiond.service"))
+	for p, kind := range after {
+		if _, ok := want[p]; !ok {
+			t.Errorf("after make uninstall, %s (%s) is left that was not there before install", p, kind)
+		}
+	}
+	for p, kind := range want {
+		if got, ok := after[p]; !ok {
+			t.Errorf("make uninstall removed %s (%s), which install did not write", p, kind)
+		} else if got != kind {
+			t.Errorf("make uninstall changed %s: %s, was %s", p, got, kind)
+		}
+	}
+	for _, p := range []string{filepath.Join(bin, "sessiond"), filepath.Join(bin, "sessionctl"), filepath.Join(units, "sessiond.socket"), filepath.Join(units, "sessiond.service")} {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("make uninstall left %s (%v)", p, err)
+		}
+	}
+}
+
+// makeInstaller returns a function running `make TARGET vars...` in the
+// repository as deploy/install.sh would run on goos (SERVICE_OS), with home
+// as HOME. The fake HOME keeps the Go caches and settings of the real one;
+// there is no DBUS_SESSION_BUS_ADDRESS and the runtime folder is dir/run,
+// so systemctl --user reaches no manager, whatever runs on this machine,
+// and launchctl, where there is one, is left alone (install.sh only calls
+// it for ~/Library/LaunchAgents).
+func makeInstaller(t *testing.T, dir, home, goos string, vars ...string) func(target string) string {
+	t.Helper()
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Fatalf("make not on PATH: %v", err)
+	}
+	env := withoutEnv(os.Environ(), "HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR", "XDG_STATE_HOME", "DBUS_SESSION_BUS_ADDRESS",
+		"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PREFIX", "BINDIR", "SYSTEMD_USER_DIR", "LAUNCHD_DIR", "SERVICE_OS")
+	names := []string{"GOCACHE", "GOMODCACHE", "GOPATH", "GOENV"}
+	out, err := exec.Command("go", append([]string{"env"}, names...)...).Output()
+	if err != nil {
+		t.Fatalf("go env: %v", err)
+	}
+	for i, v := range strings.Split(strings.TrimSuffix(string(out), "\n"), "\n") {
+		if i < len(names) && os.Getenv(names[i]) == "" {
+			env = append(env, names[i]+"="+v)
+		}
+	}
+	env = append(env, "HOME="+home, "XDG_RUNTIME_DIR="+filepath.Join(dir, "run"), "SERVICE_OS="+goos)
+	return func(target string) string {
+		t.Helper()
+		cmd := exec.Command("make", append([]string{"--no-print-directory", "-C", "..", target}, vars...)...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("make %s: %v\n%s", target, err, out)
+		}
+		t.Logf("make %s:\n%s", target, out)
+		return string(out)
+	}
+}
+
+// TestMakeInstallLaunchd runs `make install` and `make uninstall` as they run
+// on macOS, into a LAUNCHD_DIR that is not ~/Library/LaunchAgents (so
+// nothing is loaded): the plist has its placeholders filled in with the
+// installed binary and the home folder, and uninstall removes it and the
+// binaries.
+func TestMakeInstallLaunchd(t *testing.T) {
+	dir := t.TempDir()
+	home := filepath.Join(dir, "home")
+	bin := filepath.Join(dir, "prefix", "bin")
+	agents := filepath.Join(dir, "agents")
+	runMake := makeInstaller(t, dir, home, "Darwin", "PREFIX="+filepath.Join(dir, "prefix"), "LAUNCHD_DIR="+agents)
+
+	out := runMake("install")
+	installed := filepath.Join(agents, filepath.Base(plistFile))
+	data, err := os.ReadFile(installed)
+	if err != nil {
+		t.Fatalf("make install wrote no plist: %v", err)
+	}
+	if want := "launchctl bootstrap gui/"; !strings.Contains(out, want) {
+		t.Errorf("make install into %s does not say how to load the plist (%q)", agents, want)
+	}
+	if bytes.Contains(data, []byte("<string>/usr/local/bin/sessiond</string>")) || bytes.Contains(data, []byte("<string>/Users/YOURNAME")) {
+		t.Errorf("the installed plist still holds a placeholder:\n%s", data)
+	}
+	v, err := parsePlist(data)
+	if err != nil {
+		t.Fatalf("installed plist: %v", err)
+	}
+	top, _ := v.(map[string]any)
+	if args := plistArgs(t, top); len(args) == 0 || args[0] != filepath.Join(bin, "sessiond") {
+		t.Errorf("installed plist runs %q, want %s", args, filepath.Join(bin, "sessiond"))
+	}
+	for _, key := range []string{"StandardErrorPath", "StandardOutPath"} {
+		if p, ok := top[key].(string); ok && !strings.HasPrefix(p, home+"/") {
+			t.Errorf("installed plist: %s=%q, want a path in the home folder %s", key, p, home)
+		}
+	}
+	if plutil, err := exec.LookPath("plutil"); err == nil {
+		if out, err := exec.Command(plutil, "-lint", installed).CombinedOutput(); err != nil {
+			t.Errorf("plutil -lint %s: %v\n%s", installed, err, out)
+		}
+	}
+
+	runMake("uninstall")
+	for _, p := range []string{installed, filepath.Join(bin, "sessiond"), filepath.Join(bin, "sessionctl")} {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("make uninstall left %s (%v)", p, err)
+		}
+	}
+	if _, err := os.Stat(agents); err != nil {
+		t.Errorf("make uninstall removed the LaunchAgents folder itself: %v", err)
+	}
+}
+
+// tree maps every path under root (its folders, files and links, but not
+// the runtime folder or what Go may leave in a fake home: caches,
+// telemetry) to what it is: "dir",
+// "link -> target" or "file <content>".
+func tree(t *testing.T, root string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case p == root:
+		case d.IsDir():
+			if rel, _ := filepath.Rel(root, p); slices.Contains([]string{"run", "home/go", "home/.cache", "home/.config/go"}, rel) {
+				return fs.SkipDir
+			}
+			m[p] = "dir"
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			m[p] = "link -> " + target
+		default:
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			m[p] = "file " + string(data)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // TestParsers checks the little parsers the tests above rely on.
