@@ -20,17 +20,17 @@ package transcript
 
 // Entry types that are links of the chain.
 const (
-	typeOther uint8 = iota
-	typeUser
-	typeAssistant
-	typeSystem
-	typeAttachment
-	typeProgress
+	TypeOther uint8 = iota
+	TypeUser
+	TypeAssistant
+	TypeSystem
+	TypeAttachment
+	TypeProgress
 )
 
 var chainTypes = map[string]uint8{
-	"user": typeUser, "assistant": typeAssistant, "system": typeSystem,
-	"attachment": typeAttachment, "progress": typeProgress,
+	"user": TypeUser, "assistant": TypeAssistant, "system": TypeSystem,
+	"attachment": TypeAttachment, "progress": TypeProgress,
 }
 
 // Parent link states besides a node index.
@@ -72,70 +72,70 @@ type resultRef struct {
 // readRecord extracts a record from a valid entry line.
 func readRecord(line []byte) entryRecord {
 	var r entryRecord
-	start := skipWS(line, 0)
-	var msg byteSpan
+	start := SkipWS(line, 0)
+	var msg Span
 	hasMsg := false
 	typ, subtype := "", ""
 	logical := false
-	eachMember(line, start, func(m objMember) bool {
-		k, v := m.key, m.val
+	EachMember(line, start, func(m Member) bool {
+		k, v := m.Key, m.Val
 		// Keys are compared without decoding unless escaped; the
 		// common case costs a few byte comparisons.
 		switch {
-		case keyIs(line, k, "type"):
-			typ, _ = stringAt(line, v)
-		case keyIs(line, k, "uuid"):
+		case KeyIs(line, k, "type"):
+			typ, _ = StringAt(line, v)
+		case KeyIs(line, k, "uuid"):
 			// An empty uuid cannot be linked to: readers take a
 			// parentUuid of "" for null. So it is no uuid at all.
-			r.uuid, r.hasUUID = stringAt(line, v)
+			r.uuid, r.hasUUID = StringAt(line, v)
 			r.hasUUID = r.hasUUID && r.uuid != ""
-		case keyIs(line, k, "parentUuid"):
-			r.parentID, _ = stringAt(line, v)
-			r.badParent = line[v.start] != '"' && line[v.start] != 'n'
-		case keyIs(line, k, "isSidechain"):
-			r.sidechain = line[v.start] == 't'
-		case keyIs(line, k, "subtype"):
-			subtype, _ = stringAt(line, v)
-		case keyIs(line, k, "logicalParentUuid"):
-			s, _ := stringAt(line, v)
+		case KeyIs(line, k, "parentUuid"):
+			r.parentID, _ = StringAt(line, v)
+			r.badParent = line[v.Start] != '"' && line[v.Start] != 'n'
+		case KeyIs(line, k, "isSidechain"):
+			r.sidechain = line[v.Start] == 't'
+		case KeyIs(line, k, "subtype"):
+			subtype, _ = StringAt(line, v)
+		case KeyIs(line, k, "logicalParentUuid"):
+			s, _ := StringAt(line, v)
 			logical = s != ""
-		case keyIs(line, k, "sessionId"):
-			r.sessionID, r.hasSession = stringAt(line, v)
-		case keyIs(line, k, "agentId"):
-			r.agentID, _ = stringAt(line, v)
-		case keyIs(line, k, "sourceToolAssistantUUID"):
-			r.source, _ = stringAt(line, v)
-		case keyIs(line, k, "message"):
-			msg, hasMsg = v, line[v.start] == '{'
+		case KeyIs(line, k, "sessionId"):
+			r.sessionID, r.hasSession = StringAt(line, v)
+		case KeyIs(line, k, "agentId"):
+			r.agentID, _ = StringAt(line, v)
+		case KeyIs(line, k, "sourceToolAssistantUUID"):
+			r.source, _ = StringAt(line, v)
+		case KeyIs(line, k, "message"):
+			msg, hasMsg = v, line[v.Start] == '{'
 		}
 		return true
 	})
 	r.typ = chainTypes[typ]
-	r.compactRoot = r.typ == typeSystem && subtype == "compact_boundary" && logical
-	if hasMsg && (r.typ == typeUser || r.typ == typeAssistant) {
+	r.compactRoot = r.typ == TypeSystem && subtype == "compact_boundary" && logical
+	if hasMsg && (r.typ == TypeUser || r.typ == TypeAssistant) {
 		readMessage(line, msg, &r)
 	}
 	return r
 }
 
 // readMessage reads message.id and the tool blocks of message.content.
-func readMessage(line []byte, msg byteSpan, r *entryRecord) {
-	eachMember(line, msg.start, func(m objMember) bool {
+func readMessage(line []byte, msg Span, r *entryRecord) {
+	EachMember(line, msg.Start, func(m Member) bool {
 		switch {
-		case keyIs(line, m.key, "id") && r.typ == typeAssistant:
-			r.msgID, _ = stringAt(line, m.val)
-		case keyIs(line, m.key, "content"):
+		case KeyIs(line, m.Key, "id") && r.typ == TypeAssistant:
+			r.msgID, _ = StringAt(line, m.Val)
+		case KeyIs(line, m.Key, "content"):
 			r.toolUses, r.results, r.otherContent = nil, nil, false
-			if line[m.val.start] != '[' {
-				r.otherContent = line[m.val.start] == '"'
+			if line[m.Val.Start] != '[' {
+				r.otherContent = line[m.Val.Start] == '"'
 				return true
 			}
-			eachElement(line, m.val.start, func(i int, el byteSpan) bool {
+			EachElement(line, m.Val.Start, func(i int, el Span) bool {
 				btype, id := blockInfo(line, el, r.typ)
 				switch {
-				case r.typ == typeAssistant && btype == "tool_use" && id != "":
+				case r.typ == TypeAssistant && btype == "tool_use" && id != "":
 					r.toolUses = append(r.toolUses, id)
-				case r.typ == typeUser && btype == "tool_result":
+				case r.typ == TypeUser && btype == "tool_result":
 					r.results = append(r.results, resultRef{id: id, elem: int32(i)})
 				default:
 					r.otherContent = true
@@ -149,20 +149,20 @@ func readMessage(line []byte, msg byteSpan, r *entryRecord) {
 
 // blockInfo returns a content block's type and, for tool_use and
 // tool_result blocks, the tool id it carries.
-func blockInfo(line []byte, el byteSpan, typ uint8) (btype, id string) {
-	if line[el.start] != '{' {
+func blockInfo(line []byte, el Span, typ uint8) (btype, id string) {
+	if line[el.Start] != '{' {
 		return "", ""
 	}
 	idKey := "id"
-	if typ == typeUser {
+	if typ == TypeUser {
 		idKey = "tool_use_id"
 	}
-	eachMember(line, el.start, func(m objMember) bool {
+	EachMember(line, el.Start, func(m Member) bool {
 		switch {
-		case keyIs(line, m.key, "type"):
-			btype, _ = stringAt(line, m.val)
-		case keyIs(line, m.key, idKey):
-			id, _ = stringAt(line, m.val)
+		case KeyIs(line, m.Key, "type"):
+			btype, _ = StringAt(line, m.Val)
+		case KeyIs(line, m.Key, idKey):
+			id, _ = StringAt(line, m.Val)
 		}
 		return true
 	})
@@ -198,7 +198,7 @@ func (g *chainGraph) add(r entryRecord, line, off int64, piece int32) (dupOf int
 	if prev, ok := g.index[r.uuid]; ok {
 		return g.lineOf(prev), true
 	}
-	if r.typ == typeOther {
+	if r.typ == TypeOther {
 		g.index[r.uuid] = -1 - int32(min(line, 1<<30)) // remember its line for the report
 		return 0, false
 	}

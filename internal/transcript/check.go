@@ -303,10 +303,10 @@ func leadingTorn(line []byte, v lineVerdict) []byte {
 	if v.kind != KindTorn && v.kind != KindSpliced {
 		return nil
 	}
-	s, e := trimWS(line)
+	s, e := TrimWS(line)
 	segs := splitRecords(line[:e], s)
 	if len(segs) > 0 && segs[0].torn {
-		return line[segs[0].start:segs[0].end]
+		return line[segs[0].Start:segs[0].End]
 	}
 	return nil
 }
@@ -316,7 +316,7 @@ func leadingTorn(line []byte, v lineVerdict) []byte {
 // transcript record. Writers that append a line in several writes leave
 // that when another writer's line lands between two of their writes.
 func completesTorn(torn, next []byte) bool {
-	s, e := trimWS(next)
+	s, e := TrimWS(next)
 	if s == e {
 		return false
 	}
@@ -327,7 +327,7 @@ func completesTorn(torn, next []byte) bool {
 	}
 	joined := make([]byte, 0, len(torn)+e)
 	joined = append(append(joined, torn...), next[:e]...)
-	end, _, err := parseValue(joined, 0, true)
+	end, _, err := ParseValue(joined, 0, true)
 	return err == nil && end == len(joined) && looksLikeEntry(joined)
 }
 

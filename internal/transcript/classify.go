@@ -48,22 +48,22 @@ func classifyLine(line []byte) lineVerdict {
 	if bytes.IndexByte(line, 0) >= 0 {
 		return lineVerdict{KindNUL, nulDetail(line), fixStripNUL}
 	}
-	s, e := trimWS(line)
+	s, e := TrimWS(line)
 	switch {
 	case s == e:
 		if len(line) == 0 {
 			return lineVerdict{KindMalformed, "the line is empty", fixDrop}
 		}
 		return lineVerdict{KindMalformed, fmt.Sprintf("the line is only whitespace (%d bytes)", len(line)), fixDrop}
-	case bytes.HasPrefix(line[s:e], utf8BOM):
+	case bytes.HasPrefix(line[s:e], BOM):
 		return lineVerdict{KindMalformed, fmt.Sprintf("the line starts with a UTF-8 byte order mark (EF BB BF at byte %d), which JSON readers refuse", s), fixBOM}
 	}
 	if line[s] == '{' {
-		if end, _, err := parseValue(line[:e], s, true); err == nil && end == e {
+		if end, _, err := ParseValue(line[:e], s, true); err == nil && end == e {
 			return classifyObject(line, s)
 		}
-	} else if end, _, err := parseValue(line[:e], s, true); err == nil && end == e {
-		return lineVerdict{KindMalformed, fmt.Sprintf("the line is %s, not a JSON object", kindName(line[s])), fixDrop}
+	} else if end, _, err := ParseValue(line[:e], s, true); err == nil && end == e {
+		return lineVerdict{KindMalformed, fmt.Sprintf("the line is %s, not a JSON object", KindName(line[s])), fixDrop}
 	}
 	return classifySegments(line, splitRecords(line[:e], s))
 }
@@ -92,9 +92,9 @@ func classifyObject(line []byte, start int) lineVerdict {
 // demands), or returns "".
 func uuidProblem(line []byte, start int) string {
 	bad := ""
-	eachMember(line, start, func(m objMember) bool {
-		if c := line[m.val.start]; c != '"' && c != 'n' && keyIs(line, m.key, "uuid") {
-			bad = fmt.Sprintf(`the top-level "uuid" at byte %d is %s; it must be a string`, m.val.start, kindName(c))
+	EachMember(line, start, func(m Member) bool {
+		if c := line[m.Val.Start]; c != '"' && c != 'n' && KeyIs(line, m.Key, "uuid") {
+			bad = fmt.Sprintf(`the top-level "uuid" at byte %d is %s; it must be a string`, m.Val.Start, KindName(c))
 			return false
 		}
 		return true
@@ -120,17 +120,17 @@ func classifySegments(line []byte, segs []lineSegment) lineVerdict {
 	case whole > 0:
 		return lineVerdict{KindMalformed, "the line holds " + describeSegments(segs), fixSplit}
 	case len(segs) == 1 && segs[0].torn:
-		return lineVerdict{KindTorn, fmt.Sprintf("a JSON object cut short after %d bytes", segs[0].end-segs[0].start), fixDrop}
+		return lineVerdict{KindTorn, fmt.Sprintf("a JSON object cut short after %d bytes", segs[0].End-segs[0].Start), fixDrop}
 	}
-	s, e := trimWS(line)
-	_, _, err := parseValue(line[:e], s, true)
+	s, e := TrimWS(line)
+	_, _, err := ParseValue(line[:e], s, true)
 	switch {
 	case err == nil: // a value followed by something else
 		return lineVerdict{KindMalformed, "the line holds " + describeSegments(segs), fixDrop}
-	case err.eof:
+	case err.EOF:
 		return lineVerdict{KindMalformed, fmt.Sprintf("the line is not a JSON object: it ends where more was expected, after %d bytes", e), fixDrop}
 	}
-	return lineVerdict{KindMalformed, fmt.Sprintf("the line is not JSON: unexpected %s at byte %d", describeAt(line, err.off), err.off), fixDrop}
+	return lineVerdict{KindMalformed, fmt.Sprintf("the line is not JSON: unexpected %s at byte %d", DescribeAt(line, err.Off), err.Off), fixDrop}
 }
 
 func describeSegments(segs []lineSegment) string {
@@ -143,7 +143,7 @@ func describeSegments(segs []lineSegment) string {
 		case sg.torn:
 			what = "a record cut short"
 		}
-		parts[i] = fmt.Sprintf("%s (bytes %d-%d)", what, sg.start, sg.end-1)
+		parts[i] = fmt.Sprintf("%s (bytes %d-%d)", what, sg.Start, sg.End-1)
 	}
 	return strings.Join(parts, ", then ")
 }
@@ -170,7 +170,7 @@ func nulDetail(line []byte) string {
 // lineSegment is one piece of a damaged line: a whole JSON object, a JSON
 // object cut short (torn), or neither (garbage).
 type lineSegment struct {
-	byteSpan
+	Span
 	whole bool
 	torn  bool
 }
@@ -194,17 +194,17 @@ func splitRecords(data []byte, pos int) []lineSegment {
 	budget := 16*len(data) + 1<<20
 	for pos < len(data) {
 		if data[pos] == '{' {
-			if end, _, err := parseValue(data, pos, true); err == nil {
-				segs = append(segs, lineSegment{byteSpan: byteSpan{pos, end}, whole: true})
-				pos = skipWS(data, end)
+			if end, _, err := ParseValue(data, pos, true); err == nil {
+				segs = append(segs, lineSegment{Span: Span{pos, end}, whole: true})
+				pos = SkipWS(data, end)
 				continue
 			}
 		}
 		next := nextRecord(data, pos+1, &budget)
-		sg := lineSegment{byteSpan: byteSpan{pos, next}}
+		sg := lineSegment{Span: Span{pos, next}}
 		if data[pos] == '{' {
-			_, _, err := parseValue(data[:next], pos, true)
-			sg.torn = err != nil && err.eof
+			_, _, err := ParseValue(data[:next], pos, true)
+			sg.torn = err != nil && err.EOF
 		}
 		// Whitespace before the next record stays in the segment: in a
 		// record cut inside a string it is content the join needs.
@@ -227,12 +227,12 @@ func nextRecord(data []byte, from int, budget *int) int {
 			break
 		}
 		q := from + k
-		end, _, err := parseValue(data, q, true)
+		end, _, err := ParseValue(data, q, true)
 		if err != nil {
-			*budget -= err.off - q + 1
+			*budget -= err.Off - q + 1
 		} else {
 			*budget -= end - q
-			if next := skipWS(data, end); (next == len(data) || data[next] == '{') && looksLikeEntry(data[q:end]) {
+			if next := SkipWS(data, end); (next == len(data) || data[next] == '{') && looksLikeEntry(data[q:end]) {
 				return q
 			}
 		}
@@ -257,13 +257,13 @@ var metaTypes = map[string]bool{
 // type must at least name its session or parent.
 func looksLikeEntry(obj []byte) bool {
 	typ, parent, session := "", false, false
-	eachMember(obj, 0, func(m objMember) bool {
+	EachMember(obj, 0, func(m Member) bool {
 		switch {
-		case keyIs(obj, m.key, "type"):
-			typ, _ = stringAt(obj, m.val)
-		case keyIs(obj, m.key, "parentUuid"):
+		case KeyIs(obj, m.Key, "type"):
+			typ, _ = StringAt(obj, m.Val)
+		case KeyIs(obj, m.Key, "parentUuid"):
 			parent = true
-		case keyIs(obj, m.key, "sessionId"):
+		case KeyIs(obj, m.Key, "sessionId"):
 			session = true
 		}
 		return true
@@ -271,7 +271,7 @@ func looksLikeEntry(obj []byte) bool {
 	switch {
 	case typ == "":
 		return false
-	case chainTypes[typ] != typeOther:
+	case chainTypes[typ] != TypeOther:
 		return parent
 	case metaTypes[typ]:
 		return true
@@ -335,7 +335,7 @@ var (
 // line unacceptable to the API: invalid UTF-8 bytes become U+FFFD (one per
 // byte, as Go's decoders count them), lone surrogate escapes become
 // \ufffd, and raw control characters inside strings are escaped. line must
-// be valid JSON text as parseValue(allowCtrl) accepts, so strings are found
+// be valid JSON text as ParseValue(allowCtrl) accepts, so strings are found
 // by their quotes.
 func fixEncoding(line []byte, apply bool) encodingFix {
 	var f encodingFix
@@ -363,7 +363,7 @@ func fixEncoding(line []byte, apply bool) encodingFix {
 			inString = true
 			continue
 		}
-		if i = skipPlain(line, i); i >= len(line) {
+		if i = SkipPlain(line, i); i >= len(line) {
 			break
 		}
 		switch c := line[i]; {
@@ -375,13 +375,13 @@ func fixEncoding(line []byte, apply bool) encodingFix {
 				i += 2
 				continue
 			}
-			r, _ := hex4(line, i+2)
+			r, _ := Hex4(line, i+2)
 			if !utf16.IsSurrogate(r) {
 				i += 6
 				continue
 			}
 			if r < 0xDC00 && i+11 < len(line) && line[i+6] == '\\' && line[i+7] == 'u' {
-				if r2, ok := hex4(line, i+8); ok && r2 >= 0xDC00 && r2 <= 0xDFFF {
+				if r2, ok := Hex4(line, i+8); ok && r2 >= 0xDC00 && r2 <= 0xDFFF {
 					i += 12
 					continue
 				}

@@ -49,7 +49,7 @@ func Normalize(raw []byte, maxBytes int) (Entry, error) {
 		return Entry{}, invalidf("entry is empty; expected one JSON object")
 	case start == len(raw):
 		return Entry{}, invalidf("entry is only whitespace (%d bytes); expected one JSON object", len(raw))
-	case bytes.HasPrefix(raw[start:], utf8BOM):
+	case bytes.HasPrefix(raw[start:], BOM):
 		return Entry{}, invalidf("entry starts with a UTF-8 byte order mark (bytes EF BB BF at byte offset %d); JSON text must not have one: remove it", start)
 	case raw[start] != '{':
 		return Entry{}, s.notObject()
@@ -68,7 +68,7 @@ func Normalize(raw []byte, maxBytes int) (Entry, error) {
 	}
 	if s.badMember {
 		return Entry{}, invalidf(`entry's top-level "uuid" at byte offset %d is %s; it must be a string (or null, or absent)`,
-			s.badOff, kindName(raw[s.badOff]))
+			s.badOff, KindName(raw[s.badOff]))
 	}
 	e := Entry{Line: s.out}
 	if s.found && s.kind == '"' {
@@ -77,7 +77,7 @@ func Normalize(raw []byte, maxBytes int) (Entry, error) {
 	return e, nil
 }
 
-var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+var BOM = []byte{0xEF, 0xBB, 0xBF}
 
 // end checks that nothing but whitespace follows the value that started at
 // start.
@@ -96,7 +96,7 @@ func (s *scanner) end(start int) error {
 		}
 	}
 	return invalidf("entry has more data after its JSON value (which spans bytes %d-%d): found %s at byte offset %d; send exactly one JSON object per entry (two records on one line usually means two writers interleaved)",
-		start, objEnd-1, describeAt(s.data, s.pos), s.pos)
+		start, objEnd-1, DescribeAt(s.data, s.pos), s.pos)
 }
 
 // notObject explains why an entry that does not start with '{' is refused:
@@ -109,11 +109,11 @@ func (s *scanner) notObject() error {
 	if err := s.end(start); err != nil {
 		return err
 	}
-	return invalidf("entry is %s, not an object; a transcript entry must be one JSON object ({...})", kindName(s.data[start]))
+	return invalidf("entry is %s, not an object; a transcript entry must be one JSON object ({...})", KindName(s.data[start]))
 }
 
-// kindName names the type of the JSON value that starts with c.
-func kindName(c byte) string {
+// KindName names the type of the JSON value that starts with c.
+func KindName(c byte) string {
 	switch c {
 	case '{':
 		return "a JSON object"

@@ -135,7 +135,7 @@ func Fork(src io.Reader, dst io.Writer, opt ForkOptions) (ForkResult, error) {
 	if err := checkSDKSessionID("new session id", opt.NewSessionID); err != nil {
 		return ForkResult{}, err
 	}
-	title := jsTrim(opt.Title)
+	title := JSTrim(opt.Title)
 	if title != "" {
 		var err error
 		if title, err = NormalizeTitle(title); err != nil {
@@ -165,7 +165,7 @@ func Fork(src io.Reader, dst io.Writer, opt ForkOptions) (ForkResult, error) {
 		return ForkResult{}, fmt.Errorf("fork of session %s: %w", opt.SessionID, err)
 	}
 	if title == "" {
-		t := ix.summary.forkTitle()
+		t := ix.summary.ForkTitle()
 		if t == "" {
 			t = "Forked session"
 		}

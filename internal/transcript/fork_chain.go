@@ -91,12 +91,12 @@ func buildChain(list []*forkEntry, forked bool, stripped map[*forkEntry]bool) (c
 		}
 		return n[nd.parent]
 	}
-	message := func(nd *forkNode) bool { return nd.e.kind == typeUser || nd.e.kind == typeAssistant }
+	message := func(nd *forkNode) bool { return nd.e.kind == TypeUser || nd.e.kind == TypeAssistant }
 	named := map[string]bool{}     // parents of any entry
 	namedLeaf := map[string]bool{} // parents of leaf candidates
 	candidate := func(nd *forkNode) bool {
 		e := nd.e
-		return !(e.teamName && !forked) && e.kind != typeProgress && !e.briefing
+		return !(e.teamName && !forked) && e.kind != TypeProgress && !e.briefing
 	}
 	for _, id := range order {
 		nd := n[id]
@@ -202,7 +202,7 @@ func siblings(n map[string]*forkNode, order []string, t []*forkNode, in map[stri
 	}
 	var r []*forkNode
 	for _, b := range t {
-		if b.e.kind == typeAssistant {
+		if b.e.kind == TypeAssistant {
 			r = append(r, b)
 		}
 	}
@@ -220,7 +220,7 @@ func siblings(n map[string]*forkNode, order []string, t []*forkNode, in map[stri
 	var results []*forkNode
 	for _, id := range order {
 		b := n[id]
-		if c := b.e.msgID; c != "" && b.e.kind == typeAssistant {
+		if c := b.e.msgID; c != "" && b.e.kind == TypeAssistant {
 			byMsg[c] = append(byMsg[c], b)
 			for _, x := range b.e.toolUses {
 				if w, seen := toolUse[x]; !seen || (w != nil && w.e.msgID == c) {

@@ -65,12 +65,12 @@ func (ix *forkIndex) plan(upTo string) (*forkPlan, error) {
 	p := &forkPlan{known: make(map[string]*forkEntry, len(sel)), message: make(map[string]bool, len(sel))}
 	for _, e := range sel {
 		p.known[e.uuid] = e
-		if e.kind != typeProgress {
+		if e.kind != TypeProgress {
 			p.message[e.uuid] = true
 		}
 	}
 	for _, e := range sel {
-		if e.kind == typeProgress {
+		if e.kind == TypeProgress {
 			continue
 		}
 		o := forkOut{e: e, strip: stripped[e]}
@@ -92,7 +92,7 @@ func (p *forkPlan) parentOf(e *forkEntry) (string, bool) {
 		if !ok {
 			return "", false
 		}
-		if o.kind != typeProgress {
+		if o.kind != TypeProgress {
 			return id, true
 		}
 		if seen[id] {
@@ -116,7 +116,7 @@ func (p *forkPlan) parentOf(e *forkEntry) (string, bool) {
 func uue(e []*forkEntry) []*forkEntry {
 	t := -1
 	for k := len(e) - 1; k >= 0; k-- {
-		if e[k].kind == typeUser || e[k].kind == typeAssistant {
+		if e[k].kind == TypeUser || e[k].kind == TypeAssistant {
 			t = k
 			break
 		}
@@ -169,7 +169,7 @@ func uue(e []*forkEntry) []*forkEntry {
 		d = o[:c+1]
 	}
 	for _, x := range d {
-		if x.kind != typeProgress {
+		if x.kind != TypeProgress {
 			return d
 		}
 	}
@@ -238,7 +238,7 @@ func hue(e []*forkEntry, stripped map[*forkEntry]bool) []*forkEntry {
 		return e
 	}
 	t := e[len(e)-1]
-	synthetic := &forkEntry{uuid: "\x00fork-leaf", parent: t.uuid, parentSet: t.uuid != "", kind: typeSystem, sidechain: "false"}
+	synthetic := &forkEntry{uuid: "\x00fork-leaf", parent: t.uuid, parentSet: t.uuid != "", kind: TypeSystem, sidechain: "false"}
 	r, _ := buildChain(append(e[:len(e):len(e)], synthetic), true, stripped)
 	index := make(map[string]int, len(e)) // first position
 	byUUID := make(map[string]*forkEntry, len(e))

@@ -174,14 +174,14 @@ func TestForkGoldens(t *testing.T) {
 					t.Errorf("... and more")
 					break
 				}
-				obj, _, _ := jsParseObject(lines[i])
+				obj, _, _ := ParseObject(lines[i])
 				var keys []string
 				for _, m := range obj {
 					keys = append(keys, m.key)
 				}
 				var diffs []string
 				for k, v := range c.Lines[i].F {
-					got, _ := obj.get(k)
+					got, _ := obj.Get(k)
 					var want bytes.Buffer
 					json.Compact(&want, v)
 					if !bytes.Equal(got, want.Bytes()) {
@@ -228,7 +228,7 @@ func jsCanonical(text []byte) ([]byte, error) {
 					if err != nil {
 						return err
 					}
-					b = appendJSString(b, k.(string))
+					b = AppendJSString(b, k.(string))
 					b = append(b, ':')
 				}
 				if err := enc(); err != nil {
@@ -240,7 +240,7 @@ func jsCanonical(text []byte) ([]byte, error) {
 			}
 			b = append(b, close)
 		case string:
-			b = appendJSString(b, v)
+			b = AppendJSString(b, v)
 		case json.Number:
 			b = append(b, jsNumber(string(v))...)
 		case bool:
@@ -362,16 +362,16 @@ func nullDangling(out []byte) []byte {
 	lines := bytes.Split(bytes.TrimSuffix(out, []byte("\n")), []byte("\n"))
 	ids := map[string]bool{}
 	for _, l := range lines {
-		o, _, _ := jsParseObject(l)
-		if id, ok := o.str("uuid"); ok {
+		o, _, _ := ParseObject(l)
+		if id, ok := o.Str("uuid"); ok {
 			ids[id] = true
 		}
 	}
 	var b []byte
 	for _, l := range lines {
-		o, _, _ := jsParseObject(l)
-		if p, ok := o.str("parentUuid"); ok && !ids[p] {
-			l = o.set("parentUuid", litNull).appendTo(nil)
+		o, _, _ := ParseObject(l)
+		if p, ok := o.Str("parentUuid"); ok && !ids[p] {
+			l = o.Set("parentUuid", Null).AppendTo(nil)
 		}
 		b = append(append(b, l...), '\n')
 	}

@@ -84,8 +84,8 @@ func indexFork(r io.Reader, sessionID string) (*forkIndex, error) {
 		if len(line) == 0 {
 			continue
 		}
-		line = nodeUTF8(line)
-		obj, isObj, ok := jsParseObject(line)
+		line = NodeUTF8(line)
+		obj, isObj, ok := ParseObject(line)
 		if !ok || !isObj {
 			continue
 		}
@@ -108,48 +108,48 @@ func trimLeadingControl(line []byte) []byte {
 }
 
 // add is Kj: it files one parsed line.
-func (ix *forkIndex) add(n int, obj jsObject, sessionID string) {
-	typ, _ := obj.str("type")
-	id, hasID := obj.str("uuid")
-	if kind := chainTypes[typ]; kind != typeOther && hasID {
-		if v, ok := obj.get("isSidechain"); ok && jsTruthy(v) {
+func (ix *forkIndex) add(n int, obj Object, sessionID string) {
+	typ, _ := obj.Str("type")
+	id, hasID := obj.Str("uuid")
+	if kind := chainTypes[typ]; kind != TypeOther && hasID {
+		if v, ok := obj.Get("isSidechain"); ok && Truthy(v) {
 			return
 		}
 		e := forkEntry{line: n, uuid: id, kind: kind}
-		e.parent, _ = obj.str("parentUuid")
-		if v, ok := obj.get("parentUuid"); ok {
-			e.parentSet = jsTruthy(v)
+		e.parent, _ = obj.Str("parentUuid")
+		if v, ok := obj.Get("parentUuid"); ok {
+			e.parentSet = Truthy(v)
 		}
-		e.logical, e.logicalStr = obj.str("logicalParentUuid")
+		e.logical, e.logicalStr = obj.Str("logicalParentUuid")
 		e.source = queuedSource(obj, typ)
 		e.chainInfo(obj, typ)
-		if sub, _ := obj.str("subtype"); kind == typeSystem && sub == "compact_boundary" {
+		if sub, _ := obj.Str("subtype"); kind == TypeSystem && sub == "compact_boundary" {
 			e.boundary = true
 			e.compactInfo(obj)
 		}
 		ix.entries = append(ix.entries, e)
 		return
 	}
-	ownSession := func() bool { s, ok := obj.str("sessionId"); return ok && s == sessionID }
+	ownSession := func() bool { s, ok := obj.Str("sessionId"); return ok && s == sessionID }
 	switch typ {
 	case "history-suppression":
 		ix.historySuppressed = true
 	case "atis-latch":
-		if a, ok := obj.str("atis"); ok && ownSession() && atisPrintable(a) {
+		if a, ok := obj.Str("atis"); ok && ownSession() && atisPrintable(a) {
 			ix.atis, ix.atisSet = a, true
 		}
 	case "tools-used":
-		if v, ok := obj.get("tools"); ok && v[0] == '[' && ownSession() {
+		if v, ok := obj.Get("tools"); ok && v[0] == '[' && ownSession() {
 			ix.tools, ix.toolsSet = nil, true
-			jsEachElement(v, func(el []byte) bool {
-				if s, ok := jsStringValue(el); ok && s != "" {
+			EachValue(v, func(el []byte) bool {
+				if s, ok := StringValue(el); ok && s != "" {
 					ix.tools = append(ix.tools, s)
 				}
 				return true
 			})
 		}
 	case "data-flow-records", "data-flow-incomplete":
-		if _, ok := obj.str("sessionId"); ok && !obj.has("agentId") && ix.unsupported == "" {
+		if _, ok := obj.Str("sessionId"); ok && !obj.Has("agentId") && ix.unsupported == "" {
 			ix.unsupported = typ
 		}
 	case "derived-from":
@@ -157,7 +157,7 @@ func (ix *forkIndex) add(n int, obj jsObject, sessionID string) {
 			ix.unsupported = typ
 		}
 	case "hybrid-organization":
-		if o, ok := obj.str("organizationUuid"); ok && sdkUUID(o) {
+		if o, ok := obj.Str("organizationUuid"); ok && sdkUUID(o) {
 			o = string(bytes.ToLower([]byte(o)))
 			for _, x := range ix.orgs {
 				if x == o {
@@ -167,10 +167,10 @@ func (ix *forkIndex) add(n int, obj jsObject, sessionID string) {
 			ix.orgs = append(ix.orgs, o)
 		}
 	case "content-replacement":
-		if v, ok := obj.get("replacements"); ok && v[0] == '[' && ownSession() {
-			jsEachElement(v, func(el []byte) bool {
+		if v, ok := obj.Get("replacements"); ok && v[0] == '[' && ownSession() {
+			EachValue(v, func(el []byte) bool {
 				if el[0] == '{' {
-					if c, ok := jsCompact(el); ok {
+					if c, ok := Compact(el); ok {
 						ix.replacements = append(ix.replacements, c)
 					}
 				}
@@ -178,7 +178,7 @@ func (ix *forkIndex) add(n int, obj jsObject, sessionID string) {
 			})
 		}
 	case "relocated":
-		if c, ok := obj.str("relocatedCwd"); ok && c != "" && ownSession() {
+		if c, ok := obj.Str("relocatedCwd"); ok && c != "" && ownSession() {
 			ix.relocated = c
 		}
 	}
@@ -196,30 +196,30 @@ func atisPrintable(s string) bool {
 // queuedSource is Np: the source_uuid of a queued command (an attachment
 // of type queued_command, or the command of a voice_call_talk fold), when
 // it is a non-empty string.
-func queuedSource(obj jsObject, typ string) string {
+func queuedSource(obj Object, typ string) string {
 	cmd := queuedCommand(obj, typ)
 	if cmd == nil {
 		return ""
 	}
-	s, _ := cmd.str("source_uuid")
+	s, _ := cmd.Str("source_uuid")
 	return s
 }
 
 // queuedCommand is q$.
-func queuedCommand(obj jsObject, typ string) jsObject {
+func queuedCommand(obj Object, typ string) Object {
 	switch typ {
 	case "system":
-		if sub, _ := obj.str("subtype"); sub != "voice_call_talk" {
+		if sub, _ := obj.Str("subtype"); sub != "voice_call_talk" {
 			return nil
 		}
-		fold := obj.object("fold")
+		fold := obj.Object("fold")
 		if fold == nil {
 			return nil
 		}
-		return fold.object("command")
+		return fold.Object("command")
 	case "attachment":
-		a := obj.object("attachment")
-		if t, _ := a.str("type"); t == "queued_command" {
+		a := obj.Object("attachment")
+		if t, _ := a.Str("type"); t == "queued_command" {
 			return a
 		}
 	}
@@ -228,91 +228,91 @@ func queuedCommand(obj jsObject, typ string) jsObject {
 
 // compactInfo reads what the cut (UUe, FUe, HUe) and the chain builder
 // ($p) need of a compact boundary: p_, Yh, Yj and the relinking.
-func (e *forkEntry) compactInfo(obj jsObject) {
-	cm := obj.object("compactMetadata")
+func (e *forkEntry) compactInfo(obj Object) {
+	cm := obj.Object("compactMetadata")
 	if cm == nil {
 		return
 	}
-	pm, hasPM := cm.get("preservedMessages")
-	ps, hasPS := cm.get("preservedSegment")
+	pm, hasPM := cm.Get("preservedMessages")
+	ps, hasPS := cm.Get("preservedSegment")
 	// p_: preservedMessages ?? preservedSegment, if it has an anchorUuid.
 	var p []byte
 	switch {
-	case hasPM && !bytes.Equal(pm, litNull):
+	case hasPM && !bytes.Equal(pm, Null):
 		p = pm
 	case hasPS:
 		p = ps
 	}
-	if po := jsObjectOf(p); po != nil {
-		e.anchor, e.hasAnchor = po.str("anchorUuid")
+	if po := ObjectOf(p); po != nil {
+		e.anchor, e.hasAnchor = po.Str("anchorUuid")
 	}
-	if pmo := jsObjectOf(pm); pmo != nil {
-		if u, ok := pmo.get("uuids"); ok && u[0] == '[' {
-			jsEachElement(u, func(el []byte) bool {
-				if s, ok := jsStringValue(el); ok {
+	if pmo := ObjectOf(pm); pmo != nil {
+		if u, ok := pmo.Get("uuids"); ok && u[0] == '[' {
+			EachValue(u, func(el []byte) bool {
+				if s, ok := StringValue(el); ok {
 					e.preserved = append(e.preserved, s)
 				}
 				return true
 			})
 		}
 	}
-	if pso := jsObjectOf(ps); pso != nil {
+	if pso := ObjectOf(ps); pso != nil {
 		for _, k := range []string{"headUuid", "tailUuid"} {
-			if s, ok := pso.str(k); ok {
+			if s, ok := pso.Str(k); ok {
 				e.preserved = append(e.preserved, s)
 			}
 		}
 	}
-	if d, ok := cm.get("durationMs"); ok && jsIsZero(d) && e.hasAnchor && e.anchor == e.uuid {
+	if d, ok := cm.Get("durationMs"); ok && IsZero(d) && e.hasAnchor && e.anchor == e.uuid {
 		e.rewind = true
 	}
 	// $p: compactMetadata?.preservedMessages, if truthy, else
 	// preservedSegment. (The SDK throws when a truthy preservedMessages has
 	// no uuids array; Fork relinks nothing then.)
 	switch {
-	case hasPM && jsTruthy(pm):
-		pmo := jsObjectOf(pm)
-		u, _ := pmo.get("uuids")
+	case hasPM && Truthy(pm):
+		pmo := ObjectOf(pm)
+		u, _ := pmo.Get("uuids")
 		if len(u) == 0 || u[0] != '[' {
 			return
 		}
 		all := true
 		var uuids []string
-		jsEachElement(u, func(el []byte) bool {
-			s, ok := jsStringValue(el)
+		EachValue(u, func(el []byte) bool {
+			s, ok := StringValue(el)
 			all = all && ok
 			uuids = append(uuids, s)
 			return ok
 		})
 		if all && len(uuids) > 0 {
 			e.relinkKind, e.relinkUUIDs = relinkMessages, uuids
-			e.relinkAnchor, _ = pmo.str("anchorUuid")
+			e.relinkAnchor, _ = pmo.Str("anchorUuid")
 		}
-	case hasPS && jsTruthy(ps):
-		pso := jsObjectOf(ps)
+	case hasPS && Truthy(ps):
+		pso := ObjectOf(ps)
 		e.relinkKind = relinkSegment
-		e.relinkHead, _ = pso.str("headUuid")
-		e.relinkAnchor, _ = pso.str("anchorUuid")
-		e.relinkTail, _ = pso.str("tailUuid")
+		e.relinkHead, _ = pso.Str("headUuid")
+		e.relinkAnchor, _ = pso.Str("anchorUuid")
+		e.relinkTail, _ = pso.Str("tailUuid")
 	}
 }
 
 // chainInfo records what the chain builder needs of an entry.
-func (e *forkEntry) chainInfo(obj jsObject, typ string) {
-	msg := obj.object("message")
+func (e *forkEntry) chainInfo(obj Object, typ string) {
+	msg := obj.Object("message")
 	if typ == "assistant" && msg != nil {
-		e.msgID, _ = msg.str("id")
+		e.msgID, _ = msg.Str("id")
 	}
-	if c, ok := msg.get("content"); ok && c[0] == '[' {
-		jsEachElement(c, func(el []byte) bool {
-			b := jsObjectOf(el)
-			switch t, _ := b.str("type"); t {
+	if c, ok := msg.Get("content"); ok && c[0] == '[' {
+		EachValue(c, func(el []byte) bool {
+			b := ObjectOf(el)
+			switch t, _ := b.Str("type"); t {
 			case "tool_use":
-				if id, ok := b.str("id"); ok && typ == "assistant" {
+				if id, ok := b.Str("id"); ok && typ == "assistant" {
 					e.toolUses = append(e.toolUses, id)
 				}
 			case "tool_result":
-				if id, ok := b.str("tool_use_id"); ok {
+				if id, ok := b.Str("tool_use_id"); ok {
 					e.toolResults = append(e.toolResults, id)
 				}
 				if typ == "user" {
@@ -322,25 +322,25 @@ func (e *forkEntry) chainInfo(obj jsObject, typ string) {
 			return true
 		})
 	}
-	e.sourceTool, _ = obj.str("sourceToolAssistantUUID")
-	if v, ok := obj.get("agentId"); ok {
+	e.sourceTool, _ = obj.Str("sourceToolAssistantUUID")
+	if v, ok := obj.Get("agentId"); ok {
 		e.agentID = string(v)
 	}
 	e.sidechain = "false"
-	if v, ok := obj.get("isSidechain"); ok && !bytes.Equal(v, litNull) {
+	if v, ok := obj.Get("isSidechain"); ok && !bytes.Equal(v, Null) {
 		e.sidechain = string(v)
 	}
-	if v, ok := obj.get("teamName"); ok {
-		e.teamName = jsTruthy(v)
+	if v, ok := obj.Get("teamName"); ok {
+		e.teamName = Truthy(v)
 	}
-	if v, ok := obj.get("isMeta"); ok {
-		e.isMeta = jsTruthy(v)
+	if v, ok := obj.Get("isMeta"); ok {
+		e.isMeta = Truthy(v)
 	}
 	if typ == "attachment" {
-		t, _ := obj.object("attachment").str("type")
+		t, _ := obj.Object("attachment").Str("type")
 		e.briefing = t == "fork_briefing"
 	}
-	e.timestamp, _ = obj.str("timestamp")
+	e.timestamp, _ = obj.Str("timestamp")
 }
 
 // zj is Zj: a compact boundary a compaction wrote (not a rewind).

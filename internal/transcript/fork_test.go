@@ -197,7 +197,7 @@ func checkFork(t *testing.T, what string, src, out []byte, res ForkResult) {
 	}
 }
 
-func utf8Valid(b []byte) bool { return bytes.Equal(nodeUTF8(b), b) }
+func utf8Valid(b []byte) bool { return bytes.Equal(NodeUTF8(b), b) }
 
 // TestForkReaders checks that Fork reads the same from a seekable reader at
 // an offset and from a reader that cannot seek.

@@ -91,13 +91,13 @@ func (w *forkWriter) emitAll(lines [][]byte) error {
 func (w *forkWriter) record(typ string) []byte {
 	b := append([]byte(`{"type":"`), typ...)
 	b = append(b, `","sessionId":`...)
-	return appendJSString(b, w.sid)
+	return AppendJSString(b, w.sid)
 }
 
 // stamped ends a record that carries a uuid and a timestamp.
 func (w *forkWriter) stamped(b []byte) []byte {
-	b = appendJSMember(b, "uuid", w.newID())
-	b = appendJSMember(b, "timestamp", w.now)
+	b = AppendJSMember(b, "uuid", w.newID())
+	b = AppendJSMember(b, "timestamp", w.now)
 	return append(b, '}')
 }
 
@@ -106,11 +106,11 @@ func (w *forkWriter) stamped(b []byte) []byte {
 func (w *forkWriter) recordsBefore(ix *forkIndex) [][]byte {
 	var recs [][]byte
 	if ix.historySuppressed {
-		b := appendJSMember(w.record("history-suppression"), "cause", "fork_inherit")
-		recs = append(recs, append(appendJSMember(b, "ts", w.now), '}'))
+		b := AppendJSMember(w.record("history-suppression"), "cause", "fork_inherit")
+		recs = append(recs, append(AppendJSMember(b, "ts", w.now), '}'))
 	}
 	for _, o := range ix.orgs {
-		recs = append(recs, append(appendJSMember(w.record("hybrid-organization"), "organizationUuid", o), '}'))
+		recs = append(recs, append(AppendJSMember(w.record("hybrid-organization"), "organizationUuid", o), '}'))
 	}
 	return recs
 }
@@ -131,7 +131,7 @@ func (w *forkWriter) recordsAfter(ix *forkIndex, title string) [][]byte {
 		recs = append(recs, w.stamped(append(b, ']')))
 	}
 	if ix.atisSet {
-		recs = append(recs, append(appendJSMember(w.record("atis-latch"), "atis", ix.atis), '}'))
+		recs = append(recs, append(AppendJSMember(w.record("atis-latch"), "atis", ix.atis), '}'))
 	}
 	if ix.toolsSet {
 		b := append(w.record("tools-used"), `,"tools":[`...)
@@ -139,14 +139,14 @@ func (w *forkWriter) recordsAfter(ix *forkIndex, title string) [][]byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSString(b, t)
+			b = AppendJSString(b, t)
 		}
 		recs = append(recs, append(b, "]}"...))
 	}
 	if ix.relocated != "" {
-		recs = append(recs, append(appendJSMember(w.record("relocated"), "relocatedCwd", ix.relocated), '}'))
+		recs = append(recs, append(AppendJSMember(w.record("relocated"), "relocatedCwd", ix.relocated), '}'))
 	}
-	return append(recs, w.stamped(appendJSMember(w.record("custom-title"), "customTitle", title)))
+	return append(recs, w.stamped(AppendJSMember(w.record("custom-title"), "customTitle", title)))
 }
 
 // Keys forkSession removes from every entry (Vj, but isSidechain, which it sets to false).
@@ -157,133 +157,133 @@ var forkDropKeys = []string{"teamName", "agentName", "sessionKind", "slug", "sou
 // {...y, ...x, ...w, ...P, ...F, uuid, parentUuid, logicalParentUuid,
 // sessionId, timestamp, ...Vj, requestSessionId, forkedFrom}.
 func (w *forkWriter) rewrite(raw []byte, o *forkOut) ([]byte, error) {
-	line, ok := jsCompact(nodeUTF8(trimLeadingControl(raw)))
-	var obj jsObject
+	line, ok := Compact(NodeUTF8(trimLeadingControl(raw)))
+	var obj Object
 	var isObj bool
 	if ok {
-		obj, isObj, ok = jsParseObject(line)
+		obj, isObj, ok = ParseObject(line)
 	}
-	if id, _ := obj.str("uuid"); !ok || !isObj || id != o.e.uuid {
+	if id, _ := obj.Str("uuid"); !ok || !isObj || id != o.e.uuid {
 		return nil, errors.New("fork: the source transcript changed between the two passes")
 	}
 	p := w.plan
-	typ, _ := obj.str("type")
-	sub, _ := obj.str("subtype")
+	typ, _ := obj.Str("type")
+	sub, _ := obj.Str("subtype")
 	reqSession := requestSessionOf(obj, typ) // from the entry as it was
 
 	// x: a refusal fallback is neutralized.
 	if typ == "system" && sub == "model_refusal_fallback" {
-		obj = obj.set("neutralizedByFork", litTrue)
+		obj = obj.Set("neutralizedByFork", True)
 	}
 	// w: a deferred-tools record's announcements that name entries.
 	if typ == "attachment" {
-		if a := obj.object("attachment"); a != nil {
-			if t, _ := a.str("type"); t == "deferred_tools_record" {
-				if v, ok := a.get("nameOnlyAnnouncements"); ok && v[0] == '[' {
+		if a := obj.Object("attachment"); a != nil {
+			if t, _ := a.Str("type"); t == "deferred_tools_record" {
+				if v, ok := a.Get("nameOnlyAnnouncements"); ok && v[0] == '[' {
 					b := []byte{'['}
-					jsEachElement(v, func(el []byte) bool {
-						if s, ok := jsStringValue(el); ok && p.known[s] != nil {
+					EachValue(v, func(el []byte) bool {
+						if s, ok := StringValue(el); ok && p.known[s] != nil {
 							if len(b) > 1 {
 								b = append(b, ',')
 							}
-							b = appendJSString(b, w.id(s))
+							b = AppendJSString(b, w.id(s))
 						}
 						return true
 					})
-					a = a.set("nameOnlyAnnouncements", append(b, ']'))
-					obj = obj.set("attachment", a.appendTo(nil))
+					a = a.Set("nameOnlyAnnouncements", append(b, ']'))
+					obj = obj.Set("attachment", a.AppendTo(nil))
 				}
 			}
 		}
 	}
 	// FUe and P (X$): a compact boundary's preserved uuids.
 	if typ == "system" {
-		if cm := obj.object("compactMetadata"); cm != nil {
+		if cm := obj.Object("compactMetadata"); cm != nil {
 			changed := false
 			if o.strip {
-				cm = cm.del("preservedMessages").del("preservedSegment").del("postTokens")
+				cm = cm.Del("preservedMessages").Del("preservedSegment").Del("postTokens")
 				changed = true
 			}
-			pm, hasPM := cm.get("preservedMessages")
-			ps, hasPS := cm.get("preservedSegment")
-			if hasPM || hasPS || cm.has("runningTurnSends") {
-				cm = cm.del("preservedMessages").del("preservedSegment").del("runningTurnSends")
+			pm, hasPM := cm.Get("preservedMessages")
+			ps, hasPS := cm.Get("preservedSegment")
+			if hasPM || hasPS || cm.Has("runningTurnSends") {
+				cm = cm.Del("preservedMessages").Del("preservedSegment").Del("runningTurnSends")
 				if hasPM {
-					cm = cm.set("preservedMessages", w.remapFields(pm, "anchorUuid", "uuids", "allUuids"))
+					cm = cm.Set("preservedMessages", w.remapFields(pm, "anchorUuid", "uuids", "allUuids"))
 				}
 				if hasPS {
-					cm = cm.set("preservedSegment", w.remapFields(ps, "headUuid", "anchorUuid", "tailUuid"))
+					cm = cm.Set("preservedSegment", w.remapFields(ps, "headUuid", "anchorUuid", "tailUuid"))
 				}
 				changed = true
 			}
 			if changed {
-				obj = obj.set("compactMetadata", cm.appendTo(nil))
+				obj = obj.Set("compactMetadata", cm.AppendTo(nil))
 			}
 		}
 	}
 	// F: a queued command's source_uuid.
 	if src := o.e.source; src != "" && p.known[src] != nil {
-		nid := appendJSString(nil, w.id(src))
+		nid := AppendJSString(nil, w.id(src))
 		if typ == "attachment" {
-			a := obj.object("attachment").set("source_uuid", nid)
-			obj = obj.set("attachment", a.appendTo(nil))
-		} else if fold := obj.object("fold"); fold != nil {
-			cmd := fold.object("command").set("source_uuid", nid)
-			fold = fold.set("command", cmd.appendTo(nil))
-			obj = obj.set("fold", fold.appendTo(nil))
+			a := obj.Object("attachment").Set("source_uuid", nid)
+			obj = obj.Set("attachment", a.AppendTo(nil))
+		} else if fold := obj.Object("fold"); fold != nil {
+			cmd := fold.Object("command").Set("source_uuid", nid)
+			fold = fold.Set("command", cmd.AppendTo(nil))
+			obj = obj.Set("fold", fold.AppendTo(nil))
 		}
 	}
 
-	b := appendJSString(nil, w.id(o.e.uuid))
-	obj = obj.set("uuid", b)
+	b := AppendJSString(nil, w.id(o.e.uuid))
+	obj = obj.Set("uuid", b)
 	if o.hasParent {
-		obj = obj.set("parentUuid", appendJSString(nil, w.id(o.parent)))
+		obj = obj.Set("parentUuid", AppendJSString(nil, w.id(o.parent)))
 	} else {
-		obj = obj.set("parentUuid", litNull)
+		obj = obj.Set("parentUuid", Null)
 	}
-	if v, ok := obj.get("logicalParentUuid"); ok && !bytes.Equal(v, litNull) {
-		if s, ok := jsStringValue(v); ok && p.known[s] != nil {
-			obj = obj.set("logicalParentUuid", appendJSString(nil, w.id(s)))
+	if v, ok := obj.Get("logicalParentUuid"); ok && !bytes.Equal(v, Null) {
+		if s, ok := StringValue(v); ok && p.known[s] != nil {
+			obj = obj.Set("logicalParentUuid", AppendJSString(nil, w.id(s)))
 		} else {
-			obj = obj.set("logicalParentUuid", litNull)
+			obj = obj.Set("logicalParentUuid", Null)
 		}
 	}
-	obj = obj.set("sessionId", appendJSString(nil, w.sid))
+	obj = obj.Set("sessionId", AppendJSString(nil, w.sid))
 	if o.last {
-		obj = obj.set("timestamp", appendJSString(nil, w.now))
+		obj = obj.Set("timestamp", AppendJSString(nil, w.now))
 	}
-	obj = obj.set("isSidechain", litFalse)
+	obj = obj.Set("isSidechain", False)
 	for _, k := range forkDropKeys {
-		obj = obj.del(k)
+		obj = obj.Del(k)
 	}
 	if reqSession != nil {
-		obj = obj.set("requestSessionId", reqSession)
+		obj = obj.Set("requestSessionId", reqSession)
 	} else {
-		obj = obj.del("requestSessionId")
+		obj = obj.Del("requestSessionId")
 	}
-	ff := append([]byte(`{"sessionId":`), appendJSString(nil, w.src)...)
+	ff := append([]byte(`{"sessionId":`), AppendJSString(nil, w.src)...)
 	ff = append(ff, `,"messageUuid":`...)
-	ff = appendJSString(ff, o.e.uuid)
-	obj = obj.set("forkedFrom", append(ff, '}'))
-	return obj.appendTo(w.buf[:0]), nil
+	ff = AppendJSString(ff, o.e.uuid)
+	obj = obj.Set("forkedFrom", append(ff, '}'))
+	return obj.AppendTo(w.buf[:0]), nil
 }
 
 // requestSessionOf is $j: for an assistant entry, the first string among
 // its requestSessionId, the sessionId of the session it was forked from
 // and its sessionId (as raw JSON); nil otherwise.
-func requestSessionOf(obj jsObject, typ string) []byte {
+func requestSessionOf(obj Object, typ string) []byte {
 	if typ != "assistant" {
 		return nil
 	}
-	if v, ok := obj.get("requestSessionId"); ok && v[0] == '"' {
+	if v, ok := obj.Get("requestSessionId"); ok && v[0] == '"' {
 		return v
 	}
-	if ff := obj.object("forkedFrom"); ff != nil {
-		if v, ok := ff.get("sessionId"); ok && v[0] == '"' {
+	if ff := obj.Object("forkedFrom"); ff != nil {
+		if v, ok := ff.Get("sessionId"); ok && v[0] == '"' {
 			return v
 		}
 	}
-	if v, ok := obj.get("sessionId"); ok && v[0] == '"' {
+	if v, ok := obj.Get("sessionId"); ok && v[0] == '"' {
 		return v
 	}
 	return nil
@@ -293,25 +293,25 @@ func requestSessionOf(obj jsObject, typ string) []byte {
 // (strings, or arrays of them) name copied messages get their new uuids;
 // anything that is not an object is kept as it is.
 func (w *forkWriter) remapFields(v []byte, keys ...string) []byte {
-	o := jsObjectOf(v)
+	o := ObjectOf(v)
 	if o == nil {
 		return v
 	}
 	remap := func(el []byte) []byte {
-		if s, ok := jsStringValue(el); ok && w.plan.message[s] {
-			return appendJSString(nil, w.id(s))
+		if s, ok := StringValue(el); ok && w.plan.message[s] {
+			return AppendJSString(nil, w.id(s))
 		}
 		return el
 	}
 	for _, k := range keys {
-		m, ok := o.get(k)
+		m, ok := o.Get(k)
 		if !ok {
 			continue
 		}
 		if m[0] == '[' {
 			b := []byte{'['}
 			first := true
-			jsEachElement(m, func(el []byte) bool {
+			EachValue(m, func(el []byte) bool {
 				if !first {
 					b = append(b, ',')
 				}
@@ -319,10 +319,10 @@ func (w *forkWriter) remapFields(v []byte, keys ...string) []byte {
 				b = append(b, remap(el)...)
 				return true
 			})
-			o = o.set(k, append(b, ']'))
+			o = o.Set(k, append(b, ']'))
 		} else {
-			o = o.set(k, remap(m))
+			o = o.Set(k, remap(m))
 		}
 	}
-	return o.appendTo(nil)
+	return o.AppendTo(nil)
 }

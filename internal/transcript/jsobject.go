@@ -11,9 +11,9 @@ import (
 // every key's order and every value's bytes as the agent wrote them.
 
 var (
-	litNull  = []byte("null")
-	litTrue  = []byte("true")
-	litFalse = []byte("false")
+	Null  = []byte("null")
+	True  = []byte("true")
+	False = []byte("false")
 )
 
 // jsMember is one member of a JSON object.
@@ -23,16 +23,16 @@ type jsMember struct {
 	val    []byte // as written
 }
 
-// jsObject is a JSON object's members in order, as JSON.parse builds it:
+// Object is a JSON object's members in order, as JSON.parse builds it:
 // when a key repeats, the member stays where it first appeared and takes
 // the last value.
-type jsObject []jsMember
+type Object []jsMember
 
-// jsParseObject splits data, one JSON value with optional JSON whitespace
+// ParseObject splits data, one JSON value with optional JSON whitespace
 // around it, into members. ok is false when data is not one well-formed JSON
 // value (as encoding/json defines it, invalid UTF-8 aside), isObj when it is
 // well-formed but not an object.
-func jsParseObject(data []byte) (obj jsObject, isObj, ok bool) {
+func ParseObject(data []byte) (obj Object, isObj, ok bool) {
 	s := scanner{data: data}
 	s.ws()
 	if s.pos >= len(data) {
@@ -50,7 +50,7 @@ func jsParseObject(data []byte) (obj jsObject, isObj, ok bool) {
 	if s.pos < len(data) && data[s.pos] == '}' {
 		s.pos++
 		s.ws()
-		return jsObject{}, true, s.pos == len(data)
+		return Object{}, true, s.pos == len(data)
 	}
 	var seen map[string]int
 	for {
@@ -65,7 +65,7 @@ func jsParseObject(data []byte) (obj jsObject, isObj, ok bool) {
 		rawKey := data[ks:s.pos]
 		key := string(rawKey[1 : len(rawKey)-1])
 		if flags != 0 {
-			key = unquote(nodeUTF8(rawKey[1 : len(rawKey)-1]))
+			key = Unquote(NodeUTF8(rawKey[1 : len(rawKey)-1]))
 		}
 		s.ws()
 		if s.pos >= len(data) || data[s.pos] != ':' {
@@ -125,9 +125,9 @@ func jsParseObject(data []byte) (obj jsObject, isObj, ok bool) {
 	return obj, true, true
 }
 
-// jsCompact returns the JSON value v without insignificant whitespace,
+// Compact returns the JSON value v without insignificant whitespace,
 // and whether v is one well-formed JSON value.
-func jsCompact(v []byte) ([]byte, bool) {
+func Compact(v []byte) ([]byte, bool) {
 	s := scanner{data: v}
 	s.ws()
 	st := s.pos
@@ -141,7 +141,7 @@ func jsCompact(v []byte) ([]byte, bool) {
 	return s.out, s.pos == len(v)
 }
 
-func (o jsObject) index(key string) int {
+func (o Object) index(key string) int {
 	for i := range o {
 		if o[i].key == key {
 			return i
@@ -150,71 +150,71 @@ func (o jsObject) index(key string) int {
 	return -1
 }
 
-func (o jsObject) get(key string) ([]byte, bool) {
+func (o Object) Get(key string) ([]byte, bool) {
 	if i := o.index(key); i >= 0 {
 		return o[i].val, true
 	}
 	return nil, false
 }
 
-func (o jsObject) has(key string) bool { return o.index(key) >= 0 }
+func (o Object) Has(key string) bool { return o.index(key) >= 0 }
 
-// str returns the member key when it is a string, decoded.
-func (o jsObject) str(key string) (string, bool) {
-	v, ok := o.get(key)
+// Str returns the member key when it is a string, decoded.
+func (o Object) Str(key string) (string, bool) {
+	v, ok := o.Get(key)
 	if !ok {
 		return "", false
 	}
-	return jsStringValue(v)
+	return StringValue(v)
 }
 
-// isTrue reports whether member key is true (=== true).
-func (o jsObject) isTrue(key string) bool {
-	v, ok := o.get(key)
-	return ok && bytes.Equal(v, litTrue)
+// IsTrue reports whether member key is true (=== true).
+func (o Object) IsTrue(key string) bool {
+	v, ok := o.Get(key)
+	return ok && bytes.Equal(v, True)
 }
 
-// object returns member key when it is an object (not null, not an array).
-func (o jsObject) object(key string) jsObject {
-	v, _ := o.get(key)
-	return jsObjectOf(v)
+// Object returns member key when it is an object (not null, not an array).
+func (o Object) Object(key string) Object {
+	v, _ := o.Get(key)
+	return ObjectOf(v)
 }
 
-// jsObjectOf parses v when it is a JSON object, else returns nil.
-func jsObjectOf(v []byte) jsObject {
+// ObjectOf parses v when it is a JSON object, else returns nil.
+func ObjectOf(v []byte) Object {
 	if len(v) == 0 || v[0] != '{' {
 		return nil
 	}
-	obj, isObj, ok := jsParseObject(v)
+	obj, isObj, ok := ParseObject(v)
 	if !ok || !isObj {
 		return nil
 	}
 	if obj == nil {
-		obj = jsObject{}
+		obj = Object{}
 	}
 	return obj
 }
 
-// set gives key the value val (raw JSON): in place when the key exists,
+// Set gives key the value val (raw JSON): in place when the key exists,
 // else as a new last member, as an object spread does.
-func (o jsObject) set(key string, val []byte) jsObject {
+func (o Object) Set(key string, val []byte) Object {
 	if i := o.index(key); i >= 0 {
 		o[i].val = val
 		return o
 	}
-	return append(o, jsMember{key: key, rawKey: appendJSString(nil, key), val: val})
+	return append(o, jsMember{key: key, rawKey: AppendJSString(nil, key), val: val})
 }
 
-// del removes key, as an object spread does with a key set to undefined.
-func (o jsObject) del(key string) jsObject {
+// Del removes key, as an object spread does with a key set to undefined.
+func (o Object) Del(key string) Object {
 	if i := o.index(key); i >= 0 {
 		return append(o[:i:i], o[i+1:]...)
 	}
 	return o
 }
 
-// appendTo appends the object as compact JSON.
-func (o jsObject) appendTo(b []byte) []byte {
+// AppendTo appends the object as compact JSON.
+func (o Object) AppendTo(b []byte) []byte {
 	b = append(b, '{')
 	for i, m := range o {
 		if i > 0 {
@@ -227,21 +227,21 @@ func (o jsObject) appendTo(b []byte) []byte {
 	return append(b, '}')
 }
 
-// jsStringValue decodes v when it is a JSON string.
-func jsStringValue(v []byte) (string, bool) {
+// StringValue decodes v when it is a JSON string.
+func StringValue(v []byte) (string, bool) {
 	if len(v) < 2 || v[0] != '"' {
 		return "", false
 	}
-	body := nodeUTF8(v[1 : len(v)-1])
+	body := NodeUTF8(v[1 : len(v)-1])
 	if bytes.IndexByte(body, '\\') < 0 {
 		return string(body), true
 	}
-	return unquote(body), true
+	return Unquote(body), true
 }
 
-// jsTruthy reports whether the JSON value v is truthy in JavaScript: not
+// Truthy reports whether the JSON value v is truthy in JavaScript: not
 // false, null, 0 or "".
-func jsTruthy(v []byte) bool {
+func Truthy(v []byte) bool {
 	if len(v) == 0 {
 		return false
 	}
@@ -253,12 +253,12 @@ func jsTruthy(v []byte) bool {
 	case 't', '{', '[':
 		return true
 	}
-	return !jsIsZero(v)
+	return !IsZero(v)
 }
 
-// jsIsZero reports whether v is a JSON number equal to 0 in JavaScript
+// IsZero reports whether v is a JSON number equal to 0 in JavaScript
 // (-0 and numbers too small for a double included).
-func jsIsZero(v []byte) bool {
+func IsZero(v []byte) bool {
 	if len(v) == 0 || !(v[0] == '-' || '0' <= v[0] && v[0] <= '9') {
 		return false
 	}
@@ -266,9 +266,9 @@ func jsIsZero(v []byte) bool {
 	return f == 0 && (err == nil || errors.Is(err, strconv.ErrRange))
 }
 
-// jsEachElement calls fn with each element of the JSON array arr until fn
+// EachValue calls fn with each element of the JSON array arr until fn
 // returns false.
-func jsEachElement(arr []byte, fn func(el []byte) bool) {
+func EachValue(arr []byte, fn func(el []byte) bool) {
 	s := scanner{data: arr}
 	s.ws()
 	if s.pos >= len(arr) || arr[s.pos] != '[' {

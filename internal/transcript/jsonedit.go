@@ -14,13 +14,13 @@ import (
 // decoded into maps and re-encoded: Go would sort the keys, and readers
 // depend on key order (see doc.go).
 
-// syntaxError says where a JSON text stops being valid.
-type syntaxError struct {
-	off int  // byte offset of the problem
-	eof bool // the data ended where more was expected: a prefix of valid JSON, as a cut record is
+// SyntaxError says where a JSON text stops being valid.
+type SyntaxError struct {
+	Off int  // byte offset of the problem
+	EOF bool // the data ended where more was expected: a prefix of valid JSON, as a cut record is
 }
 
-// parseValue checks the grammar of the JSON value that starts at data[i]
+// ParseValue checks the grammar of the JSON value that starts at data[i]
 // (which is not whitespace) and returns the offset just after it.
 //
 // It is deliberately lenient about what repair can fix in place, so that
@@ -29,11 +29,11 @@ type syntaxError struct {
 // when allowCtrl is set, raw control bytes inside strings are accepted and
 // reported in ctrl. Nesting is limited to maxDepth, as in Normalize.
 // Nesting is tracked with an explicit stack: lines can be tens of MiB.
-func parseValue(data []byte, i int, allowCtrl bool) (end int, ctrl bool, err *syntaxError) {
+func ParseValue(data []byte, i int, allowCtrl bool) (end int, ctrl bool, err *SyntaxError) {
 	var stackBuf [32]byte
 	stack := stackBuf[:0]
-	eof := func() (int, bool, *syntaxError) { return 0, ctrl, &syntaxError{off: len(data), eof: true} }
-	bad := func(off int) (int, bool, *syntaxError) { return 0, ctrl, &syntaxError{off: off} }
+	eof := func() (int, bool, *SyntaxError) { return 0, ctrl, &SyntaxError{Off: len(data), EOF: true} }
+	bad := func(off int) (int, bool, *SyntaxError) { return 0, ctrl, &SyntaxError{Off: off} }
 	for {
 		// A value starts at data[i].
 		if i >= len(data) {
@@ -51,7 +51,7 @@ func parseValue(data []byte, i int, allowCtrl bool) (end int, ctrl bool, err *sy
 			if len(stack) >= maxDepth {
 				return bad(i)
 			}
-			i = skipWS(data, i+1)
+			i = SkipWS(data, i+1)
 			if i >= len(data) {
 				return eof()
 			}
@@ -95,7 +95,7 @@ func parseValue(data []byte, i int, allowCtrl bool) (end int, ctrl bool, err *sy
 			if len(stack) == 0 {
 				return i, ctrl, nil
 			}
-			i = skipWS(data, i)
+			i = SkipWS(data, i)
 			if i >= len(data) {
 				return eof()
 			}
@@ -108,7 +108,7 @@ func parseValue(data []byte, i int, allowCtrl bool) (end int, ctrl bool, err *sy
 			if data[i] != ',' {
 				return bad(i)
 			}
-			i = skipWS(data, i+1)
+			i = SkipWS(data, i+1)
 			if closer == '}' {
 				if i, err = scanKey(data, i, allowCtrl, &ctrl); err != nil {
 					return 0, ctrl, err
@@ -120,43 +120,43 @@ func parseValue(data []byte, i int, allowCtrl bool) (end int, ctrl bool, err *sy
 }
 
 // scanKey scans an object key, the colon and the whitespace after it.
-func scanKey(data []byte, i int, allowCtrl bool, ctrl *bool) (int, *syntaxError) {
+func scanKey(data []byte, i int, allowCtrl bool, ctrl *bool) (int, *SyntaxError) {
 	if i >= len(data) {
-		return 0, &syntaxError{off: i, eof: true}
+		return 0, &SyntaxError{Off: i, EOF: true}
 	}
 	if data[i] != '"' {
-		return 0, &syntaxError{off: i}
+		return 0, &SyntaxError{Off: i}
 	}
 	i, sawCtrl, err := scanString(data, i, allowCtrl)
 	*ctrl = *ctrl || sawCtrl
 	if err != nil {
 		return 0, err
 	}
-	i = skipWS(data, i)
+	i = SkipWS(data, i)
 	if i >= len(data) {
-		return 0, &syntaxError{off: i, eof: true}
+		return 0, &SyntaxError{Off: i, EOF: true}
 	}
 	if data[i] != ':' {
-		return 0, &syntaxError{off: i}
+		return 0, &SyntaxError{Off: i}
 	}
-	return skipWS(data, i+1), nil
+	return SkipWS(data, i+1), nil
 }
 
 // scanString scans the string that starts at data[i] ('"') and returns the
 // offset after its closing quote.
-func scanString(data []byte, i int, allowCtrl bool) (end int, ctrl bool, err *syntaxError) {
+func scanString(data []byte, i int, allowCtrl bool) (end int, ctrl bool, err *SyntaxError) {
 	j := i + 1
 	for {
-		j = skipPlain(data, j)
+		j = SkipPlain(data, j)
 		if j >= len(data) {
-			return 0, ctrl, &syntaxError{off: len(data), eof: true}
+			return 0, ctrl, &SyntaxError{Off: len(data), EOF: true}
 		}
 		switch c := data[j]; {
 		case c == '"':
 			return j + 1, ctrl, nil
 		case c == '\\':
 			if j+1 >= len(data) {
-				return 0, ctrl, &syntaxError{off: len(data), eof: true}
+				return 0, ctrl, &SyntaxError{Off: len(data), EOF: true}
 			}
 			switch data[j+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
@@ -164,19 +164,19 @@ func scanString(data []byte, i int, allowCtrl bool) (end int, ctrl bool, err *sy
 			case 'u':
 				for k := j + 2; k < j+6; k++ {
 					if k >= len(data) {
-						return 0, ctrl, &syntaxError{off: len(data), eof: true}
+						return 0, ctrl, &SyntaxError{Off: len(data), EOF: true}
 					}
 					if !isHex(data[k]) {
-						return 0, ctrl, &syntaxError{off: j}
+						return 0, ctrl, &SyntaxError{Off: j}
 					}
 				}
 				j += 6
 			default:
-				return 0, ctrl, &syntaxError{off: j}
+				return 0, ctrl, &SyntaxError{Off: j}
 			}
 		case c < 0x20:
 			if !allowCtrl {
-				return 0, ctrl, &syntaxError{off: j}
+				return 0, ctrl, &SyntaxError{Off: j}
 			}
 			ctrl = true
 			j++
@@ -187,13 +187,13 @@ func scanString(data []byte, i int, allowCtrl bool) (end int, ctrl bool, err *sy
 }
 
 // scanNumber scans -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? at data[i].
-func scanNumber(data []byte, i int) (int, *syntaxError) {
-	need := func(i int) *syntaxError { // a digit must be at data[i]
+func scanNumber(data []byte, i int) (int, *SyntaxError) {
+	need := func(i int) *SyntaxError { // a digit must be at data[i]
 		if i >= len(data) {
-			return &syntaxError{off: i, eof: true}
+			return &SyntaxError{Off: i, EOF: true}
 		}
 		if !isDigit(data[i]) {
-			return &syntaxError{off: i}
+			return &SyntaxError{Off: i}
 		}
 		return nil
 	}
@@ -231,86 +231,86 @@ func isHex(c byte) bool {
 	return isDigit(c) || ('a' <= c && c <= 'f') || ('A' <= c && c <= 'F')
 }
 
-func skipWS(data []byte, i int) int {
+func SkipWS(data []byte, i int) int {
 	for i < len(data) && isSpace(data[i]) {
 		i++
 	}
 	return i
 }
 
-// trimWS returns the bounds of data without leading and trailing JSON
+// TrimWS returns the bounds of data without leading and trailing JSON
 // whitespace.
-func trimWS(data []byte) (start, end int) {
-	start, end = skipWS(data, 0), len(data)
+func TrimWS(data []byte) (start, end int) {
+	start, end = SkipWS(data, 0), len(data)
 	for end > start && isSpace(data[end-1]) {
 		end--
 	}
 	return start, end
 }
 
-// byteSpan is a half-open byte range [start, end) of a line.
-type byteSpan struct{ start, end int }
+// Span is a half-open byte range [start, end) of a line.
+type Span struct{ Start, End int }
 
-// objMember is one member of a JSON object: key spans the key with its
+// Member is one member of a JSON object: key spans the key with its
 // quotes, val spans the value.
-type objMember struct{ key, val byteSpan }
+type Member struct{ Key, Val Span }
 
-// eachMember calls fn with every member of the object that starts at
-// obj[i], which must be valid JSON (as parseValue with allowCtrl accepts),
+// EachMember calls fn with every member of the object that starts at
+// obj[i], which must be valid JSON (as ParseValue with allowCtrl accepts),
 // in order, until fn returns false.
-func eachMember(obj []byte, i int, fn func(m objMember) bool) {
-	i = skipWS(obj, i+1) // past '{'
+func EachMember(obj []byte, i int, fn func(m Member) bool) {
+	i = SkipWS(obj, i+1) // past '{'
 	for i < len(obj) && obj[i] == '"' {
-		var m objMember
-		m.key.start = i
+		var m Member
+		m.Key.Start = i
 		i, _, _ = scanString(obj, i, true)
-		m.key.end = i
-		i = skipWS(obj, i)
-		i = skipWS(obj, i+1) // past ':'
-		m.val.start = i
-		i, _, _ = parseValue(obj, i, true)
-		m.val.end = i
+		m.Key.End = i
+		i = SkipWS(obj, i)
+		i = SkipWS(obj, i+1) // past ':'
+		m.Val.Start = i
+		i, _, _ = ParseValue(obj, i, true)
+		m.Val.End = i
 		if !fn(m) {
 			return
 		}
-		i = skipWS(obj, i)
+		i = SkipWS(obj, i)
 		if i < len(obj) && obj[i] == ',' {
-			i = skipWS(obj, i+1)
+			i = SkipWS(obj, i+1)
 		}
 	}
 }
 
-// eachElement calls fn with the span of every element of the array that
+// EachElement calls fn with the span of every element of the array that
 // starts at data[i], which must be valid JSON, until fn returns false.
-func eachElement(data []byte, i int, fn func(index int, s byteSpan) bool) {
-	i = skipWS(data, i+1) // past '['
+func EachElement(data []byte, i int, fn func(index int, s Span) bool) {
+	i = SkipWS(data, i+1) // past '['
 	for n := 0; i < len(data) && data[i] != ']'; n++ {
-		end, _, _ := parseValue(data, i, true)
-		if !fn(n, byteSpan{i, end}) {
+		end, _, _ := ParseValue(data, i, true)
+		if !fn(n, Span{i, end}) {
 			return
 		}
-		i = skipWS(data, end)
+		i = SkipWS(data, end)
 		if i < len(data) && data[i] == ',' {
-			i = skipWS(data, i+1)
+			i = SkipWS(data, i+1)
 		}
 	}
 }
 
-// keyIs reports whether the key (quotes included) spanned by k in data is
+// KeyIs reports whether the key (quotes included) spanned by k in data is
 // name.
-func keyIs(data []byte, k byteSpan, name string) bool {
-	raw := data[k.start+1 : k.end-1]
+func KeyIs(data []byte, k Span, name string) bool {
+	raw := data[k.Start+1 : k.End-1]
 	if bytes.IndexByte(raw, '\\') < 0 {
 		return string(raw) == name
 	}
-	return unquote(raw) == name
+	return Unquote(raw) == name
 }
 
-// lastMember returns the last member of the object at obj[i] named name:
+// LastMember returns the last member of the object at obj[i] named name:
 // like JSON.parse, readers take the last of repeated keys.
-func lastMember(obj []byte, i int, name string) (m objMember, ok bool) {
-	eachMember(obj, i, func(x objMember) bool {
-		if keyIs(obj, x.key, name) {
+func LastMember(obj []byte, i int, name string) (m Member, ok bool) {
+	EachMember(obj, i, func(x Member) bool {
+		if KeyIs(obj, x.Key, name) {
 			m, ok = x, true
 		}
 		return true
@@ -318,36 +318,36 @@ func lastMember(obj []byte, i int, name string) (m objMember, ok bool) {
 	return m, ok
 }
 
-// stringAt decodes the JSON string value spanned by s; ok is false when the
+// StringAt decodes the JSON string value spanned by s; ok is false when the
 // value is not a string.
-func stringAt(data []byte, s byteSpan) (string, bool) {
-	if s.end-s.start < 2 || data[s.start] != '"' {
+func StringAt(data []byte, s Span) (string, bool) {
+	if s.End-s.Start < 2 || data[s.Start] != '"' {
 		return "", false
 	}
-	raw := data[s.start+1 : s.end-1]
+	raw := data[s.Start+1 : s.End-1]
 	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
 		return string(raw), true
 	}
-	return unquote(raw), true
+	return Unquote(raw), true
 }
 
-// replaceSpan returns a new line: data with the bytes spanned by s replaced
+// ReplaceSpan returns a new line: data with the bytes spanned by s replaced
 // by repl.
-func replaceSpan(data []byte, s byteSpan, repl []byte) []byte {
-	out := make([]byte, 0, len(data)-(s.end-s.start)+len(repl))
-	out = append(out, data[:s.start]...)
+func ReplaceSpan(data []byte, s Span, repl []byte) []byte {
+	out := make([]byte, 0, len(data)-(s.End-s.Start)+len(repl))
+	out = append(out, data[:s.Start]...)
 	out = append(out, repl...)
-	return append(out, data[s.end:]...)
+	return append(out, data[s.End:]...)
 }
 
-// removeElements returns a new line: data without the elements of one
+// RemoveElements returns a new line: data without the elements of one
 // array whose spans are elems and for which drop is true. Separators go with
 // the removed elements, so the rest of the array, its whitespace included,
 // stays byte for byte: an element is cut up to the start of the next one,
 // and a run of removed elements that ends the array is cut from the end of
 // the element before it.
-func removeElements(data []byte, elems []byteSpan, drop []bool) []byte {
-	var cuts []byteSpan
+func RemoveElements(data []byte, elems []Span, drop []bool) []byte {
+	var cuts []Span
 	for a := 0; a < len(elems); a++ {
 		if !drop[a] {
 			continue
@@ -358,27 +358,27 @@ func removeElements(data []byte, elems []byteSpan, drop []bool) []byte {
 		}
 		switch {
 		case b+1 < len(elems):
-			cuts = append(cuts, byteSpan{elems[a].start, elems[b+1].start})
+			cuts = append(cuts, Span{elems[a].Start, elems[b+1].Start})
 		case a > 0:
-			cuts = append(cuts, byteSpan{elems[a-1].end, elems[b].end})
+			cuts = append(cuts, Span{elems[a-1].End, elems[b].End})
 		default:
-			cuts = append(cuts, byteSpan{elems[a].start, elems[b].end})
+			cuts = append(cuts, Span{elems[a].Start, elems[b].End})
 		}
 		a = b
 	}
 	out := make([]byte, 0, len(data))
 	prev := 0
 	for _, c := range cuts {
-		out = append(out, data[prev:c.start]...)
-		prev = c.end
+		out = append(out, data[prev:c.Start]...)
+		prev = c.End
 	}
 	return append(out, data[prev:]...)
 }
 
-// appendString appends s as a JSON string the way JSON.stringify writes
+// AppendString appends s as a JSON string the way JSON.stringify writes
 // it: only '"', '\\' and control characters are escaped, so what sessiond
 // writes looks like what the agent writes.
-func appendString(b []byte, s string) []byte {
+func AppendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		c := s[i]

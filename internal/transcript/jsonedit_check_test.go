@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// parseValue must agree with encoding/json on what is one JSON value (both
+// ParseValue must agree with encoding/json on what is one JSON value (both
 // leave UTF-8 and surrogate escapes unchecked).
 func TestParseValueMatchesEncodingJSON(t *testing.T) {
 	cases := []string{
@@ -26,11 +26,11 @@ func TestParseValueMatchesEncodingJSON(t *testing.T) {
 	}
 	for _, c := range cases {
 		data := []byte(c)
-		s := skipWS(data, 0)
+		s := SkipWS(data, 0)
 		ok := false
 		if s < len(data) {
-			end, _, err := parseValue(data, s, false)
-			ok = err == nil && skipWS(data, end) == len(data)
+			end, _, err := ParseValue(data, s, false)
+			ok = err == nil && SkipWS(data, end) == len(data)
 		}
 		if want := json.Valid(data); ok != want {
 			t.Fatalf("parseValue says %v, encoding/json %v, for %s", ok, want, shorten(data))
@@ -47,8 +47,8 @@ func TestParseValueCutIsEOF(t *testing.T) {
 		}
 		line := fl.line
 		for k := 1; k < len(line); k += 1 + len(line)/40 {
-			_, _, err := parseValue(line[:k], 0, true)
-			if err == nil || !err.eof {
+			_, _, err := ParseValue(line[:k], 0, true)
+			if err == nil || !err.EOF {
 				t.Fatalf("%s cut at %d of %d: err %+v, want end of data", fl.file, k, len(line), err)
 			}
 			if v := classifyLine(line[:k]); v.kind != KindTorn {
@@ -80,9 +80,9 @@ func TestRemoveElements(t *testing.T) {
 		if strings.HasPrefix(c.in, "{") {
 			arr = strings.Index(c.in, ":[") + 1
 		}
-		var spans []byteSpan
-		eachElement(data, arr, func(_ int, s byteSpan) bool { spans = append(spans, s); return true })
-		if got := string(removeElements(data, spans, c.drop)); got != c.want {
+		var spans []Span
+		EachElement(data, arr, func(_ int, s Span) bool { spans = append(spans, s); return true })
+		if got := string(RemoveElements(data, spans, c.drop)); got != c.want {
 			t.Errorf("removeElements(%s, %v) = %s, want %s", c.in, c.drop, got, c.want)
 		}
 	}
@@ -96,12 +96,12 @@ func TestEditsKeepOtherBytes(t *testing.T) {
 		if kind, _ := ClassifyLine(fl.line); kind != "" {
 			continue // the torn line
 		}
-		m, ok := lastMember(fl.line, 0, "parentUuid")
+		m, ok := LastMember(fl.line, 0, "parentUuid")
 		if !ok {
 			continue
 		}
 		out := setParent(fl.line, "new-parent")
-		if !bytes.Equal(out[:m.val.start], fl.line[:m.val.start]) || !bytes.Equal(out[len(out)-(len(fl.line)-m.val.end):], fl.line[m.val.end:]) {
+		if !bytes.Equal(out[:m.Val.Start], fl.line[:m.Val.Start]) || !bytes.Equal(out[len(out)-(len(fl.line)-m.Val.End):], fl.line[m.Val.End:]) {
 			t.Fatalf("%s: setParent changed more than the value", fl.file)
 		}
 		if got, _ := TopLevelString(out, "parentUuid"); got != "new-parent" {

@@ -39,7 +39,7 @@ func NormalizeTitle(title string) (string, error) {
 	if err := checkMetaText("title", title); err != nil {
 		return "", err
 	}
-	t := jsTrim(title)
+	t := JSTrim(title)
 	if t == "" {
 		return "", invalidf("title must be non-empty (it is empty or only whitespace)")
 	}
@@ -71,7 +71,7 @@ func NormalizeTag(tag string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	s = jsTrim(s)
+	s = JSTrim(s)
 	if s == "" {
 		return "", invalidf("tag %q must be non-empty after Unicode sanitization and trimming (an empty tag clears the tag)", tag)
 	}
@@ -97,8 +97,8 @@ func TagLine(sessionID, tag string) []byte {
 func metaLine(typ, key, val, sessionID string) []byte {
 	b := make([]byte, 0, 64+len(typ)+len(key)+len(val)+len(sessionID))
 	b = append(append(append(b, `{"type":"`...), typ...), '"')
-	b = appendJSMember(b, key, val)
-	b = appendJSMember(b, "sessionId", sessionID)
+	b = AppendJSMember(b, key, val)
+	b = AppendJSMember(b, "sessionId", sessionID)
 	return append(b, '}')
 }
 
@@ -180,22 +180,22 @@ func isJSSpace(r rune) bool {
 	return r >= 0x2000 && r <= 0x200A
 }
 
-// jsTrim is String.prototype.trim.
-func jsTrim(s string) string { return strings.TrimFunc(s, isJSSpace) }
+// JSTrim is String.prototype.trim.
+func JSTrim(s string) string { return strings.TrimFunc(s, isJSSpace) }
 
-// appendJSMember appends ,"key":<s encoded by appendJSString>: a member
+// AppendJSMember appends ,"key":<s encoded by AppendJSString>: a member
 // after the first of an object being written. key is written as is.
-func appendJSMember(b []byte, key, s string) []byte {
+func AppendJSMember(b []byte, key, s string) []byte {
 	b = append(append(append(b, `,"`...), key...), `":`...)
-	return appendJSString(b, s)
+	return AppendJSString(b, s)
 }
 
-// appendJSString appends s as JSON.stringify encodes a string: '"' and '\\'
+// AppendJSString appends s as JSON.stringify encodes a string: '"' and '\\'
 // escaped, \b \f \n \r \t by name, other control characters as \u00xx
 // (lowercase hex), everything else as is (U+2028, U+2029, '<', '>', '&' and
 // DEL included). Invalid UTF-8, which a JavaScript string cannot hold,
 // becomes U+FFFD as a UTF-8 decoder makes it.
-func appendJSString(b []byte, s string) []byte {
+func AppendJSString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	start := 0
@@ -277,9 +277,9 @@ func nodeInvalidLen(s string) int {
 	return i
 }
 
-// nodeUTF8 returns data decoded as Node.js decodes a Buffer: every
+// NodeUTF8 returns data decoded as Node.js decodes a Buffer: every
 // ill-formed subsequence replaced by U+FFFD. Valid data is returned as is.
-func nodeUTF8(data []byte) []byte {
+func NodeUTF8(data []byte) []byte {
 	if utf8.Valid(data) {
 		return data
 	}
@@ -302,9 +302,9 @@ func nodeUTF8(data []byte) []byte {
 	return out
 }
 
-// jsLength is the length of s in UTF-16 code units, JavaScript's
+// JSLength is the length of s in UTF-16 code units, JavaScript's
 // String.prototype.length.
-func jsLength(s string) int {
+func JSLength(s string) int {
 	n := 0
 	for _, r := range s {
 		n += utf16.RuneLen(r)
@@ -351,18 +351,18 @@ func AgentMetaSidecar(line []byte) (sidecar []byte, ok bool) {
 	if t, found := TopLevelString(line, "type"); !found || t != "agent_metadata" {
 		return nil, false
 	}
-	start, _ := trimWS(line)
+	start, _ := TrimWS(line)
 	out := []byte{'{'}
-	eachMember(line, start, func(m objMember) bool {
-		if keyIs(line, m.key, "type") {
+	EachMember(line, start, func(m Member) bool {
+		if KeyIs(line, m.Key, "type") {
 			return true
 		}
 		if len(out) > 1 {
 			out = append(out, ',')
 		}
-		out = append(out, line[m.key.start:m.key.end]...)
+		out = append(out, line[m.Key.Start:m.Key.End]...)
 		out = append(out, ':')
-		out = append(out, line[m.val.start:m.val.end]...)
+		out = append(out, line[m.Val.Start:m.Val.End]...)
 		return true
 	})
 	return append(out, '}'), true

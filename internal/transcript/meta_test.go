@@ -31,14 +31,14 @@ func TestMetaGoldens(t *testing.T) {
 			continue
 		}
 		// The encoding matches for every title the SDK takes...
-		if got := string(CustomTitleLine(sid, jsTrim(title))); got != c.Line {
+		if got := string(CustomTitleLine(sid, JSTrim(title))); got != c.Line {
 			t.Errorf("CustomTitleLine(%q):\n got %s\nwant %s", title, got, c.Line)
 		}
 		// ...and sessiond refuses only control characters on top.
 		if hasControl(title) != (err != nil) {
 			t.Errorf("NormalizeTitle(%q) = %q, %v", title, norm, err)
 		}
-		if err == nil && norm != jsTrim(title) {
+		if err == nil && norm != JSTrim(title) {
 			t.Errorf("NormalizeTitle(%q) = %q", title, norm)
 		}
 	}
@@ -76,7 +76,7 @@ func TestMetaGoldens(t *testing.T) {
 // hasControl reports whether s, trimmed, has a character sessiond refuses
 // in titles and tags.
 func hasControl(s string) bool {
-	for _, r := range jsTrim(s) {
+	for _, r := range JSTrim(s) {
 		if r < 0x20 || (r >= 0x7f && r <= 0x9f) || r == 0x2028 || r == 0x2029 {
 			return true
 		}
@@ -123,7 +123,7 @@ func TestAppendJSString(t *testing.T) {
 		"\x7f\u2028<&>é🎉":    "\"\x7f\u2028<&>é🎉\"",
 		"bad\xff\xe2\x82x":   "\"bad\uFFFD\uFFFDx\"",
 	} {
-		if got := string(appendJSString(nil, in)); got != want {
+		if got := string(AppendJSString(nil, in)); got != want {
 			t.Errorf("appendJSString(%q) = %s, want %s", in, got, want)
 		}
 	}

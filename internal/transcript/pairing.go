@@ -72,7 +72,7 @@ func pairTools(g *chainGraph, parent []int32) *toolPairing {
 	for i := range g.nodes {
 		n := &g.nodes[i]
 		turnOf[i] = -1
-		if n.typ != typeAssistant {
+		if n.typ != TypeAssistant {
 			continue
 		}
 		key := n.msgID
@@ -103,7 +103,7 @@ func pairTools(g *chainGraph, parent []int32) *toolPairing {
 	for i := range g.nodes {
 		n := &g.nodes[i]
 		p.answers[i] = -1
-		if n.typ != typeUser || len(n.results) == 0 {
+		if n.typ != TypeUser || len(n.results) == 0 {
 			continue
 		}
 		a := int32(-1)
@@ -138,11 +138,11 @@ func pairTools(g *chainGraph, parent []int32) *toolPairing {
 // entries chained below it.
 func passesThrough(n *chainNode) bool {
 	switch n.typ {
-	case typeProgress, typeAttachment:
+	case TypeProgress, TypeAttachment:
 		return true
-	case typeSystem:
+	case TypeSystem:
 		return !n.compactRoot
-	case typeUser:
+	case TypeUser:
 		return len(n.results) > 0
 	}
 	return false
@@ -174,7 +174,7 @@ func anchors(g *chainGraph, parent []int32, turnOf []int32) []int32 {
 				break
 			}
 			n := &g.nodes[j]
-			if n.typ == typeAssistant {
+			if n.typ == TypeAssistant {
 				a = turnOf[j]
 				anchor[j] = a
 				break

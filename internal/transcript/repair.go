@@ -174,7 +174,7 @@ func (f *fixer) line(raw []byte, n, off int64, newline bool, emit func(outPiece)
 	work := raw
 	if bytes.IndexByte(work, 0) >= 0 {
 		stripped := stripNULs(work)
-		if s, e := trimWS(stripped); s == e {
+		if s, e := TrimWS(stripped); s == e {
 			f.act(n, ActionStripNUL, nulDetail(raw)+"; nothing else was on the line, so it is gone", raw, nil)
 			f.dropTorn(torn)
 			return
@@ -182,17 +182,17 @@ func (f *fixer) line(raw []byte, n, off int64, newline bool, emit func(outPiece)
 		f.act(n, ActionStripNUL, nulDetail(raw), raw, stripped)
 		work = stripped
 	}
-	s, e := trimWS(work)
+	s, e := TrimWS(work)
 	if s == e {
 		f.act(n, ActionDrop, "the line is empty", raw, nil)
 		f.dropTorn(torn)
 		return
 	}
-	if bytes.HasPrefix(work[s:], utf8BOM) {
-		nb := make([]byte, 0, len(work)-len(utf8BOM))
-		nb = append(append(nb, work[:s]...), work[s+len(utf8BOM):]...)
+	if bytes.HasPrefix(work[s:], BOM) {
+		nb := make([]byte, 0, len(work)-len(BOM))
+		nb = append(append(nb, work[:s]...), work[s+len(BOM):]...)
 		work = nb
-		if s, e = trimWS(work); s == e {
+		if s, e = TrimWS(work); s == e {
 			f.act(n, ActionDrop, "the line held only a UTF-8 byte order mark", raw, nil)
 			f.dropTorn(torn)
 			return
@@ -200,7 +200,7 @@ func (f *fixer) line(raw []byte, n, off int64, newline bool, emit func(outPiece)
 		f.act(n, ActionStripBOM, "removed a UTF-8 byte order mark", raw, nb)
 	}
 	if work[s] == '{' {
-		if end, _, err := parseValue(work[:e], s, true); err == nil && end == e {
+		if end, _, err := ParseValue(work[:e], s, true); err == nil && end == e {
 			f.dropTorn(torn)
 			f.entry(work, n, off, newline, emit)
 			return
@@ -223,7 +223,7 @@ func (f *fixer) line(raw []byte, n, off int64, newline bool, emit func(outPiece)
 	if whole == 0 {
 		if len(segs) == 1 && segs[0].torn {
 			// Whether it is dropped depends on the next line.
-			f.torn, f.tornLine, f.tornLast = bytes.Clone(work[segs[0].start:segs[0].end]), n, !newline
+			f.torn, f.tornLine, f.tornLast = bytes.Clone(work[segs[0].Start:segs[0].End]), n, !newline
 			return
 		}
 		f.act(n, ActionDrop, classifyLine(work).detail, raw, nil)
@@ -233,21 +233,21 @@ func (f *fixer) line(raw []byte, n, off int64, newline bool, emit func(outPiece)
 	var kept [][]byte
 	var notes []string
 	for i, sg := range segs {
-		b := work[sg.start:sg.end]
+		b := work[sg.Start:sg.End]
 		switch {
 		case sg.whole:
 			if fixed := f.fixed(b, n); fixed != nil {
 				kept = append(kept, fixed)
 			} else {
-				notes = append(notes, fmt.Sprintf("dropped the record at bytes %d-%d, which is not a valid entry", sg.start, sg.end-1))
+				notes = append(notes, fmt.Sprintf("dropped the record at bytes %d-%d, which is not a valid entry", sg.Start, sg.End-1))
 			}
 		case i == 0 && sg.torn:
 			f.torn, f.tornLine, f.tornLast = bytes.Clone(b), n, false
-			notes = append(notes, fmt.Sprintf("the record cut short at bytes %d-%d is completed from the next line if it holds the rest, else dropped", sg.start, sg.end-1))
+			notes = append(notes, fmt.Sprintf("the record cut short at bytes %d-%d is completed from the next line if it holds the rest, else dropped", sg.Start, sg.End-1))
 		case sg.torn:
-			notes = append(notes, fmt.Sprintf("dropped a record cut short at bytes %d-%d", sg.start, sg.end-1))
+			notes = append(notes, fmt.Sprintf("dropped a record cut short at bytes %d-%d", sg.Start, sg.End-1))
 		default:
-			notes = append(notes, fmt.Sprintf("dropped %d bytes of garbage at bytes %d-%d", sg.end-sg.start, sg.start, sg.end-1))
+			notes = append(notes, fmt.Sprintf("dropped %d bytes of garbage at bytes %d-%d", sg.End-sg.Start, sg.Start, sg.End-1))
 		}
 	}
 	detail := fmt.Sprintf("the line held %s; kept %d whole record(s) as lines of their own", describeSegments(segs), len(kept))
@@ -268,7 +268,7 @@ func (f *fixer) entry(line []byte, n, off int64, newline bool, emit func(outPiec
 		f.act(n, ActionReplaceInvalid, encodingDetail(fx.stats), line, fx.out)
 		out = fx.out
 	}
-	if bad := uuidProblem(out, skipWS(out, 0)); bad != "" {
+	if bad := uuidProblem(out, SkipWS(out, 0)); bad != "" {
 		f.act(n, ActionDrop, bad, line, nil)
 		return
 	}
@@ -395,7 +395,7 @@ func planRepair(src io.ReaderAt, size int64, opt RepairOptions) (*repairPlan, er
 		node := int32(-1)
 		if first, dup := p.g.add(r, pc.line, pc.off, k); dup {
 			p.dupOf[k] = first
-		} else if r.hasUUID && r.typ != typeOther {
+		} else if r.hasUUID && r.typ != TypeOther {
 			node = int32(len(p.g.nodes) - 1)
 		}
 		p.pieceNode = append(p.pieceNode, node)
@@ -620,30 +620,30 @@ func (p *repairPlan) act(line int64, kind, detail string, before, after []byte) 
 // setParent returns line with its top-level parentUuid set to uuid (null
 // when ""). Only that value changes.
 func setParent(line []byte, uuid string) []byte {
-	m, ok := lastMember(line, skipWS(line, 0), "parentUuid")
+	m, ok := LastMember(line, SkipWS(line, 0), "parentUuid")
 	if !ok {
 		return line // a root without the key stays a root
 	}
 	v := []byte("null")
 	if uuid != "" {
-		v = appendString(nil, uuid)
+		v = AppendString(nil, uuid)
 	}
-	return replaceSpan(line, m.val, v)
+	return ReplaceSpan(line, m.Val, v)
 }
 
 // removeContent returns line without the given elements of its
 // message.content array. Only those elements (and their separators) go.
 func removeContent(line []byte, elems []int) []byte {
-	msg, ok := lastMember(line, skipWS(line, 0), "message")
-	if !ok || line[msg.val.start] != '{' {
+	msg, ok := LastMember(line, SkipWS(line, 0), "message")
+	if !ok || line[msg.Val.Start] != '{' {
 		return line
 	}
-	content, ok := lastMember(line, msg.val.start, "content")
-	if !ok || line[content.val.start] != '[' {
+	content, ok := LastMember(line, msg.Val.Start, "content")
+	if !ok || line[content.Val.Start] != '[' {
 		return line
 	}
-	var spans []byteSpan
-	eachElement(line, content.val.start, func(_ int, s byteSpan) bool {
+	var spans []Span
+	EachElement(line, content.Val.Start, func(_ int, s Span) bool {
 		spans = append(spans, s)
 		return true
 	})
@@ -653,7 +653,7 @@ func removeContent(line []byte, elems []int) []byte {
 			drop[e] = true
 		}
 	}
-	return removeElements(line, spans, drop)
+	return RemoveElements(line, spans, drop)
 }
 
 // copiedKeys are the fields a synthetic tool_result takes from its
@@ -662,19 +662,19 @@ var copiedKeys = []string{"isSidechain", "userType", "cwd", "sessionId", "versio
 
 func captureHolder(line []byte) resultHolder {
 	h := resultHolder{values: map[string][]byte{}}
-	eachMember(line, skipWS(line, 0), func(m objMember) bool {
-		key, _ := stringAt(line, m.key)
+	EachMember(line, SkipWS(line, 0), func(m Member) bool {
+		key, _ := StringAt(line, m.Key)
 		switch key {
 		case "uuid":
-			h.uuid, _ = stringAt(line, m.val)
+			h.uuid, _ = StringAt(line, m.Val)
 		case "timestamp":
-			if line[m.val.start] == '"' {
-				h.values[key] = bytes.Clone(line[m.val.start:m.val.end])
+			if line[m.Val.Start] == '"' {
+				h.values[key] = bytes.Clone(line[m.Val.Start:m.Val.End])
 			}
 		default:
 			for _, k := range copiedKeys {
 				if k == key {
-					h.values[key] = bytes.Clone(line[m.val.start:m.val.end])
+					h.values[key] = bytes.Clone(line[m.Val.Start:m.Val.End])
 				}
 			}
 		}
@@ -689,7 +689,7 @@ func captureHolder(line []byte) resultHolder {
 func (p *repairPlan) syntheticLine(s syntheticResult) []byte {
 	h := p.holders[s.holder]
 	b := []byte(`{"parentUuid":`)
-	b = appendString(b, s.parent)
+	b = AppendString(b, s.parent)
 	for _, k := range copiedKeys {
 		v := h.values[k]
 		switch {
@@ -699,21 +699,21 @@ func (p *repairPlan) syntheticLine(s syntheticResult) []byte {
 		case k == "userType":
 			v = []byte(`"external"`)
 		case k == "sessionId" && p.opt.SessionID != "":
-			v = appendString(nil, p.opt.SessionID)
+			v = AppendString(nil, p.opt.SessionID)
 		default:
 			continue
 		}
 		b = append(b, ',')
-		b = appendString(b, k)
+		b = AppendString(b, k)
 		b = append(b, ':')
 		b = append(b, v...)
 	}
 	b = append(b, `,"type":"user","message":{"role":"user","content":[{"type":"tool_result","content":`...)
-	b = appendString(b, LostResultMessage)
+	b = AppendString(b, LostResultMessage)
 	b = append(b, `,"is_error":true,"tool_use_id":`...)
-	b = appendString(b, s.toolID)
+	b = AppendString(b, s.toolID)
 	b = append(b, `}]},"uuid":`...)
-	b = appendString(b, s.uuid)
+	b = AppendString(b, s.uuid)
 	b = append(b, `,"timestamp":`...)
 	if ts := h.values["timestamp"]; ts != nil {
 		// The assistant's time: the transcript stays in time order,
@@ -724,11 +724,11 @@ func (p *repairPlan) syntheticLine(s syntheticResult) []byte {
 		if p.opt.Now != nil {
 			now = p.opt.Now
 		}
-		b = appendString(b, now().UTC().Format("2006-01-02T15:04:05.000Z"))
+		b = AppendString(b, now().UTC().Format("2006-01-02T15:04:05.000Z"))
 	}
 	b = append(b, `,"toolUseResult":`...)
-	b = appendString(b, "Error: "+LostResultMessage)
+	b = AppendString(b, "Error: "+LostResultMessage)
 	b = append(b, `,"sourceToolAssistantUUID":`...)
-	b = appendString(b, h.uuid)
+	b = AppendString(b, h.uuid)
 	return append(b, '}')
 }

@@ -169,7 +169,7 @@ func goldenCases() []goldenCase {
 				d := clone(l[:9])
 				d = append(d, []byte("\x7fELF\x02\x01 not a transcript line"), nil) // garbage, an empty line
 				d = append(d, l[9:]...)
-				d[13] = cat(utf8BOM, d[13])
+				d[13] = cat(BOM, d[13])
 				d[19] = insertAfter(t, d[19], `"text":"`, []byte("tab\there, bell\x07"))
 				want := clone(l)
 				want[17] = insertAfter(t, want[17], `"text":"`, []byte(`tab\there, bell\u0007`))
@@ -443,7 +443,7 @@ func cutLines(t testing.TB, name string, from, to int) [][]byte {
 func reroot(t testing.TB, lines [][]byte) [][]byte {
 	t.Helper()
 	for i, l := range lines {
-		if _, ok := lastMember(l, 0, "parentUuid"); ok {
+		if _, ok := LastMember(l, 0, "parentUuid"); ok {
 			lines[i] = setTop(t, l, "parentUuid", "null")
 			return lines
 		}
@@ -494,11 +494,11 @@ func insertAfter(t testing.TB, line []byte, marker string, ins []byte) []byte {
 // setTop replaces the value of a top-level member, which must exist.
 func setTop(t testing.TB, line []byte, key, value string) []byte {
 	t.Helper()
-	m, ok := lastMember(line, 0, key)
+	m, ok := LastMember(line, 0, key)
 	if !ok {
 		t.Fatalf("no %s in %s", key, shorten(line))
 	}
-	return replaceSpan(line, m.val, []byte(value))
+	return ReplaceSpan(line, m.Val, []byte(value))
 }
 
 func topString(t testing.TB, line []byte, key string) string {

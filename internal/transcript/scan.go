@@ -115,13 +115,13 @@ var plain = func() (t [256]bool) {
 	return t
 }()
 
-// skipPlain returns the index of the first byte at or after i that is not
+// SkipPlain returns the index of the first byte at or after i that is not
 // plain, or len(data). Strings are most of an entry's bytes, so it looks at
 // eight bytes at a time: a byte needs attention when it is below 0x20, '"' or
 // '\\' (found with the classic "has a zero byte" borrow trick on x, x^'"'
 // and x^'\\'), or has its high bit set. Borrows only run upwards, so the
 // lowest flagged byte is exact.
-func skipPlain(data []byte, i int) int {
+func SkipPlain(data []byte, i int) int {
 	const (
 		ones  = 0x0101010101010101
 		highs = 0x8080808080808080
@@ -291,7 +291,7 @@ func (s *scanner) member(top bool) error {
 			// Nothing to decode; a non-ASCII key cannot match.
 			s.pending = s.keyASCII && string(raw) == s.key
 		default:
-			s.pending = unquote(raw) == s.key
+			s.pending = Unquote(raw) == s.key
 		}
 	}
 	s.ws()
@@ -309,7 +309,7 @@ func (s *scanner) str() (flags uint8, err error) {
 	data := s.data
 	i := s.pos + 1
 	for {
-		i = skipPlain(data, i)
+		i = SkipPlain(data, i)
 		if i >= len(data) {
 			return 0, s.unterminated(s.pos)
 		}
@@ -361,7 +361,7 @@ func (s *scanner) escape(i int) (int, error) {
 	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 		return 2, nil
 	case 'u':
-		if _, ok := hex4(data, i+2); !ok {
+		if _, ok := Hex4(data, i+2); !ok {
 			return 0, s.badUnicodeEscape(i)
 		}
 		// A lone surrogate escape (\ud83d alone) is valid JSON text and the
@@ -373,8 +373,8 @@ func (s *scanner) escape(i int) (int, error) {
 	return 0, s.badEscape(i)
 }
 
-// hex4 decodes the four hex digits at data[i:].
-func hex4(data []byte, i int) (rune, bool) {
+// Hex4 decodes the four hex digits at data[i:].
+func Hex4(data []byte, i int) (rune, bool) {
 	if i+4 > len(data) {
 		return 0, false
 	}
@@ -460,13 +460,13 @@ func (s *scanner) memberString() string {
 		// Nothing to decode (a strict scan has checked the UTF-8).
 		return string(raw)
 	}
-	return unquote(raw)
+	return Unquote(raw)
 }
 
-// unquote decodes the body of a JSON string already known to be well
+// Unquote decodes the body of a JSON string already known to be well
 // formed, exactly as encoding/json does: invalid UTF-8 bytes and lone
 // surrogate escapes become U+FFFD.
-func unquote(raw []byte) string {
+func Unquote(raw []byte) string {
 	b := make([]byte, 0, len(raw))
 	for i := 0; i < len(raw); {
 		c := raw[i]
@@ -484,12 +484,12 @@ func unquote(raw []byte) string {
 			case 't':
 				b = append(b, '\t')
 			case 'u':
-				r, _ := hex4(raw, i+2)
+				r, _ := Hex4(raw, i+2)
 				i += 6
 				if utf16.IsSurrogate(r) {
 					r2, ok := rune(0), false
 					if i+1 < len(raw) && raw[i] == '\\' && raw[i+1] == 'u' {
-						r2, ok = hex4(raw, i+2)
+						r2, ok = Hex4(raw, i+2)
 					}
 					if d := utf16.DecodeRune(r, r2); ok && d != utf8.RuneError {
 						r = d
@@ -549,7 +549,7 @@ func (s *scanner) unexpected(off int, want string) error {
 			return s.badUTF8(off)
 		}
 	}
-	return invalidf("entry is not valid JSON: at byte offset %d expected %s, found %s", off, want, describeAt(s.data, off))
+	return invalidf("entry is not valid JSON: at byte offset %d expected %s, found %s", off, want, DescribeAt(s.data, off))
 }
 
 func (s *scanner) unterminated(start int) error {
@@ -579,7 +579,7 @@ func (s *scanner) badEscape(off int) error {
 		return errMalformed
 	}
 	return invalidf(`entry is not valid JSON: invalid escape %s at byte offset %d; the escapes JSON allows are \" \\ \/ \b \f \n \r \t and \uXXXX (write a literal backslash as \\)`,
-		describeAt(s.data, off+1), off)
+		DescribeAt(s.data, off+1), off)
 }
 
 func (s *scanner) badUnicodeEscape(off int) error {
@@ -618,8 +618,8 @@ func (s *scanner) tooDeep(off int) error {
 	return invalidf("entry nests objects and arrays more than %d levels deep (at byte offset %d); flatten the data", maxDepth, off)
 }
 
-// describeAt names the character at data[off] for an error message.
-func describeAt(data []byte, off int) string {
+// DescribeAt names the character at data[off] for an error message.
+func DescribeAt(data []byte, off int) string {
 	c := data[off]
 	switch {
 	case c == '\'':

@@ -36,7 +36,7 @@ import (
 // streaming reader has to be careful to see exactly what the SDK sees.
 //
 // Summary's jobs, one file each: this file holds the fields and the rules
-// that combine the lookups into them (resolve, forkTitle), and the lite
+// that combine the lookups into them (resolve, ForkTitle), and the lite
 // reader over a head and a tail (SummaryFromHeadTail); summary_lookup.go
 // the lite reader's text lookups (DR, sc, kR); summary_prompt.go the first
 // prompt and media extractors (ps, ch, mF); summary_stream.go the
@@ -215,11 +215,11 @@ func ParseTitleSidecar(data []byte) string {
 	if json.Unmarshal(data, &v) != nil || json.Unmarshal(v["customTitle"], &title) != nil || v["customTitle"][0] != '"' {
 		return ""
 	}
-	t := controlRunRe.ReplaceAllString(jsTrim(title), " ")
+	t := controlRunRe.ReplaceAllString(JSTrim(title), " ")
 	if r := []rune(t); len(r) > 200 {
 		t = string(r[:200])
 	}
-	return jsTrim(t)
+	return JSTrim(t)
 }
 
 // controlRunRe is the Hg replacement, /[\p{Cc}\p{Cf}\u2028\u2029]+/gu.
@@ -263,12 +263,12 @@ func (s *Summary) resolve() {
 	}
 }
 
-// forkTitle is the title forkSession derives for a fork when none is given
+// ForkTitle is the title forkSession derives for a fork when none is given
 // (before " (fork)" is added): the tail's custom title if there is a
 // custom-title line there (even an empty one), else the sidecar's, else the
 // head's; then the AI title (tail, head), then the first prompt in its
 // shown form.
-func (s *Summary) forkTitle() string {
+func (s *Summary) ForkTitle() string {
 	p := &s.parts
 	c := p.tailCT
 	if !p.tailCTSet {

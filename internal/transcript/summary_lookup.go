@@ -98,16 +98,16 @@ func (f *drField) lineDamaged(line []byte) (val string, at int, ok, damaged bool
 // eval is eF: JSON.parse(text), then the string member key of an object of
 // type typ. parsed is false when text is not JSON.
 func (f *drField) eval(text []byte) (val string, ok, parsed bool) {
-	obj, isObj, parsed := jsParseObject(text)
+	obj, isObj, parsed := ParseObject(text)
 	if !parsed || !isObj {
 		return "", false, parsed
 	}
 	if f.typ != "" {
-		if t, ok := obj.str("type"); !ok || t != f.typ {
+		if t, ok := obj.Str("type"); !ok || t != f.typ {
 			return "", false, true
 		}
 	}
-	val, ok = obj.str(f.key)
+	val, ok = obj.Str(f.key)
 	return val, ok, true
 }
 
@@ -206,7 +206,7 @@ func (f *textField) lastOf(text []byte) (string, bool) {
 // textValue is fF: the text between the quotes, decoded as JSON when it
 // has a backslash and decodes (JSON.parse('"'+raw+'"')), else as is.
 func textValue(raw []byte) string {
-	raw = nodeUTF8(raw)
+	raw = NodeUTF8(raw)
 	if bytes.IndexByte(raw, '\\') < 0 {
 		return string(raw)
 	}
@@ -214,7 +214,7 @@ func textValue(raw []byte) string {
 	q = append(append(append(q, '"'), raw...), '"')
 	s := scanner{data: q}
 	if _, err := s.str(); err == nil && s.pos == len(q) {
-		return unquote(raw)
+		return Unquote(raw)
 	}
 	return string(raw)
 }

@@ -35,28 +35,28 @@ const pluginPromptTail = "\n\nThis is how Claude Code surfaces a prompt a plugin
 // *fallback (the first one wins). shown selects the "shown" form, which
 // renders a plugin's prompt as "Prompt from the X plugin: ..."; the fork
 // title uses it, listings use the stored form.
-func promptOf(e jsObject, fallback *string, shown bool) (string, bool) {
-	if t, ok := e.str("type"); !ok || t != "user" {
+func promptOf(e Object, fallback *string, shown bool) (string, bool) {
+	if t, ok := e.Str("type"); !ok || t != "user" {
 		return "", false
 	}
-	if e.isTrue("isMeta") || e.isTrue("isCompactSummary") {
+	if e.IsTrue("isMeta") || e.IsTrue("isCompactSummary") {
 		return "", false
 	}
-	msg, ok := e.get("message")
-	if !ok || !jsTruthy(msg) {
+	msg, ok := e.Get("message")
+	if !ok || !Truthy(msg) {
 		return "", false
 	}
 	var content []byte
 	if msg[0] == '{' {
-		if m, isObj, _ := jsParseObject(msg); isObj {
-			content, _ = m.get("content")
+		if m, isObj, _ := ParseObject(msg); isObj {
+			content, _ = m.Get("content")
 		}
 	}
 	var texts []string
 	transformed := false
 	switch {
 	case len(content) > 0 && content[0] == '"':
-		s, _ := jsStringValue(content)
+		s, _ := StringValue(content)
 		if shown {
 			if p, ok := pluginPromptShown(s, e); ok {
 				s, transformed = p, true
@@ -65,17 +65,17 @@ func promptOf(e jsObject, fallback *string, shown bool) (string, bool) {
 		texts = append(texts, s)
 	case len(content) > 0 && content[0] == '[':
 		toolResult := false
-		jsEachElement(content, func(el []byte) bool {
+		EachValue(content, func(el []byte) bool {
 			if el[0] != '{' {
 				return true // not an object (arrays have no type), or falsy
 			}
-			b, _, _ := jsParseObject(el)
-			switch t, _ := b.str("type"); t {
+			b, _, _ := ParseObject(el)
+			switch t, _ := b.Str("type"); t {
 			case "tool_result":
 				toolResult = true
 				return false
 			case "text":
-				if s, ok := b.str("text"); ok {
+				if s, ok := b.Str("text"); ok {
 					texts = append(texts, s)
 				}
 			}
@@ -86,7 +86,7 @@ func promptOf(e jsObject, fallback *string, shown bool) (string, bool) {
 		}
 	}
 	for _, l := range texts {
-		c := jsTrim(strings.ReplaceAll(expandPasted(l), "\n", " "))
+		c := JSTrim(strings.ReplaceAll(expandPasted(l), "\n", " "))
 		if c == "" {
 			continue
 		}
@@ -98,14 +98,14 @@ func promptOf(e jsObject, fallback *string, shown bool) (string, bool) {
 				continue
 			}
 			if m := bashInputRe.FindStringSubmatch(c); m != nil {
-				return "! " + jsTrim(m[1]), true
+				return "! " + JSTrim(m[1]), true
 			}
 		}
 		if notPromptRe.MatchString(c) {
 			continue
 		}
-		if jsLength(c) > 200 {
-			c = jsTrim(jsCut(c, 200)) + "\u2026"
+		if JSLength(c) > 200 {
+			c = JSTrim(jsCut(c, 200)) + "\u2026"
 		}
 		return c, true
 	}
@@ -115,20 +115,20 @@ func promptOf(e jsObject, fallback *string, shown bool) (string, bool) {
 // pluginPromptShown is Y0: a prompt a plugin submitted, "The X plugin sent a
 // message:\n" + pluginPrompt.text + pluginPromptTail, shown as "Prompt from
 // the X plugin: " + pluginPrompt.text.
-func pluginPromptShown(s string, e jsObject) (string, bool) {
-	pp, ok := e.get("pluginPrompt")
+func pluginPromptShown(s string, e Object) (string, bool) {
+	pp, ok := e.Get("pluginPrompt")
 	if !ok || pp[0] != '{' {
 		return "", false
 	}
-	o, _, _ := jsParseObject(pp)
-	text, ok := o.str("text")
+	o, _, _ := ParseObject(pp)
+	text, ok := o.Str("text")
 	if !ok || text == "" {
 		return "", false
 	}
 	nl := strings.IndexByte(s, '\n')
 	head := s[:nl+1]
 	const suffix = " plugin sent a message:\n"
-	if jsLength(head) <= 28 || !strings.HasPrefix(head, "The ") || !strings.HasSuffix(head, suffix) {
+	if JSLength(head) <= 28 || !strings.HasPrefix(head, "The ") || !strings.HasSuffix(head, suffix) {
 		return "", false
 	}
 	if s != head+text+pluginPromptTail {
@@ -277,7 +277,7 @@ func (p *promptScan) line(line []byte) {
 		containsAnyOf(line, patMetaTrue) || containsAnyOf(line, patCompactTrue) {
 		return
 	}
-	e, isObj, ok := jsParseObject(line)
+	e, isObj, ok := ParseObject(line)
 	if !ok || !isObj {
 		return
 	}

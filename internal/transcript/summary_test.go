@@ -217,7 +217,7 @@ func TestSummaryStreamingMatchesHeadTail(t *testing.T) {
 func (s *Summary) fields() string {
 	return fmt.Sprintf("title=%q custom=%q ai=%q last=%q hint=%q first=%q branch=%q cwd=%q tag=%q created=%d side=%v prog=%v display=%q fork=%q",
 		s.Title, s.CustomTitle, s.AITitle, s.LastPrompt, s.SummaryHint, s.FirstPrompt, s.GitBranch, s.Cwd, s.Tag, s.CreatedAt,
-		s.IsSidechain, s.Programmatic, s.Display(), s.forkTitle())
+		s.IsSidechain, s.Programmatic, s.Display(), s.ForkTitle())
 }
 
 func sameSummary(a, b *Summary) bool { return a.fields() == b.fields() }
