@@ -5,14 +5,15 @@ import (
 	"unicode/utf8"
 )
 
-// This file holds the JSON machinery check and repair need beyond scan.go:
+// This file holds the JSON machinery the damage checks and repairs need
+// beyond scan.go:
 // a grammar scanner that says *where* and *how* a text stops being JSON (a
 // record cut short ends in the middle of a value; garbage fails earlier),
 // iteration over the members of a stored object without decoding it, and
 // surgical edits that change one value or drop array elements while every
 // other byte of the line stays as the agent wrote it. Lines are never
 // decoded into maps and re-encoded: Go would sort the keys, and readers
-// depend on key order (see doc.go).
+// depend on key order (see the package doc).
 
 // SyntaxError says where a JSON text stops being valid.
 type SyntaxError struct {

@@ -7,21 +7,21 @@ import (
 	"io"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/sessiond/sessiond/internal/rawjson"
 	"github.com/sessiond/sessiond/internal/transcript"
-
-	"github.com/google/uuid"
 )
 
-// Fork's jobs, one file each: this file holds the API and the two passes'
-// wiring; fork_index.go the first pass (what Fork keeps of each entry and
-// of the session's metadata records); fork_chain.go the conversation chain
-// a resume would load ($p, NMe); fork_cut.go where a fork up to a uuid ends
-// and what it copies (the plan); fork_write.go the second pass, which
-// rewrites each copied entry and writes the metadata records; jsobject.go
-// the ordered JSON objects the passes read and edit.
+// The jobs, one file each: this file holds the API and the two passes'
+// wiring; index.go the first pass (what Session keeps of each entry and of
+// the session's metadata records); chain.go the conversation chain a
+// resume would load ($p, NMe); cut.go where a fork up to a uuid ends and
+// what it copies (the plan); write.go the second pass, which rewrites each
+// copied entry and writes the metadata records; ids.go the SDK's session
+// id rule.
 
-// Options says how to fork a session (see Fork).
+// Options says how to fork a session (see Session).
 type Options struct {
 	// SessionID is the source session's id, recorded in every entry's
 	// forkedFrom.sessionId; it also picks the metadata records that belong

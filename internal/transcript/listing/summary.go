@@ -37,12 +37,11 @@ import (
 // streaming reader has to be careful to see exactly what the SDK sees.
 //
 // Summary's jobs, one file each: this file holds the fields and the rules
-// that combine the lookups into them (resolve, ForkTitle), and the lite
-// reader over a head and a tail (SummaryFromHeadTail); summary_lookup.go
-// the lite reader's text lookups (DR, sc, kR); summary_prompt.go the first
-// prompt and media extractors (ps, ch, mF); summary_stream.go the
-// streaming reader (Add, AddLine), which keeps the windows' results as the
-// file grows; jsdate.go Date.parse for CreatedAt.
+// that combine the lookups into them (resolve, ForkTitle); lookup.go the
+// lite reader's text lookups (DR, sc, kR); prompt.go the first prompt and
+// media extractors (ps, ch, mF); stream.go the streaming reader (Add,
+// AddLine), which keeps the windows' results as the file grows; jsdate.go
+// Date.parse for CreatedAt.
 
 // Summary is the listing metadata of one session, as listSessions and
 // getSessionInfo of the official TypeScript SDK report it.

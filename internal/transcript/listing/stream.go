@@ -116,9 +116,8 @@ const (
 )
 
 // headKeysIn returns the bits of the headKeys that occur in line as
-// `"key":` (keysIn). A line in the head window used to pay a search of
-// its whole text per pattern, some twenty for a line holding none of
-// them.
+// `"key":` (keysIn), in one pass over the line rather than a search of its
+// whole text per pattern (some twenty for a line holding none of them).
 func headKeysIn(line []byte) (keys uint16) {
 	keysIn(line, headKeys[:], func(b, _ int) { keys |= 1 << b })
 	return keys
