@@ -23,7 +23,7 @@ import (
 
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/internal/layout"
-	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/rawjson"
 )
 
 // DefaultSocket is where sessiond listens unless told otherwise:
@@ -147,7 +147,7 @@ func (c *Client) Conn() *grpc.ClientConn { return c.conn }
 func (c *Client) Append(ctx context.Context, s Session, entries ...[]byte) (*sessiondv1.AppendResponse, error) {
 	idempotent := true
 	for _, e := range entries {
-		if id, ok := transcript.TopLevelString(e, "uuid"); !ok || id == "" {
+		if id, ok := rawjson.TopLevelString(e, "uuid"); !ok || id == "" {
 			idempotent = false
 			break
 		}

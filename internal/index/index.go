@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/sessiond/sessiond/internal/layout"
-	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/rawjson"
+	"github.com/sessiond/sessiond/internal/transcript/damage"
+	"github.com/sessiond/sessiond/internal/transcript/listing"
 )
 
 // Stamp identifies the state of a session's files: when it differs from
@@ -25,7 +27,7 @@ type Stamp struct {
 // Entry is what the index knows of one session.
 type Entry struct {
 	Key       layout.Key
-	Sum       transcript.Summary
+	Sum       listing.Summary
 	Entries   uint64
 	Bytes     uint64
 	Malformed uint64
@@ -96,7 +98,7 @@ func (e *Entry) Add(line []byte, hasNewline bool) {
 	}
 	// The summary sees every line: its tail window is counted in bytes.
 	e.Sum.AddLine(line, hasNewline)
-	if kind, _ := transcript.ClassifyLine(line); kind != "" {
+	if kind, _ := damage.ClassifyLine(line); kind != "" {
 		e.Malformed++
 		return
 	}
@@ -115,13 +117,13 @@ func promptTime(line []byte) (int64, bool) {
 	if !bytes.HasPrefix(line, []byte(`{"`)) {
 		return 0, false
 	}
-	if t, _ := transcript.TopLevelString(line, "type"); t != "user" {
+	if t, _ := rawjson.TopLevelString(line, "type"); t != "user" {
 		return 0, false
 	}
 	if bytes.Contains(line, []byte(`"tool_result"`)) || bytes.Contains(line, []byte(`"isMeta":true`)) || bytes.Contains(line, []byte(`"isCompactSummary":true`)) {
 		return 0, false
 	}
-	ts, ok := transcript.TopLevelString(line, "timestamp")
+	ts, ok := rawjson.TopLevelString(line, "timestamp")
 	if !ok {
 		return 0, false
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
-	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/transcript/listing"
 )
 
 // FleetSession is a session as PostgreSQL lists it: every machine's that
@@ -29,7 +29,7 @@ type FleetSession struct {
 	// archived and the last main row that is a user prompt (type "user",
 	// no "tool_result" in it, no top-level isMeta or isCompactSummary
 	// true) has a timestamp no later than the mark's "at" (or there is
-	// none, or it does not parse): transcript.Archived, the official rule.
+	// none, or it does not parse): listing.Archived, the official rule.
 	Archived bool
 }
 
@@ -85,7 +85,7 @@ ORDER BY s.mtime DESC, s.session_id`, t)
 		f.Entries, f.Bytes = uint64(n), uint64(size)
 		f.Title = custom
 		if f.Title == "" && titleFile != nil {
-			f.Title = transcript.ParseTitleSidecar(titleFile)
+			f.Title = listing.ParseTitleSidecar(titleFile)
 		}
 		if f.Title == "" {
 			f.Title = ai
@@ -97,7 +97,7 @@ ORDER BY s.mtime DESC, s.session_id`, t)
 					promptMs = ts.UnixMilli()
 				}
 			}
-			f.Archived = transcript.Archived(mark, promptMs)
+			f.Archived = listing.Archived(mark, promptMs)
 		}
 		return f, nil
 	})

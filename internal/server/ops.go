@@ -11,6 +11,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/transcript/damage"
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
@@ -72,7 +73,7 @@ func (s *Server) Repair(req *sessiondv1.RepairRequest, stream grpc.ServerStreami
 		return err
 	}
 	res := o.Result
-	var before, after []transcript.Problem
+	var before, after []damage.Problem
 	if res.Before != nil {
 		before = res.Before.Problems
 	}
@@ -100,7 +101,7 @@ func (s *Server) Repair(req *sessiondv1.RepairRequest, stream grpc.ServerStreami
 		return err
 	}
 	for _, part := range []struct {
-		ps    []transcript.Problem
+		ps    []damage.Problem
 		after bool
 	}{{before, false}, {after, true}} {
 		pg := newPager(budget, func(page []*sessiondv1.Problem, _ bool) error {

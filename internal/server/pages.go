@@ -4,7 +4,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
-	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/transcript/damage"
 )
 
 // Answers that grow with a session or with the store (a check's problems,
@@ -69,7 +69,7 @@ func (p *pager[P]) close() error {
 // in half a page, as a first piece with ids_total and pieces with
 // continued set carrying the rest of its ids. A message longer than a
 // quarter of a page is cut (its start says what it is).
-func addProblem(pg *pager[*sessiondv1.Problem], p transcript.Problem) error {
+func addProblem(pg *pager[*sessiondv1.Problem], p damage.Problem) error {
 	msg := cutText(p.Message, pg.budget/4)
 	head := &sessiondv1.Problem{Line: uint64(p.Line), Offset: uint64(p.Offset), Kind: p.Kind, Message: msg, Warning: p.Warning()}
 	room := pg.budget/2 - proto.Size(head)
@@ -133,7 +133,7 @@ func cutText(s string, n int) string {
 }
 
 // addProblems adds ps to pg, in order.
-func addProblems(pg *pager[*sessiondv1.Problem], ps []transcript.Problem) error {
+func addProblems(pg *pager[*sessiondv1.Problem], ps []damage.Problem) error {
 	for _, p := range ps {
 		if err := addProblem(pg, p); err != nil {
 			return err

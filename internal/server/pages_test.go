@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
-	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/transcript/damage"
 )
 
 // pages collects what a pager sends.
@@ -81,14 +81,14 @@ func TestProblemWithManyIDsSplit(t *testing.T) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
 	}
-	p := transcript.Problem{Kind: transcript.KindAcknowledgedMissing, Message: "50000 entries missing", IDs: ids}
-	if err := addProblem(pg, transcript.Problem{Line: 1, Kind: transcript.KindTorn, Message: "before"}); err != nil {
+	p := damage.Problem{Kind: damage.KindAcknowledgedMissing, Message: "50000 entries missing", IDs: ids}
+	if err := addProblem(pg, damage.Problem{Line: 1, Kind: damage.KindTorn, Message: "before"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := addProblem(pg, p); err != nil {
 		t.Fatal(err)
 	}
-	if err := addProblem(pg, transcript.Problem{Line: 9, Kind: transcript.KindTorn, Message: "after"}); err != nil {
+	if err := addProblem(pg, damage.Problem{Line: 9, Kind: damage.KindTorn, Message: "after"}); err != nil {
 		t.Fatal(err)
 	}
 	pg.close()

@@ -27,7 +27,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/mirror"
-	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/rawjson"
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
@@ -482,7 +482,7 @@ func (s *Server) read(req *sessiondv1.ReadRequest, stream grpc.ServerStreamingSe
 	return s.m.Read(ctx, k, opt, func(es []writer.Entry) error {
 		resp := &sessiondv1.ReadResponse{Entries: make([]*sessiondv1.Entry, len(es))}
 		for i, e := range es {
-			out := &sessiondv1.Entry{Index: e.Index, Malformed: !transcript.WellFormedObject(e.Data)}
+			out := &sessiondv1.Entry{Index: e.Index, Malformed: !rawjson.WellFormedObject(e.Data)}
 			if req.GetText() && utf8.Valid(e.Data) {
 				out.Text = string(e.Data)
 			} else {

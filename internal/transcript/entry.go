@@ -1,11 +1,10 @@
 package transcript
 
 import (
-	"bytes"
 	"fmt"
-	"unicode/utf8"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/rawjson"
 )
 
 // Entry is one validated transcript line.
@@ -41,92 +40,15 @@ func Normalize(raw []byte, maxBytes int) (Entry, error) {
 		return Entry{}, fmt.Errorf("entry is %s, over the %s limit (sessiond --max-entry-bytes): %w",
 			n, limit, errdefs.ErrTooLarge)
 	}
-	s := scanner{data: raw, strict: true, findKey: true, key: "uuid", keyASCII: true}
-	s.ws()
-	start := s.pos
-	switch {
-	case len(raw) == 0:
-		return Entry{}, invalidf("entry is empty; expected one JSON object")
-	case start == len(raw):
-		return Entry{}, invalidf("entry is only whitespace (%d bytes); expected one JSON object", len(raw))
-	case bytes.HasPrefix(raw[start:], utf8BOM):
-		return Entry{}, invalidf("entry starts with a UTF-8 byte order mark (bytes EF BB BF at byte offset %d); JSON text must not have one: remove it", start)
-	case raw[start] != '{':
-		return Entry{}, s.notObject()
-	}
-
-	s.compact = true
-	s.out = make([]byte, 0, len(raw)-start)
-	s.seg = start
-	if err := s.value(); err != nil {
+	line, uuid, err := rawjson.CompactObject(raw, "uuid")
+	if err != nil {
 		return Entry{}, err
 	}
-	s.flush()
-	s.compact = false
-	if err := s.end(start); err != nil {
-		return Entry{}, err
-	}
-	if s.badMember {
+	if uuid.BadOff >= 0 {
 		return Entry{}, invalidf(`entry's top-level "uuid" at byte offset %d is %s; it must be a string (or null, or absent)`,
-			s.badOff, kindName(raw[s.badOff]))
+			uuid.BadOff, rawjson.KindName(raw[uuid.BadOff]))
 	}
-	e := Entry{Line: s.out}
-	if s.found && s.kind == '"' {
-		e.UUID = s.memberString()
-	}
-	return e, nil
-}
-
-var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
-
-// end checks that nothing but whitespace follows the value that started at
-// start.
-func (s *scanner) end(start int) error {
-	objEnd := s.pos
-	s.ws()
-	if s.pos == len(s.data) {
-		return nil
-	}
-	switch c := s.data[s.pos]; {
-	case c == 0:
-		return s.nulByte(s.pos)
-	case c >= utf8.RuneSelf:
-		if r, n := utf8.DecodeRune(s.data[s.pos:]); r == utf8.RuneError && n == 1 {
-			return s.badUTF8(s.pos)
-		}
-	}
-	return invalidf("entry has more data after its JSON value (which spans bytes %d-%d): found %s at byte offset %d; send exactly one JSON object per entry (two records on one line usually means two writers interleaved)",
-		start, objEnd-1, describeAt(s.data, s.pos), s.pos)
-}
-
-// notObject explains why an entry that does not start with '{' is refused:
-// either it is not JSON at all, or it is JSON of another type.
-func (s *scanner) notObject() error {
-	start := s.pos
-	if err := s.value(); err != nil {
-		return err
-	}
-	if err := s.end(start); err != nil {
-		return err
-	}
-	return invalidf("entry is %s, not an object; a transcript entry must be one JSON object ({...})", kindName(s.data[start]))
-}
-
-// kindName names the type of the JSON value that starts with c.
-func kindName(c byte) string {
-	switch c {
-	case '{':
-		return "a JSON object"
-	case '[':
-		return "a JSON array"
-	case '"':
-		return "a JSON string"
-	case 't', 'f':
-		return "a JSON boolean"
-	case 'n':
-		return "JSON null"
-	}
-	return "a JSON number"
+	return Entry{Line: line, UUID: uuid.String}, nil
 }
 
 func invalidf(format string, args ...any) error {

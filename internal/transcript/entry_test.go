@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/rawjson"
+	"github.com/sessiond/sessiond/internal/transcript/transcripttest"
 )
 
 func TestNormalize(t *testing.T) {
@@ -60,7 +62,7 @@ func TestNormalize(t *testing.T) {
 		ok("escaped backslash then ud800 is text", `{"s":"\\ud800","t":"\\\\\\uD83D\\uDE00"}`, `{"s":"\\ud800","t":"\\\\\\uD83D\\uDE00"}`, ""),
 		ok("escaped NUL", `{"s":"\u0000"}`, `{"s":"\u0000"}`, ""),
 		ok("U+FFFD and noncharacters", "{\"s\":\"\uFFFD\uFFFF\U0010FFFF\"}", "{\"s\":\"\uFFFD\uFFFF\U0010FFFF\"}", ""),
-		{name: "nesting at the limit", in: nested(maxDepth), want: nested(maxDepth), asJSON: true},
+		{name: "nesting at the limit", in: nested(rawjson.MaxDepth), want: nested(rawjson.MaxDepth), asJSON: true},
 		{name: "entry exactly at the size limit", in: bigString(limit), want: bigString(limit)},
 
 		// Refused.
@@ -122,7 +124,7 @@ func TestNormalize(t *testing.T) {
 		bad("two objects on two lines", "{\"a\":1}\n{\"b\":2}\n", "more data", "byte offset 8"),
 		bad("garbage after the object", `{} x`, "more data", "found 'x' at byte offset 3"),
 		bad("invalid UTF-8 after the object", "{}\xff", "invalid UTF-8", "byte offset 2"),
-		{name: "nesting over the limit", in: nested(maxDepth + 1), kind: errdefs.ErrInvalidArgument,
+		{name: "nesting over the limit", in: nested(rawjson.MaxDepth + 1), kind: errdefs.ErrInvalidArgument,
 			msg: []string{"more than 10000 levels deep", "byte offset 10004"}, asJSON: true},
 	}
 	for _, c := range cases {
@@ -135,14 +137,14 @@ func TestNormalize(t *testing.T) {
 			e, err := Normalize(raw, max)
 			if c.kind == nil {
 				if err != nil {
-					t.Fatalf("Normalize(%s) failed: %v", shorten(raw), err)
+					t.Fatalf("Normalize(%s) failed: %v", transcripttest.Shorten(raw), err)
 				}
 				if string(e.Line) != c.want || e.UUID != c.uuid {
-					t.Fatalf("Normalize(%s) = %s, uuid %q; want %s, uuid %q", shorten(raw), shorten(e.Line), e.UUID, shorten([]byte(c.want)), c.uuid)
+					t.Fatalf("Normalize(%s) = %s, uuid %q; want %s, uuid %q", transcripttest.Shorten(raw), transcripttest.Shorten(e.Line), e.UUID, transcripttest.Shorten([]byte(c.want)), c.uuid)
 				}
 			} else {
 				if err == nil {
-					t.Fatalf("Normalize(%s) = %s, want an error", shorten(raw), shorten(e.Line))
+					t.Fatalf("Normalize(%s) = %s, want an error", transcripttest.Shorten(raw), transcripttest.Shorten(e.Line))
 				}
 				if !errors.Is(err, c.kind) {
 					t.Errorf("error %q does not wrap %v", err, c.kind)
@@ -162,9 +164,9 @@ func TestNormalize(t *testing.T) {
 			if c.kind != errdefs.ErrTooLarge {
 				// Besides the specific expectations, agree with
 				// encoding/json and the independent checks.
-				want, uuid, ok := oracle(raw)
+				want, uuid, ok := transcripttest.Oracle(raw)
 				if ok != (err == nil) || ok && (!bytes.Equal(want, e.Line) || uuid != e.UUID) {
-					t.Errorf("oracle says ok=%v %s uuid %q", ok, shorten(want), uuid)
+					t.Errorf("oracle says ok=%v %s uuid %q", ok, transcripttest.Shorten(want), uuid)
 				}
 			}
 		})
@@ -194,21 +196,21 @@ func TestNormalizeOutputIsFresh(t *testing.T) {
 // come back byte for byte, with the uuid encoding/json finds. The torn last
 // line of the TRUNCATED fixture must be refused as cut short.
 func TestNormalizeFixtures(t *testing.T) {
-	lines := fixtureLines(t)
+	lines := transcripttest.FixtureLines(t)
 	torn, files := 0, map[string]int{}
 	for _, l := range lines {
-		files[l.file]++
-		e, err := Normalize(l.line, 32<<20)
-		where := fmt.Sprintf("%s at offset %d", l.file, l.off)
-		if !l.newline {
+		files[l.File]++
+		e, err := Normalize(l.Line, 32<<20)
+		where := fmt.Sprintf("%s at offset %d", l.File, l.Off)
+		if !l.Newline {
 			torn++
-			if !strings.Contains(l.file, "TRUNCATED") {
+			if !strings.Contains(l.File, "TRUNCATED") {
 				t.Errorf("%s: unexpected line without newline", where)
 			}
 			if err == nil || !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "cut short") {
 				t.Errorf("%s: torn line: got error %v, want an invalid-argument error saying it was cut short", where, err)
 			}
-			if _, ok := TopLevelString(l.line, "type"); ok {
+			if _, ok := rawjson.TopLevelString(l.Line, "type"); ok {
 				t.Errorf("%s: TopLevelString found a type in a torn line", where)
 			}
 			continue
@@ -217,11 +219,11 @@ func TestNormalizeFixtures(t *testing.T) {
 			t.Errorf("%s: %v", where, err)
 			continue
 		}
-		if !bytes.Equal(e.Line, l.line) {
-			t.Errorf("%s: Normalize changed the line:\n got %s\nwant %s", where, shorten(e.Line), shorten(l.line))
+		if !bytes.Equal(e.Line, l.Line) {
+			t.Errorf("%s: Normalize changed the line:\n got %s\nwant %s", where, transcripttest.Shorten(e.Line), transcripttest.Shorten(l.Line))
 		}
 		var m map[string]json.RawMessage
-		if err := json.Unmarshal(l.line, &m); err != nil {
+		if err := json.Unmarshal(l.Line, &m); err != nil {
 			t.Fatalf("%s: encoding/json: %v", where, err)
 		}
 		var wantUUID string
@@ -232,7 +234,7 @@ func TestNormalizeFixtures(t *testing.T) {
 			t.Errorf("%s: uuid %q, encoding/json says %q", where, e.UUID, wantUUID)
 		}
 		for _, key := range []string{"type", "uuid", "parentUuid", "sessionId", "timestamp", "cwd", "content"} {
-			got, gotOK := TopLevelString(l.line, key)
+			got, gotOK := rawjson.TopLevelString(l.Line, key)
 			var want string
 			wantOK := m[key] != nil && m[key][0] == '"' && json.Unmarshal(m[key], &want) == nil
 			if got != want || gotOK != wantOK {
@@ -241,10 +243,10 @@ func TestNormalizeFixtures(t *testing.T) {
 		}
 		// Pretty-printed, the same entry must come back to the same line.
 		var pretty bytes.Buffer
-		if err := json.Indent(&pretty, l.line, "", "  "); err != nil {
+		if err := json.Indent(&pretty, l.Line, "", "  "); err != nil {
 			t.Fatal(err)
 		}
-		if e2, err := Normalize(pretty.Bytes(), 0); err != nil || !bytes.Equal(e2.Line, l.line) || e2.UUID != e.UUID {
+		if e2, err := Normalize(pretty.Bytes(), 0); err != nil || !bytes.Equal(e2.Line, l.Line) || e2.UUID != e.UUID {
 			t.Errorf("%s: indented line did not normalize back (err %v)", where, err)
 		}
 	}
@@ -272,25 +274,25 @@ func TestNormalizeMatchesEncodingJSON(t *testing.T) {
 	}
 	accepted := 0
 	for i := 0; i < n; i++ {
-		raw := genEntry(r)
+		raw := transcripttest.GenEntry(r)
 		e, err := Normalize(raw, 0)
-		want, uuid, ok := oracle(raw)
+		want, uuid, ok := transcripttest.Oracle(raw)
 		if ok != (err == nil) {
-			t.Fatalf("Normalize(%s): err %v, but encoding/json oracle says ok=%v", shorten(raw), err, ok)
+			t.Fatalf("Normalize(%s): err %v, but encoding/json oracle says ok=%v", transcripttest.Shorten(raw), err, ok)
 		}
 		if !ok {
 			if !errors.Is(err, errdefs.ErrInvalidArgument) {
-				t.Fatalf("Normalize(%s): error %v is not an invalid argument", shorten(raw), err)
+				t.Fatalf("Normalize(%s): error %v is not an invalid argument", transcripttest.Shorten(raw), err)
 			}
 			if msg := err.Error(); !strings.Contains(msg, "byte offset") && !strings.Contains(msg, "not an object") &&
 				!strings.Contains(msg, "empty") && !strings.Contains(msg, "only whitespace") {
-				t.Fatalf("Normalize(%s): error %q does not say where", shorten(raw), msg)
+				t.Fatalf("Normalize(%s): error %q does not say where", transcripttest.Shorten(raw), msg)
 			}
 			continue
 		}
 		accepted++
 		if !bytes.Equal(e.Line, want) || e.UUID != uuid {
-			t.Fatalf("Normalize(%s) = %s uuid %q; json.Compact gives %s, uuid %q", shorten(raw), shorten(e.Line), e.UUID, shorten(want), uuid)
+			t.Fatalf("Normalize(%s) = %s uuid %q; json.Compact gives %s, uuid %q", transcripttest.Shorten(raw), transcripttest.Shorten(e.Line), e.UUID, transcripttest.Shorten(want), uuid)
 		}
 	}
 	t.Logf("%d of %d generated entries accepted", accepted, n)
@@ -299,151 +301,10 @@ func TestNormalizeMatchesEncodingJSON(t *testing.T) {
 	}
 }
 
-// genEntry makes a random entry: usually a JSON object, with random
-// whitespace, strings full of escapes and non-ASCII text, sometimes a
-// broken piece, and sometimes mutated afterwards.
-func genEntry(r *rand.Rand) []byte {
-	g := &gen{r: r}
-	g.ws()
-	if r.IntN(10) == 0 {
-		g.value(1)
-	} else {
-		g.object(0)
-	}
-	g.ws()
-	b := g.b
-	if r.IntN(4) == 0 {
-		b = mutate(r, b)
-	}
-	return b
-}
-
-type gen struct {
-	r *rand.Rand
-	b []byte
-}
-
-var (
-	goodPieces = []string{"a", "hello world", " ", "é", "日本語", "😀", "\u2028", "<>&", `\"`, `\\`, `\/`, `\b`, `\f`,
-		`\n`, `\r`, `\t`, `\u00e9`, `\u00E9`, `\u0000`, `\uD83D\uDE00`, `\ud83d\ude00`, `\\ud800`, `\\\\`, "\uFFFD", "\U0010FFFF"}
-	badPieces = []string{`\ud800`, `\udfff`, `\ud800\ud800`, `\udc00\ud800`, `\uDBFF`, `\u12`, `\x`, `\`, "\x00", "\xff", "\xc3",
-		"\xed\xa0\x80", "\xc0\xaf", "\x01", "\n", "\t", "\xf4\x90\x80\x80", "\xe2\x82"}
-	goodNumbers = []string{"0", "-0", "1", "-12", "3.14", "1e10", "1E-5", "-0.5e+3", "123456789012345678901234567890"}
-	badNumbers  = []string{"01", "1.", "-", ".5", "1e", "+1", "0x10", "NaN", "-Infinity", "1.e3"}
-	keys        = []string{`"uuid"`, `"uuid"`, `"\u0075uid"`, `"uu\u0069d"`, `"UUID"`, `"type"`, `"a"`, `"message"`, `"é"`, `""`}
-)
-
-func (g *gen) ws() {
-	if g.r.IntN(4) == 0 {
-		for n := g.r.IntN(3) + 1; n > 0; n-- {
-			g.b = append(g.b, " \t\r\n"[g.r.IntN(4)])
-		}
-	}
-}
-
-func (g *gen) rare() bool { return g.r.IntN(60) == 0 }
-
-func (g *gen) str() {
-	g.b = append(g.b, '"')
-	for n := g.r.IntN(5); n > 0; n-- {
-		if g.rare() {
-			g.b = append(g.b, badPieces[g.r.IntN(len(badPieces))]...)
-		} else {
-			g.b = append(g.b, goodPieces[g.r.IntN(len(goodPieces))]...)
-		}
-	}
-	g.b = append(g.b, '"')
-}
-
-func (g *gen) object(depth int) {
-	g.b = append(g.b, '{')
-	g.ws()
-	for i, n := 0, g.r.IntN(5); i < n; i++ {
-		if i > 0 {
-			g.b = append(g.b, ',')
-			g.ws()
-		}
-		if g.r.IntN(5) == 0 {
-			g.str()
-		} else {
-			g.b = append(g.b, keys[g.r.IntN(len(keys))]...)
-		}
-		g.ws()
-		g.b = append(g.b, ':')
-		g.ws()
-		g.value(depth + 1)
-		g.ws()
-	}
-	g.b = append(g.b, '}')
-}
-
-func (g *gen) value(depth int) {
-	k := g.r.IntN(10)
-	if depth > 4 {
-		k = 4 + g.r.IntN(6)
-	}
-	switch k {
-	case 0, 1:
-		g.object(depth)
-	case 2, 3:
-		g.b = append(g.b, '[')
-		g.ws()
-		for i, n := 0, g.r.IntN(4); i < n; i++ {
-			if i > 0 {
-				g.b = append(g.b, ',')
-				g.ws()
-			}
-			g.value(depth + 1)
-			g.ws()
-		}
-		g.b = append(g.b, ']')
-	case 4, 5, 6:
-		g.str()
-	case 7, 8:
-		if g.rare() {
-			g.b = append(g.b, badNumbers[g.r.IntN(len(badNumbers))]...)
-		} else {
-			g.b = append(g.b, goodNumbers[g.r.IntN(len(goodNumbers))]...)
-		}
-	default:
-		lits := []string{"true", "false", "null", "null"}
-		if g.rare() {
-			lits = []string{"tru", "nul", "True", "nulll"}
-		}
-		g.b = append(g.b, lits[g.r.IntN(len(lits))]...)
-	}
-}
-
-// mutate damages b the ways real transcripts get damaged: cut short,
-// spliced, a byte lost, added or changed.
-func mutate(r *rand.Rand, b []byte) []byte {
-	b = bytes.Clone(b)
-	switch r.IntN(7) {
-	case 0:
-		return b[:r.IntN(len(b)+1)]
-	case 1:
-		return append(b, b...)
-	case 2:
-		i := r.IntN(len(b))
-		return append(b[:i], b[i+1:]...)
-	case 3:
-		i := r.IntN(len(b) + 1)
-		const chars = "{}[],:\"\\ \x00\xffa1\n"
-		c := chars[r.IntN(len(chars))]
-		return append(b[:i], append([]byte{c}, b[i:]...)...)
-	case 4:
-		b[r.IntN(len(b))] ^= byte(1 << r.IntN(8))
-		return b
-	case 5:
-		return append([]byte("\xEF\xBB\xBF"), b...)
-	}
-	return append(b, "\n{}"...)
-}
-
 func FuzzNormalize(f *testing.F) {
-	for _, l := range fixtureLines(f) {
-		if len(l.line) <= 4<<10 {
-			f.Add(l.line)
+	for _, l := range transcripttest.FixtureLines(f) {
+		if len(l.Line) <= 4<<10 {
+			f.Add(l.Line)
 		}
 	}
 	for _, s := range []string{``, `{}`, ` {"uuid" : "x"} `, `{"a":"\ud800"}`, `{"a":"\\ud800"}`, "{\"a\":\"\x00\"}",
@@ -452,11 +313,11 @@ func FuzzNormalize(f *testing.F) {
 	}
 	r := rand.New(rand.NewPCG(3, 4))
 	for range 50 {
-		f.Add(genEntry(r))
+		f.Add(transcripttest.GenEntry(r))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		e, err := Normalize(raw, 0)
-		want, uuid, ok := oracle(raw)
+		want, uuid, ok := transcripttest.Oracle(raw)
 		if ok != (err == nil) {
 			t.Fatalf("Normalize(%q): err %v, oracle ok=%v", raw, err, ok)
 		}
@@ -481,7 +342,7 @@ func FuzzNormalize(f *testing.F) {
 		if err != nil || !bytes.Equal(e2.Line, e.Line) || e2.UUID != e.UUID {
 			t.Fatalf("not idempotent: %q -> %q, %v", e.Line, e2.Line, err)
 		}
-		if got, ok := TopLevelString(e.Line, "uuid"); got != e.UUID {
+		if got, ok := rawjson.TopLevelString(e.Line, "uuid"); got != e.UUID {
 			t.Fatalf("TopLevelString(uuid) = %q, %v; Normalize found %q", got, ok, e.UUID)
 		}
 	})
@@ -509,9 +370,9 @@ func benchEntry(size int) []byte {
 // The "fixtures" case runs over every whole line of the real transcripts.
 func BenchmarkNormalize(b *testing.B) {
 	var fixtures [][]byte
-	for _, l := range fixtureLines(b) {
-		if l.newline {
-			fixtures = append(fixtures, l.line)
+	for _, l := range transcripttest.FixtureLines(b) {
+		if l.Newline {
+			fixtures = append(fixtures, l.Line)
 		}
 	}
 	for _, c := range []struct {

@@ -1,15 +1,13 @@
 package transcript
 
 import (
-	"fmt"
 	"strings"
 	"unicode"
-	"unicode/utf16"
 	"unicode/utf8"
 
-	"golang.org/x/text/unicode/norm"
+	"github.com/sessiond/sessiond/internal/rawjson"
 
-	"github.com/sessiond/sessiond/internal/errdefs"
+	"golang.org/x/text/unicode/norm"
 )
 
 // Session metadata lines: what the official TypeScript SDK (0.3.329)
@@ -39,7 +37,7 @@ func NormalizeTitle(title string) (string, error) {
 	if err := checkMetaText("title", title); err != nil {
 		return "", err
 	}
-	t := jsTrim(title)
+	t := rawjson.JSTrim(title)
 	if t == "" {
 		return "", invalidf("title must be non-empty (it is empty or only whitespace)")
 	}
@@ -71,7 +69,7 @@ func NormalizeTag(tag string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	s = jsTrim(s)
+	s = rawjson.JSTrim(s)
 	if s == "" {
 		return "", invalidf("tag %q must be non-empty after Unicode sanitization and trimming (an empty tag clears the tag)", tag)
 	}
@@ -97,8 +95,8 @@ func TagLine(sessionID, tag string) []byte {
 func metaLine(typ, key, val, sessionID string) []byte {
 	b := make([]byte, 0, 64+len(typ)+len(key)+len(val)+len(sessionID))
 	b = append(append(append(b, `{"type":"`...), typ...), '"')
-	b = appendJSMember(b, key, val)
-	b = appendJSMember(b, "sessionId", sessionID)
+	b = rawjson.AppendJSMember(b, key, val)
+	b = rawjson.AppendJSMember(b, "sessionId", sessionID)
 	return append(b, '}')
 }
 
@@ -169,200 +167,27 @@ func isUnassigned(r rune) bool {
 	return !unicode.In(r, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S, unicode.Z, unicode.C)
 }
 
-// isJSSpace reports whether r is whitespace for JavaScript's trim() and \s:
-// WhiteSpace and LineTerminator. Unlike unicode.IsSpace it includes U+FEFF
-// and excludes U+0085.
-func isJSSpace(r rune) bool {
-	switch r {
-	case '\t', '\n', '\v', '\f', '\r', ' ', 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000, 0xFEFF:
-		return true
-	}
-	return r >= 0x2000 && r <= 0x200A
-}
-
-// jsTrim is String.prototype.trim.
-func jsTrim(s string) string { return strings.TrimFunc(s, isJSSpace) }
-
-// appendJSMember appends ,"key":<s encoded by appendJSString>: a member
-// after the first of an object being written. key is written as is.
-func appendJSMember(b []byte, key, s string) []byte {
-	b = append(append(append(b, `,"`...), key...), `":`...)
-	return appendJSString(b, s)
-}
-
-// appendJSString appends s as JSON.stringify encodes a string: '"' and '\\'
-// escaped, \b \f \n \r \t by name, other control characters as \u00xx
-// (lowercase hex), everything else as is (U+2028, U+2029, '<', '>', '&' and
-// DEL included). Invalid UTF-8, which a JavaScript string cannot hold,
-// becomes U+FFFD as a UTF-8 decoder makes it.
-func appendJSString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= utf8.RuneSelf {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				b = append(b, s[start:i]...)
-				b = append(b, "\uFFFD"...)
-				i += nodeInvalidLen(s[i:])
-				start = i
-				continue
-			}
-			i += size
-			continue
-		}
-		if c >= 0x20 && c != '"' && c != '\\' {
-			i++
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\b':
-			b = append(b, `\b`...)
-		case '\f':
-			b = append(b, `\f`...)
-		case '\n':
-			b = append(b, `\n`...)
-		case '\r':
-			b = append(b, `\r`...)
-		case '\t':
-			b = append(b, `\t`...)
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-		}
-		i++
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
-
-// nodeInvalidLen returns how many bytes at the start of s (which does not
-// start with valid UTF-8) a WHATWG UTF-8 decoder, as in Node.js's
-// Buffer.toString, replaces with one U+FFFD: the maximal prefix of a valid
-// sequence, or one byte.
-func nodeInvalidLen(s string) int {
-	c := s[0]
-	var n int
-	lo, hi := byte(0x80), byte(0xBF)
-	switch {
-	case c >= 0xC2 && c <= 0xDF:
-		n = 2
-	case c >= 0xE0 && c <= 0xEF:
-		n = 3
-		if c == 0xE0 {
-			lo = 0xA0
-		} else if c == 0xED {
-			hi = 0x9F
-		}
-	case c >= 0xF0 && c <= 0xF4:
-		n = 4
-		if c == 0xF0 {
-			lo = 0x90
-		} else if c == 0xF4 {
-			hi = 0x8F
-		}
-	default:
-		return 1
-	}
-	i := 1
-	for i < n && i < len(s) && s[i] >= lo && s[i] <= hi {
-		lo, hi = 0x80, 0xBF
-		i++
-	}
-	return i
-}
-
-// nodeUTF8 returns data decoded as Node.js decodes a Buffer: every
-// ill-formed subsequence replaced by U+FFFD. Valid data is returned as is.
-func nodeUTF8(data []byte) []byte {
-	if utf8.Valid(data) {
-		return data
-	}
-	out := make([]byte, 0, len(data)+16)
-	for i := 0; i < len(data); {
-		if data[i] < utf8.RuneSelf {
-			out = append(out, data[i])
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRune(data[i:])
-		if r == utf8.RuneError && size == 1 {
-			out = append(out, "\uFFFD"...)
-			i += nodeInvalidLen(string(data[i:min(len(data), i+4)]))
-			continue
-		}
-		out = append(out, data[i:i+size]...)
-		i += size
-	}
-	return out
-}
-
-// jsLength is the length of s in UTF-16 code units, JavaScript's
-// String.prototype.length.
-func jsLength(s string) int {
-	n := 0
-	for _, r := range s {
-		n += utf16.RuneLen(r)
-	}
-	return n
-}
-
-// sdkUUID reports whether s is a UUID as the SDK's session id check
-// accepts it: 8-4-4-4-12 hex digits, either case.
-func sdkUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// checkSDKSessionID refuses a session id the SDK would refuse.
-func checkSDKSessionID(what, id string) error {
-	if !sdkUUID(id) {
-		return fmt.Errorf("%s %q is not a UUID (8-4-4-4-12 hex digits): %w", what, id, errdefs.ErrInvalidArgument)
-	}
-	return nil
-}
-
 // AgentMetaSidecar returns the content of a subagent's .meta.json sidecar
 // for line when line is an "agent_metadata" entry, the form in which the
 // SDK mirrors the sidecar to a SessionStore: the entry without its "type"
 // member, the other members' bytes and order kept. ok is false for any
 // other line.
 func AgentMetaSidecar(line []byte) (sidecar []byte, ok bool) {
-	if t, found := TopLevelString(line, "type"); !found || t != "agent_metadata" {
+	if t, found := rawjson.TopLevelString(line, "type"); !found || t != "agent_metadata" {
 		return nil, false
 	}
-	start, _ := trimWS(line)
+	start, _ := rawjson.TrimWS(line)
 	out := []byte{'{'}
-	eachMember(line, start, func(m objMember) bool {
-		if keyIs(line, m.key, "type") {
+	rawjson.EachMember(line, start, func(m rawjson.Member) bool {
+		if rawjson.KeyIs(line, m.Key, "type") {
 			return true
 		}
 		if len(out) > 1 {
 			out = append(out, ',')
 		}
-		out = append(out, line[m.key.start:m.key.end]...)
+		out = append(out, line[m.Key.Start:m.Key.End]...)
 		out = append(out, ':')
-		out = append(out, line[m.val.start:m.val.end]...)
+		out = append(out, line[m.Val.Start:m.Val.End]...)
 		return true
 	})
 	return append(out, '}'), true

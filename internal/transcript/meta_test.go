@@ -6,83 +6,8 @@ import (
 	"testing"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/rawjson"
 )
-
-type metaGolden struct {
-	Input *string `json:"input"`
-	Line  string  `json:"line"`
-	Error string  `json:"error"`
-}
-
-// TestMetaGoldens compares CustomTitleLine and TagLine with the lines
-// renameSession and tagSession append, and NormalizeTitle / NormalizeTag
-// with what they refuse.
-func TestMetaGoldens(t *testing.T) {
-	goldens(t)
-	g := readSummaryGolden(t)
-	sid := g.SessionID
-	for _, c := range g.Meta.Titles {
-		title := *c.Input
-		norm, err := NormalizeTitle(title)
-		if c.Error != "" {
-			if !errors.Is(err, errdefs.ErrInvalidArgument) {
-				t.Errorf("NormalizeTitle(%q) = %q, %v; the SDK refuses it: %s", title, norm, err, c.Error)
-			}
-			continue
-		}
-		// The encoding matches for every title the SDK takes...
-		if got := string(CustomTitleLine(sid, jsTrim(title))); got != c.Line {
-			t.Errorf("CustomTitleLine(%q):\n got %s\nwant %s", title, got, c.Line)
-		}
-		// ...and sessiond refuses only control characters on top.
-		if hasControl(title) != (err != nil) {
-			t.Errorf("NormalizeTitle(%q) = %q, %v", title, norm, err)
-		}
-		if err == nil && norm != jsTrim(title) {
-			t.Errorf("NormalizeTitle(%q) = %q", title, norm)
-		}
-	}
-	for _, c := range g.Meta.Tags {
-		if c.Input == nil { // tagSession(id, null): clear
-			if got := string(TagLine(sid, "")); got != c.Line {
-				t.Errorf("TagLine(clear):\n got %s\nwant %s", got, c.Line)
-			}
-			continue
-		}
-		tag := *c.Input
-		norm, err := NormalizeTag(tag)
-		if c.Error != "" || tag == "" {
-			if tag == "" {
-				if err != nil || norm != "" {
-					t.Errorf("NormalizeTag(\"\") = %q, %v; want the clearing tag", norm, err)
-				}
-				continue
-			}
-			if !errors.Is(err, errdefs.ErrInvalidArgument) {
-				t.Errorf("NormalizeTag(%q) = %q, %v; the SDK refuses it: %s", tag, norm, err, c.Error)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("NormalizeTag(%q): %v", tag, err)
-			continue
-		}
-		if got := string(TagLine(sid, norm)); got != c.Line {
-			t.Errorf("TagLine(%q):\n got %s\nwant %s", tag, got, c.Line)
-		}
-	}
-}
-
-// hasControl reports whether s, trimmed, has a character sessiond refuses
-// in titles and tags.
-func hasControl(s string) bool {
-	for _, r := range jsTrim(s) {
-		if r < 0x20 || (r >= 0x7f && r <= 0x9f) || r == 0x2028 || r == 0x2029 {
-			return true
-		}
-	}
-	return false
-}
 
 func TestNormalizeTitleAndTag(t *testing.T) {
 	for _, bad := range []string{"", "  ", "a\nb", "a\rb", "a\u2028b", "x\x00", strings.Repeat("a", MaxTitleLength+1), "\xff"} {
@@ -123,7 +48,7 @@ func TestAppendJSString(t *testing.T) {
 		"\x7f\u2028<&>é🎉":    "\"\x7f\u2028<&>é🎉\"",
 		"bad\xff\xe2\x82x":   "\"bad\uFFFD\uFFFDx\"",
 	} {
-		if got := string(appendJSString(nil, in)); got != want {
+		if got := string(rawjson.AppendJSString(nil, in)); got != want {
 			t.Errorf("appendJSString(%q) = %s, want %s", in, got, want)
 		}
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/sessiond/sessiond/internal/frame"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
-	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/rawjson"
 )
 
 // The ledger of acknowledged entries. Once a compaction has moved a
@@ -115,7 +115,7 @@ func contentID(line []byte) uint64 {
 // lineID returns the uuid of a line read from a file, or its content
 // digest when it has none.
 func lineID(line []byte) (uuid string, hash uint64) {
-	if id, ok := transcript.TopLevelString(line, "uuid"); ok && id != "" {
+	if id, ok := rawjson.TopLevelString(line, "uuid"); ok && id != "" {
 		return id, 0
 	}
 	return "", contentID(line)
@@ -413,7 +413,7 @@ func newAckMatcher(led *ledger) *ackMatcher {
 
 // line matches line n (0-based) of the transcript.
 func (m *ackMatcher) line(n int, line []byte) {
-	if id, ok := transcript.TopLevelString(line, "uuid"); ok && id != "" {
+	if id, ok := rawjson.TopLevelString(line, "uuid"); ok && id != "" {
 		m.uuid(n, id)
 		return
 	}

@@ -19,7 +19,8 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
-	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/rawjson"
+	"github.com/sessiond/sessiond/internal/transcript/damage"
 )
 
 // chained is an entry of a conversation: uuid, parent, session, text.
@@ -77,15 +78,15 @@ func (e *env) rewrite(k layout.Key, lines []string) {
 
 // ackFinding returns the acknowledged_missing problem of k's check, and
 // whether the check was clean.
-func ackFinding(t *testing.T, m *Manager, k layout.Key) (*transcript.Problem, bool) {
+func ackFinding(t *testing.T, m *Manager, k layout.Key) (*damage.Problem, bool) {
 	t.Helper()
 	res, err := m.Check(bg, k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var found *transcript.Problem
+	var found *damage.Problem
 	for i, p := range res.Report.Problems {
-		if p.Kind == transcript.KindAcknowledgedMissing {
+		if p.Kind == damage.KindAcknowledgedMissing {
 			if found != nil {
 				t.Fatalf("two acknowledged_missing findings: %+v", res.Report.Problems)
 			}
@@ -99,7 +100,7 @@ func ackFinding(t *testing.T, m *Manager, k layout.Key) (*transcript.Problem, bo
 func uuidsOf(lines []string) []string {
 	var out []string
 	for _, l := range lines {
-		if id, ok := transcript.TopLevelString([]byte(l), "uuid"); ok {
+		if id, ok := rawjson.TopLevelString([]byte(l), "uuid"); ok {
 			out = append(out, id)
 		}
 	}
@@ -160,7 +161,7 @@ func TestForeignTruncatingRewrite(t *testing.T) {
 	}
 	restored := 0
 	for _, a := range out.Result.Actions {
-		if a.Kind == transcript.ActionRestore {
+		if a.Kind == damage.ActionRestore {
 			restored++
 		}
 	}

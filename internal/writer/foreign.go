@@ -9,7 +9,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
-	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/rawjson"
 )
 
 // Other programs writing the canonical file. An agent may append lines to
@@ -174,7 +174,7 @@ func (st *state) rescue(data []byte) error {
 		if len(l) == 0 {
 			continue
 		}
-		id, ok := transcript.TopLevelString(l, "uuid")
+		id, ok := rawjson.TopLevelString(l, "uuid")
 		if ok && id != "" {
 			if st.ids.has(id) {
 				continue

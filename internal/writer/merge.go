@@ -13,6 +13,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/rawjson"
 	"github.com/sessiond/sessiond/internal/transcript"
 )
 
@@ -37,7 +38,7 @@ func (c *mergeCounts) add(o mergeCounts) {
 // line without one (titles, tags, summaries, the SessionStore adapters'
 // entries) the whole line.
 func mergeKey(line []byte) string {
-	if id, ok := transcript.TopLevelString(line, "uuid"); ok && id != "" {
+	if id, ok := rawjson.TopLevelString(line, "uuid"); ok && id != "" {
 		return "u" + id
 	}
 	h := sha256.Sum256(line)

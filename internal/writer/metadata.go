@@ -17,6 +17,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/transcript/listing"
 )
 
 // noteAgentMeta remembers the .meta.json sidecar an agent_metadata entry
@@ -108,7 +109,7 @@ func (d *deps) titleSidecar(key layout.Key) (string, error) {
 	if err != nil || b == nil {
 		return "", err
 	}
-	return transcript.ParseTitleSidecar(b), nil
+	return listing.ParseTitleSidecar(b), nil
 }
 
 // archived reads the session's archived.json marker: archived unless
@@ -118,7 +119,7 @@ func (m *Manager) archived(key layout.Key, lastPromptMs int64) (bool, error) {
 	if err != nil || b == nil {
 		return false, err
 	}
-	return transcript.Archived(b, lastPromptMs), nil
+	return listing.Archived(b, lastPromptMs), nil
 }
 
 // readSessionFile reads up to limit bytes of a file the official tools

@@ -17,6 +17,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/rawjson"
 	"github.com/sessiond/sessiond/internal/transcript"
 )
 
@@ -151,7 +152,7 @@ func (st *state) replay(spans []span, foreign []bool) (dropped bool, err error) 
 	size := st.canon.size
 	err = st.j.read(spans, func(i int, line []byte) error {
 		p := pendingEntry{span: spans[i], size: len(line), foreign: i < len(foreign) && foreign[i]}
-		if id, ok := transcript.TopLevelString(line, "uuid"); ok && id != "" {
+		if id, ok := rawjson.TopLevelString(line, "uuid"); ok && id != "" {
 			if st.ids.has(id) {
 				dropped = true
 				if !p.foreign {
@@ -246,7 +247,7 @@ func shrank(err error) bool {
 
 // scanCanonicalPromising is scanCanonical; with promise, the listing
 // summary is told the file's size first, so it only searches the lines
-// that can fall in its windows (transcript.Summary.ExpectAtLeast).
+// that can fall in its windows (listing.Summary.ExpectAtLeast).
 func (st *state) scanCanonicalPromising(promise bool) error {
 	st.ids = newIDSet()
 	st.canonEntries = 0
@@ -292,7 +293,7 @@ func (st *state) scanCanonicalPromising(promise bool) error {
 		} else {
 			st.canonEndsNL = false
 		}
-		if id, ok := transcript.TopLevelString(line, "uuid"); ok && id != "" {
+		if id, ok := rawjson.TopLevelString(line, "uuid"); ok && id != "" {
 			st.ids.add(id)
 		}
 		if st.ent != nil {

@@ -19,12 +19,13 @@ import (
 	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/transcript/damage"
 )
 
 // Putting back acknowledged entries another program's rewrite dropped
 // (see acked.go and missing.go). The ledger says which entries are
 // missing and in which order they were acknowledged; the journal,
-// which keeps compacted segments for a while (wal's retention), still
+// which keeps compacted segments for a while (the journal's retention), still
 // has their bytes. Repair inserts each missing entry once, right after
 // the nearest entry acknowledged before it that the file holds (at the
 // start when none is), in acknowledged order, and keeps every line the
@@ -32,7 +33,7 @@ import (
 // holds cannot come back: the finding stays, and says so.
 
 // ackProblem is the check finding for missing acknowledged entries.
-func ackProblem(missing []ackID, retained int, since time.Time) transcript.Problem {
+func ackProblem(missing []ackID, retained int, since time.Time) damage.Problem {
 	ids := missingIDs(missing)
 	shown := ids[:min(len(ids), 5)]
 	more := ""
@@ -49,7 +50,7 @@ func ackProblem(missing []ackID, retained int, since time.Time) transcript.Probl
 	default:
 		msg += fmt.Sprintf("; repair puts back the %d the journal still holds, in the order they were acknowledged; it cannot bring back the other %d (the journal keeps compacted entries %s)", retained, gone, retainedSince(since))
 	}
-	return transcript.Problem{Kind: transcript.KindAcknowledgedMissing, Message: msg, IDs: ids}
+	return damage.Problem{Kind: damage.KindAcknowledgedMissing, Message: msg, IDs: ids}
 }
 
 func retainedSince(since time.Time) string {
@@ -92,7 +93,7 @@ func (ls *logStore) retained(missing []ackID, keep bool) (map[span][]byte, journ
 // checkAcked adds the finding for key's missing acknowledged entries to
 // a check's report, given the matcher Check's reading fed, and records
 // what it found (Status, log, note).
-func (m *Manager) checkAcked(key layout.Key, mt *ackMatcher, rep *transcript.Report) error {
+func (m *Manager) checkAcked(key layout.Key, mt *ackMatcher, rep *damage.Report) error {
 	missing := mt.missing()
 	m.recordMissing(key, missing, "check")
 	if len(missing) == 0 {
@@ -102,7 +103,7 @@ func (m *Manager) checkAcked(key layout.Key, mt *ackMatcher, rep *transcript.Rep
 	if err != nil {
 		return err
 	}
-	rep.Problems = append([]transcript.Problem{ackProblem(missing, len(found), info.Since)}, rep.Problems...)
+	rep.Problems = append([]damage.Problem{ackProblem(missing, len(found), info.Since)}, rep.Problems...)
 	return nil
 }
 
@@ -214,15 +215,15 @@ func (st *state) planPutback() (*putbackPlan, error) {
 }
 
 // actions are the plan's repair actions, in line order.
-func (p *putbackPlan) actions() []transcript.Action {
-	var out []transcript.Action
+func (p *putbackPlan) actions() []damage.Action {
+	var out []damage.Action
 	for _, ins := range p.inserts {
 		for k, id := range ins.ids {
 			after := ins.lines[k]
 			if len(after) > 200 {
 				after = after[:200]
 			}
-			out = append(out, transcript.Action{Line: ins.line, Kind: transcript.ActionRestore,
+			out = append(out, damage.Action{Line: ins.line, Kind: damage.ActionRestore,
 				Detail: fmt.Sprintf("put back entry %s, acknowledged by sessiond and missing from the file, from the journal", id), After: after})
 		}
 	}
@@ -293,27 +294,27 @@ func (st *state) putbackTemp(p *putbackPlan, src fsys.File, size int64) (fsys.Fi
 
 // withPutback folds the plan into a repair's result: its actions first,
 // the finding in Before, and what stays missing in After.
-func (p *putbackPlan) withPutback(res *transcript.RepairResult, before *transcript.Report) {
+func (p *putbackPlan) withPutback(res *damage.RepairResult, before *damage.Report) {
 	res.Actions = append(p.actions(), res.Actions...)
 	res.Changed = res.Changed || p.restored > 0
 	if before != nil {
 		res.Before = before
 	}
 	if res.Before != nil {
-		res.Before.Problems = append([]transcript.Problem{ackProblem(p.missing, p.restored, p.since)}, res.Before.Problems...)
+		res.Before.Problems = append([]damage.Problem{ackProblem(p.missing, p.restored, p.since)}, res.Before.Problems...)
 	}
 	if rest := p.remaining(); len(rest) > 0 && res.After != nil {
-		res.After.Problems = append([]transcript.Problem{ackProblem(rest, 0, p.since)}, res.After.Problems...)
+		res.After.Problems = append([]damage.Problem{ackProblem(rest, 0, p.since)}, res.After.Problems...)
 	}
 }
 
 // checkOriginal is Check of the file as it was before repair (Repair
 // itself checks what it reads: the file with the entries put back).
-func checkOriginal(ctx context.Context, src io.ReaderAt, size int64, sid string) (*transcript.Report, error) {
+func checkOriginal(ctx context.Context, src io.ReaderAt, size int64, sid string) (*damage.Report, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	rep, err := transcript.Check(io.NewSectionReader(src, 0, size), transcript.CheckOptions{SessionID: sid})
+	rep, err := damage.Check(io.NewSectionReader(src, 0, size), damage.CheckOptions{SessionID: sid})
 	if err != nil {
 		return nil, errdefs.FromIO(err)
 	}

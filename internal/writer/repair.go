@@ -15,18 +15,19 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/progress"
-	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/transcript/damage"
+	"github.com/sessiond/sessiond/internal/transcript/fork"
 )
 
 // CheckResult is the damage found in one transcript.
 type CheckResult struct {
 	Key    layout.Key
-	Report *transcript.Report
+	Report *damage.Report
 }
 
 // Check reports the damage in key.
 //
-// Besides what transcript.Check finds in the file, it compares the file
+// Besides what damage.Check finds in the file, it compares the file
 // with the entries sessiond acknowledged and compacted into it (its
 // ledger, read before the file: what was compacted since is in the file
 // or still pending, and both are read) and reports those missing
@@ -50,7 +51,7 @@ func (m *Manager) Check(ctx context.Context, key layout.Key) (CheckResult, error
 			split = &lineSplitter{m: mt}
 			r = io.TeeReader(r, split)
 		}
-		rep, err := transcript.Check(r, transcript.CheckOptions{SessionID: key.SessionID})
+		rep, err := damage.Check(r, damage.CheckOptions{SessionID: key.SessionID})
 		if err != nil {
 			return fmt.Errorf("check %s: %w", key, errdefs.FromIO(err))
 		}
@@ -104,7 +105,7 @@ func (m *Manager) CheckAll(ctx context.Context, projectKey string, fn func(Check
 // RepairOutcome describes one repair.
 type RepairOutcome struct {
 	Key    layout.Key
-	Result *transcript.RepairResult
+	Result *damage.RepairResult
 	Backup string // where the original was kept
 }
 
@@ -158,9 +159,9 @@ func (st *state) repairDryPending(ctx context.Context, out *RepairOutcome) error
 		return err
 	}
 	defer tmp.Close()
-	opt := transcript.RepairOptions{SessionID: st.key.SessionID}
+	opt := damage.RepairOptions{SessionID: st.key.SessionID}
 	if plan == nil || plan.restored == 0 {
-		out.Result, err = transcript.Repair(tmp, tmp.size, io.Discard, opt)
+		out.Result, err = damage.Repair(tmp, tmp.size, io.Discard, opt)
 		if err == nil && plan != nil {
 			plan.withPutback(out.Result, nil)
 		}
@@ -178,7 +179,7 @@ func (st *state) repairDryPending(ctx context.Context, out *RepairOutcome) error
 		return err
 	}
 	defer restored.Close()
-	out.Result, err = transcript.Repair(restored, restored.size, io.Discard, opt)
+	out.Result, err = damage.Repair(restored, restored.size, io.Discard, opt)
 	if err == nil {
 		plan.withPutback(out.Result, before)
 	}
@@ -219,7 +220,7 @@ func spool(r io.Reader) (*spooled, error) {
 	return &spooled{f, n}, nil
 }
 
-func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*transcript.RepairResult, string, error) {
+func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*damage.RepairResult, string, error) {
 	// The acknowledged entries another program's rewrite dropped go back
 	// first (putback.go): then the chain repair below sees them.
 	plan, err := st.planPutback()
@@ -237,7 +238,7 @@ func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*tra
 	}
 	var src io.ReaderAt = f
 	size := fi.Size()
-	var before *transcript.Report
+	var before *damage.Report
 	if plan != nil && plan.restored > 0 {
 		if before, err = checkOriginal(ctx, f, size, st.key.SessionID); err != nil {
 			return nil, "", err
@@ -250,7 +251,7 @@ func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*tra
 		defer r.Close()
 		src, size = r, n
 	}
-	fold := func(res *transcript.RepairResult) *transcript.RepairResult {
+	fold := func(res *damage.RepairResult) *damage.RepairResult {
 		if plan != nil {
 			plan.withPutback(res, before)
 		}
@@ -260,9 +261,9 @@ func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*tra
 	// Repair reads its input several times (check, plan, write), and its
 	// output is about as long as its input.
 	op.SetTotal(size)
-	opt := transcript.RepairOptions{SessionID: st.key.SessionID}
+	opt := damage.RepairOptions{SessionID: st.key.SessionID}
 	if dryRun {
-		res, err := transcript.Repair(src, size, countingWriter{io.Discard, op}, opt)
+		res, err := damage.Repair(src, size, countingWriter{io.Discard, op}, opt)
 		if err != nil {
 			return nil, "", err
 		}
@@ -283,7 +284,7 @@ func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*tra
 	if err := st.keepAttrs(tmp); err != nil {
 		return nil, "", fmt.Errorf("repair %s: %w", st.key, errdefs.FromIO(err))
 	}
-	res, err := transcript.Repair(src, size, countingWriter{tmp, op}, opt)
+	res, err := damage.Repair(src, size, countingWriter{tmp, op}, opt)
 	if err != nil {
 		return nil, "", fmt.Errorf("repair %s: %w", st.key, errdefs.FromIO(err))
 	}
@@ -422,7 +423,7 @@ func (m *Manager) Fork(ctx context.Context, src layout.Key, upTo, title, newID s
 			return fmt.Errorf("session %s already exists; a fork never overwrites: %w", dst, errdefs.ErrAlreadyExists)
 		}
 		return st.createCanon("fork", func(w io.Writer) error {
-			res, err := transcript.Fork(io.NewSectionReader(data, 0, data.size), w, transcript.ForkOptions{SessionID: src.SessionID, NewSessionID: newID, UpTo: upTo, Title: title, SidecarTitle: sidecarTitle})
+			res, err := fork.Session(io.NewSectionReader(data, 0, data.size), w, fork.Options{SessionID: src.SessionID, NewSessionID: newID, UpTo: upTo, Title: title, SidecarTitle: sidecarTitle})
 			out.Entries, out.Title = res.Entries, res.Title
 			return err
 		})

@@ -16,7 +16,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
-	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/transcript/listing"
 )
 
 // SessionSidecars are the files of a session's folder
@@ -141,7 +141,7 @@ func (m *Manager) writeSidecarLocked(st *state, name string, body []byte) error 
 		// The listing's title comes from it too (when the transcript's
 		// tail names none), and its stamp does not cover the sidecar.
 		if st.ent != nil {
-			st.ent.Sum.SetSidecarTitle(transcript.ParseTitleSidecar(body))
+			st.ent.Sum.SetSidecarTitle(listing.ParseTitleSidecar(body))
 			st.publish()
 		} else {
 			st.ix.Delete(st.key.Main())

@@ -18,7 +18,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/layout"
-	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/rawjson"
 )
 
 const (
@@ -73,7 +73,7 @@ func (o AppendOptions) validate(key layout.Key) error {
 			return fmt.Errorf("a summary belongs to a whole session, not to the subagent transcript %s; send it with the main transcript's batches: %w", key.Subpath, errdefs.ErrInvalidArgument)
 		case len(s.Data) > MaxSummaryBytes:
 			return fmt.Errorf("summary is %d bytes, over the %d-byte limit: %w", len(s.Data), MaxSummaryBytes, errdefs.ErrTooLarge)
-		case !transcript.WellFormedObject(s.Data):
+		case !rawjson.WellFormedObject(s.Data):
 			return fmt.Errorf("summary is not one JSON object: %w", errdefs.ErrInvalidArgument)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
-	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/transcript/damage"
 )
 
 // The sessions of the workloads. kBy is the bystander: a session of the
@@ -89,7 +89,7 @@ func wlForeignRewrite() *workload {
 				return []string{fmt.Sprintf("foreign-rewrite check: %v", err)}
 			}
 			for _, p := range res.Report.Problems {
-				if p.Kind == transcript.KindAcknowledgedMissing {
+				if p.Kind == damage.KindAcknowledgedMissing {
 					return []string{fmt.Sprintf("after repair check still finds acknowledged entries missing: %s", p.Message)}
 				}
 			}
@@ -374,7 +374,7 @@ func damagedTranscript() string {
 
 func repaired(in string) string {
 	var out bytes.Buffer
-	if _, err := transcript.Repair(strings.NewReader(in), int64(len(in)), &out, transcript.RepairOptions{SessionID: kRepair.SessionID}); err != nil {
+	if _, err := damage.Repair(strings.NewReader(in), int64(len(in)), &out, damage.RepairOptions{SessionID: kRepair.SessionID}); err != nil {
 		panic(err)
 	}
 	return out.String()

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
 )
 
 // timedRead is one cold read baseline.
