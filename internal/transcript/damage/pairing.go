@@ -49,6 +49,16 @@ type toolPairing struct {
 	turnOf, answers []int32
 }
 
+// inTurnEndingAt reports whether c is part of the turn that ends at x: an
+// assistant entry of it or a result answering it.
+func (p *toolPairing) inTurnEndingAt(c, x int32) bool {
+	t := p.turnOf[x]
+	if t < 0 {
+		t = p.answers[x]
+	}
+	return p.turnOf[c] == t || p.answers[c] == t
+}
+
 // orphans calls fn for every tool_use without a result, by turn.
 func (p *toolPairing) orphans(fn func(t *toolTurn, u *toolUse)) {
 	for ti := range p.turns {
