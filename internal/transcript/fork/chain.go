@@ -1,7 +1,6 @@
 package fork
 
 import (
-	"math"
 	"sort"
 
 	"github.com/sessiond/sessiond/internal/transcript"
@@ -21,6 +20,51 @@ type forkNode struct {
 	parentTrue bool   // the parent is truthy
 }
 
+// relink points nd at parent ("" = null).
+func (nd *forkNode) relink(parent string) { nd.parent, nd.parentTrue = parent, parent != "" }
+
+// message reports whether nd is a user or assistant message, which a
+// chain must reach.
+func (nd *forkNode) message() bool {
+	return nd.e.kind == transcript.TypeUser || nd.e.kind == transcript.TypeAssistant
+}
+
+// forkGraph is the entries a chain is built from, one node per uuid.
+type forkGraph struct {
+	n      map[string]*forkNode
+	order  []string       // the uuids in the order they first appear
+	pos    map[string]int // the last position of each uuid in the list
+	forked bool           // entries are seen as the fork writes them
+}
+
+// newForkGraph indexes list by uuid: a later entry with a uuid seen
+// before takes the earlier one's node, and so its place in the order.
+func newForkGraph(list []*forkEntry, forked bool) *forkGraph {
+	g := &forkGraph{
+		n:      make(map[string]*forkNode, len(list)),
+		order:  make([]string, 0, len(list)),
+		pos:    make(map[string]int, len(list)),
+		forked: forked,
+	}
+	for i, e := range list {
+		if nd, ok := g.n[e.uuid]; ok {
+			*nd = forkNode{e, e.parent, e.parentSet}
+		} else {
+			g.order = append(g.order, e.uuid)
+			g.n[e.uuid] = &forkNode{e, e.parent, e.parentSet}
+		}
+		g.pos[e.uuid] = i
+	}
+	return g
+}
+
+func (g *forkGraph) parentOf(nd *forkNode) *forkNode {
+	if nd.parent == "" {
+		return nil
+	}
+	return g.n[nd.parent]
+}
+
 // buildChain is $p: the conversation a resume would load from list. The
 // leaf is the latest entry (by position) that no other entry names as
 // parent and that is not a progress entry, a team member's or a fork
@@ -33,344 +77,180 @@ type forkNode struct {
 // and sourceToolAssistantUUID. stripped marks boundaries whose preserved
 // metadata the fork drops.
 func buildChain(list []*forkEntry, forked bool, stripped map[*forkEntry]bool) (chain []*forkEntry, terminal *forkEntry) {
-	order := make([]string, 0, len(list))
-	n := make(map[string]*forkNode, len(list))
-	for _, e := range list {
-		if nd, ok := n[e.uuid]; ok {
-			*nd = forkNode{e, e.parent, e.parentSet}
-		} else {
-			order = append(order, e.uuid)
-			n[e.uuid] = &forkNode{e, e.parent, e.parentSet}
-		}
+	g := newForkGraph(list, forked)
+	g.relinkCompactions(stripped)
+	m, leaf := g.latestLeafMessage()
+	if m != nil {
+		terminal = leaf.e
+	} else if m = g.fallbackMessage(); m == nil {
+		return nil, nil
 	}
-	relink := func(nd *forkNode, parent string) { nd.parent, nd.parentTrue = parent, parent != "" }
-	for _, id := range order {
-		e := n[id].e
+	t, in := g.chainUpTo(m)
+	return siblings(g, t, in), terminal
+}
+
+// relinkCompactions relinks the parents of the messages each compact
+// boundary preserved (unless the fork strips its metadata), in the order
+// of the boundaries.
+func (g *forkGraph) relinkCompactions(stripped map[*forkEntry]bool) {
+	for _, id := range g.order {
+		e := g.n[id].e
 		if !e.boundary || stripped[e] {
 			continue
 		}
 		switch e.relinkKind {
 		case relinkMessages:
-			ok := true
-			for _, w := range e.relinkUUIDs {
-				if n[w] == nil {
-					ok = false
-					break
-				}
-			}
-			if !ok {
-				continue
-			}
-			c := e.relinkAnchor
-			for _, w := range e.relinkUUIDs {
-				relink(n[w], c)
-				c = w
-			}
-			first, last := e.relinkUUIDs[0], e.relinkUUIDs[len(e.relinkUUIDs)-1]
-			for _, w := range order {
-				if nd := n[w]; e.relinkAnchor != "" && nd.parent == e.relinkAnchor && w != first {
-					relink(nd, last)
-				}
-			}
+			g.relinkPreservedMessages(e)
 		case relinkSegment:
-			if nd := n[e.relinkHead]; nd != nil && e.relinkHead != "" {
-				relink(nd, e.relinkAnchor)
-			}
-			for _, w := range order {
-				if nd := n[w]; e.relinkAnchor != "" && nd.parent == e.relinkAnchor && w != e.relinkHead {
-					relink(nd, e.relinkTail)
-				}
-			}
+			g.relinkPreservedSegment(e)
 		}
 	}
-	pos := make(map[string]int, len(list)) // the last position of each uuid
-	for i, e := range list {
-		pos[e.uuid] = i
-	}
-	parentOf := func(nd *forkNode) *forkNode {
-		if nd.parent == "" {
-			return nil
+}
+
+// relinkPreservedMessages chains the preserved messages one after the
+// other from the anchor, and moves what hung off the anchor to the last
+// of them. Nothing happens unless all of them are present.
+func (g *forkGraph) relinkPreservedMessages(e *forkEntry) {
+	for _, w := range e.relinkUUIDs {
+		if g.n[w] == nil {
+			return
 		}
-		return n[nd.parent]
 	}
-	message := func(nd *forkNode) bool {
-		return nd.e.kind == transcript.TypeUser || nd.e.kind == transcript.TypeAssistant
+	c := e.relinkAnchor
+	for _, w := range e.relinkUUIDs {
+		g.n[w].relink(c)
+		c = w
 	}
-	named := map[string]bool{}     // parents of any entry
+	first, last := e.relinkUUIDs[0], e.relinkUUIDs[len(e.relinkUUIDs)-1]
+	g.moveAnchorChildren(e.relinkAnchor, first, last)
+}
+
+// relinkPreservedSegment hangs the preserved segment's head off the
+// anchor, and moves what hung off the anchor to the segment's tail.
+func (g *forkGraph) relinkPreservedSegment(e *forkEntry) {
+	if nd := g.n[e.relinkHead]; nd != nil && e.relinkHead != "" {
+		nd.relink(e.relinkAnchor)
+	}
+	g.moveAnchorChildren(e.relinkAnchor, e.relinkHead, e.relinkTail)
+}
+
+// moveAnchorChildren relinks every child of anchor but head to tail.
+func (g *forkGraph) moveAnchorChildren(anchor, head, tail string) {
+	if anchor == "" {
+		return
+	}
+	for _, w := range g.order {
+		if nd := g.n[w]; nd.parent == anchor && w != head {
+			nd.relink(tail)
+		}
+	}
+}
+
+// leafCandidate reports whether nd may be the leaf a resume starts from:
+// not a progress entry, a fork briefing, or (unless forked, which drops
+// team names) a team member's entry.
+func (g *forkGraph) leafCandidate(nd *forkNode) bool {
+	e := nd.e
+	return !(e.teamName && !g.forked) && e.kind != transcript.TypeProgress && !e.briefing
+}
+
+// latestLeafMessage walks up from the leaves, latest first, to the first
+// message reachable from one; it returns that message and its leaf, or
+// nils. A walk stops where an earlier walk went without finding one.
+func (g *forkGraph) latestLeafMessage() (found, leaf *forkNode) {
 	namedLeaf := map[string]bool{} // parents of leaf candidates
-	candidate := func(nd *forkNode) bool {
-		e := nd.e
-		return !(e.teamName && !forked) && e.kind != transcript.TypeProgress && !e.briefing
-	}
-	for _, id := range order {
-		nd := n[id]
-		if nd.parent != "" {
-			named[nd.parent] = true
-			if candidate(nd) {
-				namedLeaf[nd.parent] = true
-			}
+	for _, id := range g.order {
+		if nd := g.n[id]; nd.parent != "" && g.leafCandidate(nd) {
+			namedLeaf[nd.parent] = true
 		}
 	}
 	var leaves []*forkNode
-	for _, id := range order {
-		if nd := n[id]; candidate(nd) && !namedLeaf[id] {
+	for _, id := range g.order {
+		if nd := g.n[id]; g.leafCandidate(nd) && !namedLeaf[id] {
 			leaves = append(leaves, nd)
 		}
 	}
-	sort.SliceStable(leaves, func(i, j int) bool { return pos[leaves[i].e.uuid] > pos[leaves[j].e.uuid] })
-	var found, leaf *forkNode
+	sort.SliceStable(leaves, func(i, j int) bool { return g.pos[leaves[i].e.uuid] > g.pos[leaves[j].e.uuid] })
 	done := map[string]bool{}
 	for _, h := range leaves {
 		var walked []string
 		seen := map[string]bool{}
-		for c := h; c != nil && !done[c.e.uuid] && !seen[c.e.uuid]; c = parentOf(c) {
-			if message(c) {
-				found, leaf = c, h
-				break
+		for c := h; c != nil && !done[c.e.uuid] && !seen[c.e.uuid]; c = g.parentOf(c) {
+			if c.message() {
+				return c, h
 			}
 			seen[c.e.uuid] = true
 			walked = append(walked, c.e.uuid)
-		}
-		if found != nil {
-			break
 		}
 		for _, id := range walked {
 			done[id] = true
 		}
 	}
-	m := found
-	if m == nil {
-		var hs []*forkNode
-		for _, id := range order {
-			if named[id] {
-				continue
-			}
-			seen := map[string]bool{}
-			for a := n[id]; a != nil && !seen[a.e.uuid]; a = parentOf(a) {
-				seen[a.e.uuid] = true
-				if message(a) {
-					hs = append(hs, a)
-					break
-				}
-			}
-		}
-		if len(hs) == 0 {
-			return nil, nil
-		}
-		latest := func(l []*forkNode) *forkNode {
-			best := l[0]
-			for _, x := range l[1:] {
-				if pos[x.e.uuid] > pos[best.e.uuid] {
-					best = x
-				}
-			}
-			return best
-		}
-		var real []*forkNode
-		for _, c := range hs {
-			if !(c.e.teamName && !forked) && !c.e.isMeta {
-				real = append(real, c)
-			}
-		}
-		if len(real) > 0 {
-			m = latest(real)
-		} else {
-			m = latest(hs)
-		}
-	}
-	var g []*forkNode
-	in := map[string]bool{}
-	for c := n[m.e.uuid]; c != nil && !in[c.e.uuid]; c = parentOf(c) {
-		in[c.e.uuid] = true
-		g = append(g, c)
-	}
-	for i, j := 0, len(g)-1; i < j; i, j = i+1, j-1 {
-		g[i], g[j] = g[j], g[i]
-	}
-	if m == found {
-		terminal = leaf.e
-	}
-	return siblings(n, order, g, in, forked), terminal
+	return nil, nil
 }
 
-// siblings is NMe: after each assistant message of the chain, the pieces of
-// the same API message (same message.id) that are not on the chain, and
-// the tool results that answer it but hang elsewhere.
-func siblings(n map[string]*forkNode, order []string, t []*forkNode, in map[string]bool, forked bool) []*forkEntry {
-	out := func(l []*forkNode) []*forkEntry {
-		r := make([]*forkEntry, len(l))
-		for i, nd := range l {
-			r[i] = nd.e
-		}
-		return r
-	}
-	var r []*forkNode
-	for _, b := range t {
-		if b.e.kind == transcript.TypeAssistant {
-			r = append(r, b)
+// fallbackMessage is the message the chain ends at when no leaf
+// candidate reaches one: of the nearest messages above every entry no
+// other names as parent, the latest that is neither meta nor (unless
+// forked) a team member's, else the latest of them; nil when there is none.
+func (g *forkGraph) fallbackMessage() *forkNode {
+	named := map[string]bool{} // parents of any entry
+	for _, id := range g.order {
+		if nd := g.n[id]; nd.parent != "" {
+			named[nd.parent] = true
 		}
 	}
-	if len(r) == 0 {
-		return out(t)
-	}
-	lastOf := map[string]*forkNode{}
-	for _, b := range r {
-		if b.e.msgID != "" {
-			lastOf[b.e.msgID] = b
-		}
-	}
-	byMsg := map[string][]*forkNode{}
-	toolUse := map[string]*forkNode{} // nil: ambiguous
-	var results []*forkNode
-	for _, id := range order {
-		b := n[id]
-		if c := b.e.msgID; c != "" && b.e.kind == transcript.TypeAssistant {
-			byMsg[c] = append(byMsg[c], b)
-			for _, x := range b.e.toolUses {
-				if w, seen := toolUse[x]; !seen || (w != nil && w.e.msgID == c) {
-					toolUse[x] = b
-				} else {
-					toolUse[x] = nil
-				}
-			}
-		} else if b.e.fbUser && b.parentTrue {
-			results = append(results, b)
-		}
-	}
-	children := map[string][]*forkNode{}
-	edges := map[[2]string]bool{}
-	edge := func(parent string, c *forkNode) {
-		k := [2]string{parent, c.e.uuid}
-		if !edges[k] {
-			edges[k] = true
-			children[parent] = append(children[parent], c)
-		}
-	}
-	same := func(b, c *forkNode) bool {
-		if !forked && b.e.sidechain != c.e.sidechain {
-			return false
-		}
-		return b.e.agentID == c.e.agentID && (b.e.agentID == "" || (b.e.agentID[0] != '{' && b.e.agentID[0] != '['))
-	}
-	for _, b := range results {
-		edge(b.parent, b)
-		if st := b.e.sourceTool; !forked && st != "" && st != b.parent {
-			if c := n[st]; c != nil && same(b, c) {
-				edge(c.e.uuid, b)
-			}
-		}
-		for _, a := range b.e.toolResults {
-			if x := toolUse[a]; x != nil && same(b, x) {
-				edge(x.e.uuid, b)
-			}
-		}
-	}
-	answered := map[string]bool{}
-	for _, b := range t {
-		for _, id := range b.e.toolResults {
-			answered[id] = true
-		}
-	}
-	var index map[string]int
-	position := func(b *forkNode) int {
-		if index == nil {
-			index = make(map[string]int, len(order))
-			for i, id := range order {
-				index[id] = i
-			}
-		}
-		if i, ok := index[b.e.uuid]; ok {
-			return i
-		}
-		return math.MaxInt
-	}
-	done := map[string]bool{}
-	after := map[string][]*forkNode{}
-	total := 0
-	for _, b := range r {
-		c := b.e.msgID
-		if c == "" || done[c] {
+	var hs []*forkNode
+	for _, id := range g.order {
+		if named[id] {
 			continue
-		}
-		done[c] = true
-		pieces := byMsg[c]
-		if pieces == nil {
-			pieces = []*forkNode{b}
-		}
-		ids := map[string]bool{}
-		for _, m := range pieces {
-			ids[m.e.uuid] = true
-		}
-		var w, p, f []*forkNode
-		for _, m := range pieces {
-			if !in[m.e.uuid] {
-				w = append(w, m)
-			}
 		}
 		seen := map[string]bool{}
-		for _, m := range pieces {
-			for _, x := range children[m.e.uuid] {
-				if in[x.e.uuid] || seen[x.e.uuid] {
-					continue
-				}
-				seen[x.e.uuid] = true
-				if ids[x.parent] {
-					p = append(p, x)
-				} else {
-					f = append(f, x)
-				}
+		for a := g.n[id]; a != nil && !seen[a.e.uuid]; a = g.parentOf(a) {
+			seen[a.e.uuid] = true
+			if a.message() {
+				hs = append(hs, a)
+				break
 			}
 		}
-		if len(f) > 0 {
-			have := make(map[string]bool, len(answered))
-			for k := range answered {
-				have[k] = true
-			}
-			for _, x := range p {
-				for _, id := range x.e.toolResults {
-					have[id] = true
-				}
-			}
-			sort.SliceStable(f, func(i, j int) bool { return position(f[i]) < position(f[j]) })
-			for _, x := range f {
-				useful := false
-				for _, id := range x.e.toolResults {
-					if u := toolUse[id]; !have[id] && u != nil && ids[u.e.uuid] {
-						useful = true
-						break
-					}
-				}
-				if !useful {
-					continue
-				}
-				for _, id := range x.e.toolResults {
-					have[id] = true
-				}
-				p = append(p, x)
-			}
-		}
-		if len(w) == 0 && len(p) == 0 {
-			continue
-		}
-		byTime := func(l []*forkNode) {
-			sort.SliceStable(l, func(i, j int) bool { return l[i].e.timestamp < l[j].e.timestamp })
-		}
-		byTime(w)
-		byTime(p)
-		add := append(w, p...)
-		for _, x := range add {
-			in[x.e.uuid] = true
-		}
-		total += len(add)
-		after[lastOf[c].e.uuid] = add
 	}
-	if total == 0 {
-		return out(t)
+	if len(hs) == 0 {
+		return nil
 	}
-	var e []*forkNode
-	for _, b := range t {
-		e = append(e, b)
-		e = append(e, after[b.e.uuid]...)
+	var real []*forkNode
+	for _, c := range hs {
+		if !(c.e.teamName && !g.forked) && !c.e.isMeta {
+			real = append(real, c)
+		}
 	}
-	return out(e)
+	if len(real) > 0 {
+		return g.latest(real)
+	}
+	return g.latest(hs)
+}
+
+// latest returns the node of l whose uuid comes last in the list (the
+// first such on a tie).
+func (g *forkGraph) latest(l []*forkNode) *forkNode {
+	best := l[0]
+	for _, x := range l[1:] {
+		if g.pos[x.e.uuid] > g.pos[best.e.uuid] {
+			best = x
+		}
+	}
+	return best
+}
+
+// chainUpTo returns the chain from the root down to m, and the set of its
+// uuids. A cycle ends the walk up.
+func (g *forkGraph) chainUpTo(m *forkNode) (chain []*forkNode, in map[string]bool) {
+	in = map[string]bool{}
+	for c := g.n[m.e.uuid]; c != nil && !in[c.e.uuid]; c = g.parentOf(c) {
+		in[c.e.uuid] = true
+		chain = append(chain, c)
+	}
+	for i, j := 0, len(chain)-1; i < j; i, j = i+1, j-1 {
+		chain[i], chain[j] = chain[j], chain[i]
+	}
+	return chain, in
 }
