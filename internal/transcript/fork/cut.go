@@ -239,107 +239,151 @@ func hue(e []*forkEntry, stripped map[*forkEntry]bool) []*forkEntry {
 		return e
 	}
 	t := e[len(e)-1]
+	// A leaf after the cut makes the chain the one that ends at it.
 	synthetic := &forkEntry{uuid: "\x00fork-leaf", parent: t.uuid, parentSet: t.uuid != "", kind: transcript.TypeSystem, sidechain: "false"}
 	r, _ := buildChain(append(e[:len(e):len(e)], synthetic), true, stripped)
-	index := make(map[string]int, len(e)) // first position
-	byUUID := make(map[string]*forkEntry, len(e))
-	for i, x := range e {
-		if _, ok := index[x.uuid]; !ok {
-			index[x.uuid] = i
-		}
-		byUUID[x.uuid] = x
-	}
 	if len(r) == 0 {
 		return e
 	}
-	start, ok := index[r[0].uuid]
+	p := newCutPruner(e, stripped)
+	start, ok := p.index[r[0].uuid]
 	if !ok {
 		return e
 	}
-	onChain := make(map[string]bool, len(r))
+	p.start = start
+	p.markLive(t.uuid)
 	for _, x := range r {
-		onChain[x.uuid] = true
+		p.markLive(x.uuid)
 	}
-	live := map[string]bool{}
-	walk := func(id string) {
-		for f := byUUID[id]; f != nil && !live[f.uuid]; {
-			live[f.uuid] = true
-			if f.parent == "" {
-				break
-			}
-			f = byUUID[f.parent]
+	p.leaveRewoundCompactions()
+	p.leaveLaterBranches(r)
+	if len(p.leftOut) == 0 {
+		return e
+	}
+	return p.remaining()
+}
+
+// cutPruner is hue's state: which entries of the cut are live, and which
+// it leaves out.
+type cutPruner struct {
+	e        []*forkEntry
+	stripped map[*forkEntry]bool
+	index    map[string]int // uuid -> its first position
+	byUUID   map[string]*forkEntry
+	start    int             // the position of the chain's root
+	live     map[string]bool // on the way up from the cut or from the chain
+	leftOut  map[string]bool
+}
+
+func newCutPruner(e []*forkEntry, stripped map[*forkEntry]bool) *cutPruner {
+	p := &cutPruner{
+		e:        e,
+		stripped: stripped,
+		index:    make(map[string]int, len(e)),
+		byUUID:   make(map[string]*forkEntry, len(e)),
+		live:     map[string]bool{},
+		leftOut:  map[string]bool{},
+	}
+	for i, x := range e {
+		if _, ok := p.index[x.uuid]; !ok {
+			p.index[x.uuid] = i
+		}
+		p.byUUID[x.uuid] = x
+	}
+	return p
+}
+
+// markLive marks id and its ancestors live.
+func (p *cutPruner) markLive(id string) {
+	for f := p.byUUID[id]; f != nil && !p.live[f.uuid]; {
+		p.live[f.uuid] = true
+		if f.parent == "" {
+			break
+		}
+		f = p.byUUID[f.parent]
+	}
+}
+
+// removable reports whether x may be left out: it is not live and does not
+// come before the chain's root (an entry not in the cut counts as at it).
+func (p *cutPruner) removable(x *forkEntry) bool {
+	i, ok := p.index[x.uuid]
+	if !ok {
+		i = p.start
+	}
+	return !p.live[x.uuid] && i >= p.start
+}
+
+// leave leaves out x with its removable ancestors, then every entry whose
+// parent is left out (in one pass, in order).
+func (p *cutPruner) leave(x *forkEntry) {
+	for s := p.byUUID[x.uuid]; s != nil && p.removable(s) && !p.leftOut[s.uuid]; {
+		p.leftOut[s.uuid] = true
+		if s.parent == "" {
+			break
+		}
+		s = p.byUUID[s.parent]
+	}
+	for _, s := range p.e {
+		if s.parent != "" && p.leftOut[s.parent] {
+			p.leftOut[s.uuid] = true
 		}
 	}
-	walk(t.uuid)
-	for _, x := range r {
-		walk(x.uuid)
-	}
-	leftOut := map[string]bool{}
-	cv := func(x *forkEntry) bool {
-		i, ok := index[x.uuid]
-		if !ok {
-			i = start
-		}
-		return !live[x.uuid] && i >= start
-	}
-	leave := func(x *forkEntry) {
-		for s := byUUID[x.uuid]; s != nil && cv(s) && !leftOut[s.uuid]; {
-			leftOut[s.uuid] = true
-			if s.parent == "" {
-				break
-			}
-			s = byUUID[s.parent]
-		}
-		for _, s := range e {
-			if s.parent != "" && leftOut[s.parent] {
-				leftOut[s.uuid] = true
-			}
-		}
-	}
-	for _, p := range e {
-		if !p.boundary || !cv(p) {
+}
+
+// leaveRewoundCompactions leaves out the removable compact boundaries that
+// preserve no live message (or whose preserved metadata the fork strips):
+// the conversation was rewound behind them.
+func (p *cutPruner) leaveRewoundCompactions() {
+	for _, b := range p.e {
+		if !b.boundary || !p.removable(b) {
 			continue
 		}
 		keeps := false
-		if !stripped[p] {
-			for _, f := range p.preserved {
-				if live[f] {
+		if !p.stripped[b] {
+			for _, f := range b.preserved {
+				if p.live[f] {
 					keeps = true
 					break
 				}
 			}
 		}
 		if !keeps {
-			leave(p)
+			p.leave(b)
 		}
 	}
+}
+
+// leaveLaterBranches leaves out, one leaf at a time, the branches a resume
+// of what remains would pick instead of chain, until it picks chain or a
+// leaf that may not be left out.
+func (p *cutPruner) leaveLaterBranches(chain []*forkEntry) {
+	onChain := make(map[string]bool, len(chain))
+	for _, x := range chain {
+		onChain[x.uuid] = true
+	}
 	for {
-		rest := make([]*forkEntry, 0, len(e))
-		for _, x := range e {
-			if !leftOut[x.uuid] {
-				rest = append(rest, x)
-			}
-		}
-		f, terminal := buildChain(rest, true, stripped)
+		f, terminal := buildChain(p.remaining(), true, p.stripped)
 		same := len(f) == len(onChain)
 		for _, x := range f {
 			same = same && onChain[x.uuid]
 		}
-		if same || terminal == nil || !cv(terminal) {
-			break
+		if same || terminal == nil || !p.removable(terminal) {
+			return
 		}
-		leave(terminal)
+		p.leave(terminal)
 	}
-	if len(leftOut) == 0 {
-		return e
-	}
-	kept := make([]*forkEntry, 0, len(e))
-	for _, x := range e {
-		if !leftOut[x.uuid] {
-			kept = append(kept, x)
+}
+
+// remaining returns the entries not left out, in order.
+func (p *cutPruner) remaining() []*forkEntry {
+	rest := make([]*forkEntry, 0, len(p.e))
+	for _, x := range p.e {
+		if !p.leftOut[x.uuid] {
+			rest = append(rest, x)
 		}
 	}
-	return kept
+	return rest
 }
 
 func (o *forkOut) line() int { return o.e.line }

@@ -169,7 +169,6 @@ func (w *forkWriter) rewrite(raw []byte, o *forkOut) ([]byte, error) {
 	if id, _ := obj.Str("uuid"); !ok || !isObj || id != o.e.uuid {
 		return nil, errors.New("fork: the source transcript changed between the two passes")
 	}
-	p := w.plan
 	typ, _ := obj.Str("type")
 	sub, _ := obj.Str("subtype")
 	reqSession := requestSessionOf(obj, typ) // from the entry as it was
@@ -178,79 +177,121 @@ func (w *forkWriter) rewrite(raw []byte, o *forkOut) ([]byte, error) {
 	if typ == "system" && sub == "model_refusal_fallback" {
 		obj = obj.Set("neutralizedByFork", rawjson.True)
 	}
-	// w: a deferred-tools record's announcements that name entries.
 	if typ == "attachment" {
-		if a := obj.Object("attachment"); a != nil {
-			if t, _ := a.Str("type"); t == "deferred_tools_record" {
-				if v, ok := a.Get("nameOnlyAnnouncements"); ok && v[0] == '[' {
-					b := []byte{'['}
-					rawjson.EachValue(v, func(el []byte) bool {
-						if s, ok := rawjson.StringValue(el); ok && p.known[s] != nil {
-							if len(b) > 1 {
-								b = append(b, ',')
-							}
-							b = rawjson.AppendJSString(b, w.id(s))
-						}
-						return true
-					})
-					a = a.Set("nameOnlyAnnouncements", append(b, ']'))
-					obj = obj.Set("attachment", a.AppendTo(nil))
-				}
-			}
-		}
+		obj = w.remapDeferredTools(obj)
 	}
-	// FUe and P (X$): a compact boundary's preserved uuids.
 	if typ == "system" {
-		if cm := obj.Object("compactMetadata"); cm != nil {
-			changed := false
-			if o.strip {
-				cm = cm.Del("preservedMessages").Del("preservedSegment").Del("postTokens")
-				changed = true
-			}
-			pm, hasPM := cm.Get("preservedMessages")
-			ps, hasPS := cm.Get("preservedSegment")
-			if hasPM || hasPS || cm.Has("runningTurnSends") {
-				cm = cm.Del("preservedMessages").Del("preservedSegment").Del("runningTurnSends")
-				if hasPM {
-					cm = cm.Set("preservedMessages", w.remapFields(pm, "anchorUuid", "uuids", "allUuids"))
-				}
-				if hasPS {
-					cm = cm.Set("preservedSegment", w.remapFields(ps, "headUuid", "anchorUuid", "tailUuid"))
-				}
-				changed = true
-			}
-			if changed {
-				obj = obj.Set("compactMetadata", cm.AppendTo(nil))
-			}
-		}
+		obj = w.remapCompactMetadata(obj, o.strip)
 	}
-	// F: a queued command's source_uuid.
-	if src := o.e.source; src != "" && p.known[src] != nil {
-		nid := rawjson.AppendJSString(nil, w.id(src))
-		if typ == "attachment" {
-			a := obj.Object("attachment").Set("source_uuid", nid)
-			obj = obj.Set("attachment", a.AppendTo(nil))
-		} else if fold := obj.Object("fold"); fold != nil {
-			cmd := fold.Object("command").Set("source_uuid", nid)
-			fold = fold.Set("command", cmd.AppendTo(nil))
-			obj = obj.Set("fold", fold.AppendTo(nil))
-		}
-	}
+	obj = w.remapQueuedSource(obj, typ, o.e.source)
+	obj = w.setForkLinks(obj, o)
+	return w.setForkSession(obj, o, reqSession).AppendTo(w.buf[:0]), nil
+}
 
-	b := rawjson.AppendJSString(nil, w.id(o.e.uuid))
-	obj = obj.Set("uuid", b)
+// remapDeferredTools is w: a deferred-tools record keeps, of its
+// announcements, those that name copied entries, under their new uuids.
+func (w *forkWriter) remapDeferredTools(obj rawjson.Object) rawjson.Object {
+	a := obj.Object("attachment")
+	if a == nil {
+		return obj
+	}
+	if t, _ := a.Str("type"); t != "deferred_tools_record" {
+		return obj
+	}
+	v, ok := a.Get("nameOnlyAnnouncements")
+	if !ok || v[0] != '[' {
+		return obj
+	}
+	b := []byte{'['}
+	rawjson.EachValue(v, func(el []byte) bool {
+		if s, ok := rawjson.StringValue(el); ok && w.plan.known[s] != nil {
+			if len(b) > 1 {
+				b = append(b, ',')
+			}
+			b = rawjson.AppendJSString(b, w.id(s))
+		}
+		return true
+	})
+	a = a.Set("nameOnlyAnnouncements", append(b, ']'))
+	return obj.Set("attachment", a.AppendTo(nil))
+}
+
+// remapCompactMetadata is FUe and P (X$): a compact boundary's preserved
+// uuids get their new ones, and strip drops the preserved metadata the
+// fork cannot keep. The remapped members move to the end of the object,
+// as the spread that rewrites them puts them.
+func (w *forkWriter) remapCompactMetadata(obj rawjson.Object, strip bool) rawjson.Object {
+	cm := obj.Object("compactMetadata")
+	if cm == nil {
+		return obj
+	}
+	changed := false
+	if strip {
+		cm = cm.Del("preservedMessages").Del("preservedSegment").Del("postTokens")
+		changed = true
+	}
+	pm, hasPM := cm.Get("preservedMessages")
+	ps, hasPS := cm.Get("preservedSegment")
+	if hasPM || hasPS || cm.Has("runningTurnSends") {
+		cm = cm.Del("preservedMessages").Del("preservedSegment").Del("runningTurnSends")
+		if hasPM {
+			cm = cm.Set("preservedMessages", w.remapFields(pm, "anchorUuid", "uuids", "allUuids"))
+		}
+		if hasPS {
+			cm = cm.Set("preservedSegment", w.remapFields(ps, "headUuid", "anchorUuid", "tailUuid"))
+		}
+		changed = true
+	}
+	if !changed {
+		return obj
+	}
+	return obj.Set("compactMetadata", cm.AppendTo(nil))
+}
+
+// remapQueuedSource is F: a queued command's source_uuid (src), when it
+// names a copied entry, gets its new uuid, in the attachment or the fold
+// that holds it.
+func (w *forkWriter) remapQueuedSource(obj rawjson.Object, typ, src string) rawjson.Object {
+	if src == "" || w.plan.known[src] == nil {
+		return obj
+	}
+	nid := rawjson.AppendJSString(nil, w.id(src))
+	if typ == "attachment" {
+		a := obj.Object("attachment").Set("source_uuid", nid)
+		return obj.Set("attachment", a.AppendTo(nil))
+	}
+	if fold := obj.Object("fold"); fold != nil {
+		cmd := fold.Object("command").Set("source_uuid", nid)
+		fold = fold.Set("command", cmd.AppendTo(nil))
+		return obj.Set("fold", fold.AppendTo(nil))
+	}
+	return obj
+}
+
+// setForkLinks gives the entry its new uuid and parentUuid, and a
+// logicalParentUuid that names a copied entry its new uuid (else null).
+func (w *forkWriter) setForkLinks(obj rawjson.Object, o *forkOut) rawjson.Object {
+	obj = obj.Set("uuid", rawjson.AppendJSString(nil, w.id(o.e.uuid)))
 	if o.hasParent {
 		obj = obj.Set("parentUuid", rawjson.AppendJSString(nil, w.id(o.parent)))
 	} else {
 		obj = obj.Set("parentUuid", rawjson.Null)
 	}
 	if v, ok := obj.Get("logicalParentUuid"); ok && !bytes.Equal(v, rawjson.Null) {
-		if s, ok := rawjson.StringValue(v); ok && p.known[s] != nil {
+		if s, ok := rawjson.StringValue(v); ok && w.plan.known[s] != nil {
 			obj = obj.Set("logicalParentUuid", rawjson.AppendJSString(nil, w.id(s)))
 		} else {
 			obj = obj.Set("logicalParentUuid", rawjson.Null)
 		}
 	}
+	return obj
+}
+
+// setForkSession moves the entry to the fork's session: its sessionId,
+// the last entry's timestamp, isSidechain false, without the keys the
+// fork drops (Vj), with the requestSessionId reqSession of the entry as
+// it was and a forkedFrom naming the source.
+func (w *forkWriter) setForkSession(obj rawjson.Object, o *forkOut, reqSession []byte) rawjson.Object {
 	obj = obj.Set("sessionId", rawjson.AppendJSString(nil, w.sid))
 	if o.last {
 		obj = obj.Set("timestamp", rawjson.AppendJSString(nil, w.now))
@@ -267,8 +308,7 @@ func (w *forkWriter) rewrite(raw []byte, o *forkOut) ([]byte, error) {
 	ff := append([]byte(`{"sessionId":`), rawjson.AppendJSString(nil, w.src)...)
 	ff = append(ff, `,"messageUuid":`...)
 	ff = rawjson.AppendJSString(ff, o.e.uuid)
-	obj = obj.Set("forkedFrom", append(ff, '}'))
-	return obj.AppendTo(w.buf[:0]), nil
+	return obj.Set("forkedFrom", append(ff, '}'))
 }
 
 // requestSessionOf is $j: for an assistant entry, the first string among
