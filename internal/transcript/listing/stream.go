@@ -176,72 +176,94 @@ func (s *Summary) AddLine(line []byte, newline bool) {
 		// Wholly between the head window and where the tail window will
 		// start: nothing in it can be found by the lite reader.
 		st.skipped++
-		st.size = end
+	} else {
+		if start < window {
+			s.addHead(line, start, end, newline)
+		}
+		// The tail window's lookups, for any line.
+		keys := st.lookupTailFields(line, start, end)
+		st.scanLastTexts(line, keys, start, end, newline)
+	}
+	st.size = end
+	if newline {
+		st.size++
+	}
+	st.lines++
+	s.settle()
+}
+
+// addHead runs the head window's lookups on the line spanning [start,
+// end): on the whole line, or on the part of it before the window's end
+// when it crosses that.
+func (s *Summary) addHead(line []byte, start, end int64, newline bool) {
+	st := s.st
+	window := int64(liteWindow)
+	vis := line
+	if end > window {
+		vis = line[:window-start]
+	}
+	hk := headKeysIn(vis)
+	if st.lines == 0 {
+		s.IsSidechain = hk&hkSidechain != 0 && containsAnyOf(vis, patSidechain)
+	}
+	p := &s.parts
+	if hk&hkCustomTitle != 0 {
+		if v, _, ok := drCustomTitle.line(vis); ok {
+			p.headCT = v
+		}
+	}
+	if hk&hkAITitle != 0 {
+		if v, _, ok := drAITitle.line(vis); ok {
+			p.headAI = v
+		}
+	}
+	// A prompt and a media block are on user lines: `"type":` first.
+	if hk&hkType != 0 {
+		st.stored.line(vis)
+		st.shown.line(vis)
+		if p.media == "" {
+			p.media = mediaOf(vis)
+		}
+	}
+	p.firstPrompt, p.shownPrompt = st.stored.result(), st.shown.result()
+	s.addHeadTexts(vis, hk, newline && end < window)
+}
+
+// addHeadTexts feeds the head window's text lookups (timestamp,
+// gitBranch, cwd, entrypoint, sessionKind) the visible part of a line,
+// and its newline when the window holds that too.
+func (s *Summary) addHeadTexts(vis []byte, hk uint16, newline bool) {
+	st, p := s.st, &s.parts
+	for _, h := range [...]struct {
+		h   *headText
+		bit uint16
+	}{{&st.ts, hkTimestamp}, {&st.gitHd, hkGitBranch}, {&st.cwdHd, hkCwd}, {&st.entryHd, hkEntrypoint}, {&st.kindHd, hkSessionKind}} {
+		h.h.feed(vis, hk&h.bit != 0)
 		if newline {
-			st.size++
-		}
-		st.lines++
-		s.settle()
-		return
-	}
-
-	// The head window: whole lines, and the part of the one that crosses
-	// its end.
-	if start < window {
-		vis := line
-		if end > window {
-			vis = line[:window-start]
-		}
-		hk := headKeysIn(vis)
-		if st.lines == 0 {
-			s.IsSidechain = hk&hkSidechain != 0 && containsAnyOf(vis, patSidechain)
-		}
-		p := &s.parts
-		if hk&hkCustomTitle != 0 {
-			if v, _, ok := drCustomTitle.line(vis); ok {
-				p.headCT = v
-			}
-		}
-		if hk&hkAITitle != 0 {
-			if v, _, ok := drAITitle.line(vis); ok {
-				p.headAI = v
-			}
-		}
-		// A prompt and a media block are on user lines: `"type":` first.
-		if hk&hkType != 0 {
-			st.stored.line(vis)
-			st.shown.line(vis)
-			if p.media == "" {
-				p.media = mediaOf(vis)
-			}
-		}
-		p.firstPrompt, p.shownPrompt = st.stored.result(), st.shown.result()
-		for _, h := range [...]struct {
-			h   *headText
-			bit uint16
-		}{{&st.ts, hkTimestamp}, {&st.gitHd, hkGitBranch}, {&st.cwdHd, hkCwd}, {&st.entryHd, hkEntrypoint}, {&st.kindHd, hkSessionKind}} {
-			h.h.feed(vis, hk&h.bit != 0)
-			if newline && end < window {
-				h.h.feed(summaryNewline, false)
-			}
-		}
-		p.timestamp, p.timestampSet = st.ts.result()
-		p.gitHead, _ = st.gitHd.result()
-		p.cwdHead, _ = st.cwdHd.result()
-		p.entryHead, p.entryHeadSet = st.entryHd.result()
-		switch {
-		case st.kindLine:
-		case hk&hkParentUUID != 0:
-			st.kindLine = true
-			p.kind, _ = scSessionKind.first(vis)
-		default:
-			p.kind, _ = st.kindHd.result()
+			h.h.feed(summaryNewline, false)
 		}
 	}
+	p.timestamp, p.timestampSet = st.ts.result()
+	p.gitHead, _ = st.gitHd.result()
+	p.cwdHead, _ = st.cwdHd.result()
+	p.entryHead, p.entryHeadSet = st.entryHd.result()
+	switch {
+	case st.kindLine:
+	case hk&hkParentUUID != 0:
+		// The first line with a parentUuid decides the kind alone.
+		st.kindLine = true
+		p.kind, _ = scSessionKind.first(vis)
+	default:
+		p.kind, _ = st.kindHd.result()
+	}
+}
 
-	// The tail window's lookups, for any line. One pass finds which of
-	// their keys the line has at all; most lines have none.
-	keys := tailKeysIn(line)
+// lookupTailFields runs the tail window's DR lookups on the line spanning
+// [start, end) and keeps it when it is damaged; it returns the line's
+// tailKeysIn. One pass finds which of their keys the line has at all;
+// most lines have none.
+func (st *summaryStream) lookupTailFields(line []byte, start, end int64) (keys uint16) {
+	keys = tailKeysIn(line)
 	damaged := false
 	for i, f := range tailFields {
 		if keys&tailKeyBit(f.key) == 0 {
@@ -259,6 +281,13 @@ func (s *Summary) AddLine(line []byte, newline bool) {
 		keep := line[max(0, len(line)-liteWindow):]
 		st.damaged = append(st.damaged, damagedLine{start: start, end: end, keys: keys, tail: bytes.Clone(keep)})
 	}
+	return keys
+}
+
+// scanLastTexts feeds the tail window's kR lookups (the last gitBranch and
+// entrypoint) the line spanning [start, end), whose tailKeysIn are keys,
+// and its newline.
+func (st *summaryStream) scanLastTexts(line []byte, keys uint16, start, end int64, newline bool) {
 	for _, t := range []struct {
 		scans *[2]lastTextScan
 		best  *tailValue
@@ -276,13 +305,6 @@ func (s *Summary) AddLine(line []byte, newline bool) {
 			}
 		}
 	}
-
-	st.size = end
-	if newline {
-		st.size++
-	}
-	st.lines++
-	s.settle()
 }
 
 // stream returns the state kept between lines, creating it on first use.
