@@ -13,7 +13,7 @@ import (
 // unstamped is the version of a build that knows neither its module
 // version nor its commit: saying how to get one beats a bare "dev" in a
 // bug report.
-const unstamped = "dev (no commit recorded: go run and go test do not stamp one; make install or go build in the checkout does)"
+const unstamped = "dev (no commit recorded: go run and go test builds carry none; make install stamps one)"
 
 // Version is "v1.2.3", or "dev", followed by " (commit abcdef123456)" and
 // ", modified" when the binary knows them.

@@ -26,6 +26,12 @@ import (
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
+// Defaults of Config, which sessiond's flags show.
+const (
+	DefaultShutdownTimeout = 30 * time.Second
+	DefaultMaxMessageBytes = 64 << 20
+)
+
 // Config is everything Run needs.
 type Config struct {
 	Socket          string
@@ -59,7 +65,7 @@ func Run(ctx context.Context, cfg Config) error {
 		log = zap.NewNop()
 	}
 	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = 30 * time.Second
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if cfg.FS == nil {
 		cfg.FS = fsys.OS
@@ -69,7 +75,7 @@ func Run(ctx context.Context, cfg Config) error {
 	wc.Logger = log
 	wc.FS = cfg.FS
 	if cfg.MaxMessageBytes <= 0 {
-		cfg.MaxMessageBytes = 64 << 20
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if wc.MaxEntryBytes <= 0 {
 		wc.MaxEntryBytes = writer.DefaultMaxEntryBytes
