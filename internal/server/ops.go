@@ -223,7 +223,7 @@ func (s *Server) Restore(ctx context.Context, req *sessiondv1.RestoreRequest) (*
 	}
 	// A deleted session is found in the trash, not among the projects:
 	// under its lower-case id, or where there is none, under the id as
-	// given (see writer.Manager.SessionKey).
+	// given (see catalog.Catalog.SessionKey).
 	forms := layout.SessionIDForms(ref.GetSessionId())
 	id, projects := forms[0], []string(nil)
 	for _, f := range forms {
