@@ -241,7 +241,7 @@ func TestLiveWritersAreListedAsTheySeeThem(t *testing.T) {
 	}
 	w.live[sessionKey(3)] = index.Entry{}
 	w.ix.Put(index.Entry{Key: sessionKey(3), Owned: true, Absent: true})
-	if _, err := c.Info(bg, sessionKey(3)); !errdefs.Is(err, errdefs.ErrNotFound) {
+	if _, err := c.Info(bg, sessionKey(3)); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("Info of a session with nothing yet: %v, want not found", err)
 	}
 	if _, total, _ := c.List(bg, ListOptions{ProjectKey: project}); total != 2 {
@@ -279,7 +279,7 @@ func TestListSummaries(t *testing.T) {
 	if one, err := c.ListSummaries(bg, project, sessionKey(3).SessionID); err != nil || len(one) != 1 || one[0].Key != sessionKey(3) {
 		t.Fatalf("one session's: %+v %v", one, err)
 	}
-	if _, err := c.ListSummaries(bg, "", ""); !errdefs.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := c.ListSummaries(bg, "", ""); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("no project: %v, want invalid argument", err)
 	}
 }
