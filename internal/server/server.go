@@ -45,7 +45,7 @@ type Info struct {
 	// (--max-message-bytes): answers in pages keep well under it.
 	MaxMessageBytes int
 	// Catalog lists and finds the sessions; nil: one over m's folders
-	// and index.
+	// and index (none without m).
 	Catalog *catalog.Catalog
 }
 
@@ -75,7 +75,7 @@ type Server struct {
 // New returns a Server over m.
 func New(m *writer.Manager, log *zap.Logger, info Info) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
-	if info.Catalog == nil {
+	if info.Catalog == nil && m != nil {
 		c := m.Config()
 		info.Catalog = catalog.New(catalog.Config{FS: c.FS, Layout: c.Layout, Index: c.Index, Logger: log, Progress: c.Progress}, m)
 	}
