@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/sessiond/sessiond/internal/catalog"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/lease"
@@ -142,6 +143,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	cat := newCatalog(m, log)
 	var metricsLn net.Listener
 	if met != nil {
 		if metricsLn, err = metrics.Listen(metricsAddr); err != nil {
@@ -177,14 +179,14 @@ func Run(ctx context.Context, cfg Config) error {
 		// acknowledged. It connects in the background (PostgreSQL may
 		// be down) and stops before the writers do. Its context is not
 		// the signal's: it drains at shutdown (below), then Close stops it.
-		if err := mir.Start(context.WithoutCancel(ctx), m); err != nil {
+		if err := mir.Start(context.WithoutCancel(ctx), mirrorSource{m, cat}); err != nil {
 			m.Close(context.Background())
 			return fmt.Errorf("mirror: %w", err)
 		}
 		defer mir.Close()
 	}
 	srv := server.New(m, log, server.Info{Version: cfg.Version, Socket: cfg.Socket, Root: cfg.Root,
-		StateDir: cfg.StateDir, Started: start, Mirror: mir, MaxMessageBytes: cfg.MaxMessageBytes})
+		StateDir: cfg.StateDir, Started: start, Mirror: mir, MaxMessageBytes: cfg.MaxMessageBytes, Catalog: cat})
 	uidUnary, uidStream := socket.SameUserInterceptors(uint32(os.Getuid()))
 	drainUnary, drainStream := srv.Interceptors()
 	unary := []grpc.UnaryServerInterceptor{uidUnary, drainUnary}
@@ -243,7 +245,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// other programs), so the first listing is as fast as the next.
 	go func() {
 		t := time.Now()
-		if err := m.WarmIndex(ctx); err != nil && ctx.Err() == nil {
+		if err := cat.WarmIndex(ctx); err != nil && ctx.Err() == nil {
 			log.Warn("indexing the sessions on disk failed; listings will index on demand", zap.Error(err))
 			return
 		}
@@ -391,4 +393,18 @@ func registerMirrorMetrics(met *metrics.Metrics, mir *mirror.Mirror) error {
 	}
 	return met.CounterFunc("sessiond_mirror_errors_total", "Errors the PostgreSQL mirror met (lost connections, failed transactions), each try once.", nil,
 		func() float64 { return float64(mir.Errors()) })
+}
+
+// newCatalog is the catalog over m's folders and the index its writers
+// publish to.
+func newCatalog(m *writer.Manager, log *zap.Logger) *catalog.Catalog {
+	c := m.Config()
+	return catalog.New(catalog.Config{FS: c.FS, Layout: c.Layout, Index: c.Index, Logger: log, Progress: c.Progress}, m)
+}
+
+// mirrorSource is what the mirror reads: the transcripts from the
+// writers, which transcripts and sidecars there are from the catalog.
+type mirrorSource struct {
+	*writer.Manager
+	*catalog.Catalog
 }

@@ -138,21 +138,12 @@ func promptTime(line []byte) (int64, bool) {
 type Index struct {
 	mu      sync.Mutex
 	entries map[layout.Key]*Entry
-	ready   chan struct{}
-	once    sync.Once
 }
 
-// New returns an empty index; Ready must be called once it holds the
-// sessions found at start.
+// New returns an empty index.
 func New() *Index {
-	return &Index{entries: make(map[layout.Key]*Entry), ready: make(chan struct{})}
+	return &Index{entries: make(map[layout.Key]*Entry)}
 }
-
-// MarkReady says the initial scan is complete.
-func (ix *Index) MarkReady() { ix.once.Do(func() { close(ix.ready) }) }
-
-// Ready is closed once the initial scan is complete.
-func (ix *Index) Ready() <-chan struct{} { return ix.ready }
 
 // Put replaces key's entry with a copy of e. An entry computed from the
 // files (not owned) never replaces one a live writer owns: the writer has

@@ -14,6 +14,7 @@ import (
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/sidecar"
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
@@ -46,8 +47,8 @@ type Source interface {
 	ReadLines(ctx context.Context, key layout.Key, from, under uint64, send func([]writer.Entry) error) (lineage, total uint64, err error)
 	AllKeys(projectKey string, subagents bool) ([]layout.Key, error)
 	Subkeys(key layout.Key) ([]string, error)
-	// Sidecars reads a session's sidecar files (writer.SessionSidecars).
-	Sidecars(key layout.Key) ([]writer.Sidecar, error)
+	// Sidecars reads a session's sidecar files (sidecar.Names).
+	Sidecars(key layout.Key) ([]sidecar.Sidecar, error)
 }
 
 // Config sets a mirror up. Zero values take the defaults below.

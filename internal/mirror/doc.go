@@ -45,7 +45,7 @@
 //
 // # Sidecars
 //
-// A session's sidecar files (writer.SessionSidecars: archived.json, the
+// A session's sidecar files (sidecar.Names: archived.json, the
 // archive mark; custom-title.json, the official tools' title file) are
 // kept equal, byte for byte, in sessiond_sidecars (sidecars.go): one
 // written here is upserted with its mtime, one removed here is deleted.

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/sessiond/sessiond/internal/catalog"
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/mirror/mirrortest"
@@ -116,7 +117,12 @@ func (e *env) start() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if err := mr.Start(bg, m); err != nil {
+	c := m.Config()
+	cat := catalog.New(catalog.Config{FS: c.FS, Layout: c.Layout, Index: c.Index}, m)
+	if err := mr.Start(bg, struct {
+		*writer.Manager
+		*catalog.Catalog
+	}{m, cat}); err != nil {
 		e.t.Fatal(err)
 	}
 	e.m, e.mr = m, mr

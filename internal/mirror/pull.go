@@ -12,8 +12,8 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/sidecar"
 	"github.com/sessiond/sessiond/internal/transcript"
-	"github.com/sessiond/sessiond/internal/writer"
 )
 
 // Remote is a session as PostgreSQL holds it: its main transcript and
@@ -23,8 +23,8 @@ type Remote struct {
 	Transcripts []RemoteTranscript
 	// Sidecars: the session's sidecar files as sessiond_sidecars holds
 	// them, by name. The names are as PostgreSQL gives them: the writer
-	// checks them (writer.CheckSidecarName) before one becomes a path.
-	Sidecars []writer.Sidecar
+	// checks them (sidecar.CheckName) before one becomes a path.
+	Sidecars []sidecar.Sidecar
 }
 
 // RemoteTranscript is one transcript of a Remote.
@@ -158,8 +158,8 @@ WHERE store_table = $1 AND project_key = $2 AND session_id = $3 ORDER BY name`, 
 	if err != nil {
 		return nil, err
 	}
-	out.Sidecars, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (writer.Sidecar, error) {
-		var sc writer.Sidecar
+	out.Sidecars, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (sidecar.Sidecar, error) {
+		var sc sidecar.Sidecar
 		err := r.Scan(&sc.Name, &sc.Body, &sc.MtimeMs)
 		return sc, err
 	})

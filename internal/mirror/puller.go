@@ -12,6 +12,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/lease"
+	"github.com/sessiond/sessiond/internal/sidecar"
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
@@ -23,7 +24,7 @@ type Store interface {
 	Read(ctx context.Context, key layout.Key, opt writer.ReadOptions, send func([]writer.Entry) error) error
 	Import(ctx context.Context, key layout.Key, lines [][]byte, meta []byte) error
 	Append(ctx context.Context, key layout.Key, raw [][]byte) (*writer.AppendResult, error)
-	Sidecars(key layout.Key) ([]writer.Sidecar, error)
+	Sidecars(key layout.Key) ([]sidecar.Sidecar, error)
 	WriteSidecar(ctx context.Context, key layout.Key, name string, body []byte) error
 }
 
@@ -270,7 +271,7 @@ func (p *Puller) apply(ctx context.Context, fam layout.Key, plans []transcriptPl
 // writing machine's mtime), and a tie keeps the one here. A name sessiond
 // does not know is refused (never made a path) and reported; a sidecar
 // here that PostgreSQL lacks is left alone.
-func (p *Puller) pullSidecars(ctx context.Context, key layout.Key, remote []writer.Sidecar, behind bool) ([]PulledSidecar, error) {
+func (p *Puller) pullSidecars(ctx context.Context, key layout.Key, remote []sidecar.Sidecar, behind bool) ([]PulledSidecar, error) {
 	if len(remote) == 0 {
 		return nil, nil
 	}
@@ -278,7 +279,7 @@ func (p *Puller) pullSidecars(ctx context.Context, key layout.Key, remote []writ
 	if err != nil {
 		return nil, fmt.Errorf("pull %s: %w", key, err)
 	}
-	here := map[string]writer.Sidecar{}
+	here := map[string]sidecar.Sidecar{}
 	for _, sc := range local {
 		here[sc.Name] = sc
 	}
@@ -287,7 +288,7 @@ func (p *Puller) pullSidecars(ctx context.Context, key layout.Key, remote []writ
 		action := "pulled"
 		l, ok := here[sc.Name]
 		switch {
-		case writer.CheckSidecarName(sc.Name) != nil:
+		case sidecar.CheckName(sc.Name) != nil:
 			action = "refused"
 			p.log.Warn("PostgreSQL holds a sidecar sessiond does not know; not written", zap.Stringer("session", key), zap.String("name", sc.Name))
 		case ok && bytes.Equal(l.Body, sc.Body):

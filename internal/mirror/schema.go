@@ -59,7 +59,7 @@ FROM unnest($4::jsonb[]) WITH ORDINALITY AS t(e, ord) ORDER BY ord`
 // (seq is the row's), so that a pull restores the transcript byte for
 // byte (jsonb keeps neither key order nor spacing).
 //
-// sessiond_sidecars: a session's sidecar files (writer.SessionSidecars:
+// sessiond_sidecars: a session's sidecar files (sidecar.Names:
 // archived.json, custom-title.json), each's exact bytes and its mtime on
 // the machine that wrote the row, kept equal to that machine's files.
 const ownDDL = `CREATE TABLE IF NOT EXISTS sessiond_cursors (

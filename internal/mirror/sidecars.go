@@ -9,10 +9,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sessiond/sessiond/internal/layout"
-	"github.com/sessiond/sessiond/internal/writer"
+	"github.com/sessiond/sessiond/internal/sidecar"
 )
 
-// A session's sidecar files (writer.SessionSidecars: the archive mark,
+// A session's sidecar files (sidecar.Names: the archive mark,
 // the title file) are kept equal in sessiond_sidecars to the files here,
 // byte for byte: a sidecar written here is upserted, one removed here is
 // deleted. They are compared when the writer says one was written
@@ -71,7 +71,7 @@ func loadAllSidecars(ctx context.Context, pool *pgxpool.Pool, table string) (map
 }
 
 // sameSidecars reports whether the local sidecars are PostgreSQL's.
-func sameSidecars(local []writer.Sidecar, remote map[string][]byte) bool {
+func sameSidecars(local []sidecar.Sidecar, remote map[string][]byte) bool {
 	if len(local) != len(remote) {
 		return false
 	}

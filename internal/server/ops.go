@@ -25,7 +25,11 @@ func (s *Server) Check(req *sessiondv1.CheckRequest, stream grpc.ServerStreaming
 		if err != nil {
 			return err
 		}
-		return s.m.CheckAll(ctx, pk, send)
+		keys, err := s.cat.AllKeys(pk, true)
+		if err != nil {
+			return err
+		}
+		return s.m.CheckAll(ctx, keys, send)
 	}
 	k, err := s.resolve(req.GetSession(), false)
 	if err != nil {
@@ -137,7 +141,7 @@ func (s *Server) Fork(ctx context.Context, req *sessiondv1.ForkRequest) (*sessio
 		}
 		// Under the name the id is stored under, so that a fork onto an
 		// existing session in another case is refused as existing.
-		target := s.m.SessionKey(layout.Key{ProjectKey: k.ProjectKey, SessionID: id})
+		target := s.cat.SessionKey(layout.Key{ProjectKey: k.ProjectKey, SessionID: id})
 		if err := s.info.layout().CheckOnDisk(target); err != nil {
 			return nil, fmt.Errorf("fork target: %w", err)
 		}
@@ -219,7 +223,7 @@ func (s *Server) Restore(ctx context.Context, req *sessiondv1.RestoreRequest) (*
 	}
 	// A deleted session is found in the trash, not among the projects:
 	// under its lower-case id, or where there is none, under the id as
-	// given (see writer.Manager.SessionKey).
+	// given (see catalog.Catalog.SessionKey).
 	forms := layout.SessionIDForms(ref.GetSessionId())
 	id, projects := forms[0], []string(nil)
 	for _, f := range forms {
@@ -288,7 +292,7 @@ func (s *Server) ListSubkeys(ctx context.Context, req *sessiondv1.ListSubkeysReq
 	if err != nil {
 		return nil, err
 	}
-	subs, err := s.m.Subkeys(k)
+	subs, err := s.cat.Subkeys(k)
 	if err != nil {
 		return nil, err
 	}

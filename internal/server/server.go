@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
+	"github.com/sessiond/sessiond/internal/catalog"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/mirror"
@@ -43,6 +44,9 @@ type Info struct {
 	// MaxMessageBytes is the largest message the daemon sends
 	// (--max-message-bytes): answers in pages keep well under it.
 	MaxMessageBytes int
+	// Catalog lists and finds the sessions; nil: one over m's folders
+	// and index (none without m).
+	Catalog *catalog.Catalog
 }
 
 // Server implements sessiond.v1.Sessiond.
@@ -50,6 +54,7 @@ type Server struct {
 	sessiondv1.UnimplementedSessiondServer
 
 	m      *writer.Manager
+	cat    *catalog.Catalog
 	log    *zap.Logger
 	info   Info
 	health *health.Server
@@ -70,9 +75,19 @@ type Server struct {
 // New returns a Server over m.
 func New(m *writer.Manager, log *zap.Logger, info Info) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{m: m, log: log, info: info, health: health.NewServer(), streams: ctx, closeStreams: cancel, fleet: noMirror{}}
+	if info.Catalog == nil && m != nil {
+		c := m.Config()
+		info.Catalog = catalog.New(catalog.Config{FS: c.FS, Layout: c.Layout, Index: c.Index, Logger: log, Progress: c.Progress}, m)
+	}
+	s := &Server{m: m, cat: info.Catalog, log: log, info: info, health: health.NewServer(), streams: ctx, closeStreams: cancel, fleet: noMirror{}}
 	if info.Mirror != nil {
-		s.fleet = mirrorFleet{mirror.NewPuller(info.Mirror, m, info.layout(), log), info.Mirror}
+		// A pull reads the sidecars here through the catalog, and writes
+		// through the writers.
+		store := struct {
+			*writer.Manager
+			*catalog.Catalog
+		}{m, info.Catalog}
+		s.fleet = mirrorFleet{mirror.NewPuller(info.Mirror, store, info.layout(), log), info.Mirror}
 	}
 	return s
 }
@@ -161,20 +176,20 @@ func (s *Server) resolveRef(ref *sessiondv1.SessionRef, needProject bool) (layou
 	k.ProjectKey = pk
 	// One UUID is one session in any case: stored under the lower-case
 	// id, found under either.
-	return s.m.SessionKey(k), nil
+	return s.cat.SessionKey(k), nil
 }
 
 // find is the one session whose id (and subpath) is k's, in whichever
 // project holds it.
 func (s *Server) find(k layout.Key) (layout.Key, error) {
-	keys, err := s.m.Find(k.SessionID, k.Subpath)
+	keys, err := s.cat.Find(k.SessionID, k.Subpath)
 	if err != nil {
 		return k, err
 	}
 	if len(keys) == 0 && k.Subpath != "" {
 		// The subagent transcript is not anywhere; if its session is
 		// found, the call goes on and says the subpath is missing.
-		if mains, err := s.m.Find(k.SessionID, ""); err == nil && len(mains) == 1 {
+		if mains, err := s.cat.Find(k.SessionID, ""); err == nil && len(mains) == 1 {
 			return layout.Key{ProjectKey: mains[0].ProjectKey, SessionID: mains[0].SessionID, Subpath: k.Subpath}, nil
 		}
 	}
@@ -344,9 +359,9 @@ func (s *Server) ListSummaries(req *sessiondv1.ListSummariesRequest, stream grpc
 		if err := layout.ValidateSessionID(id); err != nil {
 			return err
 		}
-		id = s.m.SessionKey(layout.Key{ProjectKey: pk, SessionID: id}).SessionID
+		id = s.cat.SessionKey(layout.Key{ProjectKey: pk, SessionID: id}).SessionID
 	}
-	sums, err := s.m.ListSummaries(ctx, pk, id)
+	sums, err := s.cat.ListSummaries(ctx, pk, id)
 	if err != nil {
 		return err
 	}
@@ -505,7 +520,7 @@ func (s *Server) ListSessions(req *sessiondv1.ListSessionsRequest, stream grpc.S
 	if req.GetFleet() {
 		return s.listFleet(ctx, pk, req, stream)
 	}
-	infos, total, err := s.m.List(ctx, writer.ListOptions{ProjectKey: pk, Limit: int(req.GetLimit()),
+	infos, total, err := s.cat.List(ctx, catalog.ListOptions{ProjectKey: pk, Limit: int(req.GetLimit()),
 		Offset: int(req.GetOffset()), Continue: req.GetContinue(), ExcludeArchived: req.GetExcludeArchived()})
 	if err != nil {
 		return err
@@ -532,14 +547,14 @@ func (s *Server) GetSession(ctx context.Context, req *sessiondv1.GetSessionReque
 	if err != nil {
 		return nil, err
 	}
-	in, err := s.m.Info(ctx, k)
+	in, err := s.cat.Info(ctx, k)
 	if err != nil {
 		return nil, err
 	}
 	return s.sessionInfo(in), nil
 }
 
-func (s *Server) sessionInfo(in writer.Info) *sessiondv1.SessionInfo {
+func (s *Server) sessionInfo(in catalog.Info) *sessiondv1.SessionInfo {
 	return &sessiondv1.SessionInfo{
 		Session: s.resolved(in.Key), Title: in.Title, FirstPrompt: in.FirstPrompt, Cwd: in.Cwd,
 		Entries: in.Entries, Bytes: in.Bytes, PendingEntries: in.Pending, ModifiedMs: in.ModifiedMs,

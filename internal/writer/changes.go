@@ -41,7 +41,7 @@ type Change struct {
 	// Family: a restore brought back or merged the session's transcripts
 	// (for a main key, its subagents' too).
 	Family bool
-	// Sidecars: one of the session's sidecars (SessionSidecars: the
+	// Sidecars: one of the session's sidecars (sidecar.Names: the
 	// archive mark, the title file) was written; Key is the main key.
 	Sidecars bool
 }

@@ -71,10 +71,7 @@ func (m *Manager) FlushAll(ctx context.Context) ([]FlushResult, error) {
 // in the error returned at the end, after the others; fn's error stops at
 // once.
 func (m *Manager) FlushEach(ctx context.Context, fn func(FlushResult) error) error {
-	keys, err := m.journaledKeys()
-	if err != nil {
-		return err
-	}
+	keys := m.WriterKeys()
 	var errs []error
 	for _, k := range keys {
 		r, err := m.flush(ctx, k, retireIfOpened, "flush")

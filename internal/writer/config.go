@@ -9,9 +9,11 @@ import (
 
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/owner"
+	"github.com/sessiond/sessiond/internal/progress"
 )
 
 // Config tunes the writers. Zero values take the defaults below.
@@ -112,6 +114,11 @@ type Config struct {
 	// PostgreSQL mirror's lease check: a session another machine writes).
 	// It runs in the caller's goroutine and must not wait long.
 	AppendGate func(ctx context.Context, key layout.Key) error
+	// Index is the listing index the writers publish their sessions to,
+	// which the catalog (package catalog) lists from; Progress is where
+	// long operations show (Manager.Operations). nil: new ones.
+	Index    *index.Index
+	Progress *progress.Registry
 }
 
 // Defaults.
@@ -194,6 +201,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real
+	}
+	if c.Index == nil {
+		c.Index = index.New()
+	}
+	if c.Progress == nil {
+		c.Progress = progress.New()
 	}
 	if c.FreeSpace == nil {
 		c.FreeSpace = fsys.FreeSpace

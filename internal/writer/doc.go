@@ -39,10 +39,12 @@
 //   - recover.go: recovery at start (Recover, CheckJournals, Replay) and
 //     the sweep of temp files a crash left.
 //   - read.go: consistent snapshots of a session, Read and Follow.
-//   - catalog.go: listing and finding sessions (List, Info, Find, AllKeys,
-//     Subkeys, ListSummaries) from the index and the folders.
+//   - exists.go: what only the writers know of a session beyond its
+//     files (a live writer, journaled entries): whether it exists, and
+//     what package catalog, which lists and finds sessions, asks of them
+//     (catalog.Writers).
 //   - metadata.go: titles, tags, archive marks and a subagent's
-//     .meta.json sidecar.
+//     .meta.json, written on the session's writer through package sidecar.
 //   - repair.go: Check, Repair and Fork, handed to package transcript.
 //   - trash.go and intent.go: Delete and Restore, made crash-safe by
 //     durable intents; restore.go and merge.go: a restore into a session

@@ -8,13 +8,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/google/uuid"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/sidecar"
 )
 
 // Import writes a transcript this machine does not have (a pull from the
@@ -36,16 +36,8 @@ func (m *Manager) Import(ctx context.Context, key layout.Key, lines [][]byte, me
 			return fmt.Errorf("session %s already exists here; an import never overwrites: %w", key, errdefs.ErrAlreadyExists)
 		}
 		if meta != nil && key.Subpath != "" {
-			if err := fsys.MkdirAll(st.fs, st.dir, 0o700); err != nil {
-				return fmt.Errorf("create %s: %w", st.dir, errdefs.FromIO(err))
-			}
-			path := strings.TrimSuffix(st.canonPath, layout.TranscriptExt) + ".meta.json"
-			err := fsys.WriteFileAtomic(st.fs, path, storeTempPrefix(path)+uuid.NewString()[:8]+".tmp", 0o600, func(w io.Writer) error {
-				_, err := w.Write(meta)
+			if err := sidecar.WriteAgentMeta(st.fs, st.canonPath, meta); err != nil {
 				return err
-			})
-			if err != nil {
-				return fmt.Errorf("write %s: %w", path, errdefs.FromIO(err))
 			}
 		}
 		return st.createCanon("import", func(w io.Writer) error {

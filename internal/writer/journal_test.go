@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sessiond/sessiond/internal/catalog"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
 )
@@ -72,7 +73,7 @@ func TestRefusedFirstAppendLeavesNoJournal(t *testing.T) {
 			t.Fatalf("%v: the append failed with %v (fired %v); want the journal's ENOSPC, which the server maps to ResourceExhausted", op, err, ff.Fired())
 		}
 		ff.Clear()
-		if infos, _, err := m.List(bg, ListOptions{}); err != nil || len(infos) != 0 {
+		if infos, _, err := catalogOf(m).List(bg, catalog.ListOptions{}); err != nil || len(infos) != 0 {
 			t.Fatalf("%v: listing after the refused append: %v %v; want no session", op, infos, err)
 		}
 		want := line(k, "00000000-0000-4000-8000-000000000002", "second try")

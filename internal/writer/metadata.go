@@ -2,20 +2,11 @@ package writer
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"strings"
-	"syscall"
-
-	"github.com/google/uuid"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
-	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/sidecar"
 	"github.com/sessiond/sessiond/internal/transcript"
 	"github.com/sessiond/sessiond/internal/transcript/listing"
 )
@@ -41,17 +32,8 @@ func (st *state) saveSidecars() error {
 	if st.agentMeta == nil {
 		return nil
 	}
-	path := strings.TrimSuffix(st.canonPath, layout.TranscriptExt) + ".meta.json"
-	if err := fsys.MkdirAll(st.fs, filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", filepath.Dir(path), errdefs.FromIO(err))
-	}
-	meta := st.agentMeta
-	err := fsys.WriteFileAtomic(st.fs, path, storeTempPrefix(path)+uuid.NewString()[:8]+".tmp", 0o600, func(w io.Writer) error {
-		_, err := w.Write(meta)
+	if err := sidecar.WriteAgentMeta(st.fs, st.canonPath, st.agentMeta); err != nil {
 		return err
-	})
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, errdefs.FromIO(err))
 	}
 	st.agentMeta = nil
 	return nil
@@ -75,12 +57,6 @@ func (m *Manager) AppendMetadata(ctx context.Context, key layout.Key, line []byt
 	return err
 }
 
-// ArchiveMarkerPath is where the official tools keep a session's archived
-// mark.
-func (m *Manager) ArchiveMarkerPath(key layout.Key) string {
-	return filepath.Join(m.cfg.Layout.SessionDir(key.Main()), "archived.json")
-}
-
 // SetArchived writes the session's archived.json marker as the official
 // archiveSession / unarchiveSession do.
 func (m *Manager) SetArchived(ctx context.Context, key layout.Key, archived bool) error {
@@ -98,58 +74,47 @@ func (m *Manager) SetArchived(ctx context.Context, key layout.Key, archived bool
 			return err
 		}
 	}
-	body := fmt.Sprintf(`{"archived":%v,"at":%q}`, archived, m.cfg.Clock.Now().UTC().Format("2006-01-02T15:04:05.000Z"))
-	return m.do(ctx, key, func(st *state) error { return m.writeSidecarLocked(st, "archived.json", []byte(body)) })
+	body := sidecar.ArchiveBody(archived, m.cfg.Clock.Now())
+	return m.do(ctx, key, func(st *state) error { return m.writeSidecarLocked(st, sidecar.ArchiveName, body) })
 }
 
-// titleSidecar reads the session's custom-title.json sidecar, which the
-// official tools consult for the title too: "" for none.
+// WriteSidecar writes the session sidecar name of key's session (which
+// must exist here) durably on its writer. The mirror is told
+// (Change.Sidecars).
+func (m *Manager) WriteSidecar(ctx context.Context, key layout.Key, name string, body []byte) error {
+	if err := sidecar.CheckName(name); err != nil {
+		return err
+	}
+	if len(body) > sidecar.MaxBytes {
+		return fmt.Errorf("sidecar %s of %s: %d bytes, over %d: %w", name, key, len(body), sidecar.MaxBytes, errdefs.ErrInvalidArgument)
+	}
+	key = key.Main()
+	if !m.existsOnDisk(key) {
+		return m.notFound(key)
+	}
+	return m.do(ctx, key, func(st *state) error { return m.writeSidecarLocked(st, name, body) })
+}
+
+// writeSidecarLocked writes a sidecar of st's session, on its writer.
+func (m *Manager) writeSidecarLocked(st *state, name string, body []byte) error {
+	if err := sidecar.Write(st.fs, m.cfg.Layout.SessionDir(st.key.Main()), name, body); err != nil {
+		return err
+	}
+	if name == sidecar.TitleName {
+		// The listing's title comes from it too (when the transcript's
+		// tail names none), and its stamp does not cover the sidecar.
+		if st.ent != nil {
+			st.ent.Sum.SetSidecarTitle(listing.ParseTitleSidecar(body))
+			st.publish()
+		} else {
+			st.ix.Delete(st.key.Main())
+		}
+	}
+	m.tell(Change{Key: st.key.Main(), Sidecars: true})
+	return nil
+}
+
+// titleSidecar reads the session's title sidecar: "" for none.
 func (d *deps) titleSidecar(key layout.Key) (string, error) {
-	b, err := readSessionFile(d.cfg.FS, filepath.Join(d.cfg.Layout.SessionDir(key.Main()), "custom-title.json"), 64<<10)
-	if err != nil || b == nil {
-		return "", err
-	}
-	return listing.ParseTitleSidecar(b), nil
-}
-
-// archived reads the session's archived.json marker: archived unless
-// someone prompted in the session after it was set (the official rule).
-func (m *Manager) archived(key layout.Key, lastPromptMs int64) (bool, error) {
-	b, err := readSessionFile(m.cfg.FS, m.ArchiveMarkerPath(key), 4097)
-	if err != nil || b == nil {
-		return false, err
-	}
-	return listing.Archived(b, lastPromptMs), nil
-}
-
-// readSessionFile reads up to limit bytes of a file the official tools
-// keep beside a transcript (the title and archive sidecars); nil for none.
-// What is not a regular file (a symbolic link, which sessiond never
-// follows, or a folder) is none too: the official readers find no title
-// or mark in it either, and it is not sessiond's to move. Any other
-// failure is unreadable's error: a listing must not show the session
-// untitled or unarchived, nor a writer publish it so, because a
-// descriptor ran out. What does not parse counts as no title or mark,
-// as the official readers take it.
-func readSessionFile(FS fsys.FS, path string, limit int64) ([]byte, error) {
-	f, err := FS.OpenFile(path, os.O_RDONLY, 0)
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, unreadable(path, err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, unreadable(path, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, nil
-	}
-	b, err := io.ReadAll(io.LimitReader(f, limit))
-	if err != nil {
-		return nil, unreadable(path, err)
-	}
-	return b, nil
+	return sidecar.Title(d.cfg.FS, d.cfg.Layout.SessionDir(key.Main()))
 }

@@ -16,8 +16,8 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/index"
-	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/rawjson"
+	"github.com/sessiond/sessiond/internal/sidecar"
 	"github.com/sessiond/sessiond/internal/transcript"
 )
 
@@ -214,8 +214,8 @@ func (st *state) removeStaleTemps() {
 	}
 	prefix := st.tempPrefix()
 	sweep(st.dir, func(n string) bool { return strings.HasPrefix(n, prefix) && strings.HasSuffix(n, ".tmp") })
-	for _, sp := range []string{st.cfg.Layout.StorePath(st.key), strings.TrimSuffix(st.canonPath, layout.TranscriptExt) + ".meta.json"} {
-		sprefix := storeTempPrefix(sp)
+	for _, sp := range []string{st.cfg.Layout.StorePath(st.key), sidecar.AgentMetaPath(st.canonPath)} {
+		sprefix := sidecar.TempPrefix(sp)
 		sweep(filepath.Dir(sp), func(n string) bool { return strings.HasPrefix(n, sprefix) && strings.HasSuffix(n, ".tmp") })
 	}
 }

@@ -94,7 +94,7 @@ func TestScanCanonicalShrunkFile(t *testing.T) {
 	if _, err := m.Append(context.Background(), k, [][]byte{entry(uuid.NewString())}); err != nil {
 		t.Fatal(err)
 	}
-	info, err := m.Info(context.Background(), k)
+	info, err := catalogOf(m).Info(context.Background(), k)
 	if err != nil || info.Title != "Shrunk" || info.Entries != 202 {
 		t.Fatalf("info %+v, %v; want the title and 202 entries", info, err)
 	}

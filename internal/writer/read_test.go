@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
+	"github.com/sessiond/sessiond/internal/catalog"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
@@ -418,7 +419,7 @@ func TestReadKeepsModifiedTime(t *testing.T) {
 	if !m.IsActive(recent) {
 		t.Fatal("the read opened no writer: the test proves nothing")
 	}
-	infos, _, err := m.List(bg, ListOptions{})
+	infos, _, err := catalogOf(m).List(bg, catalog.ListOptions{})
 	if err != nil || len(infos) != 2 {
 		t.Fatalf("listing: %d sessions, %v", len(infos), err)
 	}
@@ -435,7 +436,7 @@ func TestReadKeepsModifiedTime(t *testing.T) {
 	if got := infos[1].ModifiedMs; got != then.UnixMilli() {
 		t.Fatalf("the old session is listed as modified at %d, want %d", got, then.UnixMilli())
 	}
-	if cont, _, err := m.List(bg, ListOptions{Continue: true}); err != nil || len(cont) != 1 || cont[0].Key != recent {
+	if cont, _, err := catalogOf(m).List(bg, catalog.ListOptions{Continue: true}); err != nil || len(cont) != 1 || cont[0].Key != recent {
 		t.Fatalf("--continue picks %v (%v), want %s", cont, err, recent)
 	}
 }

@@ -10,9 +10,11 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sessiond/sessiond/internal/catalog"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/sidecar"
 )
 
 // The reads of sessiond's own state under a failing read (readstate.go):
@@ -150,10 +152,10 @@ func TestStoreSidecarUnreadableInListing(t *testing.T) {
 	m = newCrashManager(t, ff, nil) // a fresh index: the listing reads the files
 	defer closeManager(t, m)
 	ff.Inject(fstest.Fault{Op: fstest.OpOpen, Path: onPath(crashLayout.StorePath(k)), Err: syscall.EMFILE, Sticky: true})
-	_, err := m.ListSummaries(bg, k.ProjectKey, "")
+	_, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, "")
 	wantUnreadable(t, "summaries with the sidecar unreadable", err, syscall.EMFILE)
 	ff.Clear()
-	sums, err := m.ListSummaries(bg, k.ProjectKey, "")
+	sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, "")
 	if err != nil || len(sums) != 1 || sums[0].Version != 1 {
 		t.Fatalf("summaries once the sidecar reads again: %+v %v", sums, err)
 	}
@@ -180,13 +182,13 @@ func TestTitleSidecarUnreadable(t *testing.T) {
 			ff.Inject(fstest.Fault{Op: fstest.OpOpen, Path: onPath(title), Err: syscall.EMFILE, Sticky: true})
 			var err error
 			if path == "listing" {
-				_, err = m.Info(bg, k)
+				_, err = catalogOf(m).Info(bg, k)
 			} else {
 				_, err = m.Append(bg, k, [][]byte{[]byte(line(k, "00000000-0000-4000-8000-000000000002", "again"))})
 			}
 			wantUnreadable(t, path+" with the title unreadable", err, syscall.EMFILE)
 			ff.Clear()
-			if in, err := m.Info(bg, k); err != nil || in.Title != "Kept title" {
+			if in, err := catalogOf(m).Info(bg, k); err != nil || in.Title != "Kept title" {
 				t.Fatalf("info once the title reads again: %q %v", in.Title, err)
 			}
 		})
@@ -207,11 +209,11 @@ func TestArchiveMarkUnreadable(t *testing.T) {
 	closeManager(t, m)
 	m = newCrashManager(t, ff, nil)
 	defer closeManager(t, m)
-	ff.Inject(fstest.Fault{Op: fstest.OpRead, Path: onPath(m.ArchiveMarkerPath(k)), Err: syscall.EIO, Sticky: true})
-	_, _, err := m.List(bg, ListOptions{ProjectKey: k.ProjectKey, ExcludeArchived: true})
+	ff.Inject(fstest.Fault{Op: fstest.OpRead, Path: onPath(filepath.Join(crashLayout.SessionDir(k), sidecar.ArchiveName)), Err: syscall.EIO, Sticky: true})
+	_, _, err := catalogOf(m).List(bg, catalog.ListOptions{ProjectKey: k.ProjectKey, ExcludeArchived: true})
 	wantUnreadable(t, "listing with the archive mark unreadable", err, syscall.EIO)
 	ff.Clear()
-	if got, _, err := m.List(bg, ListOptions{ProjectKey: k.ProjectKey, ExcludeArchived: true}); err != nil || len(got) != 0 {
+	if got, _, err := catalogOf(m).List(bg, catalog.ListOptions{ProjectKey: k.ProjectKey, ExcludeArchived: true}); err != nil || len(got) != 0 {
 		t.Fatalf("listing of unarchived sessions once the mark reads again: %+v %v; want none", got, err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/sidecar"
 )
 
 // RecoverReport tells what Recover did.
@@ -221,7 +222,7 @@ func (m *Manager) sweepTemps() {
 		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".tmp") &&
 			(strings.Contains(n, ".compact-") || strings.Contains(n, layout.StoreExt+".") ||
 				strings.Contains(n, "sessiond-store.json.") || strings.Contains(n, ".meta.json.")) ||
-			isSidecarTemp(n)
+			sidecar.IsTemp(n)
 	})
 	for _, kept := range []string{"repairs", "foreign"} {
 		sweep(filepath.Join(L.StateDir, kept), func(n string) bool {

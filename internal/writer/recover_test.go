@@ -142,7 +142,7 @@ func TestCheckJournalsServesBeforeReplay(t *testing.T) {
 		if err != nil || strings.Join(got, "\n") != strings.Join(want[k], "\n") {
 			t.Fatalf("%s read before the replay: %d entries (%v), want %d", k, len(got), err, len(want[k]))
 		}
-		info, err := m.Info(ctx, k)
+		info, err := catalogOf(m).Info(ctx, k)
 		if err != nil || info.Entries != uint64(len(want[k])) {
 			t.Fatalf("%s listed before the replay: %+v, %v", k, info, err)
 		}

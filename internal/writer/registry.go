@@ -12,7 +12,6 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
-	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/owner"
 	"github.com/sessiond/sessiond/internal/progress"
@@ -143,10 +142,10 @@ func newManager(cfg Config) (*Manager, error) {
 	// Folders are made durable once per process, not at every compaction.
 	cfg.FS = fsys.Remembering(cfg.FS)
 	m := &Manager{
-		deps: deps{cfg: cfg, ix: index.New(), health: &health{}, missing: &missingRegistry{},
+		deps: deps{cfg: cfg, ix: cfg.Index, health: &health{}, missing: &missingRegistry{},
 			compactSlots: make(chan struct{}, cfg.CompactParallel)},
 		log: cfg.Logger, sessions: make(map[layout.Key]*session), leaving: make(map[layout.Key]*session),
-		progress: progress.New(),
+		progress: cfg.Progress,
 	}
 	// Lineages start from the clock, not 0, so that no two Managers of
 	// one process hand out the same one: a reader that outlives a Manager

@@ -67,16 +67,13 @@ func (m *Manager) Check(ctx context.Context, key layout.Key) (CheckResult, error
 	return res, err
 }
 
-// CheckAll checks every transcript (subagents included) of one project, or
-// of every project when projectKey is "", one at a time, and hands each
-// result to fn before the next transcript is read: a store's results are
-// never held together (a million entries' problems would not fit in one
-// answer). fn's error stops the walk and is returned.
-func (m *Manager) CheckAll(ctx context.Context, projectKey string, fn func(CheckResult) error) error {
-	keys, err := m.AllKeys(projectKey, true)
-	if err != nil {
-		return err
-	}
+// CheckAll checks the transcripts keys (the catalog lists those of a
+// project: catalog.AllKeys), one at a time, and hands each result to fn
+// before the next transcript is read: a store's results are never held
+// together (a million entries' problems would not fit in one answer). A
+// transcript gone meanwhile is skipped. fn's error stops the walk and is
+// returned.
+func (m *Manager) CheckAll(ctx context.Context, keys []layout.Key, fn func(CheckResult) error) error {
 	op := m.progress.Start(ctx, "check", "transcripts", int64(len(keys)))
 	defer op.End()
 	for _, k := range keys {

@@ -19,6 +19,7 @@ import (
 	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/rawjson"
+	"github.com/sessiond/sessiond/internal/sidecar"
 )
 
 const (
@@ -244,7 +245,7 @@ func (st *state) saveStore() error {
 	}
 	// A temp name of its own each time: a crash may have left the last
 	// one (open removes those).
-	tmp := storeTempPrefix(path) + uuid.NewString()[:8] + ".tmp"
+	tmp := sidecar.TempPrefix(path) + uuid.NewString()[:8] + ".tmp"
 	err = fsys.WriteFileAtomic(st.fs, path, tmp, 0o600, func(w io.Writer) error {
 		_, err := w.Write(body)
 		return err
@@ -255,9 +256,6 @@ func (st *state) saveStore() error {
 	st.storeDirty = false
 	return nil
 }
-
-// storeTempPrefix starts the names of the sidecar's temp files.
-func storeTempPrefix(path string) string { return "." + filepath.Base(path) + "." }
 
 // applyMetas replays the Meta records of recovered batches.
 func (st *state) applyMetas(metas [][]byte) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sessiond/sessiond/internal/catalog"
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
@@ -129,7 +130,7 @@ func TestSummaryCompareAndSwap(t *testing.T) {
 	}
 	want := func(m *Manager, what string, data string, version uint64) {
 		t.Helper()
-		sums, err := m.ListSummaries(bg, k.ProjectKey, "")
+		sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, "")
 		if err != nil {
 			t.Fatalf("%s: ListSummaries: %v", what, err)
 		}
@@ -142,7 +143,7 @@ func TestSummaryCompareAndSwap(t *testing.T) {
 		if len(sums) != 1 || string(sums[0].Data) != data || sums[0].Version != version || sums[0].Key != k {
 			t.Fatalf("%s: summaries %+v, want %s at version %d", what, sums, data, version)
 		}
-		infos, _, err := m.List(bg, ListOptions{ProjectKey: k.ProjectKey})
+		infos, _, err := catalogOf(m).List(bg, catalog.ListOptions{ProjectKey: k.ProjectKey})
 		if err != nil || len(infos) != 1 || infos[0].ModifiedMs != sums[0].ModifiedMs {
 			t.Fatalf("%s: List %+v (%v) disagrees with the summary's mtime %d", what, infos, err, sums[0].ModifiedMs)
 		}
@@ -171,10 +172,10 @@ func TestSummaryCompareAndSwap(t *testing.T) {
 	m = newCrashManager(t, v, nil)
 	defer closeManager(t, m)
 	want(m, "after a restart", `{"n":2}`, 2)
-	if sums, err := m.ListSummaries(bg, k.ProjectKey, k.SessionID); err != nil || len(sums) != 1 {
+	if sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, k.SessionID); err != nil || len(sums) != 1 {
 		t.Fatalf("one session's summary: %+v, %v", sums, err)
 	}
-	if sums, err := m.ListSummaries(bg, "-other-project", ""); err != nil || len(sums) != 0 {
+	if sums, err := catalogOf(m).ListSummaries(bg, "-other-project", ""); err != nil || len(sums) != 0 {
 		t.Fatalf("another project's summaries: %+v, %v", sums, err)
 	}
 	if _, err := m.Delete(bg, k, false); err != nil {
@@ -203,7 +204,7 @@ func TestSummaryFoldsNeverLost(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < per; i++ {
 				for {
-					sums, err := m.ListSummaries(bg, k.ProjectKey, k.SessionID)
+					sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, k.SessionID)
 					if err != nil {
 						errs <- err
 						return
@@ -233,11 +234,11 @@ func TestSummaryFoldsNeverLost(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	sums, err := m.ListSummaries(bg, k.ProjectKey, "")
+	sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, "")
 	if err != nil || len(sums) != 1 || string(sums[0].Data) != fmt.Sprintf(`{"n":%d}`, 2*per) {
 		t.Fatalf("final summary %+v (%v), want n=%d", sums, err, 2*per)
 	}
-	infos, _, _ := m.List(bg, ListOptions{ProjectKey: k.ProjectKey})
+	infos, _, _ := catalogOf(m).List(bg, catalog.ListOptions{ProjectKey: k.ProjectKey})
 	if len(infos) != 1 || infos[0].Entries != 2*per {
 		t.Fatalf("entries %+v, want %d", infos, 2*per)
 	}
@@ -289,8 +290,8 @@ func TestSummaryStaleAfterOtherAppends(t *testing.T) {
 	k := fixedKey(1, "")
 	mtimes := func(what string) (summary, session int64) {
 		t.Helper()
-		sums, err := m.ListSummaries(bg, k.ProjectKey, k.SessionID)
-		infos, _, err2 := m.List(bg, ListOptions{ProjectKey: k.ProjectKey})
+		sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, k.SessionID)
+		infos, _, err2 := catalogOf(m).List(bg, catalog.ListOptions{ProjectKey: k.ProjectKey})
 		if err != nil || err2 != nil || len(sums) != 1 || len(infos) != 1 {
 			t.Fatalf("%s: %v %v %v %v", what, sums, err, infos, err2)
 		}
@@ -374,7 +375,7 @@ func TestSummaryFullOfEscapables(t *testing.T) {
 	if err != nil || r.SummaryVersion != 1 {
 		t.Fatalf("append with a %d-byte summary of escapables: %+v, %v", len(data), r, err)
 	}
-	sums, err := m.ListSummaries(bg, k.ProjectKey, k.SessionID)
+	sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, k.SessionID)
 	if err != nil || len(sums) != 1 || string(sums[0].Data) != string(data) {
 		t.Fatalf("summary read back: %v (%d summaries)", err, len(sums))
 	}
@@ -406,7 +407,7 @@ func TestSummaryCoverage(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "folded from 1 lines, the transcript holds 2") {
 		t.Fatalf("a fold that misses the rename: %v, want a conflict", err)
 	}
-	sums, err := m.ListSummaries(bg, k.ProjectKey, k.SessionID)
+	sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, k.SessionID)
 	if err != nil || len(sums) != 1 || sums[0].Covers != 1 || sums[0].Entries != 2 {
 		t.Fatalf("ListSummaries = %+v, %v; want covers 1 of 2 lines", sums, err)
 	}
@@ -414,7 +415,7 @@ func TestSummaryCoverage(t *testing.T) {
 	if r, err := appendOpt(t, m, k, AppendOptions{Summary: cover(`{"n":3}`, 1, 2)}, `{"type":"user","uuid":"b"}`); err != nil || r.SummaryVersion != 2 {
 		t.Fatalf("a whole fold: %+v, %v", r, err)
 	}
-	if sums, _ := m.ListSummaries(bg, k.ProjectKey, k.SessionID); len(sums) != 1 || sums[0].Covers != 3 || sums[0].Entries != 3 {
+	if sums, _ := catalogOf(m).ListSummaries(bg, k.ProjectKey, k.SessionID); len(sums) != 1 || sums[0].Covers != 3 || sums[0].Entries != 3 {
 		t.Fatalf("after the whole fold: %+v", sums)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sessiond/sessiond/internal/catalog"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
@@ -33,14 +34,14 @@ func TestInfoCountsPending(t *testing.T) {
 	if _, err := m.Append(ctx, k, [][]byte{entry(""), entry(uuid.NewString())}); err != nil {
 		t.Fatal(err)
 	}
-	in, err := m.Info(ctx, k)
+	in, err := catalogOf(m).Info(ctx, k)
 	if err != nil || in.Pending != 2 || in.Entries != 2 {
 		t.Fatalf("before flush: %+v %v", in, err)
 	}
 	if _, err := m.Flush(ctx, k); err != nil {
 		t.Fatal(err)
 	}
-	in, err = m.Info(ctx, k)
+	in, err = catalogOf(m).Info(ctx, k)
 	if err != nil || in.Pending != 0 || in.Entries != 2 {
 		t.Fatalf("after flush: %+v %v", in, err)
 	}
@@ -77,7 +78,7 @@ func TestListingReadsNoTranscriptTwice(t *testing.T) {
 	})
 	list := func() {
 		t.Helper()
-		infos, total, err := m.List(ctx, ListOptions{ProjectKey: project})
+		infos, total, err := catalogOf(m).List(ctx, catalog.ListOptions{ProjectKey: project})
 		if err != nil || total != 5 || len(infos) != 5 {
 			t.Fatalf("list: %d %d %v", total, len(infos), err)
 		}
@@ -106,7 +107,7 @@ func TestListingReadsNoTranscriptTwice(t *testing.T) {
 	if len(opened) != 1 || opened[e.lay.TranscriptPath(keys[2])] == 0 {
 		t.Fatalf("after a foreign append the listing opened %v, want only the changed file", opened)
 	}
-	if in, _ := m.Info(ctx, keys[2]); in.Entries != 2 {
+	if in, _ := catalogOf(m).Info(ctx, keys[2]); in.Entries != 2 {
 		t.Fatalf("the rescanned entry counts %d entries, want 2", in.Entries)
 	}
 }
@@ -124,10 +125,13 @@ func TestListingRetiresWritersItOpens(t *testing.T) {
 		name string
 		walk func(m *Manager, keys []layout.Key) error
 	}{
-		{"List", func(m *Manager, _ []layout.Key) error { _, _, err := m.List(bg, ListOptions{}); return err }},
+		{"List", func(m *Manager, _ []layout.Key) error {
+			_, _, err := catalogOf(m).List(bg, catalog.ListOptions{})
+			return err
+		}},
 		{"Info", func(m *Manager, keys []layout.Key) error {
 			for _, k := range keys {
-				if _, err := m.Info(bg, k); err != nil {
+				if _, err := catalogOf(m).Info(bg, k); err != nil {
 					return err
 				}
 			}
@@ -135,7 +139,7 @@ func TestListingRetiresWritersItOpens(t *testing.T) {
 		}},
 		{"FlushAll", func(m *Manager, _ []layout.Key) error { _, err := m.FlushAll(bg); return err }},
 		{"CheckAll", func(m *Manager, _ []layout.Key) error {
-			return m.CheckAll(bg, project, func(CheckResult) error { return nil })
+			return checkAll(m, project, func(CheckResult) error { return nil })
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -175,7 +179,7 @@ func TestListingRetiresWritersItOpens(t *testing.T) {
 					t.Fatalf("%s on disk: %q, want %q", k, got, want[k])
 				}
 			}
-			infos, _, err := m.List(bg, ListOptions{})
+			infos, _, err := catalogOf(m).List(bg, catalog.ListOptions{})
 			if err != nil || len(infos) != len(keys)+1 {
 				t.Fatalf("listing after the walk: %d sessions, %v", len(infos), err)
 			}
@@ -214,7 +218,7 @@ func TestListingRetiresWhenCompactionFails(t *testing.T) {
 	ff.Inject(fstest.Fault{Op: fstest.OpOpen, Sticky: true, Err: syscall.EMFILE,
 		Path: func(p string) bool { return strings.Contains(p, ".compact-") }})
 	for round := range 2 {
-		infos, _, err := m.List(bg, ListOptions{})
+		infos, _, err := catalogOf(m).List(bg, catalog.ListOptions{})
 		if err != nil || len(infos) != len(keys) {
 			t.Fatalf("round %d: listing %d sessions, %v", round, len(infos), err)
 		}
@@ -267,12 +271,12 @@ func TestListingDropsEmptyLeftBehindJournals(t *testing.T) {
 			}
 			switch walk {
 			case "List":
-				if infos, _, err := m.List(bg, ListOptions{}); err != nil || len(infos) != 0 {
+				if infos, _, err := catalogOf(m).List(bg, catalog.ListOptions{}); err != nil || len(infos) != 0 {
 					t.Fatalf("listing: %d sessions, %v; want none", len(infos), err)
 				}
 			case "Info":
 				for _, k := range keys {
-					if _, err := m.Info(bg, k); !errors.Is(err, errdefs.ErrNotFound) {
+					if _, err := catalogOf(m).Info(bg, k); !errors.Is(err, errdefs.ErrNotFound) {
 						t.Fatalf("info of %s: %v, want not found", k, err)
 					}
 				}
@@ -282,7 +286,7 @@ func TestListingDropsEmptyLeftBehindJournals(t *testing.T) {
 				}
 			case "CheckAll":
 				var res []CheckResult
-				err := m.CheckAll(bg, project, func(r CheckResult) error { res = append(res, r); return nil })
+				err := checkAll(m, project, func(r CheckResult) error { res = append(res, r); return nil })
 				if err != nil || len(res) != 0 {
 					t.Fatalf("CheckAll: %v, %v; want nothing checked", res, err)
 				}
@@ -325,7 +329,7 @@ func TestWalksRaceAppends(t *testing.T) {
 				}
 				var err error
 				if w == 0 {
-					_, _, err = m.List(bg, ListOptions{})
+					_, _, err = catalogOf(m).List(bg, catalog.ListOptions{})
 				} else {
 					_, err = m.FlushAll(bg)
 				}
@@ -351,7 +355,7 @@ func TestWalksRaceAppends(t *testing.T) {
 				want[k] = append(want[k], l)
 				mu.Unlock()
 				if n%7 == 0 {
-					if _, err := m.Info(bg, k); err != nil {
+					if _, err := catalogOf(m).Info(bg, k); err != nil {
 						t.Error(err)
 					}
 				}
@@ -371,4 +375,21 @@ func TestWalksRaceAppends(t *testing.T) {
 			t.Fatalf("%s holds %d lines, want its %d acknowledged entries once each", k, len(got), len(w))
 		}
 	}
+}
+
+// catalogOf is the catalog over m's folders and index, as the daemon
+// wires it.
+func catalogOf(m *Manager) *catalog.Catalog {
+	c := m.Config()
+	return catalog.New(catalog.Config{FS: c.FS, Layout: c.Layout, Index: c.Index, Logger: c.Logger, Progress: c.Progress}, m)
+}
+
+// checkAll is CheckAll over every transcript of project, as the server
+// runs it.
+func checkAll(m *Manager, project string, fn func(CheckResult) error) error {
+	keys, err := catalogOf(m).AllKeys(project, true)
+	if err != nil {
+		return err
+	}
+	return m.CheckAll(bg, keys, fn)
 }

@@ -1,0 +1,158 @@
+package writer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"sort"
+
+	"go.uber.org/zap"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/index"
+	"github.com/sessiond/sessiond/internal/layout"
+)
+
+// What the writers know of a session beyond its files (entries in the
+// journal, a live writer), for themselves and for the catalog (package
+// catalog), which lists and finds sessions through these methods.
+
+// existsOnDisk reports whether key has a canonical file or a journal, so
+// reads of unknown sessions fail without starting a writer. A failed Lstat
+// says nothing about existence: then it answers yes, so the operation runs
+// and reports the disk's error instead of "not found".
+func (m *Manager) existsOnDisk(key layout.Key) bool {
+	ok, err := m.existsOnDiskErr(key)
+	return ok || err != nil
+}
+
+// NotFound is the error for a transcript that does not exist.
+func (m *Manager) NotFound(key layout.Key) error { return m.notFound(key) }
+
+// notFound is the error for a transcript that does not exist. For a
+// subagent transcript of a session that does, it says so: the user is
+// looking for a subpath, not for a missing session.
+func (m *Manager) notFound(key layout.Key) error {
+	if key.Subpath != "" && m.existsOnDisk(key.Main()) {
+		return fmt.Errorf("session %s/%s has no subagent transcript %s (sessionctl subkeys %s lists the ones it has): %w",
+			key.ProjectKey, key.SessionID, key.Subpath, key.SessionID, errdefs.ErrNotFound)
+	}
+	return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+}
+
+// existsOnDiskErr is existsOnDisk for callers that must tell "no" from
+// "could not look": a refusal because the session exists must not be the
+// answer to a failing disk.
+func (m *Manager) existsOnDiskErr(key layout.Key) (bool, error) {
+	m.mu.Lock()
+	s := m.sessions[key]
+	m.mu.Unlock()
+	if s != nil && s.hasContent.Load() {
+		return true, nil
+	}
+	// The journal first, then the file: a compaction running meanwhile
+	// renames the file into place before it begins the session's next
+	// (empty) stream, so whichever moment the journal is asked at, one of the
+	// two still shows the entries (asked the other way round, a look at
+	// the file just before the rename and at the journal just after found
+	// neither, and a Flush right after an Append said "not found").
+	logged := m.logs.exists(key)
+	if logged {
+		return true, nil
+	}
+	_, err := m.cfg.FS.Lstat(m.cfg.Layout.TranscriptPath(key))
+	switch {
+	case err == nil:
+		return true, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return false, fmt.Errorf("session %s: %w", key, errdefs.FromIO(err))
+	}
+	return false, nil
+}
+
+// walk visits every entry below dir (not following symlinks).
+var walk = fsys.Walk
+
+// WriterKeys lists the open sessions and every session with entries in
+// the journal, sorted by name.
+func (m *Manager) WriterKeys() []layout.Key {
+	set := make(map[layout.Key]bool)
+	m.mu.Lock()
+	for k := range m.sessions {
+		set[k] = true
+	}
+	m.mu.Unlock()
+	for _, k := range m.logs.keys() {
+		set[k] = true
+	}
+	keys := make([]layout.Key, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	return keys
+}
+
+// Publish has key's writer publish its listing entry to the index when
+// key has one live or entries in the journal, and reports whether it did.
+// A writer opened only for this (a journal left behind by a writer whose
+// last compaction failed) moves the journal into the file and retires at
+// once (retireIfOpened), so that a listing of many such sessions does not
+// hold a writer open for each.
+func (m *Manager) Publish(ctx context.Context, key layout.Key) (bool, error) {
+	if !m.logs.exists(key) && !m.IsActive(key) {
+		return false, nil
+	}
+	err := m.doRetire(ctx, key, retireIfOpened, func(st *state) error {
+		if !st.exists() {
+			return m.notFound(key)
+		}
+		st.publish()
+		return nil
+	})
+	return err == nil, err
+}
+
+// View calls fn with a reader over key's whole content (see view).
+func (m *Manager) View(ctx context.Context, key layout.Key, fn func(r io.Reader, pending int) error) error {
+	return m.view(ctx, key, fn)
+}
+
+// Stamp is the stat stamp of key's files and their newest mtime (ms).
+func (m *Manager) Stamp(key layout.Key) (index.Stamp, int64) { return m.stamp(key) }
+
+// stamp reads the stat stamp of key's files and the newest mtime.
+func (d *deps) stamp(key layout.Key) (index.Stamp, int64) {
+	var st index.Stamp
+	var mod int64
+	if fi, err := d.cfg.FS.Lstat(d.cfg.Layout.TranscriptPath(key)); err == nil {
+		st.CanonSize, st.CanonMtime = fi.Size(), fi.ModTime().UnixNano()
+		mod = fi.ModTime().UnixMilli()
+	}
+	if size, mtime, ok := d.logs.stat(key); ok {
+		st.JournalSize, st.JournalMtime = size, mtime.UnixNano()
+		if ms := mtime.UnixMilli(); ms > mod {
+			mod = ms
+		}
+	}
+	return st, mod
+}
+
+// StoreSummary reads key's SessionStore summary from its store sidecar,
+// without a writer. A damaged sidecar reads as no summary: the writer that
+// next opens the session keeps a copy of it and starts the summary afresh.
+func (m *Manager) StoreSummary(key layout.Key) (index.StoreSummary, error) {
+	s, err := readStore(m.cfg.FS, m.cfg.Layout, key)
+	var dmg *damagedError
+	if errors.As(err, &dmg) {
+		m.log.Error("the session's store sidecar is damaged; its summary is listed empty", zap.Stringer("session", key),
+			zap.String("path", dmg.path), zap.Error(dmg.err))
+		return index.StoreSummary{}, nil
+	} else if err != nil {
+		return index.StoreSummary{}, err
+	}
+	return s.summary(), nil
+}
