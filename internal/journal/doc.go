@@ -1,4 +1,4 @@
-// Package wal is sessiond's journal: one log, shared by every
+// Package journal is sessiond's write-ahead log: one log, shared by every
 // transcript, where a session's appends become durable before they are
 // acknowledged. One committer at a time takes everything the session
 // writers have queued, from every session at once, writes it with one
