@@ -62,7 +62,7 @@ func sdkPath(t *testing.T) (node, sdk string) {
 	t.Helper()
 	sdk = os.Getenv("SESSIOND_SDK_DIR")
 	if sdk == "" {
-		sdk = "../../e2e/sdk/node_modules/@anthropic-ai/claude-agent-sdk"
+		sdk = "../../../e2e/sdk/node_modules/@anthropic-ai/claude-agent-sdk"
 	}
 	sdk, _ = filepath.Abs(sdk)
 	node, nodeErr := exec.LookPath("node")
