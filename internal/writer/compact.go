@@ -180,7 +180,7 @@ func (st *state) compact(reason string) error {
 		return st.space.compactFailed(st.key, st.dir, need, err)
 	case len(st.pending) == 0:
 		st.space.compacted(st.key)
-		st.health.healthy(st.key)
+		st.health.Healthy(st.key)
 	}
 	return nil
 }

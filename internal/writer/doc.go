@@ -52,8 +52,8 @@
 //     trashlist.go: listing the trash and purging it after its retention.
 //   - space.go: riding out a full disk: the ballast, compactions deferred
 //     until their folder has room and the watcher that does them, the
-//     log's reserve given back; health.go: the recovery failures status
-//     reports, cleared once a session is healthy again.
+//     log's reserve given back. The recovery failures status reports
+//     are package health's.
 //   - temps.go: the temp files a crashed process left, found once per
 //     folder.
 //   - config.go: the Config and its defaults.

@@ -163,7 +163,7 @@ func (m *Manager) Replay(ctx context.Context, keys []layout.Key) ReplayReport {
 		case err != nil:
 			m.log.Error("recovery of a session failed; its journal is kept", zap.Stringer("session", k), zap.Error(err))
 			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", k, err))
-			m.health.sessionFailed(k, fmt.Sprintf("%s: %v", k, err))
+			m.health.SessionFailed(k, fmt.Sprintf("%s: %v", k, err))
 		default:
 			rep.Sessions++
 			rep.Entries += r.CompactedEntries
@@ -194,7 +194,7 @@ func parallel(ctx context.Context, workers, n int, fn func(i int)) {
 	wg.Wait()
 }
 
-func (m *Manager) noteRecoveryError(msg string) { m.health.failed(msg) }
+func (m *Manager) noteRecoveryError(msg string) { m.health.Failed(msg) }
 
 // sweepTemps removes the temp files a crash left in the project folders
 // and the session folders below them (compaction, repair and fork temps;

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/health"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/owner"
 	"github.com/sessiond/sessiond/internal/progress"
@@ -142,7 +143,7 @@ func newManager(cfg Config) (*Manager, error) {
 	// Folders are made durable once per process, not at every compaction.
 	cfg.FS = fsys.Remembering(cfg.FS)
 	m := &Manager{
-		deps: deps{cfg: cfg, ix: cfg.Index, health: &health{}, missing: &missingRegistry{},
+		deps: deps{cfg: cfg, ix: cfg.Index, health: &health.Health{}, missing: &missingRegistry{},
 			compactSlots: make(chan struct{}, cfg.CompactParallel)},
 		log: cfg.Logger, sessions: make(map[layout.Key]*session), leaving: make(map[layout.Key]*session),
 		progress: cfg.Progress,
@@ -413,7 +414,7 @@ func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	n := len(m.sessions)
 	m.mu.Unlock()
-	recErrs, past := m.health.report()
+	recErrs, past := m.health.Report()
 	disk := m.space.stats()
 	lagSessions, lagBytes := m.logs.jr.Backlog()
 	disk.LagSessions, disk.LagBytes = uint64(lagSessions), uint64(lagBytes)

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/health"
 	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/layout"
 )
@@ -55,9 +56,9 @@ type deps struct {
 	// temps lists each folder's leftover temp files once (temps.go).
 	temps staleTemps
 	// space is how the writers ride out a full disk (space.go); health
-	// keeps the recovery failures (health.go).
+	// keeps the recovery failures (package health).
 	space  *diskSpace
-	health *health
+	health *health.Health
 	// compactSlots holds a token per compaction running
 	// (Config.CompactParallel bounds them).
 	compactSlots chan struct{}
