@@ -192,8 +192,8 @@ func (st *state) commit(group []*appendReq) {
 	}
 	if len(lineBatches) > 0 {
 		// While the ballast's room is kept for the compactions that
-		// waited for it, appends do not take it (space.go).
-		err := st.space.appendRoom(batchBytes(lineBatches))
+		// waited for it, appends do not take it (package space).
+		err := st.space.AppendRoom(batchBytes(lineBatches))
 		if err != nil {
 			err = fmt.Errorf("journal append to %s: %w", st.key, err)
 		} else {
@@ -287,7 +287,7 @@ func (st *state) logBatches(batches [][][]byte, metas [][]byte, stored func(i in
 		if errors.Is(err, errdefs.ErrNoSpace) {
 			// Say where and how much (the caller is told which disk
 			// to free), and free the reserves for the compactions.
-			err = st.space.full(st.cfg.Layout.JournalDir(), batchBytes(batches), err)
+			err = st.space.Full(st.cfg.Layout.JournalDir(), batchBytes(batches), err)
 		}
 		return fmt.Errorf("journal append to %s: %w", st.key, err)
 	}

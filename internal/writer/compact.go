@@ -17,6 +17,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/space"
 )
 
 // FlushResult describes one compacted session.
@@ -150,7 +151,7 @@ func (st *state) idleDue() bool {
 // starts by itself (after appends, when idle, before retiring, under the
 // log's pressure), not one a caller, recovery or the shutdown asks for:
 // while a session's compaction waits for space, only the watcher tries
-// the automatic ones (space.go).
+// the automatic ones (package space).
 func automatic(reason string) bool {
 	switch reason {
 	case "size", "idle", "retire", "relieve":
@@ -161,25 +162,25 @@ func automatic(reason string) bool {
 
 // compact is compactNow, with what the disk space says: a compaction
 // waiting for space is not tried by the automatic rules, one that fails
-// for want of space waits for it (diskSpace.compactFailed), and one that
+// for want of space waits for it (space.Space.CompactFailed), and one that
 // succeeds ends the session's wait and its recovery failure.
 func (st *state) compact(reason string) error {
-	if automatic(reason) && st.space.waiting(st.key) {
+	if automatic(reason) && st.space.Waiting(st.key) {
 		return nil
 	}
 	need := st.canon.size + st.pendingBytes
 	err := st.compactInSlot(reason)
-	if err != nil && st.failed == nil && errors.Is(err, errdefs.ErrNoSpace) && st.space.yieldRetained(failedDir(err, st.dir)) {
-		// The journal's retained segments gave their room back (space.go):
+	if err != nil && st.failed == nil && errors.Is(err, errdefs.ErrNoSpace) && st.space.YieldRetained(space.FailedDir(err, st.dir)) {
+		// The journal's retained segments gave their room back (package space):
 		// the compaction may fit now, and a caller's flush need not
 		// fail for room sessiond could free itself.
 		err = st.compactInSlot(reason)
 	}
 	switch {
 	case err != nil:
-		return st.space.compactFailed(st.key, st.dir, need, err)
+		return st.space.CompactFailed(st.key, st.dir, need, err)
 	case len(st.pending) == 0:
-		st.space.compacted(st.key)
+		st.space.Compacted(st.key)
 		st.health.Healthy(st.key)
 	}
 	return nil

@@ -78,7 +78,7 @@ type Config struct {
 	// BallastSize is the disk space kept in reserve for compactions on a
 	// full disk: a file of that size in the state folder, released when
 	// a write finds the disk full and made again once there is room (see
-	// package ballast and space.go). 0 keeps none (the daemon's
+	// packages ballast and space). 0 keeps none (the daemon's
 	// --ballast-size has the default).
 	BallastSize int64
 	// FreeSpace tells how many bytes may still be written on the disk

@@ -251,7 +251,7 @@ func (w *world) foreignSave(key layout.Key, keep int, own ...string) error {
 
 // awaitDeferred waits until key's compaction no longer waits for space.
 // A compaction that failed for want of space is retried by the watcher in
-// the background, at once when the failure released a reserve (space.go):
+// the background, at once when the failure released a reserve (package space):
 // a workload's calls are otherwise sequential, and its truncating save
 // must not land in the same instant as that compaction's rename, which
 // sessiond does not cover (docs/reliability.md: the save's version of the
@@ -261,7 +261,7 @@ func (w *world) foreignSave(key layout.Key, keep int, own ...string) error {
 // outlives the wait fails the test.
 func (w *world) awaitDeferred(key layout.Key) {
 	deadline := time.Now().Add(30 * time.Second)
-	for w.m.space.waiting(key) {
+	for w.m.space.Waiting(key) {
 		if time.Now().After(deadline) {
 			w.t.Errorf("%s: the compaction deferred for want of space was not retried within 30 s", key)
 			return

@@ -155,9 +155,9 @@ func (m *Manager) Replay(ctx context.Context, keys []layout.Key) ReplayReport {
 		case err != nil && (errors.Is(err, errdefs.ErrNotFound) || ctx.Err() != nil):
 			// Gone meanwhile, or sessiond is stopping: the journal stays
 			// for the next start.
-		case err != nil && errors.Is(err, errdefs.ErrNoSpace) && m.space.waiting(k):
+		case err != nil && errors.Is(err, errdefs.ErrNoSpace) && m.space.Waiting(k):
 			// A full disk is no failure of the session: its compaction
-			// waits for room (space.go) and the entries are served from
+			// waits for room (package space) and the entries are served from
 			// the journal meanwhile.
 			rep.Deferred++
 		case err != nil:

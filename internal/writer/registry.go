@@ -16,6 +16,7 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/owner"
 	"github.com/sessiond/sessiond/internal/progress"
+	"github.com/sessiond/sessiond/internal/space"
 )
 
 // family is a session with all its subagent transcripts.
@@ -68,6 +69,9 @@ type Stats struct {
 	// acknowledged (missing.go).
 	Missing []MissingInfo
 }
+
+// DiskStats is Stats' part about disk space (package space).
+type DiskStats = space.DiskStats
 
 type counters struct {
 	appends, stored, duplicate, journalBytes, compactions, compactedBytes, recovered atomic.Uint64
@@ -153,18 +157,35 @@ func newManager(cfg Config) (*Manager, error) {
 	// (ReadLines' callers) must not take a new writer's file for the one
 	// it read before.
 	m.lineages.Store(uint64(time.Now().UnixNano()))
-	m.space = newDiskSpace(&m.cfg, m.log)
-	m.space.retry = func(k layout.Key) error {
-		_, err := m.flush(context.Background(), k, retireIfOpened, "retry")
-		return err
-	}
+	m.space = space.New(space.Config{FS: m.cfg.FS, Layout: m.cfg.Layout, Clock: m.cfg.Clock, Logger: m.log,
+		FreeSpace: m.cfg.FreeSpace, BallastSize: m.cfg.BallastSize, JournalSegmentSize: m.cfg.JournalSegmentSize,
+		Checked: spaceChecked})
 	logs, err := openLogStore(&m.cfg, m.relieve)
 	if err != nil {
 		return nil, err
 	}
 	m.logs = logs
-	m.space.start(logs.jr)
+	m.space.Start(logs.jr, compactor(func(k layout.Key) error {
+		_, err := m.flush(context.Background(), k, retireIfOpened, "retry")
+		return err
+	}))
 	return m, nil
+}
+
+// compactor is how the space watcher compacts a session whose compaction
+// waited for room.
+type compactor func(layout.Key) error
+
+func (c compactor) Compact(k layout.Key) error { return c(k) }
+
+// testHookSpaceChecked, when set by a test, runs after each round of the
+// space watcher, once its timer is armed for the next.
+var testHookSpaceChecked atomic.Pointer[func()]
+
+func spaceChecked() {
+	if h := testHookSpaceChecked.Load(); h != nil {
+		(*h)()
+	}
 }
 
 // relieve compacts the sessions holding the journal's oldest
@@ -173,7 +194,7 @@ func newManager(cfg Config) (*Manager, error) {
 // forever.
 func (m *Manager) relieve(keys []layout.Key) {
 	for _, k := range keys {
-		if m.space.waiting(k) {
+		if m.space.Waiting(k) {
 			continue // the watcher compacts it once there is room
 		}
 		if _, err := m.flush(context.Background(), k, retireIfOpened, "relieve"); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
@@ -369,7 +390,7 @@ func (m *Manager) submit(ctx context.Context, key layout.Key, r *reply, enqueue 
 			r.passRef = pass
 			continue
 		}
-		m.space.noticeFull(r.err)
+		m.space.NoticeFull(r.err)
 		return r.err
 	}
 }
@@ -380,7 +401,7 @@ func (m *Manager) submit(ctx context.Context, key layout.Key, r *reply, enqueue 
 // error and the next start recovers them.
 func (m *Manager) Close(ctx context.Context) error {
 	// The watcher first: it compacts through the writers stopped below.
-	m.space.close()
+	m.space.Close()
 	m.mu.Lock()
 	m.closing = true
 	all := make([]*session, 0, len(m.sessions))
@@ -415,7 +436,7 @@ func (m *Manager) Stats() Stats {
 	n := len(m.sessions)
 	m.mu.Unlock()
 	recErrs, past := m.health.Report()
-	disk := m.space.stats()
+	disk := m.space.Stats()
 	lagSessions, lagBytes := m.logs.jr.Backlog()
 	disk.LagSessions, disk.LagBytes = uint64(lagSessions), uint64(lagBytes)
 	ws := m.logs.jr.Stats()

@@ -16,6 +16,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/space"
 )
 
 // spaceEnv is a Manager on the real disk behind a FaultFS, with a fake
@@ -67,12 +68,12 @@ func (e *spaceEnv) appendTo(k layout.Key, lines ...string) {
 	}
 }
 
-// tick moves the fake clock one spaceCheck on and waits for the
+// tick moves the fake clock one space.CheckEvery on and waits for the
 // watcher's round.
 func (e *spaceEnv) tick() {
 	e.t.Helper()
 	before := e.rounds.Load()
-	e.fake.Advance(spaceCheck)
+	e.fake.Advance(space.CheckEvery)
 	deadline := time.Now().Add(10 * time.Second)
 	for e.rounds.Load() == before {
 		if time.Now().After(deadline) {

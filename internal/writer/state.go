@@ -13,6 +13,7 @@ import (
 	"github.com/sessiond/sessiond/internal/health"
 	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/space"
 )
 
 // tailWindow is how much of a canonical file's end its fingerprint covers.
@@ -55,9 +56,9 @@ type deps struct {
 	lineages atomic.Uint64
 	// temps lists each folder's leftover temp files once (temps.go).
 	temps staleTemps
-	// space is how the writers ride out a full disk (space.go); health
-	// keeps the recovery failures (package health).
-	space  *diskSpace
+	// space is how the writers ride out a full disk (package space);
+	// health keeps the recovery failures (package health).
+	space  *space.Space
 	health *health.Health
 	// compactSlots holds a token per compaction running
 	// (Config.CompactParallel bounds them).

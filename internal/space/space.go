@@ -1,37 +1,14 @@
-package writer
-
-import (
-	"errors"
-	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"sort"
-	"sync"
-	"sync/atomic"
-	"syscall"
-	"time"
-
-	"go.uber.org/zap"
-
-	"github.com/sessiond/sessiond/internal/ballast"
-	"github.com/sessiond/sessiond/internal/errdefs"
-	"github.com/sessiond/sessiond/internal/fsys"
-	"github.com/sessiond/sessiond/internal/journal"
-	"github.com/sessiond/sessiond/internal/layout"
-)
-
-// How the writers ride out a full disk. An append needs room in the
-// journal (the tail its current segment reserved ahead lets
+// Package space rides out a full disk for sessiond's writers. An append
+// needs room in the journal (the tail its current segment reserved ahead lets
 // appends go on for a while when the disk is full), a compaction room for
 // the transcript's new copy: its old content plus the logged entries,
 // before the rename lets the old file go. When a write finds the disk
 // full:
 //
-//   - the journal's retained segments (kept for repair, wal's retain.go) go
-//     first, every time, if they are on that disk (yieldRetained): a
-//     compaction is then tried once more at once (state.compact), an
-//     append into the ballast's room only refused once they are gone;
+//   - the journal's retained segments (kept for repair) go first, every
+//     time, if they are on that disk (YieldRetained): the writer then
+//     tries the compaction once more at once, and an append into the
+//     ballast's room is only refused once they are gone;
 //   - the ballast (package ballast) is deleted, if it is on that disk, and
 //     the journal stops reserving space ahead and deletes its spare segments
 //     (journal.Log.SetLowSpace), so the compactions waiting get that room;
@@ -39,12 +16,12 @@ import (
 //     ballast went are the compactions waiting (lagging): the watcher
 //     compacts each at once, and those that do not fit are deferred;
 //     until the ballast is back, appends are refused while they would
-//     take the ballast's room (appendRoom): it is the compactions';
+//     take the ballast's room (AppendRoom): it is the compactions';
 //   - a compaction that did not fit is deferred: the session's automatic
 //     compactions (after appends, when idle, before retiring, under the
 //     log's pressure) stop trying, and status shows one line for it
 //     (Deferred.Line); entries stay in the journal, served from there;
-//   - a watcher looks at the free space every spaceCheck (one statfs per
+//   - a watcher looks at the free space every CheckEvery (one statfs per
 //     folder) and compacts a deferred session as soon as its folder has
 //     the room it needs, or, where the free space cannot be told, on a
 //     backoff; a compaction that still fails waits twice as long each time
@@ -55,14 +32,40 @@ import (
 //     compacted or deferred) and the state folder's disk has room for the
 //     ballast twice over, the ballast is made again, then the journal reserves
 //     space ahead again. Without the lagging transcripts, the room the
-//     release had just freed counted as room that was back: the reserves
-//     came back at once, before any compaction had had the room, and the
-//     appends filled it again.
+//     release just freed would count as room that is back: the reserves
+//     would come back at once, before any compaction had the room, and the
+//     appends would fill it again.
+//
+// The writers reach it through a Space; the watcher compacts through the
+// Compactor the writers give it, and moves the journal's reserves through
+// Journal: it never reaches into the writers.
+package space
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/sessiond/sessiond/internal/ballast"
+	"github.com/sessiond/sessiond/internal/clock"
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/journal"
+	"github.com/sessiond/sessiond/internal/layout"
+)
 
 const (
-	// spaceCheck is how often the watcher looks at the free space while
+	// CheckEvery is how often the watcher looks at the free space while
 	// something waits for it.
-	spaceCheck = time.Second
+	CheckEvery = time.Second
 	// minRetry and maxRetry bound the wait before a deferred compaction
 	// is tried again when the free space says nothing (it could not be
 	// read, or it said there was room and the compaction failed all the
@@ -74,29 +77,65 @@ const (
 	journalWriteNeed = 4096
 )
 
-// diskSpace is the manager's view of the disk space: the ballast, the
-// deferred compactions and the watcher. The writers reach it through
-// deps.
-type diskSpace struct {
-	cfg     *Config
-	log     *zap.Logger
-	ballast *ballast.Ballast // nil: none kept
-	jr      *journal.Log
+// Config is what a Space needs.
+type Config struct {
+	FS     fsys.FS // where the ballast is made
+	Layout layout.Layout
+	Clock  clock.Clock
+	Logger *zap.Logger
+	// FreeSpace tells how many bytes may still be written on the disk
+	// holding a folder.
+	FreeSpace func(dir string) (int64, error)
+	// BallastSize is the reserve kept for compactions on a full disk (0:
+	// none).
+	BallastSize int64
+	// JournalSegmentSize is the journal's (0: its default): the journal
+	// reserves space ahead again once two segments' worth is free.
+	JournalSegmentSize int64
+	// Checked, when set, is told after each round of the watcher, once the
+	// next one is armed: tests wait for the watcher through it.
+	Checked func()
+}
+
+// Journal is what space moves in the write-ahead log: its reserve, its
+// retained segments, and which transcripts lag behind it.
+type Journal interface {
+	LowSpace() bool
+	SetLowSpace(on bool)
+	DropRetained() bool
+	Behind() map[layout.Key]uint64
+	StillBehind(key layout.Key, stream uint64) bool
+}
+
+// Compactor compacts a transcript whose compaction waited for space.
+type Compactor interface {
+	Compact(key layout.Key) error
+}
+
+// Space is the writers' view of the disk space: the ballast, the deferred
+// compactions and the watcher. Its methods are safe for concurrent use.
+type Space struct {
+	layout    layout.Layout
+	clock     clock.Clock
+	freeSpace func(dir string) (int64, error)
+	checked   func()
+	log       *zap.Logger
+	ballast   *ballast.Ballast // nil: none kept
+	jr        Journal          // nil until Start
+	compactor Compactor
 	// lowSpaceClear is the free space of the journal's folder past which the
 	// log reserves space ahead again: two segments' worth.
 	lowSpaceClear int64
-	// retry compacts a deferred session (Manager.flush).
-	retry func(layout.Key) error
 
 	mu       sync.Mutex
 	deferred map[layout.Key]*deferral
 	// lagging: the transcripts whose entries were in the journal only when
-	// the ballast was released, with their streams (journal.Log.Behind); the
+	// the ballast was released, with their streams (Journal.Behind); the
 	// watcher compacts each once, unless a compaction did it already.
 	lagging  map[layout.Key]uint64
 	watching bool          // the watcher goroutine runs
 	kick     chan struct{} // wakes the watcher at once
-	stop     chan struct{} // closed by close
+	stop     chan struct{} // closed by Close
 	done     chan struct{} // closed when the watcher ends
 	closed   bool
 }
@@ -128,7 +167,7 @@ func (d Deferred) Line() string {
 	return fmt.Sprintf("compaction deferred: need %d bytes in %s, %s", d.Need, d.Dir, free)
 }
 
-// DiskStats is Stats' part about disk space.
+// DiskStats is what status says about disk space.
 type DiskStats struct {
 	// BallastPath and BallastSize describe the emergency reserve
 	// (BallastSize 0: none); BallastPresent says it is in place,
@@ -146,8 +185,10 @@ type DiskStats struct {
 	Deferred []Deferred
 }
 
-func newDiskSpace(cfg *Config, log *zap.Logger) *diskSpace {
-	d := &diskSpace{cfg: cfg, log: log, deferred: map[layout.Key]*deferral{},
+// New returns the Space of cfg. Start puts it to work.
+func New(cfg Config) *Space {
+	d := &Space{layout: cfg.Layout, clock: cfg.Clock, freeSpace: cfg.FreeSpace, checked: cfg.Checked,
+		log: cfg.Logger, deferred: map[layout.Key]*deferral{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	seg := cfg.JournalSegmentSize
 	if seg <= 0 {
@@ -160,10 +201,11 @@ func newDiskSpace(cfg *Config, log *zap.Logger) *diskSpace {
 	return d
 }
 
-// start puts the ballast in place (or has the watcher make it once there
-// is room). Called once the journal is open.
-func (d *diskSpace) start(l *journal.Log) {
-	d.jr = l
+// Start puts the ballast in place (or has the watcher make it once there
+// is room), given the journal once it is open and what compacts for the
+// watcher.
+func (d *Space) Start(l Journal, c Compactor) {
+	d.jr, d.compactor = l, c
 	if d.ballast == nil {
 		return
 	}
@@ -178,47 +220,47 @@ func (d *diskSpace) start(l *journal.Log) {
 	d.mu.Unlock()
 }
 
-// freeSpace is cfg.FreeSpace, -1 when it cannot tell.
-func (d *diskSpace) freeSpace(dir string) int64 {
-	n, err := d.cfg.FreeSpace(dir)
+// free is Config.FreeSpace, -1 when it cannot tell.
+func (d *Space) free(dir string) int64 {
+	n, err := d.freeSpace(dir)
 	if err != nil {
 		return -1
 	}
 	return n
 }
 
-// full is told that a write of need bytes in dir found the disk full
+// Full is told that a write of need bytes in dir found the disk full
 // (err). It releases what is held in reserve on that disk, wakes the
 // watcher, and returns err as an errdefs.SpaceError saying where and how
 // much, unless it is one already.
-func (d *diskSpace) full(dir string, need int64, err error) error {
+func (d *Space) Full(dir string, need int64, err error) error {
 	var se *errdefs.SpaceError
 	if errors.As(err, &se) {
 		return err
 	}
-	free := d.freeSpace(dir)
+	free := d.free(dir)
 	d.release(dir)
 	return &errdefs.SpaceError{Dir: dir, Need: need, Free: free, Err: err}
 }
 
-// appendRoom refuses an append of need bytes that would take the
+// AppendRoom refuses an append of need bytes that would take the
 // ballast's room while it is released: that room is for the compactions
 // that waited for space (appends would fill it again within moments and
 // no compaction would fit). Appends go on once the free space is above
 // the ballast's size again, as compactions let the journal's segments go or
 // as space is freed; the ballast is made again later. Outside that time
 // it costs nothing (no statfs).
-func (d *diskSpace) appendRoom(need int64) error {
+func (d *Space) AppendRoom(need int64) error {
 	if d.ballast == nil {
 		return nil
 	}
 	if _, released := d.ballast.State(); !released {
 		return nil
 	}
-	dir := d.cfg.Layout.JournalDir()
-	free := d.freeSpace(dir)
-	if free >= 0 && free-need < d.ballast.Size() && d.yieldRetained(dir) {
-		free = d.freeSpace(dir)
+	dir := d.layout.JournalDir()
+	free := d.free(dir)
+	if free >= 0 && free-need < d.ballast.Size() && d.YieldRetained(dir) {
+		free = d.free(dir)
 	}
 	if free < 0 || free-need >= d.ballast.Size() {
 		return nil
@@ -228,10 +270,10 @@ func (d *diskSpace) appendRoom(need int64) error {
 			d.ballast.Size(), syscall.ENOSPC)}
 }
 
-// noticeFull releases the reserves when err says a disk is full and the
+// NoticeFull releases the reserves when err says a disk is full and the
 // appends and compactions, which handle their own, did not: a fork's temp
 // copy, a sidecar, a repair.
-func (d *diskSpace) noticeFull(err error) {
+func (d *Space) NoticeFull(err error) {
 	if err == nil || !errors.Is(err, errdefs.ErrNoSpace) && !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
 		return
 	}
@@ -239,7 +281,7 @@ func (d *diskSpace) noticeFull(err error) {
 	if errors.As(err, &se) {
 		return
 	}
-	dir := d.cfg.Layout.Root
+	dir := d.layout.Root
 	if p := failedPath(err); p != "" {
 		dir = filepath.Dir(p)
 	}
@@ -251,17 +293,17 @@ func (d *diskSpace) noticeFull(err error) {
 // deferred compaction is looked at again at once. It frees each reserve
 // once until the watcher puts it back, so a compaction failing again
 // waits for its backoff.
-func (d *diskSpace) release(dir string) {
+func (d *Space) release(dir string) {
 	freed, ballast := false, false
 	if d.ballast != nil && fsys.SameDisk(dir, filepath.Dir(d.ballast.Path())) && d.ballast.Release() {
 		freed, ballast = true, true
 		d.log.Warn("disk full: released the ballast so the compactions waiting for space can finish; it is made again once there is room",
 			zap.String("full", dir), zap.String("ballast", d.ballast.Path()), zap.Int64("bytes", d.ballast.Size()))
 	}
-	if d.yieldRetained(dir) {
+	if d.YieldRetained(dir) {
 		freed = true
 	}
-	if d.jr != nil && fsys.SameDisk(dir, d.cfg.Layout.JournalDir()) && !d.jr.LowSpace() {
+	if d.jr != nil && fsys.SameDisk(dir, d.layout.JournalDir()) && !d.jr.LowSpace() {
 		freed = true
 		d.jr.SetLowSpace(true)
 		d.log.Info("disk full: the journal gives back the space it reserved ahead until there is room again", zap.String("full", dir))
@@ -271,7 +313,7 @@ func (d *diskSpace) release(dir string) {
 		// The compactions the ballast's room is for.
 		behind = d.jr.Behind()
 	}
-	now := d.cfg.Clock.Now()
+	now := d.clock.Now()
 	d.mu.Lock()
 	if freed {
 		for _, df := range d.deferred {
@@ -294,7 +336,7 @@ func (d *diskSpace) release(dir string) {
 	}
 }
 
-// yieldRetained has the journal remove the segments it retains (wal's
+// YieldRetained has the journal remove the segments it retains (the journal's
 // retention, kept for repair) when dir, found full, is on the journal's disk,
 // and reports whether that freed anything. They are the first room to give
 // back, every time the disk is found full: entries already in their
@@ -302,8 +344,8 @@ func (d *diskSpace) release(dir string) {
 // appends and the compactions that move entries into their transcripts.
 // The ballast and the journal's reserve are freed once until the watcher puts
 // them back; the journal retains segments again as compactions let them go.
-func (d *diskSpace) yieldRetained(dir string) bool {
-	if d.jr == nil || !fsys.SameDisk(dir, d.cfg.Layout.JournalDir()) || !d.jr.DropRetained() {
+func (d *Space) YieldRetained(dir string) bool {
+	if d.jr == nil || !fsys.SameDisk(dir, d.layout.JournalDir()) || !d.jr.DropRetained() {
 		return false
 	}
 	d.log.Warn("disk full: removed the journal's retained segments (kept so repair can put back entries another program's rewrite drops)",
@@ -311,10 +353,10 @@ func (d *diskSpace) yieldRetained(dir string) bool {
 	return true
 }
 
-// compactFailed defers key's compaction when it failed for want of space
+// CompactFailed defers key's compaction when it failed for want of space
 // (need bytes of it in dir); any other error ends a deferral, so the
 // usual rules take over.
-func (d *diskSpace) compactFailed(key layout.Key, dir string, need int64, err error) error {
+func (d *Space) CompactFailed(key layout.Key, dir string, need int64, err error) error {
 	if !errors.Is(err, errdefs.ErrNoSpace) {
 		d.forget(key)
 		return err
@@ -328,7 +370,7 @@ func (d *diskSpace) compactFailed(key layout.Key, dir string, need int64, err er
 			dir, need = pdir, journalWriteNeed
 		}
 	}
-	now, free := d.cfg.Clock.Now(), d.freeSpace(dir)
+	now, free := d.clock.Now(), d.free(dir)
 	d.mu.Lock()
 	df := d.deferred[key]
 	first := df == nil
@@ -368,9 +410,9 @@ func failedPath(err error) string {
 	return ""
 }
 
-// failedDir is the folder of the operation that failed in err (a
+// FailedDir is the folder of the operation that failed in err (a
 // SpaceError's, or the failed path's), def if none is named.
-func failedDir(err error, def string) string {
+func FailedDir(err error, def string) string {
 	var se *errdefs.SpaceError
 	if errors.As(err, &se) && se.Dir != "" {
 		return se.Dir
@@ -381,17 +423,17 @@ func failedDir(err error, def string) string {
 	return def
 }
 
-// compacted ends key's deferral, if any: its entries are in its
+// Compacted ends key's deferral, if any: its entries are in its
 // transcript.
-func (d *diskSpace) compacted(key layout.Key) {
+func (d *Space) Compacted(key layout.Key) {
 	if df := d.forget(key); df != nil {
 		d.log.Info("deferred compaction done", zap.Stringer("session", key),
-			zap.Duration("deferred_for", d.cfg.Clock.Now().Sub(df.since)))
+			zap.Duration("deferred_for", d.clock.Now().Sub(df.since)))
 	}
 }
 
 // forget ends key's deferral and returns it (nil if none).
-func (d *diskSpace) forget(key layout.Key) *deferral {
+func (d *Space) forget(key layout.Key) *deferral {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	df := d.deferred[key]
@@ -399,16 +441,16 @@ func (d *diskSpace) forget(key layout.Key) *deferral {
 	return df
 }
 
-// waiting reports whether key's compaction waits for space: the
+// Waiting reports whether key's compaction waits for space: the
 // automatic ones then leave it to the watcher.
-func (d *diskSpace) waiting(key layout.Key) bool {
+func (d *Space) Waiting(key layout.Key) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.deferred[key] != nil
 }
 
-// stats reports the ballast and the deferred compactions.
-func (d *diskSpace) stats() DiskStats {
+// Stats reports the ballast and the deferred compactions.
+func (d *Space) Stats() DiskStats {
 	var s DiskStats
 	if b := d.ballast; b != nil {
 		s.BallastPath, s.BallastSize = b.Path(), b.Size()
@@ -427,180 +469,4 @@ func (d *diskSpace) stats() DiskStats {
 		return a.Key.Less(b.Key)
 	})
 	return s
-}
-
-// watchLocked starts the watcher when something waits for space and it
-// is not running. Called with d.mu held.
-func (d *diskSpace) watchLocked() {
-	if d.watching || d.closed || !d.needsWatchLocked() {
-		return
-	}
-	d.watching = true
-	d.done = make(chan struct{})
-	go d.watch(d.done)
-}
-
-// needsWatchLocked reports whether anything waits for space: a deferred
-// compaction, a ballast not in place, the journal giving back its reserve.
-// Called with d.mu held.
-func (d *diskSpace) needsWatchLocked() bool {
-	if len(d.deferred) > 0 || len(d.lagging) > 0 {
-		return true
-	}
-	if d.ballast != nil {
-		if present, _ := d.ballast.State(); !present {
-			return true
-		}
-	}
-	return d.jr != nil && d.jr.LowSpace()
-}
-
-// testHookSpaceChecked, when set by a test, runs after each round of the
-// watcher, once its timer is armed for the next.
-var testHookSpaceChecked atomic.Pointer[func()]
-
-// watch is the watcher goroutine: a round every spaceCheck, or at once
-// when kicked, until nothing waits for space.
-func (d *diskSpace) watch(done chan struct{}) {
-	defer close(done)
-	t := d.cfg.Clock.NewTimer(spaceCheck)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.stop:
-			return
-		case <-t.C():
-		case <-d.kick:
-		}
-		d.round()
-		d.mu.Lock()
-		if d.closed || !d.needsWatchLocked() {
-			d.watching = false
-			d.mu.Unlock()
-			checked()
-			return
-		}
-		d.mu.Unlock()
-		t.Reset(spaceCheck)
-		checked()
-	}
-}
-
-// checked runs testHookSpaceChecked: after a round, once the next one is
-// armed.
-func checked() {
-	if h := testHookSpaceChecked.Load(); h != nil {
-		(*h)()
-	}
-}
-
-// round retries the deferred compactions that are due and fit, then,
-// when none waits any more, puts the reserves back.
-func (d *diskSpace) round() {
-	d.compactLagging()
-	now := d.cfg.Clock.Now()
-	d.mu.Lock()
-	var due []layout.Key
-	for k, df := range d.deferred {
-		if !now.Before(df.next) {
-			due = append(due, k)
-		}
-	}
-	d.mu.Unlock()
-	sort.Slice(due, func(i, j int) bool { return due[i].Less(due[j]) })
-	for _, k := range due {
-		d.mu.Lock()
-		df := d.deferred[k]
-		if df == nil || d.closed {
-			d.mu.Unlock()
-			continue
-		}
-		dir, need := df.dir, df.need
-		d.mu.Unlock()
-		if free := d.freeSpace(dir); free >= 0 && free < need {
-			d.mu.Lock()
-			if df := d.deferred[k]; df != nil {
-				df.free, df.next = free, now.Add(spaceCheck)
-			}
-			d.mu.Unlock()
-			continue
-		}
-		if err := d.retry(k); err != nil && !errors.Is(err, errdefs.ErrNoSpace) {
-			// Gone, or failing for another reason: the usual rules
-			// (and their errors) take over.
-			d.forget(k)
-		}
-	}
-	d.mu.Lock()
-	waiting := len(d.deferred) > 0 || len(d.lagging) > 0 || d.closed
-	d.mu.Unlock()
-	if waiting {
-		return
-	}
-	if b := d.ballast; b != nil {
-		if present, released := b.State(); !present {
-			if ok, err := b.Ensure(); err != nil {
-				d.log.Debug("cannot make the ballast yet", zap.Error(err))
-			} else if ok && released {
-				d.log.Info("space is back: the ballast is made again", zap.String("path", b.Path()), zap.Int64("bytes", b.Size()))
-			}
-		}
-	}
-	if d.jr != nil && d.jr.LowSpace() {
-		present := true
-		if d.ballast != nil {
-			present, _ = d.ballast.State()
-		}
-		if free := d.freeSpace(d.cfg.Layout.JournalDir()); present && free >= d.lowSpaceClear {
-			d.jr.SetLowSpace(false)
-			d.log.Info("space is back: the journal reserves space ahead again")
-		}
-	}
-}
-
-// compactLagging compacts, once each, the transcripts that lagged when the
-// ballast was released, unless a compaction did it since: one that does not
-// fit is deferred (compactFailed), like any compaction.
-func (d *diskSpace) compactLagging() {
-	d.mu.Lock()
-	lagging := d.lagging
-	d.lagging = nil
-	d.mu.Unlock()
-	keys := make([]layout.Key, 0, len(lagging))
-	for k := range lagging {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].Less(keys[j]) })
-	for _, k := range keys {
-		d.mu.Lock()
-		closed, deferred := d.closed, d.deferred[k] != nil
-		d.mu.Unlock()
-		if closed {
-			return
-		}
-		if deferred || !d.jr.StillBehind(k, lagging[k]) {
-			continue
-		}
-		if err := d.retry(k); err != nil && !errors.Is(err, errdefs.ErrNoSpace) {
-			// Gone, or failing for another reason: the usual rules (and
-			// their errors) take over, as for a deferred compaction.
-			d.log.Debug("compacting a transcript that lagged when the disk filled failed", zap.Stringer("session", k), zap.Error(err))
-		}
-	}
-}
-
-// close stops the watcher and waits for it.
-func (d *diskSpace) close() {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return
-	}
-	d.closed = true
-	close(d.stop)
-	done := d.done
-	d.mu.Unlock()
-	if done != nil {
-		<-done
-	}
 }
