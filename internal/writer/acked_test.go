@@ -13,12 +13,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.uber.org/zap"
 
 	"github.com/sessiond/sessiond/internal/clock"
-	"github.com/sessiond/sessiond/internal/frame"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/ledger"
 	"github.com/sessiond/sessiond/internal/rawjson"
 	"github.com/sessiond/sessiond/internal/transcript/damage"
 )
@@ -142,7 +143,7 @@ func TestForeignTruncatingRewrite(t *testing.T) {
 		if ids[i] != "" {
 			wantIDs = append(wantIDs, ids[i])
 		} else {
-			wantIDs = append(wantIDs, fmt.Sprintf("content:%016x", contentID([]byte(acked[i]))))
+			wantIDs = append(wantIDs, ledger.IDOf(ledger.Pos{}, "", []byte(acked[i])).String())
 		}
 	}
 	if !slices.Equal(p.IDs, wantIDs) {
@@ -329,16 +330,16 @@ func TestLedgerCountsEachEntryOnce(t *testing.T) {
 	if _, err := m.Flush(bg, k); err != nil {
 		t.Fatal(err)
 	}
-	led, err := readLedger(e.fs, e.lay, k)
-	if err != nil || led == nil || len(led.ids) != 2 {
+	led, err := ledger.Read(e.fs, e.lay, k)
+	if err != nil || led == nil || len(led.IDs) != 2 {
 		t.Fatalf("ledger: %+v, %v", led, err)
 	}
 	// The same record again, as a redone compaction writes it.
-	if err := m.do(bg, k, func(s *state) error { return s.appendLedger(s.canon, 0, led.ids) }); err != nil {
+	if err := m.do(bg, k, func(s *state) error { return s.acked.Append(s.canon.ledger(), 0, led.IDs) }); err != nil {
 		t.Fatal(err)
 	}
-	if led, _ := readLedger(e.fs, e.lay, k); len(led.ids) != 2 || led.records != 2 {
-		t.Fatalf("after a repeated record: %d entries in %d records, want 2 in 2", len(led.ids), led.records)
+	if led, _ := ledger.Read(e.fs, e.lay, k); len(led.IDs) != 2 || led.Records != 2 {
+		t.Fatalf("after a repeated record: %d entries in %d records, want 2 in 2", len(led.IDs), led.Records)
 	}
 	e.rewrite(k, []string{tag})
 	if p, _ := ackFinding(t, m, k); p == nil || len(p.IDs) != 1 {
@@ -372,9 +373,9 @@ func TestLedgerTornTail(t *testing.T) {
 	m = e.manager()
 	defer closeManager(t, m)
 	more, _ := conversation(t, m, k, 2, 2, "u", "")
-	led, err := readLedger(e.fs, e.lay, k)
-	if err != nil || len(led.ids) != 6 {
-		t.Fatalf("after a torn tail and a new record: %d entries, %v; want 6", len(led.ids), err)
+	led, err := ledger.Read(e.fs, e.lay, k)
+	if err != nil || len(led.IDs) != 6 {
+		t.Fatalf("after a torn tail and a new record: %d entries, %v; want 6", len(led.IDs), err)
 	}
 	e.rewrite(k, acked)
 	if p, _ := ackFinding(t, m, k); p == nil || len(p.IDs) != 2 || !slices.Equal(p.IDs[:1], uuidsOf(more[:1])) {
@@ -385,9 +386,17 @@ func TestLedgerTornTail(t *testing.T) {
 // frameTorn is the first half of a valid ledger record of k.
 func frameTorn(t *testing.T, k layout.Key) []byte {
 	t.Helper()
-	rec := encodeAckRecord(fingerprint{size: 1}, 0, []ackID{{sp: span{seg: 99, off: 64}, uuid: uuid.NewString()}})
-	b := frame.Append(nil, ackRecord, rec, ledgerSeed(k), 0)
-	return b[:len(b)/2]
+	dir := t.TempDir()
+	L := layout.Layout{Root: dir, StateDir: dir}
+	b := ledger.NewStore(ledger.Config{FS: fsys.OS, Layout: L, Clock: clock.Real, Logger: zap.NewNop()}).Book(k, zap.NewNop(), nil)
+	if err := b.Append(ledger.Fingerprint{Size: 1}, 0, []ledger.ID{ledger.IDOf(ledger.Pos{Seg: 99, Off: 64}, uuid.NewString(), nil)}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := os.ReadFile(L.AckedPath(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec[:len(rec)/2]
 }
 
 // renameHookFS runs after, once, right after a rename onto target.
@@ -473,9 +482,9 @@ func TestForeignLinesDuringRenameKeepTheirOrder(t *testing.T) {
 			}
 			// Rescued lines are the agent's, never acknowledged by
 			// sessiond: not in the ledger.
-			led, err := readLedger(e.fs, e.lay, k)
-			if err != nil || len(led.ids) != 2 {
-				t.Fatalf("ledger holds %d entries (%v), want sessiond's 2", len(led.ids), err)
+			led, err := ledger.Read(e.fs, e.lay, k)
+			if err != nil || len(led.IDs) != 2 {
+				t.Fatalf("ledger holds %d entries (%v), want sessiond's 2", len(led.IDs), err)
 			}
 		})
 	}
@@ -601,11 +610,11 @@ func TestLedgerDamagedKeptBeforeCut(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		_, ids := conversation(t, m, k, 2, 2, fmt.Sprint("r", i), parent)
 		parent = lastUUID(ids)
-		led, err := readLedger(e.fs, e.lay, k)
+		led, err := ledger.Read(e.fs, e.lay, k)
 		if err != nil || led == nil {
 			t.Fatalf("ledger after record %d: %v", i, err)
 		}
-		ends = append(ends, led.end)
+		ends = append(ends, led.End)
 	}
 	closeManager(t, m)
 	b, err := os.ReadFile(path)
@@ -616,7 +625,7 @@ func TestLedgerDamagedKeptBeforeCut(t *testing.T) {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if led, err := readLedger(e.fs, e.lay, k); err != nil || led.end != ends[0] || led.damaged == nil {
+	if led, err := ledger.Read(e.fs, e.lay, k); err != nil || led.End != ends[0] || led.Damaged == nil {
 		t.Fatalf("damaged ledger read as %+v, %v; want it whole up to %d, and damaged", led, err, ends[0])
 	}
 	m = e.manager()
@@ -630,7 +639,7 @@ func TestLedgerDamagedKeptBeforeCut(t *testing.T) {
 	if kept, _ := os.ReadFile(filepath.Join(dir, ents[0].Name())); !bytes.Equal(kept, b) {
 		t.Fatalf("the copy holds %d bytes, not the damaged ledger's %d", len(kept), len(b))
 	}
-	if led, err := readLedger(e.fs, e.lay, k); err != nil || led.damaged != nil || led.records != 2 {
+	if led, err := ledger.Read(e.fs, e.lay, k); err != nil || led.Damaged != nil || led.Records != 2 {
 		t.Fatalf("ledger after the cut: %+v, %v; want the first record and the new one", led, err)
 	}
 }
@@ -650,7 +659,7 @@ func TestMissingListedWhileTranscriptUnreadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	ff.Inject(fstest.Fault{Op: fstest.OpStat, Path: onPath(e.lay.TranscriptPath(k)), Err: syscall.EIO, Sticky: true})
-	if ms := m.Missing(); len(ms) != 1 || ms[0].Count != 5 {
+	if ms := m.ledger.Missing(); len(ms) != 1 || ms[0].Count != 5 {
 		t.Fatalf("Missing with the transcript's Lstat failing = %+v, want 5 of %s", ms, k)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/ledger"
 	"github.com/sessiond/sessiond/internal/space"
 )
 
@@ -243,17 +244,11 @@ func (st *state) compactNow(reason string) error {
 			// place of their own any more, and did the rewrite keep
 			// every entry sessiond acknowledged?
 			st.rescueAt = -1
-			st.missingStale = true
+			st.acked.Rewritten()
 		}
 	}
-	if st.missingStale {
-		// Until the comparison is done no ledger record may be written:
-		// it would name the rewritten file as holding every entry but
-		// st.missingIDs, and the next open would trust it unchecked.
-		if err := st.detectMissing(false, "a rewrite by another program"); err != nil {
-			return fmt.Errorf("compact %s: %w", st.key, err)
-		}
-		st.missingStale = false
+	if err := st.acked.CompareIfRewritten(holdings{st}); err != nil {
+		return fmt.Errorf("compact %s: %w", st.key, err)
 	}
 	if len(st.pending) == 0 {
 		// Every journaled entry is in the file now (absorbForeign found
@@ -264,11 +259,10 @@ func (st *state) compactNow(reason string) error {
 		if err := st.syncCanonical(); err != nil {
 			return err
 		}
-		if len(st.ackDropped) > 0 {
-			if err := st.appendLedger(st.canon, len(st.missingIDs), st.ackDropped); err != nil {
+		if st.acked.HasDropped() {
+			if err := st.acked.Compacted(st.canon.ledger(), nil); err != nil {
 				return fmt.Errorf("compact %s: %w", st.key, err)
 			}
-			st.ackDropped = nil
 		}
 		return st.newGeneration()
 	}
@@ -317,17 +311,16 @@ func (st *state) compactNow(reason string) error {
 	}
 	if !st.canonExists {
 		// The file is made now: a ledger at this key is an earlier
-		// transcript's, deleted (acked.go).
-		if err := st.resetLedger(); err != nil {
+		// transcript's, deleted (package ledger).
+		if err := st.acked.Reset(); err != nil {
 			st.fs.Remove(tmpPath)
 			return fmt.Errorf("compact %s: %w", st.key, err)
 		}
 	}
-	if err := st.appendLedger(newFP, len(st.missingIDs), append(acked, st.ackDropped...)); err != nil {
+	if err := st.acked.Compacted(newFP.ledger(), acked); err != nil {
 		st.fs.Remove(tmpPath)
 		return fmt.Errorf("compact %s: %w", st.key, err)
 	}
-	st.ackDropped = nil
 	// From here on a failure leaves the disk in a state only recovery may
 	// judge, so the writer fails and reopens from disk.
 	if err := st.j.markCompacted(newFP); err != nil {
@@ -393,7 +386,7 @@ func (st *state) compactNow(reason string) error {
 // to path and syncs it. It returns the new file's fingerprint, the
 // acknowledged entries it wrote (for the ledger), and whether rescued
 // lines went in before lines already in the file (see foreign.go).
-func (st *state) writeTemp(path string, src fsys.File) (fp fingerprint, acked []ackID, moved bool, err error) {
+func (st *state) writeTemp(path string, src fsys.File) (fp fingerprint, acked []ledger.ID, moved bool, err error) {
 	tmp, err := st.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fingerprint{}, nil, false, err
@@ -439,7 +432,7 @@ func (st *state) writeTemp(path string, src fsys.File) (fp fingerprint, acked []
 		}
 		return st.j.read(spans, func(i int, line []byte) error {
 			if p := ps[i]; !p.foreign {
-				acked = append(acked, ackIDOf(p.span, p.uuid, line))
+				acked = append(acked, ledger.IDOf(p.span.pos(), p.uuid, line))
 			}
 			w.Write(line)
 			return w.WriteByte('\n')

@@ -26,12 +26,10 @@
 //     canonical file).
 //   - foreign.go: lines other programs append meanwhile: absorbed before
 //     a compaction, rescued from the file a compaction replaced.
-//   - acked.go: the ledger of the entries each transcript was given
-//     (acknowledged and compacted there).
-//   - missing.go: comparing it with the file, and reporting what another
-//     program's rewrite dropped (log, Status, notes).
-//   - putback.go: repair's putting them back from the journal's retained
-//     segments.
+//   - acked.go: what the ledger of acknowledged entries (package ledger)
+//     needs of a session: what it holds now, to compare with the entries
+//     each transcript was given, and the journal's retained entries, for
+//     repair to put back what another program's rewrite dropped.
 //   - journal.go: each session's stream in the journal
 //     (package journal) behind sessionLog and logStore, and the import of the
 //     per-session journals of older releases (package journal): the only

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/index"
+	"github.com/sessiond/sessiond/internal/ledger"
 	"github.com/sessiond/sessiond/internal/rawjson"
 	"github.com/sessiond/sessiond/internal/sidecar"
 	"github.com/sessiond/sessiond/internal/transcript"
@@ -52,7 +53,7 @@ func (st *state) open() error {
 	st.scanned = true
 	if j == nil {
 		st.publish()
-		return st.detectMissing(true, "open")
+		return st.acked.Compare(holdings{st}, true, "open")
 	}
 	st.j = j
 	if rec.truncated > 0 {
@@ -88,7 +89,7 @@ func (st *state) open() error {
 			if err := st.newGeneration(); err != nil {
 				return err
 			}
-			return st.detectMissing(true, "open")
+			return st.acked.Compare(holdings{st}, true, "open")
 		}
 	}
 	base := rec.base
@@ -114,7 +115,7 @@ func (st *state) open() error {
 			if err := st.newGeneration(); err != nil {
 				return err
 			}
-			return st.detectMissing(true, "open")
+			return st.acked.Compare(holdings{st}, true, "open")
 		}
 		st.log.Info("another program appended to the transcript; journaled entries will follow its lines")
 	} else if !ok {
@@ -134,7 +135,7 @@ func (st *state) open() error {
 		}
 	}
 	st.publish()
-	return st.detectMissing(true, "open")
+	return st.acked.Compare(holdings{st}, true, "open")
 }
 
 // replay makes the journaled entries at spans pending after the canonical
@@ -146,7 +147,7 @@ func (st *state) open() error {
 //
 // foreign, when not nil, says which entries are rescued lines of another
 // program (pendingEntry.foreign). An acknowledged entry dropped because
-// the file holds its uuid goes to ackDropped, for the ledger.
+// the file holds its uuid goes to the ledger (Book.Dropped).
 func (st *state) replay(spans []span, foreign []bool) (dropped bool, err error) {
 	keep := make([]span, 0, len(spans))
 	size := st.canon.size
@@ -156,7 +157,7 @@ func (st *state) replay(spans []span, foreign []bool) (dropped bool, err error) 
 			if st.ids.has(id) {
 				dropped = true
 				if !p.foreign {
-					st.ackDropped = append(st.ackDropped, ackID{sp: spans[i], uuid: id})
+					st.acked.Dropped(ledger.IDOf(spans[i].pos(), id, nil))
 				}
 				return nil
 			}

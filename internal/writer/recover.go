@@ -53,7 +53,7 @@ func (m *Manager) Recover(ctx context.Context) (RecoverReport, error) {
 // files. It returns the sessions to replay.
 func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Key, error) {
 	var rep RecoverReport
-	for _, err := range m.loadMissing() {
+	for _, err := range m.ledger.LoadMissing() {
 		m.log.Error("a note of entries missing from a transcript could not be read; status lists them again once the transcript's writer compares it with its ledger", zap.Error(err))
 		rep.Failed = append(rep.Failed, err)
 		m.noteRecoveryError(err.Error())

@@ -14,6 +14,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/health"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/ledger"
 	"github.com/sessiond/sessiond/internal/owner"
 	"github.com/sessiond/sessiond/internal/progress"
 	"github.com/sessiond/sessiond/internal/space"
@@ -66,12 +67,16 @@ type Stats struct {
 	RetainedBytes    int64
 	OldestRetained   time.Time
 	// Missing lists the transcripts found lacking entries sessiond had
-	// acknowledged (missing.go).
+	// acknowledged (package ledger).
 	Missing []MissingInfo
 }
 
 // DiskStats is Stats' part about disk space (package space).
 type DiskStats = space.DiskStats
+
+// MissingInfo is a transcript found lacking entries sessiond had
+// acknowledged (package ledger).
+type MissingInfo = ledger.MissingInfo
 
 type counters struct {
 	appends, stored, duplicate, journalBytes, compactions, compactedBytes, recovered atomic.Uint64
@@ -147,7 +152,7 @@ func newManager(cfg Config) (*Manager, error) {
 	// Folders are made durable once per process, not at every compaction.
 	cfg.FS = fsys.Remembering(cfg.FS)
 	m := &Manager{
-		deps: deps{cfg: cfg, ix: cfg.Index, health: &health.Health{}, missing: &missingRegistry{},
+		deps: deps{cfg: cfg, ix: cfg.Index, health: &health.Health{},
 			compactSlots: make(chan struct{}, cfg.CompactParallel)},
 		log: cfg.Logger, sessions: make(map[layout.Key]*session), leaving: make(map[layout.Key]*session),
 		progress: cfg.Progress,
@@ -157,6 +162,7 @@ func newManager(cfg Config) (*Manager, error) {
 	// (ReadLines' callers) must not take a new writer's file for the one
 	// it read before.
 	m.lineages.Store(uint64(time.Now().UnixNano()))
+	m.ledger = ledger.NewStore(ledger.Config{FS: m.cfg.FS, Layout: m.cfg.Layout, Clock: m.cfg.Clock, Logger: m.log})
 	m.space = space.New(space.Config{FS: m.cfg.FS, Layout: m.cfg.Layout, Clock: m.cfg.Clock, Logger: m.log,
 		FreeSpace: m.cfg.FreeSpace, BallastSize: m.cfg.BallastSize, JournalSegmentSize: m.cfg.JournalSegmentSize,
 		Checked: spaceChecked})
@@ -449,7 +455,7 @@ func (m *Manager) Stats() Stats {
 		RetainedSegments:     ws.RetainedSegments,
 		RetainedBytes:        ws.RetainedBytes,
 		OldestRetained:       ws.OldestRetained,
-		Missing:              m.Missing(),
+		Missing:              m.ledger.Missing(),
 		ActiveSessions:       n,
 		Appends:              m.stats.appends.Load(),
 		EntriesStored:        m.stats.stored.Load(),

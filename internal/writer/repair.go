@@ -31,38 +31,26 @@ type CheckResult struct {
 // with the entries sessiond acknowledged and compacted into it (its
 // ledger, read before the file: what was compacted since is in the file
 // or still pending, and both are read) and reports those missing
-// (putback.go).
+// (package ledger).
 func (m *Manager) Check(ctx context.Context, key layout.Key) (CheckResult, error) {
 	res := CheckResult{Key: key}
 	if err := key.Validate(); err != nil {
 		return res, err
 	}
-	led, err := readLedger(m.cfg.FS, m.cfg.Layout, key)
+	ck, err := m.ledger.NewCheck(key)
 	if err != nil {
 		return res, err
 	}
-	var mt *ackMatcher
-	if led != nil && len(led.ids) > 0 {
-		mt = newAckMatcher(led)
-	}
 	err = m.view(ctx, key, func(r io.Reader, _ int) error {
-		var split *lineSplitter
-		if mt != nil {
-			split = &lineSplitter{m: mt}
-			r = io.TeeReader(r, split)
-		}
-		rep, err := damage.Check(r, damage.CheckOptions{SessionID: key.SessionID})
+		rep, err := damage.Check(ck.Tee(r), damage.CheckOptions{SessionID: key.SessionID})
 		if err != nil {
 			return fmt.Errorf("check %s: %w", key, errdefs.FromIO(err))
 		}
 		res.Report = rep
-		if split != nil {
-			split.close()
-		}
 		return nil
 	})
-	if err == nil && mt != nil {
-		err = m.checkAcked(key, mt, res.Report)
+	if err == nil {
+		err = ck.Report(res.Report, m.logs)
 	}
 	return res, err
 }
@@ -140,7 +128,7 @@ func (m *Manager) Repair(ctx context.Context, key layout.Key, dryRun bool) (Repa
 // repairDryPending is a dry run of repair on a session with pending
 // entries, which a dry run must not compact: it repairs a copy of what
 // the session holds (with the acknowledged entries missing from its file
-// put back, see putback.go).
+// put back, see package ledger).
 func (st *state) repairDryPending(ctx context.Context, out *RepairOutcome) error {
 	plan, err := st.planPutback()
 	if err != nil {
@@ -157,10 +145,10 @@ func (st *state) repairDryPending(ctx context.Context, out *RepairOutcome) error
 	}
 	defer tmp.Close()
 	opt := damage.RepairOptions{SessionID: st.key.SessionID}
-	if plan == nil || plan.restored == 0 {
+	if plan == nil || plan.Restored() == 0 {
 		out.Result, err = damage.Repair(tmp, tmp.size, io.Discard, opt)
 		if err == nil && plan != nil {
-			plan.withPutback(out.Result, nil)
+			plan.Fold(out.Result, nil)
 		}
 		return err
 	}
@@ -169,7 +157,7 @@ func (st *state) repairDryPending(ctx context.Context, out *RepairOutcome) error
 		return err
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(plan.write(pw, tmp, tmp.size)) }()
+	go func() { pw.CloseWithError(plan.Write(pw, tmp, tmp.size)) }()
 	restored, err := spool(pr)
 	pr.Close()
 	if err != nil {
@@ -178,7 +166,7 @@ func (st *state) repairDryPending(ctx context.Context, out *RepairOutcome) error
 	defer restored.Close()
 	out.Result, err = damage.Repair(restored, restored.size, io.Discard, opt)
 	if err == nil {
-		plan.withPutback(out.Result, before)
+		plan.Fold(out.Result, before)
 	}
 	return err
 }
@@ -219,7 +207,7 @@ func spool(r io.Reader) (*spooled, error) {
 
 func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*damage.RepairResult, string, error) {
 	// The acknowledged entries another program's rewrite dropped go back
-	// first (putback.go): then the chain repair below sees them.
+	// first (package ledger): then the chain repair below sees them.
 	plan, err := st.planPutback()
 	if err != nil {
 		return nil, "", err
@@ -236,7 +224,7 @@ func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*dam
 	var src io.ReaderAt = f
 	size := fi.Size()
 	var before *damage.Report
-	if plan != nil && plan.restored > 0 {
+	if plan != nil && plan.Restored() > 0 {
 		if before, err = checkOriginal(ctx, f, size, st.key.SessionID); err != nil {
 			return nil, "", err
 		}
@@ -250,7 +238,7 @@ func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*dam
 	}
 	fold := func(res *damage.RepairResult) *damage.RepairResult {
 		if plan != nil {
-			plan.withPutback(res, before)
+			plan.Fold(res, before)
 		}
 		return res
 	}
@@ -290,7 +278,7 @@ func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*dam
 		if plan != nil {
 			// Missing, and none of it in the journal any more: the finding
 			// stands.
-			st.setMissing(plan.remaining(), "repair")
+			st.acked.SetMissing(plan.Remaining(), "repair")
 		}
 		return res, "", nil
 	}
@@ -316,11 +304,11 @@ func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*dam
 		return nil, "", err
 	}
 	if plan != nil {
-		rest := plan.remaining()
-		st.setMissing(rest, "repair")
+		rest := plan.Remaining()
+		st.acked.SetMissing(rest, "repair")
 		// The ledger's last record names the repaired file now, so the
 		// next open need not compare the file with it again.
-		if err := st.appendLedger(st.canon, len(rest), nil); err != nil {
+		if err := st.acked.Append(st.canon.ledger(), len(rest), nil); err != nil {
 			st.log.Warn("cannot record the repaired transcript in its ledger", zap.Error(err))
 		}
 	}

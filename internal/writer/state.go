@@ -13,6 +13,7 @@ import (
 	"github.com/sessiond/sessiond/internal/health"
 	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/ledger"
 	"github.com/sessiond/sessiond/internal/space"
 )
 
@@ -36,7 +37,7 @@ type pendingEntry struct {
 	uuid string // "" for an entry without uuid
 	// foreign: a line another program appended to the file during a
 	// compaction's rename, rescued into the journal (foreign.go): never
-	// acknowledged to anyone, so not in the ledger (acked.go).
+	// acknowledged to anyone, so not in the ledger (package ledger).
 	foreign bool
 }
 
@@ -48,9 +49,9 @@ type deps struct {
 	logs  *logStore // the sessions' journals (journal.go)
 	ix    *index.Index
 	stats counters
-	// missing lists the transcripts found lacking entries sessiond had
-	// acknowledged (missing.go).
-	missing *missingRegistry
+	// ledger keeps the entries each transcript was given, and what
+	// another program's rewrite dropped of them (package ledger).
+	ledger *ledger.Store
 	// lineages hands out the states' lineages: a new one whenever lines
 	// already served may have moved.
 	lineages atomic.Uint64
@@ -111,18 +112,8 @@ type state struct {
 	// current line by line and published to the index.
 	ent *index.Entry
 
-	// ackEnd is where the ledger's last whole record ends, -1 until
-	// read (acked.go); ackDropped are acknowledged entries of the journal's
-	// current stream that are not pending because the file already held
-	// their uuid (replay): the next ledger record lists them too, before
-	// the stream goes. missingIDs is what the last comparison of the
-	// ledger with the file found missing (missing.go); missingStale says
-	// another program rewrote the file since, and the comparison that
-	// followed failed: it is due before the next ledger record.
-	ackEnd       int64
-	ackDropped   []ackID
-	missingIDs   []ackID
-	missingStale bool
+	// acked is the transcript's ledger of acknowledged entries (acked.go).
+	acked *ledger.Book
 
 	// The file the last compaction replaced, kept open a while so that
 	// lines another program appends to it late are rescued, and where
@@ -135,15 +126,16 @@ type state struct {
 
 func newState(d *deps, key layout.Key, log *zap.Logger) *state {
 	canon := d.cfg.Layout.TranscriptPath(key)
-	return &state{
+	st := &state{
 		deps: d, fs: d.cfg.FS, log: log, key: key,
 		canonPath: canon,
 		dir:       filepath.Dir(canon),
 		ids:       newIDSet(),
 		changed:   make(chan struct{}),
-		ackEnd:    -1,
 		rescueAt:  -1,
 	}
+	st.acked = d.ledger.Book(key, log, st.keepDamaged)
+	return st
 }
 
 func (st *state) exists() bool { return st.canonExists || len(st.pending) > 0 }

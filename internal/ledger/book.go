@@ -1,0 +1,192 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"go.uber.org/zap"
+
+	"github.com/sessiond/sessiond/internal/clock"
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/frame"
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/layout"
+)
+
+// Config is what a Store needs.
+type Config struct {
+	FS     fsys.FS
+	Layout layout.Layout
+	Clock  clock.Clock
+	Logger *zap.Logger
+}
+
+// Store is the ledgers and the notes of missing entries under one state
+// folder, and the findings Status lists. Its methods are safe for
+// concurrent use; a Book is its writer's alone.
+type Store struct {
+	fs      fsys.FS
+	layout  layout.Layout
+	clock   clock.Clock
+	log     *zap.Logger
+	missing registry
+}
+
+// NewStore returns the Store of cfg.
+func NewStore(cfg Config) *Store {
+	return &Store{fs: cfg.FS, layout: cfg.Layout, clock: cfg.Clock, log: cfg.Logger}
+}
+
+// Read reads key's ledger (see Read).
+func (s *Store) Read(key layout.Key) (*Ledger, error) { return Read(s.fs, s.layout, key) }
+
+// KeepFunc copies what r reads, the bytes of the damaged file at path,
+// aside, and returns where.
+type KeepFunc func(path string, r io.Reader) (kept string, err error)
+
+// Book is a transcript's ledger as its writer appends to it, with what the
+// writer last found missing from the transcript. Only the transcript's
+// writer goroutine uses it.
+type Book struct {
+	s    *Store
+	key  layout.Key
+	log  *zap.Logger
+	keep KeepFunc
+	// end is where the ledger's last whole record ends, -1 until read.
+	end int64
+	// dropped are acknowledged entries of the journal's current stream
+	// that are not pending because the file already held their uuid
+	// (replay): the next compaction's record lists them too, before the
+	// stream goes.
+	dropped []ID
+	// missing is what the last comparison with the file found missing;
+	// stale says another program rewrote the file since, and the
+	// comparison that followed failed: it is due before the next record.
+	missing []ID
+	stale   bool
+}
+
+// Book returns key's ledger for its writer, which logs through log and
+// keeps damaged ledgers aside through keep.
+func (s *Store) Book(key layout.Key, log *zap.Logger, keep KeepFunc) *Book {
+	return &Book{s: s, key: key, log: log, keep: keep, end: -1}
+}
+
+// Dropped notes an acknowledged entry the journal's current stream holds
+// that is not pending, the file holding its uuid already: the next
+// compaction records it.
+func (b *Book) Dropped(id ID) { b.dropped = append(b.dropped, id) }
+
+// HasDropped reports whether entries noted by Dropped wait for a record.
+func (b *Book) HasDropped() bool { return len(b.dropped) > 0 }
+
+// Compacted appends the record of a compaction, before its marker goes to
+// the journal: ids were just compacted into a canonical file about to be
+// fp, along with the entries noted by Dropped.
+func (b *Book) Compacted(fp Fingerprint, ids []ID) error {
+	if err := b.Append(fp, len(b.missing), append(ids, b.dropped...)); err != nil {
+		return err
+	}
+	b.dropped = nil
+	return nil
+}
+
+// Append appends one record to the ledger and syncs it: the entries ids
+// were just compacted into a canonical file about to be fp, and missing
+// were known missing.
+func (b *Book) Append(fp Fingerprint, missing int, ids []ID) error {
+	if b.end < 0 {
+		led, err := b.s.Read(b.key)
+		if err != nil {
+			return err
+		}
+		b.end = 0
+		if led != nil {
+			b.end = led.End
+		}
+	}
+	path := b.s.layout.AckedPath(b.key)
+	dir := filepath.Dir(path)
+	if err := fsys.MkdirAll(b.s.fs, dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dir, errdefs.FromIO(err))
+	}
+	_, statErr := b.s.fs.Lstat(path)
+	f, err := b.s.fs.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("open the ledger of %s: %w", b.key, errdefs.FromIO(err))
+	}
+	defer f.Close()
+	rec := frame.Append(nil, ackRecord, encodeRecord(fp, missing, ids), seed(b.key), 0)
+	err = b.write(f, rec)
+	if err == nil && statErr != nil {
+		err = b.s.fs.SyncDir(dir)
+	}
+	if err != nil {
+		b.end = -1
+		return fmt.Errorf("append to the ledger of %s: %w", b.key, errdefs.FromIO(err))
+	}
+	b.end += int64(len(rec))
+	return nil
+}
+
+// write writes rec, synced, right after the last whole record of f.
+func (b *Book) write(f fsys.File, rec []byte) error {
+	fi, err := f.Stat()
+	if err == nil && fi.Size() > b.end {
+		// What follows the last whole record is cut: a record never
+		// synced whole, or damage, whose bytes are kept first.
+		if err := b.keepDamage(f, fi.Size()); err != nil {
+			return err
+		}
+		err = f.Truncate(b.end)
+	}
+	if err == nil {
+		_, err = f.Seek(b.end, io.SeekStart)
+	}
+	if err == nil {
+		err = frame.WriteSynced(f, rec, b.end)
+	}
+	return err
+}
+
+// keepDamage copies the ledger f (size bytes) aside before Append cuts
+// what follows its last whole record, when that is not a torn last record
+// but damage: the records after it, and a newer release's, are
+// acknowledged entries a human may still want to count.
+func (b *Book) keepDamage(f fsys.File, size int64) error {
+	led, err := b.s.Read(b.key)
+	if err != nil {
+		return err
+	}
+	if led == nil || led.Damaged == nil || led.End != b.end {
+		return nil
+	}
+	path := b.s.layout.AckedPath(b.key)
+	kept, err := b.keep(path, io.NewSectionReader(f, 0, size))
+	if err != nil {
+		return err
+	}
+	b.log.Error("the ledger of acknowledged entries is damaged; what follows its last whole record is cut, and a copy of it is kept",
+		zap.String("path", path), zap.String("copy", kept), zap.Int64("whole_up_to", b.end), zap.Error(led.Damaged))
+	return nil
+}
+
+// Reset removes the ledger of a transcript that is made anew: a ledger
+// found then is an earlier transcript's at the same key, deleted, whose
+// entries the new one never held.
+func (b *Book) Reset() error {
+	if err := b.s.fs.Remove(b.s.layout.AckedPath(b.key)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			b.end = 0
+			return nil
+		}
+		return fmt.Errorf("remove the ledger of an earlier transcript at %s: %w", b.key, errdefs.FromIO(err))
+	}
+	b.log.Info("the transcript is new; the ledger of an earlier one at this key was removed")
+	b.end = 0
+	return nil
+}
