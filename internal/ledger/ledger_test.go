@@ -17,7 +17,7 @@ import (
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
-	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/transcript/damage"
 )
 
 var testKey = layout.Key{ProjectKey: "p", SessionID: "11111111-1111-4111-8111-111111111111"}
@@ -237,7 +237,7 @@ func TestCompareAndPutBack(t *testing.T) {
 	if rest := strs(plan.Remaining()); !slices.Equal(rest, []string{uu[3]}) {
 		t.Fatalf("remaining %q, want %s", rest, uu[3])
 	}
-	res := &transcript.RepairResult{Before: &transcript.Report{}, After: &transcript.Report{}}
+	res := &damage.RepairResult{Before: &damage.Report{}, After: &damage.Report{}}
 	plan.Fold(res, nil)
 	if !res.Changed || len(res.Actions) != 1 || len(res.Before.Problems) != 1 || len(res.After.Problems) != 1 {
 		t.Fatalf("folded result %+v", res)
@@ -275,7 +275,7 @@ func TestCheckTee(t *testing.T) {
 	if _, err := io.Copy(io.Discard, ck.Tee(strings.NewReader(`{"tag": "kept", "type": "tag"}`))); err != nil {
 		t.Fatal(err)
 	}
-	rep := &transcript.Report{}
+	rep := &damage.Report{}
 	if err := ck.Report(rep, fakeJournal{}); err != nil {
 		t.Fatal(err)
 	}

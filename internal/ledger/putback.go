@@ -267,8 +267,11 @@ func (p *Plan) Write(dst io.Writer, src io.ReaderAt, size int64) error {
 
 // Fold folds the plan into a repair's result: its actions first, the
 // finding in Before (before, when not nil, is the check of the file as it
-// was), and what stays missing in After.
+// was), and what stays missing in After. A nil plan folds nothing.
 func (p *Plan) Fold(res *damage.RepairResult, before *damage.Report) {
+	if p == nil {
+		return
+	}
 	res.Actions = append(p.actions(), res.Actions...)
 	res.Changed = res.Changed || p.restored > 0
 	if before != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.uber.org/zap"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
@@ -73,6 +74,20 @@ func (ls *logStore) Retained(at []ledger.Pos, fn func(i int, entry []byte) error
 // session's file goes back (nil when none is missing).
 func (st *state) planPutback() (*ledger.Plan, error) {
 	return st.acked.PlanPutback(holdings{st}, st.logs)
+}
+
+// recordPutback records what stays missing once repair carried out plan
+// (nil: none was made), and names the repaired file in the ledger's last
+// record, so the next open need not compare the file with it again.
+func (st *state) recordPutback(plan *ledger.Plan) {
+	if plan == nil {
+		return
+	}
+	rest := plan.Remaining()
+	st.acked.SetMissing(rest, "repair")
+	if err := st.acked.Append(st.canon.ledger(), len(rest), nil); err != nil {
+		st.log.Warn("cannot record the repaired transcript in its ledger", zap.Error(err))
+	}
 }
 
 // putbackTemp carries out the plan into a synced temp file next to the

@@ -213,7 +213,7 @@ func (st *state) compactInSlot(reason string) error {
 
 // compactNow moves the journaled entries into the canonical file: a temp file
 // in the same folder gets the current content plus the entries, is synced,
-// the entries are added to the ledger (acked.go), a marker naming the new
+// the entries are added to the ledger (package ledger), a marker naming the new
 // content is journaled, the temp file is renamed over the canonical one,
 // the folder is synced, and a new journal generation starts. A crash at
 // any point leaves either the old file with the journal still holding the
@@ -230,41 +230,8 @@ func (st *state) compactNow(reason string) error {
 	if len(st.pending) == 0 || st.failed != nil {
 		return st.failed
 	}
-	if err := st.checkPath(); err != nil {
+	if done, err := st.catchUpForeign(); done || err != nil {
 		return err
-	}
-	if ok, err := st.hasPrefix(st.canon); err != nil {
-		return err
-	} else if !ok || st.canonStatChanged() {
-		if err := st.absorbForeign(); err != nil {
-			return err
-		}
-		if !ok {
-			// Rewritten, not just appended to: rescued lines have no
-			// place of their own any more, and did the rewrite keep
-			// every entry sessiond acknowledged?
-			st.rescueAt = -1
-			st.acked.Rewritten()
-		}
-	}
-	if err := st.acked.CompareIfRewritten(holdings{st}); err != nil {
-		return fmt.Errorf("compact %s: %w", st.key, err)
-	}
-	if len(st.pending) == 0 {
-		// Every journaled entry is in the file now (absorbForeign found
-		// them there), written by another program that may not have
-		// synced it: make it durable before dropping the journal (and
-		// listing the entries the file holds in the ledger, which the
-		// journal listed until now).
-		if err := st.syncCanonical(); err != nil {
-			return err
-		}
-		if st.acked.HasDropped() {
-			if err := st.acked.Compacted(st.canon.ledger(), nil); err != nil {
-				return fmt.Errorf("compact %s: %w", st.key, err)
-			}
-		}
-		return st.newGeneration()
 	}
 	if err := fsys.MkdirAll(st.fs, st.dir, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", st.dir, errdefs.FromIO(err))
@@ -302,22 +269,7 @@ func (st *state) compactNow(reason string) error {
 		}
 		return fmt.Errorf("compact %s: the transcript keeps changing under another writer; will retry later: %w", st.key, errdefs.ErrUnavailable)
 	}
-	// The sidecars go first: once the marker is down, recovery takes the
-	// journal as compacted and no longer reads what it holds. So does the
-	// ledger, for the same reason.
-	if err := st.saveSidecars(); err != nil {
-		st.fs.Remove(tmpPath)
-		return fmt.Errorf("compact %s: %w", st.key, err)
-	}
-	if !st.canonExists {
-		// The file is made now: a ledger at this key is an earlier
-		// transcript's, deleted (package ledger).
-		if err := st.acked.Reset(); err != nil {
-			st.fs.Remove(tmpPath)
-			return fmt.Errorf("compact %s: %w", st.key, err)
-		}
-	}
-	if err := st.acked.Compacted(newFP.ledger(), acked); err != nil {
+	if err := st.beforeMarker(newFP, acked); err != nil {
 		st.fs.Remove(tmpPath)
 		return fmt.Errorf("compact %s: %w", st.key, err)
 	}
@@ -337,29 +289,8 @@ func (st *state) compactNow(reason string) error {
 		st.failed = err
 		return fmt.Errorf("compact %s: %w", st.key, errdefs.FromIO(err))
 	}
-	if fi, err := st.fs.Lstat(st.canonPath); err == nil && st.ent != nil {
-		// Readers of the file list it by its mtime, which the rename just
-		// set: list it so here too, as the listing does once the writer
-		// has retired (the SDK's listSessions with a store and from disk
-		// then agree).
-		if ms := fi.ModTime().UnixMilli(); ms > st.ent.ModifiedMs {
-			st.ent.ModifiedMs = ms
-		}
-	}
-	n := len(st.pending)
-	old := st.canon
-	st.canonExists = true
-	st.canonEntries += uint64(n)
-	st.canonEndsNL = true
-	st.canon = newFP
-	st.rescueAt = -1
-	if moved {
-		// Rescued lines went in before lines appended after them (see
-		// foreign.go): lines already served moved.
-		st.lineage = st.lineages.Add(1)
-	}
-	if err := st.newGeneration(); err != nil {
-		st.failed = err
+	n, old := len(st.pending), st.canon
+	if err := st.installed(newFP, moved); err != nil {
 		return err
 	}
 	st.stats.compactions.Add(1)
@@ -379,6 +310,99 @@ func (st *state) compactNow(reason string) error {
 	}
 	st.publish()
 	st.notifyChange()
+	return nil
+}
+
+// catchUpForeign takes in what another program did to the file since the
+// writer last saw it, before a compaction: lines it appended join the
+// pending ones, and a rewrite is compared with the ledger. done: nothing
+// is pending any more (the file held every entry), so the compaction is
+// over.
+func (st *state) catchUpForeign() (done bool, err error) {
+	if err := st.checkPath(); err != nil {
+		return false, err
+	}
+	if ok, err := st.hasPrefix(st.canon); err != nil {
+		return false, err
+	} else if !ok || st.canonStatChanged() {
+		if err := st.absorbForeign(); err != nil {
+			return false, err
+		}
+		if !ok {
+			// Rewritten, not just appended to: rescued lines have no
+			// place of their own any more, and did the rewrite keep
+			// every entry sessiond acknowledged?
+			st.rescueAt = -1
+			st.acked.Rewritten()
+		}
+	}
+	if err := st.acked.CompareIfRewritten(holdings{st}); err != nil {
+		return false, fmt.Errorf("compact %s: %w", st.key, err)
+	}
+	if len(st.pending) == 0 {
+		// Every journaled entry is in the file now (absorbForeign found
+		// them there), written by another program that may not have
+		// synced it: make it durable before dropping the journal (and
+		// listing the entries the file holds in the ledger, which the
+		// journal listed until now).
+		if err := st.syncCanonical(); err != nil {
+			return false, err
+		}
+		if st.acked.HasDropped() {
+			if err := st.acked.Compacted(st.canon.ledger(), nil); err != nil {
+				return false, fmt.Errorf("compact %s: %w", st.key, err)
+			}
+		}
+		return true, st.newGeneration()
+	}
+	return false, nil
+}
+
+// beforeMarker makes durable what must be before a compaction's marker
+// goes to the journal: once it is down, recovery takes the journal as
+// compacted and no longer reads what it holds. So the sidecars first, then
+// the ledger's record of the entries acked, compacted into the file about
+// to be newFP.
+func (st *state) beforeMarker(newFP fingerprint, acked []ledger.ID) error {
+	if err := st.saveSidecars(); err != nil {
+		return err
+	}
+	if !st.canonExists {
+		// The file is made now: a ledger at this key is an earlier
+		// transcript's, deleted (package ledger).
+		if err := st.acked.Reset(); err != nil {
+			return err
+		}
+	}
+	return st.acked.Compacted(newFP.ledger(), acked)
+}
+
+// installed updates what the writer knows of the file once the compaction
+// put newFP in place, and starts the journal's new generation.
+func (st *state) installed(newFP fingerprint, moved bool) error {
+	if fi, err := st.fs.Lstat(st.canonPath); err == nil && st.ent != nil {
+		// Readers of the file list it by its mtime, which the rename just
+		// set: list it so here too, as the listing does once the writer
+		// has retired (the SDK's listSessions with a store and from disk
+		// then agree).
+		if ms := fi.ModTime().UnixMilli(); ms > st.ent.ModifiedMs {
+			st.ent.ModifiedMs = ms
+		}
+	}
+	st.canonExists = true
+	st.canonEntries += uint64(len(st.pending))
+	st.canonEndsNL = true
+	st.canon = newFP
+	st.rescueAt = -1
+	if moved {
+		// Rescued lines went in before lines appended after them (see
+		// foreign.go): lines already served moved.
+		st.lineage = st.lineages.Add(1)
+	}
+	if err := st.newGeneration(); err != nil {
+		st.failed = err
+		return err
+	}
 	return nil
 }
 

@@ -88,7 +88,7 @@ type Config struct {
 	// JournalRetention keeps the journal's segments for this long after every
 	// session in them was compacted, within JournalRetentionSize (the oldest
 	// go first), so that repair can put back acknowledged entries another
-	// program's rewrite dropped from a transcript (see putback.go and
+	// program's rewrite dropped from a transcript (see package ledger and
 	// wal's retain.go). Zero: the defaults; a negative JournalRetention keeps
 	// nothing.
 	JournalRetention     time.Duration

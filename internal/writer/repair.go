@@ -236,12 +236,6 @@ func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*dam
 		defer r.Close()
 		src, size = r, n
 	}
-	fold := func(res *damage.RepairResult) *damage.RepairResult {
-		if plan != nil {
-			plan.Fold(res, before)
-		}
-		return res
-	}
 	// Progress is the repaired output written against the file's size:
 	// Repair reads its input several times (check, plan, write), and its
 	// output is about as long as its input.
@@ -252,7 +246,8 @@ func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*dam
 		if err != nil {
 			return nil, "", err
 		}
-		return fold(res), "", nil
+		plan.Fold(res, before)
+		return res, "", nil
 	}
 	tmpPath := filepath.Join(st.dir, st.tempPrefix()+uuid.NewString()[:8]+".tmp")
 	tmp, err := st.fs.OpenFile(tmpPath, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -273,7 +268,7 @@ func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*dam
 	if err != nil {
 		return nil, "", fmt.Errorf("repair %s: %w", st.key, errdefs.FromIO(err))
 	}
-	res = fold(res)
+	plan.Fold(res, before)
 	if !res.Changed {
 		if plan != nil {
 			// Missing, and none of it in the journal any more: the finding
@@ -303,15 +298,7 @@ func (st *state) repair(ctx context.Context, dryRun bool, op *progress.Op) (*dam
 	if err := st.reload(); err != nil {
 		return nil, "", err
 	}
-	if plan != nil {
-		rest := plan.Remaining()
-		st.acked.SetMissing(rest, "repair")
-		// The ledger's last record names the repaired file now, so the
-		// next open need not compare the file with it again.
-		if err := st.acked.Append(st.canon.ledger(), len(rest), nil); err != nil {
-			st.log.Warn("cannot record the repaired transcript in its ledger", zap.Error(err))
-		}
-	}
+	st.recordPutback(plan)
 	st.log.Info("repaired", zap.Int("actions", len(res.Actions)), zap.String("original_kept_at", backup))
 	return res, backup, nil
 }
