@@ -22,6 +22,10 @@ import (
 // ledger): what a session holds, as the ledger compares it, and the
 // journal's retained entries, as repair puts them back.
 
+// MissingInfo is a transcript found lacking entries sessiond had
+// acknowledged, as Stats lists it.
+type MissingInfo = ledger.MissingInfo
+
 func (sp span) pos() ledger.Pos { return ledger.Pos{Seg: sp.seg, Off: sp.off} }
 
 func (fp fingerprint) ledger() ledger.Fingerprint {

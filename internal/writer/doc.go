@@ -48,10 +48,10 @@
 //     durable intents; restore.go and merge.go: a restore into a session
 //     that exists again merges the trashed entries in front of its own;
 //     trashlist.go: listing the trash and purging it after its retention.
-//   - riding out a full disk (the ballast, compactions deferred until
-//     their folder has room and the watcher that does them, the journal's
-//     reserve given back) is package space's, and the recovery failures
-//     status reports are package health's: the writers call them.
+//   - space.go: how the writers reach package space, which rides out a
+//     full disk (the ballast, compactions deferred until their folder has
+//     room and the watcher that does them, the journal's reserve given
+//     back). The recovery failures status reports are package health's.
 //   - temps.go: the temp files a crashed process left, found once per
 //     folder.
 //   - config.go: the Config and its defaults.

@@ -17,7 +17,6 @@ import (
 	"github.com/sessiond/sessiond/internal/ledger"
 	"github.com/sessiond/sessiond/internal/owner"
 	"github.com/sessiond/sessiond/internal/progress"
-	"github.com/sessiond/sessiond/internal/space"
 )
 
 // family is a session with all its subagent transcripts.
@@ -70,13 +69,6 @@ type Stats struct {
 	// acknowledged (package ledger).
 	Missing []MissingInfo
 }
-
-// DiskStats is Stats' part about disk space (package space).
-type DiskStats = space.DiskStats
-
-// MissingInfo is a transcript found lacking entries sessiond had
-// acknowledged (package ledger).
-type MissingInfo = ledger.MissingInfo
 
 type counters struct {
 	appends, stored, duplicate, journalBytes, compactions, compactedBytes, recovered atomic.Uint64
@@ -163,9 +155,7 @@ func newManager(cfg Config) (*Manager, error) {
 	// it read before.
 	m.lineages.Store(uint64(time.Now().UnixNano()))
 	m.ledger = ledger.NewStore(ledger.Config{FS: m.cfg.FS, Layout: m.cfg.Layout, Clock: m.cfg.Clock, Logger: m.log})
-	m.space = space.New(space.Config{FS: m.cfg.FS, Layout: m.cfg.Layout, Clock: m.cfg.Clock, Logger: m.log,
-		FreeSpace: m.cfg.FreeSpace, BallastSize: m.cfg.BallastSize, JournalSegmentSize: m.cfg.JournalSegmentSize,
-		Checked: spaceChecked})
+	m.space = newSpace(&m.cfg, m.log)
 	logs, err := openLogStore(&m.cfg, m.relieve)
 	if err != nil {
 		return nil, err
@@ -176,22 +166,6 @@ func newManager(cfg Config) (*Manager, error) {
 		return err
 	}))
 	return m, nil
-}
-
-// compactor is how the space watcher compacts a session whose compaction
-// waited for room.
-type compactor func(layout.Key) error
-
-func (c compactor) Compact(k layout.Key) error { return c(k) }
-
-// testHookSpaceChecked, when set by a test, runs after each round of the
-// space watcher, once its timer is armed for the next.
-var testHookSpaceChecked atomic.Pointer[func()]
-
-func spaceChecked() {
-	if h := testHookSpaceChecked.Load(); h != nil {
-		(*h)()
-	}
 }
 
 // relieve compacts the sessions holding the journal's oldest
