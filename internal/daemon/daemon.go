@@ -194,7 +194,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var metricsSrv *metrics.Server
 	if met != nil {
 		met.SetRecovery(time.Since(recoveryStart))
-		if err := met.Register(metrics.NewStatsCollector(m)); err != nil {
+		if err := met.Register(metrics.NewStatsCollector(m, m.Trash())); err != nil {
 			m.Close(context.Background())
 			return err
 		}
@@ -240,7 +240,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// Trashed copies past their retention go now and every hour; only
 	// after CheckJournals, which finishes restores that were reading them.
 	purged := make(chan struct{})
-	go func() { defer close(purged); m.RunTrashPurge(ctx) }()
+	go func() { defer close(purged); m.Trash().RunPurge(ctx) }()
 	// Index the sessions already on disk (written before sessiond, or by
 	// other programs), so the first listing is as fast as the next.
 	go func() {

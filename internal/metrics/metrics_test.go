@@ -24,13 +24,14 @@ import (
 
 	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/testharness"
+	"github.com/sessiond/sessiond/internal/trash"
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
 type fakeSource struct {
 	mu    sync.Mutex
 	st    writer.Stats
-	trash writer.TrashUsage
+	trash trash.Usage
 }
 
 func (f *fakeSource) Stats() writer.Stats {
@@ -39,7 +40,7 @@ func (f *fakeSource) Stats() writer.Stats {
 	return f.st
 }
 
-func (f *fakeSource) TrashUsage() writer.TrashUsage {
+func (f *fakeSource) Usage() trash.Usage {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.trash
@@ -86,7 +87,7 @@ func TestScrape(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := New("1.2.3-test")
 			src := &fakeSource{}
-			if err := m.Register(NewStatsCollector(src)); err != nil {
+			if err := m.Register(NewStatsCollector(src, src)); err != nil {
 				t.Fatal(err)
 			}
 			addr := serve(t, m, tc.addr)
@@ -140,7 +141,7 @@ func TestScrape(t *testing.T) {
 			src.mu.Lock()
 			src.st.EntriesStored, src.st.JournalBytes, src.st.Compactions, src.st.ActiveSessions = 9, 700, 2, 3
 			src.st.Disk.LagBytes, src.st.RetainedBytes, src.st.OldestRetained = 50, 4096, retained
-			src.trash = writer.TrashUsage{Copies: 1, Bytes: 123}
+			src.trash = trash.Usage{Copies: 1, Bytes: 123}
 			src.mu.Unlock()
 
 			f := scrape(t, addr)
@@ -302,10 +303,10 @@ func TestRegisterExtra(t *testing.T) {
 	if err := m.GaugeFunc("sessiond_test_lag_entries", "again", nil, func() float64 { return 0 }); err == nil {
 		t.Error("a name registered twice was taken")
 	}
-	if err := m.Register(NewStatsCollector(&fakeSource{})); err != nil {
+	if err := m.Register(NewStatsCollector(&fakeSource{}, &fakeSource{})); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Register(NewStatsCollector(&fakeSource{})); err == nil {
+	if err := m.Register(NewStatsCollector(&fakeSource{}, &fakeSource{})); err == nil {
 		t.Error("the stats collector registered twice was taken")
 	}
 	addr := serve(t, m, "127.0.0.1:0")
@@ -330,7 +331,7 @@ func TestNilMetrics(t *testing.T) {
 	m.ObserveAppend(time.Second, 1, nil)
 	m.ObserveCommit(journal.Commit{Entries: 1})
 	m.SetRecovery(time.Second)
-	if err := m.Register(NewStatsCollector(&fakeSource{})); err != nil {
+	if err := m.Register(NewStatsCollector(&fakeSource{}, &fakeSource{})); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.GaugeFunc("x", "x", nil, func() float64 { return 0 }); err != nil {

@@ -3,6 +3,7 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sessiond/sessiond/internal/trash"
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
@@ -10,13 +11,19 @@ import (
 // writers' counters (the figures Status reports). *writer.Manager is one.
 type Source interface {
 	Stats() writer.Stats
-	TrashUsage() writer.TrashUsage
+}
+
+// TrashSource is where the collector reads what the trash holds.
+// *trash.Trash is one.
+type TrashSource interface {
+	Usage() trash.Usage
 }
 
 // statsCollector turns a Source's Stats into metrics when scraped, so
 // the counters the writers keep anyway cost the appends nothing more.
 type statsCollector struct {
 	src   Source
+	trash TrashSource
 	descs []statDesc
 }
 
@@ -28,13 +35,14 @@ type statDesc struct {
 
 type snapshot struct {
 	st    writer.Stats
-	trash writer.TrashUsage
+	trash trash.Usage
 }
 
 // NewStatsCollector collects src's figures: entries, bytes, compactions,
-// active sessions, recovery, the disk, the log's retention and the trash.
-func NewStatsCollector(src Source) prometheus.Collector {
-	c := &statsCollector{src: src}
+// active sessions, recovery, the disk, the log's retention; and tr's, the
+// trash.
+func NewStatsCollector(src Source, tr TrashSource) prometheus.Collector {
+	c := &statsCollector{src: src, trash: tr}
 	counter := func(name, help string, f func(*snapshot) uint64) {
 		c.add(name, help, prometheus.CounterValue, func(s *snapshot) (float64, bool) { return float64(f(s)), true })
 	}
@@ -114,7 +122,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
-	s := &snapshot{st: c.src.Stats(), trash: c.src.TrashUsage()}
+	s := &snapshot{st: c.src.Stats(), trash: c.trash.Usage()}
 	for _, d := range c.descs {
 		if v, ok := d.value(s); ok {
 			ch <- prometheus.MustNewConstMetric(d.desc, d.typ, v)

@@ -459,7 +459,7 @@ func TestMirrorFollowsRewriteAndDelete(t *testing.T) {
 	e.waitCaughtUp(20 * time.Second)
 	mirrortest.SameEntries(t, "after a rewrite of a middle line", load(t, dsn, k), rewritten)
 
-	if _, err := e.m.Delete(bg, k, false); err != nil {
+	if _, err := e.m.Trash().Delete(bg, k, false); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
@@ -477,7 +477,7 @@ func TestMirrorFollowsRewriteAndDelete(t *testing.T) {
 		t.Fatalf("%d cursors and lines of a deleted session left", n)
 	}
 	// Restored: mirrored again.
-	if err := e.m.Restore(bg, k); err != nil {
+	if err := e.m.Trash().Restore(bg, k); err != nil {
 		t.Fatal(err)
 	}
 	e.waitCaughtUp(20 * time.Second)

@@ -94,12 +94,12 @@ func TestMirrorSidecars(t *testing.T) {
 	e.waitCaughtUp(20 * time.Second)
 	waitSidecars(t, dsn, k, map[string]string{"custom-title.json": title}, "after the scan at start")
 
-	if _, err := e.m.Delete(bg, k, false); err != nil {
+	if _, err := e.m.Trash().Delete(bg, k, false); err != nil {
 		t.Fatal(err)
 	}
 	waitSidecars(t, dsn, k, map[string]string{}, "after the delete")
 	e.waitCaughtUp(20 * time.Second)
-	if err := e.m.Restore(bg, k); err != nil {
+	if err := e.m.Trash().Restore(bg, k); err != nil {
 		t.Fatal(err)
 	}
 	waitSidecars(t, dsn, k, map[string]string{"custom-title.json": title}, "after the restore")

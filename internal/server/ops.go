@@ -12,6 +12,7 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
 	"github.com/sessiond/sessiond/internal/transcript/damage"
+	"github.com/sessiond/sessiond/internal/trash"
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
@@ -204,11 +205,11 @@ func (s *Server) Delete(ctx context.Context, req *sessiondv1.DeleteRequest) (*se
 	if err != nil {
 		return nil, err
 	}
-	trash, err := s.m.Delete(ctx, k, req.GetPurge())
+	entry, err := s.m.Trash().Delete(ctx, k, req.GetPurge())
 	if err != nil {
 		return nil, err
 	}
-	return &sessiondv1.DeleteResponse{Session: s.resolved(k), TrashPath: trash}, nil
+	return &sessiondv1.DeleteResponse{Session: s.resolved(k), TrashPath: entry}, nil
 }
 
 // Restore implements sessiond.v1.Sessiond.
@@ -227,7 +228,7 @@ func (s *Server) Restore(ctx context.Context, req *sessiondv1.RestoreRequest) (*
 	forms := layout.SessionIDForms(ref.GetSessionId())
 	id, projects := forms[0], []string(nil)
 	for _, f := range forms {
-		if projects, err = s.m.TrashedProjects(f, ref.GetSubpath()); err != nil {
+		if projects, err = s.m.Trash().Projects(f, ref.GetSubpath()); err != nil {
 			return nil, err
 		}
 		if pk != "" && slices.Contains(projects, pk) || pk == "" && len(projects) > 0 {
@@ -238,7 +239,7 @@ func (s *Server) Restore(ctx context.Context, req *sessiondv1.RestoreRequest) (*
 	if pk == "" {
 		switch len(projects) {
 		case 0:
-			return nil, writer.NotInTrash(layout.Key{SessionID: ref.GetSessionId(), Subpath: ref.GetSubpath()})
+			return nil, trash.NotFound(layout.Key{SessionID: ref.GetSessionId(), Subpath: ref.GetSubpath()})
 		case 1:
 			pk = projects[0]
 		default:
@@ -249,7 +250,7 @@ func (s *Server) Restore(ctx context.Context, req *sessiondv1.RestoreRequest) (*
 	if err := s.info.layout().CheckOnDisk(k); err != nil {
 		return nil, err
 	}
-	o, err := s.m.RestoreTrash(ctx, k, writer.RestoreOptions{All: req.GetAll()})
+	o, err := s.m.Trash().RestoreCopies(ctx, k, trash.RestoreOptions{All: req.GetAll()})
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +269,7 @@ func (s *Server) ListTrash(req *sessiondv1.ListTrashRequest, stream grpc.ServerS
 			return err
 		}
 	}
-	copies, err := s.m.ListTrash(stream.Context(), pk, req.GetSessionId())
+	copies, err := s.m.Trash().List(stream.Context(), pk, req.GetSessionId())
 	if err != nil {
 		return err
 	}

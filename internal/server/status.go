@@ -17,7 +17,7 @@ const statusListMax = 100
 
 // Status implements sessiond.v1.Sessiond.
 func (s *Server) Status(ctx context.Context, _ *sessiondv1.StatusRequest) (*sessiondv1.StatusResponse, error) {
-	st, trash := s.m.Stats(), s.m.TrashUsage()
+	st, trash := s.m.Stats(), s.m.Trash().Usage()
 	mirrorSt, leaseSt := s.mirrorStatus()
 	var ops []*sessiondv1.Operation
 	for _, o := range s.m.Operations() {

@@ -280,7 +280,7 @@ func TestDiskErrorsKeepTheirKind(t *testing.T) {
 	if _, err := m.Flush(bg, k); !errors.Is(err, errdefs.ErrIO) {
 		t.Errorf("flush with a failing lstat: %v, want i/o error", err)
 	}
-	if err := m.Restore(bg, kDel); errors.Is(err, errdefs.ErrAlreadyExists) {
+	if err := m.Trash().Restore(bg, kDel); errors.Is(err, errdefs.ErrAlreadyExists) {
 		t.Errorf("restore with a failing lstat: %v, must not claim the session exists", err)
 	}
 	ff.Clear()

@@ -133,7 +133,7 @@ func TestChangedAndReadLines(t *testing.T) {
 	} else if got := readUnder(t, m, k, 3, l1); len(got) != 4 || got[0] != a {
 		t.Fatalf("ReadLines from 3 under the old lineage: %q, want all 4 lines from the first", got)
 	}
-	if _, err := m.Delete(bg, k, false); err != nil {
+	if _, err := m.Trash().Delete(bg, k, false); err != nil {
 		t.Fatal(err)
 	}
 	if ch := log.last(k, func(c Change) bool { return c.Gone }); !ch.Gone {
@@ -142,7 +142,7 @@ func TestChangedAndReadLines(t *testing.T) {
 	if _, _, err := m.ReadLines(bg, k, 0, 0, func([]Entry) error { return nil }); err == nil {
 		t.Fatal("ReadLines of a deleted session succeeded")
 	}
-	if err := m.Restore(bg, k); err != nil {
+	if err := m.Trash().Restore(bg, k); err != nil {
 		t.Fatal(err)
 	}
 	if ch := log.last(k, func(c Change) bool { return c.Family }); !ch.Family {

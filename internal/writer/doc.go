@@ -44,10 +44,9 @@
 //   - metadata.go: titles, tags, archive marks and a subagent's
 //     .meta.json, written on the session's writer through package sidecar.
 //   - repair.go: Check, Repair and Fork, handed to package transcript.
-//   - trash.go and intent.go: Delete and Restore, made crash-safe by
-//     durable intents; restore.go and merge.go: a restore into a session
-//     that exists again merges the trashed entries in front of its own;
-//     trashlist.go: listing the trash and purging it after its retention.
+//   - trash.go: what the trash (package trash: Delete, Restore, the
+//     trash's listing and purge) needs of the writers: stopping a
+//     session's writers, compacting what they logged.
 //   - space.go: how the writers reach package space, which rides out a
 //     full disk (the ballast, compactions deferred until their folder has
 //     room and the watcher that does them, the journal's reserve given

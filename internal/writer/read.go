@@ -14,6 +14,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/trash"
 )
 
 // view calls fn with a reader over key's whole content: the canonical
@@ -196,8 +197,8 @@ type ReadOptions struct {
 // followEnded says why a follow cannot go on: the session being deleted
 // under it is the end of what it followed, not a daemon that went away.
 func followEnded(key layout.Key, err error) error {
-	var busy *busyError
-	if errors.As(err, &busy) && busy.why == "deleted" {
+	var busy *trash.BusyError
+	if errors.As(err, &busy) && busy.Why == "deleted" {
 		return fmt.Errorf("session %s was deleted while it was followed (sessionctl delete, or the SDK's deleteSession): %w", key, errdefs.ErrNotFound)
 	}
 	return err

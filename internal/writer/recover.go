@@ -88,7 +88,7 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 	}
 	// Interrupted deletes and restores first: their sessions must be
 	// whole in one place before anything replays into them.
-	failed, err := m.finishIntents()
+	failed, err := m.trash.Recover()
 	if err != nil {
 		return rep, nil, err
 	}
@@ -231,9 +231,6 @@ func (m *Manager) sweepTemps() {
 	}
 	sweep(filepath.Join(L.StateDir, damagedDirName), func(n string) bool {
 		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".tmp")
-	})
-	sweep(m.intentDir(), func(n string) bool {
-		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".json.tmp")
 	})
 	sweep(L.MissingDir(), func(n string) bool {
 		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".tmp")

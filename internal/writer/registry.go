@@ -17,25 +17,8 @@ import (
 	"github.com/sessiond/sessiond/internal/ledger"
 	"github.com/sessiond/sessiond/internal/owner"
 	"github.com/sessiond/sessiond/internal/progress"
+	"github.com/sessiond/sessiond/internal/trash"
 )
-
-// family is a session with all its subagent transcripts.
-type family struct{ projectKey, sessionID string }
-
-func familyOf(k layout.Key) family { return family{k.ProjectKey, k.SessionID} }
-
-// busyError refuses a writer of a session that a delete or restore is
-// moving: a passing state, so it is ErrUnavailable.
-type busyError struct {
-	family family
-	why    string // "deleted", "restored"
-}
-
-func (e *busyError) Error() string {
-	return fmt.Sprintf("session %s/%s is being %s; retry", e.family.projectKey, e.family.sessionID, e.why)
-}
-
-func (e *busyError) Unwrap() error { return errdefs.ErrUnavailable }
 
 // Stats are the manager's counters since it started.
 type Stats struct {
@@ -91,22 +74,9 @@ type Manager struct {
 	closing bool
 	wg      sync.WaitGroup
 
-	// busy holds the sessions whose files delete or restore is moving; no
-	// writer of theirs may start meanwhile. Guarded by mu.
-	busy map[family]string
-	// intents holds the deletes and restores that were interrupted and
-	// must be finished before their sessions take writers again. Guarded
-	// by mu.
-	intents map[family]*intent
-	// purging holds the sessions one of whose trashed copies PurgeTrash
-	// is removing; the channel closes when it is done. Guarded by mu.
-	purging map[family]chan struct{}
-	// trashCount is TrashUsage's last count, made at trashCountAt, while
-	// trashGen (bumped by every change sessiond makes to the trash) still
-	// is what it was. Guarded by mu.
-	trashCount   *TrashUsage
-	trashCountAt time.Time
-	trashGen     uint64
+	// trash takes deleted sessions; it says which sessions may take a
+	// writer (Admit).
+	trash *trash.Trash
 
 	// ownClaim is the claim on the folders New took itself (nil when the
 	// caller passed Config.Owner): Close releases it, last.
@@ -161,6 +131,7 @@ func newManager(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m.logs = logs
+	m.trash = newTrash(m)
 	m.space.Start(logs.jr, compactor(func(k layout.Key) error {
 		_, err := m.flush(context.Background(), k, retireIfOpened, "retry")
 		return err
@@ -199,11 +170,8 @@ func (m *Manager) acquire(key layout.Key) (*session, error) {
 	if m.closing {
 		return nil, fmt.Errorf("sessiond is shutting down: %w", errdefs.ErrUnavailable)
 	}
-	if why, ok := m.busy[familyOf(key)]; ok {
-		return nil, &busyError{family: familyOf(key), why: why}
-	}
-	if in := m.intents[familyOf(key)]; in != nil {
-		return nil, fmt.Errorf("session %s/%s: an interrupted %s must finish first; retry the %s: %w", key.ProjectKey, key.SessionID, in.Op, in.Op, errdefs.ErrUnavailable)
+	if err := m.trash.Admit(key); err != nil {
+		return nil, err
 	}
 	s := m.sessions[key]
 	if s == nil {

@@ -178,11 +178,11 @@ func TestSummaryCompareAndSwap(t *testing.T) {
 	if sums, err := catalogOf(m).ListSummaries(bg, "-other-project", ""); err != nil || len(sums) != 0 {
 		t.Fatalf("another project's summaries: %+v, %v", sums, err)
 	}
-	if _, err := m.Delete(bg, k, false); err != nil {
+	if _, err := m.Trash().Delete(bg, k, false); err != nil {
 		t.Fatal(err)
 	}
 	want(m, "after delete", "", 0)
-	if err := m.Restore(bg, k); err != nil {
+	if err := m.Trash().Restore(bg, k); err != nil {
 		t.Fatal(err)
 	}
 	want(m, "after restore", `{"n":2}`, 2)

@@ -15,6 +15,7 @@ import (
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
+	"github.com/sessiond/sessiond/internal/trash"
 )
 
 // Issue 19: an agent kept appending after its session was deleted; each
@@ -48,7 +49,7 @@ func TestRestoreAllMergesEveryCopy(t *testing.T) {
 	mustAppendTo(t, m, sub, string(entry(uuid.NewString(), "text", "sub1")))
 	for round, texts := range [][]string{{"b1", "b2"}, {"c1"}} {
 		clk.Advance(time.Minute)
-		if _, err := m.Delete(bg, k, false); err != nil {
+		if _, err := m.Trash().Delete(bg, k, false); err != nil {
 			t.Fatalf("delete %d: %v", round+1, err)
 		}
 		// The agent goes on; its SDK resends the title (no uuid) and the
@@ -60,7 +61,7 @@ func TestRestoreAllMergesEveryCopy(t *testing.T) {
 		}
 		mustAppendTo(t, m, k, lines...)
 	}
-	copies, err := m.ListTrash(bg, "", k.SessionID)
+	copies, err := m.Trash().List(bg, "", k.SessionID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,10 +77,10 @@ func TestRestoreAllMergesEveryCopy(t *testing.T) {
 			t.Fatalf("copy %d: %+v, want %d entries deleted at 10:0%d", i, c, wantEntries, i+1)
 		}
 	}
-	if u := m.TrashUsage(); u.Copies != 2 || u.Bytes != copies[0].Bytes+copies[1].Bytes {
+	if u := m.Trash().Usage(); u.Copies != 2 || u.Bytes != copies[0].Bytes+copies[1].Bytes {
 		t.Fatalf("trash usage %+v, want 2 copies of %d bytes", u, copies[0].Bytes+copies[1].Bytes)
 	}
-	out, err := m.RestoreTrash(bg, k, RestoreOptions{All: true})
+	out, err := m.Trash().RestoreCopies(bg, k, trash.RestoreOptions{All: true})
 	if err != nil {
 		t.Fatalf("restore --all into the session that exists again: %v", err)
 	}
@@ -94,10 +95,10 @@ func TestRestoreAllMergesEveryCopy(t *testing.T) {
 	if got := e.canonicalLines(sub); len(got) != 1 {
 		t.Fatalf("the subagent transcript after restore --all: %q", got)
 	}
-	if copies, err := m.ListTrash(bg, project, ""); err != nil || len(copies) != 0 {
+	if copies, err := m.Trash().List(bg, project, ""); err != nil || len(copies) != 0 {
 		t.Fatalf("trash after restore --all: %+v, %v; want it empty", copies, err)
 	}
-	if u := m.TrashUsage(); u.Copies != 0 || u.Bytes != 0 {
+	if u := m.Trash().Usage(); u.Copies != 0 || u.Bytes != 0 {
 		t.Fatalf("trash usage after restore --all: %+v", u)
 	}
 	// The session takes appends again, after the merged entries.
@@ -109,7 +110,7 @@ func TestRestoreAllMergesEveryCopy(t *testing.T) {
 	if got := e.canonicalLines(k); got[len(got)-1] != last || len(got) != len(want) {
 		t.Fatalf("append after the restore: %d lines, last %q", len(got), got[len(got)-1])
 	}
-	if err := m.Restore(bg, k); !errors.Is(err, errdefs.ErrNotFound) {
+	if err := m.Trash().Restore(bg, k); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("restore with an empty trash: %v, want not found", err)
 	}
 }
@@ -123,15 +124,15 @@ func TestRestoreMergesNewestCopy(t *testing.T) {
 	k := newKey()
 	a, b, c := string(entry(uuid.NewString(), "n", "a")), string(entry(uuid.NewString(), "n", "b")), string(entry(uuid.NewString(), "n", "c"))
 	mustAppendTo(t, m, k, a)
-	if _, err := m.Delete(bg, k, false); err != nil {
+	if _, err := m.Trash().Delete(bg, k, false); err != nil {
 		t.Fatal(err)
 	}
 	mustAppendTo(t, m, k, b)
-	if _, err := m.Delete(bg, k, false); err != nil {
+	if _, err := m.Trash().Delete(bg, k, false); err != nil {
 		t.Fatal(err)
 	}
 	mustAppendTo(t, m, k, c) // stays in the journal: the restore compacts it first
-	out, err := m.RestoreTrash(bg, k, RestoreOptions{})
+	out, err := m.Trash().RestoreCopies(bg, k, trash.RestoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func TestRestoreMergesNewestCopy(t *testing.T) {
 	if got := e.canonicalLines(k); len(got) != 2 || got[0] != b || got[1] != c {
 		t.Fatalf("after restore: %q, want b then c", got)
 	}
-	copies, err := m.ListTrash(bg, project, k.SessionID)
+	copies, err := m.Trash().List(bg, project, k.SessionID)
 	if err != nil || len(copies) != 1 || copies[0].Entries != 1 {
 		t.Fatalf("trash after restoring the newest copy: %+v %v; want the older one left", copies, err)
 	}
@@ -159,7 +160,7 @@ func TestRestoreFinishedByRetryWithAll(t *testing.T) {
 	a, b, x := line(k, "00000000-0000-4000-8000-0000000000a1", "a"), line(k, "00000000-0000-4000-8000-0000000000b1", "b"), line(k, "00000000-0000-4000-8000-0000000000c1", "c")
 	for _, l := range []string{a, b} {
 		mustAppendTo(t, m, k, l)
-		if _, err := m.Delete(bg, k, false); err != nil {
+		if _, err := m.Trash().Delete(bg, k, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -168,7 +169,7 @@ func TestRestoreFinishedByRetryWithAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	ff.Inject(fstest.Fault{Op: fstest.OpRename, Path: func(p string) bool { return strings.Contains(p, ".compact-") && strings.Contains(p, "/projects/") }, Err: syscall.EIO})
-	if _, err := m.RestoreTrash(bg, k, RestoreOptions{}); !errors.Is(err, errdefs.ErrIO) {
+	if _, err := m.Trash().RestoreCopies(bg, k, trash.RestoreOptions{}); !errors.Is(err, errdefs.ErrIO) {
 		t.Fatalf("restore with a failing rename: %v, want an i/o error", err)
 	}
 	if len(ff.Fired()) == 0 {
@@ -178,7 +179,7 @@ func TestRestoreFinishedByRetryWithAll(t *testing.T) {
 		t.Fatalf("append to a session half restored: %v, want unavailable", err)
 	}
 	ff.Clear()
-	out, err := m.RestoreTrash(bg, k, RestoreOptions{All: true})
+	out, err := m.Trash().RestoreCopies(bg, k, trash.RestoreOptions{All: true})
 	if err != nil || out.Copies != 1 || !out.Merged {
 		t.Fatalf("retried restore --all: %+v, %v; want the older copy merged after the interrupted restore", out, err)
 	}
@@ -191,7 +192,7 @@ func TestRestoreFinishedByRetryWithAll(t *testing.T) {
 	}
 	// Once more with a single copy: the retried --all finds none left,
 	// and says the restore is done (not "nothing in the trash").
-	if _, err := m.Delete(bg, k, false); err != nil {
+	if _, err := m.Trash().Delete(bg, k, false); err != nil {
 		t.Fatal(err)
 	}
 	y := line(k, "00000000-0000-4000-8000-0000000000d1", "d")
@@ -200,11 +201,11 @@ func TestRestoreFinishedByRetryWithAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	ff.Inject(fstest.Fault{Op: fstest.OpRename, Path: func(p string) bool { return strings.Contains(p, ".compact-") && strings.Contains(p, "/projects/") }, Err: syscall.EIO})
-	if _, err := m.RestoreTrash(bg, k, RestoreOptions{}); !errors.Is(err, errdefs.ErrIO) {
+	if _, err := m.Trash().RestoreCopies(bg, k, trash.RestoreOptions{}); !errors.Is(err, errdefs.ErrIO) {
 		t.Fatalf("restore with a failing rename: %v, want an i/o error", err)
 	}
 	ff.Clear()
-	if out, err := m.RestoreTrash(bg, k, RestoreOptions{All: true}); err != nil || out.Copies != 1 {
+	if out, err := m.Trash().RestoreCopies(bg, k, trash.RestoreOptions{All: true}); err != nil || out.Copies != 1 {
 		t.Fatalf("retried restore --all of the only copy: %+v, %v", out, err)
 	}
 	if got, _ := c.ReadFile(crashLayout.TranscriptPath(k)); string(got) != a+"\n"+b+"\n"+x+"\n"+y+"\n" {
@@ -227,28 +228,28 @@ func TestTrashPurgedAfterRetention(t *testing.T) {
 	old, young := newKey(), newKey()
 	mustAppendTo(t, m, old, string(entry(uuid.NewString())))
 	mustAppendTo(t, m, young, string(entry(uuid.NewString())))
-	if _, err := m.Delete(bg, old, false); err != nil {
+	if _, err := m.Trash().Delete(bg, old, false); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(10 * 24 * time.Hour)
-	if _, err := m.Delete(bg, young, false); err != nil {
+	if _, err := m.Trash().Delete(bg, young, false); err != nil {
 		t.Fatal(err)
 	}
 	// What a purge killed midway left behind goes too.
-	leftover := filepath.Join(e.lay.StateDir, "trash", project, purgePrefix+"x", "y")
+	leftover := filepath.Join(e.lay.StateDir, "trash", project, ".purge-x", "y") // the name a purge gives a copy as it starts
 	if err := os.MkdirAll(leftover, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(bg)
 	stopped := make(chan struct{})
-	go func() { defer close(stopped); m.RunTrashPurge(ctx) }()
+	go func() { defer close(stopped); m.Trash().RunPurge(ctx) }()
 	defer func() { cancel(); <-stopped }()
 	// The first pass runs at once, then one every hour.
 	waitTrash := func(copies int) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			got, err := m.ListTrash(bg, "", "")
+			got, err := m.Trash().List(bg, "", "")
 			if err == nil && len(got) == copies {
 				if _, err := os.Stat(filepath.Dir(leftover)); !os.IsNotExist(err) {
 					t.Fatalf("the leftover of an interrupted purge is still there: %v", err)
@@ -279,42 +280,15 @@ func TestTrashPurgedAfterRetention(t *testing.T) {
 	clk.Advance(time.Hour)
 	waitArmed()
 	waitTrash(1)
-	got, _ := m.ListTrash(bg, "", "")
+	got, _ := m.Trash().List(bg, "", "")
 	if got[0].Key.SessionID != young.SessionID {
 		t.Fatalf("the purge took the young copy: %+v", got)
 	}
-	if u := m.TrashUsage(); u.Copies != 1 || u.Retention != 30*24*time.Hour {
+	if u := m.Trash().Usage(); u.Copies != 1 || u.Retention != 30*24*time.Hour {
 		t.Fatalf("trash usage after the purge: %+v", u)
 	}
-	if err := m.Restore(bg, old); !errors.Is(err, errdefs.ErrNotFound) {
+	if err := m.Trash().Restore(bg, old); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("restore of a purged copy: %v, want not found", err)
-	}
-}
-
-// A purge never takes a copy a restore of its session is working on.
-func TestTrashPurgeSkipsBusySession(t *testing.T) {
-	e := newEnv(t)
-	clk := clock.NewFake(time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC))
-	e.cfg.Clock = clk
-	e.cfg.TrashRetention = time.Hour
-	m := e.manager()
-	defer closeManager(t, m)
-	k := newKey()
-	mustAppendTo(t, m, k, string(entry(uuid.NewString())))
-	if _, err := m.Delete(bg, k, false); err != nil {
-		t.Fatal(err)
-	}
-	clk.Advance(2 * time.Hour)
-	unlock, err := m.lockFamily(k, "restored")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, err := m.PurgeTrash(bg); n != 0 || err != nil {
-		t.Fatalf("purge while the session is being restored: %d, %v; want it left", n, err)
-	}
-	unlock()
-	if n, err := m.PurgeTrash(bg); n != 1 || err != nil {
-		t.Fatalf("purge once the restore is done: %d, %v", n, err)
 	}
 }
 
@@ -375,7 +349,7 @@ func TestRewriteKeepsModeAndOwner(t *testing.T) {
 		t.Fatalf("repair: %+v %v", o, err)
 	}
 	check("repair")
-	if _, err := m.Delete(bg, k, false); err != nil {
+	if _, err := m.Trash().Delete(bg, k, false); err != nil {
 		t.Fatal(err)
 	}
 	mustAppendTo(t, m, k, string(entry(uuid.NewString())))
@@ -383,7 +357,7 @@ func TestRewriteKeepsModeAndOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	give()
-	if err := m.Restore(bg, k); err != nil {
+	if err := m.Trash().Restore(bg, k); err != nil {
 		t.Fatal(err)
 	}
 	check("restore")
@@ -404,28 +378,28 @@ func TestRestoreRefusesWhatItCannotMerge(t *testing.T) {
 	sub.Subpath = "subagents/agent-a1"
 	mustAppendTo(t, m, k, string(entry(uuid.NewString())))
 	mustAppendTo(t, m, sub, string(entry(uuid.NewString())))
-	if _, err := m.Delete(bg, k, false); err != nil {
+	if _, err := m.Trash().Delete(bg, k, false); err != nil {
 		t.Fatal(err)
 	}
 	dir := e.lay.SessionDir(k)
 	if err := os.WriteFile(dir, []byte("not a folder"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Restore(bg, k); !errors.Is(err, errdefs.ErrAlreadyExists) || !strings.Contains(err.Error(), dir) {
+	if err := m.Trash().Restore(bg, k); !errors.Is(err, errdefs.ErrAlreadyExists) || !strings.Contains(err.Error(), dir) {
 		t.Fatalf("restore over a file where the session folder goes: %v, want already exists naming %s", err, dir)
 	}
 	os.Remove(dir)
 	if err := os.Symlink(filepath.Join(t.TempDir(), "elsewhere.jsonl"), e.lay.TranscriptPath(k)); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Restore(bg, k); !errors.Is(err, errdefs.ErrAlreadyExists) {
+	if err := m.Trash().Restore(bg, k); !errors.Is(err, errdefs.ErrAlreadyExists) {
 		t.Fatalf("restore over a link where the transcript goes: %v, want already exists", err)
 	}
 	os.Remove(e.lay.TranscriptPath(k))
-	if copies, err := m.ListTrash(bg, project, k.SessionID); err != nil || len(copies) != 1 || copies[0].Entries != 2 {
+	if copies, err := m.Trash().List(bg, project, k.SessionID); err != nil || len(copies) != 1 || copies[0].Entries != 2 {
 		t.Fatalf("the trash after the refusals: %+v, %v; want the copy whole", copies, err)
 	}
-	if err := m.Restore(bg, k); err != nil {
+	if err := m.Trash().Restore(bg, k); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(e.canonicalLines(sub)); n != 1 {

@@ -32,7 +32,7 @@ func deleteFixture(t *testing.T, c *fstest.CrashFS) {
 func killedDelete(t *testing.T) func(c *fstest.CrashFS) {
 	return func(c *fstest.CrashFS) {
 		m := newCrashManager(t, c, nil)
-		m.Delete(bg, kDel, false)
+		m.Trash().Delete(bg, kDel, false)
 		abortManager(m)
 	}
 }
@@ -81,14 +81,14 @@ func TestDeleteAndRestoreRetriedAfterFault(t *testing.T) {
 	m := newCrashManager(t, ff, nil)
 	defer closeManager(t, m)
 	ff.Inject(fstest.Fault{Op: fstest.OpRename, Nth: 3, Err: syscall.EIO}) // renames: the intent, the transcript, the session folder
-	if _, err := m.Delete(bg, kDel, false); !errors.Is(err, errdefs.ErrIO) {
+	if _, err := m.Trash().Delete(bg, kDel, false); !errors.Is(err, errdefs.ErrIO) {
 		t.Fatalf("delete with a failing rename: %v", err)
 	}
 	if _, err := m.Append(bg, kDel, [][]byte{[]byte(`{"type":"user"}`)}); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("append to a half-deleted session: %v, want unavailable", err)
 	}
 	ff.Clear()
-	trash, err := m.Delete(bg, kDel, false)
+	trash, err := m.Trash().Delete(bg, kDel, false)
 	if err != nil || trash == "" {
 		t.Fatalf("retried delete: %q %v", trash, err)
 	}
@@ -96,11 +96,11 @@ func TestDeleteAndRestoreRetriedAfterFault(t *testing.T) {
 		t.Fatalf("after the retried delete: %v", p)
 	}
 	ff.Inject(fstest.Fault{Op: fstest.OpRename, Nth: 3, Err: syscall.ENOSPC})
-	if err := m.Restore(bg, kDel); !errors.Is(err, errdefs.ErrNoSpace) {
+	if err := m.Trash().Restore(bg, kDel); !errors.Is(err, errdefs.ErrNoSpace) {
 		t.Fatalf("restore with a full disk: %v", err)
 	}
 	ff.Clear()
-	if err := m.Restore(bg, kDel); err != nil {
+	if err := m.Trash().Restore(bg, kDel); err != nil {
 		t.Fatalf("retried restore: %v", err)
 	}
 	if p := sessionPlaces(c); len(p) != 1 || p[0].trash != "" || !p[0].main || !p[0].sub || !p[0].archived {
@@ -121,7 +121,7 @@ func TestDeleteCompactsSubagentJournals(t *testing.T) {
 	mustAppendTo(t, m, kDelSub, sub)
 	abortManager(m) // the subagent's entry stays in its journal
 	m = newCrashManager(t, c, nil)
-	trash, err := m.Delete(bg, kDel, false)
+	trash, err := m.Trash().Delete(bg, kDel, false)
 	closeManager(t, m)
 	if err != nil {
 		t.Fatal(err)
@@ -169,25 +169,6 @@ func TestRecoverSyncsIntentBeforeActing(t *testing.T) {
 	}
 }
 
-// Bug: finishing an interrupted move compares the two copies of a file
-// that both exist; a failed read was taken for different content, so the
-// session was left "for a human to merge" instead of failing with the
-// disk's error and being finished on the next try.
-func TestSameContentReadErrorIsNoConflict(t *testing.T) {
-	c := fstest.NewCrashFS()
-	c.WriteFile("/a", []byte("same"), 0o600)
-	c.WriteFile("/b", []byte("same"), 0o600)
-	ff := fstest.NewFaultFS(c)
-	ff.CountReads(true)
-	if same, err := sameContent(ff, "/a", "/b"); !same || err != nil {
-		t.Fatalf("same files: %v %v", same, err)
-	}
-	ff.Inject(fstest.Fault{Op: fstest.OpRead, Path: func(p string) bool { return p == "/b" }, Err: syscall.EIO})
-	if same, err := sameContent(ff, "/a", "/b"); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("with a failing read: same %v, err %v; want the read error", same, err)
-	}
-}
-
 // A purge (delete without trash) crashed at any operation leaves the
 // session whole or gone, never half: the intent covers removals too.
 func TestPurgeCrashEveryOperation(t *testing.T) {
@@ -197,7 +178,7 @@ func TestPurgeCrashEveryOperation(t *testing.T) {
 		deleteFixture(t, c)
 		m := newCrashManager(t, c, nil)
 		c.CrashAt(c.Ops() + i)
-		_, err := m.Delete(bg, kDel, true)
+		_, err := m.Trash().Delete(bg, kDel, true)
 		abortManager(m)
 		if crashed, _ := c.Crashed(); !crashed {
 			if err != nil {
@@ -249,26 +230,26 @@ func TestRestoreLoneSubagent(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Nothing of it in the trash yet.
-	if err := m.Restore(bg, sub); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "subagents/agent-a1") {
+	if err := m.Trash().Restore(bg, sub); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "subagents/agent-a1") {
 		t.Fatalf("restore before any delete: %v, want not found naming the subagent", err)
 	}
-	if got, err := m.TrashedProjects(main.SessionID, sub.Subpath); err != nil || len(got) != 0 {
+	if got, err := m.Trash().Projects(main.SessionID, sub.Subpath); err != nil || len(got) != 0 {
 		t.Fatalf("trashed projects before the delete: %v %v", got, err)
 	}
-	if _, err := m.Delete(bg, sub, false); err != nil {
+	if _, err := m.Trash().Delete(bg, sub, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(e.lay.TranscriptPath(sub)); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("subagent transcript after its delete: %v", err)
 	}
 	// The whole session is not in the trash: only its subagent is.
-	if got, err := m.TrashedProjects(main.SessionID, ""); err != nil || len(got) != 0 {
+	if got, err := m.Trash().Projects(main.SessionID, ""); err != nil || len(got) != 0 {
 		t.Fatalf("the main session is reported in the trash of %v (%v)", got, err)
 	}
-	if got, err := m.TrashedProjects(main.SessionID, sub.Subpath); err != nil || len(got) != 1 || got[0] != project {
+	if got, err := m.Trash().Projects(main.SessionID, sub.Subpath); err != nil || len(got) != 1 || got[0] != project {
 		t.Fatalf("trashed projects of the subagent: %v %v, want [%s]", got, err, project)
 	}
-	if err := m.Restore(bg, sub); err != nil {
+	if err := m.Trash().Restore(bg, sub); err != nil {
 		t.Fatalf("restore of the subagent: %v", err)
 	}
 	if got := e.canonicalLines(sub); len(got) != 1 || got[0] != subLine {
@@ -285,19 +266,19 @@ func TestRestoreLoneSubagent(t *testing.T) {
 	}
 	// Deleted again, then written again: restore merges the trashed
 	// entries in front of the new one.
-	if _, err := m.Delete(bg, sub, false); err != nil {
+	if _, err := m.Trash().Delete(bg, sub, false); err != nil {
 		t.Fatal(err)
 	}
 	newLine := string(entry(uuid.NewString(), "n", "new"))
 	mustAppendTo(t, m, sub, newLine)
-	if err := m.Restore(bg, sub); err != nil {
+	if err := m.Trash().Restore(bg, sub); err != nil {
 		t.Fatalf("restore into a subagent written again: %v", err)
 	}
 	if got := e.canonicalLines(sub); len(got) != 2 || got[0] != subLine || got[1] != newLine {
 		t.Fatalf("subagent after the merge holds %q, want the trashed entry then the new one", got)
 	}
 	// A whole session's restore still ignores lone subagents' entries.
-	if err := m.Restore(bg, main); !errors.Is(err, errdefs.ErrNotFound) {
+	if err := m.Trash().Restore(bg, main); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("restore of the main session, never deleted: %v, want not found", err)
 	}
 }
@@ -373,25 +354,25 @@ func TestTrashUnreadable(t *testing.T) {
 	ff := fstest.NewFaultFS(c)
 	m := newCrashManager(t, ff, nil)
 	defer closeManager(t, m)
-	if _, err := m.Delete(bg, kDel, false); err != nil {
+	if _, err := m.Trash().Delete(bg, kDel, false); err != nil {
 		t.Fatal(err)
 	}
 	root := filepath.Join(crashLayout.StateDir, "trash")
 	for _, dir := range []string{root, filepath.Join(root, kDel.ProjectKey)} {
 		ff.Inject(fstest.Fault{Op: fstest.OpReadDir, Path: onPath(dir), Err: syscall.EMFILE})
-		_, err := m.TrashedProjects(kDel.SessionID, "")
+		_, err := m.Trash().Projects(kDel.SessionID, "")
 		wantUnreadable(t, "trashed projects with "+dir+" unreadable", err, syscall.EMFILE)
 		ff.Clear()
 	}
-	if got, err := m.TrashedProjects(kDel.SessionID, ""); err != nil || len(got) != 1 || got[0] != kDel.ProjectKey {
+	if got, err := m.Trash().Projects(kDel.SessionID, ""); err != nil || len(got) != 1 || got[0] != kDel.ProjectKey {
 		t.Fatalf("trashed projects: %v %v", got, err)
 	}
 	ff.Inject(fstest.Fault{Op: fstest.OpReadDir, Path: onPath(filepath.Join(root, kDel.ProjectKey)), Err: syscall.EIO})
-	if u := m.TrashUsage(); u.Copies != 0 {
+	if u := m.Trash().Usage(); u.Copies != 0 {
 		t.Fatalf("usage with the project's trash unreadable: %+v", u)
 	}
 	ff.Clear()
-	if u := m.TrashUsage(); u.Copies != 1 {
+	if u := m.Trash().Usage(); u.Copies != 1 {
 		t.Fatalf("usage once the trash reads again: %+v, want the copy counted", u)
 	}
 }

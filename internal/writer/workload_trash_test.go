@@ -10,6 +10,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/trash"
 )
 
 // The session of wlTrashMerge, whose agent keeps writing through deletes.
@@ -36,7 +37,7 @@ func wlTrashMerge() *workload {
 	deletes := []string{"delete 1", "delete 2"}
 	del := func(w *world, name string) bool {
 		w.setFlag(name + " started")
-		if w.do(name, func() error { _, err := w.m.Delete(w.ctx, kMerge, false); return err }) != nil {
+		if w.do(name, func() error { _, err := w.m.Trash().Delete(w.ctx, kMerge, false); return err }) != nil {
 			return false
 		}
 		w.setFlag(name + " done")
@@ -44,7 +45,7 @@ func wlTrashMerge() *workload {
 	}
 	restore := func(w *world) error {
 		w.setFlag("restore started")
-		_, err := w.m.RestoreTrash(w.ctx, kMerge, RestoreOptions{All: true})
+		_, err := w.m.Trash().RestoreCopies(w.ctx, kMerge, trash.RestoreOptions{All: true})
 		if err == nil {
 			w.setFlag("restored")
 		}
@@ -76,7 +77,7 @@ func wlTrashMerge() *workload {
 	wl.heal = func(w *world) []string {
 		for _, d := range deletes {
 			if w.flag(d+" started") && !w.flag(d+" done") {
-				_, err := w.m.Delete(w.ctx, kMerge, false)
+				_, err := w.m.Trash().Delete(w.ctx, kMerge, false)
 				if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 					return []string{fmt.Sprintf("retried %s: %v", d, err)}
 				}

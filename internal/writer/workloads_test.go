@@ -469,7 +469,7 @@ func wlDeleteRestore() *workload {
 			}
 			w.append(1, kBy, line(kBy, w.id(), "by1"))
 			w.setFlag("delete started")
-			if w.do("delete", func() error { _, err := w.m.Delete(w.ctx, kDel, false); return err }) == nil {
+			if w.do("delete", func() error { _, err := w.m.Trash().Delete(w.ctx, kDel, false); return err }) == nil {
 				w.setFlag("deleted")
 			}
 			w.append(1, kBy, line(kBy, w.id(), "by2"))
@@ -477,7 +477,7 @@ func wlDeleteRestore() *workload {
 				return
 			}
 			w.setFlag("restore started")
-			if w.do("restore", func() error { return w.m.Restore(w.ctx, kDel) }) == nil {
+			if w.do("restore", func() error { return w.m.Trash().Restore(w.ctx, kDel) }) == nil {
 				w.setFlag("restored")
 				w.append(0, kDel, line(kDel, w.id(), "x3"))
 			}
@@ -491,7 +491,7 @@ func wlDeleteRestore() *workload {
 			return nil // nothing was ever stored: nothing to delete or restore
 		}
 		if w.flag("delete started") && !w.flag("deleted") {
-			_, err := w.m.Delete(w.ctx, kDel, false)
+			_, err := w.m.Trash().Delete(w.ctx, kDel, false)
 			if errors.Is(err, errdefs.ErrNotFound) && !w.hasAcked(kDel) && !w.hasAcked(kDelSub) {
 				return nil // nothing was ever stored: nothing to delete
 			}
@@ -502,7 +502,7 @@ func wlDeleteRestore() *workload {
 		}
 		if w.flag("deleted") && !w.flag("restored") {
 			w.setFlag("restore started")
-			if err := w.m.Restore(w.ctx, kDel); err != nil {
+			if err := w.m.Trash().Restore(w.ctx, kDel); err != nil {
 				return []string{fmt.Sprintf("retried restore: %v", err)}
 			}
 			w.setFlag("restored")

@@ -1,4 +1,4 @@
-package writer
+package trash
 
 import (
 	"context"
@@ -35,13 +35,13 @@ type RestoreOutcome struct {
 }
 
 // Restore brings back the newest trashed copy of key's session
-// (RestoreTrash without options).
-func (m *Manager) Restore(ctx context.Context, key layout.Key) error {
-	_, err := m.RestoreTrash(ctx, key, RestoreOptions{})
+// (RestoreCopies without options).
+func (t *Trash) Restore(ctx context.Context, key layout.Key) error {
+	_, err := t.RestoreCopies(ctx, key, RestoreOptions{})
 	return err
 }
 
-// RestoreTrash brings back the newest trashed copy of key's session, or
+// RestoreCopies brings back the newest trashed copy of key's session, or
 // with opt.All every one, oldest first. Where the session is not there,
 // its files move back as they are. Where it exists again (an agent that
 // kept appending after the delete recreated it), the copies are merged
@@ -54,17 +54,17 @@ func (m *Manager) Restore(ctx context.Context, key layout.Key) error {
 // crash or a failing disk midway leaves the session as it was or as the
 // restore makes it once finished (by a retried restore or the next start),
 // never with an entry lost or twice.
-func (m *Manager) RestoreTrash(ctx context.Context, key layout.Key, opt RestoreOptions) (RestoreOutcome, error) {
+func (t *Trash) RestoreCopies(ctx context.Context, key layout.Key, opt RestoreOptions) (RestoreOutcome, error) {
 	var out RestoreOutcome
 	if err := key.Validate(); err != nil {
 		return out, err
 	}
-	unlock, err := m.lockFamily(key, "restored")
+	unlock, err := t.lockFamily(key, "restored")
 	if err != nil {
 		return out, err
 	}
 	defer unlock()
-	done, err := m.finishPending(key)
+	done, err := t.finishPending(key)
 	if err != nil {
 		return out, err
 	}
@@ -77,7 +77,7 @@ func (m *Manager) RestoreTrash(ctx context.Context, key layout.Key, opt RestoreO
 	if again && done.All == opt.All {
 		return doneOutcome(), nil
 	}
-	entries, err := m.trashEntries(key)
+	entries, err := t.entries(key)
 	if err != nil {
 		return out, fmt.Errorf("restore %s: %w", key, err)
 	}
@@ -85,39 +85,35 @@ func (m *Manager) RestoreTrash(ctx context.Context, key layout.Key, opt RestoreO
 		if again {
 			return doneOutcome(), nil
 		}
-		return out, NotInTrash(key)
+		return out, NotFound(key)
 	}
 	if !opt.All {
 		entries = entries[len(entries)-1:]
 	}
-	if out.Merged, err = m.existsOnDiskErr(key); err != nil {
+	if out.Merged, err = t.sessions.Exists(key); err != nil {
 		return out, err
 	}
 	// Entries still logged for the session go into its files first: the
 	// merge reads the files.
-	err = m.logs.drop(key, func(k layout.Key) error {
-		_, err := m.flushLocked(k)
-		return err
-	})
-	if err != nil {
+	if err := t.sessions.CompactLogged(key); err != nil {
 		return out, err
 	}
 	p := &restorePlan{}
-	if err := m.planRestore(p, m.cfg.Layout.ProjectDir(key.ProjectKey), entries, ""); err != nil {
+	if err := t.planRestore(p, t.cfg.Layout.ProjectDir(key.ProjectKey), entries, ""); err != nil {
 		return out, fmt.Errorf("restore %s: %w", key, err)
 	}
 	in := &intent{Op: opRestore, ProjectKey: key.ProjectKey, SessionID: key.SessionID, Subpath: key.Subpath,
 		Moves: p.moves, Merges: p.merges, Entries: entries, All: opt.All}
-	err = m.runIntent(in)
+	err = t.run(in)
 	// Even a restore that failed midway may have moved files back.
-	m.tell(Change{Key: key, Family: true})
+	t.sessions.Moved(key, false)
 	if err != nil {
 		return out, fmt.Errorf("restore %s: %w", key, err)
 	}
 	out.Copies = len(entries)
 	out.Entries = p.movedLines + in.merged.restored
 	out.Duplicates = in.merged.dropped
-	m.log.Info("restored session", zap.Stringer("session", key), zap.Int("copies", out.Copies), zap.Bool("merged", out.Merged),
+	t.log.Info("restored session", zap.Stringer("session", key), zap.Int("copies", out.Copies), zap.Bool("merged", out.Merged),
 		zap.Uint64("entries", out.Entries), zap.Uint64("duplicates", out.Duplicates))
 	return out, nil
 }
@@ -138,8 +134,8 @@ type restorePlan struct {
 // file comes back from the newest copy holding it where the session has
 // none (where it has, its own stays and the trashed ones go with the
 // trash).
-func (m *Manager) planRestore(p *restorePlan, live string, roots []string, rel string) error {
-	FS := m.cfg.FS
+func (t *Trash) planRestore(p *restorePlan, live string, roots []string, rel string) error {
+	FS := t.cfg.FS
 	type held struct {
 		root string
 		dir  bool
@@ -175,12 +171,12 @@ func (m *Manager) planRestore(p *restorePlan, live string, roots []string, rel s
 			}
 		}
 		newest := paths[len(paths)-1]
-		_, transcript := m.cfg.Layout.ParseTranscriptPath(dst)
+		_, transcript := t.cfg.Layout.ParseTranscriptPath(dst)
 		transcript = transcript && dirs == 0
 		switch {
 		case !exists && len(hs) == 1:
 			p.moves = append(p.moves, [2]string{newest, dst})
-			if err := m.countMoved(p, newest); err != nil {
+			if err := t.countMoved(p, newest); err != nil {
 				return err
 			}
 		case dirs == len(hs) && (!exists || fi.IsDir()):
@@ -188,7 +184,7 @@ func (m *Manager) planRestore(p *restorePlan, live string, roots []string, rel s
 			for _, h := range hs {
 				rs = append(rs, h.root)
 			}
-			if err := m.planRestore(p, live, rs, r); err != nil {
+			if err := t.planRestore(p, live, rs, r); err != nil {
 				return err
 			}
 		case dirs > 0 || transcript && exists && !fi.Mode().IsRegular():
@@ -211,16 +207,16 @@ func (m *Manager) planRestore(p *restorePlan, live string, roots []string, rel s
 
 // countMoved adds the lines of the transcripts at path (a file or a
 // folder moved back whole) to p.movedLines.
-func (m *Manager) countMoved(p *restorePlan, path string) error {
+func (t *Trash) countMoved(p *restorePlan, path string) error {
 	count := func(f string) error {
 		if !strings.HasSuffix(f, layout.TranscriptExt) {
 			return nil
 		}
-		n, err := countLines(m.cfg.FS, f)
+		n, err := countLines(t.cfg.FS, f)
 		p.movedLines += n
 		return errdefs.FromIO(err)
 	}
-	fi, err := m.cfg.FS.Lstat(path)
+	fi, err := t.cfg.FS.Lstat(path)
 	if err != nil {
 		return errdefs.FromIO(err)
 	}
@@ -230,7 +226,7 @@ func (m *Manager) countMoved(p *restorePlan, path string) error {
 		}
 		return nil
 	}
-	err = walk(m.cfg.FS, path, func(f string, d fs.DirEntry) error {
+	err = walk(t.cfg.FS, path, func(f string, d fs.DirEntry) error {
 		if d.Type().IsRegular() {
 			return count(f)
 		}

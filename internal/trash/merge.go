@@ -1,4 +1,4 @@
-package writer
+package trash
 
 import (
 	"bufio"
@@ -61,9 +61,9 @@ func mergeKey(line []byte) string {
 // trash entries newest first, and only once every merge is done: a crash
 // at any point leaves a state that finishing the intent turns into the
 // same file, never one with an entry twice or lost.
-func (m *Manager) mergeTranscript(step mergeStep) (mergeCounts, error) {
+func (t *Trash) mergeTranscript(step mergeStep) (mergeCounts, error) {
 	var c mergeCounts
-	FS := m.cfg.FS
+	FS := t.cfg.FS
 	var srcs []string
 	var srcInfo fs.FileInfo
 	for _, s := range step.Srcs {
@@ -94,8 +94,8 @@ func (m *Manager) mergeTranscript(step mergeStep) (mergeCounts, error) {
 	if err := fsys.MkdirAll(FS, dir, 0o700); err != nil {
 		return c, fmt.Errorf("create %s: %w", dir, errdefs.FromIO(err))
 	}
-	tmpPath := filepath.Join(dir, compactTempPrefix(step.Dst)+uuid.NewString()[:8]+".tmp")
-	if err := m.writeMerged(tmpPath, srcs, live, attrs, &c); err != nil {
+	tmpPath := t.tempName(step.Dst)
+	if err := t.writeMerged(tmpPath, srcs, live, attrs, &c); err != nil {
 		FS.Remove(tmpPath)
 		return c, fmt.Errorf("restore into %s: %w", step.Dst, errdefs.FromIO(err))
 	}
@@ -111,8 +111,8 @@ func (m *Manager) mergeTranscript(step mergeStep) (mergeCounts, error) {
 
 // writeMerged writes the merge of srcs (the last one the live file when
 // lastLive) to a new file at path, synced, with attrs' mode and owner.
-func (m *Manager) writeMerged(path string, srcs []string, lastLive bool, attrs fs.FileInfo, c *mergeCounts) error {
-	FS := m.cfg.FS
+func (t *Trash) writeMerged(path string, srcs []string, lastLive bool, attrs fs.FileInfo, c *mergeCounts) error {
+	FS := t.cfg.FS
 	tmp, err := FS.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
@@ -170,4 +170,12 @@ func scanLines(FS fsys.FS, path string, fn func(line []byte) error) error {
 		}
 	}
 	return sc.Err()
+}
+
+// tempName is where the merge into dst is written before its rename.
+func (t *Trash) tempName(dst string) string {
+	if t.cfg.TempName != nil {
+		return t.cfg.TempName(dst)
+	}
+	return filepath.Join(filepath.Dir(dst), "."+filepath.Base(dst)+".merge-"+uuid.NewString()[:8]+".tmp")
 }

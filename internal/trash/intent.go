@@ -1,4 +1,4 @@
-package writer
+package trash
 
 import (
 	"bytes"
@@ -62,20 +62,20 @@ func (in *intent) key() layout.Key {
 	return layout.Key{ProjectKey: in.ProjectKey, SessionID: in.SessionID, Subpath: in.Subpath}
 }
 
-func (m *Manager) intentDir() string { return filepath.Join(m.cfg.Layout.StateDir, "intents") }
+func (t *Trash) intentDir() string { return filepath.Join(t.cfg.Layout.StateDir, "intents") }
 
-// runIntent records in durably, then carries it out. If carrying it out
-// fails, the intent stays pending (on disk and in m.intents) until it is
+// run records in durably, then carries it out. If carrying it out fails,
+// the intent stays pending (on disk and in t.intents) until it is
 // finished.
-func (m *Manager) runIntent(in *intent) error {
-	if err := m.writeIntent(in); err != nil {
+func (t *Trash) run(in *intent) error {
+	if err := t.writeIntent(in); err != nil {
 		return err
 	}
-	return m.finishIntent(in)
+	return t.finishIntent(in)
 }
 
-func (m *Manager) writeIntent(in *intent) error {
-	FS, dir := m.cfg.FS, m.intentDir()
+func (t *Trash) writeIntent(in *intent) error {
+	FS, dir := t.cfg.FS, t.intentDir()
 	if err := fsys.MkdirAll(FS, dir, 0o700); err != nil {
 		return fmt.Errorf("record the %s: %w", in.Op, errdefs.FromIO(err))
 	}
@@ -94,54 +94,51 @@ func (m *Manager) writeIntent(in *intent) error {
 		// then the intent will be found and carried out, so it must be
 		// pending already.
 		if _, serr := FS.Lstat(in.path); !errors.Is(serr, fs.ErrNotExist) {
-			m.setPending(in)
+			t.setPending(in)
 		}
 		return fmt.Errorf("record the %s: %w", in.Op, errdefs.FromIO(err))
 	}
 	return nil
 }
 
-func (m *Manager) setPending(in *intent) {
-	m.mu.Lock()
-	if m.intents == nil {
-		m.intents = make(map[family]*intent)
-	}
-	m.intents[familyOf(in.key())] = in
-	m.mu.Unlock()
+func (t *Trash) setPending(in *intent) {
+	t.mu.Lock()
+	t.intents[familyOf(in.key())] = in
+	t.mu.Unlock()
 }
 
 // pendingIntent returns the unfinished intent of k's session, if any.
-func (m *Manager) pendingIntent(k layout.Key) *intent {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.intents[familyOf(k)]
+func (t *Trash) pendingIntent(k layout.Key) *intent {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.intents[familyOf(k)]
 }
 
 // finishPending finishes the pending intent of k's session, if there is
 // one, and returns it. The caller holds the family lock.
-func (m *Manager) finishPending(k layout.Key) (*intent, error) {
-	in := m.pendingIntent(k)
+func (t *Trash) finishPending(k layout.Key) (*intent, error) {
+	in := t.pendingIntent(k)
 	if in == nil {
 		return nil, nil
 	}
-	if err := m.finishIntent(in); err != nil {
+	if err := t.finishIntent(in); err != nil {
 		return in, fmt.Errorf("an interrupted %s of %s could not be finished: %w", in.Op, in.key(), err)
 	}
-	m.log.Info("finished an interrupted operation", zap.String("op", in.Op), zap.Stringer("session", in.key()))
+	t.log.Info("finished an interrupted operation", zap.String("op", in.Op), zap.Stringer("session", in.key()))
 	return in, nil
 }
 
 // finishIntent carries out every step of in that is not done yet, makes
 // all of it durable, then removes the intent.
-func (m *Manager) finishIntent(in *intent) error {
-	m.setPending(in)
+func (t *Trash) finishIntent(in *intent) error {
+	t.setPending(in)
 	for _, mv := range in.Moves {
-		if err := m.redoMove(mv[0], mv[1]); err != nil {
+		if err := t.redoMove(mv[0], mv[1]); err != nil {
 			return err
 		}
 	}
 	for _, mg := range in.Merges {
-		c, err := m.mergeTranscript(mg)
+		c, err := t.mergeTranscript(mg)
 		if err != nil {
 			return err
 		}
@@ -156,30 +153,30 @@ func (m *Manager) finishIntent(in *intent) error {
 			if entries[i] == "" {
 				continue
 			}
-			if err := fsys.RemoveAll(m.cfg.FS, entries[i]); err != nil {
+			if err := fsys.RemoveAll(t.cfg.FS, entries[i]); err != nil {
 				return fmt.Errorf("clear trash entry %s: %w", entries[i], errdefs.FromIO(err))
 			}
 		}
-		m.trashChanged()
+		t.changed()
 	}
-	if err := m.cfg.FS.Remove(in.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := t.cfg.FS.Remove(in.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return errdefs.FromIO(err)
 	}
-	if err := m.cfg.FS.SyncDir(filepath.Dir(in.path)); err != nil {
+	if err := t.cfg.FS.SyncDir(filepath.Dir(in.path)); err != nil {
 		return errdefs.FromIO(err)
 	}
-	m.mu.Lock()
-	if m.intents[familyOf(in.key())] == in {
-		delete(m.intents, familyOf(in.key()))
+	t.mu.Lock()
+	if t.intents[familyOf(in.key())] == in {
+		delete(t.intents, familyOf(in.key()))
 	}
-	m.mu.Unlock()
+	t.mu.Unlock()
 	return nil
 }
 
 // redoMove moves from to to (removes from when to is ""), or makes durable
 // what an earlier attempt already did.
-func (m *Manager) redoMove(from, to string) error {
-	FS := m.cfg.FS
+func (t *Trash) redoMove(from, to string) error {
+	FS := t.cfg.FS
 	// syncParents makes a move or removal seen here durable: an earlier
 	// attempt that crashed may have renamed without syncing, and what the
 	// page cache shows is not yet on disk.
@@ -263,14 +260,17 @@ func sameContent(FS fsys.FS, a, b string) (bool, error) {
 	}
 }
 
-// finishIntents runs, at start, every intent a crash left unfinished. It
-// returns the ones that could not be finished (their sessions keep
-// refusing writers) or that are damaged (said at Error level and left in
-// place for a human). An intent that cannot be read at all is err: its
-// session is not known, so no writer could be kept from recreating a file
-// it is about to move, and sessiond must not serve until it is read.
-func (m *Manager) finishIntents() (failed []error, err error) {
-	FS, dir := m.cfg.FS, m.intentDir()
+// Recover runs, at start, every intent a crash left unfinished, after
+// removing the temp files of intents a crash cut short. The writers call
+// it before any writer of those sessions may start. It returns the
+// intents that could not be finished (their sessions keep refusing
+// writers) or that are damaged (said at Error level and left in place for
+// a human). An intent that cannot be read at all is err: its session is
+// not known, so no writer could be kept from recreating a file it is about
+// to move, and sessiond must not serve until it is read.
+func (t *Trash) Recover() (failed []error, err error) {
+	FS, dir := t.cfg.FS, t.intentDir()
+	t.sweepTemps()
 	ents, err := FS.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -293,32 +293,48 @@ func (m *Manager) finishIntents() (failed []error, err error) {
 			}
 			synced = true
 		}
-		in, err := m.readIntent(filepath.Join(dir, name))
+		in, err := t.readIntent(filepath.Join(dir, name))
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			continue // finished by whoever removed it
 		case errors.Is(err, errdefs.ErrCorrupt):
-			m.log.Error("an intent of an interrupted delete or restore is damaged; it is left in place for a human", zap.String("intent", filepath.Join(dir, name)), zap.Error(err))
+			t.log.Error("an intent of an interrupted delete or restore is damaged; it is left in place for a human", zap.String("intent", filepath.Join(dir, name)), zap.Error(err))
 			failed = append(failed, fmt.Errorf("intent %s: %w", name, err))
 			continue
 		case err != nil:
 			return failed, err
 		}
-		if err := m.finishIntent(in); err != nil {
-			m.log.Error("an interrupted delete or restore could not be finished", zap.String("intent", name), zap.Error(err))
+		if err := t.finishIntent(in); err != nil {
+			t.log.Error("an interrupted delete or restore could not be finished", zap.String("intent", name), zap.Error(err))
 			failed = append(failed, fmt.Errorf("intent %s: %w", name, err))
 			continue
 		}
-		m.log.Info("finished an interrupted operation", zap.String("op", in.Op), zap.Stringer("session", in.key()))
+		t.log.Info("finished an interrupted operation", zap.String("op", in.Op), zap.Stringer("session", in.key()))
 	}
 	return failed, nil
+}
+
+// sweepTemps removes the temp files of intents whose write a crash cut
+// short: never renamed into place, so never acted on.
+func (t *Trash) sweepTemps() {
+	dir := t.intentDir()
+	ents, _ := t.cfg.FS.ReadDir(dir)
+	for _, e := range ents {
+		n := e.Name()
+		if !e.Type().IsRegular() || !strings.HasPrefix(n, ".") || !strings.HasSuffix(n, ".json.tmp") {
+			continue
+		}
+		if err := t.cfg.FS.Remove(filepath.Join(dir, n)); err == nil {
+			t.log.Info("removed a temp file left by a crash", zap.String("file", filepath.Join(dir, n)))
+		}
+	}
 }
 
 // readIntent loads and checks an intent file. Every path in it must lie
 // inside the transcripts root or the state folder: the file is trusted no
 // further than that.
-func (m *Manager) readIntent(path string) (*intent, error) {
-	f, err := m.cfg.FS.OpenFile(path, os.O_RDONLY, 0)
+func (t *Trash) readIntent(path string) (*intent, error) {
+	f, err := t.cfg.FS.OpenFile(path, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
@@ -344,7 +360,7 @@ func (m *Manager) readIntent(path string) (*intent, error) {
 		return nil, fmt.Errorf("unknown operation %q: %w", in.Op, errdefs.ErrCorrupt)
 	}
 	inside := func(p string) bool {
-		for _, root := range []string{m.cfg.Layout.ProjectsDir(), m.cfg.Layout.StateDir} {
+		for _, root := range []string{t.cfg.Layout.ProjectsDir(), t.cfg.Layout.StateDir} {
 			if strings.HasPrefix(p, root+string(filepath.Separator)) && filepath.Clean(p) == p {
 				return true
 			}
@@ -371,6 +387,6 @@ func (m *Manager) readIntent(path string) (*intent, error) {
 			return nil, fmt.Errorf("move %q lies outside sessiond's folders: %w", mv, errdefs.ErrCorrupt)
 		}
 	}
-	m.setPending(in)
+	t.setPending(in)
 	return in, nil
 }

@@ -1,4 +1,4 @@
-package writer
+package trash
 
 import (
 	"testing"
@@ -9,7 +9,7 @@ import (
 // whatever dashes the session id and the subpath hold.
 func TestParseTrashNameTakesIDsWithDashes(t *testing.T) {
 	at := time.Date(2025, 3, 4, 5, 6, 7, 8, time.UTC)
-	stamp := at.Format(trashStampLayout)
+	stamp := at.Format(stampLayout)
 	const uuid = "01234567-89ab-cdef-0123-456789abcdef"
 	cases := []struct {
 		name, sid, lone string
@@ -22,14 +22,14 @@ func TestParseTrashNameTakesIDsWithDashes(t *testing.T) {
 		{"s1-" + stamp + "-subagents_agent-1", "s1", "subagents_agent-1"},
 	}
 	for _, c := range cases {
-		n, ok := parseTrashName(c.name)
+		n, ok := parseName(c.name)
 		if !ok || n.sessionID != c.sid || n.lone != c.lone || !n.deleted.Equal(at) {
-			t.Errorf("parseTrashName(%q) = %+v, %v; want id %q, lone %q, at %v", c.name, n, ok, c.sid, c.lone, at)
+			t.Errorf("parseName(%q) = %+v, %v; want id %q, lone %q, at %v", c.name, n, ok, c.sid, c.lone, at)
 		}
 	}
 	for _, bad := range []string{"", "sess", "sess-", "-" + stamp, ".x-" + stamp, "X-" + stamp, "sess-" + stamp + "x", "sess-20250304T050607Z"} {
-		if n, ok := parseTrashName(bad); ok {
-			t.Errorf("parseTrashName(%q) = %+v, true; want false", bad, n)
+		if n, ok := parseName(bad); ok {
+			t.Errorf("parseName(%q) = %+v, true; want false", bad, n)
 		}
 	}
 }

@@ -1,0 +1,143 @@
+package trash
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/sessiond/sessiond/internal/clock"
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
+	"github.com/sessiond/sessiond/internal/layout"
+)
+
+var bg = context.Background()
+
+// noWriters are sessions with no writer running and nothing logged: the
+// files on disk are the whole session.
+type noWriters struct {
+	fs     fsys.FS
+	layout layout.Layout
+	moved  []layout.Key
+}
+
+func (noWriters) StopFamily(layout.Key) error    { return nil }
+func (noWriters) CompactLogged(layout.Key) error { return nil }
+func (noWriters) Logged(layout.Key) bool         { return false }
+
+func (s *noWriters) Exists(k layout.Key) (bool, error) {
+	_, err := s.fs.Lstat(s.layout.TranscriptPath(k))
+	return err == nil, nil
+}
+
+func (noWriters) NotFound(k layout.Key) error {
+	return errors.Join(errors.New(k.String()), errdefs.ErrNotFound)
+}
+
+func (s *noWriters) Moved(k layout.Key, _ bool) { s.moved = append(s.moved, k) }
+
+// newTestTrash returns a trash in a temp folder, on the clock clk.
+func newTestTrash(t *testing.T, clk clock.Clock) (*Trash, layout.Layout) {
+	dir := t.TempDir()
+	L := layout.Layout{Root: filepath.Join(dir, "root"), StateDir: filepath.Join(dir, "state")}
+	s := &noWriters{fs: fsys.OS, layout: L}
+	return New(Config{Layout: L, FS: fsys.OS, Clock: clk, Logger: zaptest.NewLogger(t), Retention: time.Hour}, s), L
+}
+
+// writeSession puts a one-line transcript of k on disk.
+func writeSession(t *testing.T, L layout.Layout, k layout.Key) {
+	t.Helper()
+	p := L.TranscriptPath(k)
+	if err := fsys.MkdirAll(fsys.OS, filepath.Dir(p), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fsys.OS.OpenFile(p, os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write([]byte(`{"type":"user","uuid":"00000000-0000-4000-8000-000000000001"}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A purge never takes a copy a restore of its session is working on.
+func TestTrashPurgeSkipsBusySession(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC))
+	tr, L := newTestTrash(t, clk)
+	k := layout.Key{ProjectKey: "-p", SessionID: "00000000-0000-4000-8000-0000000000aa"}
+	writeSession(t, L, k)
+	if _, err := tr.Delete(bg, k, false); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Hour)
+	unlock, err := tr.lockFamily(k, "restored")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := tr.Purge(bg); n != 0 || err != nil {
+		t.Fatalf("purge while the session is being restored: %d, %v; want it left", n, err)
+	}
+	unlock()
+	if n, err := tr.Purge(bg); n != 1 || err != nil {
+		t.Fatalf("purge once the restore is done: %d, %v", n, err)
+	}
+}
+
+// While a delete or restore moves a session's files, and while an
+// interrupted one waits to be finished, no writer of the session (its
+// subagents' included) may start; other sessions may.
+func TestAdmitRefusesBusyFamily(t *testing.T) {
+	tr, _ := newTestTrash(t, clock.Real)
+	k := layout.Key{ProjectKey: "-p", SessionID: "00000000-0000-4000-8000-0000000000ab"}
+	sub := layout.Key{ProjectKey: k.ProjectKey, SessionID: k.SessionID, Subpath: "subagents/agent-a"}
+	other := layout.Key{ProjectKey: k.ProjectKey, SessionID: "00000000-0000-4000-8000-0000000000ac"}
+	unlock, err := tr.lockFamily(k, "deleted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var busy *BusyError
+	if err := tr.Admit(sub); !errors.As(err, &busy) || busy.Why != "deleted" || !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("a subagent of a session being deleted: %v, want busy (unavailable)", err)
+	}
+	if _, err := tr.lockFamily(sub, "restored"); !errors.As(err, &busy) {
+		t.Fatalf("a second lock of the family: %v, want busy", err)
+	}
+	if err := tr.Admit(other); err != nil {
+		t.Fatalf("another session: %v", err)
+	}
+	unlock()
+	if err := tr.Admit(k); err != nil {
+		t.Fatalf("once unlocked: %v", err)
+	}
+	tr.setPending(&intent{Op: opDelete, ProjectKey: k.ProjectKey, SessionID: k.SessionID})
+	if err := tr.Admit(k); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("with an interrupted delete pending: %v, want unavailable", err)
+	}
+}
+
+// Bug: finishing an interrupted move compares the two copies of a file
+// that both exist; a failed read was taken for different content, so the
+// session was left "for a human to merge" instead of failing with the
+// disk's error and being finished on the next try.
+func TestSameContentReadErrorIsNoConflict(t *testing.T) {
+	c := fstest.NewCrashFS()
+	c.WriteFile("/a", []byte("same"), 0o600)
+	c.WriteFile("/b", []byte("same"), 0o600)
+	ff := fstest.NewFaultFS(c)
+	ff.CountReads(true)
+	if same, err := sameContent(ff, "/a", "/b"); !same || err != nil {
+		t.Fatalf("same files: %v %v", same, err)
+	}
+	ff.Inject(fstest.Fault{Op: fstest.OpRead, Path: func(p string) bool { return p == "/b" }, Err: syscall.EIO})
+	if same, err := sameContent(ff, "/a", "/b"); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("with a failing read: same %v, err %v; want the read error", same, err)
+	}
+}
