@@ -346,7 +346,7 @@ func (t *Trash) readIntent(path string) (*intent, error) {
 	if err != nil {
 		return nil, unreadable("the intent "+path, err)
 	}
-	if err := f.Sync(); err != nil { // see finishIntents: durable before acted on
+	if err := f.Sync(); err != nil { // see Recover: durable before acted on
 		return nil, fmt.Errorf("sync the intent %s: %w", path, errdefs.FromIO(err))
 	}
 	in := &intent{path: path}

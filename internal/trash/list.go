@@ -68,7 +68,7 @@ func parseName(name string) (entryName, bool) {
 	return entryName{}, false
 }
 
-// trashEntries returns the trash entries holding key's session (or, with
+// entries returns the trash entries holding key's session (or, with
 // a subpath, that subagent transcript deleted on its own), oldest first.
 func (t *Trash) entries(key layout.Key) ([]string, error) {
 	dir := filepath.Join(t.root(), key.ProjectKey)

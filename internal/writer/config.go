@@ -94,7 +94,7 @@ type Config struct {
 	JournalRetention     time.Duration
 	JournalRetentionSize int64
 	// TrashRetention is how long a deleted session's copy stays in the
-	// trash before PurgeTrash removes it.
+	// trash before its purge (package trash) removes it.
 	TrashRetention time.Duration
 	// JournalOnCommit, when set, is told of every write of the journal that
 	// reached the disk (journal.Options.OnCommit): the daemon's metrics. The
