@@ -68,6 +68,9 @@ type Trash struct {
 	log      *zap.Logger
 	sessions Sessions
 
+	// mu guards what follows. The writers take it under their own
+	// registry's lock (Admit), so it is never held across a call to
+	// Sessions.
 	mu sync.Mutex
 	// busy holds the sessions whose files a delete or restore is moving;
 	// no writer of theirs may start meanwhile.
