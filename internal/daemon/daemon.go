@@ -60,258 +60,374 @@ type Config struct {
 // Run serves until ctx ends, then drains: new calls get UNAVAILABLE, open
 // follow streams end, calls in flight finish, every session is compacted.
 // It returns nil after a clean drain.
+//
+// The order of its steps is what keeps a second sessiond from destroying
+// what this one acknowledged: first the locks (the state folder, the root,
+// then the socket's), then recovery, then serving. A process refused at
+// any lock has changed nothing of the owner's (TestStartOrder).
 func Run(ctx context.Context, cfg Config) error {
-	log := cfg.Logger
-	if log == nil {
-		log = zap.NewNop()
+	p, err := prepare(cfg)
+	if err != nil {
+		return err
 	}
-	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	defer p.release()
+	if err := p.lock(); err != nil {
+		return err
 	}
-	if cfg.FS == nil {
-		cfg.FS = fsys.OS
+	if err := p.recover(ctx); err != nil {
+		return err
 	}
-	wc := cfg.Writer
-	wc.Layout = layout.Layout{Root: cfg.Root, StateDir: cfg.StateDir}
-	wc.Logger = log
-	wc.FS = cfg.FS
-	if cfg.MaxMessageBytes <= 0 {
-		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	if err := p.serve(ctx); err != nil {
+		p.m.Close(context.Background())
+		return err
 	}
-	if wc.MaxEntryBytes <= 0 {
-		wc.MaxEntryBytes = writer.DefaultMaxEntryBytes
+	return p.drain(p.wait(ctx))
+}
+
+// process is one run of sessiond: what each step makes and a later one
+// uses or stops.
+type process struct {
+	cfg         Config
+	log         *zap.Logger
+	wc          writer.Config
+	metricsAddr metrics.Address
+
+	claim     *owner.Claim
+	ln        net.Listener
+	activated bool
+
+	met        *metrics.Metrics
+	metricsLn  net.Listener
+	metricsSrv *metrics.Server
+	mir        *mirror.Mirror
+	m          *writer.Manager
+	cat        *catalog.Catalog
+
+	recoveryStart, start time.Time
+	replay               []layout.Key // sessions whose journaled entries go into their files once serving
+
+	srv              *server.Server
+	g                *grpc.Server
+	serveErr         chan error
+	replayed, purged chan struct{}
+}
+
+// prepare fills in the defaults and checks what can be checked before
+// anything on disk is touched.
+func prepare(cfg Config) (*process, error) {
+	p := &process{cfg: cfg, log: cfg.Logger}
+	if p.log == nil {
+		p.log = zap.NewNop()
 	}
-	if cfg.MaxMessageBytes < wc.MaxEntryBytes+(1<<20) {
-		return fmt.Errorf("--max-message-bytes (%d) must exceed --max-entry-bytes (%d) by at least 1 MiB", cfg.MaxMessageBytes, wc.MaxEntryBytes)
+	if p.cfg.ShutdownTimeout <= 0 {
+		p.cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	var metricsAddr metrics.Address
-	if cfg.MetricsListen != "" {
-		a, err := metrics.ParseAddress(cfg.MetricsListen)
+	if p.cfg.FS == nil {
+		p.cfg.FS = fsys.OS
+	}
+	if p.cfg.MaxMessageBytes <= 0 {
+		p.cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	p.wc = p.cfg.Writer
+	p.wc.Layout = layout.Layout{Root: p.cfg.Root, StateDir: p.cfg.StateDir}
+	p.wc.Logger = p.log
+	p.wc.FS = p.cfg.FS
+	if p.wc.MaxEntryBytes <= 0 {
+		p.wc.MaxEntryBytes = writer.DefaultMaxEntryBytes
+	}
+	if p.cfg.MaxMessageBytes < p.wc.MaxEntryBytes+(1<<20) {
+		return nil, fmt.Errorf("--max-message-bytes (%d) must exceed --max-entry-bytes (%d) by at least 1 MiB", p.cfg.MaxMessageBytes, p.wc.MaxEntryBytes)
+	}
+	if p.cfg.MetricsListen != "" {
+		a, err := metrics.ParseAddress(p.cfg.MetricsListen)
+		if err != nil {
+			return nil, err
+		}
+		p.metricsAddr = a
+	}
+	return p, nil
+}
+
+// lock takes the state folder and the root, then the socket.
+func (p *process) lock() error {
+	claim, err := owner.Acquire(p.cfg.FS, p.wc.Layout, owner.Self(p.cfg.Version, p.cfg.Socket))
+	if err != nil {
+		return err
+	}
+	p.claim = claim
+	p.wc.Owner = claim
+	p.ln, p.activated, err = listen(p.cfg.Socket)
+	return err
+}
+
+// release undoes what the steps made, in the reverse order: the mirror,
+// the metrics listener, the socket, and last the claim on the folders,
+// after the writers have closed.
+func (p *process) release() {
+	if p.mir != nil {
+		p.mir.Close()
+	}
+	if p.metricsLn != nil {
+		p.metricsLn.Close() // the server's Close closed it already, if it served
+	}
+	if p.ln != nil {
+		p.ln.Close()
+	}
+	if p.claim != nil {
+		p.claim.Release()
+	}
+}
+
+// recover opens the writers on what is on disk and checks every journal
+// before anything is served (clients that connect meanwhile wait): a torn
+// tail is cut and every record read back against its checksum, so what is
+// served is what was acknowledged.
+func (p *process) recover(ctx context.Context) error {
+	// Metrics are set up before the writers, whose journal feeds them.
+	if p.cfg.MetricsListen != "" {
+		p.met = metrics.New(p.cfg.Version)
+		p.wc.JournalOnCommit = p.met.ObserveCommit
+	}
+	if err := p.newMirror(); err != nil {
+		return err
+	}
+	p.recoveryStart = time.Now()
+	m, err := writer.New(p.wc)
+	if err != nil {
+		return err
+	}
+	p.m = m
+	p.cat = newCatalog(m, p.log)
+	if err := p.afterOpen(ctx); err != nil {
+		m.Close(context.Background())
+		return err
+	}
+	return nil
+}
+
+// newMirror makes the mirror --mirror asks for, which the writers tell
+// what changed (it never holds them up) and ask whether another machine
+// holds a session.
+func (p *process) newMirror() error {
+	if p.cfg.Mirror == nil {
+		return nil
+	}
+	mc := *p.cfg.Mirror
+	mc.Logger = p.log
+	if mc.MachineID == "" {
+		var moved bool
+		var err error
+		if mc.MachineID, moved, err = lease.MachineID(p.cfg.FS, p.cfg.StateDir); err != nil {
+			return fmt.Errorf("machine id: %w", err)
+		}
+		if moved {
+			p.log.Warn("the state folder's machine id was made on another machine (a copy or a restored backup): this one takes a new id, so the two never hold the same sessions' leases; leases held under the old id here expire by themselves",
+				zap.String("machine_id", mc.MachineID))
+		}
+	}
+	mir, err := mirror.New(mc)
+	if err != nil {
+		return err
+	}
+	p.mir = mir
+	p.wc.Changed = mir.Notify
+	p.wc.AppendGate = mir.Leases().CheckAppend
+	return nil
+}
+
+// afterOpen is recovery once the writers are open: the metrics listener,
+// the ballast, the journals' check, then the mirror, which reads what the
+// check found acknowledged.
+func (p *process) afterOpen(ctx context.Context) error {
+	if p.met != nil {
+		ln, err := metrics.Listen(p.metricsAddr)
 		if err != nil {
 			return err
 		}
-		metricsAddr = a
+		p.metricsLn = ln
 	}
-
-	// The order is what keeps a second sessiond from destroying what this
-	// one acknowledged: first the locks (the state folder, the root, then
-	// the socket's), then recovery, then serving. A process refused at any
-	// lock has changed nothing of the owner's (TestStartOrder).
-	claim, err := owner.Acquire(cfg.FS, wc.Layout, owner.Self(cfg.Version, cfg.Socket))
-	if err != nil {
-		return err
-	}
-	defer claim.Release() // last: after the writers have closed
-	wc.Owner = claim
-	ln, activated, err := listen(cfg.Socket)
-	if err != nil {
-		return err
-	}
-	defer ln.Close()
-
-	// Metrics are set up before the writers, whose log feeds them.
-	var met *metrics.Metrics
-	if cfg.MetricsListen != "" {
-		met = metrics.New(cfg.Version)
-		wc.JournalOnCommit = met.ObserveCommit
-	}
-	var mir *mirror.Mirror
-	if cfg.Mirror != nil {
-		mc := *cfg.Mirror
-		mc.Logger = log
-		if mc.MachineID == "" {
-			var moved bool
-			if mc.MachineID, moved, err = lease.MachineID(cfg.FS, cfg.StateDir); err != nil {
-				return fmt.Errorf("machine id: %w", err)
-			}
-			if moved {
-				log.Warn("the state folder's machine id was made on another machine (a copy or a restored backup): this one takes a new id, so the two never hold the same sessions' leases; leases held under the old id here expire by themselves",
-					zap.String("machine_id", mc.MachineID))
-			}
-		}
-		if mir, err = mirror.New(mc); err != nil {
-			return err
-		}
-		// The writers tell the mirror what changed; it never holds them up.
-		wc.Changed = mir.Notify
-		// And ask it whether another machine holds the session.
-		wc.AppendGate = mir.Leases().CheckAppend
-	}
-	// Recovery starts here: writer.New reads and checks the log.
-	recoveryStart := time.Now()
-	m, err := writer.New(wc)
-	if err != nil {
-		return err
-	}
-	cat := newCatalog(m, log)
-	var metricsLn net.Listener
-	if met != nil {
-		if metricsLn, err = metrics.Listen(metricsAddr); err != nil {
-			m.Close(context.Background())
-			return err
-		}
-		defer metricsLn.Close() // until the server owns it
-	}
-	if wc.BallastSize == 0 {
+	if p.wc.BallastSize == 0 {
 		// No reserve wanted: one an earlier run kept is space wasted.
-		if err := cfg.FS.Remove(wc.Layout.BallastPath()); err == nil {
-			log.Info("removed the ballast (--ballast-size 0)", zap.String("path", wc.Layout.BallastPath()))
+		if err := p.cfg.FS.Remove(p.wc.Layout.BallastPath()); err == nil {
+			p.log.Info("removed the ballast (--ballast-size 0)", zap.String("path", p.wc.Layout.BallastPath()))
 		}
 	}
-
-	// Check every journal before serving (clients that connect meanwhile
-	// wait): a torn tail is cut and every record read back against its
-	// checksum, so what is served is what was acknowledged. The entries are
-	// served from the journals; moving them into the canonical files, for
-	// the official readers, runs once serving has started.
-	start := time.Now()
-	rep, replay, err := m.CheckJournals(ctx)
+	p.start = time.Now()
+	rep, replay, err := p.m.CheckJournals(ctx)
 	if err != nil {
-		m.Close(context.Background())
 		return fmt.Errorf("recovery: %w", err)
 	}
+	p.replay = replay
 	if rep.Checked > 0 || len(rep.Failed) > 0 {
-		log.Info("checked journals", zap.Int("journals", rep.Checked), zap.Int64("bytes", rep.Bytes),
-			zap.Int("failed", len(rep.Failed)), zap.Duration("took", time.Since(start)))
+		p.log.Info("checked journals", zap.Int("journals", rep.Checked), zap.Int64("bytes", rep.Bytes),
+			zap.Int("failed", len(rep.Failed)), zap.Duration("took", time.Since(p.start)))
 	}
-	if mir != nil {
-		// After the journals' check: what it reads is what was
-		// acknowledged. It connects in the background (PostgreSQL may
-		// be down) and stops before the writers do. Its context is not
-		// the signal's: it drains at shutdown (below), then Close stops it.
-		if err := mir.Start(context.WithoutCancel(ctx), mirrorSource{m, cat}); err != nil {
-			m.Close(context.Background())
+	if p.mir != nil {
+		// It connects in the background (PostgreSQL may be down) and
+		// stops before the writers do. Its context is not the signal's:
+		// it drains at shutdown, then Close stops it.
+		if err := p.mir.Start(context.WithoutCancel(ctx), mirrorSource{p.m, p.cat}); err != nil {
 			return fmt.Errorf("mirror: %w", err)
 		}
-		defer mir.Close()
 	}
-	srv := server.New(m, log, server.Info{Version: cfg.Version, Socket: cfg.Socket, Root: cfg.Root,
-		StateDir: cfg.StateDir, Started: start, Mirror: mir, MaxMessageBytes: cfg.MaxMessageBytes, Catalog: cat})
-	uidUnary, uidStream := socket.SameUserInterceptors(uint32(os.Getuid()))
-	drainUnary, drainStream := srv.Interceptors()
-	unary := []grpc.UnaryServerInterceptor{uidUnary, drainUnary}
-	stream := []grpc.StreamServerInterceptor{uidStream, drainStream}
-	var metricsSrv *metrics.Server
-	if met != nil {
-		met.SetRecovery(time.Since(recoveryStart))
-		if err := met.Register(metrics.NewStatsCollector(m, m.Trash())); err != nil {
-			m.Close(context.Background())
-			return err
-		}
-		if mir != nil {
-			if err := registerMirrorMetrics(met, mir); err != nil {
-				m.Close(context.Background())
-				return err
-			}
-		}
-		srv.ObserveAppends(met.ObserveAppend)
-		// First in the chain: they see the codes the drain interceptor
-		// makes of the handlers' errors, and the calls refused before.
-		mu, ms := met.Interceptors()
-		unary = append([]grpc.UnaryServerInterceptor{mu}, unary...)
-		stream = append([]grpc.StreamServerInterceptor{ms}, stream...)
-		metricsSrv = met.Serve(metricsLn, zap.NewStdLog(log.Named("metrics")))
-		// The address bound (a port 0 became a real one), as the flag takes it.
-		bound := metrics.Address{Network: metricsAddr.Network, Addr: metricsLn.Addr().String()}
-		log.Info("serving metrics", zap.Stringer("metrics_listen", bound))
+	return nil
+}
+
+// serve starts the gRPC server on the socket, then the background work
+// that needs it running (the replay into the transcripts, the trash's
+// purge, indexing the sessions on disk), and tells systemd it is ready.
+func (p *process) serve(ctx context.Context) error {
+	p.srv = server.New(p.m, p.log, server.Info{Version: p.cfg.Version, Socket: p.cfg.Socket, Root: p.cfg.Root,
+		StateDir: p.cfg.StateDir, Started: p.start, Mirror: p.mir, MaxMessageBytes: p.cfg.MaxMessageBytes, Catalog: p.cat})
+	unary, stream, err := p.interceptors()
+	if err != nil {
+		return err
 	}
-	g := grpc.NewServer(append(TransportOptions(cfg.MaxMessageBytes),
+	p.g = grpc.NewServer(append(TransportOptions(p.cfg.MaxMessageBytes),
 		grpc.Creds(socket.PeerCredentials()),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 	)...)
-	srv.Register(g)
+	p.srv.Register(p.g)
+	p.serveErr = make(chan error, 1)
+	go func() { p.serveErr <- p.g.Serve(p.ln) }()
+	p.background(ctx)
+	if _, err := socket.Notify("READY=1"); err != nil {
+		p.log.Warn("sd_notify READY failed", zap.Error(err))
+	}
+	p.log.Info("sessiond serving", zap.String("socket", p.ln.Addr().String()), zap.Bool("socket_activated", p.activated),
+		zap.String("root", p.cfg.Root), zap.String("state_dir", p.cfg.StateDir), zap.String("version", p.cfg.Version))
+	return nil
+}
 
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- g.Serve(ln) }()
-	replayed := make(chan struct{})
-	if len(replay) == 0 {
-		close(replayed)
+// interceptors are the calls' chain: the peer's uid, then the drain;
+// with metrics, theirs first, so they see the codes the drain makes of the
+// handlers' errors and the calls refused before them.
+func (p *process) interceptors() ([]grpc.UnaryServerInterceptor, []grpc.StreamServerInterceptor, error) {
+	uidUnary, uidStream := socket.SameUserInterceptors(uint32(os.Getuid()))
+	drainUnary, drainStream := p.srv.Interceptors()
+	unary := []grpc.UnaryServerInterceptor{uidUnary, drainUnary}
+	stream := []grpc.StreamServerInterceptor{uidStream, drainStream}
+	if p.met == nil {
+		return unary, stream, nil
+	}
+	p.met.SetRecovery(time.Since(p.recoveryStart))
+	if err := p.met.Register(metrics.NewStatsCollector(p.m, p.m.Trash())); err != nil {
+		return nil, nil, err
+	}
+	if p.mir != nil {
+		if err := registerMirrorMetrics(p.met, p.mir); err != nil {
+			return nil, nil, err
+		}
+	}
+	p.srv.ObserveAppends(p.met.ObserveAppend)
+	mu, ms := p.met.Interceptors()
+	unary = append([]grpc.UnaryServerInterceptor{mu}, unary...)
+	stream = append([]grpc.StreamServerInterceptor{ms}, stream...)
+	p.metricsSrv = p.met.Serve(p.metricsLn, zap.NewStdLog(p.log.Named("metrics")))
+	// The address bound (a port 0 became a real one), as the flag takes it.
+	bound := metrics.Address{Network: p.metricsAddr.Network, Addr: p.metricsLn.Addr().String()}
+	p.log.Info("serving metrics", zap.Stringer("metrics_listen", bound))
+	return unary, stream, nil
+}
+
+// background starts the work that runs while serving: the journaled
+// entries found at start go into their transcripts; trashed copies past
+// their retention go now and every hour (only after CheckJournals, which
+// finishes restores that were reading them); the sessions already on disk
+// are indexed, so the first listing is as fast as the next.
+func (p *process) background(ctx context.Context) {
+	p.replayed = make(chan struct{})
+	if len(p.replay) == 0 {
+		close(p.replayed)
 	} else {
 		go func() {
-			defer close(replayed)
+			defer close(p.replayed)
 			t := time.Now()
-			r := m.Replay(ctx, replay)
-			log.Info("replayed journals into their transcripts", zap.Int("sessions", r.Sessions),
+			r := p.m.Replay(ctx, p.replay)
+			p.log.Info("replayed journals into their transcripts", zap.Int("sessions", r.Sessions),
 				zap.Uint64("entries", r.Entries), zap.Int("failed", len(r.Failed)), zap.Int("deferred_for_space", r.Deferred),
 				zap.Duration("took", time.Since(t)))
 		}()
 	}
-	// Trashed copies past their retention go now and every hour; only
-	// after CheckJournals, which finishes restores that were reading them.
-	purged := make(chan struct{})
-	go func() { defer close(purged); m.Trash().RunPurge(ctx) }()
-	// Index the sessions already on disk (written before sessiond, or by
-	// other programs), so the first listing is as fast as the next.
+	p.purged = make(chan struct{})
+	go func() { defer close(p.purged); p.m.Trash().RunPurge(ctx) }()
 	go func() {
 		t := time.Now()
-		if err := cat.WarmIndex(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("indexing the sessions on disk failed; listings will index on demand", zap.Error(err))
+		if err := p.cat.WarmIndex(ctx); err != nil && ctx.Err() == nil {
+			p.log.Warn("indexing the sessions on disk failed; listings will index on demand", zap.Error(err))
 			return
 		}
-		log.Info("indexed sessions on disk", zap.Duration("took", time.Since(t)))
+		p.log.Info("indexed sessions on disk", zap.Duration("took", time.Since(t)))
 	}()
-	if _, err := socket.Notify("READY=1"); err != nil {
-		log.Warn("sd_notify READY failed", zap.Error(err))
-	}
-	log.Info("sessiond serving", zap.String("socket", ln.Addr().String()), zap.Bool("socket_activated", activated),
-		zap.String("root", cfg.Root), zap.String("state_dir", cfg.StateDir), zap.String("version", cfg.Version))
+}
 
-	var runErr error
+// wait serves until ctx ends (a normal stop) or the server fails.
+func (p *process) wait(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
-	case err := <-serveErr:
-		runErr = fmt.Errorf("serve: %w", err)
+		return nil
+	case err := <-p.serveErr:
+		return fmt.Errorf("serve: %w", err)
 	}
+}
 
-	log.Info("draining")
+// drain stops within the shutdown timeout: no new call, the calls in
+// flight finish (or are closed at the deadline), the replay stops at the
+// session it is on, the mirror sends what it held back, and every writer
+// compacts and closes.
+func (p *process) drain(runErr error) error {
+	p.log.Info("draining")
 	socket.Notify("STOPPING=1")
-	deadline := time.Now().Add(cfg.ShutdownTimeout)
-	srv.Drain()
+	deadline := time.Now().Add(p.cfg.ShutdownTimeout)
+	p.srv.Drain()
 	stopped := make(chan struct{})
-	go func() { g.GracefulStop(); close(stopped) }()
+	go func() { p.g.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
 	case <-time.After(time.Until(deadline)):
-		log.Warn("calls still running at the shutdown deadline; closing them")
-		g.Stop()
+		p.log.Warn("calls still running at the shutdown deadline; closing them")
+		p.g.Stop()
 		<-stopped
 	}
-	// The replay stops at the session it is on (ctx is done); what it did
-	// not reach stays journaled for the next start.
+	// What the replay did not reach stays journaled for the next start.
 	select {
-	case <-replayed:
+	case <-p.replayed:
 	case <-time.After(time.Until(deadline)):
 	}
 	closeCtx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	<-purged // ctx is done: it stops between two copies
-	if mir != nil {
-		// No append comes any more: what the mirror holds back for its
-		// pace goes now, within the shutdown's time (at most mirrorDrain),
-		// before Close releases the leases. Its reads go through the
-		// writers, which close next; what it could not mirror is at the
-		// next start.
-		dctx, dcancel := context.WithTimeout(closeCtx, mirrorDrain)
-		if err := mir.Drain(dctx); err != nil {
-			log.Warn("stopping the mirror", zap.Error(err))
-		}
-		dcancel()
-		mir.Close()
-	}
-	err = m.Close(closeCtx)
-	<-replayed
+	<-p.purged // ctx is done: it stops between two copies
+	p.drainMirror(closeCtx)
+	err := p.m.Close(closeCtx)
+	<-p.replayed
 	// Metrics are served through the drain, for whoever watches it.
-	if cerr := metricsSrv.Close(closeCtx); cerr != nil {
-		log.Warn("stopping the metrics server", zap.Error(cerr))
+	if cerr := p.metricsSrv.Close(closeCtx); cerr != nil {
+		p.log.Warn("stopping the metrics server", zap.Error(cerr))
 	}
 	if err != nil {
-		log.Error("shutdown incomplete", zap.Error(err))
+		p.log.Error("shutdown incomplete", zap.Error(err))
 		return errors.Join(runErr, err)
 	}
-	st := m.Stats()
-	log.Info("sessiond stopped", zap.Uint64("entries_stored", st.EntriesStored), zap.Uint64("compactions", st.Compactions))
+	st := p.m.Stats()
+	p.log.Info("sessiond stopped", zap.Uint64("entries_stored", st.EntriesStored), zap.Uint64("compactions", st.Compactions))
 	return runErr
+}
+
+// drainMirror sends what the mirror holds back for its pace, within the
+// shutdown's time (at most mirrorDrain), before Close releases the
+// leases. Its reads go through the writers, which close next; what it
+// could not mirror is at the next start.
+func (p *process) drainMirror(ctx context.Context) {
+	if p.mir == nil {
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, mirrorDrain)
+	defer cancel()
+	if err := p.mir.Drain(dctx); err != nil {
+		p.log.Warn("stopping the mirror", zap.Error(err))
+	}
+	p.mir.Close()
 }
 
 // listen takes the socket systemd passed, or opens cfg.Socket safely.
