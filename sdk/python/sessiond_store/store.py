@@ -48,6 +48,24 @@ def _sdk_fold() -> Optional[Fold]:
     return fold if callable(fold) else None
 
 
+_warned_no_fold = False
+
+
+def _warn_no_fold() -> None:
+    """Says once per process that the default fold is missing: without it
+    list_session_summaries has nothing of this store's to return, which
+    would otherwise look like a project without sessions."""
+    global _warned_no_fold
+    if _warned_no_fold:
+        return
+    _warned_no_fold = True
+    log.warning(
+        "claude_agent_sdk (or its fold_session_summary) cannot be imported: this store keeps no session "
+        "summaries, and list_session_summaries returns only those another writer folded; install the "
+        "Agent SDK in this Python, or pass fold= (None turns summaries off without this warning)"
+    )
+
+
 class _Default:
     def __repr__(self) -> str:
         return "<the SDK's fold_session_summary when installed>"
@@ -150,6 +168,8 @@ class SessiondStore:
     ) -> None:
         self.socket_path = socket_path if socket_path else default_socket()
         self.fold: Optional[Fold] = _sdk_fold() if isinstance(fold, _Default) else fold
+        if isinstance(fold, _Default) and self.fold is None:
+            _warn_no_fold()
         self._agent_config_dir = agent_config_dir
         self._timeout = timeout
         self._load_timeout = load_timeout

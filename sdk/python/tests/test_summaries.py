@@ -506,3 +506,21 @@ def test_upper_case_session_id_folds_onto_the_stored_summary(new_store, project)
         assert await summary_of(a, project, s) == {"count": 3, "batches": 2}
 
     run(go())
+
+
+def test_missing_sdk_fold_is_said_once(new_store, monkeypatch, caplog):
+    """Without the SDK's fold the default store keeps no summaries: it says
+    so once per process (not silently, not at every store), and an explicit
+    fold=None stays quiet."""
+    import sessiond_store.store as store_mod
+
+    monkeypatch.setattr(store_mod, "_sdk_fold", lambda: None)
+    monkeypatch.setattr(store_mod, "_warned_no_fold", False)
+    with caplog.at_level(logging.WARNING, logger="sessiond_store"):
+        first = new_store(fold=store_mod.SDK_FOLD)
+        new_store(fold=store_mod.SDK_FOLD)
+        new_store(fold=None)
+    said = [r for r in caplog.records if "cannot be imported" in r.getMessage()]
+    assert first.fold is None
+    assert len(said) == 1, [r.getMessage() for r in caplog.records]
+    assert "list_session_summaries" in said[0].getMessage()
