@@ -54,10 +54,10 @@ func readmeBlocks(t *testing.T, heading string) []string {
 // itself) and returns the output.
 func runReadme(t *testing.T, script string, env ...string) string {
 	t.Helper()
-	home := t.TempDir()
+	home, tmp := t.TempDir(), t.TempDir()
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
 	cmd.Dir = ".."
-	cmd.Env = append(envWith("HOME="+home, "TMPDIR="+t.TempDir()), env...)
+	cmd.Env = append(envWith("HOME="+home, "TMPDIR="+tmp), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -75,6 +75,11 @@ func runReadme(t *testing.T, script string, env ...string) string {
 	}
 	if err != nil {
 		t.Fatalf("the README's commands failed: %v\n%s", err, out.String())
+	}
+	// What the commands made in the temp folder they cleaned up after
+	// themselves (a walkthrough's state folder holds a 64 MiB ballast).
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("the README's commands left %d entries in the temp folder (%s...)", len(left), left[0].Name())
 	}
 	return out.String()
 }
