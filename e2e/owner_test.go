@@ -172,6 +172,11 @@ func TestSecondDaemonOnDefaults(t *testing.T) {
 	sock := filepath.Join(rt, "sessiond", "sessiond.sock")
 	waitStatus(t, first, sock)
 	state := filepath.Join(home, ".local", "state", "sessiond")
+	// The first start on a new state folder says where it is and what it
+	// keeps there (a user on defaults never chose it).
+	if log := first.Log(); !strings.Contains(log, "first start on this state folder") || !strings.Contains(log, filepath.Join(state, "ballast")) {
+		t.Errorf("the first start on a new state folder does not announce it and its ballast:\n%s", first.LogTail(logTail))
+	}
 	for _, s := range []second{
 		{name: "a second terminal", want: "already owns the state folder " + state},
 		{name: "the socket-activated service", activated: true, want: "already owns the state folder " + state},

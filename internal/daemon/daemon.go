@@ -157,7 +157,21 @@ func (p *process) lock() error {
 	p.claim = claim
 	p.wc.Owner = claim
 	p.ln, p.activated, err = listen(p.cfg.Socket)
+	if err == nil && claim.Fresh() {
+		p.announceFirstStart()
+	}
 	return err
+}
+
+// announceFirstStart says, on a state folder no sessiond used before, what
+// this one keeps there: a user who never chose the folder learns where it
+// is and what it costs.
+func (p *process) announceFirstStart() {
+	fields := []zap.Field{zap.String("state_dir", p.cfg.StateDir), zap.String("journal", p.wc.Layout.JournalDir())}
+	if p.wc.BallastSize > 0 {
+		fields = append(fields, zap.String("ballast", p.wc.Layout.BallastPath()), zap.Int64("ballast_bytes", p.wc.BallastSize))
+	}
+	p.log.Info("first start on this state folder: sessiond keeps its journal there and, unless --ballast-size 0, a file of disk space held in reserve for compactions on a full disk (--state-dir chooses another folder)", fields...)
 }
 
 // release undoes what the steps made, in the reverse order: the mirror,

@@ -77,7 +77,12 @@ type Claim struct {
 	layout layout.Layout
 	state  io.Closer
 	root   io.Closer // nil when the root is the state folder itself
+	fresh  bool
 }
+
+// Fresh reports whether the state folder had no format stamp: no sessiond
+// ran on it before, so the start is worth announcing (what it makes there).
+func (c *Claim) Fresh() bool { return c.fresh }
 
 // Layout is the folders the claim covers.
 func (c *Claim) Layout() layout.Layout { return c.layout }
@@ -123,10 +128,12 @@ func Acquire(fsy fsys.FS, l layout.Layout, h Holder) (*Claim, error) {
 			return nil, refusal(fsy, "transcripts root", l.Root, err)
 		}
 	}
-	if err := checkFormat(fsy, l.StateDir); err != nil {
+	fresh, err := checkFormat(fsy, l.StateDir)
+	if err != nil {
 		c.Release()
 		return nil, err
 	}
+	c.fresh = fresh
 	writeInfo(fsy, l.StateDir, h)
 	return c, nil
 }
@@ -213,42 +220,43 @@ func (e *OwnedError) Error() string {
 // folder has none (a new folder). Only absence counts as none: a stamp
 // that cannot be read stops the start, and so does an unstamped folder
 // holding what development builds before format 2 wrote.
-func checkFormat(fsy fsys.FS, dir string) error {
+func checkFormat(fsy fsys.FS, dir string) (fresh bool, err error) {
 	path := filepath.Join(dir, FormatName)
-	b, err := readFile(fsy, path)
-	if errors.Is(err, fs.ErrNotExist) {
+	b, rerr := readFile(fsy, path)
+	if errors.Is(rerr, fs.ErrNotExist) {
 		if err := checkUnstamped(fsy, dir); err != nil {
-			return err
+			return false, err
 		}
 		if err := fsys.WriteFileAtomic(fsy, path, ".format.tmp", 0o600, func(w io.Writer) error {
 			_, err := fmt.Fprintf(w, "%s %d\n", formatTag, Format)
 			return err
 		}); err != nil {
-			return fmt.Errorf("write the state folder's format stamp %s: %w", path, errdefs.FromIO(err))
+			return false, fmt.Errorf("write the state folder's format stamp %s: %w", path, errdefs.FromIO(err))
 		}
-		return nil
+		return true, nil
 	}
-	if err != nil {
-		return fmt.Errorf("read the state folder's format stamp %s: %w", path, errdefs.FromIO(err))
+	if rerr != nil {
+		return false, fmt.Errorf("read the state folder's format stamp %s: %w", path, errdefs.FromIO(rerr))
 	}
 	v, ok := parseFormat(b)
 	if !ok {
-		return fmt.Errorf("%s is not a sessiond format stamp (%q): is %s another program's folder? %w", path, firstLine(b), dir, ErrFormat)
+		return false, fmt.Errorf("%s is not a sessiond format stamp (%q): is %s another program's folder? %w", path, firstLine(b), dir, ErrFormat)
 	}
 	if v > Format {
-		return fmt.Errorf("the state folder %s has format %d, written by a newer sessiond; this one reads format %d: run the newer sessiond, or give this one another --state-dir: %w", dir, v, Format, ErrFormat)
+		return false, fmt.Errorf("the state folder %s has format %d, written by a newer sessiond; this one reads format %d: run the newer sessiond, or give this one another --state-dir: %w", dir, v, Format, ErrFormat)
 	}
 	if v < Format {
-		return fmt.Errorf("the state folder %s has format %d, which this sessiond (format %d) does not read: %s: %w", dir, v, Format, oldFormatAdvice(dir), ErrFormat)
+		return false, fmt.Errorf("the state folder %s has format %d, which this sessiond (format %d) does not read: %s: %w", dir, v, Format, oldFormatAdvice(dir), ErrFormat)
 	}
-	return nil
+	return false, nil
 }
 
 // checkUnstamped refuses a state folder without a stamp that holds a
-// journal in the layouts of development builds before format 2: a
-// journal in <state>/wal, or a journal per transcript under
-// <state>/journal/<project>/. Starting on it would serve those sessions
-// without the entries logged there.
+// journal in the layout of development builds before format 2, in
+// <state>/wal: starting on it would serve those sessions without the
+// entries there. (Their older journals per transcript, under
+// <state>/journal/<project>/, are refused by package journal itself: this
+// runs before the socket is held, and must not read the journal's folder.)
 func checkUnstamped(fsy fsys.FS, dir string) error {
 	if _, err := fsy.Lstat(filepath.Join(dir, "wal")); err == nil {
 		return fmt.Errorf("the state folder %s holds a journal in %s, the layout of a development build of sessiond before format %d: %s: %w", dir, filepath.Join(dir, "wal"), Format, oldFormatAdvice(dir), ErrFormat)

@@ -305,3 +305,20 @@ func TestOwnedErrorWithoutRecord(t *testing.T) {
 		t.Fatal(s)
 	}
 }
+
+// A claim says whether the state folder was new (no stamp yet), so the
+// first start can say what it makes there; the next start is not fresh.
+func TestClaimFresh(t *testing.T) {
+	base := t.TempDir()
+	l := layout.Layout{StateDir: filepath.Join(base, "s"), Root: filepath.Join(base, "r")}
+	for i, want := range []bool{true, false} {
+		c, err := Acquire(fsys.OS, l, Self("v", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Fresh() != want {
+			t.Errorf("start %d: Fresh() = %v, want %v", i+1, c.Fresh(), want)
+		}
+		c.Release()
+	}
+}
