@@ -25,12 +25,6 @@ import (
 // prompt would be rejected.
 func ToolPairingProblems(messages []json.RawMessage) []string {
 	var problems []string
-	type block struct {
-		Type      string `json:"type"`
-		ID        string `json:"id"`
-		Name      string `json:"name"`
-		ToolUseID string `json:"tool_use_id"`
-	}
 	type use struct {
 		index int
 		uuid  string
@@ -55,27 +49,13 @@ func ToolPairingProblems(messages []json.RawMessage) []string {
 		pending, order, answered = nil, nil, nil
 	}
 	for i, raw := range messages {
-		var m struct {
-			Type    string `json:"type"`
-			UUID    string `json:"uuid"`
-			Message *struct {
-				Role    string          `json:"role"`
-				Content json.RawMessage `json:"content"`
-			} `json:"message"`
-		}
-		if err := json.Unmarshal(raw, &m); err != nil {
-			problems = append(problems, fmt.Sprintf("messages[%d]: not a JSON object: %v", i, err))
+		m, blocks, problem := pairingMessage(i, raw)
+		if problem != "" {
+			problems = append(problems, problem)
 			continue
 		}
-		if m.Type != "user" && m.Type != "assistant" {
-			continue
-		}
-		var blocks []block
-		if m.Message != nil && len(m.Message.Content) > 0 && m.Message.Content[0] == '[' {
-			if err := json.Unmarshal(m.Message.Content, &blocks); err != nil {
-				problems = append(problems, fmt.Sprintf("messages[%d] (uuid %s): content is not a list of blocks: %v", i, m.UUID, err))
-				continue
-			}
+		if m.Type == "" {
+			continue // neither user nor assistant
 		}
 		switch m.Type {
 		case "assistant":
@@ -123,4 +103,39 @@ func ToolPairingProblems(messages []json.RawMessage) []string {
 		closeAssistantTurn("in the next user message")
 	}
 	return problems
+}
+
+// pairingBlock is what the pairing check reads of a content block.
+type pairingBlock struct {
+	Type      string `json:"type"`
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	ToolUseID string `json:"tool_use_id"`
+}
+
+// pairingMessage reads messages[i]'s type, uuid and content blocks, or
+// says why it cannot; a message that is neither user nor assistant has
+// type "" for the check to skip.
+func pairingMessage(i int, raw json.RawMessage) (m struct{ Type, UUID string }, blocks []pairingBlock, problem string) {
+	var msg struct {
+		Type    string `json:"type"`
+		UUID    string `json:"uuid"`
+		Message *struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(raw, &msg); err != nil {
+		return m, nil, fmt.Sprintf("messages[%d]: not a JSON object: %v", i, err)
+	}
+	if msg.Type != "user" && msg.Type != "assistant" {
+		return m, nil, ""
+	}
+	m.Type, m.UUID = msg.Type, msg.UUID
+	if msg.Message != nil && len(msg.Message.Content) > 0 && msg.Message.Content[0] == '[' {
+		if err := json.Unmarshal(msg.Message.Content, &blocks); err != nil {
+			return m, nil, fmt.Sprintf("messages[%d] (uuid %s): content is not a list of blocks: %v", i, msg.UUID, err)
+		}
+	}
+	return m, blocks, ""
 }
