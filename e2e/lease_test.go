@@ -93,6 +93,9 @@ func TestLeaseRefusesSecondMachine(t *testing.T) {
 	s := mirrorSession("")
 	want := appendN(t, a, s, 0, 3)
 	waitMirrored(t, a, 30*time.Second)
+	// B must reach PostgreSQL first: a machine that has not (yet) appends
+	// locally, by design (a loaded CI once got there before B connected).
+	waitMirrored(t, b, 30*time.Second)
 	cb := b.client()
 	defer cb.Close()
 	for _, target := range []client.Session{s, {ProjectKey: s.ProjectKey, ID: s.ID, Subpath: "subagents/agent-b"}} {
