@@ -75,6 +75,14 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	if err := p.recover(ctx); err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// SIGTERM while the journals were checked (the socket is
+			// held before, so a client may see it and stop us): a stop
+			// asked for and done; what is journaled stays for the next
+			// start.
+			p.log.Info("stopped during recovery")
+			return nil
+		}
 		return err
 	}
 	if err := p.serve(ctx); err != nil {
