@@ -193,7 +193,7 @@ func (t *Trash) List(ctx context.Context, projectKey, sessionID string) ([]Copy,
 // describeCopy counts what one trash entry holds.
 func (t *Trash) describeCopy(path string, key layout.Key, n entryName) (Copy, error) {
 	c := Copy{Key: key, Path: path, DeletedAt: n.deleted}
-	err := walk(t.cfg.FS, path, func(p string, d fs.DirEntry) error {
+	err := fsys.Walk(t.cfg.FS, path, func(p string, d fs.DirEntry) error {
 		if !d.Type().IsRegular() {
 			return nil
 		}
@@ -268,7 +268,7 @@ func (t *Trash) Usage() Usage {
 				continue
 			}
 			u.Copies++
-			err := walk(FS, filepath.Join(root, p.Name(), e.Name()), func(_ string, d fs.DirEntry) error {
+			err := fsys.Walk(FS, filepath.Join(root, p.Name(), e.Name()), func(_ string, d fs.DirEntry) error {
 				if fi, err := d.Info(); err == nil && d.Type().IsRegular() {
 					u.Bytes += fi.Size()
 				} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -299,26 +299,4 @@ func (t *Trash) changed() {
 	t.gen++
 	t.count = nil
 	t.mu.Unlock()
-}
-
-// walk calls fn for every entry below dir, depth first, without following
-// links; a folder gone meanwhile is skipped.
-func walk(FS fsys.FS, dir string, fn func(path string, d fs.DirEntry) error) error {
-	ents, err := FS.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, d := range ents {
-		p := filepath.Join(dir, d.Name())
-		if err := fn(p, d); err != nil {
-			return err
-		}
-		if !d.IsDir() {
-			continue
-		}
-		if err := walk(FS, p, fn); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-	}
-	return nil
 }

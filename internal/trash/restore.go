@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
 )
 
@@ -226,7 +227,7 @@ func (t *Trash) countMoved(p *restorePlan, path string) error {
 		}
 		return nil
 	}
-	err = walk(t.cfg.FS, path, func(f string, d fs.DirEntry) error {
+	err = fsys.Walk(t.cfg.FS, path, func(f string, d fs.DirEntry) error {
 		if d.Type().IsRegular() {
 			return count(f)
 		}

@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
-	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/layout"
 )
@@ -74,7 +73,6 @@ func (m *Manager) existsOnDiskErr(key layout.Key) (bool, error) {
 }
 
 // walk visits every entry below dir (not following symlinks).
-var walk = fsys.Walk
 
 // WriterKeys lists the open sessions and every session with entries in
 // the journal, sorted by name.

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/sidecar"
 )
@@ -204,7 +205,7 @@ func (m *Manager) noteRecoveryError(msg string) { m.health.Failed(msg) }
 func (m *Manager) sweepTemps() {
 	L := m.cfg.Layout
 	sweep := func(root string, match func(string) bool) {
-		walk(m.cfg.FS, root, func(path string, d fs.DirEntry) error {
+		fsys.Walk(m.cfg.FS, root, func(path string, d fs.DirEntry) error {
 			if !d.Type().IsRegular() || !match(d.Name()) {
 				return nil
 			}
