@@ -6,6 +6,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/frame"
+	"github.com/sessiond/sessiond/internal/layout"
 )
 
 // maxKeptScratch bounds the encode buffer the committer keeps between
@@ -105,6 +106,10 @@ func fail(group []*request, err error) {
 	}
 }
 
+// commit writes group in one synced write to the current segment, then
+// makes its records visible and answers its requests, in that order: a
+// request is answered only once its records are durable and recorded in
+// the acknowledgement record.
 func (l *Log) commit(group []*request) {
 	if l.cur == nil {
 		if err := l.roll(); err != nil {
@@ -113,82 +118,8 @@ func (l *Log) commit(group []*request) {
 		}
 	}
 	seg := l.cur
-	buf := l.scratch[:0]
-	plans := make([]planned, 0, len(group))
-	entries := 0 // for OnCommit
 	l.mu.Lock()
-	// Streams bound earlier in this same group, so a second request of a
-	// stream finds the epoch the first one made.
-	made := map[*Stream]*epoch{}
-	for _, r := range group {
-		p := planned{r: r}
-		s := r.st
-		if e := made[s]; e != nil {
-			p.ep = e
-		} else if s.lazy != nil {
-			b := *s.lazy
-			b.Stream = l.newStreamID()
-			payload, err := encodeBind(b)
-			if err != nil {
-				r.err = err
-				continue
-			}
-			p.ep = &epoch{Epoch: Epoch{Key: s.key, Stream: b.Stream, Base: Fingerprint{b.BaseSize, b.BaseTail}},
-				bindSeg: seg.seq, segs: map[uint64]struct{}{}}
-			p.bind = true
-			buf = frame.Append(buf, typeBind, payload, seg.id, int64(len(buf)))
-		} else if e := l.epochs[s.key]; e != nil && len(e.Batches) == 0 && e.Compacted == nil && e.bindSeg != seg.seq && len(r.batches) > 0 {
-			// The stream's first entries, and its Bind sits in an older
-			// segment that nothing held while the stream was empty: it
-			// may be gone already, or go before these entries do. Bind
-			// the stream anew here, so recovery always finds the Bind of
-			// a stream with entries (the old, empty one is superseded).
-			b := bindRec{ProjectKey: s.key.ProjectKey, SessionID: s.key.SessionID, Subpath: s.key.Subpath,
-				BaseSize: e.Base.Size, BaseTail: e.Base.Tail, Stream: l.newStreamID()}
-			payload, err := encodeBind(b)
-			if err != nil {
-				r.err = err
-				continue
-			}
-			p.ep = &epoch{Epoch: Epoch{Key: s.key, Stream: b.Stream, Base: e.Base},
-				bindSeg: seg.seq, segs: map[uint64]struct{}{}}
-			p.bind = true
-			buf = frame.Append(buf, typeBind, payload, seg.id, int64(len(buf)))
-		} else if e := l.epochs[s.key]; e != nil {
-			p.ep = e
-		} else {
-			r.err = fmt.Errorf("log: %s has no stream (Begin was not called): %w", s.key, errdefs.ErrFailedPrecondition)
-			continue
-		}
-		made[s] = p.ep
-		id := p.ep.Stream
-		seq := p.ep.seq
-		for _, pp := range plans {
-			if pp.ep == p.ep && pp.seq > seq {
-				seq = pp.seq
-			}
-		}
-		p.spans = make([][]Span, len(r.batches))
-		for i, b := range r.batches {
-			entries += len(b)
-			sp := make([]Span, len(b))
-			for k, e := range b {
-				sp[k] = Span{Seg: seg.seq, Off: seg.end + int64(len(buf)), Len: len(e)}
-				buf = frame.AppendParts(buf, typeEntry, seg.id, int64(len(buf)), putStream(nil, id), e)
-			}
-			p.spans[i] = sp
-			if m := r.meta(i); m != nil {
-				buf = frame.AppendParts(buf, typeMeta, seg.id, int64(len(buf)), putStream(nil, id), m)
-			}
-			seq++
-			buf = frame.Append(buf, typeCommit, encodeCommit(id, seq, len(b)), seg.id, int64(len(buf)))
-		}
-		if r.marker != nil {
-			buf = frame.Append(buf, typeCompacted, encodeMarker(id, *r.marker), seg.id, int64(len(buf)))
-		}
-		p.seq = seq
-		plans = append(plans, p)
-	}
+	buf, plans, entries := l.encodeGroup(seg, group)
 	l.mu.Unlock()
 	for _, r := range group {
 		if r.err != nil {
@@ -209,8 +140,129 @@ func (l *Log) commit(group []*request) {
 	if l.opt.OnCommit != nil {
 		l.opt.OnCommit(Commit{Entries: entries, Bytes: len(buf), Sync: synced})
 	}
+	l.publish(seg, plans, entries)
+	// Recorded before anyone is told: a start after a kill then knows
+	// how far this write was acknowledged (ackrec.go).
+	_ = l.writeAck(false)
+	for _, p := range plans {
+		close(p.r.done)
+	}
+	l.rollIfFull(seg)
+}
+
+// encodeGroup encodes the records of every request of group for the end
+// of seg into one buffer, and plans what each will change once the buffer
+// is durable. A request that cannot be encoded gets its error and no plan.
+// entries counts the entries encoded. Called with l.mu held.
+func (l *Log) encodeGroup(seg *segment, group []*request) (buf []byte, plans []planned, entries int) {
+	buf = l.scratch[:0]
+	plans = make([]planned, 0, len(group))
+	// Streams bound earlier in this same group, so a second request of a
+	// stream finds the epoch the first one made.
+	made := map[*Stream]*epoch{}
+	for _, r := range group {
+		ep, bind, err := l.epochFor(seg, r, made)
+		if err != nil {
+			r.err = err
+			continue
+		}
+		p := planned{r: r, ep: ep, bind: bind != nil}
+		if bind != nil {
+			buf = frame.Append(buf, typeBind, bind, seg.id, int64(len(buf)))
+		}
+		made[r.st] = ep
+		seq := ep.seq
+		for _, pp := range plans {
+			if pp.ep == ep && pp.seq > seq {
+				seq = pp.seq
+			}
+		}
+		var n int
+		buf, p.spans, p.seq, n = encodeRequest(buf, seg, r, ep.Stream, seq)
+		entries += n
+		plans = append(plans, p)
+	}
+	return buf, plans, entries
+}
+
+// epochFor finds the epoch r's records go to: the one its stream made
+// earlier in this group, a new one (with the payload of its Bind record,
+// to be written before r's records), or the stream's current one. Called
+// with l.mu held.
+func (l *Log) epochFor(seg *segment, r *request, made map[*Stream]*epoch) (ep *epoch, bind []byte, err error) {
+	s := r.st
+	if e := made[s]; e != nil {
+		return e, nil, nil
+	}
+	if s.lazy != nil {
+		b := *s.lazy
+		b.Stream = l.newStreamID()
+		return newEpoch(seg, s.key, b, Fingerprint{b.BaseSize, b.BaseTail})
+	}
+	e := l.epochs[s.key]
+	if e == nil {
+		return nil, nil, fmt.Errorf("log: %s has no stream (Begin was not called): %w", s.key, errdefs.ErrFailedPrecondition)
+	}
+	if len(e.Batches) == 0 && e.Compacted == nil && e.bindSeg != seg.seq && len(r.batches) > 0 {
+		// The stream's first entries, and its Bind sits in an older
+		// segment that nothing held while the stream was empty: it
+		// may be gone already, or go before these entries do. Bind
+		// the stream anew here, so recovery always finds the Bind of
+		// a stream with entries (the old, empty one is superseded).
+		b := bindRec{ProjectKey: s.key.ProjectKey, SessionID: s.key.SessionID, Subpath: s.key.Subpath,
+			BaseSize: e.Base.Size, BaseTail: e.Base.Tail, Stream: l.newStreamID()}
+		return newEpoch(seg, s.key, b, e.Base)
+	}
+	return e, nil, nil
+}
+
+// newEpoch is the epoch a Bind record b written to seg starts, and the
+// record's payload.
+func newEpoch(seg *segment, key layout.Key, b bindRec, base Fingerprint) (*epoch, []byte, error) {
+	payload, err := encodeBind(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	ep := &epoch{Epoch: Epoch{Key: key, Stream: b.Stream, Base: base},
+		bindSeg: seg.seq, segs: map[uint64]struct{}{}}
+	return ep, payload, nil
+}
+
+// encodeRequest appends r's records for stream id to buf, which will be
+// written at the end of seg: each batch's entries, its meta record and its
+// commit (numbered on from seq), then r's compaction marker. It returns
+// where each batch's entries will be, the stream's last batch seq, and how
+// many entries it encoded.
+func encodeRequest(buf []byte, seg *segment, r *request, id, seq uint64) ([]byte, [][]Span, uint64, int) {
+	entries := 0
+	spans := make([][]Span, len(r.batches))
+	for i, b := range r.batches {
+		entries += len(b)
+		sp := make([]Span, len(b))
+		for k, e := range b {
+			sp[k] = Span{Seg: seg.seq, Off: seg.end + int64(len(buf)), Len: len(e)}
+			buf = frame.AppendParts(buf, typeEntry, seg.id, int64(len(buf)), putStream(nil, id), e)
+		}
+		spans[i] = sp
+		if m := r.meta(i); m != nil {
+			buf = frame.AppendParts(buf, typeMeta, seg.id, int64(len(buf)), putStream(nil, id), m)
+		}
+		seq++
+		buf = frame.Append(buf, typeCommit, encodeCommit(id, seq, len(b)), seg.id, int64(len(buf)))
+	}
+	if r.marker != nil {
+		buf = frame.Append(buf, typeCompacted, encodeMarker(id, *r.marker), seg.id, int64(len(buf)))
+	}
+	return buf, spans, seq, entries
+}
+
+// publish applies the plans of a durable write to seg to the log's
+// epochs: new streams replace their predecessors, batches and markers
+// become visible, and the segments they sit in are held.
+func (l *Log) publish(seg *segment, plans []planned, entries int) {
 	now := time.Now()
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	for _, p := range plans {
 		e := p.ep
 		e.Modified = now
@@ -238,20 +290,18 @@ func (l *Log) commit(group []*request) {
 		p.r.spans = p.spans
 	}
 	seg.entries += uint64(entries)
-	l.mu.Unlock()
-	// Recorded before anyone is told: a start after a kill then knows
-	// how far this write was acknowledged (ackrec.go).
-	_ = l.writeAck(false)
-	for _, p := range plans {
-		close(p.r.done)
+}
+
+// rollIfFull starts a new segment once seg has reached its size.
+func (l *Log) rollIfFull(seg *segment) {
+	if seg.end < l.opt.SegmentSize {
+		return
 	}
-	if seg.end >= l.opt.SegmentSize {
-		if err := l.roll(); err != nil {
-			// The next commit tries again; this one is durable.
-			l.mu.Lock()
-			l.cur = nil
-			l.mu.Unlock()
-		}
+	if err := l.roll(); err != nil {
+		// The next commit tries again; this one is durable.
+		l.mu.Lock()
+		l.cur = nil
+		l.mu.Unlock()
 	}
 }
 

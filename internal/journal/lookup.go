@@ -35,89 +35,21 @@ type LookupInfo struct {
 // While Lookup runs, nothing is collected or expired, so the segments it
 // reads stay: it is meant for repair and check, not for a hot path.
 func (l *Log) Lookup(spans []Span, fn func(i int, entry []byte) error) (LookupInfo, error) {
-	var info LookupInfo
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return info, fmt.Errorf("log is closed: %w", errdefs.ErrUnavailable)
+	info, retained, err := l.startLookup()
+	if err != nil {
+		return info, err
 	}
-	l.readers++
-	if len(l.retained) > 0 {
-		info.Since = l.retained[0].at
-	}
-	retained := make(map[uint64]string, len(l.retained))
-	for _, r := range l.retained {
-		retained[r.seq] = r.path
-	}
-	l.mu.Unlock()
 	defer func() {
 		l.mu.Lock()
 		l.readers--
 		l.mu.Unlock()
 	}()
-	type opened struct {
-		f   fsys.File
-		id  uint64
-		end int64
-		own bool // opened here, closed at the end
-	}
-	files := map[uint64]*opened{}
-	defer func() {
-		for _, o := range files {
-			if o != nil && o.own {
-				o.f.Close()
-			}
-		}
-	}()
-	open := func(seq uint64) (*opened, error) {
-		if o, ok := files[seq]; ok {
-			return o, nil
-		}
-		files[seq] = nil
-		if s := l.segment(seq); s != nil {
-			l.mu.Lock()
-			o := &opened{f: s.f, id: s.id, end: s.end}
-			l.mu.Unlock()
-			if o.f == nil {
-				return nil, nil
-			}
-			files[seq] = o
-			return o, nil
-		}
-		path, ok := retained[seq]
-		if !ok {
-			return nil, nil
-		}
-		f, err := l.opt.FS.OpenFile(path, os.O_RDONLY, 0)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, errdefs.FromIO(fmt.Errorf("open journal segment %s: %w", path, err))
-		}
-		o := &opened{f: f, own: true}
-		files[seq] = o
-		fi, err := f.Stat()
-		if err != nil {
-			return nil, errdefs.FromIO(fmt.Errorf("read journal segment %s: %w", path, err))
-		}
-		o.end = fi.Size()
-		w := frame.NewWindow(f, o.end, int(min(max(o.end, frame.HeaderSize), 64<<10)))
-		h, _, err := readHeader(w)
-		switch {
-		case err != nil && !frame.IsError(err):
-			return nil, errdefs.FromIO(fmt.Errorf("read journal segment %s: %w", path, err))
-		case err != nil || h.Seq != seq:
-			files[seq] = nil // not a segment of this log: nothing in it counts
-			return nil, nil
-		}
-		o.id = h.ID
-		return o, nil
-	}
+	files := &lookupFiles{l: l, retained: retained, open: map[uint64]*lookupFile{}}
+	defer files.close()
 	var hdr [frame.HeaderSize]byte
 	var buf []byte
 	for i, sp := range spans {
-		o, err := open(sp.Seg)
+		o, err := files.get(sp.Seg)
 		if err != nil {
 			return info, err
 		}
@@ -147,4 +79,99 @@ func (l *Log) Lookup(spans []Span, fn func(i int, entry []byte) error) (LookupIn
 		}
 	}
 	return info, nil
+}
+
+// startLookup registers a reader (the caller undoes it), so nothing is
+// collected or expired meanwhile, and returns how far back the journal
+// reaches and where each retained segment is.
+func (l *Log) startLookup() (LookupInfo, map[uint64]string, error) {
+	var info LookupInfo
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return info, nil, fmt.Errorf("log is closed: %w", errdefs.ErrUnavailable)
+	}
+	l.readers++
+	if len(l.retained) > 0 {
+		info.Since = l.retained[0].at
+	}
+	retained := make(map[uint64]string, len(l.retained))
+	for _, r := range l.retained {
+		retained[r.seq] = r.path
+	}
+	return info, retained, nil
+}
+
+// lookupFile is a segment a lookup reads.
+type lookupFile struct {
+	f   fsys.File
+	id  uint64
+	end int64
+	own bool // opened by the lookup, closed at its end
+}
+
+// lookupFiles are the segments one lookup opened, by sequence number (nil:
+// not there, or not a segment of this log).
+type lookupFiles struct {
+	l        *Log
+	retained map[uint64]string
+	open     map[uint64]*lookupFile
+}
+
+func (lf *lookupFiles) close() {
+	for _, o := range lf.open {
+		if o != nil && o.own {
+			o.f.Close()
+		}
+	}
+}
+
+// get returns segment seq, live or retained, opening it the first time;
+// nil if the journal no longer has it.
+func (lf *lookupFiles) get(seq uint64) (*lookupFile, error) {
+	if o, ok := lf.open[seq]; ok {
+		return o, nil
+	}
+	lf.open[seq] = nil
+	l := lf.l
+	if s := l.segment(seq); s != nil {
+		l.mu.Lock()
+		o := &lookupFile{f: s.f, id: s.id, end: s.end}
+		l.mu.Unlock()
+		if o.f == nil {
+			return nil, nil
+		}
+		lf.open[seq] = o
+		return o, nil
+	}
+	path, ok := lf.retained[seq]
+	if !ok {
+		return nil, nil
+	}
+	f, err := l.opt.FS.OpenFile(path, os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errdefs.FromIO(fmt.Errorf("open journal segment %s: %w", path, err))
+	}
+	o := &lookupFile{f: f, own: true}
+	lf.open[seq] = o
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, errdefs.FromIO(fmt.Errorf("read journal segment %s: %w", path, err))
+	}
+	o.end = fi.Size()
+	w := frame.NewWindow(f, o.end, int(min(max(o.end, frame.HeaderSize), 64<<10)))
+	h, _, err := readHeader(w)
+	switch {
+	case err != nil && !frame.IsError(err):
+		return nil, errdefs.FromIO(fmt.Errorf("read journal segment %s: %w", path, err))
+	case err != nil || h.Seq != seq:
+		f.Close()
+		lf.open[seq] = nil // not a segment of this log: nothing in it counts
+		return nil, nil
+	}
+	o.id = h.ID
+	return o, nil
 }

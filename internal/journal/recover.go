@@ -96,12 +96,59 @@ func (l *Log) closeFiles() {
 
 // recover lists and scans the segments.
 func (l *Log) recover(rec *Recovery) error {
-	fs, dir := l.opt.FS, l.opt.Dir
 	// What was acknowledged, read before anything is changed.
-	var exp expected
-	ar, found, unreadable, err := readAck(fs, dir)
+	exp, err := l.readExpected(rec)
 	if err != nil {
 		return err
+	}
+	seqs, err := l.listSegments()
+	if err != nil {
+		return err
+	}
+	if err := l.openSegments(seqs); err != nil {
+		return err
+	}
+	heads, sizes, err := l.readHeaders()
+	if err != nil {
+		return err
+	}
+	sc := &scanner{l: l, rec: rec, streams: map[uint64]*epoch{}, pending: map[uint64]*pendingBatch{},
+		reads: map[uint64]int64{}, counts: map[uint64]uint64{}}
+	for i, s := range l.segs {
+		limit := sizes[i]
+		if i+1 < len(l.segs) && heads[i+1].PrevEnd > 0 && heads[i+1].PrevEnd < limit {
+			limit = heads[i+1].PrevEnd
+		}
+		if err := sc.segment(s, sizes[i], limit); err != nil {
+			return err
+		}
+		rec.Segments++
+		rec.Bytes += sizes[i]
+	}
+	// Before anything is cut: was everything acknowledged read back?
+	present := make(map[uint64]*segment, len(l.segs))
+	for _, s := range l.segs {
+		present[s.seq] = s
+	}
+	if losses := l.checkLosses(exp, present, sc.counts, sc.reads); len(losses) > 0 {
+		if !l.opt.AcceptLoss {
+			return &lostError{losses: losses}
+		}
+		rec.Lost = losses
+	}
+	if err := sc.finish(); err != nil {
+		return err
+	}
+	l.holdRecovered()
+	return nil
+}
+
+// readExpected reads the acknowledgement record: what recovery must find.
+func (l *Log) readExpected(rec *Recovery) (expected, error) {
+	var exp expected
+	ar, found, unreadable, err := readAck(l.opt.FS, l.opt.Dir)
+	if err != nil {
+		return exp, err
 	}
 	rec.AckUnreadable = unreadable
 	if found {
@@ -111,15 +158,25 @@ func (l *Log) recover(rec *Recovery) error {
 		}
 		l.ack.counter = ar.counter
 	}
+	return exp, nil
+}
+
+// listSegments lists the log folder and returns the segments' sequence
+// numbers in order. On the way it removes segments whose creation crashed
+// and spares it will not reuse, keeps the others, and notes the retained
+// segments.
+func (l *Log) listSegments() ([]uint64, error) {
+	fs, dir := l.opt.FS, l.opt.Dir
 	ents, err := fs.ReadDir(dir)
 	if err != nil {
-		return errdefs.FromIO(fmt.Errorf("read log folder %s: %w", dir, err))
+		return nil, errdefs.FromIO(fmt.Errorf("read log folder %s: %w", dir, err))
 	}
 	for _, e := range ents {
 		if e.IsDir() {
-			// The journal keeps no folders; development builds before
-			// format 2 kept a journal per transcript in one per project.
-			return fmt.Errorf("the journal folder %s holds the folder %s: per-transcript journals of a development build of sessiond, which this one does not read; finish with that build (sessionctl flush --all, then stop it), then move %s aside: %w", dir, e.Name(), filepath.Dir(dir), errdefs.ErrFailedPrecondition)
+			// The journal keeps no folders; a folder here is a
+			// per-transcript journal of a development build (before
+			// format 2), which this build cannot read.
+			return nil, fmt.Errorf("the journal folder %s holds the folder %s: per-transcript journals of a development build of sessiond, which this one does not read; finish with that build (sessionctl flush --all, then stop it), then move %s aside: %w", dir, e.Name(), filepath.Dir(dir), errdefs.ErrFailedPrecondition)
 		}
 	}
 	var seqs []uint64
@@ -153,25 +210,32 @@ func (l *Log) recover(rec *Recovery) error {
 		seqs = append(seqs, seq)
 	}
 	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
-	// Open every segment and read its header first: a segment's header
-	// may say where the one before it must be cut.
+	return seqs, nil
+}
+
+// openSegments opens every segment, in order, into l.segs.
+func (l *Log) openSegments(seqs []uint64) error {
 	for _, seq := range seqs {
-		path := filepath.Join(dir, segName(seq))
-		f, err := fs.OpenFile(path, os.O_RDWR, 0)
+		path := filepath.Join(l.opt.Dir, segName(seq))
+		f, err := l.opt.FS.OpenFile(path, os.O_RDWR, 0)
 		if err != nil {
 			return errdefs.FromIO(fmt.Errorf("open journal segment %s: %w", path, err))
 		}
-		s := &segment{seq: seq, path: path, f: f}
-		l.segs = append(l.segs, s)
+		l.segs = append(l.segs, &segment{seq: seq, path: path, f: f})
 	}
-	sc := &scanner{l: l, rec: rec, streams: map[uint64]*epoch{}, pending: map[uint64]*pendingBatch{},
-		reads: map[uint64]int64{}, counts: map[uint64]uint64{}}
+	return nil
+}
+
+// readHeaders reads every segment's header and size before any segment
+// is scanned: a segment's header may say where the one before it must be
+// cut.
+func (l *Log) readHeaders() ([]segHeader, []int64, error) {
 	heads := make([]segHeader, len(l.segs))
 	sizes := make([]int64, len(l.segs))
 	for i, s := range l.segs {
 		fi, err := s.f.Stat()
 		if err != nil {
-			return errdefs.FromIO(fmt.Errorf("stat journal segment %s: %w", s.path, err))
+			return nil, nil, errdefs.FromIO(fmt.Errorf("stat journal segment %s: %w", s.path, err))
 		}
 		sizes[i] = fi.Size()
 		s.mtime = fi.ModTime()
@@ -180,50 +244,29 @@ func (l *Log) recover(rec *Recovery) error {
 		if err != nil {
 			var uv unsupportedVersionError
 			if errors.As(err, &uv) {
-				return fmt.Errorf("journal segment %s: %w", s.path, err)
+				return nil, nil, fmt.Errorf("journal segment %s: %w", s.path, err)
 			}
 			if !frame.IsError(err) {
-				return errdefs.FromIO(fmt.Errorf("read journal segment %s: %w", s.path, err))
+				return nil, nil, errdefs.FromIO(fmt.Errorf("read journal segment %s: %w", s.path, err))
 			}
 			// The header is synced before the segment gets its name, so
 			// it cannot be torn: this is damage.
-			return fmt.Errorf("journal segment %s has a damaged header (%v); move it away to start (its records are lost): %w", s.path, err, errdefs.ErrCorrupt)
+			return nil, nil, fmt.Errorf("journal segment %s has a damaged header (%v); move it away to start (its records are lost): %w", s.path, err, errdefs.ErrCorrupt)
 		}
 		if h.Seq != s.seq {
-			return fmt.Errorf("journal segment %s says it is segment %d: %w", s.path, h.Seq, errdefs.ErrCorrupt)
+			return nil, nil, fmt.Errorf("journal segment %s says it is segment %d: %w", s.path, h.Seq, errdefs.ErrCorrupt)
 		}
 		heads[i] = h
 		s.id = h.ID
 		s.end = end
 	}
-	for i, s := range l.segs {
-		limit := sizes[i]
-		if i+1 < len(l.segs) && heads[i+1].PrevEnd > 0 && heads[i+1].PrevEnd < limit {
-			limit = heads[i+1].PrevEnd
-		}
-		if err := sc.segment(s, sizes[i], limit); err != nil {
-			return err
-		}
-		rec.Segments++
-		rec.Bytes += sizes[i]
-	}
-	// Before anything is cut: was everything acknowledged read back?
-	present := make(map[uint64]*segment, len(l.segs))
-	for _, s := range l.segs {
-		present[s.seq] = s
-	}
-	if losses := l.checkLosses(exp, present, sc.counts, sc.reads); len(losses) > 0 {
-		if !l.opt.AcceptLoss {
-			return &lostError{losses: losses}
-		}
-		rec.Lost = losses
-	}
-	if err := sc.finish(); err != nil {
-		return err
-	}
-	// Hold what each current stream needs; streams left with nothing to
-	// recover are forgotten (their Bind still supersedes older streams
-	// in the files until those go).
+	return heads, sizes, nil
+}
+
+// holdRecovered holds the segments each recovered stream needs; streams
+// left with nothing to recover are forgotten (their Bind still supersedes
+// older streams in the files until those go).
+func (l *Log) holdRecovered() {
 	for k, e := range l.epochs {
 		if len(e.Batches) == 0 && e.Compacted == nil {
 			delete(l.epochs, k)
@@ -235,7 +278,6 @@ func (l *Log) recover(rec *Recovery) error {
 			}
 		}
 	}
-	return nil
 }
 
 func readHeader(w *frame.Window) (segHeader, int64, error) {

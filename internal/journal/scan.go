@@ -234,126 +234,166 @@ func (sc *scanner) apply(w *frame.Window, s *segment, h frame.Header, off int64,
 		}
 	}
 	*writeStart = start
-	payload := func() ([]byte, error) { return w.At(off+frame.HeaderSize, int(h.Length)) }
 	if h.Type != typeBind && h.Type != typeHeader && h.Length < streamSize {
 		return frame.Error(fmt.Sprintf("record of type %d has no stream", h.Type))
 	}
+	r := record{w: w, s: s, h: h, off: off}
 	switch h.Type {
 	case typeBind:
-		if int(h.Length) > maxJSONSize {
-			return frame.Error("bind record too long")
-		}
-		p, err := payload()
-		if err != nil {
-			return err
-		}
-		b, err := decodeBind(p)
-		if err != nil {
-			return err
-		}
-		if sc.streams[b.Stream] != nil {
-			return frame.Error(fmt.Sprintf("stream %d is bound twice", b.Stream))
-		}
-		e := &epoch{Epoch: Epoch{Key: b.key(), Stream: b.Stream, Base: Fingerprint{b.BaseSize, b.BaseTail}},
-			bindSeg: s.seq, segs: map[uint64]struct{}{}}
-		sc.streams[b.Stream] = e
-		sc.l.epochs[e.Key] = e
+		return sc.applyBind(r)
 	case typeEntry, typeMeta:
-		b, err := w.At(off+frame.HeaderSize, streamSize)
-		if err != nil {
-			return err
-		}
-		id := streamOf(b)
-		p := sc.pending[id]
-		if p == nil {
-			p = &pendingBatch{}
-			sc.pending[id] = p
-		}
-		if h.Type == typeEntry {
-			if p.meta != nil {
-				return frame.Error("entry after the meta record of its batch")
-			}
-			p.entries = append(p.entries, Span{Seg: s.seq, Off: off, Len: int(h.Length) - streamSize})
-			return nil
-		}
-		switch {
-		case len(p.entries) == 0:
-			return frame.Error("meta record with no entries before it")
-		case p.meta != nil:
-			return frame.Error("second meta record in one batch")
-		case int(h.Length)-streamSize > MaxMeta:
-			return frame.Error("meta record over the limit")
-		}
-		m, err := payload()
-		if err != nil {
-			return err
-		}
-		p.meta = clone(m[streamSize:])
+		return sc.applyEntry(r)
 	case typeCommit:
-		if h.Length != commitSize {
-			return frame.Error(fmt.Sprintf("commit payload is %d bytes, not %d", h.Length, commitSize))
-		}
-		b, err := payload()
-		if err != nil {
-			return err
-		}
-		id, seq, count := decodeCommit(b)
-		// A stream's id carries the segment it was bound in. If that
-		// segment is here and its Bind was not read, the Bind was in
-		// damaged bytes: these entries cannot be given to a transcript,
-		// so they do not count as read (the acknowledgement record then
-		// tells the loss). A stream bound in a segment already let go
-		// was superseded: its records never counted.
-		if sc.streams[id] != nil || sc.l.segmentLocked(id>>32) == nil {
-			sc.counts[s.seq] += uint64(count)
-		}
-		p := sc.pending[id]
-		n := 0
-		if p != nil {
-			n = len(p.entries)
-		}
-		if count != n {
-			return frame.Error(fmt.Sprintf("commit counts %d entries, %d precede it", count, n))
-		}
-		delete(sc.pending, id)
-		e := sc.streams[id]
-		if e == nil {
-			// Bound in a segment already deleted: the stream was
-			// superseded, its records no longer count.
-			return nil
-		}
-		if seq != e.seq+1 && !(sc.damaged && seq > e.seq) {
-			return frame.Error(fmt.Sprintf("commit of batch %d of stream %d follows batch %d", seq, id, e.seq))
-		}
-		e.seq = seq
-		var entries []Span
-		var meta []byte
-		if p != nil {
-			entries, meta = p.entries, p.meta
-		}
-		e.addBatch(Batch{Seq: seq, Entries: entries, Meta: meta})
-		e.Modified = s.mtime
-		e.segs[s.seq] = struct{}{}
-		e.segs[e.bindSeg] = struct{}{}
+		return sc.applyCommit(r)
 	case typeCompacted:
-		if h.Length != markerSize {
-			return frame.Error(fmt.Sprintf("compacted payload is %d bytes, not %d", h.Length, markerSize))
-		}
-		b, err := payload()
-		if err != nil {
-			return err
-		}
-		id, m := decodeMarker(b)
-		if m.Size < 0 {
-			return frame.Error("compacted marker has a negative size")
-		}
-		if e := sc.streams[id]; e != nil {
-			e.Compacted = &m
-			e.Modified = s.mtime
-			e.segs[s.seq] = struct{}{}
-		}
+		return sc.applyCompacted(r)
 	default:
 		return frame.Error(fmt.Sprintf("record of type %d after the start of the segment", h.Type))
+	}
+}
+
+// record is a valid frame being applied: its header h, at off in segment
+// s, read through w.
+type record struct {
+	w   *frame.Window
+	s   *segment
+	h   frame.Header
+	off int64
+}
+
+func (r record) payload() ([]byte, error) {
+	return r.w.At(r.off+frame.HeaderSize, int(r.h.Length))
+}
+
+// applyBind starts the stream a Bind record names; it supersedes the
+// transcript's earlier stream.
+func (sc *scanner) applyBind(r record) error {
+	if int(r.h.Length) > maxJSONSize {
+		return frame.Error("bind record too long")
+	}
+	p, err := r.payload()
+	if err != nil {
+		return err
+	}
+	b, err := decodeBind(p)
+	if err != nil {
+		return err
+	}
+	if sc.streams[b.Stream] != nil {
+		return frame.Error(fmt.Sprintf("stream %d is bound twice", b.Stream))
+	}
+	e := &epoch{Epoch: Epoch{Key: b.key(), Stream: b.Stream, Base: Fingerprint{b.BaseSize, b.BaseTail}},
+		bindSeg: r.s.seq, segs: map[uint64]struct{}{}}
+	sc.streams[b.Stream] = e
+	sc.l.epochs[e.Key] = e
+	return nil
+}
+
+// applyEntry adds an entry or meta record to its stream's pending batch,
+// which its commit record completes.
+func (sc *scanner) applyEntry(r record) error {
+	h := r.h
+	b, err := r.w.At(r.off+frame.HeaderSize, streamSize)
+	if err != nil {
+		return err
+	}
+	id := streamOf(b)
+	p := sc.pending[id]
+	if p == nil {
+		p = &pendingBatch{}
+		sc.pending[id] = p
+	}
+	if h.Type == typeEntry {
+		if p.meta != nil {
+			return frame.Error("entry after the meta record of its batch")
+		}
+		p.entries = append(p.entries, Span{Seg: r.s.seq, Off: r.off, Len: int(h.Length) - streamSize})
+		return nil
+	}
+	switch {
+	case len(p.entries) == 0:
+		return frame.Error("meta record with no entries before it")
+	case p.meta != nil:
+		return frame.Error("second meta record in one batch")
+	case int(h.Length)-streamSize > MaxMeta:
+		return frame.Error("meta record over the limit")
+	}
+	m, err := r.payload()
+	if err != nil {
+		return err
+	}
+	p.meta = clone(m[streamSize:])
+	return nil
+}
+
+// applyCommit completes a stream's pending batch.
+func (sc *scanner) applyCommit(r record) error {
+	s := r.s
+	if r.h.Length != commitSize {
+		return frame.Error(fmt.Sprintf("commit payload is %d bytes, not %d", r.h.Length, commitSize))
+	}
+	b, err := r.payload()
+	if err != nil {
+		return err
+	}
+	id, seq, count := decodeCommit(b)
+	// A stream's id carries the segment it was bound in. If that
+	// segment is here and its Bind was not read, the Bind was in
+	// damaged bytes: these entries cannot be given to a transcript,
+	// so they do not count as read (the acknowledgement record then
+	// tells the loss). A stream bound in a segment already let go
+	// was superseded: its records never counted.
+	if sc.streams[id] != nil || sc.l.segmentLocked(id>>32) == nil {
+		sc.counts[s.seq] += uint64(count)
+	}
+	p := sc.pending[id]
+	n := 0
+	if p != nil {
+		n = len(p.entries)
+	}
+	if count != n {
+		return frame.Error(fmt.Sprintf("commit counts %d entries, %d precede it", count, n))
+	}
+	delete(sc.pending, id)
+	e := sc.streams[id]
+	if e == nil {
+		// Bound in a segment already deleted: the stream was
+		// superseded and its records do not count.
+		return nil
+	}
+	if seq != e.seq+1 && !(sc.damaged && seq > e.seq) {
+		return frame.Error(fmt.Sprintf("commit of batch %d of stream %d follows batch %d", seq, id, e.seq))
+	}
+	e.seq = seq
+	var entries []Span
+	var meta []byte
+	if p != nil {
+		entries, meta = p.entries, p.meta
+	}
+	e.addBatch(Batch{Seq: seq, Entries: entries, Meta: meta})
+	e.Modified = s.mtime
+	e.segs[s.seq] = struct{}{}
+	e.segs[e.bindSeg] = struct{}{}
+	return nil
+}
+
+// applyCompacted records a stream's compaction marker.
+func (sc *scanner) applyCompacted(r record) error {
+	if r.h.Length != markerSize {
+		return frame.Error(fmt.Sprintf("compacted payload is %d bytes, not %d", r.h.Length, markerSize))
+	}
+	b, err := r.payload()
+	if err != nil {
+		return err
+	}
+	id, m := decodeMarker(b)
+	if m.Size < 0 {
+		return frame.Error("compacted marker has a negative size")
+	}
+	if e := sc.streams[id]; e != nil {
+		e.Compacted = &m
+		e.Modified = r.s.mtime
+		e.segs[r.s.seq] = struct{}{}
 	}
 	return nil
 }

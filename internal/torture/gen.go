@@ -143,6 +143,36 @@ func (g *entryGen) entry(key, sid, cwd string, size int, withUUID bool) ([]byte,
 	if !withUUID {
 		kind = 4 + g.rng.IntN(2)
 	}
+	g.head(&b, kind, key, sid, cwd)
+	if withUUID {
+		u, _ := uuid.NewRandomFromReader(rngReader{g.rng})
+		id = u.String()
+	}
+	// What the text may take so that the whole line is about size bytes.
+	room := size - (b.len() + 200)
+	if len(id) > 0 {
+		room -= 50
+	}
+	if room+b.len()+250 > g.max {
+		room = g.max - b.len() - 250
+	}
+	text := g.corpus.slice(g.rng.IntN(len(g.corpus.text)), room)
+	g.body(&b, kind, text)
+	if id != "" {
+		b.str("uuid", id)
+		g.parent = id
+	}
+	b.str("timestamp", time.Now().UTC().Format("2006-01-02T15:04:05.000Z"))
+	b.close()
+	return b.buf, id
+}
+
+// Kinds of entry: 0 a user prompt, 1 an assistant reply, 2 a tool result
+// (these three chain by uuid), 4 a progress line; any other a file
+// history snapshot. 4 and above have no uuid.
+
+// head writes the fields an entry of kind has before its text.
+func (g *entryGen) head(b *jsonBuilder, kind int, key, sid, cwd string) {
 	switch kind {
 	case 0, 1, 2: // user prompt, assistant reply, tool result
 		if g.parent == "" {
@@ -170,19 +200,10 @@ func (g *entryGen) entry(key, sid, cwd string, size int, withUUID bool) ([]byte,
 		b.str("tk", key)
 		b.str("messageId", "msg_"+strconv.FormatUint(g.rng.Uint64(), 36))
 	}
-	if withUUID {
-		u, _ := uuid.NewRandomFromReader(rngReader{g.rng})
-		id = u.String()
-	}
-	// What the text may take so that the whole line is about size bytes.
-	room := size - (b.len() + 200)
-	if len(id) > 0 {
-		room -= 50
-	}
-	if room+b.len()+250 > g.max {
-		room = g.max - b.len() - 250
-	}
-	text := g.corpus.slice(g.rng.IntN(len(g.corpus.text)), room)
+}
+
+// body writes the object of an entry of kind that carries its text.
+func (g *entryGen) body(b *jsonBuilder, kind int, text string) {
 	switch kind {
 	case 0:
 		b.object("message")
@@ -228,13 +249,6 @@ func (g *entryGen) entry(key, sid, cwd string, size int, withUUID bool) ([]byte,
 		b.raw("trackedFileBackups", "{}")
 		b.close()
 	}
-	if id != "" {
-		b.str("uuid", id)
-		g.parent = id
-	}
-	b.str("timestamp", time.Now().UTC().Format("2006-01-02T15:04:05.000Z"))
-	b.close()
-	return b.buf, id
 }
 
 // jsonBuilder writes a JSON object field by field, compact or (pretty)
