@@ -86,8 +86,8 @@ var everyCall = map[string]func(context.Context, *Client) error{
 // TestCallsEndWithTheirDeadline: against a daemon that never answers,
 // every call returns soon after its deadline, with an error that is
 // context.DeadlineExceeded to errors.Is and DEADLINE_EXCEEDED to
-// status.Code. (An append stream used to be opened with a context of its
-// own, and the call waited out gRPC's 20 s connect timeout.)
+// status.Code. An append stream opened with a context of its own would
+// wait out gRPC's 20 s connect timeout instead.
 func TestCallsEndWithTheirDeadline(t *testing.T) {
 	sock := silentSocket(t)
 	for name, call := range everyCall {

@@ -203,9 +203,9 @@ func TestAccessFileModes(t *testing.T) {
 	if rep := reps[0]; !rep.GetChanged() || rep.GetBackupPath() == "" {
 		t.Fatalf("repair changed nothing: %v", rep)
 	}
-	// The repaired file is that program's: it keeps its mode (issue 19; a
-	// rewrite used to make it 0600). Its copy in the state folder is
-	// sessiond's, and private.
+	// The repaired file is that program's: it keeps its mode (a rewrite
+	// must not make it 0600). Its copy in the state folder is sessiond's,
+	// and private.
 	if fi, err := os.Stat(damaged); err != nil {
 		t.Fatal(err)
 	} else if fi.Mode().Perm() != 0o644 {

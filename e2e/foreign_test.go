@@ -19,8 +19,7 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 )
 
-// TestForeignTruncatingSave is issue 19's seed 001 from outside, with the
-// real daemon and sessionctl: a tool loads a transcript sessiond writes
+// TestForeignTruncatingSave: with the real daemon and sessionctl, a tool loads a transcript sessiond writes
 // and saves its copy back with open("w"), shorter, plus lines of its own,
 // and the daemon restarts. check must exit 1 naming every acknowledged
 // entry the copy lacks, status must list the transcript, repair must put

@@ -18,7 +18,7 @@ import (
 	"github.com/sessiond/sessiond/internal/mirror/mirrortest"
 )
 
-// The tests of one writer per session across machines (issue 16, part 4):
+// The tests of one writer per session across machines:
 // two real sessiond processes (two roots) sharing one PostgreSQL, as
 // machines A and B, with short leases.
 

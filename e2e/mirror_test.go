@@ -23,7 +23,7 @@ import (
 	"github.com/sessiond/sessiond/internal/pgtest"
 )
 
-// The tests of the PostgreSQL mirror (issue 16): a throwaway PostgreSQL
+// The tests of the PostgreSQL mirror: a throwaway PostgreSQL
 // (internal/pgtest, Debian's server binaries; never skipped in CI or under
 // make test) and the real sessiond with --mirror.
 
@@ -293,12 +293,13 @@ func checkMirrored(t *testing.T, d *daemon, dsn string, sessions []*appender, wh
 }
 
 // outage is how long TestMirrorPostgresOutage keeps PostgreSQL down: a
-// minute, as issue 16 asks, unless SESSIOND_MIRROR_OUTAGE (a duration)
-// says otherwise (a quicker run while working on the mirror).
+// minute (an outage long enough for appends to pile up under load), unless
+// SESSIOND_MIRROR_OUTAGE (a duration) says otherwise (a quicker run while
+// working on the mirror).
 func outage(t *testing.T) time.Duration {
 	v := os.Getenv("SESSIOND_MIRROR_OUTAGE")
 	if v == "" {
-		return time.Minute // the issue's: "stopped for a minute under load"
+		return time.Minute
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {

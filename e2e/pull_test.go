@@ -24,7 +24,7 @@ import (
 	"github.com/sessiond/sessiond/internal/sdkcheck"
 )
 
-// The fleet (issue 16, part 3): a session mirrored to PostgreSQL by one
+// The fleet: a session mirrored to PostgreSQL by one
 // machine, or written there by a program using the SDK's reference
 // adapter, is pulled down by another machine's sessiond and read there by
 // the official SDK from disk.

@@ -379,11 +379,11 @@ func TestRepairMakesSessionResumable(t *testing.T) {
 // while sessiond appends and compacts: no line lost, none duplicated, the
 // agent's lines in their order.
 //
-// Under heavy load it used to fail (a foreign line out of order, or lost):
-// a line the agent wrote to the file a compaction had just replaced was
-// rescued after the lines it wrote to the new file next, and one written
-// there after the rescue was lost. internal/writer's
-// TestForeignLinesDuringRenameKeepTheirOrder replays both.
+// Heavy load makes the agent write into the file a compaction has just
+// replaced: such a line must be rescued before the lines the agent writes
+// to the new file next, and a line written there after the rescue must be
+// kept. internal/writer's TestForeignLinesDuringRenameKeepTheirOrder
+// replays both orders.
 func TestForeignAppendRace(t *testing.T) {
 	t.Parallel()
 	d := newDaemon(t, "--idle-compact", "2ms")

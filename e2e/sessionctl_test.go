@@ -557,8 +557,8 @@ func TestSessionctlUsageErrors(t *testing.T) {
 }
 
 // TestSessiondRefusesNonPositiveFlags: a size or duration of zero or less
-// used to start sessiond quietly with the default instead; it is refused
-// with the flag's name, and nothing starts.
+// is refused with the flag's name, and nothing starts (quietly using the
+// default instead would hide the mistake).
 func TestSessiondRefusesNonPositiveFlags(t *testing.T) {
 	t.Parallel()
 	for _, tc := range [][]string{

@@ -14,8 +14,8 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 )
 
-// TestSessionctlTrashRestoreAll is issue 19's probe through the real
-// daemon and sessionctl: an agent keeps appending while its session is
+// TestSessionctlTrashRestoreAll: through the real daemon and sessionctl,
+// an agent keeps appending while its session is
 // deleted twice, so the trash holds two copies and the session exists
 // again. sessionctl trash lists both copies (with their entries), status
 // shows the trash, and restore --all merges them into the live session:

@@ -143,6 +143,18 @@ func FromIO(err error) error {
 	return &kinded{kind: k.Err, err: err}
 }
 
+// Unreadable is the error of a read of sessiond's own state (a sidecar, a
+// ledger, an intent, the trash) that failed for another reason than the
+// file's absence, so that the operation needing it did nothing: ErrIO and
+// ErrUnavailable (the edge answers UNAVAILABLE, which clients retry, since
+// a descriptor shortage or a passing I/O error is the usual cause), with
+// the cause kept in the chain, so that EMFILE and ENFILE are answered
+// RESOURCE_EXHAUSTED instead, saying to raise the limit. what names the
+// state.
+func Unreadable(what string, err error) error {
+	return fmt.Errorf("cannot read %s, and nothing was done without it: %w; retry: %w", what, FromIO(err), ErrUnavailable)
+}
+
 // SpaceError is a write that found its disk full, with what a user needs to
 // act: the folder whose disk is full, how many bytes the write needed
 // there, and how many were free when it failed (-1 when the disk could not

@@ -68,3 +68,21 @@ func TestKindsAreDistinct(t *testing.T) {
 		t.Error("a plain error has a kind")
 	}
 }
+
+// TestUnreadable: a failed read of state is retryable and keeps its
+// cause's kind and message, so that a descriptor shortage still says so.
+func TestUnreadable(t *testing.T) {
+	cause := &os.PathError{Op: "open", Path: "/s/x.json", Err: syscall.EMFILE}
+	err := Unreadable("the intent /s/x.json", cause)
+	for _, want := range []error{ErrUnavailable, ErrNoDescriptors, cause} {
+		if !errors.Is(err, want) {
+			t.Errorf("Unreadable(...) = %v, not %v", err, want)
+		}
+	}
+	if want := "cannot read the intent /s/x.json, and nothing was done without it: " + cause.Error() + "; retry: " + ErrUnavailable.Error(); err.Error() != want {
+		t.Errorf("Unreadable(...) says %q, want %q", err, want)
+	}
+	if !errors.Is(Unreadable("x", errors.New("disk")), ErrIO) {
+		t.Error("an unclassified cause is not an I/O error")
+	}
+}

@@ -219,8 +219,7 @@ func (s *Stream) Append(batches [][][]byte, metas [][]byte) ([][]Span, error) {
 }
 
 // AppendMarked is Append followed, in the same write, by a Compacted
-// marker when marker is not nil: what importing a per-session journal of
-// an older release needs, so that its batches and its marker become
+// marker when marker is not nil, so that the batches and the marker become
 // durable together or not at all.
 func (s *Stream) AppendMarked(batches [][][]byte, metas [][]byte, marker *Fingerprint) ([][]Span, error) {
 	if marker != nil && marker.Size < 0 {

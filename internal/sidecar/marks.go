@@ -47,7 +47,7 @@ func ArchiveBody(archived bool, now time.Time) []byte {
 // What is not a regular file (a symbolic link, which sessiond never
 // follows, or a folder) is none too: the official readers find no title
 // or mark in it either, and it is not sessiond's to move. Any other
-// failure is unreadable's error: a listing must not show the session
+// failure is errdefs.Unreadable's error: a listing must not show the session
 // untitled or unarchived, nor a writer publish it so, because a
 // descriptor ran out. What does not parse counts as no title or mark,
 // as the official readers take it.
@@ -57,28 +57,19 @@ func readSessionFile(FS fsys.FS, path string, limit int64) ([]byte, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, unreadable(path, err)
+		return nil, errdefs.Unreadable(path, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, unreadable(path, err)
+		return nil, errdefs.Unreadable(path, err)
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, nil
 	}
 	b, err := io.ReadAll(io.LimitReader(f, limit))
 	if err != nil {
-		return nil, unreadable(path, err)
+		return nil, errdefs.Unreadable(path, err)
 	}
 	return b, nil
-}
-
-// unreadable is the error of a sidecar that is there but cannot be read:
-// retryable (ErrUnavailable, which the edge answers UNAVAILABLE), the
-// cause kept in the chain so that EMFILE and ENFILE are answered
-// RESOURCE_EXHAUSTED instead, saying to raise the limit. Going on without
-// it would list or publish the session untitled or unarchived.
-func unreadable(path string, err error) error {
-	return fmt.Errorf("cannot read %s, and nothing was done without it: %w; retry: %w", path, errdefs.FromIO(err), errdefs.ErrUnavailable)
 }

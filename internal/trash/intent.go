@@ -276,7 +276,7 @@ func (t *Trash) Recover() (failed []error, err error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, unreadable("the interrupted deletes and restores in "+dir, err)
+		return nil, errdefs.Unreadable("the interrupted deletes and restores in "+dir, err)
 	}
 	synced := false
 	for _, e := range ents {
@@ -339,12 +339,12 @@ func (t *Trash) readIntent(path string) (*intent, error) {
 		return nil, err
 	}
 	if err != nil {
-		return nil, unreadable("the intent "+path, err)
+		return nil, errdefs.Unreadable("the intent "+path, err)
 	}
 	defer f.Close()
 	body, err := io.ReadAll(io.LimitReader(f, 1<<20))
 	if err != nil {
-		return nil, unreadable("the intent "+path, err)
+		return nil, errdefs.Unreadable("the intent "+path, err)
 	}
 	if err := f.Sync(); err != nil { // see Recover: durable before acted on
 		return nil, fmt.Errorf("sync the intent %s: %w", path, errdefs.FromIO(err))

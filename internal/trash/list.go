@@ -74,7 +74,7 @@ func (t *Trash) entries(key layout.Key) ([]string, error) {
 	dir := filepath.Join(t.root(), key.ProjectKey)
 	ents, err := t.cfg.FS.ReadDir(dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, unreadable("the trash of project "+key.ProjectKey, err)
+		return nil, errdefs.Unreadable("the trash of project "+key.ProjectKey, err)
 	}
 	var names []string
 	for _, e := range ents {
@@ -104,7 +104,7 @@ func (t *Trash) Projects(sessionID, subpath string) ([]string, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, unreadable("the trash", err)
+		return nil, errdefs.Unreadable("the trash", err)
 	}
 	var out []string
 	for _, p := range projects {

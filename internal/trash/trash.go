@@ -287,10 +287,3 @@ func NotFound(key layout.Key) error {
 
 // loneName is how a lone subagent's subpath ends its trash entry's name.
 func loneName(subpath string) string { return strings.ReplaceAll(subpath, "/", "_") }
-
-// unreadable is the error for state that could not be read, so that
-// nothing was done: retryable, since a descriptor shortage or a passing
-// I/O error is the usual cause.
-func unreadable(what string, err error) error {
-	return fmt.Errorf("cannot read %s, and nothing was done without it: %w; retry: %w", what, errdefs.FromIO(err), errdefs.ErrUnavailable)
-}

@@ -123,10 +123,10 @@ func TestAdmitRefusesBusyFamily(t *testing.T) {
 	}
 }
 
-// Bug: finishing an interrupted move compares the two copies of a file
-// that both exist; a failed read was taken for different content, so the
-// session was left "for a human to merge" instead of failing with the
-// disk's error and being finished on the next try.
+// Finishing an interrupted move compares the two copies of a file that
+// both exist; a failed read is not different content: the move fails with
+// the disk's error and is finished on the next try, instead of leaving the
+// session "for a human to merge".
 func TestSameContentReadErrorIsNoConflict(t *testing.T) {
 	c := fstest.NewCrashFS()
 	c.WriteFile("/a", []byte("same"), 0o600)
