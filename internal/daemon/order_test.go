@@ -3,8 +3,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/owner"
 	"github.com/sessiond/sessiond/internal/testharness"
@@ -21,7 +20,7 @@ import (
 // orderFS records every operation Run makes on the real filesystem, and
 // whether the socket existed when the first operation of the log ran.
 type orderFS struct {
-	fsys.FS
+	*fstest.HookFS
 	socket string
 	wal    string
 
@@ -41,25 +40,16 @@ func (o *orderFS) note(op, path string) {
 	}
 }
 
-func (o *orderFS) OpenFile(name string, flag int, perm fs.FileMode) (fsys.File, error) {
-	o.note("open", name)
-	return o.FS.OpenFile(name, flag, perm)
+func newOrderFS(socket, wal string) *orderFS {
+	o := &orderFS{socket: socket, wal: wal}
+	o.HookFS = fstest.NewHookFS(fsys.OS, fstest.Hooks{Before: func(c fstest.Call) error {
+		if c.File == nil { // the filesystem's operations, not an open file's
+			o.note(c.Name, c.Path)
+		}
+		return nil
+	}})
+	return o
 }
-func (o *orderFS) Rename(a, b string) error { o.note("rename", a); return o.FS.Rename(a, b) }
-func (o *orderFS) Link(a, b string) error   { o.note("link", a); return o.FS.Link(a, b) }
-func (o *orderFS) Remove(n string) error    { o.note("remove", n); return o.FS.Remove(n) }
-func (o *orderFS) Mkdir(n string, p fs.FileMode) error {
-	o.note("mkdir", n)
-	return o.FS.Mkdir(n, p)
-}
-func (o *orderFS) Stat(n string) (fs.FileInfo, error)  { o.note("stat", n); return o.FS.Stat(n) }
-func (o *orderFS) Lstat(n string) (fs.FileInfo, error) { o.note("lstat", n); return o.FS.Lstat(n) }
-func (o *orderFS) ReadDir(n string) ([]fs.DirEntry, error) {
-	o.note("readdir", n)
-	return o.FS.ReadDir(n)
-}
-func (o *orderFS) SyncDir(n string) error           { o.note("syncdir", n); return o.FS.SyncDir(n) }
-func (o *orderFS) Lock(n string) (io.Closer, error) { o.note("lock", n); return o.FS.Lock(n) }
 
 func (o *orderFS) list() []string {
 	o.mu.Lock()
@@ -77,7 +67,7 @@ func TestStartOrder(t *testing.T) {
 	base := t.TempDir()
 	cfg := Config{Socket: filepath.Join(base, "run", "s.sock"), Root: filepath.Join(base, "root"),
 		StateDir: filepath.Join(base, "state"), Version: "order-test"}
-	ofs := &orderFS{FS: fsys.OS, socket: cfg.Socket, wal: filepath.Join(cfg.StateDir, "journal")}
+	ofs := newOrderFS(cfg.Socket, filepath.Join(cfg.StateDir, "journal"))
 	cfg.FS = ofs
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -108,7 +98,7 @@ func TestStartOrder(t *testing.T) {
 
 	// A second Run on the same folders (another socket): refused at the
 	// first lock, with nothing else done.
-	second := &orderFS{FS: fsys.OS, socket: filepath.Join(base, "run", "t.sock"), wal: ofs.wal}
+	second := newOrderFS(filepath.Join(base, "run", "t.sock"), ofs.wal)
 	cfg2 := cfg
 	cfg2.Socket, cfg2.FS = second.socket, second
 	err := Run(context.Background(), cfg2)

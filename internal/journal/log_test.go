@@ -15,6 +15,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/frame"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
 )
 
@@ -99,38 +100,31 @@ func TestAppendWithoutBeginIsRefused(t *testing.T) {
 // slowSyncFS holds every Sync until released, so requests pile up behind
 // the first one and the committer must take them all in one write.
 type slowSyncFS struct {
-	fsys.FS
+	*fstest.HookFS
 	gate  chan struct{}
 	mu    sync.Mutex
 	syncs int
 }
 
-type slowFile struct {
-	fsys.File
-	fs *slowSyncFS
-}
-
-func (f *slowSyncFS) OpenFile(name string, flag int, perm os.FileMode) (fsys.File, error) {
-	file, err := f.FS.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
-	}
-	return &slowFile{file, f}, nil
-}
-
-func (f *slowFile) Sync() error {
-	f.fs.mu.Lock()
-	f.fs.syncs++
-	gate := f.fs.gate
-	f.fs.mu.Unlock()
-	<-gate
-	return f.File.Sync()
+func newSlowSyncFS(inner fsys.FS) *slowSyncFS {
+	f := &slowSyncFS{gate: make(chan struct{})}
+	f.HookFS = fstest.NewHookFS(inner, fstest.Hooks{Before: func(c fstest.Call) error {
+		if c.Name == "sync" {
+			f.mu.Lock()
+			f.syncs++
+			gate := f.gate
+			f.mu.Unlock()
+			<-gate
+		}
+		return nil
+	}})
+	return f
 }
 
 // TestOneSyncForManySessions is the point of the shared log: 64 sessions
 // appending at once while a sync is under way cost one more sync, not 64.
 func TestOneSyncForManySessions(t *testing.T) {
-	sfs := &slowSyncFS{FS: fsys.OS, gate: make(chan struct{})}
+	sfs := newSlowSyncFS(fsys.OS)
 	close(sfs.gate)
 	l, _ := openLog(t, sfs, t.TempDir(), Options{})
 	defer l.Close()

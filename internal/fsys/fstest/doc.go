@@ -14,10 +14,14 @@
 //   - FaultFS wraps any FS and fails chosen operations: the Nth operation,
 //     the Nth of a kind, or those on chosen paths, with EIO, ENOSPC, EROFS or
 //     any error, optionally as a short write, once or from then on.
+//   - HookFS wraps any FS and calls a test's hooks before and after every
+//     operation of the filesystem and of its files: to watch them, run
+//     something at a chosen moment, delay or fail chosen ones, or make a
+//     file look another size to Stat (Resized).
 //
-// Both count the operations that touch the disk, so a test first runs a
-// workload to learn how many it does, then runs it again once per
-// operation, crashing or failing at that one.
+// CrashFS and FaultFS count the operations that touch the disk, so a test
+// first runs a workload to learn how many it does, then runs it again once
+// per operation, crashing or failing at that one.
 package fstest
 
 import (
