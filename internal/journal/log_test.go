@@ -438,11 +438,11 @@ func TestCloseForgetsOnlyItsOwnStream(t *testing.T) {
 	}
 }
 
-// Bug (found by the writer's fault sweep): a stream begun after a
-// compaction and then left empty held nothing, so the segment with its
-// Bind could go; its next entries landed in a later segment and recovery,
-// finding no Bind for them, dropped acknowledged entries. A stream's first
-// entries now bind it anew when its Bind is in an older segment.
+// A stream begun after a compaction and then left empty holds nothing, so
+// the segment with its Bind may go; its next entries land in a later
+// segment, where recovery would find no Bind for them and drop acknowledged
+// entries. So a stream's first entries bind it anew when its Bind is in an
+// older segment (the writer's fault sweep finds the case).
 func TestEmptyStreamWhoseBindSegmentWentKeepsItsEntries(t *testing.T) {
 	dir := t.TempDir()
 	l, _ := openLog(t, fsys.OS, dir, Options{SegmentSize: 2048})

@@ -108,14 +108,13 @@ func uuidsOf(lines []string) []string {
 	return out
 }
 
-// TestForeignTruncatingRewrite is issue 19's seed 001 from outside: a tool
-// loads the transcript and saves its copy back with open("w"), shorter,
-// with lines of its own. check must say which acknowledged entries are
-// missing (exit 1: not clean), Status must list the transcript, repair
-// must put them back in acknowledged order, each once, after the last
-// acknowledged entry the file kept and before the tool's lines, and check
-// is clean after. A uuid-less line the tool wrote back in another JSON
-// spelling is not missing; one it dropped is.
+// TestForeignTruncatingRewrite: a tool loads the transcript and saves its
+// copy back with open("w"), shorter, with lines of its own. check must say
+// which acknowledged entries are missing (exit 1: not clean), Status must
+// list the transcript, repair must put them back in acknowledged order,
+// each once, after the last acknowledged entry the file kept and before the
+// tool's lines, and check is clean after. A uuid-less line the tool wrote
+// back in another JSON spelling is not missing; one it dropped is.
 func TestForeignTruncatingRewrite(t *testing.T) {
 	e := newEnv(t)
 	m := e.manager()
@@ -429,12 +428,13 @@ func agentAppend(t *testing.T, path, line string) {
 	}
 }
 
-// Bug (e2e's TestForeignAppendRace under load): an agent's line written
-// to the old file during a compaction's rename was rescued into the journal
-// and compacted after the agent's next line, written to the new file a
-// moment later: the agent's lines came out of order. And a line the agent
-// wrote to the old file after the rescue (opened before the rename,
-// written after: an agent descheduled in between) was lost.
+// An agent's line written to the old file during a compaction's rename is
+// rescued into the journal; it must reach the file before the agent's next
+// line, written to the new file a moment later, or the agent's lines come
+// out of order. And a line the agent writes to the old file after the
+// rescue (opened before the rename, written after: an agent descheduled in
+// between) must not be lost. e2e's TestForeignAppendRace meets both under
+// load.
 func TestForeignLinesDuringRenameKeepTheirOrder(t *testing.T) {
 	for _, late := range []bool{false, true} {
 		t.Run(map[bool]string{false: "written during the rename", true: "written after the rescue"}[late], func(t *testing.T) {
@@ -524,12 +524,11 @@ func TestLedgerUnreadableAtOpen(t *testing.T) {
 	}
 }
 
-// Bug: a compaction that found the transcript rewritten by another
-// program, and could not read the ledger to compare, went on: its ledger
-// record named the rewritten file as holding every acknowledged entry,
-// and neither its retry nor the next open compared again. The lost
-// entries were never reported. Now the compaction fails and its retry
-// compares first.
+// A compaction that finds the transcript rewritten by another program and
+// cannot read the ledger to compare must fail, and its retry compare first:
+// going on would make its ledger record name the rewritten file as holding
+// every acknowledged entry, and neither the retry nor the next open would
+// compare again, so the lost entries would never be reported.
 func TestLedgerUnreadableAfterRewrite(t *testing.T) {
 	e, ff := faultEnv(t)
 	m := e.manager()

@@ -246,11 +246,11 @@ func TestFixturesRoundTrip(t *testing.T) {
 	}
 }
 
-// Bug: errors of a failing disk reached callers without their kind, or
-// with a wrong one: a fork whose temp file could not be written or whose
-// source could not be read (no kind: the server answers Unknown), a flush
-// of a session whose file could not be looked at (not found), a restore
-// that could not look for an existing session (already exists).
+// Errors of a failing disk reach callers with their kind, and the right
+// one: a fork whose temp file cannot be written or whose source cannot be
+// read (without a kind the server answers Unknown), a flush of a session
+// whose file cannot be looked at (not "not found"), a restore that cannot
+// look for an existing session (not "already exists").
 func TestDiskErrorsKeepTheirKind(t *testing.T) {
 	c := fstest.NewCrashFS()
 	ff := fstest.NewFaultFS(c)

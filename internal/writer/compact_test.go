@@ -197,10 +197,10 @@ func TestLinearCompactionCost(t *testing.T) {
 	}
 }
 
-// Bug: a folder whose creation was not made durable (the sync of its
-// parent failed) was trusted forever after because it existed: the next
-// MkdirAll returned at once, and everything written below it was lost
-// with it at a power loss. Seen here on the journal folder.
+// A folder whose creation was not made durable (the sync of its parent
+// failed) must not be trusted because it exists: the next MkdirAll syncs it
+// again instead of returning at once, or everything written below it would
+// be lost with it at a power loss. Exercised here on the journal folder.
 func TestFailedFolderSyncIsRedone(t *testing.T) {
 	c := fstest.NewCrashFS()
 	ff := fstest.NewFaultFS(c)
@@ -225,11 +225,11 @@ func TestFailedFolderSyncIsRedone(t *testing.T) {
 	}
 }
 
-// Bug (same class as the rename above): journaled entries that another
-// program had also written to the canonical file (same uuid) were dropped
-// as duplicates and the journal then dropped, trusting lines that program
-// may never have synced; a power loss took them away. Now the file is
-// synced first, at open and at compaction.
+// Journaled entries that another program also wrote to the canonical file
+// (same uuid) are duplicates only once that file is synced: the program may
+// never have synced its lines, and dropping the journal's copies, then the
+// journal, would let a power loss take them away. So the file is synced
+// first, at open and at compaction.
 func TestForeignLinesSyncedBeforeJournalDropped(t *testing.T) {
 	for _, when := range []string{"at open", "at compaction"} {
 		t.Run(when, func(t *testing.T) {

@@ -117,7 +117,7 @@ func (w *world) callLog() string {
 
 // TestCrashEveryOperation is the exhaustive crash test of every workload.
 func TestCrashEveryOperation(t *testing.T) {
-	t.Parallel() // with the other exhaustive tests: each one's slowest workload no longer runs alone
+	t.Parallel() // with the other exhaustive tests, so that each one's slowest workload does not run alone
 	var total crashCounts
 	var mu sync.Mutex
 	t.Run("workloads", func(t *testing.T) {
@@ -285,7 +285,7 @@ func (w *world) ackedTotal() int {
 
 // TestCrashDuringRecovery is workload (f): recovery itself crashes.
 func TestCrashDuringRecovery(t *testing.T) {
-	t.Parallel() // with the other exhaustive tests: each one's slowest workload no longer runs alone
+	t.Parallel() // with the other exhaustive tests, so that each one's slowest workload does not run alone
 	var total crashCounts
 	var mu sync.Mutex
 	t.Run("workloads", func(t *testing.T) {

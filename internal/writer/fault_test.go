@@ -187,7 +187,7 @@ func (w *world) worksAgain() []string {
 // TestFaultEveryOperation is the exhaustive fault-injection test of every
 // workload.
 func TestFaultEveryOperation(t *testing.T) {
-	t.Parallel() // with the other exhaustive tests: each one's slowest workload no longer runs alone
+	t.Parallel() // with the other exhaustive tests, so that each one's slowest workload does not run alone
 	var total faultCounts
 	var mu sync.Mutex
 	t.Run("workloads", func(t *testing.T) {
@@ -220,7 +220,7 @@ func TestFaultEveryOperation(t *testing.T) {
 // healthy a second Recover in the same process recovers everything, and
 // a power loss after that loses nothing.
 func TestFaultDuringRecovery(t *testing.T) {
-	t.Parallel() // with the other exhaustive tests: each one's slowest workload no longer runs alone
+	t.Parallel() // with the other exhaustive tests, so that each one's slowest workload does not run alone
 	var total, absorbed int
 	var mu sync.Mutex
 	t.Run("workloads", func(t *testing.T) {

@@ -13,12 +13,12 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
 )
 
-// Bug: after a failed journal sync (Linux marks the pages clean: readable,
-// never written), the reopened writer took the failed batch for
-// committed and appended after it; a power loss left a hole followed by
-// valid records, recovery quarantined the journal as corrupt, and every
-// acknowledged entry in it was lost. Now the failed write is cut, at once
-// or, if the disk refuses, by the next writer before it appends.
+// After a failed journal sync (Linux marks the pages clean: readable, never
+// written), the reopened writer must not take the failed batch for
+// committed and append after it: a power loss would leave a hole followed
+// by valid records, recovery would quarantine the journal as corrupt, and
+// every acknowledged entry in it would be lost. The failed write is cut, at
+// once or, if the disk refuses, by the next writer before it appends.
 func TestJournalSyncFailureThenPowerLoss(t *testing.T) {
 	for _, cutFails := range []bool{false, true} {
 		t.Run(fmt.Sprintf("immediate cut fails %v", cutFails), func(t *testing.T) {
@@ -55,11 +55,11 @@ func TestJournalSyncFailureThenPowerLoss(t *testing.T) {
 // inJournal says whether a path is one of the shared log's segments.
 func inJournal(p string) bool { return strings.HasPrefix(p, crashLayout.JournalDir()+"/") }
 
-// Bug (CI, TestHostileDescriptorExhaustion), as it stands with the shared
-// log: a refused first append of a new session must leave nothing behind
-// (the session is not listed, nothing of it is replayed), and the next
-// append works. The journal writes a new session's first stream with its
-// first entries, so a failed write refuses both.
+// A refused first append of a new session leaves nothing behind (the
+// session is not listed, nothing of it is replayed), and the next append
+// works: descriptor exhaustion refuses such appends (e2e's
+// TestHostileDescriptorExhaustion). The journal writes a new session's
+// first stream with its first entries, so a failed write refuses both.
 func TestRefusedFirstAppendLeavesNoJournal(t *testing.T) {
 	k := fixedKey(1, "")
 	for _, op := range []fstest.Op{fstest.OpWrite, fstest.OpSync} {

@@ -19,11 +19,10 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 )
 
-// The tests sit beside the code of the job they test. Those whose comment
-// starts with "Bug:" are regression tests for the bugs the crash and fault
-// tests (crash_test.go, fault_test.go) found: each replays one failing case
-// deterministically, so a change that brings a bug back fails with a plain
-// story, not only somewhere in the exhaustive sweeps.
+// The tests sit beside the code of the job they test. Many replay,
+// deterministically, one case the crash and fault tests (crash_test.go,
+// fault_test.go) can meet, so that a change that breaks it fails with a
+// plain story, not only somewhere in the exhaustive sweeps.
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 

@@ -48,12 +48,12 @@ func wantUnreadable(t *testing.T, what string, err, cause error) {
 	}
 }
 
-// Bug: under a descriptor shortage a session opened with EMFILE on its
-// store sidecar's open took it for no sidecar: the writer opened without
-// the batch ids it had to remember, and a client's resent batch (same
-// batch_id) was stored a second time; the summary's version went back to
-// 0 too. Now the open fails retryably, and the retry, with descriptors
-// back, opens the session with both.
+// A session opened under a descriptor shortage (EMFILE on its store
+// sidecar's open) must fail retryably, not take the sidecar for absent: a
+// writer opened without the batch ids it has to remember would store a
+// client's resent batch (same batch_id) a second time, and the summary's
+// version would go back to 0. The retry, with descriptors back, opens the
+// session with both.
 func TestStoreSidecarUnreadable(t *testing.T) {
 	for _, c := range []struct {
 		name string

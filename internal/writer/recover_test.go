@@ -170,10 +170,11 @@ func TestCheckJournalsServesBeforeReplay(t *testing.T) {
 	}
 }
 
-// Bug: Recover swept only compaction temps at the top of each project
-// folder; an archive mark's and a pulled title file's temps (in the session folder), a subagent's
-// compaction temp (in subagents/), a kept repair copy's temp and an
-// intent's temp stayed for good, the first two where listings look.
+// Recover sweeps temps wherever sessiond writes them, not only the
+// compaction temps at the top of each project folder: an archive mark's and
+// a pulled title file's (in the session folder, where listings look), a
+// subagent's compaction temp (in subagents/), a kept repair copy's temp and
+// an intent's temp would otherwise stay for good.
 func TestRecoverSweepsTempsInSessionFolders(t *testing.T) {
 	c := fstest.NewCrashFS()
 	k := fixedKey(1, "")
@@ -206,12 +207,12 @@ func TestRecoverSweepsTempsInSessionFolders(t *testing.T) {
 	}
 }
 
-// Bug: a process killed between a compaction's rename and its folder sync
-// left the new canonical file in the page cache only. Recovery saw it,
-// found the compaction marker matching, and replaced the journal (the only
-// durable copy of the entries) with a new generation; a power loss then
-// took the rename back and the entries with it. Now recovery syncs the
-// file and its folder before dropping the journal.
+// A process killed between a compaction's rename and its folder sync leaves
+// the new canonical file in the page cache only. Recovery, finding the
+// compaction marker matching, replaces the journal (the only durable copy
+// of the entries) with a new generation, so it must first sync the file and
+// its folder: a power loss would otherwise take the rename back and the
+// entries with it.
 func TestRecoverMakesCompactionRenameDurable(t *testing.T) {
 	c := fstest.NewCrashFS()
 	k := fixedKey(3, "")

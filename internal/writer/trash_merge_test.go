@@ -18,11 +18,12 @@ import (
 	"github.com/sessiond/sessiond/internal/trash"
 )
 
-// Issue 19: an agent kept appending after its session was deleted; each
-// append after a delete recreated the session, restore then refused
-// (already exists) and knew only the newest trashed copy, so thousands of
-// acknowledged entries sat in the trash out of the API's reach. Now the
-// trash lists every copy, and restore --all merges them all into the live
+// An agent may keep appending after its session was deleted: each append
+// after a delete recreates the session, so the trash holds several copies
+// while the session exists again. Restore must reach them all (refusing, as
+// the session exists, or knowing only the newest copy would leave
+// acknowledged entries in the trash out of the API's reach): the trash
+// lists every copy, and restore --all merges them all into the live
 // session, oldest first, every entry once, the agent's chain whole.
 func TestRestoreAllMergesEveryCopy(t *testing.T) {
 	e := newEnv(t)
@@ -292,10 +293,9 @@ func TestTrashPurgedAfterRetention(t *testing.T) {
 	}
 }
 
-// Issue 19, item 4: a rewrite (compaction, repair, restore) replaced a
-// transcript's owner and mode: a root daemon turned a nobody 0644 file
-// into a root 0600 one. Each keeps them now (the owner only where the
-// daemon may: as root).
+// A rewrite (compaction, repair, restore) keeps a transcript's mode and
+// owner (the owner only where the daemon may: as root): a root daemon must
+// not turn a nobody 0644 file into a root 0600 one.
 func TestRewriteKeepsModeAndOwner(t *testing.T) {
 	e := newEnv(t)
 	m := e.manager()

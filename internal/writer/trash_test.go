@@ -37,13 +37,13 @@ func killedDelete(t *testing.T) func(c *fstest.CrashFS) {
 	}
 }
 
-// Bug: Delete moved the main transcript and the session folder (its
-// subagents, its archive mark) one after the other; a crash between the
-// two left the session half in the trash and half in place, and Restore
-// then refused ("exists again"). Now the moves are recorded in a durable
-// intent first and Recover finishes them. The crash comes right after
-// the second rename, before any folder sync: a killed process, then a
-// power loss during the recovery's own moves would also be covered by
+// Delete moves the main transcript and the session folder (its subagents,
+// its archive mark) one after the other; a crash between the two must not
+// leave the session half in the trash and half in place (Restore would
+// refuse: "exists again"), so the moves are recorded in a durable intent
+// first and Recover finishes them. The crash comes right after the second
+// rename, before any folder sync: a killed process, then a power loss
+// during the recovery's own moves would also be covered by
 // TestCrashDuringRecovery.
 func TestDeleteInterruptedIsFinished(t *testing.T) {
 	c := fstest.NewCrashFS()
@@ -109,10 +109,10 @@ func TestDeleteAndRestoreRetriedAfterFault(t *testing.T) {
 	mustAppendTo(t, m, kDel, line(kDel, "00000000-0000-4000-8000-000000000003", "after"))
 }
 
-// Bug: Delete compacted the main journal before removing it but removed
-// the folder of subagent journals as it was, with whatever entries a
-// subagent writer had not compacted (its shutdown compaction failed, or
-// the process died before it): acknowledged entries deleted, not trashed.
+// Delete compacts the journals of the subagents before removing them, as it
+// does the main one's: entries a subagent writer had not compacted (its
+// shutdown compaction failed, or the process died before it) are
+// acknowledged, and must be trashed, not deleted.
 func TestDeleteCompactsSubagentJournals(t *testing.T) {
 	c := fstest.NewCrashFS()
 	m := newCrashManager(t, c, nil)
@@ -132,10 +132,10 @@ func TestDeleteCompactsSubagentJournals(t *testing.T) {
 	}
 }
 
-// Bug: an interrupted delete's intent, written by a process killed before
-// the intents folder was synced, was acted on by the next start before it
-// was durable; a power loss in the middle of finishing it took the intent
-// away and left the session split. Now Recover syncs intents first.
+// Recover syncs an interrupted delete's intent before acting on it: written
+// by a process killed before the intents folder was synced, the intent may
+// not be durable, and a power loss in the middle of finishing it would take
+// the intent away and leave the session split.
 func TestRecoverSyncsIntentBeforeActing(t *testing.T) {
 	c := fstest.NewCrashFS()
 	deleteFixture(t, c)

@@ -19,16 +19,16 @@ var (
 	kMergeSub = fixedKey(10, "subagents/agent-m")
 )
 
-// wlTrashMerge: issue 19's agent that keeps appending after its session
-// is deleted, twice: each delete leaves a copy in the trash and the next
-// append recreates the session; then restore --all merges both copies
-// into the live session (the main transcript into a file that exists, the
+// wlTrashMerge: an agent that keeps appending after its session is deleted,
+// twice: each delete leaves a copy in the trash and the next append
+// recreates the session; then restore --all merges both copies into the
+// live session (the main transcript into a file that exists, the
 // subagent's, recreated between the deletes, into one that does not), and
 // the agent goes on. Every acknowledged entry must be in exactly one place
 // (the trash copies, oldest first, then the live file, read as one
 // transcript), each caller's batches in order: so a restore cut short
-// anywhere leaves the session as it was or as restored, with no entry
-// lost or twice, and once restored the trashed entries come first.
+// anywhere leaves the session as it was or as restored, with no entry lost
+// or twice, and once restored the trashed entries come first.
 func wlTrashMerge() *workload {
 	wl := &workload{
 		name:  "trash-merge",
