@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -398,21 +399,15 @@ func frameTorn(t *testing.T, k layout.Key) []byte {
 	return rec[:len(rec)/2]
 }
 
-// renameHookFS runs after, once, right after a rename onto target.
-type renameHookFS struct {
-	fsys.FS
-	target string
-	after  func()
-}
-
-func (f *renameHookFS) Rename(o, n string) error {
-	err := f.FS.Rename(o, n)
-	if err == nil && n == f.target && f.after != nil {
-		h := f.after
-		f.after = nil
-		h()
-	}
-	return err
+// afterRenameOnto returns hooks that run fn once, right after a rename
+// onto target.
+func afterRenameOnto(target string, fn func()) fstest.Hooks {
+	var once sync.Once
+	return fstest.Hooks{After: func(c fstest.Call, err error) {
+		if err == nil && c.Name == "rename" && c.NewPath == target {
+			once.Do(fn)
+		}
+	}}
 }
 
 // agentAppend appends line to path as an agent does: open, write, close.
@@ -441,7 +436,7 @@ func TestForeignLinesDuringRenameKeepTheirOrder(t *testing.T) {
 			e := newEnv(t)
 			k := newKey()
 			path := e.lay.TranscriptPath(k)
-			hook := &renameHookFS{FS: fsys.OS, target: path}
+			hook := fstest.NewHookFS(fsys.OS, fstest.Hooks{})
 			e.fs = hook
 			m := e.manager()
 			defer closeManager(t, m)
@@ -465,7 +460,7 @@ func TestForeignLinesDuringRenameKeepTheirOrder(t *testing.T) {
 				agentAppend(t, path, b) // opened after the rename: the new file
 			}
 			if !late {
-				hook.after = agentLines
+				hook.SetHooks(afterRenameOnto(path, agentLines))
 			}
 			if _, err := m.Flush(bg, k); err != nil {
 				t.Fatal(err)

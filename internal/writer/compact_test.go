@@ -21,37 +21,22 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 )
 
-// faultFS fails one chosen operation kind after it has run a number of
-// times, to stop a compaction at a precise point.
-type faultFS struct {
-	fsys.FS
-	mu     sync.Mutex
-	failOn func(op, path string) bool
-}
-
 var errInjected = errors.New("injected fault")
 
-func (f *faultFS) check(op, path string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.failOn != nil && f.failOn(op, path) {
-		return fmt.Errorf("%s %s: %w", op, path, errInjected)
-	}
-	return nil
-}
-
-func (f *faultFS) Rename(o, n string) error {
-	if err := f.check("rename", n); err != nil {
-		return err
-	}
-	return f.FS.Rename(o, n)
-}
-
-func (f *faultFS) SyncDir(name string) error {
-	if err := f.check("syncdir", name); err != nil {
-		return err
-	}
-	return f.FS.SyncDir(name)
+// failOn returns hooks that fail each rename (op "rename", path its new
+// name) and folder sync (op "syncdir") for which fail holds, with
+// errInjected, to stop a compaction at a precise point.
+func failOn(fail func(op, path string) bool) fstest.Hooks {
+	return fstest.Hooks{Before: func(c fstest.Call) error {
+		path := c.Path
+		if c.Name == "rename" {
+			path = c.NewPath
+		}
+		if (c.Name == "rename" || c.Name == "syncdir") && fail(c.Name, path) {
+			return fmt.Errorf("%s %s: %w", c.Name, path, errInjected)
+		}
+		return nil
+	}}
 }
 
 // TestCrashBetweenRenameAndJournalReset: the compaction's rename landed but
@@ -64,7 +49,7 @@ func TestCrashBetweenRenameAndJournalReset(t *testing.T) {
 	for _, point := range []string{"canonical-syncdir"} {
 		t.Run(point, func(t *testing.T) {
 			e := newEnv(t)
-			ff := &faultFS{FS: fsys.OS}
+			ff := fstest.NewHookFS(fsys.OS, fstest.Hooks{})
 			e.fs = ff
 			m := e.manager()
 			k := newKey()
@@ -72,17 +57,13 @@ func TestCrashBetweenRenameAndJournalReset(t *testing.T) {
 			if _, err := m.Append(ctx, k, [][]byte{entry(""), entry(""), entry(uuid.NewString())}); err != nil {
 				t.Fatal(err)
 			}
-			ff.mu.Lock()
-			ff.failOn = func(op, path string) bool {
+			ff.SetHooks(failOn(func(op, path string) bool {
 				return op == "syncdir" && path == filepath.Dir(e.lay.TranscriptPath(k))
-			}
-			ff.mu.Unlock()
+			}))
 			if _, err := m.Flush(ctx, k); !errors.Is(err, errInjected) {
 				t.Fatalf("flush: want the injected fault, got %v", err)
 			}
-			ff.mu.Lock()
-			ff.failOn = nil
-			ff.mu.Unlock()
+			ff.SetHooks(fstest.Hooks{})
 			closeManager(t, m)
 			m = e.manager()
 			if _, err := m.Recover(ctx); err != nil {
@@ -98,7 +79,7 @@ func TestCrashBetweenRenameAndJournalReset(t *testing.T) {
 // old file; the entries stay journaled and reach the file later.
 func TestFailedRenameKeepsEntries(t *testing.T) {
 	e := newEnv(t)
-	ff := &faultFS{FS: fsys.OS}
+	ff := fstest.NewHookFS(fsys.OS, fstest.Hooks{})
 	e.fs = ff
 	m := e.manager()
 	k := newKey()
@@ -112,9 +93,7 @@ func TestFailedRenameKeepsEntries(t *testing.T) {
 	if _, err := m.Append(ctx, k, [][]byte{entry(""), entry("")}); err != nil {
 		t.Fatal(err)
 	}
-	ff.mu.Lock()
-	ff.failOn = func(op, path string) bool { return op == "rename" && strings.HasSuffix(path, ".jsonl") }
-	ff.mu.Unlock()
+	ff.SetHooks(failOn(func(op, path string) bool { return op == "rename" && strings.HasSuffix(path, ".jsonl") }))
 	if _, err := m.Flush(ctx, k); !errors.Is(err, errInjected) {
 		t.Fatalf("flush: want injected fault, got %v", err)
 	}
@@ -127,9 +106,7 @@ func TestFailedRenameKeepsEntries(t *testing.T) {
 			t.Errorf("left behind in the project folder: %s", d.Name())
 		}
 	}
-	ff.mu.Lock()
-	ff.failOn = nil
-	ff.mu.Unlock()
+	ff.SetHooks(fstest.Hooks{})
 	// The next request reopens the writer from disk.
 	e.appendOneThenClose(m, k, 4)
 }
@@ -319,42 +296,41 @@ func (e *env) appendOneThenClose(m *Manager, k layout.Key, want uint64) {
 // slowTempFS counts the compaction temp files open at once, and makes
 // each one's sync slow so that compactions started together overlap.
 type slowTempFS struct {
-	fsys.FS
+	*fstest.HookFS
 	mu        sync.Mutex
 	open, max int
+	closed    map[fsys.File]bool
 }
 
-type slowTempFile struct {
-	fsys.File
-	fs     *slowTempFS
-	closed bool
-}
-
-func (s *slowTempFS) OpenFile(name string, flag int, perm os.FileMode) (fsys.File, error) {
-	f, err := s.FS.OpenFile(name, flag, perm)
-	if err != nil || !strings.Contains(filepath.Base(name), ".compact-") {
-		return f, err
-	}
-	s.mu.Lock()
-	s.open++
-	s.max = max(s.max, s.open)
-	s.mu.Unlock()
-	return &slowTempFile{File: f, fs: s}, nil
-}
-
-func (f *slowTempFile) Sync() error {
-	time.Sleep(30 * time.Millisecond)
-	return f.File.Sync()
-}
-
-func (f *slowTempFile) Close() error {
-	f.fs.mu.Lock()
-	if !f.closed {
-		f.closed = true
-		f.fs.open--
-	}
-	f.fs.mu.Unlock()
-	return f.File.Close()
+func newSlowTempFS(inner fsys.FS) *slowTempFS {
+	s := &slowTempFS{closed: map[fsys.File]bool{}}
+	temp := func(c fstest.Call) bool { return strings.Contains(filepath.Base(c.Path), ".compact-") }
+	s.HookFS = fstest.NewHookFS(inner, fstest.Hooks{
+		Before: func(c fstest.Call) error {
+			switch {
+			case !temp(c):
+			case c.Name == "sync":
+				time.Sleep(30 * time.Millisecond)
+			case c.Name == "close":
+				s.mu.Lock()
+				if !s.closed[c.File] {
+					s.closed[c.File] = true
+					s.open--
+				}
+				s.mu.Unlock()
+			}
+			return nil
+		},
+		After: func(c fstest.Call, err error) {
+			if err == nil && c.Name == "open" && temp(c) {
+				s.mu.Lock()
+				s.open++
+				s.max = max(s.max, s.open)
+				s.mu.Unlock()
+			}
+		},
+	})
+	return s
 }
 
 // TestCompactionsRunWithinTheirSlots: many sessions compacting at once
@@ -363,7 +339,7 @@ func (f *slowTempFile) Close() error {
 // and every one of them still completes.
 func TestCompactionsRunWithinTheirSlots(t *testing.T) {
 	e := newEnv(t)
-	sfs := &slowTempFS{FS: fsys.OS}
+	sfs := newSlowTempFS(fsys.OS)
 	e.fs = sfs
 	e.cfg.CompactParallel = 3
 	m := e.manager()

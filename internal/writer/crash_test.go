@@ -11,14 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io/fs"
 	"path"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/owner"
@@ -327,7 +325,7 @@ func runToCrash(t *testing.T, wl *workload, op int64) (*fstest.CrashFS, *world) 
 // with owner.ErrOwned, having done nothing but take the lock and read the
 // holder's record, and the first one must not notice.
 type intruderFS struct {
-	fsys.FS
+	*fstest.HookFS
 	c  *fstest.CrashFS
 	t  testing.TB
 	wl *workload
@@ -377,29 +375,18 @@ func (f *intruderFS) intrude(before, name string) {
 	}
 }
 
-func (f *intruderFS) OpenFile(name string, flag int, perm fs.FileMode) (fsys.File, error) {
-	f.intrude("open "+name, name)
-	return f.FS.OpenFile(name, flag, perm)
-}
-func (f *intruderFS) Rename(a, b string) error { f.intrude("rename "+a, a); return f.FS.Rename(a, b) }
-func (f *intruderFS) Link(a, b string) error   { f.intrude("link "+a, a); return f.FS.Link(a, b) }
-func (f *intruderFS) Remove(n string) error    { f.intrude("remove "+n, n); return f.FS.Remove(n) }
-func (f *intruderFS) Mkdir(n string, p fs.FileMode) error {
-	f.intrude("mkdir "+n, n)
-	return f.FS.Mkdir(n, p)
-}
-func (f *intruderFS) SyncDir(n string) error { f.intrude("syncdir "+n, n); return f.FS.SyncDir(n) }
-func (f *intruderFS) Stat(n string) (fs.FileInfo, error) {
-	f.intrude("stat "+n, n)
-	return f.FS.Stat(n)
-}
-func (f *intruderFS) Lstat(n string) (fs.FileInfo, error) {
-	f.intrude("lstat "+n, n)
-	return f.FS.Lstat(n)
-}
-func (f *intruderFS) ReadDir(n string) ([]fs.DirEntry, error) {
-	f.intrude("readdir "+n, n)
-	return f.FS.ReadDir(n)
+// newIntruderFS intrudes before each operation of the filesystem c (an
+// open file's operations are the first Manager's alone: a second one
+// cannot reach them), except the locks.
+func newIntruderFS(c *fstest.CrashFS, t testing.TB, wl *workload) *intruderFS {
+	f := &intruderFS{c: c, t: t, wl: wl}
+	f.HookFS = fstest.NewHookFS(c, fstest.Hooks{Before: func(call fstest.Call) error {
+		if call.File == nil && call.Name != "lock" {
+			f.intrude(call.Name+" "+call.Path, call.Path)
+		}
+		return nil
+	}})
+	return f
 }
 
 // TestSecondProcessAtEveryOperation starts a second Manager before every
@@ -416,7 +403,7 @@ func TestSecondProcessAtEveryOperation(t *testing.T) {
 			if wl.setup != nil {
 				wl.setup(c)
 			}
-			in := &intruderFS{FS: c, c: c, t: t, wl: wl}
+			in := newIntruderFS(c, t, wl)
 			w := &world{t: t, wl: wl, c: c, fs: in, ctx: context.Background(), flags: map[string]bool{}, facts: map[string]int{}}
 			w.m = newCrashManager(t, in, wl)
 			in.setOpen(true)
@@ -443,7 +430,7 @@ func TestSecondProcessAtEveryOperation(t *testing.T) {
 			wl.run(w2)
 			w2.stop()
 			d := c2.KillClone()
-			in2 := &intruderFS{FS: d, c: d, t: t, wl: wl}
+			in2 := newIntruderFS(d, t, wl)
 			m, err := New(crashConfig(in2, wl))
 			if err != nil {
 				t.Fatalf("recovery's New: %v", err)

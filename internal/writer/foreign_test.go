@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
 )
 
 // TestReplacedFileRewrittenLateIsKeptAside: a program opens the transcript
@@ -101,43 +102,32 @@ func TestReplacedFileRewrittenLateIsKeptAside(t *testing.T) {
 // end after it is armed: the moment a scan of the file is over and
 // before anything else reads it.
 type shrinkHookFS struct {
-	fsys.FS
-	target string
-	mu     sync.Mutex
-	once   func()
+	*fstest.HookFS
+	mu   sync.Mutex
+	once func()
+}
+
+func newShrinkHookFS(inner fsys.FS, target string) *shrinkHookFS {
+	f := &shrinkHookFS{}
+	f.HookFS = fstest.NewHookFS(inner, fstest.Hooks{After: func(c fstest.Call, err error) {
+		if c.Name != "readat" || c.Path != target || !errors.Is(err, io.EOF) {
+			return
+		}
+		f.mu.Lock()
+		fn := f.once
+		f.once = nil
+		f.mu.Unlock()
+		if fn != nil {
+			fn()
+		}
+	}})
+	return f
 }
 
 func (f *shrinkHookFS) arm(fn func()) {
 	f.mu.Lock()
 	f.once = fn
 	f.mu.Unlock()
-}
-
-func (f *shrinkHookFS) OpenFile(name string, flag int, perm os.FileMode) (fsys.File, error) {
-	file, err := f.FS.OpenFile(name, flag, perm)
-	if err != nil || name != f.target {
-		return file, err
-	}
-	return &shrinkHookFile{File: file, fs: f}, nil
-}
-
-type shrinkHookFile struct {
-	fsys.File
-	fs *shrinkHookFS
-}
-
-func (f *shrinkHookFile) ReadAt(p []byte, off int64) (int, error) {
-	n, err := f.File.ReadAt(p, off)
-	if errors.Is(err, io.EOF) {
-		f.fs.mu.Lock()
-		fn := f.fs.once
-		f.fs.once = nil
-		f.fs.mu.Unlock()
-		if fn != nil {
-			fn()
-		}
-	}
-	return n, err
 }
 
 // TestOpenWhileAnotherProgramRewritesShorter: another program's truncating
@@ -156,7 +146,7 @@ func TestOpenWhileAnotherProgramRewritesShorter(t *testing.T) {
 	mustAppendTo(t, m, k, mine1)
 	closeManager(t, m)
 
-	hook := &shrinkHookFS{FS: fsys.OS, target: path}
+	hook := newShrinkHookFS(fsys.OS, path)
 	e.fs = hook
 	m = e.manager()
 	defer closeManager(t, m)

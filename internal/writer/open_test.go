@@ -42,28 +42,13 @@ func TestSymlinkAtSessionPathRefused(t *testing.T) {
 
 // shrinkFS makes every transcript look 1 MiB longer to Stat on an open
 // file than it is, as if another program had cut it during the read.
-type shrinkFS struct{ fsys.FS }
-
-func (s shrinkFS) OpenFile(name string, flag int, perm os.FileMode) (fsys.File, error) {
-	f, err := s.FS.OpenFile(name, flag, perm)
-	if err != nil || !strings.HasSuffix(name, ".jsonl") {
-		return f, err
-	}
-	return shrinkFile{f}, nil
-}
-
-type shrinkFile struct{ fsys.File }
-
-type grownInfo struct{ fs.FileInfo }
-
-func (g grownInfo) Size() int64 { return g.FileInfo.Size() + 1<<20 }
-
-func (f shrinkFile) Stat() (fs.FileInfo, error) {
-	fi, err := f.File.Stat()
-	if err != nil {
-		return nil, err
-	}
-	return grownInfo{fi}, nil
+func shrinkFS(inner fsys.FS) *fstest.HookFS {
+	return fstest.NewHookFS(inner, fstest.Hooks{Stat: func(c fstest.Call, fi fs.FileInfo) fs.FileInfo {
+		if c.Name != "fstat" || !strings.HasSuffix(c.Path, ".jsonl") {
+			return fi
+		}
+		return fstest.Resized(fi, fi.Size()+1<<20)
+	}})
 }
 
 // TestScanCanonicalShrunkFile: a writer that scans a transcript which
@@ -87,7 +72,7 @@ func TestScanCanonicalShrunkFile(t *testing.T) {
 	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.fs = shrinkFS{fsys.OS}
+	e.fs = shrinkFS(fsys.OS)
 	m := e.manager()
 	defer closeManager(t, m)
 	// A writer scans the file as it opens.

@@ -18,6 +18,7 @@ import (
 	"github.com/sessiond/sessiond/internal/catalog"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
 )
 
@@ -267,7 +268,7 @@ func TestReadAndFollow(t *testing.T) {
 // strand a follower, and does not wait for it to exit.
 func TestFollowSurvivesWriterFailure(t *testing.T) {
 	e := newEnv(t)
-	ff := &faultFS{FS: fsys.OS}
+	ff := fstest.NewHookFS(fsys.OS, fstest.Hooks{})
 	e.fs = ff
 	m := e.manager()
 	defer closeManager(t, m)
@@ -299,9 +300,7 @@ func TestFollowSurvivesWriterFailure(t *testing.T) {
 		}
 	}
 	expect(0)
-	ff.mu.Lock()
-	ff.failOn = func(op, path string) bool { return op == "rename" && strings.HasSuffix(path, ".jsonl") }
-	ff.mu.Unlock()
+	ff.SetHooks(failOn(func(op, path string) bool { return op == "rename" && strings.HasSuffix(path, ".jsonl") }))
 	if _, err := m.Append(ctx, k, [][]byte{entry("", "n", "1")}); err != nil {
 		t.Fatal(err)
 	}
@@ -309,9 +308,7 @@ func TestFollowSurvivesWriterFailure(t *testing.T) {
 	if _, err := m.Flush(ctx, k); !errors.Is(err, errInjected) {
 		t.Fatalf("flush: %v", err)
 	}
-	ff.mu.Lock()
-	ff.failOn = nil
-	ff.mu.Unlock()
+	ff.SetHooks(fstest.Hooks{})
 	if _, err := m.Append(ctx, k, [][]byte{entry("", "n", "2")}); err != nil {
 		t.Fatal(err)
 	}
