@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"go.uber.org/zap"
@@ -102,9 +103,7 @@ func (m *Manager) AppendBatch(ctx context.Context, key layout.Key, raw [][]byte,
 // pathChecked reports whether key has a live writer whose paths an
 // earlier Append already checked for symbolic links.
 func (m *Manager) pathChecked(key layout.Key) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s := m.sessions[key]
+	s := m.reg.lookup(key)
 	return s != nil && s.pathChecked.Load()
 }
 
@@ -119,123 +118,177 @@ func (st *state) addPending(p pendingEntry) {
 // summary was folded from another version is refused alone (ErrConflict),
 // the rest of the group goes on.
 func (st *state) commit(group []*appendReq) {
-	now := st.cfg.Clock.Now()
-	seen := make(map[string]bool)
-	seenBatch := make(map[string]bool)
-	version := st.store.SummaryVersion
-	lines := st.totalEntries() // the transcript's line count as batches are added
-	var metaRecs [][]byte
-	var lineBatches [][][]byte
-	var metas []batchMeta
-	type slot struct{ req, entry int }
-	var order []slot
-	live := group[:0:0]
+	g := st.newGroupCommit()
 	for _, r := range group {
-		r.res = &AppendResult{Results: make([]Result, len(r.entries))}
-		if id := r.opt.BatchID; id != "" && (seenBatch[id] || st.store.seen(id, now)) {
-			r.res.DuplicateBatch = true
-			for ei, e := range r.entries {
-				r.res.Results[ei] = Result{Outcome: Duplicate, UUID: e.UUID, Size: len(e.Line)}
-			}
-			live = append(live, r)
-			continue
-		}
-		if s := r.opt.Summary; s != nil && s.ExpectedVersion != version {
-			r.res, r.err = nil, summaryConflict(st.key, s.ExpectedVersion, version)
-			close(r.done)
-			continue
-		}
-		if s := r.opt.Summary; s != nil && s.CheckCoverage && s.Covers != lines {
-			r.res, r.err = nil, coverageConflict(st.key, s.Covers, lines)
-			close(r.done)
-			continue
-		}
-		ri := len(live)
-		live = append(live, r)
-		var batch [][]byte
-		for ei, e := range r.entries {
-			res := &r.res.Results[ei]
-			res.UUID = e.UUID
-			res.Size = len(e.Line)
-			if e.UUID != "" {
-				if seen[e.UUID] || st.ids.has(e.UUID) {
-					res.Outcome = Duplicate
-					continue
-				}
-				seen[e.UUID] = true
-			}
-			res.Outcome = Stored
-			batch = append(batch, e.Line)
-			order = append(order, slot{ri, ei})
-		}
-		if len(batch) == 0 {
-			// Nothing stored, so no batch to remember and no summary
-			// change: the summary follows what the transcript holds.
-			continue
-		}
-		lines += uint64(len(batch))
-		m := batchMeta{BatchID: r.opt.BatchID, At: now.UnixMilli(), Entries: lines}
-		if s := r.opt.Summary; s != nil {
-			version++
-			m.Summary, m.SummaryVersion = s.Data, version
-		}
-		var rec []byte
-		if m.BatchID != "" || m.Summary != nil {
-			rec = m.encode()
-			if m.BatchID != "" {
-				seenBatch[m.BatchID] = true
-			}
-		}
-		lineBatches = append(lineBatches, batch)
-		metaRecs = append(metaRecs, rec)
-		metas = append(metas, m)
+		g.admit(r)
 	}
-	if len(lineBatches) > 0 {
-		// While the ballast's room is kept for the compactions that
-		// waited for it, appends do not take it (package space).
-		err := st.space.AppendRoom(batchBytes(lineBatches))
-		if err != nil {
-			err = fmt.Errorf("journal append to %s: %w", st.key, err)
-		} else {
-			err = st.logBatches(lineBatches, metaRecs, func(i int, sp span) {
-				s := order[i]
-				res := &live[s.req].res.Results[s.entry]
-				res.Index = st.totalEntries()
-				if res.UUID != "" {
-					st.ids.add(res.UUID)
-				}
-				st.addPending(pendingEntry{span: sp, size: res.Size, uuid: res.UUID})
-				line := live[s.req].entries[s.entry].Line
-				if st.ent != nil {
-					st.ent.AddValid(line)
-				}
-				st.noteAgentMeta(line)
-			})
-		}
-		if err != nil {
-			for _, r := range live {
+	if len(g.batches) > 0 {
+		if err := st.logGroup(g); err != nil {
+			for _, r := range g.live {
 				r.res = nil
 				r.err = err
 				close(r.done)
 			}
 			return
 		}
-		for i, m := range metas {
-			if metaRecs[i] != nil {
-				st.store.apply(m)
-				st.storeDirty = true
-			}
-		}
-		st.publishSummary()
 	}
-	if len(lineBatches) > 0 && st.ent != nil {
+	st.acknowledge(g)
+	if len(g.batches) > 0 && st.sizeDue() {
+		if err := st.compact("size"); err != nil {
+			st.log.Warn("compaction failed; entries stay in the journal", zap.Error(err))
+		}
+	}
+}
+
+// groupCommit is one group commit being put together: the batches of the
+// requests that store something, and where each stored entry's result goes.
+type groupCommit struct {
+	st        *state
+	now       time.Time
+	seen      map[string]bool // uuids stored by the group so far
+	seenBatch map[string]bool // batch ids stored by the group so far
+	version   uint64          // the summary version as batches are added
+	lines     uint64          // the transcript's line count as batches are added
+
+	// live are the requests to answer with a result once the group is
+	// durable; batches, metaRecs and metas hold one element per request
+	// that stores entries, order where each entry's result goes.
+	live     []*appendReq
+	batches  [][][]byte
+	metaRecs [][]byte
+	metas    []batchMeta
+	order    []entrySlot
+}
+
+// entrySlot is an entry of a group: its request in live and its place in
+// the request.
+type entrySlot struct{ req, entry int }
+
+func (st *state) newGroupCommit() *groupCommit {
+	return &groupCommit{st: st, now: st.cfg.Clock.Now(), seen: make(map[string]bool), seenBatch: make(map[string]bool),
+		version: st.store.SummaryVersion, lines: st.totalEntries()}
+}
+
+// admit adds r to the group: answered at once when refused, a duplicate
+// batch, or its entries deduplicated by uuid and the rest batched.
+func (g *groupCommit) admit(r *appendReq) {
+	st := g.st
+	r.res = &AppendResult{Results: make([]Result, len(r.entries))}
+	if id := r.opt.BatchID; id != "" && (g.seenBatch[id] || st.store.seen(id, g.now)) {
+		r.res.DuplicateBatch = true
+		for ei, e := range r.entries {
+			r.res.Results[ei] = Result{Outcome: Duplicate, UUID: e.UUID, Size: len(e.Line)}
+		}
+		g.live = append(g.live, r)
+		return
+	}
+	if s := r.opt.Summary; s != nil && s.ExpectedVersion != g.version {
+		r.res, r.err = nil, summaryConflict(st.key, s.ExpectedVersion, g.version)
+		close(r.done)
+		return
+	}
+	if s := r.opt.Summary; s != nil && s.CheckCoverage && s.Covers != g.lines {
+		r.res, r.err = nil, coverageConflict(st.key, s.Covers, g.lines)
+		close(r.done)
+		return
+	}
+	ri := len(g.live)
+	g.live = append(g.live, r)
+	batch := g.dedup(r, ri)
+	if len(batch) == 0 {
+		// Nothing stored, so no batch to remember and no summary
+		// change: the summary follows what the transcript holds.
+		return
+	}
+	g.lines += uint64(len(batch))
+	m := batchMeta{BatchID: r.opt.BatchID, At: g.now.UnixMilli(), Entries: g.lines}
+	if s := r.opt.Summary; s != nil {
+		g.version++
+		m.Summary, m.SummaryVersion = s.Data, g.version
+	}
+	var rec []byte
+	if m.BatchID != "" || m.Summary != nil {
+		rec = m.encode()
+		if m.BatchID != "" {
+			g.seenBatch[m.BatchID] = true
+		}
+	}
+	g.batches = append(g.batches, batch)
+	g.metaRecs = append(g.metaRecs, rec)
+	g.metas = append(g.metas, m)
+}
+
+// dedup fills r's results, marking duplicate the entries whose uuid the
+// session or the group already holds, and returns the lines to store;
+// ri is r's place in live.
+func (g *groupCommit) dedup(r *appendReq, ri int) [][]byte {
+	var batch [][]byte
+	for ei, e := range r.entries {
+		res := &r.res.Results[ei]
+		res.UUID = e.UUID
+		res.Size = len(e.Line)
+		if e.UUID != "" {
+			if g.seen[e.UUID] || g.st.ids.has(e.UUID) {
+				res.Outcome = Duplicate
+				continue
+			}
+			g.seen[e.UUID] = true
+		}
+		res.Outcome = Stored
+		batch = append(batch, e.Line)
+		g.order = append(g.order, entrySlot{ri, ei})
+	}
+	return batch
+}
+
+// logGroup journals the group's batches and, once they are durable, makes
+// their entries pending and the batch ids and summaries the store's.
+func (st *state) logGroup(g *groupCommit) error {
+	// While the ballast's room is kept for the compactions that
+	// waited for it, appends do not take it (package space).
+	if err := st.space.AppendRoom(batchBytes(g.batches)); err != nil {
+		return fmt.Errorf("journal append to %s: %w", st.key, err)
+	}
+	err := st.logBatches(g.batches, g.metaRecs, func(i int, sp span) {
+		s := g.order[i]
+		res := &g.live[s.req].res.Results[s.entry]
+		res.Index = st.totalEntries()
+		if res.UUID != "" {
+			st.ids.add(res.UUID)
+		}
+		st.addPending(pendingEntry{span: sp, size: res.Size, uuid: res.UUID})
+		line := g.live[s.req].entries[s.entry].Line
+		if st.ent != nil {
+			st.ent.AddValid(line)
+		}
+		st.noteAgentMeta(line)
+	})
+	if err != nil {
+		return err
+	}
+	for i, m := range g.metas {
+		if g.metaRecs[i] != nil {
+			st.store.apply(m)
+			st.storeDirty = true
+		}
+	}
+	st.publishSummary()
+	return nil
+}
+
+// acknowledge answers the group's requests, after publishing what they
+// stored: a caller holding its ack sees its entries in the listing and in
+// what watchers are told.
+func (st *state) acknowledge(g *groupCommit) {
+	stored := len(g.batches) > 0
+	if stored && st.ent != nil {
 		// Before the acks: a caller that lists right after its append
 		// must see it. The summaries stored now are as new as this.
-		st.ent.ModifiedMs = now.UnixMilli()
+		st.ent.ModifiedMs = g.now.UnixMilli()
 		st.publish()
 	}
 	total := st.totalEntries()
-	for _, r := range live {
+	for _, r := range g.live {
 		for _, res := range r.res.Results {
 			if res.Outcome == Stored {
 				st.stats.stored.Add(1)
@@ -247,22 +300,15 @@ func (st *state) commit(group []*appendReq) {
 		r.res.Entries = total
 		r.res.SummaryVersion = st.store.SummaryVersion
 	}
-	if len(lineBatches) > 0 {
+	if stored {
 		// Before the acks, as the listing above: once a caller holds its
 		// ack, a watcher (the mirror's status, tail -f) already counts
 		// the entries. Told after, a status read in between said
 		// nothing was behind while an acknowledged entry was.
 		st.notifyChange()
 	}
-	for _, r := range live {
+	for _, r := range g.live {
 		close(r.done)
-	}
-	if len(lineBatches) > 0 {
-		if st.sizeDue() {
-			if err := st.compact("size"); err != nil {
-				st.log.Warn("compaction failed; entries stay in the journal", zap.Error(err))
-			}
-		}
 	}
 }
 

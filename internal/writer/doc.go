@@ -10,10 +10,13 @@
 //
 // The files, by job:
 //
-//   - registry.go: the Manager, its registry of live session writers
-//     (acquire, release, follow), how a request reaches a writer (submit),
+//   - manager.go: the Manager, how a request reaches a writer (submit),
 //     Close and Stats.
-//   - session.go: the writer goroutine of one session and its lifecycle.
+//   - registry.go: the live session writers and the references callers
+//     hold on them (acquire, release, follow, retirement).
+//   - session.go: the writer goroutine of one session, its event loop and
+//     its lifecycle; it is given what it needs (sessionEnv), never the
+//     Manager.
 //   - state.go: what the writer goroutine owns (state) and publishes to
 //     the listing index.
 //   - open.go: loading a session from disk as its writer starts: the

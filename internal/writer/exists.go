@@ -46,9 +46,7 @@ func (m *Manager) notFound(key layout.Key) error {
 // "could not look": a refusal because the session exists must not be the
 // answer to a failing disk.
 func (m *Manager) existsOnDiskErr(key layout.Key) (bool, error) {
-	m.mu.Lock()
-	s := m.sessions[key]
-	m.mu.Unlock()
+	s := m.reg.lookup(key)
 	if s != nil && s.hasContent.Load() {
 		return true, nil
 	}
@@ -78,11 +76,9 @@ func (m *Manager) existsOnDiskErr(key layout.Key) (bool, error) {
 // the journal, sorted by name.
 func (m *Manager) WriterKeys() []layout.Key {
 	set := make(map[layout.Key]bool)
-	m.mu.Lock()
-	for k := range m.sessions {
-		set[k] = true
+	for _, s := range m.reg.live(nil) {
+		set[s.key] = true
 	}
-	m.mu.Unlock()
 	for _, k := range m.logs.keys() {
 		set[k] = true
 	}

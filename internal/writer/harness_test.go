@@ -317,11 +317,9 @@ func (w *world) flag(name string) bool {
 
 // stop ends the Manager as a killed process would: no shutdown compaction.
 func (w *world) stop() {
-	w.m.mu.Lock()
-	for _, s := range w.m.sessions {
+	for _, s := range w.m.reg.live(nil) {
 		s.abort()
 	}
-	w.m.mu.Unlock()
 	expired, cancel := context.WithCancel(context.Background())
 	cancel()
 	w.m.Close(expired)

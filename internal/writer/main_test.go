@@ -105,11 +105,9 @@ func (e *env) canonicalLines(k layout.Key) []string {
 // killed process would leave things (the journals are already synced).
 func crash(t *testing.T, m *Manager) {
 	t.Helper()
-	m.mu.Lock()
-	for _, s := range m.sessions {
+	for _, s := range m.reg.live(nil) {
 		s.abort()
 	}
-	m.mu.Unlock()
 	expired, cancel := context.WithCancel(context.Background())
 	cancel()
 	m.Close(expired)

@@ -53,73 +53,19 @@ func (st *state) open() error {
 	st.scanned = true
 	if j == nil {
 		st.publish()
-		return st.acked.Compare(holdings{st}, true, "open")
+		return st.compareOpened()
 	}
-	st.j = j
-	if rec.truncated > 0 {
-		st.log.Warn("journal had a torn tail (entries never acknowledged); truncated", zap.Int64("bytes", rec.truncated))
-	}
-	if h := rec.owner; h != st.key {
-		j.close()
-		st.j = nil
-		return fmt.Errorf("journal %s belongs to %s/%s/%s, not %s: %w", rec.name, h.ProjectKey, h.SessionID, h.Subpath, st.key, errdefs.ErrCorrupt)
+	if err := st.adoptJournal(j, rec); err != nil {
+		return err
 	}
 	// Batch ids and summaries count whether or not the entries are still
 	// pending: newGeneration saves them before it drops this journal.
 	st.applyMetas(rec.metas)
-	if rec.compacted != nil {
-		ok, err := st.hasPrefix(*rec.compacted)
-		if err != nil {
-			return err
-		}
-		if ok {
-			// The last compaction renamed its file into place before the
-			// journal was replaced: everything journaled is already there.
-			// But a process killed between that rename and its folder
-			// sync leaves the rename in the page cache only: make it
-			// durable before the journal, the only other copy of the
-			// entries, is replaced.
-			if st.canon.size > rec.compacted.size {
-				st.log.Warn("another program appended to the transcript after sessiond's last compaction; its lines are kept")
-			}
-			if err := st.syncCanonical(); err != nil {
-				return err
-			}
-			st.publish()
-			if err := st.newGeneration(); err != nil {
-				return err
-			}
-			return st.acked.Compare(holdings{st}, true, "open")
-		}
-	}
-	base := rec.base
-	if ok, err := st.hasPrefix(base); err != nil {
+	if done, err := st.settledByCompaction(rec); done || err != nil {
 		return err
-	} else if ok && st.canon.size > base.size {
-		// The file may already hold the logged entries right after the
-		// base, written by a compaction this log does not know of: a
-		// state folder restored from a backup is older than the
-		// transcripts. Appending them again would store the entries
-		// without a uuid twice.
-		there, err := st.holdsLogged(base, rec)
-		if err != nil {
-			return err
-		}
-		if there {
-			st.log.Warn("the transcript already holds the entries the journal has for it, after the content they followed: the state folder is older than the transcript (restored from a backup?); they are not appended again",
-				zap.Int("entries", len(rec.entries)))
-			if err := st.syncCanonical(); err != nil {
-				return err
-			}
-			st.publish()
-			if err := st.newGeneration(); err != nil {
-				return err
-			}
-			return st.acked.Compare(holdings{st}, true, "open")
-		}
-		st.log.Info("another program appended to the transcript; journaled entries will follow its lines")
-	} else if !ok {
-		st.log.Warn("the transcript was rewritten by another program since sessiond journaled entries; journaled entries will follow its current content, duplicates by uuid dropped")
+	}
+	if done, err := st.settledByOther(rec); done || err != nil {
+		return err
 	}
 	dropped, err := st.replay(rec.entries, rec.foreign)
 	if err != nil {
@@ -135,7 +81,97 @@ func (st *state) open() error {
 		}
 	}
 	st.publish()
-	return st.acked.Compare(holdings{st}, true, "open")
+	return st.compareOpened()
+}
+
+// compareOpened compares what the opened session holds with the entries
+// its transcript was given (package ledger).
+func (st *state) compareOpened() error { return st.acked.Compare(holdings{st}, true, "open") }
+
+// adoptJournal takes j, the session's journal as recovered (rec), as the
+// writer's, after checking that it is this session's.
+func (st *state) adoptJournal(j sessionLog, rec *recovered) error {
+	st.j = j
+	if rec.truncated > 0 {
+		st.log.Warn("journal had a torn tail (entries never acknowledged); truncated", zap.Int64("bytes", rec.truncated))
+	}
+	if h := rec.owner; h != st.key {
+		j.close()
+		st.j = nil
+		return fmt.Errorf("journal %s belongs to %s/%s/%s, not %s: %w", rec.name, h.ProjectKey, h.SessionID, h.Subpath, st.key, errdefs.ErrCorrupt)
+	}
+	return nil
+}
+
+// settledByCompaction reports whether the journal's last compaction marker
+// shows the canonical file already holding every journaled entry; the
+// journal is then replaced by a new, empty generation.
+func (st *state) settledByCompaction(rec *recovered) (bool, error) {
+	if rec.compacted == nil {
+		return false, nil
+	}
+	ok, err := st.hasPrefix(*rec.compacted)
+	if err != nil || !ok {
+		return false, err
+	}
+	// The last compaction renamed its file into place before the journal
+	// was replaced: everything journaled is already there. But a process
+	// killed between that rename and its folder sync leaves the rename in
+	// the page cache only: make it durable before the journal, the only
+	// other copy of the entries, is replaced.
+	if st.canon.size > rec.compacted.size {
+		st.log.Warn("another program appended to the transcript after sessiond's last compaction; its lines are kept")
+	}
+	return true, st.settle()
+}
+
+// settledByOther reports whether the canonical file already holds the
+// journaled entries right after the content they followed, written by a
+// compaction the journal does not know of; the journal is then replaced by
+// a new, empty generation. Otherwise it says what the journaled entries
+// will follow.
+func (st *state) settledByOther(rec *recovered) (bool, error) {
+	base := rec.base
+	ok, err := st.hasPrefix(base)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		st.log.Warn("the transcript was rewritten by another program since sessiond journaled entries; journaled entries will follow its current content, duplicates by uuid dropped")
+		return false, nil
+	}
+	if st.canon.size <= base.size {
+		return false, nil
+	}
+	// The file may already hold the logged entries right after the base,
+	// written by a compaction this log does not know of: a state folder
+	// restored from a backup is older than the transcripts. Appending them
+	// again would store the entries without a uuid twice.
+	there, err := st.holdsLogged(base, rec)
+	if err != nil {
+		return false, err
+	}
+	if !there {
+		st.log.Info("another program appended to the transcript; journaled entries will follow its lines")
+		return false, nil
+	}
+	st.log.Warn("the transcript already holds the entries the journal has for it, after the content they followed: the state folder is older than the transcript (restored from a backup?); they are not appended again",
+		zap.Int("entries", len(rec.entries)))
+	return true, st.settle()
+}
+
+// settle drops the journal generation whose entries the canonical file
+// holds, once the file is durable: the journal was the entries' only other
+// copy.
+func (st *state) settle() error {
+	if err := st.syncCanonical(); err != nil {
+		return err
+	}
+	st.publish()
+	if err := st.newGeneration(); err != nil {
+		return err
+	}
+	return st.compareOpened()
 }
 
 // replay makes the journaled entries at spans pending after the canonical

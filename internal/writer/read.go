@@ -218,7 +218,7 @@ func (m *Manager) Read(ctx context.Context, key layout.Key, opt ReadOptions, sen
 	var held *session
 	defer func() {
 		if held != nil {
-			m.unfollow(held)
+			m.reg.unfollow(held)
 		}
 	}()
 	r := reader{next: opt.From, send: send}
@@ -228,12 +228,12 @@ func (m *Manager) Read(ctx context.Context, key layout.Key, opt ReadOptions, sen
 			// Holding a reference keeps the writer from retiring while
 			// someone follows it, so it is not reopened (and its file
 			// rescanned) over and over.
-			if held != nil && !m.isLive(held) {
-				m.unfollow(held)
+			if held != nil && !m.reg.isLive(held) {
+				m.reg.unfollow(held)
 				held = nil
 			}
 			if held == nil {
-				s, err := m.follow(key)
+				s, err := m.reg.follow(key)
 				if err != nil {
 					return followEnded(key, err)
 				}

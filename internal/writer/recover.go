@@ -102,13 +102,11 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 	}
 	keys := m.logs.keys()
 	var todo []layout.Key
-	m.mu.Lock()
 	for _, k := range keys {
-		if _, live := m.sessions[k]; !live {
+		if m.reg.lookup(k) == nil {
 			todo = append(todo, k)
 		}
 	}
-	m.mu.Unlock()
 	slices.SortFunc(todo, func(a, b layout.Key) int {
 		if a.Less(b) {
 			return -1

@@ -137,7 +137,7 @@ func (s *session) enter(p phase) {
 
 // session is the handle callers use to reach one writer goroutine.
 type session struct {
-	m    *Manager
+	env  sessionEnv
 	key  layout.Key
 	reqs chan *appendReq
 	ctrl chan *ctrlReq
@@ -156,11 +156,11 @@ type session struct {
 	stopOnce  sync.Once
 	abortOnce sync.Once
 
-	// Guarded by m.mu. refs counts callers about to queue a request: the
-	// writer may not exit before they are answered. followers counts open
-	// Follow streams: they only keep the writer from retiring when idle.
-	// unref, once the closing writer waits for it, is closed when refs
-	// reaches zero.
+	// Guarded by the registry's mu. refs counts callers about to queue a
+	// request: the writer may not exit before they are answered.
+	// followers counts open Follow streams: they only keep the writer from
+	// retiring when idle. unref, once the closing writer waits for it, is
+	// closed when refs reaches zero.
 	refs      int
 	followers int
 	unref     chan struct{}
@@ -176,11 +176,26 @@ type session struct {
 	pathChecked atomic.Bool
 }
 
-func newSession(m *Manager, key layout.Key) *session {
+// sessionEnv is everything a session writer is given: the registry that
+// holds it, what the writers share (the journal, the index, the ledger,
+// the counters) and the settings of its loop. It reaches nothing else.
+type sessionEnv struct {
+	reg  *registry
+	deps *deps
+	log  *zap.Logger
+
+	clock         clock.Clock
+	queueDepth    int
+	maxGroupBytes int
+	idleCompact   time.Duration
+	idleRetire    time.Duration
+}
+
+func newSession(env sessionEnv, key layout.Key) *session {
 	return &session{
-		m:       m,
+		env:     env,
 		key:     key,
-		reqs:    make(chan *appendReq, m.cfg.QueueDepth),
+		reqs:    make(chan *appendReq, env.queueDepth),
 		ctrl:    make(chan *ctrlReq, 16),
 		stopCh:  make(chan struct{}),
 		abortCh: make(chan struct{}),
@@ -192,7 +207,7 @@ func (s *session) stop() { s.stopOnce.Do(func() { close(s.stopCh) }) }
 
 func (s *session) abort() { s.abortOnce.Do(func() { close(s.abortCh) }) }
 
-// dropRefLocked drops a reference to s; the caller holds m.mu.
+// dropRefLocked drops a reference to s; the caller holds the registry's mu.
 func (s *session) dropRefLocked() {
 	s.refs--
 	if s.refs == 0 && s.unref != nil {
@@ -207,10 +222,9 @@ var errShutdown = fmt.Errorf("sessiond is shutting down: %w", errdefs.ErrUnavail
 // run is the writer goroutine: the only code that touches this session's
 // files while it lives.
 func (s *session) run() {
-	defer s.m.wg.Done()
 	defer func() {
 		s.enter(exited)
-		s.m.exited(s)
+		s.env.reg.exited(s)
 	}()
 	if s.prev != nil {
 		// The predecessor may be removing the journal this writer would
@@ -218,8 +232,8 @@ func (s *session) run() {
 		// lose acknowledged entries at the next crash.
 		<-s.prev
 	}
-	log := s.m.log.With(zap.Stringer("session", s.key))
-	st := newState(&s.m.deps, s.key, log)
+	log := s.env.log.With(zap.Stringer("session", s.key))
+	st := newState(s.env.deps, s.key, log)
 	st.abort = s.abortCh
 	if err := st.open(); err != nil {
 		log.Error("cannot open session", zap.Error(err))
@@ -228,177 +242,240 @@ func (s *session) run() {
 	}
 	s.enter(fresh)
 	defer st.closeFiles()
+	l := newLoop(s, st)
+	defer l.stopTimers()
+	l.serve()
+}
 
-	cfg := &s.m.cfg
-	idle := cfg.Clock.NewTimer(cfg.IdleCompact)
-	defer idle.Stop()
-	lastActive := cfg.Clock.Now()
-	var rh rhythm
+// loop is the open writer's event loop: what it serves, and the timers of
+// its idle compaction, its retirement and the file a compaction replaced.
+type loop struct {
+	s   *session
+	st  *state
+	env *sessionEnv
+
+	idle       clock.Timer
+	lastActive time.Time
+	rh         rhythm
 	// slot is the compaction slots (Config.CompactParallel) while an idle
 	// or retiring compaction waits for one (none was free at the tick),
 	// nil otherwise: the wait is a case of the loop's select, so appends
 	// and control requests are served meanwhile instead of queuing behind
 	// other sessions' compactions.
-	var slot chan struct{}
-	touch := func() {
-		lastActive = cfg.Clock.Now()
-		idle.Reset(rh.idleDelay(cfg.IdleCompact))
-	}
-	// idleWork is the idle tick's compaction and retirement, run with a
-	// slot held; it reports whether the writer retired.
-	idleWork := func() bool {
-		if st.failed == nil && st.idleDue() {
-			if err := st.compact("idle"); err != nil {
-				log.Warn("idle compaction failed", zap.Error(err))
-			}
-		}
-		if clock.Since(cfg.Clock, lastActive) >= cfg.IdleRetire && st.failed == nil {
-			// Whatever the idle rule left pending goes into the file
-			// now: once the writer is gone nothing would move it there
-			// until the session is written again (official readers
-			// would see a stale file for good). One rewrite per
-			// retirement bounds what this costs.
-			if len(st.pending) > 0 {
-				if err := st.compact("retire"); err != nil {
-					log.Warn("compaction before retiring failed; the journal keeps the entries", zap.Error(err))
-				}
-			}
-			return s.retire(st)
-		}
-		return false
-	}
-	// withSlot runs idleWork with the slot just taken, then gives it back.
-	withSlot := func() bool {
-		st.slotHeld = true
-		defer func() {
-			st.slotHeld = false
-			<-st.compactSlots
-		}()
-		return idleWork()
-	}
+	slot chan struct{}
+
 	// heldC fires heldGrace after a compaction replaced the canonical
 	// file: the replaced file, kept open to rescue what another program
 	// appends to it (foreign.go), is let go then, whatever the session
 	// does meanwhile. Held until the next idle tick instead, a session
 	// appended to every second or compacted when idle kept one
 	// descriptor (and the old file's disk space) for as long as it lived.
-	var (
-		heldT    clock.Timer
-		heldC    <-chan time.Time
-		heldFile fsys.File
-	)
-	defer func() {
-		if heldT != nil {
-			heldT.Stop()
-		}
-	}()
-	watchHeld := func() {
-		switch {
-		case st.held == heldFile:
-		case st.held == nil:
-			heldT.Stop()
-			heldC, heldFile = nil, nil
-		case heldT == nil:
-			heldT = cfg.Clock.NewTimer(heldGrace)
-			heldC, heldFile = heldT.C(), st.held
-		default:
-			heldT.Stop()
-			heldT.Reset(heldGrace)
-			heldC, heldFile = heldT.C(), st.held
-		}
+	heldT    clock.Timer
+	heldC    <-chan time.Time
+	heldFile fsys.File
+}
+
+func newLoop(s *session, st *state) *loop {
+	env := &s.env
+	return &loop{s: s, st: st, env: env, idle: env.clock.NewTimer(env.idleCompact), lastActive: env.clock.Now()}
+}
+
+func (l *loop) stopTimers() {
+	if l.heldT != nil {
+		l.heldT.Stop()
 	}
+	l.idle.Stop()
+}
+
+// serve runs the loop until the writer retires or exits.
+func (l *loop) serve() {
+	s, st := l.s, l.st
 	for {
-		watchHeld()
-		select {
-		case <-heldC:
-			st.rescueLate(true)
-			st.dropHeld()
-			heldC, heldFile = nil, nil
-		case r := <-s.reqs:
-			s.enter(serving)
-			st.commit(s.group(r))
-			s.hasContent.Store(st.exists())
-			rh.append(cfg.Clock.Now())
-			touch()
-			// Appended to again: not idle any more, the next tick decides
-			// anew. (A control request keeps the wait: idleWork checks
-			// again what is due once it has the slot.)
-			slot = nil
-		case c := <-s.ctrl:
-			s.took(&c.reply)
-			opened := s.phase == fresh
-			s.enter(serving)
-			c.err = c.op(st)
-			s.hasContent.Store(st.exists())
-			touch()
-			// Retired before the answer: the caller finds it gone.
-			if s.retireAfter(st, c, opened) {
-				close(c.done)
-				return
-			}
-			close(c.done)
-		case <-idle.C():
-			// The file the last compaction replaced is let go now, its
-			// late lines rescued first (foreign.go).
-			st.rescueLate(true)
-			st.dropHeld()
-			retireDue := clock.Since(cfg.Clock, lastActive) >= cfg.IdleRetire
-			switch {
-			case st.failed != nil:
-			case st.idleDue() || retireDue && len(st.pending) > 0:
-				select {
-				case st.compactSlots <- struct{}{}:
-					slot = nil // an earlier tick's wait is answered too
-					if withSlot() {
-						return
-					}
-				default:
-					slot = st.compactSlots // withSlot runs once one is free
-				}
-			case retireDue:
-				if s.retire(st) {
-					return
-				}
-			}
-			wait := cfg.IdleRetire - clock.Since(cfg.Clock, lastActive)
-			if d := rh.idleDelay(cfg.IdleCompact); wait < d {
-				wait = d
-			}
-			idle.Reset(wait)
-		case slot <- struct{}{}:
-			slot = nil
-			if withSlot() {
-				return
-			}
-		case <-s.stopCh:
-			select {
-			case <-s.abortCh: // abort wins: the time for a clean stop is over
-				s.exit(st, errShutdown)
-				return
-			default:
-			}
-			s.enter(stopping)
-			s.drain(st)
-			if st.failed == nil {
-				if err := st.compact("shutdown"); errors.Is(err, errCompactAborted) {
-					log.Debug("the time to stop ran out before this session's compaction; the journal keeps the entries for the next start")
-				} else if err != nil {
-					log.Error("shutdown compaction failed; the journal keeps the entries for the next start", zap.Error(err))
-				} else {
-					st.dropEmptyJournal()
-				}
-			}
-			s.exit(st, errShutdown)
-			return
-		case <-s.abortCh:
-			s.exit(st, errShutdown)
+		l.watchHeld()
+		if l.step() {
 			return
 		}
 		if st.failed != nil {
-			log.Error("session writer failed; it will reopen from disk on the next request", zap.Error(st.failed))
+			st.log.Error("session writer failed; it will reopen from disk on the next request", zap.Error(st.failed))
 			s.exit(st, &notProcessed{fmt.Errorf("session writer failed and is reopening (%w); retry: %w", st.failed, errdefs.ErrUnavailable)})
 			return
 		}
+	}
+}
+
+// step serves the next event; it reports whether the writer is gone.
+func (l *loop) step() bool {
+	s, st := l.s, l.st
+	select {
+	case <-l.heldC:
+		st.rescueLate(true)
+		st.dropHeld()
+		l.heldC, l.heldFile = nil, nil
+	case r := <-s.reqs:
+		l.append(r)
+	case c := <-s.ctrl:
+		return l.control(c)
+	case <-l.idle.C():
+		return l.idleTick()
+	case l.slot <- struct{}{}:
+		l.slot = nil
+		return l.withSlot()
+	case <-s.stopCh:
+		select {
+		case <-s.abortCh: // abort wins: the time for a clean stop is over
+		default:
+			l.stop()
+		}
+		s.exit(st, errShutdown)
+		return true
+	case <-s.abortCh:
+		s.exit(st, errShutdown)
+		return true
+	}
+	return false
+}
+
+func (l *loop) append(r *appendReq) {
+	s, st := l.s, l.st
+	s.enter(serving)
+	st.commit(s.group(r))
+	s.hasContent.Store(st.exists())
+	l.rh.append(l.env.clock.Now())
+	l.touch()
+	// Appended to again: not idle any more, the next tick decides
+	// anew. (A control request keeps the wait: idleWork checks
+	// again what is due once it has the slot.)
+	l.slot = nil
+}
+
+// control runs control request c; it reports whether the writer retired.
+func (l *loop) control(c *ctrlReq) bool {
+	s, st := l.s, l.st
+	s.took(&c.reply)
+	opened := s.phase == fresh
+	s.enter(serving)
+	c.err = c.op(st)
+	s.hasContent.Store(st.exists())
+	l.touch()
+	// Retired before the answer: the caller finds it gone.
+	gone := s.retireAfter(st, c, opened)
+	close(c.done)
+	return gone
+}
+
+func (l *loop) touch() {
+	l.lastActive = l.env.clock.Now()
+	l.idle.Reset(l.rh.idleDelay(l.env.idleCompact))
+}
+
+// idleFor is how long the writer has gone without activity.
+func (l *loop) idleFor() time.Duration { return clock.Since(l.env.clock, l.lastActive) }
+
+// idleTick is the idle timer's turn: the replaced file goes, the idle
+// compaction runs or waits for a slot, and the writer retires when it has
+// been idle long enough. It reports whether the writer retired.
+func (l *loop) idleTick() bool {
+	st := l.st
+	// The file the last compaction replaced is let go now, its late
+	// lines rescued first (foreign.go).
+	st.rescueLate(true)
+	st.dropHeld()
+	retireDue := l.idleFor() >= l.env.idleRetire
+	switch {
+	case st.failed != nil:
+	case st.idleDue() || retireDue && len(st.pending) > 0:
+		select {
+		case st.compactSlots <- struct{}{}:
+			l.slot = nil // an earlier tick's wait is answered too
+			if l.withSlot() {
+				return true
+			}
+		default:
+			l.slot = st.compactSlots // withSlot runs once one is free
+		}
+	case retireDue:
+		if l.s.retire(st) {
+			return true
+		}
+	}
+	wait := l.env.idleRetire - l.idleFor()
+	if d := l.rh.idleDelay(l.env.idleCompact); wait < d {
+		wait = d
+	}
+	l.idle.Reset(wait)
+	return false
+}
+
+// withSlot runs idleWork with the slot just taken, then gives it back.
+func (l *loop) withSlot() bool {
+	st := l.st
+	st.slotHeld = true
+	defer func() {
+		st.slotHeld = false
+		<-st.compactSlots
+	}()
+	return l.idleWork()
+}
+
+// idleWork is the idle tick's compaction and retirement, run with a slot
+// held; it reports whether the writer retired.
+func (l *loop) idleWork() bool {
+	st := l.st
+	if st.failed == nil && st.idleDue() {
+		if err := st.compact("idle"); err != nil {
+			st.log.Warn("idle compaction failed", zap.Error(err))
+		}
+	}
+	if l.idleFor() >= l.env.idleRetire && st.failed == nil {
+		// Whatever the idle rule left pending goes into the file now:
+		// once the writer is gone nothing would move it there until the
+		// session is written again (official readers would see a stale
+		// file for good). One rewrite per retirement bounds what this
+		// costs.
+		if len(st.pending) > 0 {
+			if err := st.compact("retire"); err != nil {
+				st.log.Warn("compaction before retiring failed; the journal keeps the entries", zap.Error(err))
+			}
+		}
+		return l.s.retire(st)
+	}
+	return false
+}
+
+// watchHeld (re)arms heldC when a compaction replaced the canonical file
+// since the last turn, and disarms it once the replaced file is gone.
+func (l *loop) watchHeld() {
+	st := l.st
+	switch {
+	case st.held == l.heldFile:
+	case st.held == nil:
+		l.heldT.Stop()
+		l.heldC, l.heldFile = nil, nil
+	case l.heldT == nil:
+		l.heldT = l.env.clock.NewTimer(heldGrace)
+		l.heldC, l.heldFile = l.heldT.C(), st.held
+	default:
+		l.heldT.Stop()
+		l.heldT.Reset(heldGrace)
+		l.heldC, l.heldFile = l.heldT.C(), st.held
+	}
+}
+
+// stop is the clean stop (Close, delete, restore): serve what is queued,
+// then compact, so that the journal can go.
+func (l *loop) stop() {
+	s, st := l.s, l.st
+	s.enter(stopping)
+	s.drain(st)
+	if st.failed != nil {
+		return
+	}
+	if err := st.compact("shutdown"); errors.Is(err, errCompactAborted) {
+		st.log.Debug("the time to stop ran out before this session's compaction; the journal keeps the entries for the next start")
+	} else if err != nil {
+		st.log.Error("shutdown compaction failed; the journal keeps the entries for the next start", zap.Error(err))
+	} else {
+		st.dropEmptyJournal()
 	}
 }
 
@@ -413,7 +490,7 @@ const heldGrace = 200 * time.Millisecond
 // for it: the next request opens a new one from disk. It reports whether
 // the writer is gone.
 func (s *session) retire(st *state) bool {
-	if st.failed != nil || !s.m.tryRemove(s, false) {
+	if st.failed != nil || !s.env.reg.tryRemove(s, false) {
 		return false
 	}
 	s.enter(retiring)
@@ -437,7 +514,7 @@ func (s *session) retireAfter(st *state, c *ctrlReq, opened bool) bool {
 	case retireIfDone:
 		return c.err == nil && len(st.pending) == 0 && s.retire(st)
 	case retireIfOpened:
-		if !opened || st.failed != nil || s.m.inUse(s) {
+		if !opened || st.failed != nil || s.env.reg.inUse(s) {
 			return false
 		}
 		st.rescueLate(true)
@@ -461,7 +538,7 @@ func (s *session) retireAfter(st *state, c *ctrlReq, opened bool) bool {
 // could never again find itself unreferenced.
 func (s *session) took(r *reply) {
 	if r.passRef {
-		s.m.release(s)
+		s.env.reg.release(s)
 	}
 }
 
@@ -469,7 +546,7 @@ func (s *session) took(r *reply) {
 func (s *session) group(first *appendReq) []*appendReq {
 	g := []*appendReq{first}
 	total := first.bytes
-	for total < s.m.cfg.MaxGroupBytes {
+	for total < s.env.maxGroupBytes {
 		select {
 		case r := <-s.reqs:
 			g = append(g, r)
@@ -509,7 +586,7 @@ func (s *session) exit(st *state, err error) {
 	// that failed tells the journal store where to cut it back to for the new
 	// writer.
 	st.closeFiles()
-	s.m.tryRemove(s, true)
+	s.env.reg.tryRemove(s, true)
 	s.enter(closing)
 	// Wake followers now: they move on to a fresh writer.
 	st.notifyChange()
@@ -518,7 +595,7 @@ func (s *session) exit(st *state, err error) {
 	// hands its reference on with the request, dropped as it is taken).
 	// So once the references are gone, what is queued is all there will
 	// ever be.
-	unref := s.m.whenUnreferenced(s)
+	unref := s.env.reg.whenUnreferenced(s)
 	for done := false; !done; {
 		select {
 		case r := <-s.reqs:

@@ -56,9 +56,7 @@ func settled(t *testing.T, m *Manager, k layout.Key) *session {
 	if err := m.do(context.Background(), k, func(*state) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s := m.sessions[k]
+	s := m.reg.lookup(k)
 	if s == nil {
 		t.Fatalf("no writer of %s", k)
 	}

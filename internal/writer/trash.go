@@ -37,14 +37,9 @@ type trashSessions struct{ m *Manager }
 // new one meanwhile.
 func (h trashSessions) StopFamily(k layout.Key) error {
 	m := h.m
-	m.mu.Lock()
-	var open []*session
-	for key, s := range m.sessions {
-		if key.ProjectKey == k.ProjectKey && key.SessionID == k.SessionID {
-			open = append(open, s)
-		}
-	}
-	m.mu.Unlock()
+	open := m.reg.live(func(key layout.Key) bool {
+		return key.ProjectKey == k.ProjectKey && key.SessionID == k.SessionID
+	})
 	// Writers of the family finish what is queued, compact and exit.
 	for _, s := range open {
 		s.stop()
