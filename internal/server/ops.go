@@ -10,17 +10,17 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/api/proto/sessiond/v1"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/repair"
 	"github.com/sessiond/sessiond/internal/transcript"
 	"github.com/sessiond/sessiond/internal/transcript/damage"
 	"github.com/sessiond/sessiond/internal/trash"
-	"github.com/sessiond/sessiond/internal/writer"
 )
 
 // Check implements sessiond.v1.Sessiond: each transcript's result is sent
 // as soon as it is checked, its problems in pages.
 func (s *Server) Check(req *sessiondv1.CheckRequest, stream grpc.ServerStreamingServer[sessiondv1.CheckResponse]) error {
 	ctx := stream.Context()
-	send := func(r writer.CheckResult) error { return s.sendCheck(stream, r) }
+	send := func(r repair.CheckResult) error { return s.sendCheck(stream, r) }
 	if req.GetAll() {
 		pk, _, err := projectOf(req.GetSession().GetProject())
 		if err != nil {
@@ -30,13 +30,13 @@ func (s *Server) Check(req *sessiondv1.CheckRequest, stream grpc.ServerStreaming
 		if err != nil {
 			return err
 		}
-		return s.m.CheckAll(ctx, keys, send)
+		return s.m.Repairs().CheckAll(ctx, keys, send)
 	}
 	k, err := s.resolve(req.GetSession(), false)
 	if err != nil {
 		return err
 	}
-	r, err := s.m.Check(ctx, k)
+	r, err := s.m.Repairs().Check(ctx, k)
 	if err != nil {
 		return err
 	}
@@ -45,7 +45,7 @@ func (s *Server) Check(req *sessiondv1.CheckRequest, stream grpc.ServerStreaming
 
 // sendCheck sends one transcript's result: its counts and verdict in the
 // first message, its problems in as many as they need.
-func (s *Server) sendCheck(stream grpc.ServerStreamingServer[sessiondv1.CheckResponse], r writer.CheckResult) error {
+func (s *Server) sendCheck(stream grpc.ServerStreamingServer[sessiondv1.CheckResponse], r repair.CheckResult) error {
 	rep := r.Report
 	session := s.resolved(r.Key)
 	msg := &sessiondv1.CheckResponse{Session: session, Lines: uint64(rep.Lines), Entries: uint64(rep.Entries),
@@ -73,7 +73,7 @@ func (s *Server) Repair(req *sessiondv1.RepairRequest, stream grpc.ServerStreami
 	if err != nil {
 		return err
 	}
-	o, err := s.m.Repair(ctx, k, req.GetDryRun())
+	o, err := s.m.Repairs().Repair(ctx, k, req.GetDryRun())
 	if err != nil {
 		return err
 	}
@@ -148,7 +148,7 @@ func (s *Server) Fork(ctx context.Context, req *sessiondv1.ForkRequest) (*sessio
 		}
 		id = target.SessionID
 	}
-	o, err := s.m.Fork(ctx, k, req.GetUpToUuid(), req.GetTitle(), id)
+	o, err := s.m.Repairs().Fork(ctx, k, req.GetUpToUuid(), req.GetTitle(), id)
 	if err != nil {
 		return nil, err
 	}

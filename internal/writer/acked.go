@@ -1,9 +1,7 @@
 package writer
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -15,7 +13,6 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/ledger"
-	"github.com/sessiond/sessiond/internal/transcript/damage"
 )
 
 // The writer's side of the ledger of acknowledged entries (package
@@ -113,17 +110,4 @@ func (st *state) putbackTemp(p *ledger.Plan, src fsys.File, size int64) (fsys.Fi
 		return nil, "", 0, fmt.Errorf("repair %s: %w", st.key, errdefs.FromIO(err))
 	}
 	return f, path, fi.Size(), nil
-}
-
-// checkOriginal is Check of the file as it was before repair (Repair
-// itself checks what it reads: the file with the entries put back).
-func checkOriginal(ctx context.Context, src io.ReaderAt, size int64, sid string) (*damage.Report, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	rep, err := damage.Check(io.NewSectionReader(src, 0, size), damage.CheckOptions{SessionID: sid})
-	if err != nil {
-		return nil, errdefs.FromIO(err)
-	}
-	return rep, nil
 }

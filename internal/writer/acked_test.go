@@ -82,7 +82,7 @@ func (e *env) rewrite(k layout.Key, lines []string) {
 // whether the check was clean.
 func ackFinding(t *testing.T, m *Manager, k layout.Key) (*damage.Problem, bool) {
 	t.Helper()
-	res, err := m.Check(bg, k)
+	res, err := m.Repairs().Check(bg, k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestForeignTruncatingRewrite(t *testing.T) {
 		t.Fatalf("Stats().Missing = %+v, want %s with %d", ms, k, len(wantIDs))
 	}
 
-	out, err := m.Repair(bg, k, false)
+	out, err := m.Repairs().Repair(bg, k, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestForeignTruncatingRewrite(t *testing.T) {
 		t.Fatalf("Stats().Missing after repair: %+v", ms)
 	}
 	// Again: nothing to do, nothing doubled.
-	if out, err := m.Repair(bg, k, false); err != nil || out.Result.Changed {
+	if out, err := m.Repairs().Repair(bg, k, false); err != nil || out.Result.Changed {
 		t.Fatalf("second repair: %v, changed %v", err, out.Result.Changed)
 	}
 }
@@ -213,7 +213,7 @@ func TestForeignRewriteKeepsPending(t *testing.T) {
 	if ms := m.Stats().Missing; len(ms) != 1 || ms[0].Count != 4 {
 		t.Fatalf("Stats().Missing after the compaction = %+v, want 4 of %s", ms, k)
 	}
-	if _, err := m.Repair(bg, k, false); err != nil {
+	if _, err := m.Repairs().Repair(bg, k, false); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := e.canonicalLines(k), append(append([]string(nil), a...), b...); !slices.Equal(got, want) {
@@ -254,7 +254,7 @@ func TestAcknowledgedMissingFoundAtOpen(t *testing.T) {
 	if ms := m.Stats().Missing; len(ms) != 1 || ms[0].Count != 5 {
 		t.Fatalf("after a restart Stats().Missing = %+v, want the finding kept", ms)
 	}
-	if _, err := m.Repair(bg, k, false); err != nil {
+	if _, err := m.Repairs().Repair(bg, k, false); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.canonicalLines(k); !slices.Equal(got, acked) {
@@ -305,7 +305,7 @@ func TestAcknowledgedMissingAfterRetention(t *testing.T) {
 	if p == nil || clean || len(p.IDs) != 8 || !strings.Contains(p.Message, "cannot bring them back") {
 		t.Fatalf("check past the retention: %+v, clean %v; want 8 missing that repair cannot bring back", p, clean)
 	}
-	if _, err := m.Repair(bg, k, false); err != nil {
+	if _, err := m.Repairs().Repair(bg, k, false); err != nil {
 		t.Fatal(err)
 	}
 	if p, _ := ackFinding(t, m, k); p == nil || len(p.IDs) != 8 {
@@ -345,7 +345,7 @@ func TestLedgerCountsEachEntryOnce(t *testing.T) {
 	if p, _ := ackFinding(t, m, k); p == nil || len(p.IDs) != 1 {
 		t.Fatalf("one of two identical acknowledged lines dropped: finding %+v, want 1 missing", p)
 	}
-	if _, err := m.Repair(bg, k, false); err != nil {
+	if _, err := m.Repairs().Repair(bg, k, false); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.canonicalLines(k); !slices.Equal(got, []string{tag, tag}) {

@@ -262,14 +262,14 @@ func TestDiskErrorsKeepTheirKind(t *testing.T) {
 	}
 	isTmp := func(p string) bool { return strings.HasSuffix(p, ".tmp") }
 	ff.Inject(fstest.Fault{Op: fstest.OpWrite, Path: isTmp, Err: syscall.ENOSPC})
-	if _, err := m.Fork(bg, kSrc, "", "", kFork.SessionID); !errors.Is(err, errdefs.ErrNoSpace) {
+	if _, err := m.Repairs().Fork(bg, kSrc, "", "", kFork.SessionID); !errors.Is(err, errdefs.ErrNoSpace) {
 		t.Errorf("fork onto a full disk: %v, want no space", err)
 	}
 	ff.Clear()
 	ff.CountReads(true)
 	canon := func(p string) bool { return p == crashLayout.TranscriptPath(kSrc) }
 	ff.Inject(fstest.Fault{Op: fstest.OpRead, Path: canon, Err: syscall.EIO})
-	if _, err := m.Fork(bg, kSrc, "", "", "6a4c8e2a-0000-4000-8000-000000000009"); !errors.Is(err, errdefs.ErrIO) {
+	if _, err := m.Repairs().Fork(bg, kSrc, "", "", "6a4c8e2a-0000-4000-8000-000000000009"); !errors.Is(err, errdefs.ErrIO) {
 		t.Errorf("fork of an unreadable source: %v, want i/o error", err)
 	}
 	ff.Clear()

@@ -46,7 +46,9 @@
 //     (catalog.Writers).
 //   - metadata.go: titles, tags, archive marks and a subagent's
 //     .meta.json, written on the session's writer through package sidecar.
-//   - repair.go: Check, Repair and Fork, handed to package transcript.
+//   - repair.go: what package repair (Check, Repair, Fork) works
+//     through: a session's writer, and the durable replacement of its
+//     canonical file.
 //   - trash.go: what the trash (package trash: Delete, Restore, the
 //     trash's listing and purge) needs of the writers: stopping a
 //     session's writers, compacting what they logged.

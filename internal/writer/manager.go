@@ -16,6 +16,7 @@ import (
 	"github.com/sessiond/sessiond/internal/ledger"
 	"github.com/sessiond/sessiond/internal/owner"
 	"github.com/sessiond/sessiond/internal/progress"
+	"github.com/sessiond/sessiond/internal/repair"
 	"github.com/sessiond/sessiond/internal/space"
 	"github.com/sessiond/sessiond/internal/trash"
 )
@@ -68,6 +69,10 @@ type Manager struct {
 
 	// reg keeps the live session writers.
 	reg *registry
+
+	// repairs checks, repairs and forks transcripts (package repair).
+	repairs *repair.Service
+
 	// trash takes deleted sessions; it says which sessions may take a
 	// writer (Admit).
 	trash *trash.Trash
@@ -131,6 +136,7 @@ func newManager(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m.logs = logs
+	m.repairs = newRepairs(m)
 	m.space.Start(logs.jr, compactor(func(k layout.Key) error {
 		_, err := m.flush(context.Background(), k, retireIfOpened, "retry")
 		return err

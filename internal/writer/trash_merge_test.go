@@ -345,7 +345,7 @@ func TestRewriteKeepsModeAndOwner(t *testing.T) {
 	}
 	f.WriteString(`{"type":"user","uu`)
 	f.Close()
-	if o, err := m.Repair(bg, k, false); err != nil || !o.Result.Changed {
+	if o, err := m.Repairs().Repair(bg, k, false); err != nil || !o.Result.Changed {
 		t.Fatalf("repair: %+v %v", o, err)
 	}
 	check("repair")

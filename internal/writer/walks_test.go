@@ -21,6 +21,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/repair"
 )
 
 // TestInfoCountsPending: the listing entry says how many entries wait in
@@ -139,7 +140,7 @@ func TestListingRetiresWritersItOpens(t *testing.T) {
 		}},
 		{"FlushAll", func(m *Manager, _ []layout.Key) error { _, err := m.FlushAll(bg); return err }},
 		{"CheckAll", func(m *Manager, _ []layout.Key) error {
-			return checkAll(m, project, func(CheckResult) error { return nil })
+			return checkAll(m, project, func(repair.CheckResult) error { return nil })
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -285,8 +286,8 @@ func TestListingDropsEmptyLeftBehindJournals(t *testing.T) {
 					t.Fatalf("FlushAll: %v, %v; want nothing flushed", res, err)
 				}
 			case "CheckAll":
-				var res []CheckResult
-				err := checkAll(m, project, func(r CheckResult) error { res = append(res, r); return nil })
+				var res []repair.CheckResult
+				err := checkAll(m, project, func(r repair.CheckResult) error { res = append(res, r); return nil })
 				if err != nil || len(res) != 0 {
 					t.Fatalf("CheckAll: %v, %v; want nothing checked", res, err)
 				}
@@ -386,10 +387,10 @@ func catalogOf(m *Manager) *catalog.Catalog {
 
 // checkAll is CheckAll over every transcript of project, as the server
 // runs it.
-func checkAll(m *Manager, project string, fn func(CheckResult) error) error {
+func checkAll(m *Manager, project string, fn func(repair.CheckResult) error) error {
 	keys, err := catalogOf(m).AllKeys(project, true)
 	if err != nil {
 		return err
 	}
-	return m.CheckAll(bg, keys, fn)
+	return m.Repairs().CheckAll(bg, keys, fn)
 }

@@ -58,19 +58,19 @@ func wlForeignRewrite() *workload {
 			w.append(1, kBy, line(kBy, w.id(), "by1"))
 			w.foreignSave(kRewrite, 2, line(kRewrite, w.id(), "the other program's"))
 			w.append(0, kRewrite, line(kRewrite, w.id(), "r6"))
-			if w.do("repair", func() error { _, err := w.m.Repair(w.ctx, kRewrite, false); return err }) == nil {
+			if w.do("repair", func() error { _, err := w.m.Repairs().Repair(w.ctx, kRewrite, false); return err }) == nil {
 				w.setFlag("repaired")
 			}
 			w.flush(kRewrite)
 		},
 		settle: func(w *world, m *Manager) []string {
-			if _, err := m.Repair(w.ctx, kRewrite, false); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			if _, err := m.Repairs().Repair(w.ctx, kRewrite, false); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 				return []string{fmt.Sprintf("repair after recovery: %v", err)}
 			}
 			return nil
 		},
 		heal: func(w *world) []string {
-			if _, err := w.m.Repair(w.ctx, kRewrite, false); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			if _, err := w.m.Repairs().Repair(w.ctx, kRewrite, false); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 				return []string{fmt.Sprintf("retried repair: %v", err)}
 			}
 			return nil
@@ -81,7 +81,7 @@ func wlForeignRewrite() *workload {
 			if _, err := m.Recover(w.ctx); err != nil {
 				return []string{fmt.Sprintf("foreign-rewrite check: recover: %v", err)}
 			}
-			res, err := m.Check(w.ctx, kRewrite)
+			res, err := m.Repairs().Check(w.ctx, kRewrite)
 			if errors.Is(err, errdefs.ErrNotFound) && !w.hasAcked(kRewrite) {
 				return nil
 			}
@@ -303,7 +303,7 @@ func wlFork() *workload {
 				w.facts["fork min"], w.facts["fork max"] = n, n
 			}
 			err := w.do("fork", func() error {
-				_, err := w.m.Fork(w.ctx, kSrc, "", "", kFork.SessionID)
+				_, err := w.m.Repairs().Fork(w.ctx, kSrc, "", "", kFork.SessionID)
 				return err
 			})
 			if err == nil {
@@ -410,7 +410,7 @@ func wlRepair() *workload {
 			w.append(0, kRepair, r1)
 			w.append(1, kBy, line(kBy, w.id(), "by1"))
 			err := w.do("repair", func() error {
-				_, err := w.m.Repair(w.ctx, kRepair, false)
+				_, err := w.m.Repairs().Repair(w.ctx, kRepair, false)
 				return err
 			})
 			if err == nil {
