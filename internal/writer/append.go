@@ -69,7 +69,7 @@ func (m *Manager) AppendBatch(ctx context.Context, key layout.Key, raw [][]byte,
 		entries[i] = e
 		total += len(e.Line) + 1
 	}
-	checked := m.pathChecked(key)
+	checked := m.reg.pathChecked(key)
 	if !checked {
 		if err := m.cfg.Layout.CheckOnDisk(key); err != nil {
 			return nil, err
@@ -98,13 +98,6 @@ func (m *Manager) AppendBatch(ctx context.Context, key layout.Key, raw [][]byte,
 		return nil, err
 	}
 	return req.res, nil
-}
-
-// pathChecked reports whether key has a live writer whose paths an
-// earlier Append already checked for symbolic links.
-func (m *Manager) pathChecked(key layout.Key) bool {
-	s := m.reg.lookup(key)
-	return s != nil && s.pathChecked.Load()
 }
 
 func (st *state) addPending(p pendingEntry) {

@@ -57,9 +57,9 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 	for _, err := range m.ledger.LoadMissing() {
 		m.log.Error("a note of entries missing from a transcript could not be read; status lists them again once the transcript's writer compares it with its ledger", zap.Error(err))
 		rep.Failed = append(rep.Failed, err)
-		m.noteRecoveryError(err.Error())
+		m.health.Failed(err.Error())
 	}
-	m.sweepTemps()
+	sweepTemps(m.cfg.FS, m.cfg.Layout, m.log)
 	if r := m.logs.rec; r != nil {
 		rep.Bytes = r.Bytes
 		if r.TruncatedBytes > 0 {
@@ -72,7 +72,7 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 			msg := "the journal lost acknowledged entries (started with --accept-journal-loss): " + lost.String()
 			m.log.Error(msg)
 			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", msg, errdefs.ErrCorrupt))
-			m.noteRecoveryError(msg)
+			m.health.Failed(msg)
 		}
 		if r.AckUnreadable {
 			m.log.Error("the journal's acknowledgement record is unreadable: whether acknowledged records were lost cannot be told this time")
@@ -83,7 +83,7 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 		for _, c := range r.Corrupt {
 			m.log.Error("damaged journal segment", zap.String("what", c))
 			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", c, errdefs.ErrCorrupt))
-			m.noteRecoveryError(c)
+			m.health.Failed(c)
 		}
 		m.logs.rec = nil
 	}
@@ -95,7 +95,7 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 	}
 	for _, err := range failed {
 		rep.Failed = append(rep.Failed, err)
-		m.noteRecoveryError(err.Error())
+		m.health.Failed(err.Error())
 	}
 	if err := ctx.Err(); err != nil {
 		return rep, nil, err
@@ -193,22 +193,19 @@ func parallel(ctx context.Context, workers, n int, fn func(i int)) {
 	wg.Wait()
 }
 
-func (m *Manager) noteRecoveryError(msg string) { m.health.Failed(msg) }
-
 // sweepTemps removes the temp files a crash left in the project folders
 // and the session folders below them (compaction, repair and fork temps;
 // archive marks being replaced) and in the kept copies of repaired
 // originals. It runs first thing in Recover, which runs at start before
 // sessiond serves: no writer can be making one.
-func (m *Manager) sweepTemps() {
-	L := m.cfg.Layout
+func sweepTemps(fsy fsys.FS, L layout.Layout, log *zap.Logger) {
 	sweep := func(root string, match func(string) bool) {
-		fsys.Walk(m.cfg.FS, root, func(path string, d fs.DirEntry) error {
+		fsys.Walk(fsy, root, func(path string, d fs.DirEntry) error {
 			if !d.Type().IsRegular() || !match(d.Name()) {
 				return nil
 			}
-			if err := m.cfg.FS.Remove(path); err == nil {
-				m.log.Info("removed a temp file left by a crash", zap.String("file", path))
+			if err := fsy.Remove(path); err == nil {
+				log.Info("removed a temp file left by a crash", zap.String("file", path))
 			}
 			return nil
 		})

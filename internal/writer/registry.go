@@ -150,6 +150,13 @@ func (r *registry) lookup(key layout.Key) *session {
 	return r.sessions[key]
 }
 
+// pathChecked reports whether key has a live writer whose paths an
+// earlier Append already checked for symbolic links.
+func (r *registry) pathChecked(key layout.Key) bool {
+	s := r.lookup(key)
+	return s != nil && s.pathChecked.Load()
+}
+
 // live returns the live writers whose key match accepts (every one when
 // match is nil).
 func (r *registry) live(match func(layout.Key) bool) []*session {
