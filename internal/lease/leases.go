@@ -259,12 +259,29 @@ func (l *Leases) Fenced(k layout.Key) error {
 	return fencedError{st.fencing(fam)}
 }
 
+// Holds reports whether this machine holds key's session's lease, as far
+// as its view tells (Ensure then asks PostgreSQL nothing).
+func (l *Leases) Holds(key layout.Key) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.m[Family(key)]
+	return st != nil && st.held && !st.fenced
+}
+
 // Ensure makes sure this machine holds key's session's lease before a
 // transaction writes its rows: a session it does not hold (the catch-up
 // at start, rows of a session idle since, appends made while PostgreSQL
 // was down) is leased first, in a transaction of its own, so that Fence,
 // inside the writing transaction, sees it committed. When another
-// machine holds it, the session is fenced (ErrFenced).
+// machine holds it, the session is fenced (ErrFenced), though this one
+// never held it: the caller has something to write (lines PostgreSQL
+// lacks, a rewrite, a delete, a sidecar that differs), so the copy here
+// holds what the copy being written elsewhere does not, and the two have
+// parted ways; appends here must stop until a pull settles it. A caller
+// with nothing new to write must not call it: the mirror writes nothing,
+// and takes no lease, for a copy that is PostgreSQL's or behind it (a
+// pull's), and re-reads a cursor it did not read under the lease before
+// deciding that lines are new.
 func (l *Leases) Ensure(ctx context.Context, key layout.Key) error {
 	fam := Family(key)
 	now := l.cfg.Clock.Now()

@@ -35,7 +35,12 @@
 // transcript is replaced in one transaction: its rows and lines are
 // deleted, every current line is inserted, and the cursor starts over
 // with its generation counted up; readers see the old rows or the new,
-// never a mix. A transcript deleted here (sessionctl delete, the SDK's
+// never a mix. A transcript with fewer lines than its cursor covers,
+// which this mirror did not check here, is compared with the rows
+// instead: a copy pulled before another machine wrote more is their
+// first lines, behind and not rewritten, and nothing is written for it
+// (nor a lease taken, which would fence this machine while the other
+// holds it). A transcript deleted here (sessionctl delete, the SDK's
 // deleteSession) loses its rows and cursor; a main session's delete takes
 // its subagents' rows along, as the reference adapter's delete does. A
 // restore from the trash mirrors the transcripts it brings back (when

@@ -5,17 +5,21 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap/zaptest"
 
+	"github.com/sessiond/sessiond/internal/catalog"
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/lease"
 	"github.com/sessiond/sessiond/internal/mirror/mirrortest"
+	"github.com/sessiond/sessiond/internal/writer"
 )
 
 // leaseRow reads k's session's lease as PostgreSQL holds it.
@@ -294,4 +298,197 @@ func clockedMachines(t *testing.T, t0 time.Time, ttl time.Duration) (dsn string,
 	a.waitCaughtUp(30 * time.Second)
 	b.waitCaughtUp(30 * time.Second)
 	return dsn, ca, cb, a, b
+}
+
+// TestPulledCopyBehindWritesNothing: B pulled a session (main and
+// subagent) that A goes on writing, and B's mirror first looks at the
+// pulled copy once A's later lines are in PostgreSQL. B's copy is behind
+// PostgreSQL's, not rewritten: its mirror writes nothing, takes no lease
+// and is not fenced, so that once A lets the session go B's append takes
+// it over, brings A's later lines down first, and goes on after them.
+func TestPulledCopyBehindWritesNothing(t *testing.T) {
+	dsn := database(t)
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	a := newEnvAs(t, dsn, clk, "machine-A", time.Minute)
+	b := newEnvAs(t, dsn, clk, "machine-B", time.Minute)
+	a.waitCaughtUp(30 * time.Second)
+	b.waitCaughtUp(30 * time.Second)
+	newTestPuller(t, b)
+
+	k := newKey("")
+	sub := layout.Key{ProjectKey: k.ProjectKey, SessionID: k.SessionID, Subpath: "subagents/agent-behind"}
+	mainLines := []string{line(1, ""), line(2, "")}
+	subLines := []string{line(100, `,"sub":true`)}
+	a.append(k, mainLines...)
+	a.append(sub, subLines...)
+	a.waitCaughtUp(30 * time.Second)
+	// What B's pull read from PostgreSQL (its snapshot)...
+	remote, err := b.mr.Fetch(bg, k.ProjectKey, k.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ...then A goes on before B's mirror gets its turn at the pulled
+	// transcripts, holding the lease meanwhile.
+	mainLines = append(mainLines, line(3, ""))
+	subLines = append(subLines, line(101, `,"sub":true`))
+	a.append(k, mainLines[2])
+	a.append(sub, subLines[1])
+	a.waitCaughtUp(30 * time.Second)
+	tokenA := leaseRow(t, dsn, k).Token
+	for i := len(remote.Transcripts) - 1; i >= 0; i-- { // subagents first, as a pull writes them
+		rt := remote.Transcripts[i]
+		kk := k
+		kk.Subpath = rt.Subpath
+		if err := b.m.Import(bg, kk, rt.Lines, rt.Meta); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := b.waitCaughtUp(30 * time.Second)
+	if len(st.Fenced) != 0 || st.LastError != "" || st.RowsWritten != 0 || st.Leases != 0 {
+		t.Fatalf("B's mirror after pulling a copy that is behind: %+v; want nothing written, no lease, no fencing", st)
+	}
+	if l := leaseRow(t, dsn, k); l.Holder != "machine-A" || l.Token != tokenA {
+		t.Fatalf("lease after B's pull: %+v, want A's under token %d", l, tokenA)
+	}
+	mirrortest.SameEntries(t, "main rows after B's pull", load(t, dsn, k), mainLines)
+	mirrortest.SameEntries(t, "subagent rows after B's pull", load(t, dsn, sub), subLines)
+	if gen := generation(t, dsn, k); gen != 1 {
+		t.Fatalf("the main cursor's generation is %d after B's pull, want 1 (no rewrite)", gen)
+	}
+
+	// A goes idle and lets the session go: B's append takes it over,
+	// A's later lines first.
+	a.letGo(clk, k)
+	mine := line(4, "")
+	b.append(k, mine)
+	mainLines = append(mainLines, mine)
+	if got := b.local(k); !reflect.DeepEqual(got, mainLines) {
+		t.Fatalf("B's copy after the takeover: %q, want %q", got, mainLines)
+	}
+	if got := b.local(sub); !reflect.DeepEqual(got, subLines) {
+		t.Fatalf("B's subagent after the takeover: %q, want %q", got, subLines)
+	}
+	st = b.waitCaughtUp(30 * time.Second)
+	if len(st.Fenced) != 0 || st.LastError != "" {
+		t.Fatalf("B's mirror after the takeover: %+v", st)
+	}
+	mirrortest.SameEntries(t, "main rows after B's takeover", load(t, dsn, k), mainLines)
+	mirrortest.SameEntries(t, "subagent rows after B's takeover", load(t, dsn, sub), subLines)
+	if l := leaseRow(t, dsn, k); l.Holder != "machine-B" || l.Token <= tokenA {
+		t.Fatalf("lease after B's append: %+v, want B's above %d", l, tokenA)
+	}
+}
+
+// generation is k's cursor's generation.
+func generation(t *testing.T, dsn string, k layout.Key) int64 {
+	t.Helper()
+	c, err := pgx.Connect(bg, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(bg)
+	cur, err := loadCursor(bg, c, DefaultTable, k, false)
+	if err != nil || !cur.exists {
+		t.Fatalf("cursor of %s: %v (exists %v)", k, err, cur.exists)
+	}
+	return cur.generation
+}
+
+// TestStaleCursorPulledLinesNotNew: B's mirror holds a cursor read before
+// a pull brought later lines here, and gets its turn only once B let the
+// session go and A went on with it. The pulled lines are PostgreSQL's,
+// not new: B's mirror reads the cursor again before it would take the
+// lease (which A holds), finds its copy behind, and writes nothing: B is
+// not fenced.
+func TestStaleCursorPulledLinesNotNew(t *testing.T) {
+	dsn := database(t)
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	a := newEnvAs(t, dsn, clk, "machine-A", time.Minute)
+	// B's turns after the first wait for the pace, until the test drains.
+	b := newEnvWith(t, &env{dsn: dsn, clock: clk, machine: "machine-B", ttl: time.Minute, pace: time.Hour})
+	a.waitCaughtUp(30 * time.Second)
+	b.waitCaughtUp(30 * time.Second)
+	p := newTestPuller(t, b)
+
+	k := newKey("")
+	lines := []string{line(1, ""), line(2, "")}
+	a.append(k, lines...)
+	a.waitCaughtUp(30 * time.Second)
+	a.letGo(clk, k)
+	// B pulls the session whole; its mirror checks it at once (the first
+	// turn is not paced) and knows the cursor: 2 lines.
+	if _, err := p.Pull(bg, k.ProjectKey, k.SessionID); err != nil {
+		t.Fatal(err)
+	}
+	b.waitChecked(k, 2)
+	// A goes on and lets go; B pulls the rest (taking the lease, then
+	// letting it go), its mirror's turn held back by the pace.
+	lines = append(lines, line(3, ""))
+	a.append(k, lines[2])
+	a.waitCaughtUp(30 * time.Second)
+	a.letGo(clk, k)
+	if _, err := p.Pull(bg, k.ProjectKey, k.SessionID); err != nil {
+		t.Fatal(err)
+	}
+	b.letGo(clk, k)
+	// A goes on again, holding the lease.
+	lines = append(lines, line(4, ""))
+	a.append(k, lines[3])
+	a.waitCaughtUp(30 * time.Second)
+	tokenA := leaseRow(t, dsn, k).Token
+	// Now B's turn: line 3 is past its cursor, but not new.
+	b.drain()
+	if st := b.mr.Status(); len(st.Fenced) != 0 || st.LastError != "" || st.Leases != 0 {
+		t.Fatalf("B's mirror after its turn at pulled lines: %+v; want no lease, no fencing", st)
+	}
+	if l := leaseRow(t, dsn, k); l.Holder != "machine-A" || l.Token != tokenA {
+		t.Fatalf("lease after B's turn: %+v, want A's under token %d", l, tokenA)
+	}
+	mirrortest.SameEntries(t, "rows after B's turn", load(t, dsn, k), lines)
+	if gen := generation(t, dsn, k); gen != 1 {
+		t.Fatalf("the cursor's generation is %d, want 1 (no rewrite)", gen)
+	}
+}
+
+// newTestPuller is e's Puller, made as sessiond makes it (the pull reads
+// sidecars through the catalog), and e's leases' takeover hook.
+func newTestPuller(t *testing.T, e *env) *Puller {
+	c := e.m.Config()
+	store := struct {
+		*writer.Manager
+		*catalog.Catalog
+	}{e.m, catalog.New(catalog.Config{FS: c.FS, Layout: c.Layout, Index: c.Index}, e.m)}
+	return NewPuller(e.mr, store, e.lay, zaptest.NewLogger(t))
+}
+
+// waitChecked waits until e's mirror compared k with its cursor, and the
+// cursor covers entries lines.
+func (e *env) waitChecked(k layout.Key, entries uint64) {
+	e.t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		e.mr.mu.Lock()
+		ts := e.mr.keys[k]
+		done := ts != nil && ts.checked && !ts.busy && ts.known && ts.cur.entries == entries
+		e.mr.mu.Unlock()
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s not checked with a cursor of %d lines: %+v", k, entries, e.mr.Status())
+		}
+	}
+}
+
+// letGo has e's lease of k's session released as idle, and waits until
+// PostgreSQL has the release (the leases' own renewer, woken by the same
+// Advance, may be the one releasing it, after Renew here returned).
+func (e *env) letGo(clk *clock.Fake, k layout.Key) {
+	e.t.Helper()
+	clk.Advance(DefaultLeaseIdle + time.Second)
+	e.mr.leases.Renew(bg)
+	for deadline := time.Now().Add(20 * time.Second); leaseRow(e.t, e.dsn, k).Expires.After(clk.Now()); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s's lease of %s not released: %+v", e.machine, k, leaseRow(e.t, e.dsn, k))
+		}
+	}
 }

@@ -173,27 +173,16 @@ WHERE store_table = $1 AND project_key = $2 AND session_id = $3 ORDER BY name`, 
 // a cursor when none covers them.
 func (mr *Mirror) fetchTranscript(ctx context.Context, tx pgx.Tx, k layout.Key) (RemoteTranscript, error) {
 	table := mr.cfg.Table
-	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT t.entry::text, l.line FROM %s t
-LEFT JOIN sessiond_lines l ON l.store_table = $1 AND l.project_key = t.project_key AND l.session_id = t.session_id
-    AND l.subpath = t.subpath AND l.seq = t.seq
-WHERE t.project_key = $2 AND t.session_id = $3 AND t.subpath = $4 ORDER BY t.seq`, table),
-		table, k.ProjectKey, k.SessionID, k.Subpath)
+	rows, err := queryRemoteLines(ctx, tx, table, k)
 	if err != nil {
 		return RemoteTranscript{}, err
 	}
 	defer rows.Close()
 	rt := RemoteTranscript{Subpath: k.Subpath}
 	for rows.Next() {
-		var entry string
-		var line *string
-		if err := rows.Scan(&entry, &line); err != nil {
+		l, err := scanRemoteLine(rows, k)
+		if err != nil {
 			return RemoteTranscript{}, err
-		}
-		var l []byte
-		if line != nil {
-			l = []byte(*line)
-		} else if l, err = TypeFirst([]byte(entry)); err != nil {
-			return RemoteTranscript{}, fmt.Errorf("%s: a row's entry: %w: %w", k, err, errdefs.ErrCorrupt)
 		}
 		if k.Subpath != "" {
 			if meta, ok := transcript.AgentMetaSidecar(l); ok {
@@ -222,6 +211,35 @@ WHERE t.project_key = $2 AND t.session_id = $3 AND t.subpath = $4 ORDER BY t.seq
 		}
 	}
 	return rt, nil
+}
+
+// queryRemoteLines reads k's rows in seq order, each with its exact line
+// where sessiond_lines keeps one (scanRemoteLine makes them lines).
+func queryRemoteLines(ctx context.Context, q queryer, table string, k layout.Key) (pgx.Rows, error) {
+	return q.Query(ctx, fmt.Sprintf(`SELECT t.entry::text, l.line FROM %s t
+LEFT JOIN sessiond_lines l ON l.store_table = $1 AND l.project_key = t.project_key AND l.session_id = t.session_id
+    AND l.subpath = t.subpath AND l.seq = t.seq
+WHERE t.project_key = $2 AND t.session_id = $3 AND t.subpath = $4 ORDER BY t.seq`, table),
+		table, k.ProjectKey, k.SessionID, k.Subpath)
+}
+
+// scanRemoteLine is a row of queryRemoteLines as a pull writes it here:
+// the exact line, else the entry with "type" first (a row another
+// program wrote).
+func scanRemoteLine(rows pgx.Rows, k layout.Key) ([]byte, error) {
+	var entry string
+	var line *string
+	if err := rows.Scan(&entry, &line); err != nil {
+		return nil, err
+	}
+	if line != nil {
+		return []byte(*line), nil
+	}
+	l, err := TypeFirst([]byte(entry))
+	if err != nil {
+		return nil, fmt.Errorf("%s: a row's entry: %w: %w", k, err, errdefs.ErrCorrupt)
+	}
+	return l, nil
 }
 
 // TypeFirst turns a jsonb entry's text into a transcript line: compact,

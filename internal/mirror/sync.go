@@ -248,7 +248,7 @@ func (j *job) push(ctx context.Context) (uint64, uint64, error) {
 		return 0, 0, err
 	}
 	if total < j.cur.entries {
-		return 0, 0, errRewritten
+		return j.short(ctx)
 	}
 	if b.n > 0 {
 		if err := j.commit(ctx, b, h); err != nil {
@@ -256,6 +256,69 @@ func (j *job) push(ctx context.Context) (uint64, uint64, error) {
 		}
 	}
 	return total, lineage, nil
+}
+
+// short decides what a transcript holding fewer lines than its cursor
+// covers is. When this mirror checked the cursor's lines here (the job
+// has a lineage), the transcript lost lines since: a rewrite. Otherwise
+// the cursor was read from PostgreSQL and other machines may have moved
+// it: a copy pulled here before another machine wrote more holds the
+// first of PostgreSQL's lines and is behind, not rewritten. Taken for a
+// rewrite it would be pushed back, dropping that machine's later lines,
+// and, that machine holding the lease, this one would be fenced for a
+// copy that never parted from the fleet's. So the lines here are compared
+// with PostgreSQL's rows: when they are the first of them there is
+// nothing to write (the lineage returned is 0: the cursor's lines are not
+// checked here, and the next turn compares again). A copy cut short here
+// that no writer had open (another program's, or while sessiond was
+// down) looks the same; its rows are replaced at its next change, which
+// no longer matches them.
+func (j *job) short(ctx context.Context) (uint64, uint64, error) {
+	if j.lineage != 0 {
+		return 0, 0, errRewritten
+	}
+	mr := j.mr
+	rows, err := queryRemoteLines(ctx, mr.pool, mr.cfg.Table, j.key)
+	if err != nil {
+		return 0, 0, dbErr{err}
+	}
+	defer rows.Close()
+	first := true // the lines here are the first of the rows
+	_, total, err := mr.src.ReadLines(ctx, j.key, 0, 0, func(es []writer.Entry) error {
+		for _, e := range es {
+			if !e.Normalized && !isObject(e.Data) {
+				continue // no row (batch.add)
+			}
+			if !rows.Next() {
+				first = false
+				return errStop
+			}
+			l, err := scanRemoteLine(rows, j.key)
+			if err != nil {
+				return dbErr{err}
+			}
+			if !bytes.Equal(l, e.Data) {
+				first = false
+				return errStop
+			}
+		}
+		return nil
+	})
+	rows.Close()
+	switch {
+	case rows.Err() != nil:
+		return 0, 0, dbErr{rows.Err()}
+	case errors.Is(err, errStop):
+	case err != nil:
+		return 0, 0, err
+	case total >= j.cur.entries:
+		// Appended to meanwhile: the turn starts over.
+		return 0, 0, fmt.Errorf("%w (the transcript grew while it was compared with the rows)", errCursorMoved)
+	}
+	if !first {
+		return 0, 0, errRewritten
+	}
+	return total, 0, nil
 }
 
 // commit appends b's rows and advances the cursor over b's lines, in one
@@ -268,6 +331,17 @@ func (j *job) commit(ctx context.Context, b *batch, h chain) error {
 	next.digest, next.chain = h.digest(), h.state()
 	if next.generation == 0 {
 		next.generation = 1
+	}
+	if !mr.leases.Holds(j.key) {
+		// Taking the lease fences this machine when another holds it: the
+		// lines must be new to PostgreSQL first, not lines a pull brought
+		// here after this job's cursor was read (the cursor check in the
+		// transaction comes after the lease).
+		if c, err := loadCursor(ctx, mr.pool, mr.cfg.Table, j.key, false); err != nil {
+			return dbErr{err}
+		} else if !c.same(j.cur) {
+			return errCursorMoved
+		}
 	}
 	if err := mr.leases.Ensure(ctx, j.key); err != nil {
 		return j.dbError(err)
