@@ -22,6 +22,7 @@ import (
 	"github.com/sessiond/sessiond/internal/metrics"
 	"github.com/sessiond/sessiond/internal/mirror"
 	"github.com/sessiond/sessiond/internal/owner"
+	"github.com/sessiond/sessiond/internal/reader"
 	"github.com/sessiond/sessiond/internal/server"
 	"github.com/sessiond/sessiond/internal/socket"
 	"github.com/sessiond/sessiond/internal/writer"
@@ -288,7 +289,7 @@ func (p *process) afterOpen(ctx context.Context) error {
 		// It connects in the background (PostgreSQL may be down) and
 		// stops before the writers do. Its context is not the signal's:
 		// it drains at shutdown, then Close stops it.
-		if err := p.mir.Start(context.WithoutCancel(ctx), mirrorSource{p.m, p.cat}); err != nil {
+		if err := p.mir.Start(context.WithoutCancel(ctx), mirrorSource{reader.New(writer.NewSnapshots(p.m)), p.cat}); err != nil {
 			return fmt.Errorf("mirror: %w", err)
 		}
 	}
@@ -540,9 +541,10 @@ func newCatalog(m *writer.Manager, log *zap.Logger) *catalog.Catalog {
 	return catalog.New(catalog.Config{FS: c.FS, Layout: c.Layout, Index: c.Index, Logger: log, Progress: c.Progress}, m)
 }
 
-// mirrorSource is what the mirror reads: the transcripts from the
-// writers, which transcripts and sidecars there are from the catalog.
+// mirrorSource is what the mirror reads: the transcripts through the
+// writers' snapshots, which transcripts and sidecars there are from the
+// catalog.
 type mirrorSource struct {
-	*writer.Manager
+	*reader.Reader
 	*catalog.Catalog
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/reader"
 	"github.com/sessiond/sessiond/internal/sidecar"
 	"github.com/sessiond/sessiond/internal/writer"
 )
@@ -44,7 +45,7 @@ func CheckTable(name string) error {
 
 // Source is where the mirror reads the transcripts: the writer.Manager.
 type Source interface {
-	ReadLines(ctx context.Context, key layout.Key, from, under uint64, send func([]writer.Entry) error) (lineage, total uint64, err error)
+	ReadLines(ctx context.Context, key layout.Key, from, under uint64, send func([]reader.Entry) error) (lineage, total uint64, err error)
 	AllKeys(projectKey string, subagents bool) ([]layout.Key, error)
 	Subkeys(key layout.Key) ([]string, error)
 	// Sidecars reads a session's sidecar files (sidecar.Names).

@@ -19,6 +19,7 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/lease"
 	"github.com/sessiond/sessiond/internal/mirror/mirrortest"
+	"github.com/sessiond/sessiond/internal/reader"
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
@@ -452,13 +453,15 @@ func TestStaleCursorPulledLinesNotNew(t *testing.T) {
 }
 
 // newTestPuller is e's Puller, made as sessiond makes it (the pull reads
-// sidecars through the catalog), and e's leases' takeover hook.
+// transcripts through the reader and sidecars through the catalog), and
+// e's leases' takeover hook.
 func newTestPuller(t *testing.T, e *env) *Puller {
 	c := e.m.Config()
 	store := struct {
 		*writer.Manager
+		*reader.Reader
 		*catalog.Catalog
-	}{e.m, catalog.New(catalog.Config{FS: c.FS, Layout: c.Layout, Index: c.Index}, e.m)}
+	}{e.m, reader.New(writer.NewSnapshots(e.m)), catalog.New(catalog.Config{FS: c.FS, Layout: c.Layout, Index: c.Index}, e.m)}
 	return NewPuller(e.mr, store, e.lay, zaptest.NewLogger(t))
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/mirror/mirrortest"
 	"github.com/sessiond/sessiond/internal/pgtest"
+	"github.com/sessiond/sessiond/internal/reader"
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
@@ -120,9 +121,9 @@ func (e *env) start() {
 	c := m.Config()
 	cat := catalog.New(catalog.Config{FS: c.FS, Layout: c.Layout, Index: c.Index}, m)
 	if err := mr.Start(bg, struct {
-		*writer.Manager
+		*reader.Reader
 		*catalog.Catalog
-	}{m, cat}); err != nil {
+	}{reader.New(writer.NewSnapshots(m)), cat}); err != nil {
 		e.t.Fatal(err)
 	}
 	e.m, e.mr = m, mr
@@ -219,7 +220,7 @@ func (e *env) waitCaughtUp(within time.Duration) Status {
 func (e *env) local(k layout.Key) []string {
 	e.t.Helper()
 	var out []string
-	_, _, err := e.m.ReadLines(bg, k, 0, 0, func(es []writer.Entry) error {
+	_, _, err := reader.New(writer.NewSnapshots(e.m)).ReadLines(bg, k, 0, 0, func(es []reader.Entry) error {
 		for _, x := range es {
 			out = append(out, string(x.Data))
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/lease"
+	"github.com/sessiond/sessiond/internal/reader"
 	"github.com/sessiond/sessiond/internal/sidecar"
 	"github.com/sessiond/sessiond/internal/writer"
 )
@@ -21,7 +22,7 @@ import (
 // lack.
 type Store interface {
 	Exists(key layout.Key) (bool, error)
-	Read(ctx context.Context, key layout.Key, opt writer.ReadOptions, send func([]writer.Entry) error) error
+	Read(ctx context.Context, key layout.Key, opt reader.ReadOptions, send func([]reader.Entry) error) error
 	Import(ctx context.Context, key layout.Key, lines [][]byte, meta []byte) error
 	Append(ctx context.Context, key layout.Key, raw [][]byte) (*writer.AppendResult, error)
 	Sidecars(key layout.Key) ([]sidecar.Sidecar, error)
@@ -323,7 +324,7 @@ var errAhead = errors.New("the copy here holds lines PostgreSQL does not have ye
 func (p *Puller) compareLocal(ctx context.Context, k layout.Key, remote [][]byte) (uint64, error) {
 	var n uint64
 	var differ bool
-	err := p.store.Read(ctx, k, writer.ReadOptions{}, func(es []writer.Entry) error {
+	err := p.store.Read(ctx, k, reader.ReadOptions{}, func(es []reader.Entry) error {
 		for _, e := range es {
 			if n >= uint64(len(remote)) || !bytes.Equal(e.Data, remote[n]) {
 				differ = true

@@ -14,7 +14,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/lease"
-	"github.com/sessiond/sessiond/internal/writer"
+	"github.com/sessiond/sessiond/internal/reader"
 )
 
 var (
@@ -150,7 +150,7 @@ type batch struct {
 }
 
 // add takes the transcript's next line. normalized: sessiond's Append
-// validated it (writer.Entry.Normalized), so it is a JSON object and is
+// validated it (reader.Entry.Normalized), so it is a JSON object and is
 // not validated again.
 func (b *batch) add(line []byte, normalized bool) {
 	b.n++
@@ -218,7 +218,7 @@ func (j *job) push(ctx context.Context) (uint64, uint64, error) {
 	}
 	b := newBatch()
 	defer b.release()
-	lineage, total, err := mr.src.ReadLines(ctx, j.key, from, under, func(es []writer.Entry) error {
+	lineage, total, err := mr.src.ReadLines(ctx, j.key, from, under, func(es []reader.Entry) error {
 		for _, e := range es {
 			if e.Index < from {
 				// The lineage moved since the last turn (a writer that
@@ -284,7 +284,7 @@ func (j *job) short(ctx context.Context) (uint64, uint64, error) {
 	}
 	defer rows.Close()
 	first := true // the lines here are the first of the rows
-	_, total, err := mr.src.ReadLines(ctx, j.key, 0, 0, func(es []writer.Entry) error {
+	_, total, err := mr.src.ReadLines(ctx, j.key, 0, 0, func(es []reader.Entry) error {
 		for _, e := range es {
 			if !e.Normalized && !isObject(e.Data) {
 				continue // no row (batch.add)
@@ -498,7 +498,7 @@ func (j *job) replace(ctx context.Context) (uint64, uint64, error) {
 			b.reset()
 			return nil
 		}
-		lineage, total, err = mr.src.ReadLines(ctx, j.key, 0, 0, func(es []writer.Entry) error {
+		lineage, total, err = mr.src.ReadLines(ctx, j.key, 0, 0, func(es []reader.Entry) error {
 			for _, e := range es {
 				b.add(e.Data, e.Normalized)
 				h.add(e.Data)

@@ -29,6 +29,7 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/mirror"
 	"github.com/sessiond/sessiond/internal/rawjson"
+	"github.com/sessiond/sessiond/internal/reader"
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
@@ -54,6 +55,7 @@ type Server struct {
 	sessiondv1.UnimplementedSessiondServer
 
 	m      *writer.Manager
+	rd     *reader.Reader // reads through m's snapshots
 	cat    *catalog.Catalog
 	log    *zap.Logger
 	info   Info
@@ -79,14 +81,15 @@ func New(m *writer.Manager, log *zap.Logger, info Info) *Server {
 		c := m.Config()
 		info.Catalog = catalog.New(catalog.Config{FS: c.FS, Layout: c.Layout, Index: c.Index, Logger: log, Progress: c.Progress}, m)
 	}
-	s := &Server{m: m, cat: info.Catalog, log: log, info: info, health: health.NewServer(), streams: ctx, closeStreams: cancel, fleet: noMirror{}}
+	s := &Server{m: m, rd: reader.New(writer.NewSnapshots(m)), cat: info.Catalog, log: log, info: info, health: health.NewServer(), streams: ctx, closeStreams: cancel, fleet: noMirror{}}
 	if info.Mirror != nil {
 		// A pull reads the sidecars here through the catalog, and writes
 		// through the writers.
 		store := struct {
 			*writer.Manager
+			*reader.Reader
 			*catalog.Catalog
-		}{m, info.Catalog}
+		}{m, s.rd, info.Catalog}
 		s.fleet = mirrorFleet{mirror.NewPuller(info.Mirror, store, info.layout(), log), info.Mirror}
 	}
 	return s
@@ -493,8 +496,8 @@ func (s *Server) read(req *sessiondv1.ReadRequest, stream grpc.ServerStreamingSe
 		stop := context.AfterFunc(s.streams, cancel)
 		defer stop()
 	}
-	opt := writer.ReadOptions{From: req.GetFromIndex(), Tail: req.GetTail(), Follow: follow}
-	return s.m.Read(ctx, k, opt, func(es []writer.Entry) error {
+	opt := reader.ReadOptions{From: req.GetFromIndex(), Tail: req.GetTail(), Follow: follow}
+	return s.rd.Read(ctx, k, opt, func(es []reader.Entry) error {
 		resp := &sessiondv1.ReadResponse{Entries: make([]*sessiondv1.Entry, len(es))}
 		for i, e := range es {
 			out := &sessiondv1.Entry{Index: e.Index, Malformed: !rawjson.WellFormedObject(e.Data)}

@@ -209,7 +209,7 @@ func TestAppendGate(t *testing.T) {
 	if _, err := m.Append(bg, blocked, [][]byte{entry("b")}); !errors.Is(err, refused) {
 		t.Fatalf("append the gate refuses: %v", err)
 	}
-	if m.existsOnDisk(blocked) {
+	if !absent(m.Exists(blocked)) {
 		t.Fatalf("a refused append created the session")
 	}
 	mu.Lock()

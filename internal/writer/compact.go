@@ -40,12 +40,12 @@ func (m *Manager) flush(ctx context.Context, key layout.Key, retire retireMode, 
 	if err := key.Validate(); err != nil {
 		return res, err
 	}
-	if !m.existsOnDisk(key) {
-		return res, m.notFound(key)
+	if absent(m.Exists(key)) {
+		return res, m.NotFound(key)
 	}
 	err := m.doRetire(ctx, key, retire, func(st *state) error {
 		if !st.exists() {
-			return m.notFound(key)
+			return m.NotFound(key)
 		}
 		n := uint64(len(st.pending))
 		if err := st.compact(reason); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"sort"
 
@@ -19,33 +18,12 @@ import (
 // journal, a live writer), for themselves and for the catalog (package
 // catalog), which lists and finds sessions through these methods.
 
-// existsOnDisk reports whether key has a canonical file or a journal, so
-// reads of unknown sessions fail without starting a writer. A failed Lstat
-// says nothing about existence: then it answers yes, so the operation runs
-// and reports the disk's error instead of "not found".
-func (m *Manager) existsOnDisk(key layout.Key) bool {
-	ok, err := m.existsOnDiskErr(key)
-	return ok || err != nil
-}
-
-// NotFound is the error for a transcript that does not exist.
-func (m *Manager) NotFound(key layout.Key) error { return m.notFound(key) }
-
-// notFound is the error for a transcript that does not exist. For a
-// subagent transcript of a session that does, it says so: the user is
-// looking for a subpath, not for a missing session.
-func (m *Manager) notFound(key layout.Key) error {
-	if key.Subpath != "" && m.existsOnDisk(key.Main()) {
-		return fmt.Errorf("session %s/%s has no subagent transcript %s (sessionctl subkeys %s lists the ones it has): %w",
-			key.ProjectKey, key.SessionID, key.Subpath, key.SessionID, errdefs.ErrNotFound)
-	}
-	return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
-}
-
-// existsOnDiskErr is existsOnDisk for callers that must tell "no" from
-// "could not look": a refusal because the session exists must not be the
-// answer to a failing disk.
-func (m *Manager) existsOnDiskErr(key layout.Key) (bool, error) {
+// Exists reports whether key's transcript is here: a live writer with
+// content, entries in the journal or a canonical file, so reads of unknown
+// sessions fail without starting a writer. An error says it could not look:
+// a refusal because the session exists must not be the answer to a
+// failing disk.
+func (m *Manager) Exists(key layout.Key) (bool, error) {
 	s := m.reg.lookup(key)
 	if s != nil && s.hasContent.Load() {
 		return true, nil
@@ -70,7 +48,21 @@ func (m *Manager) existsOnDiskErr(key layout.Key) (bool, error) {
 	return false, nil
 }
 
-// walk visits every entry below dir (not following symlinks).
+// absent takes what Exists says, for callers that only need to know
+// whether to go on: a disk that cannot tell counts as present, so that the
+// operation runs and reports the disk's error instead of "not found".
+func absent(ok bool, err error) bool { return !ok && err == nil }
+
+// NotFound is the error for a transcript that does not exist. For a
+// subagent transcript of a session that does, it says so: the user is
+// looking for a subpath, not for a missing session.
+func (m *Manager) NotFound(key layout.Key) error {
+	if key.Subpath != "" && !absent(m.Exists(key.Main())) {
+		return fmt.Errorf("session %s/%s has no subagent transcript %s (sessionctl subkeys %s lists the ones it has): %w",
+			key.ProjectKey, key.SessionID, key.Subpath, key.SessionID, errdefs.ErrNotFound)
+	}
+	return fmt.Errorf("session %s: %w", key, errdefs.ErrNotFound)
+}
 
 // WriterKeys lists the open sessions and every session with entries in
 // the journal, sorted by name.
@@ -102,7 +94,7 @@ func (m *Manager) Publish(ctx context.Context, key layout.Key) (bool, error) {
 	}
 	err := m.doRetire(ctx, key, retireIfOpened, func(st *state) error {
 		if !st.exists() {
-			return m.notFound(key)
+			return m.NotFound(key)
 		}
 		st.publish()
 		return nil
@@ -110,16 +102,9 @@ func (m *Manager) Publish(ctx context.Context, key layout.Key) (bool, error) {
 	return err == nil, err
 }
 
-// View calls fn with a reader over key's whole content (see view).
-func (m *Manager) View(ctx context.Context, key layout.Key, fn func(r io.Reader, pending int) error) error {
-	return m.view(ctx, key, fn)
-}
-
-// Stamp is the stat stamp of key's files and their newest mtime (ms).
-func (m *Manager) Stamp(key layout.Key) (index.Stamp, int64) { return m.stamp(key) }
-
-// stamp reads the stat stamp of key's files and the newest mtime.
-func (d *deps) stamp(key layout.Key) (index.Stamp, int64) {
+// Stamp is the stat stamp of key's files (transcript and journal) and
+// their newest mtime (ms).
+func (d *deps) Stamp(key layout.Key) (index.Stamp, int64) {
 	var st index.Stamp
 	var mod int64
 	if fi, err := d.cfg.FS.Lstat(d.cfg.Layout.TranscriptPath(key)); err == nil {

@@ -26,7 +26,7 @@ func (m *Manager) Import(ctx context.Context, key layout.Key, lines [][]byte, me
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	if ok, err := m.existsOnDiskErr(key); err != nil {
+	if ok, err := m.Exists(key); err != nil {
 		return err
 	} else if ok {
 		return fmt.Errorf("session %s already exists here; an import never overwrites: %w", key, errdefs.ErrAlreadyExists)
@@ -95,7 +95,3 @@ func (st *state) createCanon(what string, write func(io.Writer) error) error {
 	}
 	return st.reload()
 }
-
-// Exists reports whether key's transcript is here (on disk or in the
-// journal), telling "no" from "could not look".
-func (m *Manager) Exists(key layout.Key) (bool, error) { return m.existsOnDiskErr(key) }

@@ -50,8 +50,8 @@ func (m *Manager) AppendMetadata(ctx context.Context, key layout.Key, line []byt
 		// main transcript only: in a subagent's it would change nothing.
 		return fmt.Errorf("a title or tag applies to a whole session, not to the subagent transcript %s: %w", key.Subpath, errdefs.ErrInvalidArgument)
 	}
-	if !m.existsOnDisk(key) {
-		return m.notFound(key)
+	if absent(m.Exists(key)) {
+		return m.NotFound(key)
 	}
 	_, err := m.Append(ctx, key, [][]byte{line})
 	return err
@@ -63,8 +63,8 @@ func (m *Manager) SetArchived(ctx context.Context, key layout.Key, archived bool
 	if key.Subpath != "" {
 		return fmt.Errorf("archive applies to a whole session, not to the subagent transcript %s: %w", key.Subpath, errdefs.ErrInvalidArgument)
 	}
-	if !m.existsOnDisk(key) {
-		return m.notFound(key)
+	if absent(m.Exists(key)) {
+		return m.NotFound(key)
 	}
 	if g := m.cfg.AppendGate; g != nil {
 		// One writer per session across machines: the mark is mirrored
@@ -89,8 +89,8 @@ func (m *Manager) WriteSidecar(ctx context.Context, key layout.Key, name string,
 		return fmt.Errorf("sidecar %s of %s: %d bytes, over %d: %w", name, key, len(body), sidecar.MaxBytes, errdefs.ErrInvalidArgument)
 	}
 	key = key.Main()
-	if !m.existsOnDisk(key) {
-		return m.notFound(key)
+	if absent(m.Exists(key)) {
+		return m.NotFound(key)
 	}
 	return m.do(ctx, key, func(st *state) error { return m.writeSidecarLocked(st, name, body) })
 }

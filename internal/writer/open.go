@@ -301,7 +301,7 @@ func (st *state) scanCanonicalPromising(promise bool) error {
 		// Until the next append the session was last modified when its
 		// files were: a writer opened to read it must not list it as
 		// modified in 1970 (sorted last, and never what --continue picks).
-		_, st.ent.ModifiedMs = st.stamp(st.key)
+		_, st.ent.ModifiedMs = st.Stamp(st.key)
 	}
 	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -31,12 +31,12 @@ func newRepairs(m *Manager) *repair.Service {
 type repairWriters struct{ m *Manager }
 
 func (w repairWriters) View(ctx context.Context, key layout.Key, fn func(r io.Reader, pending int) error) error {
-	return w.m.view(ctx, key, fn)
+	return w.m.View(ctx, key, fn)
 }
 
-func (w repairWriters) Exists(key layout.Key) (bool, error) { return w.m.existsOnDiskErr(key) }
+func (w repairWriters) Exists(key layout.Key) (bool, error) { return w.m.Exists(key) }
 
-func (w repairWriters) NotFound(key layout.Key) error { return w.m.notFound(key) }
+func (w repairWriters) NotFound(key layout.Key) error { return w.m.NotFound(key) }
 
 func (w repairWriters) Exclusive(ctx context.Context, key layout.Key, fn func(repair.Session) error) error {
 	return w.m.do(ctx, key, func(st *state) error { return fn(repairSession{st}) })
@@ -57,8 +57,8 @@ func (r repairSession) Snapshot(fn func(io.Reader) error) error {
 	if err != nil {
 		return err
 	}
-	defer sn.close()
-	return fn(sn.reader())
+	defer sn.Close()
+	return fn(sn.Reader())
 }
 
 func (r repairSession) PlanPutback() (*ledger.Plan, error) { return r.st.planPutback() }

@@ -177,7 +177,7 @@ func (st *state) release() {
 		st.ix.Release(e)
 		return
 	}
-	e.Stamp, e.ModifiedMs = st.stamp(st.key)
+	e.Stamp, e.ModifiedMs = st.Stamp(st.key)
 	st.ix.Release(e)
 }
 

@@ -82,9 +82,9 @@ func (h trashSessions) flushLocked(key layout.Key) (FlushResult, error) {
 
 func (h trashSessions) Logged(key layout.Key) bool { return h.m.logs.exists(key) }
 
-func (h trashSessions) Exists(key layout.Key) (bool, error) { return h.m.existsOnDiskErr(key) }
+func (h trashSessions) Exists(key layout.Key) (bool, error) { return h.m.Exists(key) }
 
-func (h trashSessions) NotFound(key layout.Key) error { return h.m.notFound(key) }
+func (h trashSessions) NotFound(key layout.Key) error { return h.m.NotFound(key) }
 
 func (h trashSessions) Moved(key layout.Key, gone bool) {
 	h.m.tell(Change{Key: key, Gone: gone, Family: !gone})
