@@ -43,7 +43,8 @@ func CheckTable(name string) error {
 	return nil
 }
 
-// Source is where the mirror reads the transcripts: the writer.Manager.
+// Source is where the mirror reads the transcripts: a reader.Reader over
+// the writers, and the catalog.
 type Source interface {
 	ReadLines(ctx context.Context, key layout.Key, from, under uint64, send func([]reader.Entry) error) (lineage, total uint64, err error)
 	AllKeys(projectKey string, subagents bool) ([]layout.Key, error)

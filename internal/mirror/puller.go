@@ -18,8 +18,8 @@ import (
 )
 
 // Store is what a pull needs of the local transcripts (the writers'
-// Manager): to compare them with PostgreSQL's, and to write what they
-// lack.
+// Manager, read through a reader.Reader): to compare them with
+// PostgreSQL's, and to write what they lack.
 type Store interface {
 	Exists(key layout.Key) (bool, error)
 	Read(ctx context.Context, key layout.Key, opt reader.ReadOptions, send func([]reader.Entry) error) error

@@ -30,6 +30,7 @@ import (
 	"github.com/sessiond/sessiond/internal/mirror"
 	"github.com/sessiond/sessiond/internal/rawjson"
 	"github.com/sessiond/sessiond/internal/reader"
+	"github.com/sessiond/sessiond/internal/sessionstore"
 	"github.com/sessiond/sessiond/internal/writer"
 )
 
@@ -283,9 +284,9 @@ func (s *Server) append(ctx context.Context, req *sessiondv1.AppendRequest) (*se
 	if err := s.fleet.BeforeAppend(ctx, k); err != nil {
 		return nil, err
 	}
-	opt := writer.AppendOptions{BatchID: req.GetBatchId()}
+	opt := sessionstore.AppendOptions{BatchID: req.GetBatchId()}
 	if su := req.GetSummary(); su != nil {
-		opt.Summary = &writer.SummaryUpdate{Data: su.GetData(), ExpectedVersion: su.GetExpectedVersion(),
+		opt.Summary = &sessionstore.SummaryUpdate{Data: su.GetData(), ExpectedVersion: su.GetExpectedVersion(),
 			Covers: su.GetCoversEntries(), CheckCoverage: su.GetCheckCoverage()}
 	}
 	entries := req.GetEntries()

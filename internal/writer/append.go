@@ -11,6 +11,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/sessionstore"
 	"github.com/sessiond/sessiond/internal/transcript"
 )
 
@@ -47,16 +48,16 @@ type AppendResult struct {
 // happens here, in the caller's goroutine, so the CPU work of many callers
 // runs in parallel and the writer only deduplicates and writes.
 func (m *Manager) Append(ctx context.Context, key layout.Key, raw [][]byte) (*AppendResult, error) {
-	return m.AppendBatch(ctx, key, raw, AppendOptions{})
+	return m.AppendBatch(ctx, key, raw, sessionstore.AppendOptions{})
 }
 
 // AppendBatch is Append with the SessionStore options: a batch id that
 // makes a resent batch a no-op, and a summary replaced with the batch.
-func (m *Manager) AppendBatch(ctx context.Context, key layout.Key, raw [][]byte, opt AppendOptions) (*AppendResult, error) {
+func (m *Manager) AppendBatch(ctx context.Context, key layout.Key, raw [][]byte, opt sessionstore.AppendOptions) (*AppendResult, error) {
 	if err := key.Validate(); err != nil {
 		return nil, err
 	}
-	if err := opt.validate(key); err != nil {
+	if err := opt.Validate(key); err != nil {
 		return nil, err
 	}
 	entries := make([]transcript.Entry, len(raw))
@@ -149,7 +150,7 @@ type groupCommit struct {
 	live     []*appendReq
 	batches  [][][]byte
 	metaRecs [][]byte
-	metas    []batchMeta
+	metas    []sessionstore.BatchMeta
 	order    []entrySlot
 }
 
@@ -167,7 +168,7 @@ func (st *state) newGroupCommit() *groupCommit {
 func (g *groupCommit) admit(r *appendReq) {
 	st := g.st
 	r.res = &AppendResult{Results: make([]Result, len(r.entries))}
-	if id := r.opt.BatchID; id != "" && (g.seenBatch[id] || st.store.seen(id, g.now)) {
+	if id := r.opt.BatchID; id != "" && (g.seenBatch[id] || st.store.Seen(id, g.now)) {
 		r.res.DuplicateBatch = true
 		for ei, e := range r.entries {
 			r.res.Results[ei] = Result{Outcome: Duplicate, UUID: e.UUID, Size: len(e.Line)}
@@ -176,12 +177,12 @@ func (g *groupCommit) admit(r *appendReq) {
 		return
 	}
 	if s := r.opt.Summary; s != nil && s.ExpectedVersion != g.version {
-		r.res, r.err = nil, summaryConflict(st.key, s.ExpectedVersion, g.version)
+		r.res, r.err = nil, sessionstore.SummaryConflict(st.key, s.ExpectedVersion, g.version)
 		close(r.done)
 		return
 	}
 	if s := r.opt.Summary; s != nil && s.CheckCoverage && s.Covers != g.lines {
-		r.res, r.err = nil, coverageConflict(st.key, s.Covers, g.lines)
+		r.res, r.err = nil, sessionstore.CoverageConflict(st.key, s.Covers, g.lines)
 		close(r.done)
 		return
 	}
@@ -194,14 +195,14 @@ func (g *groupCommit) admit(r *appendReq) {
 		return
 	}
 	g.lines += uint64(len(batch))
-	m := batchMeta{BatchID: r.opt.BatchID, At: g.now.UnixMilli(), Entries: g.lines}
+	m := sessionstore.BatchMeta{BatchID: r.opt.BatchID, At: g.now.UnixMilli(), Entries: g.lines}
 	if s := r.opt.Summary; s != nil {
 		g.version++
 		m.Summary, m.SummaryVersion = s.Data, g.version
 	}
 	var rec []byte
 	if m.BatchID != "" || m.Summary != nil {
-		rec = m.encode()
+		rec = m.Encode()
 		if m.BatchID != "" {
 			g.seenBatch[m.BatchID] = true
 		}
@@ -261,7 +262,7 @@ func (st *state) logGroup(g *groupCommit) error {
 	}
 	for i, m := range g.metas {
 		if g.metaRecs[i] != nil {
-			st.store.apply(m)
+			st.store.Apply(m)
 			st.storeDirty = true
 		}
 	}

@@ -23,8 +23,8 @@
 //     canonical file's scan and the replay of its log.
 //   - append.go: the append path: validation, group commit, deduplication
 //     by uuid.
-//   - store.go: the SessionStore parts of an append (batch ids, summaries)
-//     and their sidecar.
+//   - store.go: loading, saving and replaying a session's SessionStore
+//     state (batch ids, summary: package sessionstore) on its writer.
 //   - compact.go: Flush and compaction (moving logged entries into the
 //     canonical file).
 //   - foreign.go: lines other programs append meanwhile: absorbed before
@@ -39,7 +39,9 @@
 //     user of either.
 //   - recover.go: recovery at start (Recover, CheckJournals, Replay) and
 //     the sweep of temp files a crash left.
-//   - read.go: consistent snapshots of a session, Read and Follow.
+//   - read.go: consistent snapshots of a session, taken on its writer, for
+//     package reader, which serves Read, Follow and the mirror's reads
+//     (Snapshots is its reader.Source).
 //   - exists.go: what only the writers know of a session beyond its
 //     files (a live writer, journaled entries): whether it exists, and
 //     what package catalog, which lists and finds sessions, asks of them

@@ -12,6 +12,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/sessionstore"
 )
 
 // What the writers know of a session beyond its files (entries in the
@@ -124,14 +125,14 @@ func (d *deps) Stamp(key layout.Key) (index.Stamp, int64) {
 // without a writer. A damaged sidecar reads as no summary: the writer that
 // next opens the session keeps a copy of it and starts the summary afresh.
 func (m *Manager) StoreSummary(key layout.Key) (index.StoreSummary, error) {
-	s, err := readStore(m.cfg.FS, m.cfg.Layout, key)
-	var dmg *damagedError
+	s, err := sessionstore.Read(m.cfg.FS, m.cfg.Layout, key)
+	var dmg *sessionstore.DamagedError
 	if errors.As(err, &dmg) {
 		m.log.Error("the session's store sidecar is damaged; its summary is listed empty", zap.Stringer("session", key),
-			zap.String("path", dmg.path), zap.Error(dmg.err))
+			zap.String("path", dmg.Path), zap.Error(dmg.Err))
 		return index.StoreSummary{}, nil
 	} else if err != nil {
 		return index.StoreSummary{}, err
 	}
-	return s.summary(), nil
+	return s.ListingSummary(), nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/rawjson"
+	"github.com/sessiond/sessiond/internal/sessionstore"
 )
 
 // Other programs writing the canonical file. An agent may append lines to
@@ -187,8 +188,8 @@ func (st *state) rescue(data []byte) error {
 	if len(lines) == 0 {
 		return nil
 	}
-	meta := batchMeta{Foreign: true, At: st.cfg.Clock.Now().UnixMilli()}
-	err := st.logBatches([][][]byte{lines}, [][]byte{meta.encode()}, func(i int, sp span) {
+	meta := sessionstore.BatchMeta{Foreign: true, At: st.cfg.Clock.Now().UnixMilli()}
+	err := st.logBatches([][][]byte{lines}, [][]byte{meta.Encode()}, func(i int, sp span) {
 		st.addPending(pendingEntry{span: sp, size: len(lines[i]), uuid: ids[i], foreign: true})
 		if st.ent != nil {
 			st.ent.Add(lines[i], true)

@@ -12,6 +12,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/sessionstore"
 )
 
 // This file is the writer's only user of the journal: the rest of the
@@ -149,7 +150,7 @@ func (ls *logStore) open(key layout.Key) (sessionLog, *recovered, error) {
 		foreign := false
 		if b.Meta != nil {
 			r.metas = append(r.metas, b.Meta)
-			foreign = isForeignMeta(b.Meta)
+			foreign = sessionstore.IsForeignMeta(b.Meta)
 		}
 		for _, sp := range b.Entries {
 			r.entries = append(r.entries, span{sp.Seg, sp.Off, sp.Len})

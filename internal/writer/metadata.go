@@ -75,7 +75,7 @@ func (m *Manager) SetArchived(ctx context.Context, key layout.Key, archived bool
 		}
 	}
 	body := sidecar.ArchiveBody(archived, m.cfg.Clock.Now())
-	return m.do(ctx, key, func(st *state) error { return m.writeSidecarLocked(st, sidecar.ArchiveName, body) })
+	return m.do(ctx, key, func(st *state) error { return st.writeSidecar(sidecar.ArchiveName, body) })
 }
 
 // WriteSidecar writes the session sidecar name of key's session (which
@@ -92,12 +92,12 @@ func (m *Manager) WriteSidecar(ctx context.Context, key layout.Key, name string,
 	if absent(m.Exists(key)) {
 		return m.NotFound(key)
 	}
-	return m.do(ctx, key, func(st *state) error { return m.writeSidecarLocked(st, name, body) })
+	return m.do(ctx, key, func(st *state) error { return st.writeSidecar(name, body) })
 }
 
-// writeSidecarLocked writes a sidecar of st's session, on its writer.
-func (m *Manager) writeSidecarLocked(st *state, name string, body []byte) error {
-	if err := sidecar.Write(st.fs, m.cfg.Layout.SessionDir(st.key.Main()), name, body); err != nil {
+// writeSidecar writes a sidecar of st's session, on its writer.
+func (st *state) writeSidecar(name string, body []byte) error {
+	if err := sidecar.Write(st.fs, st.cfg.Layout.SessionDir(st.key.Main()), name, body); err != nil {
 		return err
 	}
 	if name == sidecar.TitleName {
@@ -110,7 +110,7 @@ func (m *Manager) writeSidecarLocked(st *state, name string, body []byte) error 
 			st.ix.Delete(st.key.Main())
 		}
 	}
-	m.tell(Change{Key: st.key.Main(), Sidecars: true})
+	st.tell(Change{Key: st.key.Main(), Sidecars: true})
 	return nil
 }
 

@@ -14,32 +14,12 @@ import (
 //
 //   - absent (an error matching fs.ErrNotExist): the state is empty;
 //   - unreadable (any other error: descriptors ran out, the disk failed):
-//     the operation that needed the state fails with unreadable's error,
+//     the operation that needed the state fails with errdefs.Unreadable,
 //     retryably, and nothing is cached; going on as if the file were not
 //     there would serve a session with less than it had (a batch resent
 //     after its id was forgotten is stored twice);
 //   - damaged (read whole, does not decode): said at Error level, naming
 //     the file; each reader says what it keeps.
-
-// unreadable is the error of a read of sessiond's own state that failed
-// for another reason than the file's absence: ErrIO and ErrUnavailable
-// (the edge answers UNAVAILABLE, which clients retry), the cause kept in
-// the chain, so that EMFILE and ENFILE are answered RESOURCE_EXHAUSTED
-// instead, saying to raise the limit.
-func unreadable(what string, err error) error {
-	return fmt.Errorf("cannot read %s, and nothing was done without it: %w; retry: %w", what, errdefs.FromIO(err), errdefs.ErrUnavailable)
-}
-
-// damagedError is state that was read whole but does not decode.
-type damagedError struct {
-	path string
-	body []byte
-	err  error
-}
-
-func (e *damagedError) Error() string { return fmt.Sprintf("%s is damaged: %v", e.path, e.err) }
-
-func (e *damagedError) Unwrap() []error { return []error{errdefs.ErrCorrupt, e.err} }
 
 // keepDamaged copies what r reads, the bytes of the damaged state file at
 // path, into the state folder, under

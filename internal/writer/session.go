@@ -13,6 +13,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/sessionstore"
 	"github.com/sessiond/sessiond/internal/transcript"
 )
 
@@ -30,7 +31,7 @@ func newReply() reply { return reply{done: make(chan struct{})} }
 
 type appendReq struct {
 	reply
-	opt     AppendOptions
+	opt     sessionstore.AppendOptions
 	entries []transcript.Entry
 	bytes   int
 	res     *AppendResult

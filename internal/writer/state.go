@@ -14,6 +14,7 @@ import (
 	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/ledger"
+	"github.com/sessiond/sessiond/internal/sessionstore"
 	"github.com/sessiond/sessiond/internal/space"
 )
 
@@ -90,9 +91,9 @@ type state struct {
 	canonEndsNL  bool // false when the file ends in a torn line
 
 	ids          idSet
-	store        storeState // summary and recent batch ids (store.go)
-	storeDirty   bool       // store holds what its sidecar does not
-	agentMeta    []byte     // a subagent's .meta.json from its last agent_metadata entry, not yet written
+	store        sessionstore.State // summary and recent batch ids (store.go)
+	storeDirty   bool               // store holds what its sidecar does not
+	agentMeta    []byte             // a subagent's .meta.json from its last agent_metadata entry, not yet written
 	pending      []pendingEntry
 	pendingBytes int64
 

@@ -14,6 +14,14 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/sessionstore"
+)
+
+// AppendOptions and SummaryUpdate are package sessionstore's, which the
+// tests here append with.
+type (
+	AppendOptions = sessionstore.AppendOptions
+	SummaryUpdate = sessionstore.SummaryUpdate
 )
 
 func appendOpt(t *testing.T, m *Manager, k layout.Key, opt AppendOptions, lines ...string) (*AppendResult, error) {
@@ -244,36 +252,6 @@ func TestSummaryFoldsNeverLost(t *testing.T) {
 	}
 }
 
-// TestStorePrune: ids older than BatchIDMemory are forgotten, and at most
-// maxBatchIDs are kept, the newest.
-func TestStorePrune(t *testing.T) {
-	now := time.Now()
-	s := storeState{Batches: map[string]int64{
-		"old":   now.Add(-BatchIDMemory - time.Second).UnixMilli(),
-		"fresh": now.Add(-time.Minute).UnixMilli(),
-	}}
-	if !s.seen("fresh", now) || s.seen("old", now) || s.seen("never", now) {
-		t.Fatal("seen() disagrees with BatchIDMemory")
-	}
-	s.prune(now)
-	if _, ok := s.Batches["old"]; ok || len(s.Batches) != 1 {
-		t.Fatalf("after prune: %v", s.Batches)
-	}
-	for i := 0; i < maxBatchIDs+10; i++ {
-		s.Batches[fmt.Sprintf("b%05d", i)] = now.Add(time.Duration(i) * time.Millisecond).UnixMilli()
-	}
-	s.prune(now.Add(time.Second))
-	if len(s.Batches) != maxBatchIDs {
-		t.Fatalf("%d ids kept, want %d", len(s.Batches), maxBatchIDs)
-	}
-	if _, ok := s.Batches["fresh"]; ok {
-		t.Error("the oldest id survived the cap")
-	}
-	if _, ok := s.Batches[fmt.Sprintf("b%05d", maxBatchIDs+9)]; !ok {
-		t.Error("the newest id was dropped")
-	}
-}
-
 // TestSummaryStaleAfterOtherAppends: a summary is reported with the
 // session's mtime while it covers every line (so listSessions uses it
 // without reading the session), and with an older one once a line was
@@ -366,9 +344,9 @@ func TestSummaryFullOfEscapables(t *testing.T) {
 	m := newCrashManager(t, fstest.NewCrashFS(), nil)
 	defer closeManager(t, m)
 	k := fixedKey(1, "")
-	body := strings.Repeat("<&>\u2028", (MaxSummaryBytes-20)/6)
+	body := strings.Repeat("<&>\u2028", (sessionstore.MaxSummaryBytes-20)/6)
 	data := []byte(`{"firstPrompt":"` + body + `"}`)
-	if len(data) > MaxSummaryBytes {
+	if len(data) > sessionstore.MaxSummaryBytes {
 		t.Fatalf("test summary is %d bytes", len(data))
 	}
 	r, err := appendOpt(t, m, k, AppendOptions{BatchID: "b1", Summary: &SummaryUpdate{Data: data}}, `{"type":"user","uuid":"u1"}`)
@@ -421,7 +399,7 @@ func TestSummaryCoverage(t *testing.T) {
 }
 
 // TestBatchIDForgottenAfterMemory: a batch id is remembered for
-// BatchIDMemory of the writer's clock; after that a resent batch is
+// sessionstore.BatchIDMemory of the writer's clock; after that a resent batch is
 // stored again.
 func TestBatchIDForgottenAfterMemory(t *testing.T) {
 	clk := clock.NewFake(time.Now())
@@ -437,7 +415,7 @@ func TestBatchIDForgottenAfterMemory(t *testing.T) {
 		}
 	}
 	send("first", false, 1)
-	clk.Advance(BatchIDMemory - time.Second)
+	clk.Advance(sessionstore.BatchIDMemory - time.Second)
 	send("resent within the memory", true, 1)
 	clk.Advance(time.Second)
 	send("resent after the memory", false, 2)
