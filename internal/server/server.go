@@ -84,8 +84,8 @@ func New(m *writer.Manager, log *zap.Logger, info Info) *Server {
 	}
 	s := &Server{m: m, rd: reader.New(writer.NewSnapshots(m)), cat: info.Catalog, log: log, info: info, health: health.NewServer(), streams: ctx, closeStreams: cancel, fleet: noMirror{}}
 	if info.Mirror != nil {
-		// A pull reads the sidecars here through the catalog, and writes
-		// through the writers.
+		// A pull reads the transcripts here through the reader and the
+		// sidecars through the catalog, and writes through the writers.
 		store := struct {
 			*writer.Manager
 			*reader.Reader
