@@ -58,9 +58,9 @@ func TestFullDiskBallastAndCatchUp(t *testing.T) {
 	}
 	c := d.client(client.WithRetry(1, 0))
 	defer c.Close()
-	// Only a bound against a hang: the test writes and compacts some 20
-	// MiB on a small disk, which a loaded CI machine has taken over two
-	// minutes to do.
+	// Only a bound against a hang: the test writes and compacts 12 MiB
+	// of entries, and more in rewrites, on a small disk, which a loaded
+	// CI machine has taken over two minutes to do.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	st, err := c.Status(ctx)
