@@ -433,7 +433,8 @@ class SessiondStore:
             # one since, and the retry folds the whole transcript.
             request.summary.CopyFrom(pb.SummaryUpdate(
                 data=data, expected_version=base.version,
-                covers_entries=base.covered or 0, check_coverage=base.covered is not None))
+                covers_entries=base.covered or 0, check_coverage=base.covered is not None,
+                folder=SUMMARY_FOLDER))
             try:
                 response = await self._call(what, self._unary("Append", request))
             except SessiondError as exc:
@@ -517,7 +518,7 @@ class SessiondStore:
         return None
 
     async def _list_summaries(self, project_key: str, session_id: str = "") -> List[Any]:
-        request = pb.ListSummariesRequest(project_key=project_key, session_id=session_id)
+        request = pb.ListSummariesRequest(project_key=project_key, session_id=session_id, folder=SUMMARY_FOLDER)
         try:
             return await self._call(
                 "list the summaries of %s" % project_key, self._pages("ListSummaries", request, lambda r: r.summaries)
@@ -704,6 +705,11 @@ class _BatchIds:
 
 
 _MAX_SUMMARY_CONFLICTS = 100
+
+# SUMMARY_FOLDER names the Python SDK's summary format to sessiond, which
+# keeps one summary per folder: a session the TypeScript or Ruby adapter
+# also writes keeps each SDK's own, so neither refolds the other's.
+SUMMARY_FOLDER = "claude-agent-sdk-python"
 
 # Fields only the TypeScript SDK's foldSessionSummary writes (the Python one
 # spells them in snake_case). A summary holding them was folded by a

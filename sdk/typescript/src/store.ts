@@ -72,6 +72,12 @@ export interface SessiondStoreOptions {
 
 /** Most bytes of a summary the daemon accepts (SummaryUpdate.data). */
 const MAX_SUMMARY_BYTES = 32 * 1024;
+/**
+ * Names the TypeScript SDK's summary format to sessiond, which keeps one
+ * summary per folder: a session the Python or Ruby adapter also writes
+ * keeps each SDK's own, so neither refolds the other's.
+ */
+const SUMMARY_FOLDER = "claude-agent-sdk-typescript";
 /** Summary conflicts in a row after which an append gives up. */
 const MAX_SUMMARY_CONFLICTS = 20;
 
@@ -202,6 +208,7 @@ export class SessiondStore implements SessionStore {
           expectedVersion: folded.version,
           coversEntries: folded.covered ?? 0,
           checkCoverage: folded.covered !== undefined,
+          folder: SUMMARY_FOLDER,
         };
       }
       let resp: AppendResponse;
@@ -399,7 +406,7 @@ export class SessiondStore implements SessionStore {
   private async listSummaries(projectKey: string, sessionId: string): Promise<SessionSummary[]> {
     try {
       return await this.rpc({ op: "listSessionSummaries", timeoutMs: this.opts.callTimeoutMs }, (c, o) =>
-        collect(c.listSummaries({ projectKey, sessionId }, new Metadata(), o), (r: ListSummariesResponse) => r.summaries),
+        collect(c.listSummaries({ projectKey, sessionId, folder: SUMMARY_FOLDER }, new Metadata(), o), (r: ListSummariesResponse) => r.summaries),
       );
     } catch (err) {
       if (isCode(err, Status.NOT_FOUND)) return [];

@@ -378,6 +378,14 @@ type SummaryUpdate struct {
 	// and send again.
 	CoversEntries uint64 `protobuf:"varint,3,opt,name=covers_entries,json=coversEntries,proto3" json:"covers_entries,omitempty"`
 	CheckCoverage bool   `protobuf:"varint,4,opt,name=check_coverage,json=checkCoverage,proto3" json:"check_coverage,omitempty"`
+	// folder names who folded this summary, and so its format: each SDK folds
+	// its own (the TypeScript, Python and Ruby adapters send
+	// "claude-agent-sdk-typescript", "-python" and "-ruby"). A session keeps
+	// one summary per folder, each with its own version and coverage, so that
+	// a session written by two SDKs in turn never has one refold the other's
+	// summary. Empty is a folder too (clients that fold nothing of an SDK's).
+	// At most 64 bytes of [A-Za-z0-9._-]; a session keeps at most 8 folders.
+	Folder        string `protobuf:"bytes,5,opt,name=folder,proto3" json:"folder,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -438,6 +446,13 @@ func (x *SummaryUpdate) GetCheckCoverage() bool {
 		return x.CheckCoverage
 	}
 	return false
+}
+
+func (x *SummaryUpdate) GetFolder() string {
+	if x != nil {
+		return x.Folder
+	}
+	return ""
 }
 
 // One answer on an AppendStream: exactly one of response and error is set.
@@ -640,7 +655,9 @@ type AppendResponse struct {
 	// The transcript had already stored a batch with this batch_id: nothing
 	// was written now (every result is DUPLICATE).
 	DuplicateBatch bool `protobuf:"varint,4,opt,name=duplicate_batch,json=duplicateBatch,proto3" json:"duplicate_batch,omitempty"`
-	// The session's summary version after this append; 0 when it has none.
+	// The version, after this append, of the session's summary in the
+	// folder of AppendRequest.summary (the empty folder without one); 0 when
+	// it has none.
 	SummaryVersion uint64 `protobuf:"varint,5,opt,name=summary_version,json=summaryVersion,proto3" json:"summary_version,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -3965,7 +3982,9 @@ type ListSummariesRequest struct {
 	//	*ListSummariesRequest_ProjectKey
 	Project isListSummariesRequest_Project `protobuf_oneof:"project"`
 	// When set, only this session's summary.
-	SessionId     string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The folder whose summaries to return (SummaryUpdate.folder).
+	Folder        string `protobuf:"bytes,4,opt,name=folder,proto3" json:"folder,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4032,6 +4051,13 @@ func (x *ListSummariesRequest) GetSessionId() string {
 	return ""
 }
 
+func (x *ListSummariesRequest) GetFolder() string {
+	if x != nil {
+		return x.Folder
+	}
+	return ""
+}
+
 type isListSummariesRequest_Project interface {
 	isListSummariesRequest_Project()
 }
@@ -4061,6 +4087,8 @@ type SessionSummary struct {
 	// and a fold must start from the whole transcript.
 	CoversEntries uint64 `protobuf:"varint,5,opt,name=covers_entries,json=coversEntries,proto3" json:"covers_entries,omitempty"`
 	Entries       uint64 `protobuf:"varint,6,opt,name=entries,proto3" json:"entries,omitempty"`
+	// The folder the summary belongs to (ListSummariesRequest.folder).
+	Folder        string `protobuf:"bytes,7,opt,name=folder,proto3" json:"folder,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4135,6 +4163,13 @@ func (x *SessionSummary) GetEntries() uint64 {
 		return x.Entries
 	}
 	return 0
+}
+
+func (x *SessionSummary) GetFolder() string {
+	if x != nil {
+		return x.Folder
+	}
+	return ""
 }
 
 // ListSummariesResponse is one page of the summaries: at most 1,000, or
@@ -4440,12 +4475,13 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\bbatch_id\x18\x03 \x01(\tR\abatchId\x124\n" +
 	"\asummary\x18\x04 \x01(\v2\x1a.sessiond.v1.SummaryUpdateR\asummary\x12(\n" +
 	"\x10agent_config_dir\x18\x05 \x01(\tR\x0eagentConfigDir\x12!\n" +
-	"\fentries_text\x18\x06 \x03(\tR\ventriesText\"\x9c\x01\n" +
+	"\fentries_text\x18\x06 \x03(\tR\ventriesText\"\xb4\x01\n" +
 	"\rSummaryUpdate\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12)\n" +
 	"\x10expected_version\x18\x02 \x01(\x04R\x0fexpectedVersion\x12%\n" +
 	"\x0ecovers_entries\x18\x03 \x01(\x04R\rcoversEntries\x12%\n" +
-	"\x0echeck_coverage\x18\x04 \x01(\bR\rcheckCoverage\"\x7f\n" +
+	"\x0echeck_coverage\x18\x04 \x01(\bR\rcheckCoverage\x12\x16\n" +
+	"\x06folder\x18\x05 \x01(\tR\x06folder\"\x7f\n" +
 	"\x14AppendStreamResponse\x127\n" +
 	"\bresponse\x18\x01 \x01(\v2\x1b.sessiond.v1.AppendResponseR\bresponse\x12.\n" +
 	"\x05error\x18\x02 \x01(\v2\x18.sessiond.v1.AppendErrorR\x05error\"S\n" +
@@ -4728,14 +4764,15 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x12ListSubkeysRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\"/\n" +
 	"\x13ListSubkeysResponse\x12\x18\n" +
-	"\asubkeys\x18\x01 \x03(\tR\asubkeys\"w\n" +
+	"\asubkeys\x18\x01 \x03(\tR\asubkeys\"\x8f\x01\n" +
 	"\x14ListSummariesRequest\x12\x12\n" +
 	"\x03cwd\x18\x01 \x01(\tH\x00R\x03cwd\x12!\n" +
 	"\vproject_key\x18\x02 \x01(\tH\x00R\n" +
 	"projectKey\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x03 \x01(\tR\tsessionIdB\t\n" +
-	"\aproject\"\xb9\x01\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06folder\x18\x04 \x01(\tR\x06folderB\t\n" +
+	"\aproject\"\xd1\x01\n" +
 	"\x0eSessionSummary\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x19\n" +
@@ -4743,7 +4780,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\x04R\aversion\x12%\n" +
 	"\x0ecovers_entries\x18\x05 \x01(\x04R\rcoversEntries\x12\x18\n" +
-	"\aentries\x18\x06 \x01(\x04R\aentries\"R\n" +
+	"\aentries\x18\x06 \x01(\x04R\aentries\x12\x16\n" +
+	"\x06folder\x18\a \x01(\tR\x06folder\"R\n" +
 	"\x15ListSummariesResponse\x129\n" +
 	"\tsummaries\x18\x01 \x03(\v2\x1b.sessiond.v1.SessionSummaryR\tsummaries\"@\n" +
 	"\vPullRequest\x121\n" +

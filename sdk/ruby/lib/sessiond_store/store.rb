@@ -464,6 +464,10 @@ class SessiondStore
   end
 
   MAX_SUMMARY_CONFLICTS = 100
+  # SUMMARY_FOLDER names the Ruby SDK's summary format to sessiond, which
+  # keeps one summary per folder: a session the TypeScript or Python adapter
+  # also writes keeps each SDK's own, so neither refolds the other's.
+  SUMMARY_FOLDER = 'claude-agent-sdk-ruby'
   private_constant :MAX_SUMMARY_CONFLICTS
 
   def send_with_summary(what, request, entries, base)
@@ -508,7 +512,8 @@ class SessiondStore
       # one since, and the next round folds the whole transcript.
       request.summary = Sessiond::V1::SummaryUpdate.new(
         data: data, expected_version: base.version,
-        covers_entries: base.covered || 0, check_coverage: !base.covered.nil?
+        covers_entries: base.covered || 0, check_coverage: !base.covered.nil?,
+        folder: SUMMARY_FOLDER
       )
       begin
         response = call(what) { |stub, deadline| stub.append(request, deadline: deadline) }
@@ -601,7 +606,8 @@ class SessiondStore
   end
 
   def list_summaries(project_key, session_id = '')
-    request = Sessiond::V1::ListSummariesRequest.new(project_key: project_key, session_id: session_id)
+    request = Sessiond::V1::ListSummariesRequest.new(project_key: project_key, session_id: session_id,
+                                                       folder: SUMMARY_FOLDER)
     not_found_as([]) do
       call("list the summaries of #{project_key}") do |stub, deadline|
         stub.list_summaries(request, deadline: deadline).flat_map { |page| page.summaries.to_a }

@@ -32,6 +32,7 @@ Google::Protobuf::DescriptorPool.generated_pool.build do
       optional :expected_version, :uint64, 2
       optional :covers_entries, :uint64, 3
       optional :check_coverage, :bool, 4
+      optional :folder, :string, 5
     end
     add_message "sessiond.v1.AppendStreamResponse" do
       optional :response, :message, 1, "sessiond.v1.AppendResponse"
@@ -330,6 +331,7 @@ Google::Protobuf::DescriptorPool.generated_pool.build do
     end
     add_message "sessiond.v1.ListSummariesRequest" do
       optional :session_id, :string, 3
+      optional :folder, :string, 4
       oneof :project do
         optional :cwd, :string, 1
         optional :project_key, :string, 2
@@ -342,6 +344,7 @@ Google::Protobuf::DescriptorPool.generated_pool.build do
       optional :version, :uint64, 4
       optional :covers_entries, :uint64, 5
       optional :entries, :uint64, 6
+      optional :folder, :string, 7
     end
     add_message "sessiond.v1.ListSummariesResponse" do
       repeated :summaries, :message, 1, "sessiond.v1.SessionSummary"

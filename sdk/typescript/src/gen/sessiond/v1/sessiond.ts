@@ -137,6 +137,16 @@ export interface SummaryUpdate {
    */
   coversEntries: number;
   checkCoverage: boolean;
+  /**
+   * folder names who folded this summary, and so its format: each SDK folds
+   * its own (the TypeScript, Python and Ruby adapters send
+   * "claude-agent-sdk-typescript", "-python" and "-ruby"). A session keeps
+   * one summary per folder, each with its own version and coverage, so that
+   * a session written by two SDKs in turn never has one refold the other's
+   * summary. Empty is a folder too (clients that fold nothing of an SDK's).
+   * At most 64 bytes of [A-Za-z0-9._-]; a session keeps at most 8 folders.
+   */
+  folder: string;
 }
 
 /** One answer on an AppendStream: exactly one of response and error is set. */
@@ -186,7 +196,11 @@ export interface AppendResponse {
    * was written now (every result is DUPLICATE).
    */
   duplicateBatch: boolean;
-  /** The session's summary version after this append; 0 when it has none. */
+  /**
+   * The version, after this append, of the session's summary in the
+   * folder of AppendRequest.summary (the empty folder without one); 0 when
+   * it has none.
+   */
   summaryVersion: number;
 }
 
@@ -892,6 +906,8 @@ export interface ListSummariesRequest {
     | undefined;
   /** When set, only this session's summary. */
   sessionId: string;
+  /** The folder whose summaries to return (SummaryUpdate.folder). */
+  folder: string;
 }
 
 export interface SessionSummary {
@@ -908,6 +924,8 @@ export interface SessionSummary {
    */
   coversEntries: number;
   entries: number;
+  /** The folder the summary belongs to (ListSummariesRequest.folder). */
+  folder: string;
 }
 
 /**
@@ -1263,7 +1281,7 @@ export const AppendRequest: MessageFns<AppendRequest> = {
 };
 
 function createBaseSummaryUpdate(): SummaryUpdate {
-  return { data: Buffer.alloc(0), expectedVersion: 0, coversEntries: 0, checkCoverage: false };
+  return { data: Buffer.alloc(0), expectedVersion: 0, coversEntries: 0, checkCoverage: false, folder: "" };
 }
 
 export const SummaryUpdate: MessageFns<SummaryUpdate> = {
@@ -1279,6 +1297,9 @@ export const SummaryUpdate: MessageFns<SummaryUpdate> = {
     }
     if (message.checkCoverage !== false) {
       writer.uint32(32).bool(message.checkCoverage);
+    }
+    if (message.folder !== "") {
+      writer.uint32(42).string(message.folder);
     }
     return writer;
   },
@@ -1328,6 +1349,14 @@ export const SummaryUpdate: MessageFns<SummaryUpdate> = {
             message.checkCoverage = reader.bool();
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.folder = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1349,6 +1378,7 @@ export const SummaryUpdate: MessageFns<SummaryUpdate> = {
     message.expectedVersion = object.expectedVersion ?? 0;
     message.coversEntries = object.coversEntries ?? 0;
     message.checkCoverage = object.checkCoverage ?? false;
+    message.folder = object.folder ?? "";
     return message;
   },
 };
@@ -5829,7 +5859,7 @@ export const ListSubkeysResponse: MessageFns<ListSubkeysResponse> = {
 };
 
 function createBaseListSummariesRequest(): ListSummariesRequest {
-  return { cwd: undefined, projectKey: undefined, sessionId: "" };
+  return { cwd: undefined, projectKey: undefined, sessionId: "", folder: "" };
 }
 
 export const ListSummariesRequest: MessageFns<ListSummariesRequest> = {
@@ -5842,6 +5872,9 @@ export const ListSummariesRequest: MessageFns<ListSummariesRequest> = {
     }
     if (message.sessionId !== "") {
       writer.uint32(26).string(message.sessionId);
+    }
+    if (message.folder !== "") {
+      writer.uint32(34).string(message.folder);
     }
     return writer;
   },
@@ -5883,6 +5916,14 @@ export const ListSummariesRequest: MessageFns<ListSummariesRequest> = {
             message.sessionId = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.folder = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5903,12 +5944,13 @@ export const ListSummariesRequest: MessageFns<ListSummariesRequest> = {
     message.cwd = object.cwd ?? undefined;
     message.projectKey = object.projectKey ?? undefined;
     message.sessionId = object.sessionId ?? "";
+    message.folder = object.folder ?? "";
     return message;
   },
 };
 
 function createBaseSessionSummary(): SessionSummary {
-  return { sessionId: "", mtimeMs: 0, data: Buffer.alloc(0), version: 0, coversEntries: 0, entries: 0 };
+  return { sessionId: "", mtimeMs: 0, data: Buffer.alloc(0), version: 0, coversEntries: 0, entries: 0, folder: "" };
 }
 
 export const SessionSummary: MessageFns<SessionSummary> = {
@@ -5930,6 +5972,9 @@ export const SessionSummary: MessageFns<SessionSummary> = {
     }
     if (message.entries !== 0) {
       writer.uint32(48).uint64(message.entries);
+    }
+    if (message.folder !== "") {
+      writer.uint32(58).string(message.folder);
     }
     return writer;
   },
@@ -5995,6 +6040,14 @@ export const SessionSummary: MessageFns<SessionSummary> = {
             message.entries = longToNumber(reader.uint64());
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.folder = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6018,6 +6071,7 @@ export const SessionSummary: MessageFns<SessionSummary> = {
     message.version = object.version ?? 0;
     message.coversEntries = object.coversEntries ?? 0;
     message.entries = object.entries ?? 0;
+    message.folder = object.folder ?? "";
     return message;
   },
 };
