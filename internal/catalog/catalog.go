@@ -44,9 +44,9 @@ type Writers interface {
 	// Stamp is the stat stamp of key's files (transcript and journal) and
 	// their newest mtime in ms.
 	Stamp(key layout.Key) (index.Stamp, int64)
-	// StoreSummary reads key's SessionStore summary from its store
-	// sidecar (a damaged one reads as none).
-	StoreSummary(key layout.Key) (index.StoreSummary, error)
+	// StoreSummaries reads key's SessionStore summaries, by folder, from
+	// its store sidecar (a damaged one reads as none).
+	StoreSummaries(key layout.Key) (index.StoreSummaries, error)
 }
 
 // Config sets a Catalog up.

@@ -105,10 +105,13 @@ func (w *fakeWriters) Stamp(key layout.Key) (index.Stamp, int64) {
 	return index.Stamp{CanonSize: fi.Size(), CanonMtime: fi.ModTime().UnixNano()}, fi.ModTime().UnixMilli()
 }
 
-func (w *fakeWriters) StoreSummary(key layout.Key) (index.StoreSummary, error) {
+func (w *fakeWriters) StoreSummaries(key layout.Key) (index.StoreSummaries, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.stores[key], nil
+	if s, ok := w.stores[key]; ok {
+		return index.StoreSummaries{"": s}, nil
+	}
+	return nil, nil
 }
 
 func (w *fakeWriters) viewed() map[layout.Key]int {
@@ -267,7 +270,7 @@ func TestListSummaries(t *testing.T) {
 	}
 	w.stores[sessionKey(1)] = index.StoreSummary{Data: []byte(`{"a":1}`), Version: 2, MtimeMs: 10, Entries: 1}
 	w.stores[sessionKey(3)] = index.StoreSummary{Data: []byte(`{"a":3}`), Version: 1, MtimeMs: 20, Entries: 0}
-	sums, err := c.ListSummaries(bg, project, "")
+	sums, err := c.ListSummaries(bg, project, "", "")
 	if err != nil || len(sums) != 2 {
 		t.Fatalf("ListSummaries: %+v %v", sums, err)
 	}
@@ -276,10 +279,10 @@ func TestListSummaries(t *testing.T) {
 	if sums[0].Key != sessionKey(1) || sums[0].ModifiedMs != now.UnixMilli() || sums[1].Key != sessionKey(3) || sums[1].ModifiedMs != 20 || sums[1].Covers != 0 || sums[1].Entries != 1 {
 		t.Fatalf("ListSummaries: %+v", sums)
 	}
-	if one, err := c.ListSummaries(bg, project, sessionKey(3).SessionID); err != nil || len(one) != 1 || one[0].Key != sessionKey(3) {
+	if one, err := c.ListSummaries(bg, project, sessionKey(3).SessionID, ""); err != nil || len(one) != 1 || one[0].Key != sessionKey(3) {
 		t.Fatalf("one session's: %+v %v", one, err)
 	}
-	if _, err := c.ListSummaries(bg, "", ""); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := c.ListSummaries(bg, "", "", ""); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("no project: %v, want invalid argument", err)
 	}
 }

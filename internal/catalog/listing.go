@@ -153,9 +153,10 @@ func paged(out []Info, opt ListOptions) ([]Info, int) {
 	return out, total
 }
 
-// Summary is one session's SessionStore summary.
+// Summary is one session's SessionStore summary in one folder.
 type Summary struct {
 	Key     layout.Key
+	Folder  string
 	Data    []byte
 	Version uint64
 	// ModifiedMs is the session's, as List reports it, while no line was
@@ -166,9 +167,10 @@ type Summary struct {
 	Covers, Entries uint64
 }
 
-// ListSummaries returns the summaries of projectKey's sessions (only
-// sessionID's when set), newest first; sessions without one are left out.
-func (c *Catalog) ListSummaries(ctx context.Context, projectKey, sessionID string) ([]Summary, error) {
+// ListSummaries returns the summaries in folder of projectKey's sessions
+// (only sessionID's when set), newest first; sessions without one there
+// are left out.
+func (c *Catalog) ListSummaries(ctx context.Context, projectKey, sessionID, folder string) ([]Summary, error) {
 	keys, err := c.summaryKeys(projectKey, sessionID)
 	if err != nil {
 		return nil, err
@@ -185,9 +187,9 @@ func (c *Catalog) ListSummaries(ctx context.Context, projectKey, sessionID strin
 		if err != nil {
 			return nil, err
 		}
-		if e.Store.Version > 0 {
-			out = append(out, Summary{Key: k, Data: e.Store.Data, Version: e.Store.Version, ModifiedMs: e.StoreMtime(),
-				Covers: e.Store.Entries, Entries: e.Entries})
+		if s := e.Stores[folder]; s.Version > 0 {
+			out = append(out, Summary{Key: k, Folder: folder, Data: s.Data, Version: s.Version, ModifiedMs: e.StoreMtime(folder),
+				Covers: s.Entries, Entries: e.Entries})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -264,7 +266,7 @@ func (c *Catalog) scan(ctx context.Context, key layout.Key) (index.Entry, error)
 			return index.Entry{}, err
 		}
 		e.Sum.SetSidecarTitle(title)
-		if e.Store, err = c.w.StoreSummary(key); err != nil {
+		if e.Stores, err = c.w.StoreSummaries(key); err != nil {
 			return index.Entry{}, err
 		}
 	}

@@ -48,9 +48,13 @@ type Entry struct {
 	// transcript, nothing journaled: its first append was refused), so
 	// that a listing does not show a session no reader can open.
 	Absent bool
-	// Store is the session's SessionStore summary, if it has one.
-	Store StoreSummary
+	// Stores are the session's SessionStore summaries, by folder (the SDK
+	// that folded each); nil: none.
+	Stores StoreSummaries
 }
+
+// StoreSummaries are a session's SessionStore summaries by folder.
+type StoreSummaries map[string]StoreSummary
 
 // StoreSummary is a session's SessionStore summary as last stored.
 type StoreSummary struct {
@@ -64,11 +68,12 @@ type StoreSummary struct {
 // session's own while no line was added after the summary (then the SDK
 // takes it as current), else when it was stored (then the SDK sees it is
 // stale and reads the session).
-func (e *Entry) StoreMtime() int64 {
-	if e.Entries == e.Store.Entries && e.ModifiedMs > e.Store.MtimeMs {
+func (e *Entry) StoreMtime(folder string) int64 {
+	s := e.Stores[folder]
+	if e.Entries == s.Entries && e.ModifiedMs > s.MtimeMs {
 		return e.ModifiedMs
 	}
-	return e.Store.MtimeMs
+	return s.MtimeMs
 }
 
 // Damaged reports whether the session has lines the readers will skip.

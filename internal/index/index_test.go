@@ -73,16 +73,16 @@ func TestEntryAddValidMatchesAdd(t *testing.T) {
 }
 
 func TestStoreMtime(t *testing.T) {
-	e := Entry{Entries: 3, ModifiedMs: 2000, Store: StoreSummary{Version: 1, MtimeMs: 1000, Entries: 3}}
-	if got := e.StoreMtime(); got != 2000 {
+	e := Entry{Entries: 3, ModifiedMs: 2000, Stores: StoreSummaries{"": {Version: 1, MtimeMs: 1000, Entries: 3}}}
+	if got := e.StoreMtime(""); got != 2000 {
 		t.Fatalf("no line after the summary: %d, want the session's mtime 2000", got)
 	}
 	e.Entries = 4
-	if got := e.StoreMtime(); got != 1000 {
+	if got := e.StoreMtime(""); got != 1000 {
 		t.Fatalf("a line after the summary: %d, want the summary's own 1000", got)
 	}
-	e = Entry{Entries: 3, ModifiedMs: 500, Store: StoreSummary{Version: 1, MtimeMs: 1000, Entries: 3}}
-	if got := e.StoreMtime(); got != 1000 {
+	e = Entry{Entries: 3, ModifiedMs: 500, Stores: StoreSummaries{"": {Version: 1, MtimeMs: 1000, Entries: 3}}}
+	if got := e.StoreMtime(""); got != 1000 {
 		t.Fatalf("session older than its summary: %d, want 1000", got)
 	}
 }

@@ -287,7 +287,7 @@ func (s *Server) append(ctx context.Context, req *sessiondv1.AppendRequest) (*se
 	opt := sessionstore.AppendOptions{BatchID: req.GetBatchId()}
 	if su := req.GetSummary(); su != nil {
 		opt.Summary = &sessionstore.SummaryUpdate{Data: su.GetData(), ExpectedVersion: su.GetExpectedVersion(),
-			Covers: su.GetCoversEntries(), CheckCoverage: su.GetCheckCoverage()}
+			Covers: su.GetCoversEntries(), CheckCoverage: su.GetCheckCoverage(), Folder: su.GetFolder()}
 	}
 	entries := req.GetEntries()
 	if text := req.GetEntriesText(); len(text) > 0 {
@@ -365,7 +365,10 @@ func (s *Server) ListSummaries(req *sessiondv1.ListSummariesRequest, stream grpc
 		}
 		id = s.cat.SessionKey(layout.Key{ProjectKey: pk, SessionID: id}).SessionID
 	}
-	sums, err := s.cat.ListSummaries(ctx, pk, id)
+	if err := sessionstore.ValidateFolder(req.GetFolder()); err != nil {
+		return err
+	}
+	sums, err := s.cat.ListSummaries(ctx, pk, id, req.GetFolder())
 	if err != nil {
 		return err
 	}
@@ -374,7 +377,7 @@ func (s *Server) ListSummaries(req *sessiondv1.ListSummariesRequest, stream grpc
 	})
 	for _, x := range sums {
 		if err := pg.add(&sessiondv1.SessionSummary{SessionId: x.Key.SessionID, MtimeMs: x.ModifiedMs, Data: x.Data, Version: x.Version,
-			CoversEntries: x.Covers, Entries: x.Entries}); err != nil {
+			CoversEntries: x.Covers, Entries: x.Entries, Folder: x.Folder}); err != nil {
 			return err
 		}
 	}

@@ -31,6 +31,12 @@ const (
 	// hundred bytes, and it rides in every batch's Meta record.
 	MaxSummaryBytes = 32 << 10
 	maxBatchIDLen   = 128
+	// MaxFolders bounds the named summary folders one session keeps (the
+	// empty folder aside): one per SDK that folds summaries, of which
+	// there are three. Past it, the folder stored longest ago goes, and
+	// its SDK refolds from the transcript at its next append.
+	MaxFolders     = 8
+	maxFolderBytes = 64
 )
 
 // AppendOptions are the SessionStore parts of an append.
@@ -50,6 +56,9 @@ type SummaryUpdate struct {
 	// summary was folded from (before its batch).
 	Covers        uint64
 	CheckCoverage bool
+	// Folder names who folded the summary (each SDK its own format): a
+	// session keeps one summary per folder, each with its own version.
+	Folder string
 }
 
 // Validate checks the options against key before anything is queued.
@@ -73,17 +82,77 @@ func (o AppendOptions) Validate(key layout.Key) error {
 		case !rawjson.WellFormedObject(s.Data):
 			return fmt.Errorf("summary is not one JSON object: %w", errdefs.ErrInvalidArgument)
 		}
+		if err := ValidateFolder(s.Folder); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ValidateFolder checks a summary folder's name: empty, or at most 64
+// bytes of [A-Za-z0-9._-], such as "claude-agent-sdk-python".
+func ValidateFolder(f string) error {
+	if len(f) > maxFolderBytes {
+		return fmt.Errorf("summary folder is %d bytes, over %d; name the SDK that folded the summary, such as claude-agent-sdk-python: %w", len(f), maxFolderBytes, errdefs.ErrInvalidArgument)
+	}
+	for i := 0; i < len(f); i++ {
+		c := f[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("summary folder %q has %q at offset %d; use only letters, digits, '.', '_' and '-', such as claude-agent-sdk-python: %w", f, c, i, errdefs.ErrInvalidArgument)
+		}
 	}
 	return nil
 }
 
 // State is a transcript's SessionStore state, as its sidecar holds it.
+// The empty folder's summary sits at the top level, named folders'
+// under Folders.
 type State struct {
-	Summary        json.RawMessage  `json:"summary,omitempty"`
-	SummaryVersion uint64           `json:"summary_version,omitempty"`
-	SummaryMtime   int64            `json:"summary_mtime,omitempty"`   // unix ms it was stored
-	SummaryEntries uint64           `json:"summary_entries,omitempty"` // lines in the transcript right after
-	Batches        map[string]int64 `json:"batches,omitempty"`         // batch id -> unix ms it was stored
+	Summary        json.RawMessage    `json:"summary,omitempty"`
+	SummaryVersion uint64             `json:"summary_version,omitempty"`
+	SummaryMtime   int64              `json:"summary_mtime,omitempty"`   // unix ms it was stored
+	SummaryEntries uint64             `json:"summary_entries,omitempty"` // lines in the transcript right after
+	Folders        map[string]Summary `json:"folders,omitempty"`
+	Batches        map[string]int64   `json:"batches,omitempty"` // batch id -> unix ms it was stored
+}
+
+// Summary is one folder's summary: its data, version (0: none), when it
+// was stored (unix ms) and the transcript's line count right after.
+type Summary struct {
+	Data    json.RawMessage `json:"data"`
+	Version uint64          `json:"version"`
+	Mtime   int64           `json:"mtime"`
+	Entries uint64          `json:"entries"`
+}
+
+// SummaryOf is folder's summary (Version 0: none).
+func (s *State) SummaryOf(folder string) Summary {
+	if folder == "" {
+		return Summary{Data: s.Summary, Version: s.SummaryVersion, Mtime: s.SummaryMtime, Entries: s.SummaryEntries}
+	}
+	return s.Folders[folder]
+}
+
+// setSummary stores folder's summary; a new named folder past MaxFolders
+// takes the place of the one stored longest ago.
+func (s *State) setSummary(folder string, sum Summary) {
+	if folder == "" {
+		s.Summary, s.SummaryVersion, s.SummaryMtime, s.SummaryEntries = sum.Data, sum.Version, sum.Mtime, sum.Entries
+		return
+	}
+	if s.Folders == nil {
+		s.Folders = make(map[string]Summary)
+	}
+	if _, ok := s.Folders[folder]; !ok && len(s.Folders) >= MaxFolders {
+		oldest, at := "", int64(0)
+		for f, x := range s.Folders {
+			if oldest == "" || x.Mtime < at || x.Mtime == at && f < oldest {
+				oldest, at = f, x.Mtime
+			}
+		}
+		delete(s.Folders, oldest)
+	}
+	s.Folders[folder] = sum
 }
 
 // BatchMeta is a batch's journal Meta record.
@@ -93,6 +162,7 @@ type BatchMeta struct {
 	Entries        uint64          `json:"entries,omitempty"` // lines in the transcript right after the batch
 	Summary        json.RawMessage `json:"summary,omitempty"`
 	SummaryVersion uint64          `json:"summary_version,omitempty"`
+	Folder         string          `json:"folder,omitempty"` // the summary's
 	// Foreign marks a batch of lines another program appended, rescued
 	// during a compaction: not acknowledged entries.
 	Foreign bool `json:"foreign,omitempty"`
@@ -131,9 +201,8 @@ func (s *State) Apply(m BatchMeta) {
 		}
 		s.Batches[m.BatchID] = m.At
 	}
-	if m.Summary != nil && m.SummaryVersion > s.SummaryVersion {
-		s.Summary, s.SummaryVersion = m.Summary, m.SummaryVersion
-		s.SummaryMtime, s.SummaryEntries = m.At, m.Entries
+	if m.Summary != nil && m.SummaryVersion > s.SummaryOf(m.Folder).Version {
+		s.setSummary(m.Folder, Summary{Data: m.Summary, Version: m.SummaryVersion, Mtime: m.At, Entries: m.Entries})
 	}
 }
 
@@ -156,13 +225,30 @@ func (s *State) Prune(now time.Time) {
 	}
 }
 
-// ListingSummary is the summary as the listing index holds it.
-func (s *State) ListingSummary() index.StoreSummary {
-	return index.StoreSummary{Data: s.Summary, Version: s.SummaryVersion, MtimeMs: s.SummaryMtime, Entries: s.SummaryEntries}
+// ListingSummaries are the summaries as the listing index holds them, by
+// folder (nil: none).
+func (s *State) ListingSummaries() index.StoreSummaries {
+	var out index.StoreSummaries
+	add := func(folder string, x Summary) {
+		if x.Version == 0 {
+			return
+		}
+		if out == nil {
+			out = make(index.StoreSummaries, 1+len(s.Folders))
+		}
+		out[folder] = index.StoreSummary{Data: x.Data, Version: x.Version, MtimeMs: x.Mtime, Entries: x.Entries}
+	}
+	add("", s.SummaryOf(""))
+	for f, x := range s.Folders {
+		add(f, x)
+	}
+	return out
 }
 
 // Empty reports whether there is nothing to keep: no summary, no batch id.
-func (s *State) Empty() bool { return s.SummaryVersion == 0 && len(s.Batches) == 0 }
+func (s *State) Empty() bool {
+	return s.SummaryVersion == 0 && len(s.Folders) == 0 && len(s.Batches) == 0
+}
 
 // CoverageConflict is the error of an append whose summary was folded from
 // fewer (or more) lines than the transcript holds.

@@ -38,7 +38,8 @@ type AppendResult struct {
 	// DuplicateBatch: the transcript had stored a batch with this batch
 	// id; nothing was written now.
 	DuplicateBatch bool
-	// SummaryVersion is the session's summary version afterwards.
+	// SummaryVersion is the version of the session's summary in the
+	// append's folder afterwards.
 	SummaryVersion uint64
 }
 
@@ -141,8 +142,10 @@ type groupCommit struct {
 	now       time.Time
 	seen      map[string]bool // uuids stored by the group so far
 	seenBatch map[string]bool // batch ids stored by the group so far
-	version   uint64          // the summary version as batches are added
-	lines     uint64          // the transcript's line count as batches are added
+	// versions are the summary versions, by folder, as batches are
+	// added (version reads them).
+	versions map[string]uint64
+	lines    uint64 // the transcript's line count as batches are added
 
 	// live are the requests to answer with a result once the group is
 	// durable; batches, metaRecs and metas hold one element per request
@@ -160,7 +163,15 @@ type entrySlot struct{ req, entry int }
 
 func (st *state) newGroupCommit() *groupCommit {
 	return &groupCommit{st: st, now: st.cfg.Clock.Now(), seen: make(map[string]bool), seenBatch: make(map[string]bool),
-		version: st.store.SummaryVersion, lines: st.totalEntries()}
+		versions: make(map[string]uint64), lines: st.totalEntries()}
+}
+
+// version is folder's summary version with the group's batches so far.
+func (g *groupCommit) version(folder string) uint64 {
+	if v, ok := g.versions[folder]; ok {
+		return v
+	}
+	return g.st.store.SummaryOf(folder).Version
 }
 
 // admit adds r to the group: answered at once when refused, a duplicate
@@ -176,8 +187,8 @@ func (g *groupCommit) admit(r *appendReq) {
 		g.live = append(g.live, r)
 		return
 	}
-	if s := r.opt.Summary; s != nil && s.ExpectedVersion != g.version {
-		r.res, r.err = nil, sessionstore.SummaryConflict(st.key, s.ExpectedVersion, g.version)
+	if s := r.opt.Summary; s != nil && s.ExpectedVersion != g.version(s.Folder) {
+		r.res, r.err = nil, sessionstore.SummaryConflict(st.key, s.ExpectedVersion, g.version(s.Folder))
 		close(r.done)
 		return
 	}
@@ -197,8 +208,9 @@ func (g *groupCommit) admit(r *appendReq) {
 	g.lines += uint64(len(batch))
 	m := sessionstore.BatchMeta{BatchID: r.opt.BatchID, At: g.now.UnixMilli(), Entries: g.lines}
 	if s := r.opt.Summary; s != nil {
-		g.version++
-		m.Summary, m.SummaryVersion = s.Data, g.version
+		v := g.version(s.Folder) + 1
+		g.versions[s.Folder] = v
+		m.Summary, m.SummaryVersion, m.Folder = s.Data, v, s.Folder
 	}
 	var rec []byte
 	if m.BatchID != "" || m.Summary != nil {
@@ -292,7 +304,11 @@ func (st *state) acknowledge(g *groupCommit) {
 			}
 		}
 		r.res.Entries = total
-		r.res.SummaryVersion = st.store.SummaryVersion
+		folder := ""
+		if r.opt.Summary != nil {
+			folder = r.opt.Summary.Folder
+		}
+		r.res.SummaryVersion = st.store.SummaryOf(folder).Version
 	}
 	if stored {
 		// Before the acks, as the listing above: once a caller holds its

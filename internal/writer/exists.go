@@ -121,18 +121,18 @@ func (d *deps) Stamp(key layout.Key) (index.Stamp, int64) {
 	return st, mod
 }
 
-// StoreSummary reads key's SessionStore summary from its store sidecar,
-// without a writer. A damaged sidecar reads as no summary: the writer that
+// StoreSummaries reads key's SessionStore summaries from its store
+// sidecar, without a writer. A damaged sidecar reads as no summary: the writer that
 // next opens the session keeps a copy of it and starts the summary afresh.
-func (m *Manager) StoreSummary(key layout.Key) (index.StoreSummary, error) {
+func (m *Manager) StoreSummaries(key layout.Key) (index.StoreSummaries, error) {
 	s, err := sessionstore.Read(m.cfg.FS, m.cfg.Layout, key)
 	var dmg *sessionstore.DamagedError
 	if errors.As(err, &dmg) {
 		m.log.Error("the session's store sidecar is damaged; its summary is listed empty", zap.Stringer("session", key),
 			zap.String("path", dmg.Path), zap.Error(dmg.Err))
-		return index.StoreSummary{}, nil
+		return nil, nil
 	} else if err != nil {
-		return index.StoreSummary{}, err
+		return nil, err
 	}
-	return s.ListingSummary(), nil
+	return s.ListingSummaries(), nil
 }

@@ -152,10 +152,10 @@ func TestStoreSidecarUnreadableInListing(t *testing.T) {
 	m = newCrashManager(t, ff, nil) // a fresh index: the listing reads the files
 	defer closeManager(t, m)
 	ff.Inject(fstest.Fault{Op: fstest.OpOpen, Path: onPath(crashLayout.StorePath(k)), Err: syscall.EMFILE, Sticky: true})
-	_, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, "")
+	_, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, "", "")
 	wantUnreadable(t, "summaries with the sidecar unreadable", err, syscall.EMFILE)
 	ff.Clear()
-	sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, "")
+	sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, "", "")
 	if err != nil || len(sums) != 1 || sums[0].Version != 1 {
 		t.Fatalf("summaries once the sidecar reads again: %+v %v", sums, err)
 	}

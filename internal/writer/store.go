@@ -71,9 +71,9 @@ func (st *state) applyMetas(metas [][]byte) {
 	st.publishSummary()
 }
 
-// publishSummary copies the summary into the listing entry.
+// publishSummary copies the summaries into the listing entry.
 func (st *state) publishSummary() {
 	if st.ent != nil {
-		st.ent.Store = st.store.ListingSummary()
+		st.ent.Stores = st.store.ListingSummaries()
 	}
 }

@@ -138,7 +138,7 @@ func TestSummaryCompareAndSwap(t *testing.T) {
 	}
 	want := func(m *Manager, what string, data string, version uint64) {
 		t.Helper()
-		sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, "")
+		sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, "", "")
 		if err != nil {
 			t.Fatalf("%s: ListSummaries: %v", what, err)
 		}
@@ -180,10 +180,10 @@ func TestSummaryCompareAndSwap(t *testing.T) {
 	m = newCrashManager(t, v, nil)
 	defer closeManager(t, m)
 	want(m, "after a restart", `{"n":2}`, 2)
-	if sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, k.SessionID); err != nil || len(sums) != 1 {
+	if sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, k.SessionID, ""); err != nil || len(sums) != 1 {
 		t.Fatalf("one session's summary: %+v, %v", sums, err)
 	}
-	if sums, err := catalogOf(m).ListSummaries(bg, "-other-project", ""); err != nil || len(sums) != 0 {
+	if sums, err := catalogOf(m).ListSummaries(bg, "-other-project", "", ""); err != nil || len(sums) != 0 {
 		t.Fatalf("another project's summaries: %+v, %v", sums, err)
 	}
 	if _, err := m.Trash().Delete(bg, k, false); err != nil {
@@ -212,7 +212,7 @@ func TestSummaryFoldsNeverLost(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < per; i++ {
 				for {
-					sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, k.SessionID)
+					sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, k.SessionID, "")
 					if err != nil {
 						errs <- err
 						return
@@ -242,7 +242,7 @@ func TestSummaryFoldsNeverLost(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, "")
+	sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, "", "")
 	if err != nil || len(sums) != 1 || string(sums[0].Data) != fmt.Sprintf(`{"n":%d}`, 2*per) {
 		t.Fatalf("final summary %+v (%v), want n=%d", sums, err, 2*per)
 	}
@@ -268,7 +268,7 @@ func TestSummaryStaleAfterOtherAppends(t *testing.T) {
 	k := fixedKey(1, "")
 	mtimes := func(what string) (summary, session int64) {
 		t.Helper()
-		sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, k.SessionID)
+		sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, k.SessionID, "")
 		infos, _, err2 := catalogOf(m).List(bg, catalog.ListOptions{ProjectKey: k.ProjectKey})
 		if err != nil || err2 != nil || len(sums) != 1 || len(infos) != 1 {
 			t.Fatalf("%s: %v %v %v %v", what, sums, err, infos, err2)
@@ -353,7 +353,7 @@ func TestSummaryFullOfEscapables(t *testing.T) {
 	if err != nil || r.SummaryVersion != 1 {
 		t.Fatalf("append with a %d-byte summary of escapables: %+v, %v", len(data), r, err)
 	}
-	sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, k.SessionID)
+	sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, k.SessionID, "")
 	if err != nil || len(sums) != 1 || string(sums[0].Data) != string(data) {
 		t.Fatalf("summary read back: %v (%d summaries)", err, len(sums))
 	}
@@ -385,7 +385,7 @@ func TestSummaryCoverage(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "folded from 1 lines, the transcript holds 2") {
 		t.Fatalf("a fold that misses the rename: %v, want a conflict", err)
 	}
-	sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, k.SessionID)
+	sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, k.SessionID, "")
 	if err != nil || len(sums) != 1 || sums[0].Covers != 1 || sums[0].Entries != 2 {
 		t.Fatalf("ListSummaries = %+v, %v; want covers 1 of 2 lines", sums, err)
 	}
@@ -393,7 +393,7 @@ func TestSummaryCoverage(t *testing.T) {
 	if r, err := appendOpt(t, m, k, AppendOptions{Summary: cover(`{"n":3}`, 1, 2)}, `{"type":"user","uuid":"b"}`); err != nil || r.SummaryVersion != 2 {
 		t.Fatalf("a whole fold: %+v, %v", r, err)
 	}
-	if sums, _ := catalogOf(m).ListSummaries(bg, k.ProjectKey, k.SessionID); len(sums) != 1 || sums[0].Covers != 3 || sums[0].Entries != 3 {
+	if sums, _ := catalogOf(m).ListSummaries(bg, k.ProjectKey, k.SessionID, ""); len(sums) != 1 || sums[0].Covers != 3 || sums[0].Entries != 3 {
 		t.Fatalf("after the whole fold: %+v", sums)
 	}
 }
@@ -419,4 +419,102 @@ func TestBatchIDForgottenAfterMemory(t *testing.T) {
 	send("resent within the memory", true, 1)
 	clk.Advance(time.Second)
 	send("resent after the memory", false, 2)
+}
+
+// TestSummaryFolders: each SDK folds its own summary into a folder of its
+// own, with its own version, compare-and-swap and coverage: a session
+// appended by two SDKs in turn keeps both summaries, through a power loss,
+// a compaction and a restart. A ninth named folder takes the place of the
+// one stored longest ago; a folder name outside the rule is refused.
+func TestSummaryFolders(t *testing.T) {
+	c := fstest.NewCrashFS()
+	m := newCrashManager(t, c, nil)
+	k := fixedKey(1, "")
+	fold := func(folder, data string, expected, covers uint64) *SummaryUpdate {
+		return &SummaryUpdate{Folder: folder, Data: []byte(data), ExpectedVersion: expected, Covers: covers, CheckCoverage: true}
+	}
+	// Python, then Ruby, then Python again: each folds from the whole
+	// transcript the first time (its coverage is its own) and then onto
+	// its own version.
+	steps := []struct {
+		folder, data string
+		expected     uint64
+		covers       uint64
+		line         string
+		want         uint64
+	}{
+		{"claude-agent-sdk-python", `{"py":1}`, 0, 0, `{"type":"user","uuid":"p1"}`, 1},
+		{"claude-agent-sdk-ruby", `{"rb":1}`, 0, 1, `{"type":"user","uuid":"r1"}`, 1},
+		{"claude-agent-sdk-python", `{"py":2}`, 1, 2, `{"type":"user","uuid":"p2"}`, 2},
+		{"", `{"plain":1}`, 0, 3, `{"type":"user","uuid":"x1"}`, 1},
+	}
+	for i, s := range steps {
+		r, err := appendOpt(t, m, k, AppendOptions{Summary: fold(s.folder, s.data, s.expected, s.covers)}, s.line)
+		if err != nil || r.SummaryVersion != s.want {
+			t.Fatalf("step %d (%s): %+v, %v; want version %d", i, s.folder, r, err, s.want)
+		}
+	}
+	// The Ruby summary is stale in versions of its own, not in Python's.
+	if _, err := appendOpt(t, m, k, AppendOptions{Summary: fold("claude-agent-sdk-ruby", `{"rb":9}`, 2, 4)}, `{"type":"user","uuid":"r9"}`); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("ruby summary folded from python's version: %v, want a conflict", err)
+	}
+	// And its coverage is the transcript's line count, as for any summary.
+	if _, err := appendOpt(t, m, k, AppendOptions{Summary: fold("claude-agent-sdk-ruby", `{"rb":9}`, 1, 2)}, `{"type":"user","uuid":"r9"}`); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("ruby summary covering 2 of 4 lines: %v, want a conflict", err)
+	}
+	want := func(m *Manager, what string) {
+		t.Helper()
+		for folder, data := range map[string]string{"claude-agent-sdk-python": `{"py":2}`, "claude-agent-sdk-ruby": `{"rb":1}`, "": `{"plain":1}`, "claude-agent-sdk-typescript": ""} {
+			sums, err := catalogOf(m).ListSummaries(bg, k.ProjectKey, "", folder)
+			if err != nil {
+				t.Fatalf("%s: ListSummaries(%q): %v", what, folder, err)
+			}
+			if data == "" {
+				if len(sums) != 0 {
+					t.Fatalf("%s: folder %q: %+v, want none", what, folder, sums)
+				}
+				continue
+			}
+			if len(sums) != 1 || string(sums[0].Data) != data || sums[0].Folder != folder || sums[0].Entries != 4 {
+				t.Fatalf("%s: folder %q: %+v, want %s over 4 lines", what, folder, sums, data)
+			}
+		}
+	}
+	want(m, "live")
+	abortManager(m)
+	v := c.CrashClone(nil)
+	m = newCrashManager(t, v, nil)
+	if _, err := m.Recover(bg); err != nil {
+		t.Fatal(err)
+	}
+	want(m, "after a power loss")
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	closeManager(t, m)
+	m = newCrashManager(t, v, nil)
+	defer closeManager(t, m)
+	want(m, "after a compaction and a restart")
+
+	for _, bad := range []string{"has space", "a/b", strings.Repeat("x", 65), "é"} {
+		if _, err := appendOpt(t, m, k, AppendOptions{Summary: fold(bad, `{}`, 0, 4)}, `{}`); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "summary folder") {
+			t.Errorf("folder %q: %v, want an invalid argument naming the summary folder", bad, err)
+		}
+	}
+	lines := uint64(4)
+	for i := 0; i < sessionstore.MaxFolders; i++ {
+		f := fmt.Sprintf("sdk-%d", i)
+		if _, err := appendOpt(t, m, k, AppendOptions{Summary: fold(f, `{}`, 0, lines)}, fmt.Sprintf(`{"uuid":"f%d"}`, i)); err != nil {
+			t.Fatalf("folder %s: %v", f, err)
+		}
+		lines++
+	}
+	for _, f := range []string{"claude-agent-sdk-python", "claude-agent-sdk-ruby"} {
+		if sums, _ := catalogOf(m).ListSummaries(bg, k.ProjectKey, "", f); len(sums) != 0 {
+			t.Errorf("folder %s after %d newer folders: %+v, want it gone", f, sessionstore.MaxFolders, sums)
+		}
+	}
+	if sums, _ := catalogOf(m).ListSummaries(bg, k.ProjectKey, "", ""); len(sums) != 1 {
+		t.Errorf("the empty folder after %d named ones: %+v, want it kept", sessionstore.MaxFolders, sums)
+	}
 }

@@ -182,7 +182,7 @@ func wlStore() *workload {
 			if wantMeta != "" && string(meta) != wantMeta && !(wantMeta != `{"agentType":"general-purpose","finished":true}` && string(meta) == `{"agentType":"general-purpose","finished":true}`) {
 				probs = append(probs, fmt.Sprintf("subagent .meta.json is %q, want %q", meta, wantMeta))
 			}
-			sums, err := catalogOf(m).ListSummaries(w.ctx, kStore.ProjectKey, kStore.SessionID)
+			sums, err := catalogOf(m).ListSummaries(w.ctx, kStore.ProjectKey, kStore.SessionID, "")
 			switch {
 			case err != nil:
 				probs = append(probs, fmt.Sprintf("store check: ListSummaries: %v", err))
