@@ -524,3 +524,94 @@ def test_missing_sdk_fold_is_said_once(new_store, monkeypatch, caplog):
     assert first.fold is None
     assert len(said) == 1, [r.getMessage() for r in caplog.records]
     assert "list_session_summaries" in said[0].getMessage()
+
+
+# The Ruby half of test_python_and_ruby_keep_both_summaries: appends
+# ARGV[3] (a JSON list of entries) through the Ruby adapter with the Ruby
+# SDK's fold, then prints the adapter's summaries of the project and the
+# Ruby SDK's own fold of every entry so far (ARGV[4]).
+_RUBY_STEP = r"""
+require 'json'
+require 'set'
+require 'claude_agent_sdk'
+require 'sessiond_store'
+socket, project, session, batch, all = ARGV
+store = SessiondStore.new(socket_path: socket)
+key = { 'project_key' => project, 'session_id' => session }
+store.append(key, JSON.parse(batch))
+sums = store.list_session_summaries(project).select { |s| s['session_id'] == session }
+oracle = ClaudeAgentSDK.fold_session_summary(nil, key, JSON.parse(all))
+puts JSON.generate({ 'summaries' => sums.map { |s| s['data'] }, 'oracle' => oracle['data'] })
+store.close
+"""
+
+
+def test_python_and_ruby_keep_both_summaries(daemon, project):
+    """One session appended by the Python and the Ruby adapters in turn,
+    each with its own SDK's fold: each adapter lists its own SDK's summary of
+    the whole transcript (sessiond keeps one per folder), never the other's,
+    and neither refolds the other's away."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from _sdk import REPO, load_sdk
+
+    sdk = load_sdk()
+    ruby_sdk = Path(os.environ.get("SESSIOND_SDK_RB_LIB") or REPO.parent / "shared" / "vendor" / "claude-agent-sdk-ruby" / "lib")
+    assert (ruby_sdk / "claude_agent_sdk.rb").is_file(), "the vendored Ruby Agent SDK is not at %s" % ruby_sdk
+    stand_in = REPO / "sdk" / "ruby" / "test" / "support" / "stand_in"
+    s = sid()
+    k = key(project, s)
+    batches = [
+        [entry("first prompt, from python"), entry("more", type="assistant")],
+        [entry("a ruby turn", gitBranch="ruby-branch")],
+        [entry("python again")],
+        [entry("ruby again"), {"type": "custom-title", "customTitle": "Both SDKs", "sessionId": s}],
+    ]
+    appended = []
+
+    def ruby_step(batch):
+        appended.extend(batch)
+        out = subprocess.run(
+            [os.environ.get("RUBY", "ruby"), "-I", str(REPO / "sdk" / "ruby" / "lib"), "-I", str(ruby_sdk),
+             "-e", "$LOAD_PATH.push(%r)" % str(stand_in), "-e", _RUBY_STEP, "--",
+             daemon.socket, project, s, json.dumps(batch), json.dumps(appended)],
+            capture_output=True, text=True, timeout=120,
+        )
+        assert out.returncode == 0, "ruby step failed: %s" % out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    async def python_step(batch):
+        appended.extend(batch)
+        store = SessiondStore(socket_path=daemon.socket)
+        assert store.fold is sdk.fold_session_summary
+        await store.append(k, batch)
+        got = await summary_of(store, project, s)
+        await store.close()
+        return got
+
+    for i, batch in enumerate(batches):
+        if i % 2 == 0:
+            got = run(python_step(batch))
+            want = sdk.fold_session_summary(None, k, list(appended))["data"]
+            assert got == want, "python's summary after step %d: %r, want its SDK's fold of every entry %r" % (i, got, want)
+        else:
+            res = ruby_step(batch)
+            assert res["summaries"] == [res["oracle"]], "ruby's summary after step %d: %r, want %r" % (i, res["summaries"], res["oracle"])
+    # Python's summary, untouched by Ruby's last append, is behind by one
+    # batch; listed, it is its own SDK's fold still (the SDK refolds a stale
+    # one from the transcript at its next append).
+    async def final():
+        store = SessiondStore(socket_path=daemon.socket)
+        listed = await store._list_summaries(project, s)
+        await store.close()
+        return listed
+
+    listed = run(final())
+    assert [x.folder for x in listed] == ["claude-agent-sdk-python"]
+    assert json.loads(listed[0].data) == sdk.fold_session_summary(None, k, appended[:4])["data"]
+    assert listed[0].covers_entries == 4 and listed[0].entries == 6
+    # Two Python appends, two versions: Ruby's appends never replaced it.
+    assert listed[0].version == 2
