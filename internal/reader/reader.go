@@ -80,9 +80,6 @@ func followEnded(key layout.Key, err error) error {
 // file followed by the journaled entries, as they will be once compacted,
 // and how many of those there are.
 func (rd *Reader) View(ctx context.Context, key layout.Key, fn func(r io.Reader, pending int) error) error {
-	if err := key.Validate(); err != nil {
-		return err
-	}
 	if rd.absent(key) {
 		return rd.src.NotFound(key)
 	}
@@ -102,9 +99,6 @@ func (rd *Reader) View(ctx context.Context, key layout.Key, fn func(r io.Reader,
 // then waits for new entries and serves them as they are acknowledged,
 // until ctx ends (which is then not an error).
 func (rd *Reader) Read(ctx context.Context, key layout.Key, opt ReadOptions, send func([]Entry) error) error {
-	if err := key.Validate(); err != nil {
-		return err
-	}
 	if rd.absent(key) {
 		return rd.src.NotFound(key)
 	}
@@ -188,9 +182,6 @@ func (rd *Reader) Read(ctx context.Context, key layout.Key, opt ReadOptions, sen
 // at start) starts no writers. The entries handed to send are valid only
 // during the call: their memory is used again.
 func (rd *Reader) ReadLines(ctx context.Context, key layout.Key, from, under uint64, send func([]Entry) error) (lineage, total uint64, err error) {
-	if err := key.Validate(); err != nil {
-		return 0, 0, err
-	}
 	if rd.absent(key) {
 		return 0, 0, rd.src.NotFound(key)
 	}

@@ -120,9 +120,6 @@ type CheckResult struct {
 // (package ledger).
 func (s *Service) Check(ctx context.Context, key layout.Key) (CheckResult, error) {
 	res := CheckResult{Key: key}
-	if err := key.Validate(); err != nil {
-		return res, err
-	}
 	ck, err := s.cfg.Ledger.NewCheck(key)
 	if err != nil {
 		return res, err
@@ -186,9 +183,6 @@ type Outcome struct {
 // first; the repaired one replaces it by rename.
 func (s *Service) Repair(ctx context.Context, key layout.Key, dryRun bool) (Outcome, error) {
 	out := Outcome{Key: key}
-	if err := key.Validate(); err != nil {
-		return out, err
-	}
 	// A failure to look says nothing about existence: the repair runs and
 	// reports the disk's error instead of "not found".
 	if ok, err := s.cfg.Writers.Exists(key); !ok && err == nil {

@@ -55,9 +55,6 @@ func (m *Manager) Append(ctx context.Context, key layout.Key, raw [][]byte) (*Ap
 // AppendBatch is Append with the SessionStore options: a batch id that
 // makes a resent batch a no-op, and a summary replaced with the batch.
 func (m *Manager) AppendBatch(ctx context.Context, key layout.Key, raw [][]byte, opt sessionstore.AppendOptions) (*AppendResult, error) {
-	if err := key.Validate(); err != nil {
-		return nil, err
-	}
 	if err := opt.Validate(key); err != nil {
 		return nil, err
 	}

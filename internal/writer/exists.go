@@ -39,7 +39,12 @@ func (m *Manager) Exists(key layout.Key) (bool, error) {
 	if logged {
 		return true, nil
 	}
-	_, err := m.cfg.FS.Lstat(m.cfg.Layout.TranscriptPath(key))
+	path := m.cfg.Layout.TranscriptPath(key)
+	if path == "" {
+		// No path for a key that does not validate (see checkPath).
+		return false, key.Validate()
+	}
+	_, err := m.cfg.FS.Lstat(path)
 	switch {
 	case err == nil:
 		return true, nil

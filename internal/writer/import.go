@@ -23,9 +23,6 @@ import (
 // the folder), never replacing one that exists. meta, when not nil, is a
 // subagent's .meta.json, written durably before the transcript appears.
 func (m *Manager) Import(ctx context.Context, key layout.Key, lines [][]byte, meta []byte) error {
-	if err := key.Validate(); err != nil {
-		return err
-	}
 	if ok, err := m.Exists(key); err != nil {
 		return err
 	} else if ok {

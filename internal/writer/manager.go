@@ -177,9 +177,6 @@ func (m *Manager) do(ctx context.Context, key layout.Key, op func(*state) error)
 // doRetire is do; retire says whether the writer then retires at once
 // (see retireMode).
 func (m *Manager) doRetire(ctx context.Context, key layout.Key, retire retireMode, op func(*state) error) error {
-	if err := key.Validate(); err != nil {
-		return err
-	}
 	// A retiring request takes the caller's reference to the writer
 	// along: the writer drops it when it takes the request, so that its
 	// retirement does not depend on whether this goroutine got round to

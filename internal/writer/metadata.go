@@ -42,9 +42,6 @@ func (st *state) saveSidecars() error {
 // AppendMetadata appends one metadata line (custom-title, tag) to an
 // existing session, as the official writers do: never creating one.
 func (m *Manager) AppendMetadata(ctx context.Context, key layout.Key, line []byte) error {
-	if err := key.Validate(); err != nil {
-		return err
-	}
 	if key.Subpath != "" {
 		// The official readers take a session's title and tag from its
 		// main transcript only: in a subagent's it would change nothing.

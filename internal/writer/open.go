@@ -227,6 +227,13 @@ func (st *state) replay(spans []span, foreign []bool) (dropped bool, err error) 
 // checkPath refuses a canonical path that is not a regular file: a
 // symlink planted there must never be followed or overwritten.
 func (st *state) checkPath() error {
+	if st.canonPath == "" {
+		// layout builds no path from a key that does not validate. The
+		// edges (the server's resolver, the puller) refuse such keys with
+		// the reason, so only an in-process caller that skipped them gets
+		// here, once per writer: the rule's message for it.
+		return st.key.Validate()
+	}
 	fi, err := st.fs.Lstat(st.canonPath)
 	if err == nil && !fi.Mode().IsRegular() {
 		return fmt.Errorf("%s is not a regular file (%s); sessiond never writes through links or over folders: move it away: %w", st.canonPath, fi.Mode().Type(), errdefs.ErrUnsafePath)
