@@ -120,7 +120,40 @@ func (f *crashFile) Close() error {
 		return pathErr("close", f.name, os.ErrClosed)
 	}
 	f.closed = true
+	f.ino.handles--
+	if f.ino.lease == f {
+		f.ino.lease = nil
+	}
 	return nil
+}
+
+// Lease takes a write lease (fsys.Leaser): granted while no other handle
+// is open on the file. It touches no disk, so it works even after a crash.
+func (f *crashFile) Lease() error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	switch {
+	case f.closed:
+		return pathErr("lease", f.name, os.ErrClosed)
+	case f.ino.dir:
+		return pathErr("lease", f.name, errors.ErrUnsupported)
+	case f.ino.handles > 1 || f.ino.lease != nil && f.ino.lease != f:
+		return pathErr("lease", f.name, fsys.ErrLeaseConflict)
+	}
+	f.ino.lease, f.ino.leaseBroken = f, false
+	return nil
+}
+
+// Unlease gives up the lease and reports whether no handle was opened on
+// the file since Lease.
+func (f *crashFile) Unlease() (bool, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if f.ino.lease != f {
+		return false, nil
+	}
+	f.ino.lease = nil
+	return !f.ino.leaseBroken, nil
 }
 
 // Sync makes the file's content durable (not its name: that takes SyncDir

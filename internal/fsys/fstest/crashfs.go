@@ -83,6 +83,12 @@ type inode struct {
 	ents  map[string]*inode
 	sents map[string]*inode
 	dops  []dirOp
+
+	// handles counts the open handles on the inode; lease is the one
+	// holding a lease on it (fsys.Leaser), broken once another opened it.
+	handles     int
+	lease       *crashFile
+	leaseBroken bool
 }
 
 // fileOp is a write of data at off, or (trunc) a truncation to size.

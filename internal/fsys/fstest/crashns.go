@@ -29,7 +29,7 @@ func (c *CrashFS) OpenFile(name string, flag int, perm fs.FileMode) (fsys.File, 
 			if writable {
 				return nil, pathErr("open", name, syscall.EISDIR)
 			}
-			return &crashFile{fs: c, ino: c.root, name: name, flag: flag}, nil
+			return c.handle(c.root, name, flag), nil
 		}
 		return nil, pathErr("open", name, err)
 	}
@@ -49,7 +49,18 @@ func (c *CrashFS) OpenFile(name string, flag int, perm fs.FileMode) (fsys.File, 
 		n = &inode{perm: perm.Perm(), mtime: time.Now()}
 		d.change(c.dirOp(dirChange{base, n}))
 	}
-	return &crashFile{fs: c, ino: n, name: name, flag: flag}, nil
+	return c.handle(n, name, flag), nil
+}
+
+// handle opens a handle on n; the caller holds c.mu. Opening a file
+// breaks another handle's lease on it, as on Linux (where the open would
+// wait for the holder to give it up: with one process, it goes on at once).
+func (c *CrashFS) handle(n *inode, name string, flag int) *crashFile {
+	n.handles++
+	if n.lease != nil {
+		n.leaseBroken = true
+	}
+	return &crashFile{fs: c, ino: n, name: name, flag: flag}
 }
 
 // Rename renames oldpath to newpath, replacing a file (or an empty folder,

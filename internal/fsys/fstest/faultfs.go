@@ -255,7 +255,7 @@ func (f *FaultFS) SyncDir(name string) error {
 }
 
 // faultFile checks each operation of an open file against the faults.
-// Seek and Close touch no disk and are never failed.
+// Seek, Close, Lease and Unlease touch no disk and are never failed.
 type faultFile struct {
 	fsys.File
 	fs *FaultFS
@@ -328,3 +328,9 @@ func (f *faultFile) Allocate(size int64) error {
 	}
 	return fsys.Allocate(f.File, size)
 }
+
+// Lease takes a lease when the wrapped file can (fsys.Lease).
+func (f *faultFile) Lease() error { return fsys.Lease(f.File) }
+
+// Unlease gives up the wrapped file's lease (fsys.Unlease).
+func (f *faultFile) Unlease() (bool, error) { return fsys.Unlease(f.File) }

@@ -560,3 +560,48 @@ func TestRandomCrashSectorHoles(t *testing.T) {
 	}
 	t.Fatal("no seed left a hole of sectors inside a write")
 }
+
+// TestCrashFSLease: a lease is refused while another handle is open on
+// the file, stays whole across a rename over its name and is broken by an
+// open of the file.
+func TestCrashFSLease(t *testing.T) {
+	c := NewCrashFS()
+	if err := c.Mkdir("/d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	open := func(name string, flag int) fsys.File {
+		f, err := c.OpenFile(name, flag, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	w := open("/d/a", os.O_WRONLY|os.O_CREATE)
+	f := open("/d/a", os.O_RDONLY)
+	if err := fsys.Lease(f); !errors.Is(err, fsys.ErrLeaseConflict) {
+		t.Fatalf("lease while another handle is open: %v", err)
+	}
+	w.Close()
+	if err := fsys.Lease(f); err != nil {
+		t.Fatal(err)
+	}
+	open("/d/b", os.O_WRONLY|os.O_CREATE).Close()
+	if err := c.Rename("/d/b", "/d/a"); err != nil {
+		t.Fatal(err)
+	}
+	open("/d/a", os.O_RDONLY).Close() // the new file: not the leased one
+	if whole, err := fsys.Unlease(f); err != nil || !whole {
+		t.Fatalf("lease nobody broke: whole %v, %v", whole, err)
+	}
+	f.Close()
+
+	f = open("/d/a", os.O_RDONLY)
+	if err := fsys.Lease(f); err != nil {
+		t.Fatal(err)
+	}
+	open("/d/a", os.O_WRONLY|os.O_APPEND).Close()
+	if whole, err := fsys.Unlease(f); err != nil || whole {
+		t.Fatalf("lease an open broke: whole %v, %v", whole, err)
+	}
+	f.Close()
+}

@@ -14,10 +14,10 @@ type Call struct {
 	// Name is the operation: of the filesystem "open", "rename", "link",
 	// "remove", "mkdir", "stat", "lstat", "readdir", "syncdir" or "lock";
 	// of an open file "read", "readat", "write", "seek", "sync",
-	// "truncate", "fstat", "allocate" or "close".
+	// "truncate", "fstat", "allocate", "lease", "unlease" or "close".
 	Name string
 	// Op is the operation's kind as CrashFS and FaultFS count it; 0 for
-	// seek and close, which touch no disk.
+	// seek, close, lease and unlease, which touch no disk.
 	Op Op
 	// Path is the file or folder operated on: the old name for rename and
 	// link, the name it was opened with for a file's operations.
@@ -253,6 +253,20 @@ func (f *hookFile) Close() error {
 // Allocate reserves space when the wrapped file can (fsys.Allocate).
 func (f *hookFile) Allocate(size int64) error {
 	return f.fs.run(f.call("allocate", OpWrite), func() error { return fsys.Allocate(f.File, size) })
+}
+
+// Lease takes a lease when the wrapped file can (fsys.Lease).
+func (f *hookFile) Lease() error {
+	return f.fs.run(f.call("lease", 0), func() error { return fsys.Lease(f.File) })
+}
+
+// Unlease gives up the wrapped file's lease (fsys.Unlease).
+func (f *hookFile) Unlease() (whole bool, err error) {
+	err = f.fs.run(f.call("unlease", 0), func() (err error) {
+		whole, err = fsys.Unlease(f.File)
+		return err
+	})
+	return whole, err
 }
 
 // attrSetter is a file that can change its mode and owner (fsys.KeepAttrs).
