@@ -280,7 +280,13 @@ func (st *state) compactNow(reason string) error {
 		st.failed = err
 		return fmt.Errorf("compact %s: mark journal: %w", st.key, errdefs.FromIO(err))
 	}
-	if err := st.fs.Rename(tmpPath, st.canonPath); err != nil {
+	// From the lease on, another program's open of the old file waits
+	// for the rename, and reaches the old file then; a lease still whole
+	// after it says nobody opened it (foreign.go).
+	leased := st.leaseReplaced(src)
+	err = st.fs.Rename(tmpPath, st.canonPath)
+	alone := leased && unleased(src)
+	if err != nil {
 		st.fs.Remove(tmpPath)
 		st.failed = err
 		return fmt.Errorf("compact %s: rename into place: %w", st.key, errdefs.FromIO(err))
@@ -299,12 +305,12 @@ func (st *state) compactNow(reason string) error {
 		zap.Int64("from_bytes", old.size), zap.Int64("to_bytes", newFP.size))
 	if src != nil {
 		// The replaced file: what another program appended to it during
-		// the rename is rescued now, and what it appends late, until the
-		// next compaction or idle tick (foreign.go).
-		st.hold(src, old)
+		// the rename is rescued now; held (no lease said nobody else can
+		// write to it), what it appends late too (foreign.go).
+		f := src
 		src = nil
 		st.rescueAt = newFP.size
-		if err := st.rescueHeld(false); err != nil {
+		if err := st.replaced(f, old, alone); err != nil {
 			return err
 		}
 	}

@@ -2,6 +2,7 @@ package writer
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 
@@ -18,18 +19,33 @@ import (
 // compacts: its lines are kept, in their order. A compaction renames a
 // new file over the old one; an agent that opened the old file just
 // before writes into it, a file no name leads to any more. So the
-// compaction keeps the old file open (held) and rescues what lands in it:
-// at once after the rename, then again before the next compaction and at
-// the next idle tick, after which it lets the old file go (an agent that
-// holds a transcript open longer than that loses what it writes there;
-// agents open, write and close). Rescued lines are logged like entries,
-// marked foreign (not acknowledged to anyone, so not in the ledger), and
-// the next compaction writes them where the old file ended: before the
-// lines the agent appended to the new file after them, which it wrote
-// later. (Appended after those, as they once were, an agent's lines came
-// out of order: e2e's TestForeignAppendRace under load.) A rescued line
-// whose uuid the session holds is dropped. After a crash the rescued lines
-// are replayed from the journal after the file's lines.
+// compaction takes a write lease on the old file before the rename
+// (fsys.Leaser): granted, it says no other open file refers to it, and
+// an open while it is held waits until the compaction gives it up after
+// the rename. A lease still whole then says nobody opened the old file
+// since: nothing can be written to it any more, and the compaction
+// rescues what is there past what it copied and closes it, holding no
+// descriptor (nor the old file's disk space) past its end. Otherwise (the
+// lease refused because an agent has the file open, broken by an agent
+// that opened it meanwhile, or leases unsupported) the compaction keeps
+// the old file open (held) and rescues what lands in it: at once after
+// the rename, then again when it lets it go, heldGrace later or at the
+// next compaction (an agent that holds a transcript open longer than that
+// loses what it writes there; agents open, write and close). At most
+// maxHeld files are held at once, all sessions together: past that a
+// compaction rescues and lets go at once. Rescued lines are logged like
+// entries, marked foreign (not acknowledged to anyone, so not in the
+// ledger), and the next compaction writes them where the old file ended:
+// before the lines the agent appended to the new file after them, which
+// it wrote later. (Appended after those, as they once were, an agent's
+// lines came out of order: e2e's TestForeignAppendRace under load.) A
+// rescued line whose uuid the session holds is dropped. After a crash the
+// rescued lines are replayed from the journal after the file's lines.
+
+// maxHeld bounds the replaced files held open at once, all sessions
+// together: a thousand live sessions whose agents keep their transcripts
+// open must not hold a thousand descriptors and old files.
+const maxHeld = 16
 
 // canonStatChanged reports whether the canonical file's size differs from
 // what this writer last saw (a cheap check before the tail checksum).
@@ -70,6 +86,71 @@ func (st *state) absorbForeign() error {
 	st.publish()
 	st.noteChange()
 	return nil
+}
+
+// leaseReplaced takes a write lease on src, the canonical file a
+// compaction is about to replace, and reports whether it has one.
+func (st *state) leaseReplaced(src fsys.File) bool {
+	if src == nil {
+		return false
+	}
+	err := fsys.Lease(src)
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, fsys.ErrLeaseConflict):
+		// Another program (or a reader of sessiond's) has the file
+		// open: it is held after the rename.
+	case st.leaseNoted.CompareAndSwap(false, true):
+		st.log.Debug("the filesystem or the process takes no file leases: each compaction holds the file it replaced a while", zap.Error(err))
+	}
+	return false
+}
+
+// unleased gives up the lease leaseReplaced took on f and reports
+// whether it was whole: nobody opened f since.
+func unleased(f fsys.File) bool {
+	whole, err := fsys.Unlease(f)
+	return err == nil && whole
+}
+
+// replaced deals with f, the file a compaction just replaced, whose
+// content was old. alone: a lease on f stayed whole from before the
+// rename to after it, so nothing can be written to f any more: what is
+// there is rescued and f closed. Otherwise f is held, as long as fewer
+// than maxHeld files are.
+func (st *state) replaced(f fsys.File, old fingerprint, alone bool) error {
+	st.hold(f, old)
+	if st.held == nil {
+		return nil
+	}
+	if !alone && st.takeHeldSlot() {
+		return st.rescueHeld(false)
+	}
+	err := st.rescueHeld(true)
+	st.dropHeld()
+	return err
+}
+
+// takeHeldSlot takes one of the maxHeld slots for the held file, or
+// reports that they are all taken.
+func (st *state) takeHeldSlot() bool {
+	select {
+	case st.heldSlots <- struct{}{}:
+		st.heldSlot = true
+		return true
+	default:
+		st.log.Debug("as many replaced transcripts as allowed are held open already: this one's late lines are rescued now and it is let go")
+		return false
+	}
+}
+
+// freeHeldSlot gives the held file's slot back.
+func (st *state) freeHeldSlot() {
+	if st.heldSlot {
+		st.heldSlot = false
+		<-st.heldSlots
+	}
 }
 
 // hold keeps f, the file a compaction just replaced, whose content was
@@ -113,6 +194,7 @@ func (st *state) dropHeld() {
 		st.held.Close()
 		st.held = nil
 	}
+	st.freeHeldSlot()
 }
 
 // rescueLate rescues what was appended to the held file since, logging a
@@ -139,6 +221,7 @@ func (st *state) rescueHeld(final bool) error {
 		// hold does.
 		f := st.held
 		st.held = nil
+		st.freeHeldSlot()
 		st.keepRewritten(f)
 		return nil
 	}

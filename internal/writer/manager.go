@@ -114,7 +114,7 @@ func newManager(cfg Config) (*Manager, error) {
 	cfg.FS = fsys.Remembering(cfg.FS)
 	m := &Manager{
 		deps: deps{cfg: cfg, ix: cfg.Index, health: &health.Health{},
-			compactSlots: make(chan struct{}, cfg.CompactParallel)},
+			compactSlots: make(chan struct{}, cfg.CompactParallel), heldSlots: make(chan struct{}, maxHeld)},
 		log: cfg.Logger, progress: cfg.Progress,
 	}
 	m.trash = newTrash(m)

@@ -65,6 +65,11 @@ type deps struct {
 	// compactSlots holds a token per compaction running
 	// (Config.CompactParallel bounds them).
 	compactSlots chan struct{}
+	// heldSlots holds a token per replaced file held open (foreign.go),
+	// all sessions together; leaseNoted: that the filesystem takes no
+	// leases was logged.
+	heldSlots  chan struct{}
+	leaseNoted atomic.Bool
 }
 
 // state is everything the writer goroutine owns. Nothing else touches it.
@@ -122,6 +127,7 @@ type state struct {
 	held     fsys.File
 	heldOff  int64       // how much of held is accounted for
 	heldBase fingerprint // what held held when the compaction copied it
+	heldSlot bool        // held has one of heldSlots
 	rescueAt int64       // offset in the canonical file for rescued lines, -1: none
 }
 
