@@ -150,6 +150,9 @@ func TestReplacedFileOpenedDuringRenameIsHeld(t *testing.T) {
 		go func() {
 			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 			if err == nil {
+				// Written after the compaction looked at the file
+				// it replaced: only a file held can rescue it.
+				time.Sleep(100 * time.Millisecond)
 				_, err = f.WriteString(late + "\n")
 				f.Close()
 			}
