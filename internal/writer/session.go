@@ -265,12 +265,12 @@ type loop struct {
 	// other sessions' compactions.
 	slot chan struct{}
 
-	// heldC fires heldGrace after a compaction replaced the canonical
-	// file: the replaced file, kept open to rescue what another program
-	// appends to it (foreign.go), is let go then, whatever the session
-	// does meanwhile. Held until the next idle tick instead, a session
-	// appended to every second or compacted when idle kept one
-	// descriptor (and the old file's disk space) for as long as it lived.
+	// heldC fires heldGrace after a compaction held the file it
+	// replaced (another program may write to it: foreign.go): the file,
+	// its late lines rescued, is let go then, whatever the session does
+	// meanwhile. Held until the next idle tick instead, a session
+	// appended to every second kept one descriptor (and the old file's
+	// disk space) for as long as it lived.
 	heldT    clock.Timer
 	heldC    <-chan time.Time
 	heldFile fsys.File
@@ -480,11 +480,11 @@ func (l *loop) stop() {
 	}
 }
 
-// heldGrace is how long a compaction keeps the file it replaced open:
-// long enough for an agent that opened the old file just before the
-// rename to finish its write (they open, write and close), short enough
-// that a thousand live sessions compacting hold a few descriptors at once,
-// not one each.
+// heldGrace is how long a compaction keeps the file it replaced open
+// when another program may still write to it (foreign.go): long enough
+// for an agent that opened the old file just before the rename to finish
+// its write (they open, write and close), short enough that the maxHeld
+// slots shared by all sessions come free again quickly.
 const heldGrace = 200 * time.Millisecond
 
 // retire ends the writer when it is healthy and nobody holds or queues
