@@ -13,6 +13,13 @@ import (
 // runtime ignores unless the program asks for it: the holder looks at its
 // lease (Unlease) instead.
 func (f *osFile) Lease() error {
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &sfs); err != nil {
+		return &os.PathError{Op: "lease", Path: f.Name(), Err: fmt.Errorf("%w (fstatfs: %w)", errors.ErrUnsupported, err)}
+	}
+	if remoteFS[uint32(sfs.Type)] {
+		return &os.PathError{Op: "lease", Path: f.Name(), Err: fmt.Errorf("%w: a lease on a shared filesystem (type %#x) says nothing of other machines' opens", errors.ErrUnsupported, sfs.Type)}
+	}
 	_, err := fcntl(f.File, unix.F_SETLEASE, unix.F_WRLCK)
 	switch {
 	case err == nil:
@@ -37,6 +44,16 @@ func (f *osFile) Unlease() (bool, error) {
 		return false, &os.PathError{Op: "unlease", Path: f.Name(), Err: err}
 	}
 	return kind == unix.F_WRLCK, nil
+}
+
+// remoteFS are the filesystems other machines (or a FUSE server) may open
+// files on: a lease taken here is not broken by their opens, so it cannot
+// say nobody opened the file.
+var remoteFS = map[uint32]bool{
+	unix.NFS_SUPER_MAGIC: true, unix.SMB_SUPER_MAGIC: true, unix.SMB2_SUPER_MAGIC: true,
+	unix.CIFS_SUPER_MAGIC: true, unix.FUSE_SUPER_MAGIC: true, unix.CEPH_SUPER_MAGIC: true,
+	unix.V9FS_MAGIC: true, unix.AFS_FS_MAGIC: true, unix.AFS_SUPER_MAGIC: true,
+	unix.CODA_SUPER_MAGIC: true, unix.OCFS2_SUPER_MAGIC: true,
 }
 
 func fcntl(f *os.File, cmd, arg int) (int, error) {
