@@ -280,12 +280,12 @@ func (st *state) compactNow(reason string) error {
 		st.failed = err
 		return fmt.Errorf("compact %s: mark journal: %w", st.key, errdefs.FromIO(err))
 	}
-	// From the lease on, another program's open of the old file waits
-	// for the rename, and reaches the old file then; a lease still whole
-	// after it says nobody opened it (foreign.go).
-	leased := st.leaseReplaced(src)
-	err = st.fs.Rename(tmpPath, st.canonPath)
-	alone := leased && unleased(src)
+	// Under a lease on the old file, closed at once if nobody opened it
+	// (foreign.go).
+	rep, err := st.renameOver(tmpPath, src)
+	if rep.closed {
+		src = nil
+	}
 	if err != nil {
 		st.fs.Remove(tmpPath)
 		st.failed = err
@@ -303,14 +303,14 @@ func (st *state) compactNow(reason string) error {
 	st.stats.compactedBytes.Add(uint64(newFP.size))
 	st.log.Debug("compacted", zap.String("reason", reason), zap.Int("entries", n),
 		zap.Int64("from_bytes", old.size), zap.Int64("to_bytes", newFP.size))
-	if src != nil {
+	if rep.old {
 		// The replaced file: what another program appended to it during
 		// the rename is rescued now; held (no lease said nobody else can
 		// write to it), what it appends late too (foreign.go).
 		f := src
 		src = nil
 		st.rescueAt = newFP.size
-		if err := st.replaced(f, old, alone); err != nil {
+		if err := st.replaced(f, old, rep); err != nil {
 			return err
 		}
 	}

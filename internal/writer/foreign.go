@@ -107,6 +107,53 @@ func (st *state) leaseReplaced(src fsys.File) bool {
 	return false
 }
 
+// replacement is how a compaction's rename left the file it replaced.
+type replacement struct {
+	old bool // there was a non-empty file to replace
+	// alone: a lease on it stayed whole across the rename, so nothing can
+	// be written to it any more.
+	alone bool
+	// closed: it is closed already, alone and still what was copied;
+	// tail is what it held past the copy.
+	closed bool
+	tail   []byte
+}
+
+// renameOver renames the temp file at tmpPath over the canonical file,
+// src (nil when there was none, or an empty one), under a lease on src:
+// from the lease on, another program's open of the old file waits for
+// the rename and reaches the old file then, so a lease still whole after
+// it says nobody opened it. Such a file is read past the copy and closed
+// at once, before the folder sync: no replaced file stays open longer
+// than it takes to read its end.
+func (st *state) renameOver(tmpPath string, src fsys.File) (replacement, error) {
+	leased := st.leaseReplaced(src)
+	err := st.fs.Rename(tmpPath, st.canonPath)
+	rep := replacement{old: src != nil}
+	if !leased {
+		return rep, err
+	}
+	rep.alone = unleased(src)
+	if err != nil || !rep.alone || !intact(src, st.canon) {
+		// A rewritten file is kept aside by replaced, from src.
+		return rep, err
+	}
+	fi, serr := src.Stat()
+	if serr != nil {
+		return rep, nil
+	}
+	if fi.Size() > st.canon.size {
+		tail := make([]byte, fi.Size()-st.canon.size)
+		if _, rerr := src.ReadAt(tail, st.canon.size); rerr != nil && rerr != io.EOF {
+			return rep, nil
+		}
+		rep.tail = tail
+	}
+	src.Close()
+	rep.closed = true
+	return rep, nil
+}
+
 // unleased gives up the lease leaseReplaced took on f and reports
 // whether it was whole: nobody opened f since.
 func unleased(f fsys.File) bool {
@@ -114,17 +161,22 @@ func unleased(f fsys.File) bool {
 	return err == nil && whole
 }
 
-// replaced deals with f, the file a compaction just replaced, whose
-// content was old. alone: a lease on f stayed whole from before the
-// rename to after it, so nothing can be written to f any more: what is
-// there is rescued and f closed. Otherwise f is held, as long as fewer
-// than maxHeld files are.
-func (st *state) replaced(f fsys.File, old fingerprint, alone bool) error {
+// replaced deals with f, the file a compaction just replaced (nil when
+// renameOver closed it already), whose content was old. Alone (rep), what
+// it held past the copy is rescued and it is closed. Otherwise it is
+// held, as long as fewer than maxHeld files are.
+func (st *state) replaced(f fsys.File, old fingerprint, rep replacement) error {
+	if rep.closed {
+		if len(rep.tail) == 0 || st.failed != nil {
+			return nil
+		}
+		return st.rescue(rep.tail)
+	}
 	st.hold(f, old)
 	if st.held == nil {
 		return nil
 	}
-	if !alone && st.takeHeldSlot() {
+	if !rep.alone && st.takeHeldSlot() {
 		return st.rescueHeld(false)
 	}
 	err := st.rescueHeld(true)

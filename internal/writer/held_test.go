@@ -218,3 +218,77 @@ func TestReplacedFilesHeldAreBounded(t *testing.T) {
 		t.Fatalf("the file holds\n%s\nwant the agent's line rescued:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestReplacedFileAppendedBeforeTheLease: an agent appends (open, write,
+// close) after the compaction copied the file and before its lease: the
+// lease stays whole, and the line, read from the replaced file before it
+// is closed, is rescued into the transcript.
+func TestReplacedFileAppendedBeforeTheLease(t *testing.T) {
+	e := newEnv(t)
+	hook := fstest.NewHookFS(fsys.OS, fstest.Hooks{})
+	e.fs = hook
+	m, k, mine := heldSession(t, e)
+	defer closeManager(t, m)
+	path := e.lay.TranscriptPath(k)
+	late := chained(k, uuid.NewString(), "", "agent, just before the lease")
+	hook.SetHooks(fstest.Hooks{Before: func(c fstest.Call) error {
+		if c.Name == "lease" && c.Path == path {
+			hook.SetHooks(fstest.Hooks{})
+			agentAppend(t, path, late)
+		}
+		return nil
+	}})
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	if held := replacedHeld(t, path); len(held) > 0 {
+		t.Fatalf("descriptors %v still hold the replaced transcript after the compaction", held)
+	}
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	if want, got := append(slices.Clone(mine), late), e.canonicalLines(k); !slices.Equal(got, want) {
+		t.Fatalf("the file holds\n%s\nwant the agent's line rescued:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestReplacedFileRewrittenBeforeTheLease: a program saves its own
+// version over the transcript (open("w"), write, close) after the
+// compaction copied it and before its lease: the lease stays whole, but
+// the replaced file is no longer what was copied, so nothing of it is
+// spliced in as rescued lines; it is kept under <state>/foreign, and
+// closed.
+func TestReplacedFileRewrittenBeforeTheLease(t *testing.T) {
+	e := newEnv(t)
+	hook := fstest.NewHookFS(fsys.OS, fstest.Hooks{})
+	e.fs = hook
+	m, k, mine := heldSession(t, e)
+	defer closeManager(t, m)
+	path := e.lay.TranscriptPath(k)
+	version := `{"type":"user","n":"theirs"}` + "\n"
+	hook.SetHooks(fstest.Hooks{Before: func(c fstest.Call) error {
+		if c.Name == "lease" && c.Path == path {
+			hook.SetHooks(fstest.Hooks{})
+			if err := os.WriteFile(path, []byte(version), 0o600); err != nil {
+				t.Error(err)
+			}
+		}
+		return nil
+	}})
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	if held := replacedHeld(t, path); len(held) > 0 {
+		t.Fatalf("descriptors %v still hold the replaced transcript after the compaction", held)
+	}
+	if got := e.canonicalLines(k); !slices.Equal(got, mine) {
+		t.Fatalf("the transcript holds\n%s\nwant sessiond's entries and nothing of the version no name leads to", strings.Join(got, "\n"))
+	}
+	kept, _ := filepath.Glob(filepath.Join(e.lay.StateDir, "foreign", k.ProjectKey, k.SessionID, "*.jsonl"))
+	for _, p := range kept {
+		if b, err := os.ReadFile(p); err == nil && string(b) == version {
+			return
+		}
+	}
+	t.Fatalf("the program's version is not kept under <state>/foreign (%d copies)", len(kept))
+}
