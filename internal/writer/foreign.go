@@ -24,8 +24,9 @@ import (
 // an open while it is held waits until the compaction gives it up after
 // the rename. A lease still whole then says nobody opened the old file
 // since: nothing can be written to it any more, and the compaction
-// rescues what is there past what it copied and closes it, holding no
-// descriptor (nor the old file's disk space) past its end. Otherwise (the
+// reads what is there past what it copied and closes it right after the
+// rename, holding no descriptor (nor the old file's disk space) past
+// that; what it read is rescued once the compaction is done. Otherwise (the
 // lease refused because an agent has the file open, broken by an agent
 // that opened it meanwhile, or leases unsupported) the compaction keeps
 // the old file open (held) and rescues what lands in it: at once after
@@ -161,10 +162,11 @@ func unleased(f fsys.File) bool {
 	return err == nil && whole
 }
 
-// replaced deals with f, the file a compaction just replaced (nil when
-// renameOver closed it already), whose content was old. Alone (rep), what
-// it held past the copy is rescued and it is closed. Otherwise it is
-// held, as long as fewer than maxHeld files are.
+// replaced deals with f, the file a compaction just replaced, whose
+// content was old, once the compaction is done: what renameOver read of
+// it when it closed it (f nil then) is rescued; a file nobody opened but
+// renameOver could not read or found rewritten is looked at again and
+// closed; any other is held, as long as fewer than maxHeld files are.
 func (st *state) replaced(f fsys.File, old fingerprint, rep replacement) error {
 	if rep.closed {
 		if len(rep.tail) == 0 || st.failed != nil {
