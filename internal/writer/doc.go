@@ -14,9 +14,10 @@
 //     Close and Stats.
 //   - registry.go: the live session writers and the references callers
 //     hold on them (acquire, release, follow, retirement).
-//   - session.go: the writer goroutine of one session, its event loop and
-//     its lifecycle; it is given what it needs (sessionEnv), never the
-//     Manager.
+//   - session.go: the writer goroutine of one session and its lifecycle;
+//     it is given what it needs (sessionEnv), never the Manager.
+//   - loop.go: the open writer's event loop: appends, control requests,
+//     the idle compaction and retirement, the held replaced file.
 //   - state.go: what the writer goroutine owns (state) and publishes to
 //     the listing index.
 //   - open.go: loading a session from disk as its writer starts: the

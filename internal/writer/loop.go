@@ -1,0 +1,283 @@
+package writer
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/sessiond/sessiond/internal/clock"
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
+)
+
+// loop is the open writer's event loop: what it serves, and the timers of
+// its idle compaction, its retirement and the file a compaction replaced.
+type loop struct {
+	s   *session
+	st  *state
+	env *sessionEnv
+
+	idle       clock.Timer
+	lastActive time.Time
+	rh         rhythm
+	// slot is the compaction slots (Config.CompactParallel) while an idle
+	// or retiring compaction waits for one (none was free at the tick),
+	// nil otherwise: the wait is a case of the loop's select, so appends
+	// and control requests are served meanwhile instead of queuing behind
+	// other sessions' compactions.
+	slot chan struct{}
+
+	// heldC fires heldGrace after a compaction held the file it
+	// replaced (another program may write to it: foreign.go): the file,
+	// its late lines rescued, is let go then, whatever the session does
+	// meanwhile. Held until the next idle tick instead, a session
+	// appended to every second kept one descriptor (and the old file's
+	// disk space) for as long as it lived.
+	heldT    clock.Timer
+	heldC    <-chan time.Time
+	heldFile fsys.File
+}
+
+func newLoop(s *session, st *state) *loop {
+	env := &s.env
+	return &loop{s: s, st: st, env: env, idle: env.clock.NewTimer(env.idleCompact), lastActive: env.clock.Now()}
+}
+
+func (l *loop) stopTimers() {
+	if l.heldT != nil {
+		l.heldT.Stop()
+	}
+	l.idle.Stop()
+}
+
+// serve runs the loop until the writer retires or exits.
+func (l *loop) serve() {
+	s, st := l.s, l.st
+	for {
+		l.watchHeld()
+		if l.step() {
+			return
+		}
+		if st.failed != nil {
+			st.log.Error("session writer failed; it will reopen from disk on the next request", zap.Error(st.failed))
+			s.exit(st, &notProcessed{fmt.Errorf("session writer failed and is reopening (%w); retry: %w", st.failed, errdefs.ErrUnavailable)})
+			return
+		}
+	}
+}
+
+// step serves the next event; it reports whether the writer is gone.
+func (l *loop) step() bool {
+	s, st := l.s, l.st
+	select {
+	case <-l.heldC:
+		st.rescueLate(true)
+		st.dropHeld()
+		l.heldC, l.heldFile = nil, nil
+	case r := <-s.reqs:
+		l.append(r)
+	case c := <-s.ctrl:
+		return l.control(c)
+	case <-l.idle.C():
+		return l.idleTick()
+	case l.slot <- struct{}{}:
+		l.slot = nil
+		return l.withSlot()
+	case <-s.stopCh:
+		select {
+		case <-s.abortCh: // abort wins: the time for a clean stop is over
+		default:
+			l.stop()
+		}
+		s.exit(st, errShutdown)
+		return true
+	case <-s.abortCh:
+		s.exit(st, errShutdown)
+		return true
+	}
+	return false
+}
+
+func (l *loop) append(r *appendReq) {
+	s, st := l.s, l.st
+	s.enter(serving)
+	st.commit(s.group(r))
+	s.hasContent.Store(st.exists())
+	l.rh.append(l.env.clock.Now())
+	l.touch()
+	// Appended to again: not idle any more, the next tick decides
+	// anew. (A control request keeps the wait: idleWork checks
+	// again what is due once it has the slot.)
+	l.slot = nil
+}
+
+// control runs control request c; it reports whether the writer retired.
+func (l *loop) control(c *ctrlReq) bool {
+	s, st := l.s, l.st
+	s.took(&c.reply)
+	opened := s.phase == fresh
+	s.enter(serving)
+	c.err = c.op(st)
+	s.hasContent.Store(st.exists())
+	l.touch()
+	// Retired before the answer: the caller finds it gone.
+	gone := s.retireAfter(st, c, opened)
+	close(c.done)
+	return gone
+}
+
+func (l *loop) touch() {
+	l.lastActive = l.env.clock.Now()
+	l.idle.Reset(l.rh.idleDelay(l.env.idleCompact))
+}
+
+// idleFor is how long the writer has gone without activity.
+func (l *loop) idleFor() time.Duration { return clock.Since(l.env.clock, l.lastActive) }
+
+// idleTick is the idle timer's turn: the replaced file goes, the idle
+// compaction runs or waits for a slot, and the writer retires when it has
+// been idle long enough. It reports whether the writer retired.
+func (l *loop) idleTick() bool {
+	st := l.st
+	// The file the last compaction replaced is let go now, its late
+	// lines rescued first (foreign.go).
+	st.rescueLate(true)
+	st.dropHeld()
+	retireDue := l.idleFor() >= l.env.idleRetire
+	switch {
+	case st.failed != nil:
+	case st.idleDue() || retireDue && len(st.pending) > 0:
+		select {
+		case st.compactSlots <- struct{}{}:
+			l.slot = nil // an earlier tick's wait is answered too
+			if l.withSlot() {
+				return true
+			}
+		default:
+			l.slot = st.compactSlots // withSlot runs once one is free
+		}
+	case retireDue:
+		if l.s.retire(st) {
+			return true
+		}
+	}
+	wait := l.env.idleRetire - l.idleFor()
+	if d := l.rh.idleDelay(l.env.idleCompact); wait < d {
+		wait = d
+	}
+	l.idle.Reset(wait)
+	return false
+}
+
+// withSlot runs idleWork with the slot just taken, then gives it back.
+func (l *loop) withSlot() bool {
+	st := l.st
+	st.slotHeld = true
+	defer func() {
+		st.slotHeld = false
+		<-st.compactSlots
+	}()
+	return l.idleWork()
+}
+
+// idleWork is the idle tick's compaction and retirement, run with a slot
+// held; it reports whether the writer retired.
+func (l *loop) idleWork() bool {
+	st := l.st
+	if st.failed == nil && st.idleDue() {
+		if err := st.compact("idle"); err != nil {
+			st.log.Warn("idle compaction failed", zap.Error(err))
+		}
+	}
+	if l.idleFor() >= l.env.idleRetire && st.failed == nil {
+		// Whatever the idle rule left pending goes into the file now:
+		// once the writer is gone nothing would move it there until the
+		// session is written again (official readers would see a stale
+		// file for good). One rewrite per retirement bounds what this
+		// costs.
+		if len(st.pending) > 0 {
+			if err := st.compact("retire"); err != nil {
+				st.log.Warn("compaction before retiring failed; the journal keeps the entries", zap.Error(err))
+			}
+		}
+		return l.s.retire(st)
+	}
+	return false
+}
+
+// watchHeld (re)arms heldC when a compaction replaced the canonical file
+// since the last turn, and disarms it once the replaced file is gone.
+func (l *loop) watchHeld() {
+	st := l.st
+	switch {
+	case st.held == l.heldFile:
+	case st.held == nil:
+		l.heldT.Stop()
+		l.heldC, l.heldFile = nil, nil
+	case l.heldT == nil:
+		l.heldT = l.env.clock.NewTimer(heldGrace)
+		l.heldC, l.heldFile = l.heldT.C(), st.held
+	default:
+		l.heldT.Stop()
+		l.heldT.Reset(heldGrace)
+		l.heldC, l.heldFile = l.heldT.C(), st.held
+	}
+}
+
+// stop is the clean stop (Close, delete, restore): serve what is queued,
+// then compact, so that the journal can go.
+func (l *loop) stop() {
+	s, st := l.s, l.st
+	s.enter(stopping)
+	s.drain(st)
+	if st.failed != nil {
+		return
+	}
+	if err := st.compact("shutdown"); errors.Is(err, errCompactAborted) {
+		st.log.Debug("the time to stop ran out before this session's compaction; the journal keeps the entries for the next start")
+	} else if err != nil {
+		st.log.Error("shutdown compaction failed; the journal keeps the entries for the next start", zap.Error(err))
+	} else {
+		st.dropEmptyJournal()
+	}
+}
+
+// heldGrace is how long a compaction keeps the file it replaced open
+// when another program may still write to it (foreign.go): long enough
+// for an agent that opened the old file just before the rename to finish
+// its write (they open, write and close), short enough that the maxHeld
+// slots shared by all sessions come free again quickly.
+const heldGrace = 200 * time.Millisecond
+
+// rhythm follows how often a session is appended to, so that a session
+// written steadily is not taken for idle between two of its appends: an
+// agent appending once a second would otherwise have its whole transcript
+// rewritten once a second (a thousand such sessions: a thousand
+// rewrites a second, for entries the journal already holds durably).
+type rhythm struct {
+	last time.Time
+	gap  time.Duration // moving average of the time between appends
+}
+
+func (r *rhythm) append(now time.Time) {
+	if !r.last.IsZero() {
+		g := now.Sub(r.last)
+		if r.gap == 0 {
+			r.gap = g
+		} else {
+			r.gap = (3*r.gap + g) / 4
+		}
+	}
+	r.last = now
+}
+
+// idleDelay is how long a session must go without appends before the
+// idle rule compacts it: IdleCompact, or twice the session's usual gap
+// between appends when that is longer, at most 5 x IdleCompact (so the
+// files official readers see lag by at most that much once a session
+// stops, whatever its rhythm was).
+func (r *rhythm) idleDelay(base time.Duration) time.Duration {
+	return min(max(base, 2*r.gap), 5*base)
+}
