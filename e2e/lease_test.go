@@ -87,7 +87,10 @@ func appendN(t *testing.T, d *daemon, s client.Session, from, n int) []string {
 // the lease's expiry, and nothing of B's reaches PostgreSQL.
 func TestLeaseRefusesSecondMachine(t *testing.T) {
 	_, dsn := startPostgres(t)
-	a, b := leaseDaemon(t, dsn, "A"), leaseDaemon(t, dsn, "B")
+	// Leases of a minute: with leaseTTL's 2 s, a loaded CI machine once
+	// renewed A's too late, and B then took the session lawfully.
+	a := mirrorDaemon(t, dsn, "--machine-id", "A", "--lease-ttl", "1m")
+	b := mirrorDaemon(t, dsn, "--machine-id", "B", "--lease-ttl", "1m")
 	a.start()
 	b.start()
 	s := mirrorSession("")

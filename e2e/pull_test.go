@@ -498,7 +498,10 @@ func TestLeaseTakeoverPullsFirst(t *testing.T) {
 	if st, err := ca.Status(context.Background()); err != nil || st.GetLeases().GetHeld() != 0 {
 		t.Errorf("A kept the lease of a session it refused to append to: %v, %v", st.GetLeases(), err)
 	}
-	if st := mirrorStatus(t, a); !strings.Contains(st.GetLastError(), "could not be brought here") {
+	// Said by the refused append's catch-up, or by the mirror's own turn
+	// at the copy, whichever came last: both say why nothing is written.
+	if st := mirrorStatus(t, a); !strings.Contains(st.GetLastError(), "could not be brought here") &&
+		!strings.Contains(st.GetLastError(), `the local copy differs from the rows the former holder wrote (machine "B")`) {
 		t.Errorf("A's mirror does not say why it writes nothing of the session: %v", st)
 	}
 	// B, which has everything, goes on at once (A gave the lease back).
