@@ -255,7 +255,11 @@ func (f *hookFile) Allocate(size int64) error {
 	return f.fs.run(f.call("allocate", OpWrite), func() error { return fsys.Allocate(f.File, size) })
 }
 
-// Lease takes a lease when the wrapped file can (fsys.Lease).
+// Lease takes a lease when the wrapped file can (fsys.Lease). On the real
+// filesystem a hook must not open the leased file itself while the lease
+// is held (between "lease" and "unlease"): the kernel makes that open wait
+// for the lease's release, up to its lease-break time (45 s by default),
+// and the test would stall with it.
 func (f *hookFile) Lease() error {
 	return f.fs.run(f.call("lease", 0), func() error { return fsys.Lease(f.File) })
 }
