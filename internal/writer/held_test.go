@@ -167,12 +167,7 @@ func TestReplacedFileOpenedDuringRenameIsHeld(t *testing.T) {
 	if err := <-wrote; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Flush(bg, k); err != nil {
-		t.Fatal(err)
-	}
-	if want, got := append(slices.Clone(mine), late), e.canonicalLines(k); !slices.Equal(got, want) {
-		t.Fatalf("the file holds\n%s\nwant the agent's line rescued:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	wantRescued(t, e, m, k, mine, late)
 }
 
 // TestReplacedFilesHeldAreBounded: with maxHeld replaced files held
@@ -211,12 +206,7 @@ func TestReplacedFilesHeldAreBounded(t *testing.T) {
 	if held := replacedHeld(t, path, old); len(held) > 0 {
 		t.Fatalf("descriptors %v hold the replaced transcript with %d held already", held, maxHeld)
 	}
-	if _, err := m.Flush(bg, k); err != nil {
-		t.Fatal(err)
-	}
-	if want, got := append(slices.Clone(mine), during), e.canonicalLines(k); !slices.Equal(got, want) {
-		t.Fatalf("the file holds\n%s\nwant the agent's line rescued:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	wantRescued(t, e, m, k, mine, during)
 }
 
 // TestReplacedFileAppendedBeforeTheLease: an agent appends (open, write,
@@ -244,12 +234,7 @@ func TestReplacedFileAppendedBeforeTheLease(t *testing.T) {
 	if held := replacedHeld(t, path); len(held) > 0 {
 		t.Fatalf("descriptors %v still hold the replaced transcript after the compaction", held)
 	}
-	if _, err := m.Flush(bg, k); err != nil {
-		t.Fatal(err)
-	}
-	if want, got := append(slices.Clone(mine), late), e.canonicalLines(k); !slices.Equal(got, want) {
-		t.Fatalf("the file holds\n%s\nwant the agent's line rescued:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	wantRescued(t, e, m, k, mine, late)
 }
 
 // TestReplacedFileRewrittenBeforeTheLease: a program saves its own
@@ -291,4 +276,16 @@ func TestReplacedFileRewrittenBeforeTheLease(t *testing.T) {
 		}
 	}
 	t.Fatalf("the program's version is not kept under <state>/foreign (%d copies)", len(kept))
+}
+
+// wantRescued compacts k again and checks that its transcript holds mine
+// and then the agent's line, rescued from the file a compaction replaced.
+func wantRescued(t *testing.T, e *env, m *Manager, k layout.Key, mine []string, line string) {
+	t.Helper()
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	if want, got := append(slices.Clone(mine), line), e.canonicalLines(k); !slices.Equal(got, want) {
+		t.Fatalf("the file holds\n%s\nwant the agent's line rescued:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
 }
