@@ -120,6 +120,11 @@ func TestMirrorPullSidecars(t *testing.T) {
 		{time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), "archived.json: replaced", mark},
 		{time.Now().Add(time.Hour), "archived.json: kept", other},
 	} {
+		// B's mirror done first: the pull before wrote the mark here, and
+		// a turn that ran after the hand edit below would push the edit
+		// to PostgreSQL (lawfully: B's local change), leaving nothing for
+		// the pull to decide. The mirror is not told of a hand edit.
+		waitMirrored(t, b, 60*time.Second)
 		if err := os.WriteFile(bMark, []byte(other), 0o600); err != nil {
 			t.Fatal(err)
 		}

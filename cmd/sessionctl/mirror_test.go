@@ -23,7 +23,7 @@ func TestDescribeMirror(t *testing.T) {
 		Unchecked: 2, RowsWritten: 7, LastError: "postgresql: connection refused", LastErrorMs: now.UnixMilli()}, now)
 	out := b.String()
 	for _, want := range []string{"NOT CONNECTED to user=u database=d host=h port=5432 table=t", "3 transcripts up to date",
-		"40 entries (4.0 KiB), the oldest for 1m5s", "2 transcripts not yet compared with PostgreSQL (since start, or since their lines moved)", "postgresql: connection refused"} {
+		"40 entries (4.0 KiB), the oldest for 1m5s", "2 transcripts not yet compared with PostgreSQL (since start, since their lines moved, or since a delete, restore, title or archive mark)", "postgresql: connection refused"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lines lack %q:\n%s", want, out)
 		}

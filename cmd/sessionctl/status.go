@@ -130,7 +130,7 @@ func describeMirror(w io.Writer, m *sessiondv1.MirrorStatus, now time.Time) {
 		if m.GetListing() {
 			more = " (still listing them)"
 		}
-		fmt.Fprintf(w, "mirror unchecked\t%s not yet compared with PostgreSQL (since start, or since their lines moved)%s\n", count(n, "transcript"), more)
+		fmt.Fprintf(w, "mirror unchecked\t%s not yet compared with PostgreSQL (since start, since their lines moved, or since a delete, restore, title or archive mark)%s\n", count(n, "transcript"), more)
 	}
 	if e := m.GetLastError(); e != "" {
 		fmt.Fprintf(w, "mirror last error\t%s (%s)\n", e, time.UnixMilli(m.GetLastErrorMs()).Format(time.RFC3339))

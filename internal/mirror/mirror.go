@@ -97,6 +97,11 @@ type tstate struct {
 	// PostgreSQL's), or the scan at start (sideScan: compare with the
 	// rows loaded then, sidecarsAtStart).
 	sideDirty, sideScan bool
+	// asked counts the deletes, restores and sidecar writes the writer
+	// told of, answered the last of those a turn finished: Status counts
+	// the transcript as unchecked meanwhile, since no entry count shows
+	// them.
+	asked, answered uint64
 
 	queued, busy bool
 	failures     int
@@ -227,6 +232,9 @@ func (mr *Mirror) Notify(c writer.Change) {
 	mr.mu.Lock()
 	defer mr.mu.Unlock()
 	ts := mr.stateLocked(c.Key)
+	if c.Gone || c.Family || c.Sidecars {
+		ts.asked++
+	}
 	switch {
 	case c.Gone:
 		ts.gone = true

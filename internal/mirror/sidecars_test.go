@@ -37,6 +37,27 @@ func waitSidecars(t *testing.T, dsn string, k layout.Key, want map[string]string
 	mirrortest.WaitSidecars(t, dsn, DefaultTable, k, want, what)
 }
 
+// statusSaysSidecars waits until Status alone (what sessionctl status
+// shows) says the mirror is caught up, then wants k's rows to be want
+// already: a sidecar written but not pushed yet must not look caught up.
+func (e *env) statusSaysSidecars(dsn string, k layout.Key, want map[string]string, what string) {
+	e.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st := e.mr.Status()
+		if st.Connected && st.EntriesBehind == 0 && st.Unchecked == 0 && !st.Listing {
+			break
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s: mirror not caught up after 20s: %+v", what, st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got := sidecarRows(e.t, dsn, k); !reflect.DeepEqual(got, want) {
+		e.t.Fatalf("%s: the status says caught up, and PostgreSQL holds %q, want %q", what, got, want)
+	}
+}
+
 // TestMirrorSidecars: a session's archive mark reaches sessiond_sidecars
 // byte for byte when it is set, and again when it is cleared; a title
 // file written by hand while sessiond was down, and an archive mark
@@ -60,7 +81,7 @@ func TestMirrorSidecars(t *testing.T) {
 	if len(marked) != 1 {
 		t.Fatalf("local sidecars after archiving: %q", marked)
 	}
-	waitSidecars(t, dsn, k, marked, "archived")
+	e.statusSaysSidecars(dsn, k, marked, "archived")
 	if err := e.m.SetArchived(bg, k, false); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +89,7 @@ func TestMirrorSidecars(t *testing.T) {
 	if reflect.DeepEqual(cleared, marked) {
 		t.Fatalf("unarchiving did not change the mark: %q", cleared)
 	}
-	waitSidecars(t, dsn, k, cleared, "unarchived")
+	e.statusSaysSidecars(dsn, k, cleared, "unarchived")
 
 	// While sessiond is down: the official tools write a title file
 	// (spacing and all), the archive mark is removed.
@@ -161,4 +182,55 @@ func TestMirrorSidecarFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSidecars(t, dsn, k, b.localSidecars(k), "B's archive mark")
+}
+
+// TestStatusCountsSidecarInFlight: while an archive mark is written here
+// and not in PostgreSQL yet (the mirror's insert waits on a lock another
+// connection holds), Status counts the session unchecked, so neither
+// sessionctl status nor a script waiting on it takes the mirror for
+// caught up; once the lock goes, it is, with the mark in PostgreSQL.
+func TestStatusCountsSidecarInFlight(t *testing.T) {
+	dsn := database(t)
+	e := newEnv(t, dsn, nil)
+	k := newKey("")
+	e.append(k, line(1, ""))
+	e.waitCaughtUp(20 * time.Second)
+
+	c, err := pgx.Connect(bg, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(bg)
+	tx, err := c.Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(bg) //nolint:errcheck // released below; this is for a Fatal before
+	if _, err := tx.Exec(bg, "LOCK TABLE sessiond_sidecars IN EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.SetArchived(bg, k, true); err != nil {
+		t.Fatal(err)
+	}
+	marked := e.localSidecars(k)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var waiting int
+		if err := c.QueryRow(bg, `SELECT count(*) FROM pg_locks l JOIN pg_class r ON r.oid = l.relation
+WHERE r.relname = 'sessiond_sidecars' AND NOT l.granted`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the mirror never tried to write the archive mark")
+		}
+	}
+	if st := e.mr.Status(); st.Unchecked == 0 {
+		t.Errorf("the mark is not in PostgreSQL yet, and Status counts nothing unchecked: %+v", st)
+	}
+	if err := tx.Rollback(bg); err != nil {
+		t.Fatal(err)
+	}
+	e.statusSaysSidecars(dsn, k, marked, "after the lock")
 }

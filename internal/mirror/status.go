@@ -17,7 +17,8 @@ type Status struct {
 	// Transcripts: transcripts whose cursor covers all they hold;
 	// Unchecked: local transcripts not compared with PostgreSQL since
 	// start, or since the writer told that their lines may have moved
-	// (their number may be the same: EntriesBehind cannot show it).
+	// (their number may be the same: EntriesBehind cannot show it), or
+	// that the session was deleted or restored or a sidecar written.
 	Transcripts uint64
 	Unchecked   uint64
 	// Listing: the local transcripts are still being listed at start, so
@@ -54,7 +55,7 @@ func (mr *Mirror) Status() Status {
 	st := Status{Target: mr.Target(), Connected: mr.connected, RowsWritten: mr.rows, LastError: mr.lastErr, LastErrorAt: mr.lastErrAt,
 		Listing: !mr.listed, MachineID: mr.cfg.MachineID, Leases: held, Fenced: fenced}
 	for _, ts := range mr.keys {
-		if !ts.checked || ts.moved != ts.movedChecked {
+		if !ts.checked || ts.moved != ts.movedChecked || ts.asked != ts.answered {
 			st.Unchecked++
 		}
 		var behind uint64

@@ -51,6 +51,7 @@ func (mr *Mirror) sync(ctx context.Context, k layout.Key) (err error) {
 	ts := mr.keys[k]
 	j := &job{mr: mr, key: k, cur: ts.cur, lineage: ts.lineage}
 	moved := ts.moved // what this turn compares: told before it reads
+	asked := ts.asked
 	load := !ts.known || ts.stale
 	gone, family := ts.gone, ts.family
 	ts.gone, ts.family = false, false
@@ -67,7 +68,10 @@ func (mr *Mirror) sync(ctx context.Context, k layout.Key) (err error) {
 	ts.sideDirty, ts.sideScan = false, false
 	mr.mu.Unlock()
 	defer func() {
-		if err != nil && side {
+		switch {
+		case err == nil:
+			mr.update(k, func(ts *tstate) { ts.answered = max(ts.answered, asked) })
+		case side:
 			mr.update(k, func(ts *tstate) { ts.sideDirty = true }) // compared again next time
 		}
 	}()

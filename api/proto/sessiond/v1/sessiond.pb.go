@@ -1952,7 +1952,9 @@ type MirrorStatus struct {
 	Transcripts uint64 `protobuf:"varint,7,opt,name=transcripts,proto3" json:"transcripts,omitempty"`
 	// Local transcripts not yet compared with PostgreSQL since start, or
 	// since their lines may have moved (a repair, another program's
-	// rewrite, a writer opening the file), perhaps keeping their number.
+	// rewrite, a writer opening the file), perhaps keeping their number,
+	// or since a delete, a restore or a sidecar write (a title, an archive
+	// mark) that is not in PostgreSQL yet.
 	Unchecked uint64 `protobuf:"varint,8,opt,name=unchecked,proto3" json:"unchecked,omitempty"`
 	// Rows written since start.
 	RowsWritten uint64 `protobuf:"varint,9,opt,name=rows_written,json=rowsWritten,proto3" json:"rows_written,omitempty"`

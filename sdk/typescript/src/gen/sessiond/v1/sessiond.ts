@@ -511,7 +511,9 @@ export interface MirrorStatus {
   /**
    * Local transcripts not yet compared with PostgreSQL since start, or
    * since their lines may have moved (a repair, another program's
-   * rewrite, a writer opening the file), perhaps keeping their number.
+   * rewrite, a writer opening the file), perhaps keeping their number,
+   * or since a delete, a restore or a sidecar write (a title, an archive
+   * mark) that is not in PostgreSQL yet.
    */
   unchecked: number;
   /** Rows written since start. */
