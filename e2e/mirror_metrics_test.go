@@ -13,6 +13,7 @@ import (
 // it is stopped, the entries appended show as lag (entries, bytes, age)
 // and the errors count up; after it is back the lag drains to zero.
 func TestMirrorMetrics(t *testing.T) {
+	t.Parallel()
 	pg, dsn := startPostgres(t)
 	d := mirrorDaemon(t, dsn, "--metrics-listen", "127.0.0.1:0")
 	d.start()

@@ -126,6 +126,7 @@ func waitMirrored(t *testing.T, d *daemon, within time.Duration) *sessiondv1.Mir
 // returns, in order, deep equal; sessionctl status shows the mirror, and
 // the password shows nowhere.
 func TestMirrorAppendsReachPostgres(t *testing.T) {
+	t.Parallel()
 	_, dsn := startPostgres(t)
 	d := mirrorDaemon(t, dsn)
 	d.start()
@@ -169,6 +170,7 @@ func TestMirrorAppendsReachPostgres(t *testing.T) {
 // session's lease, so the machine that takes the session over next finds
 // it whole in PostgreSQL.
 func TestMirrorDrainsAtStop(t *testing.T) {
+	t.Parallel()
 	_, dsn := startPostgres(t)
 	d := mirrorDaemon(t, dsn)
 	d.start()
@@ -312,6 +314,7 @@ func outage(t *testing.T) time.Duration {
 // fails, the lag grows (entries, bytes, age) while it is down and drains
 // to zero once it is back, and the rows are the entries, once each.
 func TestMirrorPostgresOutage(t *testing.T) {
+	t.Parallel()
 	pg, dsn := startPostgres(t)
 	d := mirrorDaemon(t, dsn)
 	d.start()
@@ -364,6 +367,7 @@ func TestMirrorPostgresOutage(t *testing.T) {
 // the rows are the transcripts' entries, in order, none twice, and every
 // acknowledged entry is there.
 func TestMirrorCrashSweep(t *testing.T) {
+	t.Parallel()
 	cycles := tortureEnv(t, "SESSIOND_MIRROR_CRASH_CYCLES", 6)
 	pg, dsn := startPostgres(t)
 	d := mirrorDaemon(t, dsn)
@@ -408,6 +412,7 @@ func TestMirrorCrashSweep(t *testing.T) {
 // transaction), another program's rewrite too, and a delete takes the
 // session's rows, its subagents' included.
 func TestMirrorFollowsRepairAndDelete(t *testing.T) {
+	t.Parallel()
 	_, dsn := startPostgres(t)
 	d := mirrorDaemon(t, dsn, "--idle-retire", "200ms", "--idle-compact", "50ms")
 	s := mirrorSession("")

@@ -16,6 +16,7 @@ import (
 // (the lease came from A, so B first tries to bring A's lines down, and
 // that pull refuses a copy that differs), and it says what to do.
 func TestOfflineAppendNeverReplacesFleetRows(t *testing.T) {
+	t.Parallel()
 	pg, dsn := startPostgres(t)
 	a := mirrorDaemon(t, dsn, "--machine-id", "A", "--idle-retire", "2s")
 	a.start()
@@ -65,6 +66,7 @@ func TestOfflineAppendNeverReplacesFleetRows(t *testing.T) {
 // catch-up and the pull must not both append the rest (a line without a
 // uuid is not recognised as one already stored).
 func TestPullBehindTakesOverOnce(t *testing.T) {
+	t.Parallel()
 	_, dsn := startPostgres(t)
 	a, b := twoMachines(t, dsn)
 	s := mirrorSession("")

@@ -41,6 +41,7 @@ func listLine(out, sid string) string {
 // PostgreSQL's (the session identical) is replaced when PostgreSQL's is
 // newer and kept when it is older.
 func TestMirrorPullSidecars(t *testing.T) {
+	t.Parallel()
 	_, dsn := startPostgres(t)
 	a := mirrorDaemon(t, dsn, "--machine-id", "A", "--idle-retire", "2s")
 	a.start()

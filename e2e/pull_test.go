@@ -107,6 +107,7 @@ func readFile(t *testing.T, path string) []byte {
 // appends mirror back after A's rows, each once; a session B never saw
 // is pulled by a plain Read.
 func TestMirrorPullTwoMachines(t *testing.T) {
+	t.Parallel()
 	sdk := sdkcheck.Require(t)
 	_, dsn := startPostgres(t)
 	// A's writers retire (and give up their sessions' leases) soon after
@@ -281,6 +282,7 @@ FROM unnest($4::jsonb[]) WITH ORDINALITY AS t(e, ord) ORDER BY ord`, key.Project
 // on after them, and what it mirrored loads through the adapter's SQL
 // deep equal to the acknowledged entries.
 func TestMirrorPullReferenceAdapterRows(t *testing.T) {
+	t.Parallel()
 	sdk := sdkcheck.Require(t)
 	_, dsn := startPostgres(t)
 	ctx := context.Background()
@@ -424,6 +426,7 @@ func leasesInPostgres(t *testing.T, d *daemon, machine string) int {
 // PostgreSQL's instead has the append refused, saying so, and the lease
 // given back at once: A goes on.
 func TestLeaseTakeoverPullsFirst(t *testing.T) {
+	t.Parallel()
 	_, dsn := startPostgres(t)
 	a, b := twoMachines(t, dsn)
 	s := mirrorSession("")
