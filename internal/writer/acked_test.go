@@ -23,6 +23,7 @@ import (
 	"github.com/sessiond/sessiond/internal/ledger"
 	"github.com/sessiond/sessiond/internal/rawjson"
 	"github.com/sessiond/sessiond/internal/transcript/damage"
+	"github.com/sessiond/sessiond/internal/writer/session"
 )
 
 // chained is an entry of a conversation: uuid, parent, session, text.
@@ -335,7 +336,7 @@ func TestLedgerCountsEachEntryOnce(t *testing.T) {
 		t.Fatalf("ledger: %+v, %v", led, err)
 	}
 	// The same record again, as a redone compaction writes it.
-	if err := m.do(bg, k, func(s *state) error { return s.acked.Append(s.canon.ledger(), 0, led.IDs) }); err != nil {
+	if err := m.do(bg, k, func(s *session.State) error { return s.Book().Append(s.Canon(), 0, led.IDs) }); err != nil {
 		t.Fatal(err)
 	}
 	if led, _ := ledger.Read(e.fs, e.lay, k); len(led.IDs) != 2 || led.Records != 2 {
@@ -625,7 +626,7 @@ func TestLedgerDamagedKeptBeforeCut(t *testing.T) {
 	m = e.manager()
 	defer closeManager(t, m)
 	conversation(t, m, k, 2, 2, "after", parent)
-	dir := filepath.Join(e.lay.StateDir, damagedDirName, k.ProjectKey, k.SessionID)
+	dir := filepath.Join(e.lay.StateDir, session.DamagedDir, k.ProjectKey, k.SessionID)
 	ents, err := os.ReadDir(dir)
 	if err != nil || len(ents) != 1 {
 		t.Fatalf("copies kept in %s: %v %v; want the damaged ledger's", dir, ents, err)

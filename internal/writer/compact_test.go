@@ -429,7 +429,7 @@ func TestAppendsAreServedWhileTheIdleCompactionWaitsForASlot(t *testing.T) {
 	if _, err := m.Append(bg, k, [][]byte{entry(uuid.NewString())}); err != nil {
 		t.Fatal(err)
 	}
-	m.compactSlots <- struct{}{} // another session's compaction, for as long as the test says
+	m.env.CompactSlots <- struct{}{} // another session's compaction, for as long as the test says
 	time.Sleep(200 * time.Millisecond)
 	if n := len(e.canonicalLinesIfAny(k)); n != 0 {
 		t.Fatalf("the transcript has %d lines while every slot was taken", n)
@@ -447,10 +447,10 @@ func TestAppendsAreServedWhileTheIdleCompactionWaitsForASlot(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(5 * time.Second):
-		<-m.compactSlots // let the session go, so the test can end
+		<-m.env.CompactSlots // let the session go, so the test can end
 		t.Fatal("the append waited for the compaction slot")
 	}
-	<-m.compactSlots
+	<-m.env.CompactSlots
 	deadline := time.Now().Add(10 * time.Second)
 	for len(e.canonicalLinesIfAny(k)) != 2 {
 		if time.Now().After(deadline) {
@@ -473,7 +473,7 @@ func TestCloseOutOfTimeLeavesWaitingCompactionsToReplay(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m.compactSlots <- struct{}{} // taken for good: no shutdown compaction can start
+	m.env.CompactSlots <- struct{}{} // taken for good: no shutdown compaction can start
 	ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
 	defer cancel()
 	closed := make(chan error, 1)

@@ -14,6 +14,7 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/owner"
 	"github.com/sessiond/sessiond/internal/progress"
+	"github.com/sessiond/sessiond/internal/writer/session"
 )
 
 // Config tunes the writers. Zero values take the defaults below.
@@ -257,4 +258,45 @@ func (c *Config) setDefaults() error {
 		c.JournalRetentionSize = DefaultJournalRetentionSize
 	}
 	return nil
+}
+
+// Change tells Config.Changed that a transcript changed (see
+// session.Change).
+type Change = session.Change
+
+// sessionConfig is the part of cfg the session writers take.
+func sessionConfig(cfg *Config) session.Config {
+	return session.Config{
+		Layout: cfg.Layout, FS: cfg.FS, Logger: cfg.Logger, Clock: cfg.Clock,
+		QueueDepth: cfg.QueueDepth, MaxGroupBytes: cfg.MaxGroupBytes,
+		CompactRatio: cfg.CompactRatio, MinCompactBytes: cfg.MinCompactBytes,
+		IdleCompact: cfg.IdleCompact, IdleFloor: cfg.IdleFloor, IdleRatio: cfg.IdleRatio, IdleRetire: cfg.IdleRetire,
+		Changed: cfg.Changed,
+	}
+}
+
+// openJournal opens (and recovers) the journal in the state folder. pressure
+// is told which sessions hold the journal's oldest segment when it grows past
+// its bound (see journal.Options.OnPressure).
+func openJournal(cfg *Config, pressure func([]layout.Key)) (*journal.Log, *journal.Recovery, error) {
+	l, rec, err := journal.Open(journal.Options{
+		FS: cfg.FS, Dir: cfg.Layout.JournalDir(),
+		MaxRecord:     cfg.MaxEntryBytes + 1024,
+		SegmentSize:   cfg.JournalSegmentSize,
+		MaxSize:       cfg.JournalMaxSize,
+		OnPressure:    pressure,
+		Retention:     max(cfg.JournalRetention, 0),
+		RetentionSize: cfg.JournalRetentionSize,
+		Now:           cfg.Clock.Now,
+		OnCommit:      cfg.JournalOnCommit,
+		// A reservation leaves the ballast's room free, and a segment's
+		// more for the compactions.
+		FreeSpace:  cfg.FreeSpace,
+		Keep:       cfg.BallastSize + cfg.JournalSegmentSize,
+		AcceptLoss: cfg.AcceptJournalLoss,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("open the journal: %w", err)
+	}
+	return l, rec, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sessiond/sessiond/internal/writer/session"
 	"io/fs"
 	"sort"
 
@@ -26,7 +27,7 @@ import (
 // failing disk.
 func (m *Manager) Exists(key layout.Key) (bool, error) {
 	s := m.reg.lookup(key)
-	if s != nil && s.hasContent.Load() {
+	if s != nil && s.HasContent() {
 		return true, nil
 	}
 	// The journal first, then the file: a compaction running meanwhile
@@ -35,7 +36,7 @@ func (m *Manager) Exists(key layout.Key) (bool, error) {
 	// two still shows the entries (asked the other way round, a look at
 	// the file just before the rename and at the journal just after found
 	// neither, and a Flush right after an Append said "not found").
-	logged := m.logs.exists(key)
+	logged := m.logs.Exists(key)
 	if logged {
 		return true, nil
 	}
@@ -75,9 +76,9 @@ func (m *Manager) NotFound(key layout.Key) error {
 func (m *Manager) WriterKeys() []layout.Key {
 	set := make(map[layout.Key]bool)
 	for _, s := range m.reg.live(nil) {
-		set[s.key] = true
+		set[s.Key()] = true
 	}
-	for _, k := range m.logs.keys() {
+	for _, k := range m.logs.Keys() {
 		set[k] = true
 	}
 	keys := make([]layout.Key, 0, len(set))
@@ -95,14 +96,14 @@ func (m *Manager) WriterKeys() []layout.Key {
 // once (retireIfOpened), so that a listing of many such sessions does not
 // hold a writer open for each.
 func (m *Manager) Publish(ctx context.Context, key layout.Key) (bool, error) {
-	if !m.logs.exists(key) && !m.IsActive(key) {
+	if !m.logs.Exists(key) && !m.IsActive(key) {
 		return false, nil
 	}
-	err := m.doRetire(ctx, key, retireIfOpened, func(st *state) error {
-		if !st.exists() {
+	err := m.doRetire(ctx, key, session.RetireIfOpened, func(st *session.State) error {
+		if !st.Exists() {
 			return m.NotFound(key)
 		}
-		st.publish()
+		st.Publish()
 		return nil
 	})
 	return err == nil, err
@@ -110,21 +111,7 @@ func (m *Manager) Publish(ctx context.Context, key layout.Key) (bool, error) {
 
 // Stamp is the stat stamp of key's files (transcript and journal) and
 // their newest mtime (ms).
-func (d *deps) Stamp(key layout.Key) (index.Stamp, int64) {
-	var st index.Stamp
-	var mod int64
-	if fi, err := d.cfg.FS.Lstat(d.cfg.Layout.TranscriptPath(key)); err == nil {
-		st.CanonSize, st.CanonMtime = fi.Size(), fi.ModTime().UnixNano()
-		mod = fi.ModTime().UnixMilli()
-	}
-	if size, mtime, ok := d.logs.stat(key); ok {
-		st.JournalSize, st.JournalMtime = size, mtime.UnixNano()
-		if ms := mtime.UnixMilli(); ms > mod {
-			mod = ms
-		}
-	}
-	return st, mod
-}
+func (m *Manager) Stamp(key layout.Key) (index.Stamp, int64) { return m.env.Stamp(key) }
 
 // StoreSummaries reads key's SessionStore summaries from its store
 // sidecar, without a writer. A damaged sidecar reads as no summary: the writer that

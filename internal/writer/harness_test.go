@@ -318,7 +318,7 @@ func (w *world) flag(name string) bool {
 // stop ends the Manager as a killed process would: no shutdown compaction.
 func (w *world) stop() {
 	for _, s := range w.m.reg.live(nil) {
-		s.abort()
+		s.Abort()
 	}
 	expired, cancel := context.WithCancel(context.Background())
 	cancel()

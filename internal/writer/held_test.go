@@ -180,12 +180,12 @@ func TestReplacedFilesHeldAreBounded(t *testing.T) {
 	e.fs = hook
 	m, k, mine := heldSession(t, e)
 	defer closeManager(t, m)
-	for range maxHeld {
-		m.heldSlots <- struct{}{}
+	for range cap(m.env.HeldSlots) {
+		m.env.HeldSlots <- struct{}{}
 	}
 	defer func() {
-		for range maxHeld {
-			<-m.heldSlots
+		for range cap(m.env.HeldSlots) {
+			<-m.env.HeldSlots
 		}
 	}()
 	path := e.lay.TranscriptPath(k)
@@ -204,7 +204,7 @@ func TestReplacedFilesHeldAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	if held := replacedHeld(t, path, old); len(held) > 0 {
-		t.Fatalf("descriptors %v hold the replaced transcript with %d held already", held, maxHeld)
+		t.Fatalf("descriptors %v hold the replaced transcript with %d held already", held, cap(m.env.HeldSlots))
 	}
 	wantRescued(t, e, m, k, mine, during)
 }

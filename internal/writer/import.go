@@ -2,17 +2,11 @@ package writer
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"github.com/sessiond/sessiond/internal/writer/session"
 	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
-
-	"github.com/google/uuid"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
-	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/sidecar"
 )
@@ -28,67 +22,25 @@ func (m *Manager) Import(ctx context.Context, key layout.Key, lines [][]byte, me
 	} else if ok {
 		return fmt.Errorf("session %s already exists here; an import never overwrites: %w", key, errdefs.ErrAlreadyExists)
 	}
-	return m.do(ctx, key, func(st *state) error {
-		if st.exists() {
+	return m.do(ctx, key, func(st *session.State) error {
+		if st.Exists() {
 			return fmt.Errorf("session %s already exists here; an import never overwrites: %w", key, errdefs.ErrAlreadyExists)
 		}
 		if meta != nil && key.Subpath != "" {
-			if err := sidecar.WriteAgentMeta(st.fs, st.canonPath, meta); err != nil {
+			if err := sidecar.WriteAgentMeta(m.cfg.FS, m.cfg.Layout.TranscriptPath(key), meta); err != nil {
 				return err
 			}
 		}
-		return st.createCanon("import", func(w io.Writer) error {
+		return st.CreateCanon("import", func(w io.Writer) error {
 			for _, l := range lines {
 				if _, err := w.Write(l); err != nil {
 					return err
 				}
-				if _, err := w.Write(newline); err != nil {
+				if _, err := w.Write([]byte{'\n'}); err != nil {
 					return err
 				}
 			}
 			return nil
 		})
 	})
-}
-
-var newline = []byte{'\n'}
-
-// createCanon makes st's canonical file, which must not exist, from what
-// write writes: into a temp file, synced, then linked into place (a link
-// fails instead of replacing a file that appeared meanwhile) and the
-// folder synced; then the writer takes it as its base. what names the
-// operation in errors.
-func (st *state) createCanon(what string, write func(io.Writer) error) error {
-	if err := fsys.MkdirAll(st.fs, st.dir, 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", st.dir, errdefs.FromIO(err))
-	}
-	tmpPath := filepath.Join(st.dir, st.tempPrefix()+uuid.NewString()[:8]+".tmp")
-	tmp, err := st.fs.OpenFile(tmpPath, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, errdefs.FromIO(err))
-	}
-	defer st.fs.Remove(tmpPath)
-	defer tmp.Close()
-	if err := write(tmp); err != nil {
-		// The writer's own refusals carry their kind; a failed write of
-		// the temp file is the disk's, and a full disk must say so.
-		return fmt.Errorf("%s %s: %w", what, st.key, errdefs.FromIO(err))
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("%s: %w", what, errdefs.FromIO(err))
-	}
-	if err := st.fs.Link(tmpPath, st.canonPath); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("session %s already exists; a %s never overwrites: %w", st.key, what, errdefs.ErrAlreadyExists)
-		}
-		return fmt.Errorf("%s: %w", what, errdefs.FromIO(err))
-	}
-	if err := st.fs.Remove(tmpPath); err != nil {
-		return fmt.Errorf("%s: %w", what, errdefs.FromIO(err))
-	}
-	if err := st.fs.SyncDir(st.dir); err != nil {
-		st.failed = err
-		return fmt.Errorf("%s: %w", what, errdefs.FromIO(err))
-	}
-	return st.reload()
 }

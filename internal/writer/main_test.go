@@ -106,7 +106,7 @@ func (e *env) canonicalLines(k layout.Key) []string {
 func crash(t *testing.T, m *Manager) {
 	t.Helper()
 	for _, s := range m.reg.live(nil) {
-		s.abort()
+		s.Abort()
 	}
 	expired, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sessiond/sessiond/internal/journal"
+	"github.com/sessiond/sessiond/internal/writer/session"
+	"github.com/sessiond/sessiond/internal/writer/stream"
 	"sync/atomic"
 	"time"
 
@@ -54,15 +57,36 @@ type Stats struct {
 	Missing []MissingInfo
 }
 
+// MissingInfo is a transcript found lacking entries sessiond had
+// acknowledged, as Stats lists it.
+type MissingInfo = ledger.MissingInfo
+
+// counters are the manager's own; the writers keep theirs
+// (session.Counters).
 type counters struct {
-	appends, stored, duplicate, journalBytes, compactions, compactedBytes, recovered atomic.Uint64
-	replayPending                                                                    atomic.Int64
+	appends, recovered atomic.Uint64
+	replayPending      atomic.Int64
 }
 
 // Manager hands out session writers and keeps track of them.
 type Manager struct {
-	deps // what the session writers share with it
-	log  *zap.Logger
+	cfg   Config
+	log   *zap.Logger
+	stats counters
+
+	// env is what every session writer is given (package session): the
+	// services below, shared with them, and their settings.
+	env *session.Env
+	// logs are the sessions' streams in the journal; rec is what opening
+	// the journal recovered, until CheckJournals reports it.
+	logs *stream.Journal
+	rec  *journal.Recovery
+	// ledger keeps the entries each transcript was given (package
+	// ledger); space rides out a full disk (package space); health keeps
+	// the recovery failures (package health).
+	ledger *ledger.Store
+	space  *space.Space
+	health *health.Health
 
 	// progress holds the long operations running (Operations).
 	progress *progress.Registry
@@ -112,33 +136,24 @@ func New(cfg Config) (*Manager, error) {
 func newManager(cfg Config) (*Manager, error) {
 	// Folders are made durable once per process, not at every compaction.
 	cfg.FS = fsys.Remembering(cfg.FS)
-	m := &Manager{
-		deps: deps{cfg: cfg, ix: cfg.Index, health: &health.Health{},
-			compactSlots: make(chan struct{}, cfg.CompactParallel), heldSlots: make(chan struct{}, maxHeld)},
-		log: cfg.Logger, progress: cfg.Progress,
-	}
+	m := &Manager{cfg: cfg, log: cfg.Logger, progress: cfg.Progress, health: &health.Health{}}
 	m.trash = newTrash(m)
-	m.reg = newRegistry(m.trash.Admit, sessionEnv{deps: &m.deps, log: m.log, clock: cfg.Clock,
-		queueDepth: cfg.QueueDepth, maxGroupBytes: cfg.MaxGroupBytes,
-		idleCompact: cfg.IdleCompact, idleRetire: cfg.IdleRetire})
-	// Lineages start from the clock, not 0, so that no two Managers of
-	// one process hand out the same one: a reader that outlives a Manager
-	// (ReadLines' callers) must not take a new writer's file for the one
-	// it read before.
-	m.lineages.Store(uint64(time.Now().UnixNano()))
 	m.ledger = ledger.NewStore(ledger.Config{FS: m.cfg.FS, Layout: m.cfg.Layout, Clock: m.cfg.Clock, Logger: m.log})
 	m.space = newSpace(&m.cfg, m.log)
-	logs, err := openLogStore(&m.cfg, relieve(m.space, m.log, func(k layout.Key) error {
-		_, err := m.flush(context.Background(), k, retireIfOpened, "relieve")
+	jr, rec, err := openJournal(&m.cfg, relieve(m.space, m.log, func(k layout.Key) error {
+		_, err := m.flush(context.Background(), k, session.RetireIfOpened, "relieve")
 		return err
 	}))
 	if err != nil {
 		return nil, err
 	}
-	m.logs = logs
+	m.logs, m.rec = stream.NewJournal(jr), rec
+	m.env = session.NewEnv(sessionConfig(&cfg), cfg.CompactParallel)
+	m.env.Journal, m.env.Index, m.env.Ledger, m.env.Space, m.env.Health = m.logs, cfg.Index, m.ledger, m.space, m.health
+	m.reg = newRegistry(m.trash.Admit, m.env)
 	m.repairs = newRepairs(m)
-	m.space.Start(logs.jr, compactor(func(k layout.Key) error {
-		_, err := m.flush(context.Background(), k, retireIfOpened, "retry")
+	m.space.Start(jr, compactor(func(k layout.Key) error {
+		_, err := m.flush(context.Background(), k, session.RetireIfOpened, "retry")
 		return err
 	}))
 	return m, nil
@@ -170,28 +185,15 @@ func (m *Manager) Config() Config { return m.cfg }
 func (m *Manager) Operations() []progress.Snapshot { return m.progress.List() }
 
 // do runs op on key's writer goroutine and waits for it.
-func (m *Manager) do(ctx context.Context, key layout.Key, op func(*state) error) error {
-	return m.doRetire(ctx, key, stay, op)
+func (m *Manager) do(ctx context.Context, key layout.Key, op func(*session.State) error) error {
+	return m.doRetire(ctx, key, session.Stay, op)
 }
 
 // doRetire is do; retire says whether the writer then retires at once
-// (see retireMode).
-func (m *Manager) doRetire(ctx context.Context, key layout.Key, retire retireMode, op func(*state) error) error {
-	// A retiring request takes the caller's reference to the writer
-	// along: the writer drops it when it takes the request, so that its
-	// retirement does not depend on whether this goroutine got round to
-	// releasing it yet.
-	c := &ctrlReq{reply: newReply(), op: op, retire: retire}
-	c.passRef = retire != stay
-	return m.submit(ctx, key, &c.reply, func(s *session) bool {
-		select {
-		case s.ctrl <- c:
-			return true
-		case <-s.exited:
-		case <-ctx.Done():
-		}
-		return false
-	})
+// (see session.Retire).
+func (m *Manager) doRetire(ctx context.Context, key layout.Key, retire session.Retire, op func(*session.State) error) error {
+	c := session.NewControl(op, retire)
+	return m.submit(ctx, key, &c.Reply, func(w *session.Writer) bool { return w.QueueControl(ctx, c) })
 }
 
 // testHookQueued, when set by a test, runs in submit between queueing a
@@ -203,7 +205,7 @@ var testHookQueued atomic.Pointer[func()]
 // exiting answers without looking at the request; it is then tried again on
 // a fresh writer. Once queued, a request is always answered: the caller
 // waits even when ctx ends, so it never has to guess whether it was stored.
-func (m *Manager) submit(ctx context.Context, key layout.Key, r *reply, enqueue func(*session) bool) error {
+func (m *Manager) submit(ctx context.Context, key layout.Key, r *session.Reply, enqueue func(*session.Writer) bool) error {
 	for attempt := 0; ; attempt++ {
 		s, err := m.reg.acquire(key)
 		if err != nil {
@@ -213,7 +215,7 @@ func (m *Manager) submit(ctx context.Context, key layout.Key, r *reply, enqueue 
 		if h := testHookQueued.Load(); h != nil {
 			(*h)()
 		}
-		if !sent || !r.passRef {
+		if !sent || !r.PassesRef() {
 			m.reg.release(s)
 		}
 		if !sent {
@@ -225,16 +227,13 @@ func (m *Manager) submit(ctx context.Context, key layout.Key, r *reply, enqueue 
 			}
 			continue
 		}
-		<-r.done
-		var np *notProcessed
-		if errors.As(r.err, &np) && attempt < 3 {
-			pass := r.passRef
-			*r = newReply()
-			r.passRef = pass
+		err = r.Wait()
+		if session.NotProcessed(err) && attempt < 3 {
+			r.Retry()
 			continue
 		}
-		m.space.NoticeFull(r.err)
-		return r.err
+		m.space.NoticeFull(err)
+		return err
 	}
 }
 
@@ -247,20 +246,20 @@ func (m *Manager) Close(ctx context.Context) error {
 	m.space.Close()
 	all := m.reg.shut()
 	for _, s := range all {
-		s.stop()
+		s.Stop()
 	}
 	done := m.reg.done()
 	select {
 	case <-done:
-		err := m.logs.close()
+		err := m.logs.Close()
 		m.ownClaim.Release()
 		return err
 	case <-ctx.Done():
 		for _, s := range all {
-			s.abort()
+			s.Abort()
 		}
 		<-done
-		m.logs.close()
+		m.logs.Close()
 		m.ownClaim.Release()
 		return fmt.Errorf("shutdown cut short, logged entries will be replayed at next start: %w", ctx.Err())
 	}
@@ -271,9 +270,9 @@ func (m *Manager) Stats() Stats {
 	n := m.reg.count()
 	recErrs, past := m.health.Report()
 	disk := m.space.Stats()
-	lagSessions, lagBytes := m.logs.jr.Backlog()
+	lagSessions, lagBytes := m.logs.Log().Backlog()
 	disk.LagSessions, disk.LagBytes = uint64(lagSessions), uint64(lagBytes)
-	ws := m.logs.jr.Stats()
+	ws := m.logs.Log().Stats()
 	return Stats{
 		RecoveryErrors:       recErrs,
 		PastRecoveryFailures: past,
@@ -286,12 +285,12 @@ func (m *Manager) Stats() Stats {
 		Missing:              m.ledger.Missing(),
 		ActiveSessions:       n,
 		Appends:              m.stats.appends.Load(),
-		EntriesStored:        m.stats.stored.Load(),
-		EntriesDuplicate:     m.stats.duplicate.Load(),
+		EntriesStored:        m.env.Stats.Stored.Load(),
+		EntriesDuplicate:     m.env.Stats.Duplicate.Load(),
 		JournalSyncs:         ws.Syncs,
-		JournalBytes:         m.stats.journalBytes.Load(),
-		Compactions:          m.stats.compactions.Load(),
-		CompactedBytes:       m.stats.compactedBytes.Load(),
+		JournalBytes:         m.env.Stats.JournalBytes.Load(),
+		Compactions:          m.env.Stats.Compactions.Load(),
+		CompactedBytes:       m.env.Stats.CompactedBytes.Load(),
 		RecoveredSessions:    m.stats.recovered.Load(),
 		ReplayPending:        uint64(max(0, m.stats.replayPending.Load())),
 	}

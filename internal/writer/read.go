@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sessiond/sessiond/internal/writer/session"
 	"io"
 	"io/fs"
 	"os"
@@ -30,9 +31,9 @@ func (s *Snapshots) NotFound(key layout.Key) error { return s.m.NotFound(key) }
 // Snapshot takes key's snapshot as mode says (reader.Live, reader.Passing).
 func (s *Snapshots) Snapshot(ctx context.Context, key layout.Key, mode reader.Mode) (*reader.Snapshot, error) {
 	m := s.m
-	retire := stay
+	retire := session.Stay
 	if mode == reader.Passing {
-		if logged := m.logs.exists(key); !logged && !m.IsActive(key) {
+		if logged := m.logs.Exists(key); !logged && !m.IsActive(key) {
 			path := m.cfg.Layout.TranscriptPath(key)
 			f, err := m.cfg.FS.OpenFile(path, os.O_RDONLY, 0)
 			if errors.Is(err, fs.ErrNotExist) {
@@ -45,12 +46,12 @@ func (s *Snapshots) Snapshot(ctx context.Context, key layout.Key, mode reader.Mo
 		}
 		// A writer opened for this (a journal left behind) retires after
 		// it: CheckAll views every session.
-		retire = retireIfOpened
+		retire = session.RetireIfOpened
 	}
 	var sn *reader.Snapshot
-	err := m.doRetire(ctx, key, retire, func(st *state) error {
+	err := m.doRetire(ctx, key, retire, func(st *session.State) error {
 		var err error
-		sn, err = st.snapshot()
+		sn, err = st.Snapshot()
 		return err
 	})
 	return sn, err
@@ -67,7 +68,7 @@ func (s *Snapshots) Hold(key layout.Key) (reader.Hold, error) {
 
 type held struct {
 	m *Manager
-	s *session
+	s *session.Writer
 }
 
 func (h held) Live() bool { return h.m.reg.isLive(h.s) }
@@ -78,50 +79,3 @@ func (h held) Release() { h.m.reg.unfollow(h.s) }
 func (m *Manager) View(ctx context.Context, key layout.Key, fn func(r io.Reader, pending int) error) error {
 	return reader.New(NewSnapshots(m)).View(ctx, key, fn)
 }
-
-func (st *state) snapshot() (*reader.Snapshot, error) {
-	sn := &reader.Snapshot{
-		CanonSize: st.canon.size, CanonEntries: st.canonEntries, CanonEndsNL: st.canonEndsNL,
-		Lineage: st.lineage, Changed: st.changed, Exists: st.exists(),
-	}
-	if st.canonExists {
-		f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
-		if err != nil {
-			return nil, fmt.Errorf("open %s: %w", st.canonPath, errdefs.FromIO(err))
-		}
-		sn.Canon = f
-	}
-	if len(st.pending) > 0 {
-		r, err := st.j.reader()
-		if err != nil {
-			sn.Close()
-			return nil, err
-		}
-		p := &pendingLog{r: r, spans: make([]span, len(st.pending))}
-		for i, e := range st.pending {
-			p.spans[i] = e.span
-			if e.foreign {
-				if p.foreign == nil {
-					p.foreign = make([]bool, len(st.pending))
-				}
-				p.foreign[i] = true
-			}
-		}
-		sn.Pending = p
-	}
-	return sn, nil
-}
-
-// pendingLog is a snapshot's pending entries (reader.Pending), read from
-// the journal.
-type pendingLog struct {
-	r       logReader
-	spans   []span
-	foreign []bool // for each entry, when any is foreign
-}
-
-func (p *pendingLog) Len() int                    { return len(p.spans) }
-func (p *pendingLog) Entry(i int) ([]byte, error) { return p.r.entry(p.spans[i]) }
-func (p *pendingLog) Size(i int) int              { return p.spans[i].n }
-func (p *pendingLog) Foreign(i int) bool          { return p.foreign != nil && p.foreign[i] }
-func (p *pendingLog) Close() error                { return p.r.close() }

@@ -15,6 +15,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/sidecar"
+	"github.com/sessiond/sessiond/internal/writer/session"
 )
 
 // The reads of sessiond's own state under a failing read (readstate.go):
@@ -29,7 +30,7 @@ func onPath(path string) func(string) bool { return func(p string) bool { return
 func retire(t *testing.T, m *Manager, k layout.Key) {
 	t.Helper()
 	s := settled(t, m, k)
-	if _, err := m.flush(bg, k, retireIfDone, "test"); err != nil {
+	if _, err := m.flush(bg, k, session.RetireIfDone, "test"); err != nil {
 		t.Fatal(err)
 	}
 	waitExited(t, s)
@@ -125,7 +126,7 @@ func TestStoreSidecarDamagedKept(t *testing.T) {
 	if err != nil || r.SummaryVersion != 0 {
 		t.Fatalf("append over a damaged sidecar: %+v %v; want it stored, the summary starting afresh", r, err)
 	}
-	dir := filepath.Join(crashLayout.StateDir, damagedDirName, k.ProjectKey, k.SessionID)
+	dir := filepath.Join(crashLayout.StateDir, session.DamagedDir, k.ProjectKey, k.SessionID)
 	ents, err := c.ReadDir(dir)
 	if err != nil || len(ents) != 1 || !strings.HasSuffix(ents[0].Name(), "-sessiond-store.json") {
 		t.Fatalf("copies kept in %s: %v %v; want the damaged sidecar's", dir, ents, err)

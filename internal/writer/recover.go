@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sessiond/sessiond/internal/writer/session"
 	"io/fs"
 	"path/filepath"
 	"runtime"
@@ -60,7 +61,7 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 		m.health.Failed(err.Error())
 	}
 	sweepTemps(m.cfg.FS, m.cfg.Layout, m.log)
-	if r := m.logs.rec; r != nil {
+	if r := m.rec; r != nil {
 		rep.Bytes = r.Bytes
 		if r.TruncatedBytes > 0 {
 			// After a crash the last segment always ends in unwritten
@@ -85,7 +86,7 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", c, errdefs.ErrCorrupt))
 			m.health.Failed(c)
 		}
-		m.logs.rec = nil
+		m.rec = nil
 	}
 	// Interrupted deletes and restores first: their sessions must be
 	// whole in one place before anything replays into them.
@@ -100,7 +101,7 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 	if err := ctx.Err(); err != nil {
 		return rep, nil, err
 	}
-	keys := m.logs.keys()
+	keys := m.logs.Keys()
 	var todo []layout.Key
 	for _, k := range keys {
 		if m.reg.lookup(k) == nil {
@@ -145,7 +146,7 @@ func (m *Manager) Replay(ctx context.Context, keys []layout.Key) ReplayReport {
 	defer op.End()
 	parallel(ctx, max(2, runtime.GOMAXPROCS(0)), len(keys), func(i int) {
 		k := keys[i]
-		r, err := m.flush(ctx, k, retireIfDone, "replay")
+		r, err := m.flush(ctx, k, session.RetireIfDone, "replay")
 		m.stats.replayPending.Add(-1)
 		op.Add(1)
 		mu.Lock()
@@ -225,7 +226,7 @@ func sweepTemps(fsy fsys.FS, L layout.Layout, log *zap.Logger) {
 			return strings.HasPrefix(n, ".") && strings.HasSuffix(n, layout.TranscriptExt+".tmp")
 		})
 	}
-	sweep(filepath.Join(L.StateDir, damagedDirName), func(n string) bool {
+	sweep(filepath.Join(L.StateDir, session.DamagedDir), func(n string) bool {
 		return strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".tmp")
 	})
 	sweep(L.MissingDir(), func(n string) bool {

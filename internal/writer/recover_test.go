@@ -90,7 +90,7 @@ func TestCheckJournalsServesBeforeReplay(t *testing.T) {
 	// Damage the first batch of the last session in the shared log: the
 	// writes after it are intact, so this is corruption, not a torn tail.
 	bad := keys[3]
-	ep, ok := m.logs.jr.Epoch(bad)
+	ep, ok := m.logs.Log().Epoch(bad)
 	if !ok {
 		t.Fatal("no stream for the last session")
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/writer/session"
 )
 
 // TestRegistryRetireRacesAcquire has writers retire while other callers
@@ -41,7 +42,7 @@ func TestRegistryRetireRacesAcquire(t *testing.T) {
 		defer wg.Done()
 		for range rounds * 2 {
 			// Not found: nothing appended yet.
-			if _, err := m.flush(ctx, k, retireIfDone, "replay"); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			if _, err := m.flush(ctx, k, session.RetireIfDone, "replay"); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 				errs <- fmt.Errorf("flush: %w", err)
 			}
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/writer/session"
 )
 
 func TestIdleCompactionAndRetire(t *testing.T) {
@@ -51,9 +52,9 @@ func TestIdleCompactionAndRetire(t *testing.T) {
 // settled returns k's live writer once it has handled everything sent so
 // far: it answers a request only after re-arming its idle timer, so the
 // next Advance of a fake clock counts from there.
-func settled(t *testing.T, m *Manager, k layout.Key) *session {
+func settled(t *testing.T, m *Manager, k layout.Key) *session.Writer {
 	t.Helper()
-	if err := m.do(context.Background(), k, func(*state) error { return nil }); err != nil {
+	if err := m.do(context.Background(), k, func(*session.State) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	s := m.reg.lookup(k)
@@ -76,10 +77,10 @@ func advance(t *testing.T, clk *clock.Fake, d time.Duration) {
 }
 
 // waitExited waits (10 s at most) for s's goroutine to end.
-func waitExited(t *testing.T, s *session) {
+func waitExited(t *testing.T, s *session.Writer) {
 	t.Helper()
 	select {
-	case <-s.exited:
+	case <-s.Exited():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the writer did not exit")
 	}
@@ -127,7 +128,7 @@ func TestRetireCompactsWhatIdleLeft(t *testing.T) {
 	if n := len(e.canonicalLines(k)); n != 65 {
 		t.Fatalf("after retiring: %d lines, want 65", n)
 	}
-	if m.logs.exists(k) {
+	if m.logs.Exists(k) {
 		t.Fatalf("entries of %s left in the journal after retiring with nothing pending", k)
 	}
 }
@@ -154,7 +155,7 @@ func TestRetiringFlushRetiresAtOnce(t *testing.T) {
 		if _, err := m.Append(ctx, k, [][]byte{entry(uuid.NewString(), "n", fmt.Sprint(i))}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.flush(ctx, k, retireIfDone, "replay"); err != nil {
+		if _, err := m.flush(ctx, k, session.RetireIfDone, "replay"); err != nil {
 			t.Fatal(err)
 		}
 		if m.IsActive(k) {

@@ -17,6 +17,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/space"
+	"github.com/sessiond/sessiond/internal/writer/session"
 )
 
 // spaceEnv is a Manager on the real disk behind a FaultFS, with a fake
@@ -63,7 +64,7 @@ func newSpaceEnv(t *testing.T, cfg func(*Config)) *spaceEnv {
 func (e *spaceEnv) appendTo(k layout.Key, lines ...string) {
 	e.t.Helper()
 	mustAppendTo(e.t, e.m, k, lines...)
-	if err := e.m.do(bg, k, func(*state) error { return nil }); err != nil {
+	if err := e.m.do(bg, k, func(*session.State) error { return nil }); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -172,7 +173,7 @@ func TestBallastReleasedAndRemade(t *testing.T) {
 	if st := m.Stats().Disk; !st.BallastReleased || st.BallastPath != path || st.BallastSize != size {
 		t.Errorf("status: %+v, want the ballast %s released", st, path)
 	}
-	if !m.logs.jr.LowSpace() {
+	if !m.logs.Log().LowSpace() {
 		t.Error("the journal still reserves space ahead on a full disk")
 	}
 	// The release wakes the watcher at once; the free space (10) does
@@ -217,7 +218,7 @@ func TestBallastReleasedAndRemade(t *testing.T) {
 	if st := m.Stats().Disk; st.BallastReleased {
 		t.Error("status still says the ballast is released")
 	}
-	if m.logs.jr.LowSpace() {
+	if m.logs.Log().LowSpace() {
 		t.Error("the journal does not reserve space ahead again once space is back")
 	}
 }
@@ -435,7 +436,7 @@ func TestLaggingTranscriptsGetTheReleasedRoom(t *testing.T) {
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the ballast was made again while a compaction waited for the room (%v)", err)
 	}
-	if !m.logs.jr.LowSpace() {
+	if !m.logs.Log().LowSpace() {
 		t.Error("the journal reserves space ahead again while a compaction waits")
 	}
 	e.ff.Clear()

@@ -2,6 +2,7 @@ package writer
 
 import (
 	"fmt"
+	"github.com/sessiond/sessiond/internal/writer/session"
 	"path/filepath"
 	"time"
 
@@ -24,7 +25,7 @@ func newTrash(m *Manager) *trash.Trash {
 		Layout: m.cfg.Layout, FS: m.cfg.FS, Clock: m.cfg.Clock, Logger: m.log, Retention: m.cfg.TrashRetention,
 		// A compaction's temp name: recovery sweeps what a crash left.
 		TempName: func(dst string) string {
-			return filepath.Join(filepath.Dir(dst), compactTempPrefix(dst)+uuid.NewString()[:8]+".tmp")
+			return filepath.Join(filepath.Dir(dst), session.CompactTempPrefix(dst)+uuid.NewString()[:8]+".tmp")
 		},
 	}, trashSessions{m})
 }
@@ -42,22 +43,22 @@ func (h trashSessions) StopFamily(k layout.Key) error {
 	})
 	// Writers of the family finish what is queued, compact and exit.
 	for _, s := range open {
-		s.stop()
+		s.Stop()
 	}
 	for _, s := range open {
 		t := m.cfg.Clock.NewTimer(time.Minute)
 		select {
-		case <-s.exited:
+		case <-s.Exited():
 			t.Stop()
 		case <-t.C():
-			return fmt.Errorf("session %s did not close in time: %w", s.key, errdefs.ErrUnavailable)
+			return fmt.Errorf("session %s did not close in time: %w", s.Key(), errdefs.ErrUnavailable)
 		}
 	}
 	return nil
 }
 
 func (h trashSessions) CompactLogged(key layout.Key) error {
-	return h.m.logs.drop(key, func(k layout.Key) error {
+	return h.m.logs.Drop(key, func(k layout.Key) error {
 		_, err := h.flushLocked(k)
 		return err
 	})
@@ -68,24 +69,24 @@ func (h trashSessions) CompactLogged(key layout.Key) error {
 // here instead of on a goroutine of its own.
 func (h trashSessions) flushLocked(key layout.Key) (FlushResult, error) {
 	m := h.m
-	st := newState(&m.deps, key, m.log.With(zap.Stringer("session", key)))
-	if err := st.open(); err != nil {
+	st, err := session.Open(m.env, key, m.log.With(zap.Stringer("session", key)))
+	if err != nil {
 		return FlushResult{Key: key}, err
 	}
-	defer st.closeFiles()
-	n := uint64(len(st.pending))
-	if err := st.compact("delete"); err != nil {
+	defer st.Close()
+	n := uint64(st.Pending())
+	if err := st.Compact("delete"); err != nil {
 		return FlushResult{Key: key}, err
 	}
-	return FlushResult{Key: key, CompactedEntries: n, CanonicalBytes: st.canon.size}, nil
+	return FlushResult{Key: key, CompactedEntries: n, CanonicalBytes: st.CanonSize()}, nil
 }
 
-func (h trashSessions) Logged(key layout.Key) bool { return h.m.logs.exists(key) }
+func (h trashSessions) Logged(key layout.Key) bool { return h.m.logs.Exists(key) }
 
 func (h trashSessions) Exists(key layout.Key) (bool, error) { return h.m.Exists(key) }
 
 func (h trashSessions) NotFound(key layout.Key) error { return h.m.NotFound(key) }
 
 func (h trashSessions) Moved(key layout.Key, gone bool) {
-	h.m.tell(Change{Key: key, Gone: gone, Family: !gone})
+	h.m.env.Tell(Change{Key: key, Gone: gone, Family: !gone})
 }

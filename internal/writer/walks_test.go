@@ -266,7 +266,7 @@ func TestListingDropsEmptyLeftBehindJournals(t *testing.T) {
 				keys[i] = newKey()
 				// A stream begun and never written: what a writer whose
 				// first append was refused leaves in the journal.
-				if err := m.logs.jr.Stream(keys[i]).Begin(journal.Fingerprint{}, false); err != nil {
+				if err := m.logs.Log().Stream(keys[i]).Begin(journal.Fingerprint{}, false); err != nil {
 					t.Fatal(err)
 				}
 			}

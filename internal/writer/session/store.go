@@ -1,4 +1,4 @@
-package writer
+package session
 
 import (
 	"bytes"
@@ -17,8 +17,8 @@ import (
 // appends would cost more than a summary the adapter refolds (its version
 // mismatch tells it to) and batch ids a client resends only within
 // minutes.
-func (st *state) loadStore() error {
-	s, err := sessionstore.Read(st.fs, st.cfg.Layout, st.key)
+func (st *State) loadStore() error {
+	s, err := sessionstore.Read(st.fs, st.Config.Layout, st.key)
 	var dmg *sessionstore.DamagedError
 	if errors.As(err, &dmg) {
 		kept, kerr := st.keepDamaged(dmg.Path, bytes.NewReader(dmg.Body))
@@ -41,11 +41,11 @@ func (st *state) loadStore() error {
 
 // saveStore writes the store sidecar if it changed since it was read or
 // last written.
-func (st *state) saveStore() error {
+func (st *State) saveStore() error {
 	if !st.storeDirty {
 		return nil
 	}
-	if err := sessionstore.Save(st.fs, st.cfg.Layout, st.key, &st.store, st.cfg.Clock.Now()); err != nil {
+	if err := sessionstore.Save(st.fs, st.Config.Layout, st.key, &st.store, st.Config.Clock.Now()); err != nil {
 		return err
 	}
 	st.storeDirty = false
@@ -53,7 +53,7 @@ func (st *state) saveStore() error {
 }
 
 // applyMetas replays the Meta records of recovered batches.
-func (st *state) applyMetas(metas [][]byte) {
+func (st *State) applyMetas(metas [][]byte) {
 	for _, b := range metas {
 		var m sessionstore.BatchMeta
 		if err := json.Unmarshal(b, &m); err != nil {
@@ -72,7 +72,7 @@ func (st *state) applyMetas(metas [][]byte) {
 }
 
 // publishSummary copies the summaries into the listing entry.
-func (st *state) publishSummary() {
+func (st *State) publishSummary() {
 	if st.ent != nil {
 		st.ent.Stores = st.store.ListingSummaries()
 	}

@@ -1,4 +1,4 @@
-package writer
+package session
 
 import (
 	"fmt"
@@ -27,16 +27,16 @@ import (
 // the writer starts that state afresh or cuts it (which overwrites or
 // removes what it held), so that a human can still look at it. It returns
 // the copy's path.
-func (st *state) keepDamaged(path string, r io.Reader) (string, error) {
+func (st *State) keepDamaged(path string, r io.Reader) (string, error) {
 	rel := filepath.Join(st.key.ProjectKey, st.key.SessionID)
 	if st.key.Subpath != "" {
 		rel = filepath.Join(rel, st.key.Subpath)
 	}
-	dir := filepath.Join(st.cfg.Layout.StateDir, damagedDirName, rel)
+	dir := filepath.Join(st.Config.Layout.StateDir, DamagedDir, rel)
 	if err := fsys.MkdirAll(st.fs, dir, 0o700); err != nil {
 		return "", fmt.Errorf("keep a copy of the damaged %s in %s: %w", path, dir, errdefs.FromIO(err))
 	}
-	name := st.cfg.Clock.Now().UTC().Format("20060102T150405.000000000Z") + "-" + filepath.Base(path)
+	name := st.Config.Clock.Now().UTC().Format("20060102T150405.000000000Z") + "-" + filepath.Base(path)
 	kept := filepath.Join(dir, name)
 	err := fsys.WriteFileAtomic(st.fs, kept, "."+name+".tmp", 0o600, func(w io.Writer) error {
 		_, err := io.Copy(w, r)
@@ -48,6 +48,6 @@ func (st *state) keepDamaged(path string, r io.Reader) (string, error) {
 	return kept, nil
 }
 
-// damagedDirName is the folder of the state folder that keeps copies of
+// DamagedDir is the folder of the state folder that keeps copies of
 // damaged state files (keepDamaged).
-const damagedDirName = "damaged"
+const DamagedDir = "damaged"

@@ -1,4 +1,4 @@
-package writer
+package session
 
 import "github.com/sessiond/sessiond/internal/layout"
 
@@ -37,21 +37,21 @@ type Change struct {
 
 // tell tells Config.Changed about c. It must not block: the writer
 // goroutines and deletes call it.
-func (d *deps) tell(c Change) {
-	if d.cfg.Changed != nil {
-		d.cfg.Changed(c)
+func (d *Env) Tell(c Change) {
+	if d.Config.Changed != nil {
+		d.Config.Changed(c)
 	}
 }
 
 // noteChange tells Config.Changed what st holds now.
-func (st *state) noteChange() {
-	if st.cfg.Changed == nil {
+func (st *State) noteChange() {
+	if st.Config.Changed == nil {
 		return
 	}
 	bytes := st.canon.size + st.pendingBytes
 	if !st.canonEndsNL && st.canonExists && len(st.pending) > 0 {
 		bytes++
 	}
-	st.tell(Change{Key: st.key, Entries: st.totalEntries(), Bytes: bytes, Added: st.unnoted, Lineage: st.lineage})
+	st.Tell(Change{Key: st.key, Entries: st.totalEntries(), Bytes: bytes, Added: st.unnoted, Lineage: st.lineage})
 	st.unnoted = 0
 }

@@ -1,8 +1,7 @@
-package writer
+package session
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -16,90 +15,18 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
-	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/ledger"
 	"github.com/sessiond/sessiond/internal/space"
+	"github.com/sessiond/sessiond/internal/writer/stream"
 )
-
-// FlushResult describes one compacted session.
-type FlushResult struct {
-	Key              layout.Key
-	CompactedEntries uint64
-	CanonicalBytes   int64
-}
-
-// Flush compacts key's journal into its canonical file.
-func (m *Manager) Flush(ctx context.Context, key layout.Key) (FlushResult, error) {
-	return m.flush(ctx, key, stay, "flush")
-}
-
-// flush is Flush; retire says whether the writer then retires at once
-// (see retireMode), reason why it compacts (see automatic).
-func (m *Manager) flush(ctx context.Context, key layout.Key, retire retireMode, reason string) (FlushResult, error) {
-	var res FlushResult
-	if err := key.Validate(); err != nil {
-		return res, err
-	}
-	if absent(m.Exists(key)) {
-		return res, m.NotFound(key)
-	}
-	err := m.doRetire(ctx, key, retire, func(st *state) error {
-		if !st.exists() {
-			return m.NotFound(key)
-		}
-		n := uint64(len(st.pending))
-		if err := st.compact(reason); err != nil {
-			return err
-		}
-		res = FlushResult{Key: key, CompactedEntries: n, CanonicalBytes: st.canon.size}
-		return nil
-	})
-	return res, err
-}
-
-// FlushAll compacts every session that has journaled entries: the open
-// writers and the journals left by retired ones.
-func (m *Manager) FlushAll(ctx context.Context) ([]FlushResult, error) {
-	var out []FlushResult
-	err := m.FlushEach(ctx, func(r FlushResult) error {
-		out = append(out, r)
-		return nil
-	})
-	return out, err
-}
-
-// FlushEach is FlushAll handing each session's result to fn once it is
-// compacted, instead of gathering them. A session that fails is reported
-// in the error returned at the end, after the others; fn's error stops at
-// once.
-func (m *Manager) FlushEach(ctx context.Context, fn func(FlushResult) error) error {
-	keys := m.WriterKeys()
-	var errs []error
-	for _, k := range keys {
-		r, err := m.flush(ctx, k, retireIfOpened, "flush")
-		if err != nil {
-			if errors.Is(err, errdefs.ErrNotFound) {
-				continue
-			}
-			errs = append(errs, fmt.Errorf("%s: %w", k, err))
-			continue
-		}
-		if r.CompactedEntries > 0 {
-			if err := fn(r); err != nil {
-				return err
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
 
 // tempPrefix names this session's compaction temp files. They start with a
 // dot and end in ".tmp", so no reader ever takes them for a transcript.
-func (st *state) tempPrefix() string { return compactTempPrefix(st.canonPath) }
+func (st *State) tempPrefix() string { return CompactTempPrefix(st.canonPath) }
 
-// compactTempPrefix starts the names of the temp files that replace the
+// CompactTempPrefix starts the names of the temp files that replace the
 // transcript at canonPath (a restore's merge uses them too).
-func compactTempPrefix(canonPath string) string {
+func CompactTempPrefix(canonPath string) string {
 	base := strings.TrimSuffix(filepath.Base(canonPath), ".jsonl")
 	if len(base) > 200 {
 		// Keep the temp name within the 255-byte limit of a file name while
@@ -111,13 +38,13 @@ func compactTempPrefix(canonPath string) string {
 
 // newGeneration replaces the session's log with an empty one whose base is
 // the canonical file as it is now.
-func (st *state) newGeneration() error {
+func (st *State) newGeneration() error {
 	// The journal about to be replaced may be the only copy of batch ids and a
 	// summary: they go to the sidecar first.
 	if err := st.saveSidecars(); err != nil {
 		return err
 	}
-	l, err := st.logs.create(st.key, st.canon, st.j != nil)
+	l, err := st.Journal.Create(st.key, st.canon.inJournal(), st.j != nil)
 	if err != nil {
 		if st.j != nil {
 			// Create may have renamed the new journal over the old one
@@ -130,7 +57,7 @@ func (st *state) newGeneration() error {
 		return err
 	}
 	if st.j != nil {
-		st.j.close()
+		st.j.Close()
 	}
 	st.j = l
 	st.pending = nil
@@ -138,14 +65,14 @@ func (st *state) newGeneration() error {
 	return nil
 }
 
-func (st *state) sizeDue() bool {
-	return st.pendingBytes >= st.cfg.MinCompactBytes &&
-		float64(st.pendingBytes) >= st.cfg.CompactRatio*float64(st.canon.size)
+func (st *State) sizeDue() bool {
+	return st.pendingBytes >= st.Config.MinCompactBytes &&
+		float64(st.pendingBytes) >= st.Config.CompactRatio*float64(st.canon.size)
 }
 
-func (st *state) idleDue() bool {
+func (st *State) idleDue() bool {
 	return st.pendingBytes > 0 &&
-		(st.canon.size <= st.cfg.IdleFloor || float64(st.pendingBytes)*st.cfg.IdleRatio >= float64(st.canon.size))
+		(st.canon.size <= st.Config.IdleFloor || float64(st.pendingBytes)*st.Config.IdleRatio >= float64(st.canon.size))
 }
 
 // automatic reports whether a compaction for this reason is one sessiond
@@ -161,17 +88,17 @@ func automatic(reason string) bool {
 	return false
 }
 
-// compact is compactNow, with what the disk space says: a compaction
+// Compact is compactNow, with what the disk space says: a compaction
 // waiting for space is not tried by the automatic rules, one that fails
 // for want of space waits for it (space.Space.CompactFailed), and one that
 // succeeds ends the session's wait and its recovery failure.
-func (st *state) compact(reason string) error {
-	if automatic(reason) && st.space.Waiting(st.key) {
+func (st *State) Compact(reason string) error {
+	if automatic(reason) && st.Space.Waiting(st.key) {
 		return nil
 	}
 	need := st.canon.size + st.pendingBytes
 	err := st.compactInSlot(reason)
-	if err != nil && st.failed == nil && errors.Is(err, errdefs.ErrNoSpace) && st.space.YieldRetained(space.FailedDir(err, st.dir)) {
+	if err != nil && st.failed == nil && errors.Is(err, errdefs.ErrNoSpace) && st.Space.YieldRetained(space.FailedDir(err, st.dir)) {
 		// The journal's retained segments gave their room back (package space):
 		// the compaction may fit now, and a caller's flush need not
 		// fail for room sessiond could free itself.
@@ -179,10 +106,10 @@ func (st *state) compact(reason string) error {
 	}
 	switch {
 	case err != nil:
-		return st.space.CompactFailed(st.key, st.dir, need, err)
+		return st.Space.CompactFailed(st.key, st.dir, need, err)
 	case len(st.pending) == 0:
-		st.space.Compacted(st.key)
-		st.health.Healthy(st.key)
+		st.Space.Compacted(st.key)
+		st.Health.Healthy(st.key)
 	}
 	return nil
 }
@@ -198,16 +125,16 @@ var errCompactAborted = fmt.Errorf("sessiond's time to stop ran out before this 
 // the idle ones wait in the loop's select instead (session.run). The slot
 // holders wait on nothing but the disk and the journal, never on
 // another session, so the wait always ends, or Close's time runs out.
-func (st *state) compactInSlot(reason string) error {
+func (st *State) compactInSlot(reason string) error {
 	if st.slotHeld {
 		return st.compactNow(reason)
 	}
 	select {
-	case st.compactSlots <- struct{}{}:
+	case st.CompactSlots <- struct{}{}:
 	case <-st.abort:
 		return fmt.Errorf("compact %s: %w", st.key, errCompactAborted)
 	}
-	defer func() { <-st.compactSlots }()
+	defer func() { <-st.CompactSlots }()
 	return st.compactNow(reason)
 }
 
@@ -219,7 +146,7 @@ func (st *state) compactInSlot(reason string) error {
 // any point leaves either the old file with the journal still holding the
 // entries, or the new file with a marker that tells recovery the entries
 // are already in it; either way the ledger or the journal lists them.
-func (st *state) compactNow(reason string) error {
+func (st *State) compactNow(reason string) error {
 	if st.failed != nil {
 		return st.failed
 	}
@@ -275,7 +202,7 @@ func (st *state) compactNow(reason string) error {
 	}
 	// From here on a failure leaves the disk in a state only recovery may
 	// judge, so the writer fails and reopens from disk.
-	if err := st.j.markCompacted(newFP); err != nil {
+	if err := st.j.MarkCompacted(newFP.inJournal()); err != nil {
 		st.fs.Remove(tmpPath)
 		st.failed = err
 		return fmt.Errorf("compact %s: mark journal: %w", st.key, errdefs.FromIO(err))
@@ -299,8 +226,8 @@ func (st *state) compactNow(reason string) error {
 	if err := st.installed(newFP, moved); err != nil {
 		return err
 	}
-	st.stats.compactions.Add(1)
-	st.stats.compactedBytes.Add(uint64(newFP.size))
+	st.Stats.Compactions.Add(1)
+	st.Stats.CompactedBytes.Add(uint64(newFP.size))
 	st.log.Debug("compacted", zap.String("reason", reason), zap.Int("entries", n),
 		zap.Int64("from_bytes", old.size), zap.Int64("to_bytes", newFP.size))
 	if rep.old {
@@ -314,7 +241,7 @@ func (st *state) compactNow(reason string) error {
 			return err
 		}
 	}
-	st.publish()
+	st.Publish()
 	st.notifyChange()
 	return nil
 }
@@ -324,7 +251,7 @@ func (st *state) compactNow(reason string) error {
 // pending ones, and a rewrite is compared with the ledger. done: nothing
 // is pending any more (the file held every entry), so the compaction is
 // over.
-func (st *state) catchUpForeign() (done bool, err error) {
+func (st *State) catchUpForeign() (done bool, err error) {
 	if err := st.checkPath(); err != nil {
 		return false, err
 	}
@@ -369,7 +296,7 @@ func (st *state) catchUpForeign() (done bool, err error) {
 // compacted and no longer reads what it holds. So the sidecars first, then
 // the ledger's record of the entries acked, compacted into the file about
 // to be newFP.
-func (st *state) beforeMarker(newFP fingerprint, acked []ledger.ID) error {
+func (st *State) beforeMarker(newFP fingerprint, acked []ledger.ID) error {
 	if err := st.saveSidecars(); err != nil {
 		return err
 	}
@@ -385,7 +312,7 @@ func (st *state) beforeMarker(newFP fingerprint, acked []ledger.ID) error {
 
 // installed updates what the writer knows of the file once the compaction
 // put newFP in place, and starts the journal's new generation.
-func (st *state) installed(newFP fingerprint, moved bool) error {
+func (st *State) installed(newFP fingerprint, moved bool) error {
 	if fi, err := st.fs.Lstat(st.canonPath); err == nil && st.ent != nil {
 		// Readers of the file list it by its mtime, which the rename just
 		// set: list it so here too, as the listing does once the writer
@@ -416,7 +343,7 @@ func (st *state) installed(newFP fingerprint, moved bool) error {
 // to path and syncs it. It returns the new file's fingerprint, the
 // acknowledged entries it wrote (for the ledger), and whether rescued
 // lines went in before lines already in the file (see foreign.go).
-func (st *state) writeTemp(path string, src fsys.File) (fp fingerprint, acked []ledger.ID, moved bool, err error) {
+func (st *State) writeTemp(path string, src fsys.File) (fp fingerprint, acked []ledger.ID, moved bool, err error) {
 	tmp, err := st.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fingerprint{}, nil, false, err
@@ -456,13 +383,13 @@ func (st *state) writeTemp(path string, src fsys.File) (fp fingerprint, acked []
 		return err
 	}
 	writeLines := func(ps []pendingEntry) error {
-		spans := make([]span, len(ps))
+		spans := make([]stream.Span, len(ps))
 		for i, p := range ps {
 			spans[i] = p.span
 		}
-		return st.j.read(spans, func(i int, line []byte) error {
+		return st.j.Read(spans, func(i int, line []byte) error {
 			if p := ps[i]; !p.foreign {
-				acked = append(acked, ledger.IDOf(p.span.pos(), p.uuid, line))
+				acked = append(acked, ledger.IDOf(p.span.Pos(), p.uuid, line))
 			}
 			w.Write(line)
 			return w.WriteByte('\n')
@@ -508,7 +435,7 @@ func (st *state) writeTemp(path string, src fsys.File) (fp fingerprint, acked []
 
 // keepAttrs gives tmp, about to replace the canonical file, that file's
 // mode and owner (fsys.KeepAttrs); a new transcript stays 0600.
-func (st *state) keepAttrs(tmp fsys.File) error {
+func (st *State) keepAttrs(tmp fsys.File) error {
 	fi, err := st.fs.Lstat(st.canonPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -523,7 +450,7 @@ func (st *state) keepAttrs(tmp fsys.File) error {
 // is pending as its writer closes: the journal forgets a stream with nothing
 // logged, so listings and recovery look only at sessions with something to
 // replay, not at every session ever written.
-func (st *state) dropEmptyJournal() {
+func (st *State) dropEmptyJournal() {
 	if st.j == nil || len(st.pending) > 0 || st.failed != nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package writer
+package session
 
 import (
 	"errors"
@@ -6,17 +6,26 @@ import (
 	"io"
 	"path/filepath"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/health"
 	"github.com/sessiond/sessiond/internal/index"
+	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/ledger"
 	"github.com/sessiond/sessiond/internal/sessionstore"
 	"github.com/sessiond/sessiond/internal/space"
+	"github.com/sessiond/sessiond/internal/writer/stream"
 )
+
+func (fp fingerprint) inJournal() journal.Fingerprint {
+	return journal.Fingerprint{Size: fp.size, Tail: fp.tail}
+}
+
+func fingerprintOf(fp journal.Fingerprint) fingerprint { return fingerprint{fp.Size, fp.Tail} }
 
 // tailWindow is how much of a canonical file's end its fingerprint covers.
 const tailWindow = 4096
@@ -33,7 +42,7 @@ type fingerprint struct {
 }
 
 type pendingEntry struct {
-	span span
+	span stream.Span
 	size int    // line bytes without newline
 	uuid string // "" for an entry without uuid
 	// foreign: a line another program appended to the file during a
@@ -42,46 +51,65 @@ type pendingEntry struct {
 	foreign bool
 }
 
-// deps are what a session's state needs from the manager that runs it,
-// handed in as one small struct so that the state reaches nothing else of
-// the manager. The manager embeds them too (they are its as well).
-type deps struct {
-	cfg   Config
-	logs  *logStore // the sessions' journals (journal.go)
-	ix    *index.Index
-	stats counters
-	// ledger keeps the entries each transcript was given, and what
+// Env is what every session writer is given, and shares with the others
+// and with the manager that runs them: the settings, the journal, the
+// listing index, the ledger, disk space and health, the counters and the
+// slots that bound compactions and held files. It reaches nothing else.
+type Env struct {
+	Config  Config
+	Journal *stream.Journal // the sessions' streams in the journal (journal.go)
+	Index   *index.Index
+	Stats   Counters
+	// Ledger keeps the entries each transcript was given, and what
 	// another program's rewrite dropped of them (package ledger).
-	ledger *ledger.Store
+	Ledger *ledger.Store
+	// Space is how the writers ride out a full disk (package space);
+	// Health keeps the recovery failures (package health).
+	Space  *space.Space
+	Health *health.Health
+	// CompactSlots holds a token per compaction running (its capacity
+	// bounds them).
+	CompactSlots chan struct{}
+	// HeldSlots holds a token per replaced file held open (foreign.go),
+	// all sessions together; leaseNoted: that the filesystem takes no
+	// leases was logged.
+	HeldSlots  chan struct{}
+	leaseNoted atomic.Bool
 	// lineages hands out the states' lineages: a new one whenever lines
 	// already served may have moved.
 	lineages atomic.Uint64
 	// temps lists each folder's leftover temp files once (temps.go).
 	temps staleTemps
-	// space is how the writers ride out a full disk (package space);
-	// health keeps the recovery failures (package health).
-	space  *space.Space
-	health *health.Health
-	// compactSlots holds a token per compaction running
-	// (Config.CompactParallel bounds them).
-	compactSlots chan struct{}
-	// heldSlots holds a token per replaced file held open (foreign.go),
-	// all sessions together; leaseNoted: that the filesystem takes no
-	// leases was logged.
-	heldSlots  chan struct{}
-	leaseNoted atomic.Bool
+}
+
+// NewEnv returns an Env of cfg whose compactions run compactParallel at
+// a time; the caller sets the shared services (Journal, Index, Ledger,
+// Space, Health) before the first writer starts.
+func NewEnv(cfg Config, compactParallel int) *Env {
+	e := &Env{Config: cfg, CompactSlots: make(chan struct{}, compactParallel), HeldSlots: make(chan struct{}, maxHeld)}
+	// Lineages start from the clock, not 0, so that no two Envs of one
+	// process hand out the same one: a reader that outlives a Manager
+	// (ReadLines' callers) must not take a new writer's file for the one
+	// it read before.
+	e.lineages.Store(uint64(time.Now().UnixNano()))
+	return e
+}
+
+// Counters are the writers' counters since they started.
+type Counters struct {
+	Stored, Duplicate, JournalBytes, Compactions, CompactedBytes atomic.Uint64
 }
 
 // state is everything the writer goroutine owns. Nothing else touches it.
-type state struct {
-	*deps
+type State struct {
+	*Env
 	fs  fsys.FS
 	log *zap.Logger
 	key layout.Key
 
 	canonPath string
 	dir       string
-	j         sessionLog // nil until the session logs its first entry
+	j         *stream.Stream // nil until the session logs its first entry
 
 	// abort closes when the time for a clean stop is over: a compaction
 	// still waiting for a slot gives up (nil outside a session's writer).
@@ -131,23 +159,49 @@ type state struct {
 	rescueAt int64       // offset in the canonical file for rescued lines, -1: none
 }
 
-func newState(d *deps, key layout.Key, log *zap.Logger) *state {
-	canon := d.cfg.Layout.TranscriptPath(key)
-	st := &state{
-		deps: d, fs: d.cfg.FS, log: log, key: key,
+func newState(d *Env, key layout.Key, log *zap.Logger) *State {
+	canon := d.Config.Layout.TranscriptPath(key)
+	st := &State{
+		Env: d, fs: d.Config.FS, log: log, key: key,
 		canonPath: canon,
 		dir:       filepath.Dir(canon),
 		ids:       newIDSet(),
 		changed:   make(chan struct{}),
 		rescueAt:  -1,
 	}
-	st.acked = d.ledger.Book(key, log, st.keepDamaged)
+	st.acked = d.Ledger.Book(key, log, st.keepDamaged)
 	return st
 }
 
-func (st *state) exists() bool { return st.canonExists || len(st.pending) > 0 }
+func (st *State) Exists() bool { return st.canonExists || len(st.pending) > 0 }
 
-func (st *state) totalEntries() uint64 { return st.canonEntries + uint64(len(st.pending)) }
+// Pending is how many entries the journal holds that the canonical file
+// does not yet.
+func (st *State) Pending() int { return len(st.pending) }
+
+// CanonSize is the canonical file's size as the writer last saw it.
+func (st *State) CanonSize() int64 { return st.canon.size }
+
+// Book is the transcript's ledger of acknowledged entries, and Canon the
+// canonical file as the writer last saw it, as the ledger records it.
+func (st *State) Book() *ledger.Book { return st.acked }
+
+func (st *State) Canon() ledger.Fingerprint { return st.canon.ledger() }
+
+// Open loads key's session from disk as a writer does when it starts,
+// for a caller that holds the session's files by other means (the trash,
+// with every writer of the session stopped); Close closes its files.
+func Open(env *Env, key layout.Key, log *zap.Logger) (*State, error) {
+	st := newState(env, key, log)
+	if err := st.open(); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func (st *State) Close() { st.closeFiles() }
+
+func (st *State) totalEntries() uint64 { return st.canonEntries + uint64(len(st.pending)) }
 
 func tailCRC(r io.ReaderAt, size int64) (uint32, error) {
 	n := int64(tailWindow)
@@ -161,18 +215,18 @@ func tailCRC(r io.ReaderAt, size int64) (uint32, error) {
 	return crc32.Checksum(buf, castagnoli), nil
 }
 
-// publish hands a copy of the listing entry to the index.
-func (st *state) publish() {
+// Publish hands a copy of the listing entry to the index.
+func (st *State) Publish() {
 	if st.ent != nil {
 		st.ent.Pending = uint64(len(st.pending))
-		st.ent.Absent = !st.exists()
-		st.ix.Put(*st.ent)
+		st.ent.Absent = !st.Exists()
+		st.Index.Put(*st.ent)
 	}
 }
 
 // release publishes the final entry with the files' stamp, as the writer
 // closes: from now on the index checks the files for foreign changes.
-func (st *state) release() {
+func (st *State) release() {
 	if st.ent == nil || !st.scanned {
 		return
 	}
@@ -181,29 +235,47 @@ func (st *state) release() {
 		// What this writer saw may not be what is on disk: let the index
 		// rebuild the entry from the files.
 		e.Stamp, e.ModifiedMs = index.Stamp{}, 0
-		st.ix.Release(e)
+		st.Index.Release(e)
 		return
 	}
 	e.Stamp, e.ModifiedMs = st.Stamp(st.key)
-	st.ix.Release(e)
+	st.Index.Release(e)
 }
 
-func (st *state) notifyChange() {
+func (st *State) notifyChange() {
 	st.wakeFollowers()
 	st.noteChange()
 }
 
 // wakeFollowers wakes the readers that follow the transcript (tail -f):
 // they read again, from this writer or the next.
-func (st *state) wakeFollowers() {
+func (st *State) wakeFollowers() {
 	close(st.changed)
 	st.changed = make(chan struct{})
 }
 
-func (st *state) closeFiles() {
+func (st *State) closeFiles() {
 	st.dropHeld()
 	if st.j != nil {
-		st.j.close()
+		st.j.Close()
 		st.j = nil
 	}
+}
+
+// Stamp is the stat stamp of key's files (transcript and journal) and
+// their newest mtime (ms).
+func (d *Env) Stamp(key layout.Key) (index.Stamp, int64) {
+	var st index.Stamp
+	var mod int64
+	if fi, err := d.Config.FS.Lstat(d.Config.Layout.TranscriptPath(key)); err == nil {
+		st.CanonSize, st.CanonMtime = fi.Size(), fi.ModTime().UnixNano()
+		mod = fi.ModTime().UnixMilli()
+	}
+	if size, mtime, ok := d.Journal.Stat(key); ok {
+		st.JournalSize, st.JournalMtime = size, mtime.UnixNano()
+		if ms := mtime.UnixMilli(); ms > mod {
+			mod = ms
+		}
+	}
+	return st, mod
 }

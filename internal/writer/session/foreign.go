@@ -1,4 +1,4 @@
-package writer
+package session
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/rawjson"
 	"github.com/sessiond/sessiond/internal/sessionstore"
+	"github.com/sessiond/sessiond/internal/writer/stream"
 )
 
 // Other programs writing the canonical file. An agent may append lines to
@@ -50,7 +51,7 @@ const maxHeld = 16
 
 // canonStatChanged reports whether the canonical file's size differs from
 // what this writer last saw (a cheap check before the tail checksum).
-func (st *state) canonStatChanged() bool {
+func (st *State) canonStatChanged() bool {
 	fi, err := st.fs.Lstat(st.canonPath)
 	if err != nil {
 		return st.canonExists
@@ -61,7 +62,7 @@ func (st *state) canonStatChanged() bool {
 // absorbForeign rescans a canonical file another program changed and drops
 // journaled entries whose uuid it now holds. Lines already served may have
 // moved, so the lineage changes.
-func (st *state) absorbForeign() error {
+func (st *State) absorbForeign() error {
 	st.log.Warn("the transcript was changed by another program; keeping its lines and appending sessiond's entries after them")
 	pending := st.pending
 	if err := st.scanCanonical(); err != nil {
@@ -74,7 +75,7 @@ func (st *state) absorbForeign() error {
 	}
 	st.pending = nil
 	st.pendingBytes = 0
-	spans := make([]span, len(pending))
+	spans := make([]stream.Span, len(pending))
 	foreign := make([]bool, len(pending))
 	for i, p := range pending {
 		spans[i], foreign[i] = p.span, p.foreign
@@ -84,14 +85,14 @@ func (st *state) absorbForeign() error {
 		return err
 	}
 	st.lineage = st.lineages.Add(1)
-	st.publish()
+	st.Publish()
 	st.noteChange()
 	return nil
 }
 
 // leaseReplaced takes a write lease on src, the canonical file a
 // compaction is about to replace, and reports whether it has one.
-func (st *state) leaseReplaced(src fsys.File) bool {
+func (st *State) leaseReplaced(src fsys.File) bool {
 	if src == nil {
 		return false
 	}
@@ -127,7 +128,7 @@ type replacement struct {
 // it says nobody opened it. Such a file is read past the copy and closed
 // at once, before the folder sync: no replaced file stays open longer
 // than it takes to read its end.
-func (st *state) renameOver(tmpPath string, src fsys.File) (replacement, error) {
+func (st *State) renameOver(tmpPath string, src fsys.File) (replacement, error) {
 	leased := st.leaseReplaced(src)
 	err := st.fs.Rename(tmpPath, st.canonPath)
 	rep := replacement{old: src != nil}
@@ -167,7 +168,7 @@ func unleased(f fsys.File) bool {
 // it when it closed it (f nil then) is rescued; a file nobody opened but
 // renameOver could not read or found rewritten is looked at again and
 // closed; any other is held, as long as fewer than maxHeld files are.
-func (st *state) replaced(f fsys.File, old fingerprint, rep replacement) error {
+func (st *State) replaced(f fsys.File, old fingerprint, rep replacement) error {
 	if rep.closed {
 		if len(rep.tail) == 0 || st.failed != nil {
 			return nil
@@ -188,9 +189,9 @@ func (st *state) replaced(f fsys.File, old fingerprint, rep replacement) error {
 
 // takeHeldSlot takes one of the maxHeld slots for the held file, or
 // reports that they are all taken.
-func (st *state) takeHeldSlot() bool {
+func (st *State) takeHeldSlot() bool {
 	select {
-	case st.heldSlots <- struct{}{}:
+	case st.HeldSlots <- struct{}{}:
 		st.heldSlot = true
 		return true
 	default:
@@ -200,16 +201,16 @@ func (st *state) takeHeldSlot() bool {
 }
 
 // freeHeldSlot gives the held file's slot back.
-func (st *state) freeHeldSlot() {
+func (st *State) freeHeldSlot() {
 	if st.heldSlot {
 		st.heldSlot = false
-		<-st.heldSlots
+		<-st.HeldSlots
 	}
 }
 
 // hold keeps f, the file a compaction just replaced, whose content was
 // old, to rescue what other programs append to it.
-func (st *state) hold(f fsys.File, old fingerprint) {
+func (st *State) hold(f fsys.File, old fingerprint) {
 	st.dropHeld()
 	// The old file must still be what was copied: a program that
 	// rewrote it meanwhile (open("w") just before the rename) wrote a
@@ -230,7 +231,7 @@ func intact(f fsys.File, base fingerprint) bool {
 
 // keepRewritten keeps a copy of f, a replaced canonical file another
 // program rewrote (not just appended to), and closes it.
-func (st *state) keepRewritten(f fsys.File) {
+func (st *State) keepRewritten(f fsys.File) {
 	fi, _ := f.Stat()
 	size := int64(0)
 	if fi != nil {
@@ -243,7 +244,7 @@ func (st *state) keepRewritten(f fsys.File) {
 }
 
 // dropHeld lets the held file go.
-func (st *state) dropHeld() {
+func (st *State) dropHeld() {
 	if st.held != nil {
 		st.held.Close()
 		st.held = nil
@@ -254,7 +255,7 @@ func (st *state) dropHeld() {
 // rescueLate rescues what was appended to the held file since, logging a
 // failure (the writer goes on: the lines are in that file, not lost by
 // sessiond's doing).
-func (st *state) rescueLate(final bool) {
+func (st *State) rescueLate(final bool) {
 	if err := st.rescueHeld(final); err != nil {
 		st.log.Warn("cannot rescue lines another program appended to the transcript during a compaction", zap.Error(err))
 	}
@@ -263,7 +264,7 @@ func (st *state) rescueLate(final bool) {
 // rescueHeld logs, as rescued lines, what was appended to the held file
 // past heldOff: whole lines only, unless final (the file is let go next,
 // and a line cut short is kept as it is).
-func (st *state) rescueHeld(final bool) error {
+func (st *State) rescueHeld(final bool) error {
 	if st.held == nil || st.failed != nil {
 		return nil
 	}
@@ -303,7 +304,7 @@ func (st *state) rescueHeld(final bool) error {
 // rescue logs lines another program appended to the old canonical file
 // while compaction renamed the new one into place; they go into the file
 // at the next compaction. Lines whose uuid the session holds are dropped.
-func (st *state) rescue(data []byte) error {
+func (st *State) rescue(data []byte) error {
 	st.log.Warn("another program appended to the transcript during a compaction; its lines are kept", zap.Int("bytes", len(data)))
 	var lines [][]byte
 	var ids []string
@@ -325,8 +326,8 @@ func (st *state) rescue(data []byte) error {
 	if len(lines) == 0 {
 		return nil
 	}
-	meta := sessionstore.BatchMeta{Foreign: true, At: st.cfg.Clock.Now().UnixMilli()}
-	err := st.logBatches([][][]byte{lines}, [][]byte{meta.Encode()}, func(i int, sp span) {
+	meta := sessionstore.BatchMeta{Foreign: true, At: st.Config.Clock.Now().UnixMilli()}
+	err := st.logBatches([][][]byte{lines}, [][]byte{meta.Encode()}, func(i int, sp stream.Span) {
 		st.addPending(pendingEntry{span: sp, size: len(lines[i]), uuid: ids[i], foreign: true})
 		if st.ent != nil {
 			st.ent.Add(lines[i], true)

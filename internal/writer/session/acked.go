@@ -1,29 +1,22 @@
-package writer
+package session
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
-	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/ledger"
+	"github.com/sessiond/sessiond/internal/writer/stream"
 )
 
 // The writer's side of the ledger of acknowledged entries (package
-// ledger): what a session holds, as the ledger compares it, and the
-// journal's retained entries, as repair puts them back.
-
-// MissingInfo is a transcript found lacking entries sessiond had
-// acknowledged, as Stats lists it.
-type MissingInfo = ledger.MissingInfo
-
-func (sp span) pos() ledger.Pos { return ledger.Pos{Seg: sp.seg, Off: sp.off} }
+// ledger): what a session holds, as the ledger compares it, and what
+// repair puts back.
 
 func (fp fingerprint) ledger() ledger.Fingerprint {
 	return ledger.Fingerprint{Size: fp.size, Tail: fp.tail}
@@ -31,7 +24,7 @@ func (fp fingerprint) ledger() ledger.Fingerprint {
 
 // holdings is what the session's writer holds now (ledger.Holdings): the
 // canonical file and the pending entries.
-type holdings struct{ st *state }
+type holdings struct{ st *State }
 
 func (h holdings) Exists() bool { return h.st.canonExists }
 
@@ -50,50 +43,44 @@ func (h holdings) Pending(fn func(line []byte)) error {
 	if len(st.pending) == 0 {
 		return nil
 	}
-	spans := make([]span, len(st.pending))
+	spans := make([]stream.Span, len(st.pending))
 	for i, p := range st.pending {
 		spans[i] = p.span
 	}
-	return st.j.read(spans, func(_ int, line []byte) error {
+	return st.j.Read(spans, func(_ int, line []byte) error {
 		fn(line)
 		return nil
 	})
 }
 
-// Retained looks entries up in the journal's retained segments
-// (ledger.Journal).
-func (ls *logStore) Retained(at []ledger.Pos, fn func(i int, entry []byte) error) (time.Time, error) {
-	spans := make([]journal.Span, len(at))
-	for i, p := range at {
-		spans[i] = journal.Span{Seg: p.Seg, Off: p.Off}
-	}
-	info, err := ls.jr.Lookup(spans, fn)
-	return info.Since, err
-}
-
-// planPutback finds where each acknowledged entry missing from the
+// PlanPutback finds where each acknowledged entry missing from the
 // session's file goes back (nil when none is missing).
-func (st *state) planPutback() (*ledger.Plan, error) {
-	return st.acked.PlanPutback(holdings{st}, st.logs)
+func (st *State) PlanPutback() (*ledger.Plan, error) {
+	return st.acked.PlanPutback(holdings{st}, st.Journal)
 }
 
-// recordPutback records what stays missing once repair carried out plan
-// (nil: none was made), and names the repaired file in the ledger's last
-// record, so the next open need not compare the file with it again.
-func (st *state) recordPutback(plan *ledger.Plan) {
+// RecordPutback records what stays missing once repair carried out plan
+// (nil: none was made) and, when replaced says the file was replaced,
+// names the repaired file in the ledger's last record, so the next open
+// need not compare the file with it again.
+func (st *State) RecordPutback(plan *ledger.Plan, replaced bool) {
 	if plan == nil {
 		return
 	}
 	rest := plan.Remaining()
+	if !replaced {
+		st.acked.SetMissing(rest, "repair")
+		return
+	}
 	st.acked.SetMissing(rest, "repair")
 	if err := st.acked.Append(st.canon.ledger(), len(rest), nil); err != nil {
 		st.log.Warn("cannot record the repaired transcript in its ledger", zap.Error(err))
 	}
 }
 
-// putbackTemp carries out the plan into a synced temp file next to the
+// PutbackTemp carries out the plan into a synced temp file next to the
 // canonical file, returned open; the caller removes it.
-func (st *state) putbackTemp(p *ledger.Plan, src fsys.File, size int64) (fsys.File, string, int64, error) {
+func (st *State) PutbackTemp(p *ledger.Plan, src fsys.File, size int64) (fsys.File, string, int64, error) {
 	path := filepath.Join(st.dir, st.tempPrefix()+uuid.NewString()[:8]+".tmp")
 	f, err := st.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {

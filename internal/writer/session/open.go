@@ -1,4 +1,4 @@
-package writer
+package session
 
 import (
 	"bufio"
@@ -20,12 +20,13 @@ import (
 	"github.com/sessiond/sessiond/internal/rawjson"
 	"github.com/sessiond/sessiond/internal/sidecar"
 	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/writer/stream"
 )
 
 // open loads the session from disk and replays its journal, deciding from
 // the compaction marker and the canonical file's fingerprint whether the
 // journaled entries already reached the canonical file.
-func (st *state) open() error {
+func (st *State) open() error {
 	if err := st.checkPath(); err != nil {
 		return err
 	}
@@ -34,8 +35,8 @@ func (st *state) open() error {
 		return err
 	}
 	// After a failed write or sync, the journal may show records that never
-	// reached the disk: logStore.open cuts back to what was last synced.
-	j, rec, err := st.logs.open(st.key)
+	// reached the disk: Journal.Open cuts back to what was last synced.
+	j, rec, err := st.Journal.Open(st.key)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		j = nil
@@ -44,7 +45,7 @@ func (st *state) open() error {
 	}
 	if err := st.scanCanonical(); err != nil {
 		if j != nil {
-			j.close()
+			j.Close()
 		}
 		return err
 	}
@@ -52,7 +53,7 @@ func (st *state) open() error {
 	st.lineage = st.lineages.Add(1)
 	st.scanned = true
 	if j == nil {
-		st.publish()
+		st.Publish()
 		return st.compareOpened()
 	}
 	if err := st.adoptJournal(j, rec); err != nil {
@@ -60,14 +61,14 @@ func (st *state) open() error {
 	}
 	// Batch ids and summaries count whether or not the entries are still
 	// pending: newGeneration saves them before it drops this journal.
-	st.applyMetas(rec.metas)
+	st.applyMetas(rec.Metas)
 	if done, err := st.settledByCompaction(rec); done || err != nil {
 		return err
 	}
 	if done, err := st.settledByOther(rec); done || err != nil {
 		return err
 	}
-	dropped, err := st.replay(rec.entries, rec.foreign)
+	dropped, err := st.replay(rec.Entries, rec.Foreign)
 	if err != nil {
 		return err
 	}
@@ -80,25 +81,25 @@ func (st *state) open() error {
 			return err
 		}
 	}
-	st.publish()
+	st.Publish()
 	return st.compareOpened()
 }
 
 // compareOpened compares what the opened session holds with the entries
 // its transcript was given (package ledger).
-func (st *state) compareOpened() error { return st.acked.Compare(holdings{st}, true, "open") }
+func (st *State) compareOpened() error { return st.acked.Compare(holdings{st}, true, "open") }
 
 // adoptJournal takes j, the session's journal as recovered (rec), as the
 // writer's, after checking that it is this session's.
-func (st *state) adoptJournal(j sessionLog, rec *recovered) error {
+func (st *State) adoptJournal(j *stream.Stream, rec *stream.Recovered) error {
 	st.j = j
-	if rec.truncated > 0 {
-		st.log.Warn("journal had a torn tail (entries never acknowledged); truncated", zap.Int64("bytes", rec.truncated))
+	if rec.Truncated > 0 {
+		st.log.Warn("journal had a torn tail (entries never acknowledged); truncated", zap.Int64("bytes", rec.Truncated))
 	}
-	if h := rec.owner; h != st.key {
-		j.close()
+	if h := rec.Owner; h != st.key {
+		j.Close()
 		st.j = nil
-		return fmt.Errorf("journal %s belongs to %s/%s/%s, not %s: %w", rec.name, h.ProjectKey, h.SessionID, h.Subpath, st.key, errdefs.ErrCorrupt)
+		return fmt.Errorf("journal %s belongs to %s/%s/%s, not %s: %w", rec.Name, h.ProjectKey, h.SessionID, h.Subpath, st.key, errdefs.ErrCorrupt)
 	}
 	return nil
 }
@@ -106,11 +107,12 @@ func (st *state) adoptJournal(j sessionLog, rec *recovered) error {
 // settledByCompaction reports whether the journal's last compaction marker
 // shows the canonical file already holding every journaled entry; the
 // journal is then replaced by a new, empty generation.
-func (st *state) settledByCompaction(rec *recovered) (bool, error) {
-	if rec.compacted == nil {
+func (st *State) settledByCompaction(rec *stream.Recovered) (bool, error) {
+	if rec.Compacted == nil {
 		return false, nil
 	}
-	ok, err := st.hasPrefix(*rec.compacted)
+	compacted := fingerprintOf(*rec.Compacted)
+	ok, err := st.hasPrefix(compacted)
 	if err != nil || !ok {
 		return false, err
 	}
@@ -119,7 +121,7 @@ func (st *state) settledByCompaction(rec *recovered) (bool, error) {
 	// killed between that rename and its folder sync leaves the rename in
 	// the page cache only: make it durable before the journal, the only
 	// other copy of the entries, is replaced.
-	if st.canon.size > rec.compacted.size {
+	if st.canon.size > compacted.size {
 		st.log.Warn("another program appended to the transcript after sessiond's last compaction; its lines are kept")
 	}
 	return true, st.settle()
@@ -130,8 +132,8 @@ func (st *state) settledByCompaction(rec *recovered) (bool, error) {
 // compaction the journal does not know of; the journal is then replaced by
 // a new, empty generation. Otherwise it says what the journaled entries
 // will follow.
-func (st *state) settledByOther(rec *recovered) (bool, error) {
-	base := rec.base
+func (st *State) settledByOther(rec *stream.Recovered) (bool, error) {
+	base := fingerprintOf(rec.Base)
 	ok, err := st.hasPrefix(base)
 	if err != nil {
 		return false, err
@@ -156,18 +158,18 @@ func (st *state) settledByOther(rec *recovered) (bool, error) {
 		return false, nil
 	}
 	st.log.Warn("the transcript already holds the entries the journal has for it, after the content they followed: the state folder is older than the transcript (restored from a backup?); they are not appended again",
-		zap.Int("entries", len(rec.entries)))
+		zap.Int("entries", len(rec.Entries)))
 	return true, st.settle()
 }
 
 // settle drops the journal generation whose entries the canonical file
 // holds, once the file is durable: the journal was the entries' only other
 // copy.
-func (st *state) settle() error {
+func (st *State) settle() error {
 	if err := st.syncCanonical(); err != nil {
 		return err
 	}
-	st.publish()
+	st.Publish()
 	if err := st.newGeneration(); err != nil {
 		return err
 	}
@@ -184,16 +186,16 @@ func (st *state) settle() error {
 // foreign, when not nil, says which entries are rescued lines of another
 // program (pendingEntry.foreign). An acknowledged entry dropped because
 // the file holds its uuid goes to the ledger (Book.Dropped).
-func (st *state) replay(spans []span, foreign []bool) (dropped bool, err error) {
-	keep := make([]span, 0, len(spans))
+func (st *State) replay(spans []stream.Span, foreign []bool) (dropped bool, err error) {
+	keep := make([]stream.Span, 0, len(spans))
 	size := st.canon.size
-	err = st.j.read(spans, func(i int, line []byte) error {
+	err = st.j.Read(spans, func(i int, line []byte) error {
 		p := pendingEntry{span: spans[i], size: len(line), foreign: i < len(foreign) && foreign[i]}
 		if id, ok := rawjson.TopLevelString(line, "uuid"); ok && id != "" {
 			if st.ids.has(id) {
 				dropped = true
 				if !p.foreign {
-					st.acked.Dropped(ledger.IDOf(spans[i].pos(), id, nil))
+					st.acked.Dropped(ledger.IDOf(spans[i].Pos(), id, nil))
 				}
 				return nil
 			}
@@ -208,7 +210,7 @@ func (st *state) replay(spans []span, foreign []bool) (dropped bool, err error) 
 	})
 	if err == nil && st.ent != nil {
 		st.ent.Sum.ExpectAtLeast(size)
-		err = st.j.read(keep, func(_ int, line []byte) error {
+		err = st.j.Read(keep, func(_ int, line []byte) error {
 			// Journaled entries passed the transcript rules when they
 			// were appended (AddValid, as the writer fed them then).
 			// The one exception, lines another program appended during
@@ -226,7 +228,7 @@ func (st *state) replay(spans []span, foreign []bool) (dropped bool, err error) 
 
 // checkPath refuses a canonical path that is not a regular file: a
 // symlink planted there must never be followed or overwritten.
-func (st *state) checkPath() error {
+func (st *State) checkPath() error {
 	if st.canonPath == "" {
 		// layout builds no path from a key that does not validate. The
 		// edges (the server's resolver, the puller) refuse such keys with
@@ -248,7 +250,7 @@ func (st *state) checkPath() error {
 // compaction's next to the canonical file and the sidecars' next to them.
 // Only this writer creates them, and it is not running one; staleTemps
 // lists each folder once per process.
-func (st *state) removeStaleTemps() {
+func (st *State) removeStaleTemps() {
 	sweep := func(dir string, match func(string) bool) {
 		for _, n := range st.temps.take(st.fs, dir, match) {
 			if err := st.fs.Remove(filepath.Join(dir, n)); err == nil {
@@ -258,7 +260,7 @@ func (st *state) removeStaleTemps() {
 	}
 	prefix := st.tempPrefix()
 	sweep(st.dir, func(n string) bool { return strings.HasPrefix(n, prefix) && strings.HasSuffix(n, ".tmp") })
-	for _, sp := range []string{st.cfg.Layout.StorePath(st.key), sidecar.AgentMetaPath(st.canonPath)} {
+	for _, sp := range []string{st.Config.Layout.StorePath(st.key), sidecar.AgentMetaPath(st.canonPath)} {
 		sprefix := sidecar.TempPrefix(sp)
 		sweep(filepath.Dir(sp), func(n string) bool { return strings.HasPrefix(n, sprefix) && strings.HasSuffix(n, ".tmp") })
 	}
@@ -267,7 +269,7 @@ func (st *state) removeStaleTemps() {
 // scanCanonical reads the canonical file once: its line count, the uuids
 // it holds, whether it ends in a whole line, and its fingerprint. A file
 // another program rewrote shorter while it was read is read again.
-func (st *state) scanCanonical() error {
+func (st *State) scanCanonical() error {
 	for tries := 1; ; tries++ {
 		err := st.scanCanonicalPromising(true)
 		if !errors.Is(err, errShrank) {
@@ -292,7 +294,7 @@ func shrank(err error) bool {
 // scanCanonicalPromising is scanCanonical; with promise, the listing
 // summary is told the file's size first, so it only searches the lines
 // that can fall in its windows (listing.Summary.ExpectAtLeast).
-func (st *state) scanCanonicalPromising(promise bool) error {
+func (st *State) scanCanonicalPromising(promise bool) error {
 	st.ids = newIDSet()
 	st.canonEntries = 0
 	st.canonEndsNL = true
@@ -300,7 +302,7 @@ func (st *state) scanCanonicalPromising(promise bool) error {
 	st.canonExists = false
 	if st.key.Subpath == "" {
 		st.ent = &index.Entry{Key: st.key, Owned: true}
-		title, err := st.titleSidecar(st.key)
+		title, err := st.TitleSidecar(st.key)
 		if err != nil {
 			return err
 		}
@@ -369,7 +371,7 @@ func (st *state) scanCanonicalPromising(promise bool) error {
 
 // hasPrefix reports whether the canonical file on disk starts with the
 // content fp describes.
-func (st *state) hasPrefix(fp fingerprint) (bool, error) {
+func (st *State) hasPrefix(fp fingerprint) (bool, error) {
 	if fp.size == 0 {
 		return true, nil
 	}
@@ -402,12 +404,12 @@ func (st *state) hasPrefix(fp fingerprint) (bool, error) {
 // holdsLogged reports whether the canonical file holds, right after the
 // base content, exactly the logged entries of rec, each a line, in order:
 // what sessiond's own compaction of them writes.
-func (st *state) holdsLogged(base fingerprint, rec *recovered) (bool, error) {
+func (st *State) holdsLogged(base fingerprint, rec *stream.Recovered) (bool, error) {
 	need := base.size
-	for _, sp := range rec.entries {
-		need += int64(sp.n) + 1
+	for _, sp := range rec.Entries {
+		need += int64(sp.N) + 1
 	}
-	if len(rec.entries) == 0 || st.canon.size < need {
+	if len(rec.Entries) == 0 || st.canon.size < need {
 		return false, nil
 	}
 	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
@@ -421,7 +423,7 @@ func (st *state) holdsLogged(base fingerprint, rec *recovered) (bool, error) {
 	r := bufio.NewReaderSize(io.NewSectionReader(f, base.size, need-base.size), 1<<16)
 	same := true
 	var buf []byte
-	err = st.j.read(rec.entries, func(_ int, entry []byte) error {
+	err = st.j.Read(rec.Entries, func(_ int, entry []byte) error {
 		if !same {
 			return nil
 		}
@@ -444,7 +446,7 @@ func (st *state) holdsLogged(base fingerprint, rec *recovered) (bool, error) {
 // entries the file is believed to hold is dropped, because what the page
 // cache shows (a rename by a killed process, lines another program never
 // synced) may not be on disk yet.
-func (st *state) syncCanonical() error {
+func (st *State) syncCanonical() error {
 	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // nothing to rely on, nothing to make durable

@@ -1,4 +1,4 @@
-package writer
+package session
 
 import (
 	"errors"
@@ -15,8 +15,8 @@ import (
 // loop is the open writer's event loop: what it serves, and the timers of
 // its idle compaction, its retirement and the file a compaction replaced.
 type loop struct {
-	s   *session
-	st  *state
+	s   *Writer
+	st  *State
 	env *sessionEnv
 
 	idle       clock.Timer
@@ -40,7 +40,7 @@ type loop struct {
 	heldFile fsys.File
 }
 
-func newLoop(s *session, st *state) *loop {
+func newLoop(s *Writer, st *State) *loop {
 	env := &s.env
 	return &loop{s: s, st: st, env: env, idle: env.clock.NewTimer(env.idleCompact), lastActive: env.clock.Now()}
 }
@@ -100,11 +100,11 @@ func (l *loop) step() bool {
 	return false
 }
 
-func (l *loop) append(r *appendReq) {
+func (l *loop) append(r *AppendRequest) {
 	s, st := l.s, l.st
 	s.enter(serving)
 	st.commit(s.group(r))
-	s.hasContent.Store(st.exists())
+	s.hasContent.Store(st.Exists())
 	l.rh.append(l.env.clock.Now())
 	l.touch()
 	// Appended to again: not idle any more, the next tick decides
@@ -114,13 +114,13 @@ func (l *loop) append(r *appendReq) {
 }
 
 // control runs control request c; it reports whether the writer retired.
-func (l *loop) control(c *ctrlReq) bool {
+func (l *loop) control(c *ControlRequest) bool {
 	s, st := l.s, l.st
-	s.took(&c.reply)
+	s.took(&c.Reply)
 	opened := s.phase == fresh
 	s.enter(serving)
 	c.err = c.op(st)
-	s.hasContent.Store(st.exists())
+	s.hasContent.Store(st.Exists())
 	l.touch()
 	// Retired before the answer: the caller finds it gone.
 	gone := s.retireAfter(st, c, opened)
@@ -150,13 +150,13 @@ func (l *loop) idleTick() bool {
 	case st.failed != nil:
 	case st.idleDue() || retireDue && len(st.pending) > 0:
 		select {
-		case st.compactSlots <- struct{}{}:
+		case st.CompactSlots <- struct{}{}:
 			l.slot = nil // an earlier tick's wait is answered too
 			if l.withSlot() {
 				return true
 			}
 		default:
-			l.slot = st.compactSlots // withSlot runs once one is free
+			l.slot = st.CompactSlots // withSlot runs once one is free
 		}
 	case retireDue:
 		if l.s.retire(st) {
@@ -177,7 +177,7 @@ func (l *loop) withSlot() bool {
 	st.slotHeld = true
 	defer func() {
 		st.slotHeld = false
-		<-st.compactSlots
+		<-st.CompactSlots
 	}()
 	return l.idleWork()
 }
@@ -187,7 +187,7 @@ func (l *loop) withSlot() bool {
 func (l *loop) idleWork() bool {
 	st := l.st
 	if st.failed == nil && st.idleDue() {
-		if err := st.compact("idle"); err != nil {
+		if err := st.Compact("idle"); err != nil {
 			st.log.Warn("idle compaction failed", zap.Error(err))
 		}
 	}
@@ -198,7 +198,7 @@ func (l *loop) idleWork() bool {
 		// file for good). One rewrite per retirement bounds what this
 		// costs.
 		if len(st.pending) > 0 {
-			if err := st.compact("retire"); err != nil {
+			if err := st.Compact("retire"); err != nil {
 				st.log.Warn("compaction before retiring failed; the journal keeps the entries", zap.Error(err))
 			}
 		}
@@ -235,7 +235,7 @@ func (l *loop) stop() {
 	if st.failed != nil {
 		return
 	}
-	if err := st.compact("shutdown"); errors.Is(err, errCompactAborted) {
+	if err := st.Compact("shutdown"); errors.Is(err, errCompactAborted) {
 		st.log.Debug("the time to stop ran out before this session's compaction; the journal keeps the entries for the next start")
 	} else if err != nil {
 		st.log.Error("shutdown compaction failed; the journal keeps the entries for the next start", zap.Error(err))
