@@ -122,7 +122,7 @@ var errCompactAborted = fmt.Errorf("sessiond's time to stop ran out before this 
 // slots is free (or at once when the writer's loop holds one already).
 // A compaction waiting here blocks only its own session, and only when
 // asked for (a flush, a size compaction in an append's turn, a stop):
-// the idle ones wait in the loop's select instead (session.run). The slot
+// the idle ones wait in the loop's select instead (Writer.Run). The slot
 // holders wait on nothing but the disk and the journal, never on
 // another session, so the wait always ends, or Close's time runs out.
 func (st *State) compactInSlot(reason string) error {

@@ -115,7 +115,7 @@ type State struct {
 	// still waiting for a slot gives up (nil outside a session's writer).
 	abort <-chan struct{}
 	// slotHeld: the writer's loop took a compaction slot itself
-	// (session.run's idle work), so compactInSlot does not wait for one.
+	// (the loop's idle work), so compactInSlot does not wait for one.
 	slotHeld bool
 
 	canonExists  bool

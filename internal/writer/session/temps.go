@@ -21,7 +21,7 @@ type staleTemps struct {
 	listed map[string]map[string]struct{} // folder -> temp names seen at its first listing, not taken yet
 }
 
-// take returns the names matching match that dir held when this Manager
+// take returns the names matching match that dir held when this Env
 // first listed it, and forgets them. A folder that cannot be listed is
 // tried again next time.
 func (t *staleTemps) take(fs fsys.FS, dir string, match func(string) bool) []string {

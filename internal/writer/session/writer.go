@@ -137,7 +137,7 @@ const (
 	// or about to be with an error, until nobody holds a reference, then
 	// closes its files.
 	closing
-	// exited: the goroutine is gone (session.exited is closed).
+	// exited: the goroutine is gone (Writer.Exited is closed).
 	exited
 )
 
@@ -425,7 +425,7 @@ func (s *Writer) drain(st *State) {
 	}
 }
 
-// exit takes the writer out of the manager, then answers every request
+// exit takes the writer out of its registry, then answers every request
 // still queued or about to be queued with err, until no caller holds a
 // reference. Only then can the goroutine end without stranding anyone.
 func (s *Writer) exit(st *State, err error) {
