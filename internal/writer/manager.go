@@ -216,7 +216,7 @@ func (m *Manager) submit(ctx context.Context, key layout.Key, r *session.Reply, 
 			(*h)()
 		}
 		if !sent || !r.PassesRef() {
-			m.reg.release(s)
+			m.reg.Release(s)
 		}
 		if !sent {
 			if err := ctx.Err(); err != nil {

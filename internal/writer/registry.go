@@ -59,7 +59,7 @@ func newRegistry(admit func(layout.Key) error, env *session.Env) *registry {
 }
 
 // acquire returns the live writer of key, starting one if needed, and
-// takes a reference that keeps it from retiring until release.
+// takes a reference that keeps it from retiring until Release.
 func (r *registry) acquire(key layout.Key) (*session.Writer, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -88,14 +88,13 @@ func (r *registry) acquire(key layout.Key) (*session.Writer, error) {
 	return s, nil
 }
 
-func (r *registry) release(s *session.Writer) {
+// Release drops a reference acquire took; the writer calls it too, for a
+// reference a request brought along (session.Registry).
+func (r *registry) Release(s *session.Writer) {
 	r.mu.Lock()
 	r.dropRefLocked(s)
 	r.mu.Unlock()
 }
-
-// Release is release, as the writer calls it (session.Registry).
-func (r *registry) Release(s *session.Writer) { r.release(s) }
 
 // dropRefLocked drops a reference to s; the caller holds mu.
 func (r *registry) dropRefLocked(s *session.Writer) {
@@ -115,7 +114,7 @@ func (r *registry) WhenUnreferenced(s *session.Writer) <-chan struct{} {
 	defer r.mu.Unlock()
 	h := r.holds[s]
 	if h.refs == 0 {
-		return session.ClosedChan
+		return closedChan
 	}
 	if h.unref == nil {
 		h.unref = make(chan struct{})
@@ -239,6 +238,9 @@ func (r *registry) shut() []*session.Writer {
 	}
 	return all
 }
+
+// closedChan is always ready.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // done returns a channel closed once every writer goroutine has ended.
 func (r *registry) done() <-chan struct{} {

@@ -454,15 +454,15 @@ func (s *Writer) exit(st *State, err error) {
 			close(c.done)
 		case <-unref:
 			done = len(s.reqs) == 0 && len(s.ctrl) == 0
-			unref = ClosedChan
+			unref = closedChan
 		}
 	}
 	st.closeFiles()
 	st.release()
 }
 
-// ClosedChan is always ready.
-var ClosedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+// closedChan is always ready.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // NotProcessed reports whether err answers a request the writer never
 // looked at because it was exiting: the request may go to a fresh writer.
