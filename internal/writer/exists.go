@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sessiond/sessiond/internal/writer/session"
 	"io/fs"
 	"sort"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/sessionstore"
+	"github.com/sessiond/sessiond/internal/writer/session"
 )
 
 // What the writers know of a session beyond its files (entries in the

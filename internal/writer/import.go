@@ -3,12 +3,12 @@ package writer
 import (
 	"context"
 	"fmt"
-	"github.com/sessiond/sessiond/internal/writer/session"
 	"io"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/sidecar"
+	"github.com/sessiond/sessiond/internal/writer/session"
 )
 
 // Import writes a transcript this machine does not have (a pull from the

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sessiond/sessiond/internal/journal"
-	"github.com/sessiond/sessiond/internal/writer/session"
-	"github.com/sessiond/sessiond/internal/writer/stream"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +12,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/health"
+	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/ledger"
 	"github.com/sessiond/sessiond/internal/owner"
@@ -22,6 +20,8 @@ import (
 	"github.com/sessiond/sessiond/internal/repair"
 	"github.com/sessiond/sessiond/internal/space"
 	"github.com/sessiond/sessiond/internal/trash"
+	"github.com/sessiond/sessiond/internal/writer/session"
+	"github.com/sessiond/sessiond/internal/writer/stream"
 )
 
 // Stats are the manager's counters since it started.

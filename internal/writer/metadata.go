@@ -3,11 +3,11 @@ package writer
 import (
 	"context"
 	"fmt"
-	"github.com/sessiond/sessiond/internal/writer/session"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/sidecar"
+	"github.com/sessiond/sessiond/internal/writer/session"
 )
 
 // AppendMetadata appends one metadata line (custom-title, tag) to an

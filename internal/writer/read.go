@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sessiond/sessiond/internal/writer/session"
 	"io"
 	"io/fs"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/reader"
+	"github.com/sessiond/sessiond/internal/writer/session"
 )
 
 // Snapshots is the writers' side of reads (reader.Source): a session's

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sessiond/sessiond/internal/writer/session"
 	"io/fs"
 	"path/filepath"
 	"runtime"
@@ -19,6 +18,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/sidecar"
+	"github.com/sessiond/sessiond/internal/writer/session"
 )
 
 // RecoverReport tells what Recover did.

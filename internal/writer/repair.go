@@ -3,7 +3,6 @@ package writer
 import (
 	"context"
 	"fmt"
-	"github.com/sessiond/sessiond/internal/writer/session"
 	"io"
 	"os"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/ledger"
 	"github.com/sessiond/sessiond/internal/repair"
+	"github.com/sessiond/sessiond/internal/writer/session"
 )
 
 // Repairs checks, repairs and forks transcripts (package repair) through

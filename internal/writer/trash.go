@@ -2,7 +2,6 @@ package writer
 
 import (
 	"fmt"
-	"github.com/sessiond/sessiond/internal/writer/session"
 	"path/filepath"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/trash"
+	"github.com/sessiond/sessiond/internal/writer/session"
 )
 
 // Trash is where deleted sessions go (package trash): Delete, Restore,

@@ -2,10 +2,11 @@ package session
 
 import (
 	"fmt"
+	"os"
+
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/reader"
 	"github.com/sessiond/sessiond/internal/writer/stream"
-	"os"
 )
 
 func (st *State) Snapshot() (*reader.Snapshot, error) {

@@ -3,13 +3,15 @@ package session
 import (
 	"errors"
 	"fmt"
-	"github.com/google/uuid"
-	"github.com/sessiond/sessiond/internal/errdefs"
-	"github.com/sessiond/sessiond/internal/fsys"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/google/uuid"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
 )
 
 // ReplaceCanon is a repair's rewrite of the canonical file: write writes
