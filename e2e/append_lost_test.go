@@ -357,6 +357,10 @@ func TestAppendInterruptedPromptly(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("the batch never got where the test waits for it")
 		}
+		// sessionctl names the batch it was sending only once it has
+		// read it: on a loaded machine that can take longer than the
+		// moment below, so wait until its stdin is read to the end.
+		waitReadAll(t, cmd.Process.Pid, in)
 		time.Sleep(500 * time.Millisecond)
 		start := time.Now()
 		cmd.Process.Signal(os.Interrupt)
@@ -417,6 +421,26 @@ func TestAppendInterruptedPromptly(t *testing.T) {
 	for k, n := range counts {
 		if n != 1 {
 			t.Fatalf("%s stored %d times", k, n)
+		}
+	}
+}
+
+// waitReadAll waits until the process pid has read its standard input,
+// the file in, to the end (its offset in /proc/<pid>/fdinfo/0).
+func waitReadAll(t *testing.T, pid int, in *os.File) {
+	t.Helper()
+	fi, err := in.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("pos:\t%d\n", fi.Size())
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/0", pid))
+		if err == nil && strings.HasPrefix(string(b), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sessionctl did not read its input within 30 s (fdinfo: %q, %v)", b, err)
 		}
 	}
 }
