@@ -54,22 +54,30 @@ type agentEnv struct {
 	dialed *client.Client
 }
 
-func newAgentEnv(t *testing.T) *agentEnv {
+func newAgentEnv(t *testing.T) *agentEnv { return newAgentEnvRoot(t, false) }
+
+// newAgentEnvRoot is newAgentEnv; with onDefaults, sessiond's root is the
+// agent's ~/.claude (its home's), as when both run on their defaults.
+func newAgentEnvRoot(t *testing.T, onDefaults bool) *agentEnv {
 	requireAgentSetup(t)
 	d := newDaemon(t)
+	base := t.TempDir()
+	a := &agentEnv{t: t, d: d, cwd: filepath.Join(base, "work"), home: filepath.Join(base, "home")}
+	for _, dir := range []string{a.cwd, a.home} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if onDefaults {
+		d.root = filepath.Join(a.home, ".claude")
+	}
 	d.start()
 	api, err := mockapi.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { api.Close() })
-	base := t.TempDir()
-	a := &agentEnv{t: t, d: d, api: api, cwd: filepath.Join(base, "work"), home: filepath.Join(base, "home")}
-	for _, dir := range []string{a.cwd, a.home} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a.api = api
 	if a.pk, err = layout.ProjectKeyFromCwd(a.cwd); err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +89,9 @@ type turnResult struct {
 	SessionID string
 	Error     string
 	Msgs      []map[string]any
+	// Appended: the main transcript's batches the SDK mirrored, on
+	// defaults (the driver reports them then).
+	Appended [][]any
 }
 
 func (r turnResult) mirrorErrors() []map[string]any {
@@ -96,13 +107,26 @@ func (r turnResult) mirrorErrors() []map[string]any {
 // startTurn starts one agent turn; wait returns its result.
 func (a *agentEnv) startTurn(configDir, prompt, resume, flush string) (cmd *exec.Cmd, wait func() turnResult) {
 	a.t.Helper()
-	cfg, _ := json.Marshal(map[string]string{"op": "turn", "socket": a.d.socket, "cwd": a.cwd, "configDir": configDir,
-		"home": a.home, "baseURL": a.api.URL, "prompt": prompt, "resume": resume, "flush": flush})
+	args := map[string]string{"op": "turn", "socket": a.d.socket, "cwd": a.cwd, "configDir": configDir,
+		"home": a.home, "baseURL": a.api.URL, "prompt": prompt, "resume": resume, "flush": flush}
 	if resume == "" {
-		cfg, _ = json.Marshal(map[string]string{"op": "turn", "socket": a.d.socket, "cwd": a.cwd, "configDir": configDir,
-			"home": a.home, "baseURL": a.api.URL, "prompt": prompt, "flush": flush})
+		delete(args, "resume")
 	}
+	if configDir == "" {
+		args["reportAppends"] = "1"
+	}
+	cfg, _ := json.Marshal(args)
 	cmd = exec.Command("node", filepath.Join(agentDir, "test", "agent", "driver.mjs"), string(cfg))
+	if configDir == "" {
+		// On defaults: the driver, its store and its CLI see no
+		// CLAUDE_CONFIG_DIR, only a HOME whose .claude is sessiond's root.
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "CLAUDE_CONFIG_DIR=") && !strings.HasPrefix(kv, "HOME=") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, "HOME="+a.home)
+	}
 	var stderr testharness.SyncBuffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -119,7 +143,11 @@ func (a *agentEnv) startTurn(configDir, prompt, resume, flush string) (cmd *exec
 		sc.Buffer(nil, 16<<20)
 		for sc.Scan() {
 			var line struct {
-				Msg map[string]any
+				Msg      map[string]any
+				Appended *struct {
+					Subpath string
+					Entries []any
+				}
 				End *struct {
 					SessionID string `json:"session_id"`
 					Error     string
@@ -130,6 +158,9 @@ func (a *agentEnv) startTurn(configDir, prompt, resume, flush string) (cmd *exec
 			}
 			if line.Msg != nil {
 				r.Msgs = append(r.Msgs, line.Msg)
+			}
+			if line.Appended != nil && line.Appended.Subpath == "" {
+				r.Appended = append(r.Appended, line.Appended.Entries)
 			}
 			if line.End != nil {
 				r.SessionID, r.Error = line.End.SessionID, line.End.Error

@@ -68,6 +68,9 @@ type Book struct {
 	// comparison that followed failed: it is due before the next record.
 	missing []ID
 	stale   bool
+	// last is the canonical file the ledger's last record names, once a
+	// comparison or a record told it (nil until then).
+	last *Fingerprint
 }
 
 // Book returns key's ledger for its writer, which logs through log and
@@ -130,7 +133,29 @@ func (b *Book) Append(fp Fingerprint, missing int, ids []ID) error {
 		return fmt.Errorf("append to the ledger of %s: %w", b.key, errdefs.FromIO(err))
 	}
 	b.end += int64(len(rec))
+	b.last = &fp
 	return nil
+}
+
+// Absorbed records that the canonical file is fp now, grown by lines
+// another program appended that the writer took in, no entry of sessiond's
+// among them: the next open finds what that program appended since
+// (LastRecorded) without taking these lines for new ones.
+func (b *Book) Absorbed(fp Fingerprint) error {
+	if b.stale {
+		return nil // no record before the rewrite is compared (CompareIfRewritten)
+	}
+	return b.Append(fp, len(b.missing), nil)
+}
+
+// LastRecorded is the canonical file the ledger's last record names (the
+// zero Fingerprint when there is no ledger), once a comparison at open or
+// a record told it; known is false before.
+func (b *Book) LastRecorded() (fp Fingerprint, known bool) {
+	if b.last == nil {
+		return Fingerprint{}, false
+	}
+	return *b.last, true
 }
 
 // write writes rec, synced, right after the last whole record of f.

@@ -263,8 +263,16 @@ func (b *Book) find(h Holdings, gate bool) ([]ID, error) {
 		return nil, nil
 	}
 	led, err := b.s.Read(b.key)
-	if err != nil || led == nil {
+	if err != nil {
 		return nil, err
+	}
+	if led == nil {
+		b.last = &Fingerprint{}
+		return nil, nil
+	}
+	if led.Damaged == nil {
+		last := led.Last
+		b.last = &last
 	}
 	if led.Damaged != nil {
 		b.log.Error("the ledger of acknowledged entries is damaged; the entries it records after the damage are not compared (the next compaction keeps a copy of it)",

@@ -63,8 +63,8 @@ type Server struct {
 	health *health.Server
 
 	draining atomic.Bool
-	// agentDirsOK are the agent config dirs found not to be the root.
-	agentDirsOK sync.Map
+	// agentDirs: whether each agent config dir seen is the root (bool).
+	agentDirs sync.Map
 	// streams is cancelled when draining starts, so open Follow streams
 	// end instead of holding up the shutdown.
 	streams      context.Context
@@ -278,13 +278,14 @@ func (s *Server) append(ctx context.Context, req *sessiondv1.AppendRequest) (*se
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkAgentConfigDir(req.GetAgentConfigDir()); err != nil {
+	shared, err := s.sharesRoot(req.GetAgentConfigDir())
+	if err != nil {
 		return nil, err
 	}
 	if err := s.fleet.BeforeAppend(ctx, k); err != nil {
 		return nil, err
 	}
-	opt := sessionstore.AppendOptions{BatchID: req.GetBatchId()}
+	opt := sessionstore.AppendOptions{BatchID: req.GetBatchId(), SharedFile: shared}
 	if su := req.GetSummary(); su != nil {
 		opt.Summary = &sessionstore.SummaryUpdate{Data: su.GetData(), ExpectedVersion: su.GetExpectedVersion(),
 			Covers: su.GetCoversEntries(), CheckCoverage: su.GetCheckCoverage(), Folder: su.GetFolder()}
@@ -304,7 +305,7 @@ func (s *Server) append(ctx context.Context, req *sessiondv1.AppendRequest) (*se
 		return nil, err
 	}
 	out := &sessiondv1.AppendResponse{Session: s.resolved(k), Entries: res.Entries, Results: make([]*sessiondv1.EntryResult, len(res.Results)),
-		DuplicateBatch: res.DuplicateBatch, SummaryVersion: res.SummaryVersion}
+		DuplicateBatch: res.DuplicateBatch, SummaryVersion: res.SummaryVersion, AbsorbedEntries: res.Absorbed}
 	for i, r := range res.Results {
 		er := &sessiondv1.EntryResult{Uuid: r.UUID, Size: uint64(r.Size)}
 		if r.Outcome == writer.Stored {
@@ -318,34 +319,34 @@ func (s *Server) append(ctx context.Context, req *sessiondv1.AppendRequest) (*se
 	return out, nil
 }
 
-// checkAgentConfigDir refuses an append mirrored by an agent whose CLI
-// writes its local transcripts under sessiond's own root: the CLI and
-// sessiond would then both write each file.
-func (s *Server) checkAgentConfigDir(dir string) error {
+// sharesRoot reports whether dir, the config dir of the agent whose CLI
+// mirrors an append, is sessiond's root: the CLI then writes its own copy
+// of every line into the very file sessiond owns, before it mirrors the
+// line, and the writer must take that copy in instead of storing the
+// mirrored one again (sessionstore.AppendOptions.SharedFile). A relative
+// dir is refused: which folder it names depends on the agent's working
+// directory, which sessiond does not know.
+func (s *Server) sharesRoot(dir string) (bool, error) {
 	if dir == "" {
-		return nil
+		return false, nil
 	}
 	if !filepath.IsAbs(dir) {
-		return fmt.Errorf("agent_config_dir %q is not an absolute path: %w", dir, errdefs.ErrInvalidArgument)
+		return false, fmt.Errorf("agent_config_dir %q is not an absolute path; send the agent's CLAUDE_CONFIG_DIR (or ~/.claude) resolved to an absolute path: %w", dir, errdefs.ErrInvalidArgument)
 	}
-	if _, ok := s.agentDirsOK.Load(dir); ok {
+	if v, ok := s.agentDirs.Load(dir); ok {
 		// Checked before: an adapter sends the same dir with every batch,
 		// and two stats per append are not free.
-		return nil
+		return v.(bool), nil
 	}
 	same := filepath.Clean(dir) == filepath.Clean(s.info.Root)
-	if a, err := os.Stat(dir); err == nil {
-		if b, err := os.Stat(s.info.Root); err == nil {
-			same = os.SameFile(a, b)
-		}
+	a, aerr := os.Stat(dir)
+	b, berr := os.Stat(s.info.Root)
+	if aerr == nil && berr == nil {
+		same = os.SameFile(a, b)
+		// Only a comparison of two folders that exist is for good.
+		s.agentDirs.Store(dir, same)
 	}
-	if same {
-		return fmt.Errorf("this agent's config dir %s is sessiond's root: the Claude Code CLI writes its own copy of every transcript there before it mirrors the lines to sessiond, so two writers would share each file. "+
-			"Give the agent a config dir of its own (for example CLAUDE_CONFIG_DIR=$HOME/.cache/claude-agent; sessiond keeps the lasting copy) or run sessiond with another --root: %w",
-			dir, errdefs.ErrFailedPrecondition)
-	}
-	s.agentDirsOK.Store(dir, struct{}{})
-	return nil
+	return same, nil
 }
 
 // ListSummaries implements sessiond.v1.Sessiond.

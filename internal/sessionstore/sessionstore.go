@@ -46,6 +46,12 @@ type AppendOptions struct {
 	// Summary, when set, replaces the session's summary with the batch,
 	// if the session's summary is still the one it was folded from.
 	Summary *SummaryUpdate
+	// SharedFile: the batch is mirrored by an agent whose CLI writes its
+	// own copy of the transcript into the canonical file itself (its
+	// config dir is sessiond's root). The writer takes in what the CLI
+	// wrote there first, and answers the batch's entries it found there
+	// as duplicates.
+	SharedFile bool
 }
 
 // SummaryUpdate is a new summary and the version it was folded from.

@@ -39,6 +39,9 @@ type AppendResult struct {
 	// SummaryVersion is the version of the session's summary in the
 	// append's folder afterwards.
 	SummaryVersion uint64
+	// Absorbed counts the lines the agent's CLI wrote into the file that
+	// a shared-file append's writer took in (shared.go).
+	Absorbed uint64
 }
 
 func (st *State) addPending(p pendingEntry) {
@@ -52,6 +55,7 @@ func (st *State) addPending(p pendingEntry) {
 // summary was folded from another version is refused alone (ErrConflict),
 // the rest of the group goes on.
 func (st *State) commit(group []*AppendRequest) {
+	group = st.catchUpShared(group)
 	g := st.newGroupCommit()
 	for _, r := range group {
 		g.admit(r)
@@ -66,6 +70,7 @@ func (st *State) commit(group []*AppendRequest) {
 			return
 		}
 	}
+	st.saveSummaryOnly(g)
 	st.acknowledge(g)
 	if len(g.batches) > 0 && st.sizeDue() {
 		if err := st.Compact("size"); err != nil {
@@ -94,6 +99,13 @@ type groupCommit struct {
 	metaRecs [][]byte
 	metas    []sessionstore.BatchMeta
 	order    []entrySlot
+
+	// absorbed: lines taken in from the agent's CLI that no shared-file
+	// append claimed yet; summaryOnly (and their requests): summaries of
+	// shared-file appends that stored no entry (shared.go).
+	absorbed        uint64
+	summaryOnly     []sessionstore.BatchMeta
+	summaryOnlyReqs []*AppendRequest
 }
 
 // entrySlot is an entry of a group: its request in live and its place in
@@ -102,7 +114,7 @@ type entrySlot struct{ req, entry int }
 
 func (st *State) newGroupCommit() *groupCommit {
 	return &groupCommit{st: st, now: st.Config.Clock.Now(), seen: make(map[string]bool), seenBatch: make(map[string]bool),
-		versions: make(map[string]uint64), lines: st.totalEntries()}
+		versions: make(map[string]uint64), lines: st.totalEntries(), absorbed: st.sh.absorbed}
 }
 
 // version is folder's summary version with the group's batches so far.
@@ -131,17 +143,21 @@ func (g *groupCommit) admit(r *AppendRequest) {
 		close(r.done)
 		return
 	}
-	if s := r.opt.Summary; s != nil && s.CheckCoverage && s.Covers != g.lines {
+	if s := r.opt.Summary; s != nil && s.CheckCoverage && s.Covers != g.lines && !g.coversShared(r) {
 		r.res, r.err = nil, sessionstore.CoverageConflict(st.key, s.Covers, g.lines)
 		close(r.done)
 		return
 	}
 	ri := len(g.live)
 	g.live = append(g.live, r)
+	g.claimAbsorbed(r)
 	batch := g.dedup(r, ri)
 	if len(batch) == 0 {
 		// Nothing stored, so no batch to remember and no summary
-		// change: the summary follows what the transcript holds.
+		// change: the summary follows what the transcript holds. But
+		// a shared-file batch is in the file already, and its summary
+		// is that of the file.
+		g.keepSummaryOnly(r)
 		return
 	}
 	g.lines += uint64(len(batch))
@@ -178,6 +194,9 @@ func (g *groupCommit) dedup(r *AppendRequest, ri int) [][]byte {
 				continue
 			}
 			g.seen[e.UUID] = true
+		} else if r.opt.SharedFile && g.st.sh.take(e.Line) {
+			res.Outcome = Duplicate
+			continue
 		}
 		res.Outcome = Stored
 		batch = append(batch, e.Line)

@@ -258,8 +258,16 @@ func (st *State) catchUpForeign() (done bool, err error) {
 	if ok, err := st.hasPrefix(st.canon); err != nil {
 		return false, err
 	} else if !ok || st.canonStatChanged() {
+		old, oldNL := st.canon, st.canonEndsNL
 		if err := st.absorbForeign(); err != nil {
 			return false, err
+		}
+		if ok {
+			// Lines appended: those without uuid may come again,
+			// mirrored by the agent that wrote them (shared.go).
+			if err := st.noteAbsorbed(old, oldNL); err != nil {
+				return false, err
+			}
 		}
 		if !ok {
 			// Rewritten, not just appended to: rescued lines have no
@@ -267,6 +275,7 @@ func (st *State) catchUpForeign() (done bool, err error) {
 			// every entry sessiond acknowledged?
 			st.rescueAt = -1
 			st.acked.Rewritten()
+			st.forgetOpenTail()
 		}
 	}
 	if err := st.acked.CompareIfRewritten(holdings{st}); err != nil {

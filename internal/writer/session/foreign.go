@@ -80,9 +80,11 @@ func (st *State) absorbForeign() error {
 	for i, p := range pending {
 		spans[i], foreign[i] = p.span, p.foreign
 	}
-	if _, err := st.replay(spans, foreign); err != nil {
-		st.failed = err
-		return err
+	if len(spans) > 0 {
+		if _, err := st.replay(spans, foreign); err != nil {
+			st.failed = err
+			return err
+		}
 	}
 	st.lineage = st.lineages.Add(1)
 	st.Publish()
@@ -326,6 +328,7 @@ func (st *State) rescue(data []byte) error {
 	if len(lines) == 0 {
 		return nil
 	}
+	st.sh.noteForeign(lines)
 	meta := sessionstore.BatchMeta{Foreign: true, At: st.Config.Clock.Now().UnixMilli()}
 	err := st.logBatches([][][]byte{lines}, [][]byte{meta.Encode()}, func(i int, sp stream.Span) {
 		st.addPending(pendingEntry{span: sp, size: len(lines[i]), uuid: ids[i], foreign: true})

@@ -157,6 +157,10 @@ type State struct {
 	heldBase fingerprint // what held held when the compaction copied it
 	heldSlot bool        // held has one of heldSlots
 	rescueAt int64       // offset in the canonical file for rescued lines, -1: none
+
+	// sh is what the writer knows of the lines other programs (the
+	// agent's CLI) wrote into the canonical file (shared.go).
+	sh sharedState
 }
 
 func newState(d *Env, key layout.Key, log *zap.Logger) *State {

@@ -326,6 +326,7 @@ func (s *Writer) Run() {
 		s.exit(st, err)
 		return
 	}
+	st.markOpenTail()
 	s.enter(fresh)
 	defer st.closeFiles()
 	l := newLoop(s, st)

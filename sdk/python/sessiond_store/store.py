@@ -140,8 +140,9 @@ class SessiondStore:
 
     agent_config_dir: the CLAUDE_CONFIG_DIR of the agent whose transcripts
     are mirrored here; by default $CLAUDE_CONFIG_DIR, else ~/.claude, read at
-    each append. sessiond refuses appends when it is its own root (the CLI
-    and sessiond would both write each file).
+    each append. When it is sessiond's root (both on their defaults), the
+    CLI's copy of each transcript is sessiond's file: sessiond takes in the
+    CLI's lines and answers their mirrored copies as duplicates.
 
     timeout: seconds one call may take (load_timeout for reading a whole
     transcript). Calls that fail with UNAVAILABLE or DEADLINE_EXCEEDED, or
@@ -390,7 +391,7 @@ class SessiondStore:
                 return
             response = await self._call(what, self._unary("Append", request))
             if base is not None and base.covered is not None:
-                base.covered += _stored(response)
+                base.covered += _stored(response) + response.absorbed_entries
 
     async def _send_with_summary(
         self, what: str, request: Any, key: Any, entries: List[Any], base: Optional[_Summary]
@@ -453,10 +454,13 @@ class SessiondStore:
                 # summary folded then), or by a daemon that keeps no
                 # summaries: what is stored is not what we folded now.
                 self._summaries.pop(cache_key, None)
-            elif base.covered is not None and response.entries != base.covered + _stored(response):
+            elif base.covered is not None and response.entries != base.covered + _stored(response) + response.absorbed_entries:
                 # Lines appended without a summary (sessionctl rename or tag,
                 # a store without a fold) since the summary we folded onto:
-                # the next append folds the whole transcript again.
+                # the next append folds the whole transcript again. (The
+                # lines the agent's CLI wrote into the transcript itself,
+                # when its config dir is sessiond's root, are counted apart,
+                # absorbed_entries: this batch mirrors them.)
                 self._summaries[cache_key] = _Summary(response.summary_version, None, None, rebuild=True)
             else:
                 self._summaries[cache_key] = _Summary(response.summary_version, folded, response.entries)

@@ -37,8 +37,10 @@ export interface SessiondStoreOptions {
   socketPath?: string;
   /**
    * The CLAUDE_CONFIG_DIR of the agent whose transcripts this store mirrors
-   * (sent with every append: sessiond refuses to mirror an agent that writes
-   * into sessiond's own root). Default, read at each append:
+   * (sent with every append: when it is sessiond's root, both on their
+   * defaults, the CLI's own copy of each transcript is sessiond's file, and
+   * sessiond answers the mirrored copies of the CLI's lines as duplicates).
+   * Default, read at each append:
    * process.env.CLAUDE_CONFIG_DIR, else ~/.claude. Set it when you give the
    * agent its config dir through query()'s `env` option instead of
    * process.env.
@@ -266,12 +268,15 @@ export class SessiondStore implements SessionStore {
       return;
     }
     // Lines another writer appended without a summary (sessionctl rename or
-    // tag, the CLI on its own) since the summary we folded onto are not in
-    // the one just stored. When the entry count shows some, or when this
-    // batch went without a summary, the next batch folds the whole
-    // transcript again.
+    // tag) since the summary we folded onto are not in the one just stored.
+    // When the entry count shows some, or when this batch went without a
+    // summary, the next batch folds the whole transcript again. The lines
+    // the agent's CLI wrote into the transcript itself (its config dir is
+    // sessiond's root) are counted apart (absorbedEntries): this batch
+    // mirrors them, so the summary covers them.
     const stored = resp.results.filter((r) => r.outcome === EntryOutcome.ENTRY_OUTCOME_STORED).length;
-    const complete = folded !== undefined && (folded.covered === undefined || resp.entries === folded.covered + stored);
+    const complete =
+      folded !== undefined && (folded.covered === undefined || resp.entries === folded.covered + stored + Number(resp.absorbedEntries ?? 0));
     this.summaries.set(
       sid,
       complete ? { data: folded.data, version: resp.summaryVersion, covered: resp.entries } : { data: undefined, version: resp.summaryVersion, rebuild: true },

@@ -184,51 +184,6 @@ describe("refusals", () => {
     await assert.rejects(store.append(key, [{ type: "x" }]), (err) => err instanceof SessiondError && err.code === status.INVALID_ARGUMENT);
   });
 
-  test("an agent whose config dir is sessiond's root is refused (FAILED_PRECONDITION)", async () => {
-    const s = new SessiondStore({ socketPath: daemon.socket, agentConfigDir: daemon.root });
-    try {
-      const key = { projectKey: project(), sessionId: uuid() };
-      await assert.rejects(s.append(key, [{ type: "x" }]), (err) => {
-        assert.ok(err instanceof SessiondError, String(err));
-        assert.equal(err.code, status.FAILED_PRECONDITION);
-        assert.match(err.message, /config dir/);
-        return true;
-      });
-      assert.equal(await s.load(key), null);
-    } finally {
-      s.close();
-    }
-  });
-
-  test("CLAUDE_CONFIG_DIR is what append() reports as the agent's config dir", async () => {
-    const saved = process.env.CLAUDE_CONFIG_DIR;
-    process.env.CLAUDE_CONFIG_DIR = daemon.root;
-    const s = new SessiondStore({ socketPath: daemon.socket });
-    try {
-      await assert.rejects(s.append({ projectKey: project(), sessionId: uuid() }, [{ type: "x" }]), (err) => err.code === status.FAILED_PRECONDITION);
-    } finally {
-      if (saved === undefined) delete process.env.CLAUDE_CONFIG_DIR;
-      else process.env.CLAUDE_CONFIG_DIR = saved;
-      s.close();
-    }
-  });
-
-  test("a relative CLAUDE_CONFIG_DIR is sent absolute, from the working directory", async () => {
-    const saved = process.env.CLAUDE_CONFIG_DIR;
-    const cwd = process.cwd();
-    const { relative } = await import("node:path");
-    process.env.CLAUDE_CONFIG_DIR = relative(cwd, daemon.root);
-    const s = new SessiondStore({ socketPath: daemon.socket });
-    try {
-      // Resolved, it is sessiond's root: refused as such (not as a relative path).
-      await assert.rejects(s.append({ projectKey: project(), sessionId: uuid() }, [{ type: "x" }]), (err) => err.code === status.FAILED_PRECONDITION);
-    } finally {
-      if (saved === undefined) delete process.env.CLAUDE_CONFIG_DIR;
-      else process.env.CLAUDE_CONFIG_DIR = saved;
-      s.close();
-    }
-  });
-
   test("an entry over the daemon's size limit is refused with its message", async () => {
     const d = await startDaemon({ args: ["--max-entry-bytes", "1000"] });
     const s = new SessiondStore({ socketPath: d.socket });

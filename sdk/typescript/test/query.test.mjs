@@ -104,21 +104,52 @@ describe("query() mirrored to sessiond", { skip: cli === undefined && "the SDK's
     return result.session_id;
   }
 
-  test("an agent whose config dir is sessiond's root gets mirror_error, not a shared file", async () => {
+  // fileLines are the lines of a transcript file, as text.
+  const fileLines = (dir, projectKey, sid) => readFileSync(join(dir, "projects", projectKey, `${sid}.jsonl`), "utf8").split("\n").filter(Boolean);
+  const typesOf = (lines) => lines.map((l) => JSON.parse(l).type);
+
+  test("an agent whose config dir is sessiond's root (both on their defaults) writes through sessiond, each line once", async () => {
+    // The same turn with a config dir of the agent's own: what the CLI
+    // writes of it.
+    const alone = tempDir("agent-cwd-");
+    const aloneSid = await run("one turn", { cwd: alone });
+    const want = typesOf(fileLines(process.env.CLAUDE_CONFIG_DIR, alone.replace(/[^A-Za-z0-9]/g, "-"), aloneSid));
+
     const cwd = tempDir("agent-cwd-");
     const projectKey = cwd.replace(/[^A-Za-z0-9]/g, "-");
     const savedDir = process.env.CLAUDE_CONFIG_DIR;
     process.env.CLAUDE_CONFIG_DIR = daemon.root;
-    const out = [];
     try {
-      for await (const m of query({ prompt: "misconfigured", options: { cwd, maxTurns: 1, sessionStore: store } })) out.push(m);
+      const sid = await run("one turn", { cwd });
+      const key = { projectKey, sessionId: sid };
+      const flush = async () => {
+        const client = rawClient(daemon.socket);
+        try {
+          await stream(client, "flush", { session: { projectKey, sessionId: sid, subpath: "" }, all: false });
+        } catch (err) {
+          if (!/nothing|not found|NOT_FOUND/i.test(String(err))) throw err;
+        } finally {
+          client.close();
+        }
+      };
+      await flush();
+      const lines = fileLines(daemon.root, projectKey, sid);
+      assert.deepEqual(typesOf(lines), want, "the transcript holds what the CLI wrote, each line once");
+      assert.deepEqual(await store.load(key), lines.map((l) => JSON.parse(l)));
+
+      const again = await run("second prompt", { cwd, resume: sid });
+      assert.equal(again, sid);
+      await flush();
+      const after2 = fileLines(daemon.root, projectKey, sid);
+      assert.deepEqual(after2.slice(0, lines.length), lines);
+      const ids = after2.map((l) => JSON.parse(l).uuid).filter(Boolean);
+      assert.equal(new Set(ids).size, ids.length, "no uuid twice");
+      const msgs = await getSessionMessages(sid, { dir: cwd });
+      assert.deepEqual(msgs.map((m) => m.type), ["user", "assistant", "user", "assistant"]);
+      assert.deepEqual((await listSessions({ dir: cwd })).map((x) => x.sessionId), [sid]);
     } finally {
       process.env.CLAUDE_CONFIG_DIR = savedDir;
     }
-    const errors = out.filter((m) => m.subtype === "mirror_error");
-    assert.ok(errors.length > 0, "the SDK reports the refused mirror");
-    assert.match(errors[0].error, /config dir .* is sessiond's root/);
-    assert.match(errors[0].error, /FAILED_PRECONDITION/);
   });
 
   test("a session is mirrored, resumed from sessiond, and listed", async () => {

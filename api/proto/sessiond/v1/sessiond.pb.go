@@ -273,9 +273,12 @@ type AppendRequest struct {
 	Summary *SummaryUpdate `protobuf:"bytes,4,opt,name=summary,proto3" json:"summary,omitempty"`
 	// agent_config_dir is the CLAUDE_CONFIG_DIR (or ~/.claude) of the agent
 	// whose CLI mirrors this batch (SessionStore adapters set it). The CLI
-	// writes its own copy of every transcript there, so when it is sessiond's
-	// root the append is refused with FAILED_PRECONDITION: two writers would
-	// share each file.
+	// writes its own copy of every transcript there before it mirrors the
+	// lines. When it is sessiond's root (both on their defaults, ~/.claude)
+	// the CLI's copy and sessiond's canonical file are one file: sessiond
+	// first takes in the lines the CLI wrote there, then answers the batch's
+	// entries it found there as DUPLICATE (by uuid, and a line without one
+	// by its exact bytes). A relative path is refused.
 	AgentConfigDir string `protobuf:"bytes,5,opt,name=agent_config_dir,json=agentConfigDir,proto3" json:"agent_config_dir,omitempty"`
 	// entries_text is entries as text, for clients that speak JSON, such as
 	// grpcurl, which would otherwise have to base64 each entry: one JSON object
@@ -659,8 +662,14 @@ type AppendResponse struct {
 	// folder of AppendRequest.summary (the empty folder without one); 0 when
 	// it has none.
 	SummaryVersion uint64 `protobuf:"varint,5,opt,name=summary_version,json=summaryVersion,proto3" json:"summary_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// absorbed_entries counts the lines the agent's CLI wrote into the
+	// transcript itself (agent_config_dir is sessiond's root) that sessiond
+	// took in since the previous such append and before this batch: counted
+	// in entries, and taken as covered by a summary this append stored (the
+	// batch mirrors them; the CLI's lines it never mirrors fold to nothing).
+	AbsorbedEntries uint64 `protobuf:"varint,6,opt,name=absorbed_entries,json=absorbedEntries,proto3" json:"absorbed_entries,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AppendResponse) Reset() {
@@ -724,6 +733,13 @@ func (x *AppendResponse) GetDuplicateBatch() bool {
 func (x *AppendResponse) GetSummaryVersion() uint64 {
 	if x != nil {
 		return x.SummaryVersion
+	}
+	return 0
+}
+
+func (x *AppendResponse) GetAbsorbedEntries() uint64 {
+	if x != nil {
+		return x.AbsorbedEntries
 	}
 	return 0
 }
@@ -4495,13 +4511,14 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x19.sessiond.v1.EntryOutcomeR\aoutcome\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x04R\x04size\"\xe8\x01\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\"\x93\x02\n" +
 	"\x0eAppendResponse\x126\n" +
 	"\asession\x18\x01 \x01(\v2\x1c.sessiond.v1.ResolvedSessionR\asession\x122\n" +
 	"\aresults\x18\x02 \x03(\v2\x18.sessiond.v1.EntryResultR\aresults\x12\x18\n" +
 	"\aentries\x18\x03 \x01(\x04R\aentries\x12'\n" +
 	"\x0fduplicate_batch\x18\x04 \x01(\bR\x0eduplicateBatch\x12'\n" +
-	"\x0fsummary_version\x18\x05 \x01(\x04R\x0esummaryVersion\"S\n" +
+	"\x0fsummary_version\x18\x05 \x01(\x04R\x0esummaryVersion\x12)\n" +
+	"\x10absorbed_entries\x18\x06 \x01(\x04R\x0fabsorbedEntries\"S\n" +
 	"\fFlushRequest\x121\n" +
 	"\asession\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\asession\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\"\x9e\x01\n" +

@@ -28,7 +28,9 @@ require_relative 'gen/sessiond_services_pb'
 #   SessiondStore.default_socket).
 # - agent_config_dir: the CLAUDE_CONFIG_DIR of the agent whose transcripts
 #   are mirrored here; by default $CLAUDE_CONFIG_DIR, else ~/.claude, read at
-#   each append. sessiond refuses appends when that folder is its own root.
+#   each append. When it is sessiond's root (both on their defaults), the
+#   CLI's copy of each transcript is sessiond's file: sessiond takes in the
+#   CLI's lines and answers their mirrored copies as duplicates.
 # - fold: how a session's summary is folded from each batch, called as
 #   fold.call(previous_or_nil, key, entries) and returning
 #   { 'session_id', 'mtime', 'data' }. By default the SDK's
@@ -459,7 +461,7 @@ class SessiondStore
         return
       end
       response = call(what) { |stub, deadline| stub.append(request, deadline: deadline) }
-      base.covered += stored_count(response) if base&.covered
+      base.covered += stored_count(response) + response.absorbed_entries if base&.covered
     end
   end
 
@@ -533,10 +535,13 @@ class SessiondStore
         # folded then), or by a daemon that keeps no summaries: what is
         # stored is not what was folded now.
         @summaries.delete(cache_key)
-      elsif !base.covered.nil? && response.entries != base.covered + stored_count(response)
+      elsif !base.covered.nil? && response.entries != base.covered + stored_count(response) + response.absorbed_entries
         # Lines were appended without a summary since the one folded onto
         # (sessionctl rename or tag, a store without a fold): the next
-        # append folds the whole transcript again.
+        # append folds the whole transcript again. (The lines the agent's
+        # CLI wrote into the transcript itself, when its config dir is
+        # sessiond's root, are counted apart, absorbed_entries: this batch
+        # mirrors them.)
         @summaries.put(cache_key, Summaries::Known.new(response.summary_version, nil, nil, true))
       else
         @summaries.put(cache_key, Summaries::Known.new(response.summary_version, folded, response.entries, false))

@@ -6,6 +6,9 @@
 //
 //   {"op":"turn", "socket", "cwd", "configDir", "home", "baseURL", "prompt",
 //    "resume"?, "flush"?: "batched"|"eager"|"none"}
+//     configDir "": on defaults (no CLAUDE_CONFIG_DIR; ~/.claude under home).
+//     With "reportAppends", also {"appended": {subpath, entries}} for each
+//     batch the SDK mirrors, before it is sent.
 //     prints {"msg": {type, subtype, session_id, is_error}} for each message,
 //     then {"end": {"session_id", "error"?}}. flush "none" runs without a
 //     store: the CLI reads and writes its config dir alone (a resume finds
@@ -25,13 +28,27 @@ const out = (o) => process.stdout.write(JSON.stringify(o) + '\n');
 
 async function turn() {
   // The agent's config dir is where its CLI writes local copies: the store
-  // tells sessiond, which refuses it when it is sessiond's own root.
-  const store = cfg.flush === 'none' ? null : new SessiondStore({ socketPath: cfg.socket, agentConfigDir: cfg.configDir });
+  // tells sessiond. With no configDir the driver runs on defaults, as an
+  // agent with only the README's three lines: no CLAUDE_CONFIG_DIR at all
+  // (the Go test unsets it and sets HOME for this process too), so the CLI
+  // and the store both take ~/.claude.
+  const defaults = !cfg.configDir;
+  const store = cfg.flush === 'none' ? null
+    : defaults ? new SessiondStore({ socketPath: cfg.socket })
+    : new SessiondStore({ socketPath: cfg.socket, agentConfigDir: cfg.configDir });
+  if (store && cfg.reportAppends) {
+    // What the SDK mirrors, for the test to compare with the transcript.
+    const append = store.append.bind(store);
+    store.append = (key, entries) => {
+      out({ appended: { subpath: key.subpath ?? '', entries } });
+      return append(key, entries);
+    };
+  }
   const env = {
     ...process.env,
     ANTHROPIC_BASE_URL: cfg.baseURL,
     ANTHROPIC_API_KEY: 'sk-test',
-    CLAUDE_CONFIG_DIR: cfg.configDir,
+    ...(defaults ? {} : { CLAUDE_CONFIG_DIR: cfg.configDir }),
     HOME: cfg.home,
     CLAUDE_CODE_TMPDIR: cfg.home,
     DISABLE_TELEMETRY: '1',

@@ -55,6 +55,7 @@ Google::Protobuf::DescriptorPool.generated_pool.build do
       optional :entries, :uint64, 3
       optional :duplicate_batch, :bool, 4
       optional :summary_version, :uint64, 5
+      optional :absorbed_entries, :uint64, 6
     end
     add_message "sessiond.v1.FlushRequest" do
       optional :session, :message, 1, "sessiond.v1.SessionRef"

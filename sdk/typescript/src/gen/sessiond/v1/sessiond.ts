@@ -96,9 +96,12 @@ export interface AppendRequest {
   /**
    * agent_config_dir is the CLAUDE_CONFIG_DIR (or ~/.claude) of the agent
    * whose CLI mirrors this batch (SessionStore adapters set it). The CLI
-   * writes its own copy of every transcript there, so when it is sessiond's
-   * root the append is refused with FAILED_PRECONDITION: two writers would
-   * share each file.
+   * writes its own copy of every transcript there before it mirrors the
+   * lines. When it is sessiond's root (both on their defaults, ~/.claude)
+   * the CLI's copy and sessiond's canonical file are one file: sessiond
+   * first takes in the lines the CLI wrote there, then answers the batch's
+   * entries it found there as DUPLICATE (by uuid, and a line without one
+   * by its exact bytes). A relative path is refused.
    */
   agentConfigDir: string;
   /**
@@ -202,6 +205,14 @@ export interface AppendResponse {
    * it has none.
    */
   summaryVersion: number;
+  /**
+   * absorbed_entries counts the lines the agent's CLI wrote into the
+   * transcript itself (agent_config_dir is sessiond's root) that sessiond
+   * took in since the previous such append and before this batch: counted
+   * in entries, and taken as covered by a summary this append stored (the
+   * batch mirrors them; the CLI's lines it never mirrors fold to nothing).
+   */
+  absorbedEntries: number;
 }
 
 export interface FlushRequest {
@@ -1627,7 +1638,7 @@ export const EntryResult: MessageFns<EntryResult> = {
 };
 
 function createBaseAppendResponse(): AppendResponse {
-  return { session: undefined, results: [], entries: 0, duplicateBatch: false, summaryVersion: 0 };
+  return { session: undefined, results: [], entries: 0, duplicateBatch: false, summaryVersion: 0, absorbedEntries: 0 };
 }
 
 export const AppendResponse: MessageFns<AppendResponse> = {
@@ -1646,6 +1657,9 @@ export const AppendResponse: MessageFns<AppendResponse> = {
     }
     if (message.summaryVersion !== 0) {
       writer.uint32(40).uint64(message.summaryVersion);
+    }
+    if (message.absorbedEntries !== 0) {
+      writer.uint32(48).uint64(message.absorbedEntries);
     }
     return writer;
   },
@@ -1703,6 +1717,14 @@ export const AppendResponse: MessageFns<AppendResponse> = {
             message.summaryVersion = longToNumber(reader.uint64());
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.absorbedEntries = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1727,6 +1749,7 @@ export const AppendResponse: MessageFns<AppendResponse> = {
     message.entries = object.entries ?? 0;
     message.duplicateBatch = object.duplicateBatch ?? false;
     message.summaryVersion = object.summaryVersion ?? 0;
+    message.absorbedEntries = object.absorbedEntries ?? 0;
     return message;
   },
 };

@@ -1,0 +1,432 @@
+package session
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+
+	"go.uber.org/zap"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/rawjson"
+	"github.com/sessiond/sessiond/internal/sessionstore"
+	"github.com/sessiond/sessiond/internal/transcript"
+)
+
+// The shared file. On the defaults of both sides (sessiond's root and the
+// agent's config dir both ~/.claude) the Claude Code CLI writes its own
+// copy of every transcript line into the canonical file, then mirrors the
+// same line to sessiond through the SDK's SessionStore (appends marked
+// sessionstore.AppendOptions.SharedFile). It also writes lines it never
+// mirrors (api-request...), and many lines it mirrors have no uuid, some
+// repeated byte for byte. So before deduplicating a shared-file append the
+// writer takes in what the CLI wrote: new whole lines past what it knows,
+// counted and made durable (the CLI does not sync) without moving any line
+// already served; a rewrite, or lines behind pending entries, go the long
+// way (catchUpForeign). Every line without a uuid that another program
+// wrote into the file goes into a multiset of unmatched foreign lines: an
+// entry of a shared-file append without a uuid that matches one takes it
+// and is answered DUPLICATE; an entry with a uuid is deduplicated by uuid
+// as any other. Only shared-file appends take from the multiset: a title
+// appended through the store, identical to an older line, is a new line.
+
+// lineDigest names a line without keeping its bytes.
+type lineDigest [sha256.Size]byte
+
+// sharedState is what a writer knows of the lines other programs wrote
+// into its canonical file.
+type sharedState struct {
+	// unmatched counts the lines without uuid other programs wrote that no
+	// shared-file append has matched yet, by content.
+	unmatched map[lineDigest]int
+	// absorbed counts the lines other programs wrote that the writer took
+	// in since a shared-file append last claimed them (AppendResult.Absorbed).
+	absorbed uint64
+	// tailFrom, tailTo: what open found in the file past the ledger's last
+	// record, not noted yet (it is read at the first shared-file append
+	// only, and is still the same bytes then: a compaction keeps the
+	// file's content as a prefix; a rewrite forgets it).
+	tailFrom, tailTo int64
+}
+
+// digestOf is the digest of line as an append would carry it: the SDK
+// mirrors the CLI's line, which the writer compacts (transcript.Normalize)
+// before comparing.
+func digestOf(line []byte) lineDigest {
+	if e, err := transcript.Normalize(line, 0); err == nil {
+		line = e.Line
+	}
+	return sha256.Sum256(line)
+}
+
+// noteForeign notes lines another program wrote into the file (or the
+// file a compaction replaced), one per element, each without its newline.
+func (sh *sharedState) noteForeign(lines [][]byte) {
+	for _, l := range lines {
+		sh.absorbed++
+		if id, ok := rawjson.TopLevelString(l, "uuid"); ok && id != "" {
+			continue
+		}
+		if sh.unmatched == nil {
+			sh.unmatched = make(map[lineDigest]int)
+		}
+		sh.unmatched[digestOf(l)]++
+	}
+}
+
+// take matches line, an entry without uuid of a shared-file append, with a
+// foreign line, and reports whether there was one.
+func (sh *sharedState) take(line []byte) bool {
+	d := sha256.Sum256(line)
+	n := sh.unmatched[d]
+	if n == 0 {
+		return false
+	}
+	if n == 1 {
+		delete(sh.unmatched, d)
+	} else {
+		sh.unmatched[d] = n - 1
+	}
+	return true
+}
+
+// wholeLines splits data into its lines, without newlines, leaving out a
+// last line not ended by one.
+func wholeLines(data []byte) [][]byte {
+	var out [][]byte
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break
+		}
+		out = append(out, data[:i])
+		data = data[i+1:]
+	}
+	return out
+}
+
+// markOpenTail remembers, as the writer opens, the part of the canonical
+// file past what the ledger last recorded of it: lines another program
+// wrote while no writer was open.
+func (st *State) markOpenTail() {
+	last, known := st.acked.LastRecorded()
+	if known && st.canonExists && st.canon.size > last.Size {
+		st.sh.tailFrom, st.sh.tailTo = last.Size, st.canon.size
+	}
+}
+
+// forgetOpenTail: another program rewrote the file, so the offsets open
+// noted no longer name those lines.
+func (st *State) forgetOpenTail() { st.sh.tailFrom, st.sh.tailTo = 0, 0 }
+
+// noteOpenTail notes the lines markOpenTail found, if the file still
+// starts with what the ledger last recorded.
+func (st *State) noteOpenTail() error {
+	from, to := st.sh.tailFrom, st.sh.tailTo
+	if to <= from {
+		return nil
+	}
+	if from > 0 {
+		last, _ := st.acked.LastRecorded()
+		ok, err := st.hasPrefix(fingerprint{last.Size, last.Tail})
+		if err != nil {
+			return err
+		}
+		if !ok {
+			// Rewritten since: which lines are the CLI's is not known.
+			st.forgetOpenTail()
+			return nil
+		}
+		// The record may name the file as it was with a line being
+		// written last: that line is the CLI's too.
+		if from, err = st.lineStart(from); err != nil {
+			return err
+		}
+	}
+	data, err := st.readCanonical(from, to)
+	if err != nil {
+		return err
+	}
+	st.forgetOpenTail()
+	st.sh.noteForeign(wholeLines(data))
+	st.recordAbsorbed()
+	return nil
+}
+
+// recordAbsorbed records in the ledger that the writer noted the lines
+// other programs wrote into the file as it is now, so that the next open
+// does not take them for new ones (markOpenTail). Only that rests on the
+// record: a failure costs nothing stored.
+func (st *State) recordAbsorbed() {
+	if err := st.acked.Absorbed(st.canon.ledger()); err != nil {
+		st.log.Warn("cannot record the lines taken in from the agent's CLI in the ledger", zap.Error(err))
+	}
+}
+
+// noteAbsorbed notes the lines another program appended to the file past
+// old, which absorbForeign just took in, when they were appended (the
+// file still starts with old, which ended in a whole line).
+func (st *State) noteAbsorbed(old fingerprint, oldNL bool) error {
+	if st.canon.size <= old.size {
+		return nil
+	}
+	if ok, err := st.hasPrefix(old); err != nil || !ok {
+		return err
+	}
+	from := old.size
+	if !oldNL {
+		// The file ended in a line being written (the CLI's, seen at
+		// open): it is whole now, and as much the CLI's as what follows.
+		start, err := st.lineStart(old.size)
+		if err != nil {
+			return err
+		}
+		from = start
+	}
+	data, err := st.readCanonical(from, st.canon.size)
+	if err != nil {
+		return err
+	}
+	st.sh.noteForeign(wholeLines(data))
+	return nil
+}
+
+// lineStart is where the line of the canonical file that ends at end (not
+// counting a newline) begins: just past the newline before it, or 0.
+func (st *State) lineStart(end int64) (int64, error) {
+	const chunk = 64 << 10
+	for at := end; at > 0; {
+		from := max(at-chunk, 0)
+		data, err := st.readCanonical(from, at)
+		if err != nil {
+			return 0, err
+		}
+		if i := bytes.LastIndexByte(data, '\n'); i >= 0 {
+			return from + int64(i) + 1, nil
+		}
+		at = from
+	}
+	return 0, nil
+}
+
+// readCanonical reads the canonical file from from to to.
+func (st *State) readCanonical(from, to int64) ([]byte, error) {
+	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	defer f.Close()
+	data := make([]byte, to-from)
+	n, err := f.ReadAt(data, from)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	return data[:n], nil
+}
+
+// catchUpShared takes in what the agent's CLI wrote into the canonical
+// file, before a group holding shared-file appends is deduplicated. A
+// failure refuses those appends (stored without it, their entries could
+// be stored twice) and leaves the others to the group, which it returns.
+func (st *State) catchUpShared(group []*AppendRequest) []*AppendRequest {
+	shared := false
+	for _, r := range group {
+		shared = shared || r.opt.SharedFile
+	}
+	if !shared {
+		return group
+	}
+	err := st.noteOpenTail()
+	if err == nil {
+		err = st.absorbShared()
+	}
+	if err == nil && st.failed != nil {
+		err = st.failed
+	}
+	if err == nil {
+		return group
+	}
+	st.log.Warn("cannot take in the lines the agent's CLI wrote into the transcript; its mirrored appends are refused", zap.Error(err))
+	kept := group[:0:0]
+	for _, r := range group {
+		if !r.opt.SharedFile {
+			kept = append(kept, r)
+			continue
+		}
+		r.res = nil
+		r.err = fmt.Errorf("take in the lines the agent's CLI wrote into %s before its mirrored batch: %w", st.canonPath, err)
+		close(r.done)
+	}
+	return kept
+}
+
+// absorbShared takes in the lines another program appended to the
+// canonical file since the writer last saw it: only the new whole lines
+// when the file just grew past what the writer knows and nothing is
+// pending (no line served moves), else the whole file again
+// (catchUpForeign).
+func (st *State) absorbShared() error {
+	if err := st.checkPath(); err != nil {
+		return err
+	}
+	fi, err := st.fs.Lstat(st.canonPath)
+	if errors.Is(err, fs.ErrNotExist) && !st.canonExists {
+		return nil
+	}
+	if err == nil && st.canonExists && fi.Size() == st.canon.size {
+		// A rewrite to the same size is left to the next compaction's
+		// check, as for any other program's.
+		return nil
+	}
+	if err == nil && fi.Size() > st.canon.size && len(st.pending) == 0 && st.canonEndsNL {
+		if ok, err := st.hasPrefix(st.canon); err != nil || ok {
+			if err != nil {
+				return err
+			}
+			return st.absorbGrown(fi.Size())
+		}
+	}
+	_, err = st.catchUpForeign()
+	return err
+}
+
+// absorbGrown takes in the whole lines between the end of what the writer
+// knows of the file and size, leaving a line still being written for
+// later, and makes them durable before anything is acknowledged from them.
+func (st *State) absorbGrown(size int64) error {
+	data, err := st.readCanonical(st.canon.size, size)
+	if err != nil {
+		return err
+	}
+	data = data[:bytes.LastIndexByte(data, '\n')+1]
+	if len(data) == 0 {
+		return nil
+	}
+	lines := wholeLines(data)
+	end := st.canon.size + int64(len(data))
+	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	tail, err := tailCRC(f, end)
+	if err == nil {
+		// The CLI does not sync what it writes: the file is the only copy
+		// of these lines, and they are about to count as stored.
+		err = f.Sync()
+	}
+	var mtime int64
+	if fi, serr := f.Stat(); serr == nil {
+		mtime = fi.ModTime().UnixMilli()
+	}
+	f.Close()
+	if err == nil && !st.canonExists {
+		err = st.fs.SyncDir(st.dir)
+	}
+	if err != nil {
+		st.failed = err
+		return fmt.Errorf("sync %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	for _, l := range lines {
+		if id, ok := rawjson.TopLevelString(l, "uuid"); ok && id != "" {
+			st.ids.add(id)
+		}
+		if st.ent != nil {
+			st.ent.Add(l, true)
+		}
+	}
+	st.sh.noteForeign(lines)
+	st.canonExists = true
+	st.canonEntries += uint64(len(lines))
+	st.canon = fingerprint{end, tail}
+	if st.ent != nil && mtime > st.ent.ModifiedMs {
+		st.ent.ModifiedMs = mtime
+	}
+	st.recordAbsorbed()
+	st.Publish()
+	st.notifyChange()
+	return nil
+}
+
+// coversShared reports whether s, the summary of shared-file append, was
+// folded from the lines before those the writer just took in from the
+// agent's CLI (absorbed): the batch mirrors them, and the CLI's lines it
+// never mirrors fold to nothing.
+func (g *groupCommit) coversShared(r *AppendRequest) bool {
+	s := r.opt.Summary
+	return r.opt.SharedFile && g.absorbed > 0 && s.Covers+g.absorbed == g.lines
+}
+
+// claimAbsorbed gives r, a shared-file append the group admits, the count
+// of lines taken in from the agent's CLI since the last one that its
+// summary did not count (a reader may have opened the writer, which read
+// them, before the adapter folded them in): the adapter takes its summary
+// as covering them.
+func (g *groupCommit) claimAbsorbed(r *AppendRequest) {
+	if !r.opt.SharedFile {
+		return
+	}
+	r.res.Absorbed = g.absorbed
+	if s := r.opt.Summary; s != nil && s.CheckCoverage {
+		r.res.Absorbed = g.lines - s.Covers
+	}
+	g.absorbed = 0
+	g.st.sh.absorbed = 0
+}
+
+// keepSummaryOnly keeps the summary of r, a shared-file append whose
+// entries were all in the file already: its batch mirrors what the CLI
+// wrote, so its summary covers the transcript as it is now.
+func (g *groupCommit) keepSummaryOnly(r *AppendRequest) {
+	s := r.opt.Summary
+	if !r.opt.SharedFile || s == nil {
+		return
+	}
+	v := g.version(s.Folder) + 1
+	g.versions[s.Folder] = v
+	m := sessionstore.BatchMeta{BatchID: r.opt.BatchID, At: g.now.UnixMilli(), Entries: g.lines,
+		Summary: s.Data, SummaryVersion: v, Folder: s.Folder}
+	if m.BatchID != "" {
+		g.seenBatch[m.BatchID] = true
+	}
+	g.summaryOnly = append(g.summaryOnly, m)
+	g.summaryOnlyReqs = append(g.summaryOnlyReqs, r)
+}
+
+// saveSummaryOnly stores the summaries keepSummaryOnly kept, in the
+// store's sidecar (no journal record carries a summary without entries);
+// a failure refuses their appends.
+func (st *State) saveSummaryOnly(g *groupCommit) {
+	if len(g.summaryOnly) == 0 {
+		return
+	}
+	for _, m := range g.summaryOnly {
+		st.store.Apply(m)
+	}
+	st.storeDirty = true
+	st.publishSummary()
+	if st.ent != nil {
+		// Listed before the acks, as acknowledge does for stored
+		// entries: a caller that lists right after sees its summary.
+		st.ent.ModifiedMs = max(st.ent.ModifiedMs, g.now.UnixMilli())
+	}
+	st.Publish()
+	err := st.saveStore()
+	if err == nil {
+		return
+	}
+	err = fmt.Errorf("store the summary of %s: %w", st.key, err)
+	for _, r := range g.summaryOnlyReqs {
+		for i, l := range g.live {
+			if l == r {
+				g.live = append(g.live[:i], g.live[i+1:]...)
+				break
+			}
+		}
+		r.res, r.err = nil, err
+		close(r.done)
+	}
+}

@@ -1,0 +1,308 @@
+package writer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/sessionstore"
+)
+
+// cliTurn is what the Claude Code CLI writes of one turn into its
+// transcript, as measured: chained entries, lines without uuid (some
+// identical from turn to turn), and api-request lines it never mirrors.
+type cliTurn struct {
+	lines    []string // in the order the CLI writes them
+	mirrored []string // what the SDK mirrors of them, in order
+}
+
+func newCLITurn(k layout.Key, n int, parent string) (cliTurn, string) {
+	u1, u2 := uuid.NewString(), uuid.NewString()
+	user := chained(k, u1, parent, fmt.Sprintf("prompt %d", n))
+	asst := strings.Replace(chained(k, u2, u1, fmt.Sprintf("answer %d", n)), `"type":"user"`, `"type":"assistant"`, 1)
+	queue := fmt.Sprintf(`{"type":"queue-operation","operation":"dequeue","timestamp":"2026-01-01T00:00:0%dZ","sessionId":%q}`, n, k.SessionID)
+	latch := fmt.Sprintf(`{"type":"atis-latch","sessionId":%q}`, k.SessionID)
+	api := fmt.Sprintf(`{"type":"api-request","requestId":"req_%d","sessionId":%q}`, n, k.SessionID)
+	last := fmt.Sprintf(`{"type":"last-prompt","lastPrompt":"prompt %d","sessionId":%q}`, n, k.SessionID)
+	t := cliTurn{
+		lines:    []string{queue, latch, user, api, asst, latch, last},
+		mirrored: []string{queue, latch, user, asst, latch, last},
+	}
+	return t, u2
+}
+
+// cliWrite appends lines to k's transcript as the CLI does (open with
+// O_APPEND, write, close; no sync).
+func (e *env) cliWrite(k layout.Key, data string) {
+	e.t.Helper()
+	p := e.lay.TranscriptPath(k)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		e.t.Fatal(err)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(data); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func joinLines(lines []string) string { return strings.Join(lines, "\n") + "\n" }
+
+// mirror appends lines to k as the SDK's SessionStore does for an agent
+// whose config dir is sessiond's root, and checks that each was answered
+// as a duplicate.
+func mirror(t *testing.T, m *Manager, k layout.Key, opt sessionstore.AppendOptions, lines ...string) *AppendResult {
+	t.Helper()
+	opt.SharedFile = true
+	raw := make([][]byte, len(lines))
+	for i, l := range lines {
+		raw[i] = []byte(l)
+	}
+	res, err := m.AppendBatch(bg, k, raw, opt)
+	if err != nil {
+		t.Fatalf("mirrored append to %s: %v", k, err)
+	}
+	for i, r := range res.Results {
+		if r.Outcome != Duplicate {
+			t.Fatalf("mirrored entry %d (%s) was stored again; the CLI's copy is in the file already", i, lines[i])
+		}
+	}
+	return res
+}
+
+// readServed is every line Read serves of k.
+func readServed(t *testing.T, m *Manager, k layout.Key) []string {
+	t.Helper()
+	var got []string
+	err := m.Read(bg, k, ReadOptions{}, func(es []Entry) error {
+		for _, e := range es {
+			got = append(got, string(e.Data))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// wantOnce checks that the transcript, on disk and as Read serves it,
+// is exactly want.
+func (e *env) wantOnce(m *Manager, k layout.Key, want []string) {
+	e.t.Helper()
+	if got := readServed(e.t, m, k); !slices.Equal(got, want) {
+		e.t.Fatalf("Read serves\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if _, err := m.Flush(bg, k); err != nil {
+		e.t.Fatal(err)
+	}
+	if got := e.canonicalLines(k); !slices.Equal(got, want) {
+		e.t.Fatalf("the transcript holds\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestSharedFileMirroredLinesOnce(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	defer closeManager(t, m)
+	k := newKey()
+	var want []string
+	parent := ""
+	for n := 1; n <= 3; n++ {
+		turn, leaf := newCLITurn(k, n, parent)
+		parent = leaf
+		e.cliWrite(k, joinLines(turn.lines))
+		want = append(want, turn.lines...)
+		res := mirror(t, m, k, sessionstore.AppendOptions{}, turn.mirrored...)
+		if res.Entries != uint64(len(want)) || res.Absorbed != uint64(len(turn.lines)) {
+			t.Fatalf("turn %d: entries %d, absorbed %d; want %d and %d", n, res.Entries, res.Absorbed, len(want), len(turn.lines))
+		}
+		e.wantOnce(m, k, want)
+	}
+}
+
+// TestSharedFileCompactionBeforeMirror: a compaction (sessiond's own
+// entries pending) takes in the CLI's lines before their mirrored copies
+// arrive: they are answered as duplicates still.
+func TestSharedFileCompactionBeforeMirror(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	defer closeManager(t, m)
+	k := newKey()
+	turn1, leaf := newCLITurn(k, 1, "")
+	e.cliWrite(k, joinLines(turn1.lines))
+	mirror(t, m, k, sessionstore.AppendOptions{}, turn1.mirrored...)
+	title := fmt.Sprintf(`{"type":"custom-title","customTitle":"mine","sessionId":%q}`, k.SessionID)
+	mustAppendTo(t, m, k, title) // pending, so the next compaction absorbs
+	turn2, _ := newCLITurn(k, 2, leaf)
+	e.cliWrite(k, joinLines(turn2.lines))
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	mirror(t, m, k, sessionstore.AppendOptions{}, turn2.mirrored...)
+	want := slices.Concat(turn1.lines, turn2.lines, []string{title})
+	e.wantOnce(m, k, want)
+}
+
+// TestSharedFileHalfWrittenLine: the CLI's last line is cut in half when
+// the append of the lines before it arrives; its rest comes later, then
+// its mirrored copy. The writer is open already (the half line is left for
+// later), or opens on that append (it finds the half line as it reads the
+// file).
+func TestSharedFileHalfWrittenLine(t *testing.T) {
+	for _, opened := range []bool{true, false} {
+		t.Run(fmt.Sprintf("opened=%v", opened), func(t *testing.T) {
+			e := newEnv(t)
+			m := e.manager()
+			defer closeManager(t, m)
+			k := newKey()
+			var want []string
+			parent := ""
+			if opened {
+				turn, leaf := newCLITurn(k, 1, "")
+				e.cliWrite(k, joinLines(turn.lines))
+				mirror(t, m, k, sessionstore.AppendOptions{}, turn.mirrored...)
+				want, parent = turn.lines, leaf
+			}
+			turn, _ := newCLITurn(k, 2, parent)
+			last := turn.lines[len(turn.lines)-1]
+			before := turn.lines[:len(turn.lines)-1]
+			cut := len(last) / 2
+			e.cliWrite(k, joinLines(before)+last[:cut])
+			mirror(t, m, k, sessionstore.AppendOptions{}, turn.mirrored[:len(turn.mirrored)-1]...)
+			if got := readServed(t, m, k); opened && !slices.Equal(got, append(slices.Clone(want), before...)) {
+				t.Fatalf("with the CLI's last line half written, Read serves\n%s\nwant the whole lines before it", strings.Join(got, "\n"))
+			}
+			e.cliWrite(k, last[cut:]+"\n")
+			mirror(t, m, k, sessionstore.AppendOptions{}, last)
+			e.wantOnce(m, k, append(want, turn.lines...))
+		})
+	}
+}
+
+// TestSharedFileIdenticalLinesWithoutUUID: the CLI writes the same line
+// without uuid twice; each mirrored copy matches one, and a third copy
+// the CLI did not write is stored.
+func TestSharedFileIdenticalLinesWithoutUUID(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	defer closeManager(t, m)
+	k := newKey()
+	latch := fmt.Sprintf(`{"type":"atis-latch","sessionId":%q}`, k.SessionID)
+	e.cliWrite(k, joinLines([]string{latch, latch}))
+	mirror(t, m, k, sessionstore.AppendOptions{}, latch)
+	mirror(t, m, k, sessionstore.AppendOptions{}, latch)
+	e.cliWrite(k, joinLines([]string{latch}))
+	mirror(t, m, k, sessionstore.AppendOptions{}, latch)
+	e.wantOnce(m, k, []string{latch, latch, latch})
+	res, err := m.AppendBatch(bg, k, [][]byte{[]byte(latch)}, sessionstore.AppendOptions{SharedFile: true})
+	if err != nil || res.Results[0].Outcome != Stored {
+		t.Fatalf("a fourth copy the CLI never wrote: %+v %v; want it stored", res, err)
+	}
+	e.wantOnce(m, k, []string{latch, latch, latch, latch})
+}
+
+// TestSharedFileStoreAppendOfOldLineStored: a title appended through the
+// store (the SDK's renameSession, not a mirrored line), identical to one
+// the CLI wrote earlier, is a new line and is stored.
+func TestSharedFileStoreAppendOfOldLineStored(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	defer closeManager(t, m)
+	k := newKey()
+	title := fmt.Sprintf(`{"type":"custom-title","customTitle":"again","sessionId":%q}`, k.SessionID)
+	turn, _ := newCLITurn(k, 1, "")
+	lines := append(slices.Clone(turn.lines), title)
+	e.cliWrite(k, joinLines(lines))
+	// The mirror of the turn, without the title: it stays unmatched.
+	mirror(t, m, k, sessionstore.AppendOptions{}, turn.mirrored...)
+	res, err := m.AppendBatch(bg, k, [][]byte{[]byte(title)}, sessionstore.AppendOptions{})
+	if err != nil || res.Results[0].Outcome != Stored {
+		t.Fatalf("a title appended through the store, as an older line: %+v %v; want it stored", res, err)
+	}
+	e.wantOnce(m, k, append(lines, title))
+}
+
+// TestSharedFileAcrossRestart: the writer retires (sessiond restarts, or
+// was killed) between the CLI's lines and their mirrored copies.
+func TestSharedFileAcrossRestart(t *testing.T) {
+	for _, kill := range []bool{false, true} {
+		t.Run(fmt.Sprintf("kill=%v", kill), func(t *testing.T) {
+			e := newEnv(t)
+			m := e.manager()
+			k := newKey()
+			turn1, leaf := newCLITurn(k, 1, "")
+			e.cliWrite(k, joinLines(turn1.lines))
+			mirror(t, m, k, sessionstore.AppendOptions{}, turn1.mirrored...)
+			turn2, leaf := newCLITurn(k, 2, leaf)
+			e.cliWrite(k, joinLines(turn2.lines))
+			if kill {
+				crash(t, m)
+			} else {
+				closeManager(t, m)
+			}
+			turn3, _ := newCLITurn(k, 3, leaf)
+			e.cliWrite(k, joinLines(turn3.lines[:2]))
+			m = e.manager()
+			defer closeManager(t, m)
+			if _, err := m.Recover(bg); err != nil {
+				t.Fatal(err)
+			}
+			mirror(t, m, k, sessionstore.AppendOptions{}, turn2.mirrored...)
+			e.cliWrite(k, joinLines(turn3.lines[2:]))
+			mirror(t, m, k, sessionstore.AppendOptions{}, turn3.mirrored...)
+			want := slices.Concat(turn1.lines, turn2.lines, turn3.lines)
+			e.wantOnce(m, k, want)
+			// Matched before the restart, turn 1's lines are not taken
+			// for unmatched ones after it: a copy the CLI never wrote is
+			// stored.
+			latch := turn1.lines[1]
+			res, err := m.AppendBatch(bg, k, [][]byte{[]byte(latch)}, sessionstore.AppendOptions{SharedFile: true})
+			if err != nil || res.Results[0].Outcome != Stored {
+				t.Fatalf("a copy of an old line the CLI did not write again: %+v %v; want it stored", res, err)
+			}
+		})
+	}
+}
+
+// TestSharedFileSummaries: the summary of a mirrored batch, folded from
+// the lines before the CLI's turn, is stored though every entry was a
+// duplicate, and covers the transcript as it is then.
+func TestSharedFileSummaries(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	defer closeManager(t, m)
+	k := newKey()
+	var covers, version uint64
+	parent := ""
+	for n := 1; n <= 3; n++ {
+		turn, leaf := newCLITurn(k, n, parent)
+		parent = leaf
+		e.cliWrite(k, joinLines(turn.lines))
+		sum := &sessionstore.SummaryUpdate{Data: []byte(fmt.Sprintf(`{"turn":%d}`, n)), ExpectedVersion: version, Covers: covers, CheckCoverage: true, Folder: "ts"}
+		res := mirror(t, m, k, sessionstore.AppendOptions{BatchID: uuid.NewString(), Summary: sum}, turn.mirrored...)
+		if res.SummaryVersion != version+1 || res.Absorbed != uint64(len(turn.lines)) {
+			t.Fatalf("turn %d: summary version %d, absorbed %d; want %d, %d", n, res.SummaryVersion, res.Absorbed, version+1, len(turn.lines))
+		}
+		version, covers = res.SummaryVersion, res.Entries
+	}
+	// A summary that misses lines nobody claimed is refused, as before.
+	e.cliWrite(k, `{"type":"api-request","requestId":"req_x"}`+"\n")
+	mustAppendTo(t, m, k, fmt.Sprintf(`{"type":"tag","tag":"x","sessionId":%q}`, k.SessionID))
+	sum := &sessionstore.SummaryUpdate{Data: []byte(`{}`), ExpectedVersion: version, Covers: covers, CheckCoverage: true, Folder: "ts"}
+	_, err := m.AppendBatch(bg, k, [][]byte{[]byte(`{"type":"tag","tag":"y"}`)}, sessionstore.AppendOptions{Summary: sum, SharedFile: true})
+	if !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("a summary missing a line stored without one: %v; want a conflict", err)
+	}
+}
