@@ -59,14 +59,26 @@ func flat(batches [][]any) []any {
 // valid.
 func TestAgentDefaultsSharedFile(t *testing.T) {
 	t.Parallel()
+	// Batched, the SDK's default, mirrors a turn's lines at its result;
+	// eager mirrors each line right after the CLI wrote it, so sessiond
+	// takes in lines whose copies come in the next appends.
+	for _, flush := range []string{"batched", "eager"} {
+		t.Run(flush, func(t *testing.T) {
+			t.Parallel()
+			defaultsTwoTurns(t, flush)
+		})
+	}
+}
+
+func defaultsTwoTurns(t *testing.T, flush string) {
 	// What the CLI writes of the first turn, with a config dir of its own.
 	sep := newAgentEnv(t)
 	sepCfg := filepath.Join(t.TempDir(), "agent-config")
-	s1 := sep.turn(sepCfg, "run the commands", "", "batched")
+	s1 := sep.turn(sepCfg, "run the commands", "", flush)
 	sepTurn1 := fileEntries(t, filepath.Join(sepCfg, "projects", sep.pk, s1.SessionID+".jsonl"), false)
 
 	a := newAgentEnvRoot(t, true)
-	r := a.turn("", "run the commands", "", "batched")
+	r := a.turn("", "run the commands", "", flush)
 	path := filepath.Join(a.home, ".claude", "projects", a.pk, r.SessionID+".jsonl")
 	if _, errOut, code := a.d.ctl("", "flush", "--all"); code != 0 {
 		t.Fatalf("flush: %s", errOut)
@@ -94,7 +106,7 @@ func TestAgentDefaultsSharedFile(t *testing.T) {
 
 	// The resume runs from the store in a temporary config dir the SDK
 	// fills: its CLI writes there, and what it mirrors is stored.
-	r2 := a.turn("", "say hi", r.SessionID, "batched")
+	r2 := a.turn("", "say hi", r.SessionID, flush)
 	if r2.SessionID != r.SessionID {
 		t.Fatalf("resumed as %s, want %s", r2.SessionID, r.SessionID)
 	}
