@@ -12,6 +12,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/sessionstore"
 )
@@ -304,5 +306,51 @@ func TestSharedFileSummaries(t *testing.T) {
 	_, err := m.AppendBatch(bg, k, [][]byte{[]byte(`{"type":"tag","tag":"y"}`)}, sessionstore.AppendOptions{Summary: sum, SharedFile: true})
 	if !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("a summary missing a line stored without one: %v; want a conflict", err)
+	}
+}
+
+// TestSharedFileMatchedLinesDurable: the CLI does not sync its lines; a
+// mirrored append answered from them is acknowledged only once they are
+// durable, so a power loss right after the answer keeps them (the writer
+// opens on that append, finding the file there, or is open already and
+// finds it grown).
+func TestSharedFileMatchedLinesDurable(t *testing.T) {
+	for _, opened := range []bool{false, true} {
+		t.Run(fmt.Sprintf("opened=%v", opened), func(t *testing.T) {
+			c := fstest.NewCrashFS()
+			m := newCrashManager(t, c, nil)
+			k := newKey()
+			path := crashLayout.TranscriptPath(k)
+			cli := func(lines []string) {
+				if err := fsys.MkdirAll(c, filepath.Dir(path), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				f, err := c.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.Write([]byte(joinLines(lines))); err != nil {
+					t.Fatal(err)
+				}
+				f.Close()
+			}
+			var want []string
+			parent := ""
+			if opened {
+				turn, leaf := newCLITurn(k, 1, "")
+				cli(turn.lines)
+				mirror(t, m, k, sessionstore.AppendOptions{}, turn.mirrored...)
+				want, parent = turn.lines, leaf
+			}
+			turn, _ := newCLITurn(k, 2, parent)
+			cli(turn.lines)
+			mirror(t, m, k, sessionstore.AppendOptions{}, turn.mirrored...)
+			want = append(want, turn.lines...)
+			c.Crash()
+			abortManager(m)
+			if got := recoverAndRead(t, c.CrashClone(nil), k); got != joinLines(want) {
+				t.Fatalf("after a power loss the transcript holds\n%s\nwant every line the acknowledged appends were matched with", got)
+			}
+		})
 	}
 }

@@ -51,6 +51,8 @@ type sharedState struct {
 	// only, and is still the same bytes then: a compaction keeps the
 	// file's content as a prefix; a rewrite forgets it).
 	tailFrom, tailTo int64
+	// unsynced: lines were noted since the file was last synced.
+	unsynced bool
 }
 
 // digestOf is the digest of line as an append would carry it: the SDK
@@ -68,6 +70,7 @@ func digestOf(line []byte) lineDigest {
 func (sh *sharedState) noteForeign(lines [][]byte) {
 	for _, l := range lines {
 		sh.absorbed++
+		sh.unsynced = true
 		if id, ok := rawjson.TopLevelString(l, "uuid"); ok && id != "" {
 			continue
 		}
@@ -147,13 +150,51 @@ func (st *State) noteOpenTail() error {
 			return err
 		}
 	}
-	data, err := st.readCanonical(from, to)
-	if err != nil {
+	if err := st.noteRange(from, to); err != nil {
 		return err
 	}
 	st.forgetOpenTail()
-	st.sh.noteForeign(wholeLines(data))
+	if err := st.syncShared(); err != nil {
+		return err
+	}
 	st.recordAbsorbed()
+	return nil
+}
+
+// syncShared makes the canonical file durable when lines another program
+// wrote there were noted since it last was: the CLI does not sync what it
+// writes, and a mirrored entry matched with one of those lines is answered
+// as stored. A failure fails the writer (syncCanonical), which reopens.
+func (st *State) syncShared() error {
+	if !st.sh.unsynced {
+		return nil
+	}
+	if err := st.syncCanonical(); err != nil {
+		return err
+	}
+	st.sh.unsynced = false
+	return nil
+}
+
+// noteRange notes the whole lines of the canonical file between from and
+// to as another program's, reading them one at a time: the first open of
+// a session the CLI wrote alone reads all of it, and such a file can be
+// hundreds of megabytes.
+func (st *State) noteRange(from, to int64) error {
+	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
+	defer f.Close()
+	sc := transcript.NewLineScannerAt(io.NewSectionReader(f, from, to-from))
+	for sc.Scan() {
+		if sc.HasNewline() {
+			st.sh.noteForeign([][]byte{sc.Line()})
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
+	}
 	return nil
 }
 
@@ -187,12 +228,7 @@ func (st *State) noteAbsorbed(old fingerprint, oldNL bool) error {
 		}
 		from = start
 	}
-	data, err := st.readCanonical(from, st.canon.size)
-	if err != nil {
-		return err
-	}
-	st.sh.noteForeign(wholeLines(data))
-	return nil
+	return st.noteRange(from, st.canon.size)
 }
 
 // lineStart is where the line of the canonical file that ends at end (not
@@ -244,6 +280,9 @@ func (st *State) catchUpShared(group []*AppendRequest) []*AppendRequest {
 	if err == nil {
 		err = st.absorbShared()
 	}
+	if err == nil {
+		err = st.syncShared()
+	}
 	if err == nil && st.failed != nil {
 		err = st.failed
 	}
@@ -290,8 +329,10 @@ func (st *State) absorbShared() error {
 			return st.absorbGrown(fi.Size())
 		}
 	}
-	_, err = st.catchUpForeign()
-	return err
+	if _, err := st.catchUpForeign(); err != nil {
+		return err
+	}
+	return st.syncShared()
 }
 
 // absorbGrown takes in the whole lines between the end of what the writer
@@ -313,22 +354,13 @@ func (st *State) absorbGrown(size int64) error {
 		return fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
 	}
 	tail, err := tailCRC(f, end)
-	if err == nil {
-		// The CLI does not sync what it writes: the file is the only copy
-		// of these lines, and they are about to count as stored.
-		err = f.Sync()
-	}
 	var mtime int64
 	if fi, serr := f.Stat(); serr == nil {
 		mtime = fi.ModTime().UnixMilli()
 	}
 	f.Close()
-	if err == nil && !st.canonExists {
-		err = st.fs.SyncDir(st.dir)
-	}
 	if err != nil {
-		st.failed = err
-		return fmt.Errorf("sync %s: %w", st.canonPath, errdefs.FromIO(err))
+		return fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
 	}
 	for _, l := range lines {
 		if id, ok := rawjson.TopLevelString(l, "uuid"); ok && id != "" {
@@ -344,6 +376,9 @@ func (st *State) absorbGrown(size int64) error {
 	st.canon = fingerprint{end, tail}
 	if st.ent != nil && mtime > st.ent.ModifiedMs {
 		st.ent.ModifiedMs = mtime
+	}
+	if err := st.syncShared(); err != nil {
+		return err
 	}
 	st.recordAbsorbed()
 	st.Publish()
