@@ -132,6 +132,11 @@ func defaultsTwoTurns(t *testing.T, flush string) {
 	if got := a.stored(r.SessionID, ""); !reflect.DeepEqual(got, all) {
 		t.Fatalf("sessiond's Read serves %d entries, its file holds %d", len(got), len(all))
 	}
+	// The ledger sessiond keeps of the transcript (records of the lines it
+	// took in from the CLI among them) agrees with the file.
+	if out, errOut, code := a.d.ctl("", "check", r.SessionID, "--project", a.pk); code != 0 {
+		t.Fatalf("sessionctl check: exit %d\n%s%s", code, out, errOut)
+	}
 	// The official readers, in ~/.claude as claude --resume reads it, and
 	// with the store, agree.
 	compareFunctions(t, a, r.SessionID)
