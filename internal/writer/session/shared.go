@@ -51,6 +51,7 @@ type sharedState struct {
 	// only, and is still the same bytes then: a compaction keeps the
 	// file's content as a prefix; a rewrite forgets it).
 	tailFrom, tailTo int64
+	tailBase         fingerprint // the file the ledger's record names
 	// unsynced: lines were noted since the file was last synced.
 	unsynced bool
 }
@@ -119,6 +120,7 @@ func (st *State) markOpenTail() {
 	last, known := st.acked.LastRecorded()
 	if known && st.canonExists && st.canon.size > last.Size {
 		st.sh.tailFrom, st.sh.tailTo = last.Size, st.canon.size
+		st.sh.tailBase = fingerprint{last.Size, last.Tail}
 	}
 }
 
@@ -134,8 +136,7 @@ func (st *State) noteOpenTail() error {
 		return nil
 	}
 	if from > 0 {
-		last, _ := st.acked.LastRecorded()
-		ok, err := st.hasPrefix(fingerprint{last.Size, last.Tail})
+		ok, err := st.hasPrefix(st.sh.tailBase)
 		if err != nil {
 			return err
 		}
