@@ -10,9 +10,8 @@ import (
 	"testing"
 )
 
-// fileEntries returns every line of a transcript file, decoded, the CLI's
-// api-request lines included unless mirroredOnly.
-func fileEntries(t *testing.T, path string, mirroredOnly bool) []any {
+// fileEntries returns every line of a transcript file, decoded.
+func fileEntries(t *testing.T, path string) []any {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -24,19 +23,8 @@ func fileEntries(t *testing.T, path string, mirroredOnly bool) []any {
 		if err := json.Unmarshal([]byte(l), &v); err != nil {
 			t.Fatalf("a line that is not JSON: %.200s", l)
 		}
-		if typ, _ := v["type"].(string); mirroredOnly && strings.HasPrefix(typ, "api-request") {
-			continue
-		}
 		out = append(out, v)
 	}
-	return out
-}
-
-// sortedTypes is the entries' types, sorted: two runs of the same turns
-// write the same lines, the parallel tool results perhaps in another order.
-func sortedTypes(es []any) []string {
-	out := types(es)
-	slices.Sort(out)
 	return out
 }
 
@@ -53,10 +41,9 @@ func flat(batches [][]any) []any {
 // (no CLAUDE_CONFIG_DIR at all, a HOME of its own) against sessiond whose
 // root is that HOME's .claude: the defaults of both sides. Two turns, the
 // second a resume: no mirror error, the transcript holds every line the CLI
-// wrote exactly once (as a run with a config dir of its own shows them) and
-// every line it mirrored, sessiond's Read serves the same, the SDK's
-// readers find the session in ~/.claude, and the resumed conversation is
-// valid.
+// wrote exactly once and every line it mirrored, sessiond's Read serves the
+// same, the SDK's readers find the session in ~/.claude, and the resumed
+// conversation is valid.
 func TestAgentDefaultsSharedFile(t *testing.T) {
 	t.Parallel()
 	// Batched, the SDK's default, mirrors a turn's lines at its result;
@@ -71,24 +58,18 @@ func TestAgentDefaultsSharedFile(t *testing.T) {
 }
 
 func defaultsTwoTurns(t *testing.T, flush string) {
-	// What the CLI writes of the first turn, with a config dir of its own.
-	sep := newAgentEnv(t)
-	sepCfg := filepath.Join(t.TempDir(), "agent-config")
-	s1 := sep.turn(sepCfg, "run the commands", "", flush)
-	sepTurn1 := fileEntries(t, filepath.Join(sepCfg, "projects", sep.pk, s1.SessionID+".jsonl"), false)
-
 	a := newAgentEnvRoot(t, true)
 	r := a.turn("", "run the commands", "", flush)
 	path := filepath.Join(a.home, ".claude", "projects", a.pk, r.SessionID+".jsonl")
 	if _, errOut, code := a.d.ctl("", "flush", "--all"); code != 0 {
 		t.Fatalf("flush: %s", errOut)
 	}
-	turn1 := fileEntries(t, path, false)
-	if got, want := sortedTypes(turn1), sortedTypes(sepTurn1); !reflect.DeepEqual(got, want) {
-		t.Fatalf("after one turn on defaults the transcript holds %d lines, the CLI writes %d:\n%v\n%v", len(turn1), len(sepTurn1), got, want)
-	}
+	turn1 := fileEntries(t, path)
 	// Each mirrored entry is one of the CLI's lines there (it wrote them
-	// first): none was stored again.
+	// first), and what is left is what the CLI never mirrors: none was
+	// stored again. (Compared with another run's lines instead, with a
+	// config dir of its own, the test failed by chance: the CLI writes a
+	// varying number of last-prompt lines from run to run in eager mode.)
 	left := slices.Clone(turn1)
 	for _, e := range flat(r.Appended) {
 		i := slices.IndexFunc(left, func(l any) bool { return reflect.DeepEqual(l, e) })
@@ -99,6 +80,11 @@ func defaultsTwoTurns(t *testing.T, flush string) {
 	}
 	if len(r.Appended) == 0 {
 		t.Fatal("the driver reported no mirrored batch")
+	}
+	for _, e := range left {
+		if !strings.HasPrefix(typeOf(e), "api-request") {
+			t.Fatalf("the transcript holds a line besides the CLI's mirrored and unmirrored ones: %.300v", e)
+		}
 	}
 	if got := a.stored(r.SessionID, ""); !reflect.DeepEqual(got, turn1) {
 		t.Fatalf("sessiond's Read serves %d entries, its file holds %d", len(got), len(turn1))
@@ -116,7 +102,7 @@ func defaultsTwoTurns(t *testing.T, flush string) {
 	if _, errOut, code := a.d.ctl("", "flush", "--all"); code != 0 {
 		t.Fatalf("flush: %s", errOut)
 	}
-	all := fileEntries(t, path, false)
+	all := fileEntries(t, path)
 	if want := append(slices.Clone(turn1), flat(r2.Appended)...); !reflect.DeepEqual(all, want) {
 		t.Fatalf("after the resume the transcript holds\n%v\nwant the first turn's lines, then every line the resumed turn mirrored:\n%v", types(all), types(want))
 	}
