@@ -354,3 +354,27 @@ func TestSharedFileMatchedLinesDurable(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedFileMatchesTheValue: the Python and Ruby adapters re-encode
+// what the CLI wrote, numbers in their own form; the mirrored copy is the
+// same line still. A line with another value is not.
+func TestSharedFileMatchesTheValue(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	defer closeManager(t, m)
+	k := newKey()
+	cli := fmt.Sprintf(`{"type":"cost-state","sessionId":%q,"costUSD":0.00005,"tiny":5e-7,"n":2}`, k.SessionID)
+	e.cliWrite(k, cli+"\n")
+	python := fmt.Sprintf(`{"type":"cost-state","sessionId":%q,"costUSD":5e-05,"tiny":5e-07,"n":2}`, k.SessionID)
+	ruby := fmt.Sprintf(`{"type":"cost-state","sessionId":%q,"costUSD":5.0e-05,"tiny":5.0e-07,"n":2}`, k.SessionID)
+	mirror(t, m, k, sessionstore.AppendOptions{}, python)
+	e.cliWrite(k, cli+"\n")
+	mirror(t, m, k, sessionstore.AppendOptions{}, ruby)
+	other := strings.Replace(python, `"n":2`, `"n":3`, 1)
+	e.cliWrite(k, cli+"\n")
+	res, err := m.AppendBatch(bg, k, [][]byte{[]byte(other)}, sessionstore.AppendOptions{SharedFile: true})
+	if err != nil || res.Results[0].Outcome != Stored {
+		t.Fatalf("a line with another value than the CLI's: %+v %v; want it stored", res, err)
+	}
+	e.wantOnce(m, k, []string{cli, cli, cli, other})
+}

@@ -3,6 +3,7 @@ package session
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,8 +30,8 @@ import (
 // already served; a rewrite, or lines behind pending entries, go the long
 // way (catchUpForeign). Every line without a uuid that another program
 // wrote into the file goes into a multiset of unmatched foreign lines: an
-// entry of a shared-file append without a uuid that matches one takes it
-// and is answered DUPLICATE; an entry with a uuid is deduplicated by uuid
+// entry of a shared-file append without a uuid whose JSON value matches
+// one takes it and is answered DUPLICATE; an entry with a uuid is deduplicated by uuid
 // as any other. Only shared-file appends take from the multiset: a title
 // appended through the store, identical to an older line, is a new line.
 
@@ -56,12 +57,17 @@ type sharedState struct {
 	unsynced bool
 }
 
-// digestOf is the digest of line as an append would carry it: the SDK
-// mirrors the CLI's line, which the writer compacts (transcript.Normalize)
-// before comparing.
+// digestOf is the digest of line's JSON value: the adapters re-encode what
+// the CLI wrote, in their language's form of numbers (the CLI writes 5e-7
+// and 0.00005, Python 5e-07 and 5e-05, Ruby 5.0e-07) and perhaps another
+// key order, so the value is encoded one way first (Go's: keys sorted,
+// numbers as float64). A line that is not JSON is taken as it is.
 func digestOf(line []byte) lineDigest {
-	if e, err := transcript.Normalize(line, 0); err == nil {
-		line = e.Line
+	var v any
+	if err := json.Unmarshal(line, &v); err == nil {
+		if b, err := json.Marshal(v); err == nil {
+			line = b
+		}
 	}
 	return sha256.Sum256(line)
 }
@@ -85,7 +91,7 @@ func (sh *sharedState) noteForeign(lines [][]byte) {
 // take matches line, an entry without uuid of a shared-file append, with a
 // foreign line, and reports whether there was one.
 func (sh *sharedState) take(line []byte) bool {
-	d := sha256.Sum256(line)
+	d := digestOf(line)
 	n := sh.unmatched[d]
 	if n == 0 {
 		return false

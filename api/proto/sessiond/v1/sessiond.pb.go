@@ -278,7 +278,7 @@ type AppendRequest struct {
 	// the CLI's copy and sessiond's canonical file are one file: sessiond
 	// first takes in the lines the CLI wrote there, then answers the batch's
 	// entries it found there as DUPLICATE (by uuid, and a line without one
-	// by its exact bytes). A relative path is refused.
+	// by its JSON value). A relative path is refused.
 	AgentConfigDir string `protobuf:"bytes,5,opt,name=agent_config_dir,json=agentConfigDir,proto3" json:"agent_config_dir,omitempty"`
 	// entries_text is entries as text, for clients that speak JSON, such as
 	// grpcurl, which would otherwise have to base64 each entry: one JSON object

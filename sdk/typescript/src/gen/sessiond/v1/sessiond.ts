@@ -101,7 +101,7 @@ export interface AppendRequest {
    * the CLI's copy and sessiond's canonical file are one file: sessiond
    * first takes in the lines the CLI wrote there, then answers the batch's
    * entries it found there as DUPLICATE (by uuid, and a line without one
-   * by its exact bytes). A relative path is refused.
+   * by its JSON value). A relative path is refused.
    */
   agentConfigDir: string;
   /**
