@@ -194,7 +194,7 @@ func (g *groupCommit) dedup(r *AppendRequest, ri int) [][]byte {
 				continue
 			}
 			g.seen[e.UUID] = true
-		} else if r.opt.SharedFile && g.st.sh.take(e.Line) {
+		} else if r.opt.SharedFile && g.st.sh.unmatched.Take(e.Line) {
 			res.Outcome = Duplicate
 			continue
 		}

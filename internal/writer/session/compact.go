@@ -17,6 +17,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/ledger"
 	"github.com/sessiond/sessiond/internal/space"
+	"github.com/sessiond/sessiond/internal/writer/files"
 	"github.com/sessiond/sessiond/internal/writer/stream"
 )
 
@@ -31,7 +32,7 @@ func CompactTempPrefix(canonPath string) string {
 	if len(base) > 200 {
 		// Keep the temp name within the 255-byte limit of a file name while
 		// still unique to this transcript.
-		base = fmt.Sprintf("%s-%08x", base[:200], crc32.Checksum([]byte(base), castagnoli))
+		base = fmt.Sprintf("%s-%08x", base[:200], crc32.Checksum([]byte(base), files.Castagnoli))
 	}
 	return "." + base + ".compact-"
 }
@@ -153,7 +154,7 @@ func (st *State) compactNow(reason string) error {
 	// Lines appended late to the file the last compaction replaced join
 	// the pending ones first (foreign.go).
 	st.rescueLate(true)
-	st.dropHeld()
+	st.held.Drop()
 	if len(st.pending) == 0 || st.failed != nil {
 		return st.failed
 	}
@@ -210,7 +211,7 @@ func (st *State) compactNow(reason string) error {
 	// Under a lease on the old file, closed at once if nobody opened it
 	// (foreign.go).
 	rep, err := st.renameOver(tmpPath, src)
-	if rep.closed {
+	if rep.Closed {
 		src = nil
 	}
 	if err != nil {
@@ -230,7 +231,7 @@ func (st *State) compactNow(reason string) error {
 	st.Stats.CompactedBytes.Add(uint64(newFP.size))
 	st.log.Debug("compacted", zap.String("reason", reason), zap.Int("entries", n),
 		zap.Int64("from_bytes", old.size), zap.Int64("to_bytes", newFP.size))
-	if rep.old {
+	if rep.Old {
 		// The replaced file: what another program appended to it during
 		// the rename is rescued now; held (no lease said nobody else can
 		// write to it), what it appends late too (foreign.go).
@@ -432,7 +433,7 @@ func (st *State) writeTemp(path string, src fsys.File) (fp fingerprint, acked []
 	if err != nil {
 		return fingerprint{}, nil, false, err
 	}
-	tail, err := tailCRC(tmp, fi.Size())
+	tail, err := files.TailCRC(tmp, fi.Size())
 	if err != nil {
 		return fingerprint{}, nil, false, err
 	}

@@ -8,7 +8,8 @@
 // together with what other sessions queued at that moment, in one write
 // and one sync; only then does it acknowledge each caller. The Writer is
 // given what it needs in an Env, and reaches the registry that holds it
-// only through Registry, never the manager that runs it.
+// only through Registry, never the manager that runs it. The file work
+// that needs none of its state is package files.
 //
 // The files, by job:
 //
@@ -26,6 +27,9 @@
 //     file).
 //   - foreign.go: lines other programs append meanwhile: absorbed before
 //     a compaction, rescued from the file a compaction replaced.
+//   - shared.go: the file the agent's CLI writes too (on the defaults of
+//     both sides): its lines taken in before a mirrored batch is
+//     deduplicated.
 //   - store.go, sidecars.go: the SessionStore state (package
 //     sessionstore), titles, archive marks and a subagent's .meta.json.
 //   - acked.go: what the ledger of acknowledged entries (package ledger)
@@ -33,8 +37,7 @@
 //   - rewrite.go: the canonical file replaced or made whole on the
 //     writer (repair, import), durably.
 //   - read.go: a snapshot of the session for package reader.
-//   - readstate.go, temps.go: copies of damaged state kept aside; the
-//     temp files a crashed process left.
+//   - readstate.go: copies of damaged state kept aside.
 //   - changes.go: what Config.Changed is told.
 //   - config.go: the settings the writers take.
 package session

@@ -2,9 +2,7 @@ package session
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 
 	"go.uber.org/zap"
 
@@ -12,6 +10,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/rawjson"
 	"github.com/sessiond/sessiond/internal/sessionstore"
+	"github.com/sessiond/sessiond/internal/writer/files"
 	"github.com/sessiond/sessiond/internal/writer/stream"
 )
 
@@ -95,74 +94,19 @@ func (st *State) absorbForeign() error {
 // leaseReplaced takes a write lease on src, the canonical file a
 // compaction is about to replace, and reports whether it has one.
 func (st *State) leaseReplaced(src fsys.File) bool {
-	if src == nil {
-		return false
+	leased, unsupported := files.Lease(src)
+	if unsupported != nil && st.leaseNoted.CompareAndSwap(false, true) {
+		st.log.Debug("the filesystem or the process takes no file leases: each compaction holds the file it replaced a while", zap.Error(unsupported))
 	}
-	err := fsys.Lease(src)
-	switch {
-	case err == nil:
-		return true
-	case errors.Is(err, fsys.ErrLeaseConflict):
-		// Another program (or a reader of sessiond's) has the file
-		// open: it is held after the rename.
-	case st.leaseNoted.CompareAndSwap(false, true):
-		st.log.Debug("the filesystem or the process takes no file leases: each compaction holds the file it replaced a while", zap.Error(err))
-	}
-	return false
-}
-
-// replacement is how a compaction's rename left the file it replaced.
-type replacement struct {
-	old bool // there was a non-empty file to replace
-	// alone: a lease on it stayed whole across the rename, so nothing can
-	// be written to it any more.
-	alone bool
-	// closed: it is closed already, alone and still what was copied;
-	// tail is what it held past the copy.
-	closed bool
-	tail   []byte
+	// Refused because another program (or a reader of sessiond's) has
+	// the file open: it is held after the rename.
+	return leased
 }
 
 // renameOver renames the temp file at tmpPath over the canonical file,
-// src (nil when there was none, or an empty one), under a lease on src:
-// from the lease on, another program's open of the old file waits for
-// the rename and reaches the old file then, so a lease still whole after
-// it says nobody opened it. Such a file is read past the copy and closed
-// at once, before the folder sync: no replaced file stays open longer
-// than it takes to read its end.
-func (st *State) renameOver(tmpPath string, src fsys.File) (replacement, error) {
-	leased := st.leaseReplaced(src)
-	err := st.fs.Rename(tmpPath, st.canonPath)
-	rep := replacement{old: src != nil}
-	if !leased {
-		return rep, err
-	}
-	rep.alone = unleased(src)
-	if err != nil || !rep.alone || !intact(src, st.canon) {
-		// A rewritten file is kept aside by replaced, from src.
-		return rep, err
-	}
-	fi, serr := src.Stat()
-	if serr != nil {
-		return rep, nil
-	}
-	if fi.Size() > st.canon.size {
-		tail := make([]byte, fi.Size()-st.canon.size)
-		if _, rerr := src.ReadAt(tail, st.canon.size); rerr != nil && rerr != io.EOF {
-			return rep, nil
-		}
-		rep.tail = tail
-	}
-	src.Close()
-	rep.closed = true
-	return rep, nil
-}
-
-// unleased gives up the lease leaseReplaced took on f and reports
-// whether it was whole: nobody opened f since.
-func unleased(f fsys.File) bool {
-	whole, err := fsys.Unlease(f)
-	return err == nil && whole
+// src, under a lease on src when one is granted (files.RenameOver).
+func (st *State) renameOver(tmpPath string, src fsys.File) (files.Replacement, error) {
+	return files.RenameOver(st.fs, tmpPath, st.canonPath, src, st.canon.size, st.canon.tail, st.leaseReplaced(src))
 }
 
 // replaced deals with f, the file a compaction just replaced, whose
@@ -170,65 +114,30 @@ func unleased(f fsys.File) bool {
 // it when it closed it (f nil then) is rescued; a file nobody opened but
 // renameOver could not read or found rewritten is looked at again and
 // closed; any other is held, as long as fewer than maxHeld files are.
-func (st *State) replaced(f fsys.File, old fingerprint, rep replacement) error {
-	if rep.closed {
-		if len(rep.tail) == 0 || st.failed != nil {
+func (st *State) replaced(f fsys.File, old fingerprint, rep files.Replacement) error {
+	if rep.Closed {
+		if len(rep.Tail) == 0 || st.failed != nil {
 			return nil
 		}
-		return st.rescue(rep.tail)
+		return st.rescue(rep.Tail)
 	}
-	st.hold(f, old)
-	if st.held == nil {
-		return nil
-	}
-	if !rep.alone && st.takeHeldSlot() {
-		return st.rescueHeld(false)
-	}
-	err := st.rescueHeld(true)
-	st.dropHeld()
-	return err
-}
-
-// takeHeldSlot takes one of the maxHeld slots for the held file, or
-// reports that they are all taken.
-func (st *State) takeHeldSlot() bool {
-	select {
-	case st.HeldSlots <- struct{}{}:
-		st.heldSlot = true
-		return true
-	default:
-		st.log.Debug("as many replaced transcripts as allowed are held open already: this one's late lines are rescued now and it is let go")
-		return false
-	}
-}
-
-// freeHeldSlot gives the held file's slot back.
-func (st *State) freeHeldSlot() {
-	if st.heldSlot {
-		st.heldSlot = false
-		<-st.HeldSlots
-	}
-}
-
-// hold keeps f, the file a compaction just replaced, whose content was
-// old, to rescue what other programs append to it.
-func (st *State) hold(f fsys.File, old fingerprint) {
-	st.dropHeld()
 	// The old file must still be what was copied: a program that
 	// rewrote it meanwhile (open("w") just before the rename) wrote a
 	// version that no name leads to. Rescuing a slice of it as lines would
 	// splice garbage in; a copy is kept instead, for a person to merge.
-	if !intact(f, old) {
-		st.keepRewritten(f)
-		return
+	if rewritten := st.held.Hold(f, old.size, old.tail); rewritten != nil {
+		st.keepRewritten(rewritten)
+		return nil
 	}
-	st.held, st.heldOff, st.heldBase = f, old.size, old
-}
-
-// intact reports whether f still starts with the content base describes.
-func intact(f fsys.File, base fingerprint) bool {
-	t, err := tailCRC(f, base.size)
-	return err == nil && t == base.tail
+	if !rep.Alone {
+		if st.held.TakeSlot() {
+			return st.rescueHeld(false)
+		}
+		st.log.Debug("as many replaced transcripts as allowed are held open already: this one's late lines are rescued now and it is let go")
+	}
+	err := st.rescueHeld(true)
+	st.held.Drop()
+	return err
 }
 
 // keepRewritten keeps a copy of f, a replaced canonical file another
@@ -245,15 +154,6 @@ func (st *State) keepRewritten(f fsys.File) {
 	f.Close()
 }
 
-// dropHeld lets the held file go.
-func (st *State) dropHeld() {
-	if st.held != nil {
-		st.held.Close()
-		st.held = nil
-	}
-	st.freeHeldSlot()
-}
-
 // rescueLate rescues what was appended to the held file since, logging a
 // failure (the writer goes on: the lines are in that file, not lost by
 // sessiond's doing).
@@ -264,34 +164,20 @@ func (st *State) rescueLate(final bool) {
 }
 
 // rescueHeld logs, as rescued lines, what was appended to the held file
-// past heldOff: whole lines only, unless final (the file is let go next,
-// and a line cut short is kept as it is).
+// since it was last looked at: whole lines only, unless final (the file
+// is let go next, and a line cut short is kept as it is). A file
+// rewritten after it was held is kept aside, as replaced does.
 func (st *State) rescueHeld(final bool) error {
-	if st.held == nil || st.failed != nil {
+	if st.held.File() == nil || st.failed != nil {
 		return nil
 	}
-	if !intact(st.held, st.heldBase) {
-		// Rewritten after hold looked (a program that opened the file
-		// before the rename saved its copy into it later): what lies
-		// past heldOff is a slice of that version, not lines appended,
-		// and a shorter version would be let go unseen. Kept aside, as
-		// hold does.
-		f := st.held
-		st.held = nil
-		st.freeHeldSlot()
-		st.keepRewritten(f)
+	data, rewritten, err := st.held.Late(final)
+	if rewritten != nil {
+		st.keepRewritten(rewritten)
 		return nil
 	}
-	fi, err := st.held.Stat()
-	if err != nil || fi.Size() <= st.heldOff {
-		return nil
-	}
-	data := make([]byte, fi.Size()-st.heldOff)
-	if _, err := st.held.ReadAt(data, st.heldOff); err != nil && err != io.EOF {
+	if err != nil {
 		return fmt.Errorf("compact %s: read lines appended during the rename: %w", st.key, errdefs.FromIO(err))
-	}
-	if !final {
-		data = data[:bytes.LastIndexByte(data, '\n')+1]
 	}
 	if len(data) == 0 {
 		return nil
@@ -299,7 +185,7 @@ func (st *State) rescueHeld(final bool) error {
 	if err := st.rescue(data); err != nil {
 		return err
 	}
-	st.heldOff += int64(len(data))
+	st.held.Advance(len(data))
 	return nil
 }
 

@@ -74,7 +74,7 @@ func (l *loop) step() bool {
 	select {
 	case <-l.heldC:
 		st.rescueLate(true)
-		st.dropHeld()
+		st.held.Drop()
 		l.heldC, l.heldFile = nil, nil
 	case r := <-s.reqs:
 		l.append(r)
@@ -144,7 +144,7 @@ func (l *loop) idleTick() bool {
 	// The file the last compaction replaced is let go now, its late
 	// lines rescued first (foreign.go).
 	st.rescueLate(true)
-	st.dropHeld()
+	st.held.Drop()
 	retireDue := l.idleFor() >= l.env.idleRetire
 	switch {
 	case st.failed != nil:
@@ -212,17 +212,17 @@ func (l *loop) idleWork() bool {
 func (l *loop) watchHeld() {
 	st := l.st
 	switch {
-	case st.held == l.heldFile:
-	case st.held == nil:
+	case st.held.File() == l.heldFile:
+	case st.held.File() == nil:
 		l.heldT.Stop()
 		l.heldC, l.heldFile = nil, nil
 	case l.heldT == nil:
 		l.heldT = l.env.clock.NewTimer(heldGrace)
-		l.heldC, l.heldFile = l.heldT.C(), st.held
+		l.heldC, l.heldFile = l.heldT.C(), st.held.File()
 	default:
 		l.heldT.Stop()
 		l.heldT.Reset(heldGrace)
-		l.heldC, l.heldFile = l.heldT.C(), st.held
+		l.heldC, l.heldFile = l.heldT.C(), st.held.File()
 	}
 }
 

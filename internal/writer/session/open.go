@@ -20,6 +20,7 @@ import (
 	"github.com/sessiond/sessiond/internal/rawjson"
 	"github.com/sessiond/sessiond/internal/sidecar"
 	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/writer/files"
 	"github.com/sessiond/sessiond/internal/writer/stream"
 )
 
@@ -248,11 +249,11 @@ func (st *State) checkPath() error {
 
 // removeStaleTemps deletes this session's temp files left by a crash: a
 // compaction's next to the canonical file and the sidecars' next to them.
-// Only this writer creates them, and it is not running one; staleTemps
+// Only this writer creates them, and it is not running one; files.StaleTemps
 // lists each folder once per process.
 func (st *State) removeStaleTemps() {
 	sweep := func(dir string, match func(string) bool) {
-		for _, n := range st.temps.take(st.fs, dir, match) {
+		for _, n := range st.temps.Take(st.fs, dir, match) {
 			if err := st.fs.Remove(filepath.Join(dir, n)); err == nil {
 				st.log.Info("removed a temp file left by a crash", zap.String("file", filepath.Join(dir, n)))
 			}
@@ -285,11 +286,6 @@ func (st *State) scanCanonical() error {
 // moment earlier: another program rewrote it meanwhile (a truncating
 // save). Not the disk's fault, and the next read sees the new file.
 var errShrank = errors.New("the transcript shrank while it was read (another program rewrote it)")
-
-// shrank tells a read that ended early from another error.
-func shrank(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
-}
 
 // scanCanonicalPromising is scanCanonical; with promise, the listing
 // summary is told the file's size first, so it only searches the lines
@@ -356,8 +352,8 @@ func (st *State) scanCanonicalPromising(promise bool) error {
 		st.log.Warn("the transcript shrank while it was read; reading it again", zap.Int64("was", promised), zap.Int64("read", size))
 		return st.scanCanonicalPromising(false)
 	}
-	tail, err := tailCRC(f, size)
-	if shrank(err) {
+	tail, err := files.TailCRC(f, size)
+	if files.Shrank(err) {
 		// Rewritten shorter between the scan and this read: scanned
 		// again by scanCanonical.
 		return fmt.Errorf("read %s: %w", st.canonPath, errShrank)
@@ -372,33 +368,7 @@ func (st *State) scanCanonicalPromising(promise bool) error {
 // hasPrefix reports whether the canonical file on disk starts with the
 // content fp describes.
 func (st *State) hasPrefix(fp fingerprint) (bool, error) {
-	if fp.size == 0 {
-		return true, nil
-	}
-	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("open %s: %w", st.canonPath, errdefs.FromIO(err))
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return false, errdefs.FromIO(err)
-	}
-	if fi.Size() < fp.size {
-		return false, nil
-	}
-	t, err := tailCRC(f, fp.size)
-	if shrank(err) {
-		// Rewritten shorter since the Stat above: not that content.
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
-	}
-	return t == fp.tail, nil
+	return files.HasPrefix(st.fs, st.canonPath, fp.size, fp.tail)
 }
 
 // holdsLogged reports whether the canonical file holds, right after the
@@ -447,21 +417,9 @@ func (st *State) holdsLogged(base fingerprint, rec *stream.Recovered) (bool, err
 // cache shows (a rename by a killed process, lines another program never
 // synced) may not be on disk yet.
 func (st *State) syncCanonical() error {
-	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil // nothing to rely on, nothing to make durable
-	}
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", st.canonPath, errdefs.FromIO(err))
-	}
-	err = f.Sync()
-	f.Close()
-	if err == nil {
-		err = st.fs.SyncDir(st.dir)
-	}
-	if err != nil {
+	opened, err := files.SyncFile(st.fs, st.canonPath)
+	if err != nil && opened {
 		st.failed = err
-		return fmt.Errorf("sync %s: %w", st.canonPath, errdefs.FromIO(err))
 	}
-	return nil
+	return err
 }

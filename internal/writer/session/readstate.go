@@ -5,8 +5,7 @@ import (
 	"io"
 	"path/filepath"
 
-	"github.com/sessiond/sessiond/internal/errdefs"
-	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/writer/files"
 )
 
 // Reads of sessiond's own state (the store sidecars, the ledgers, the notes
@@ -28,22 +27,10 @@ import (
 // removes what it held), so that a human can still look at it. It returns
 // the copy's path.
 func (st *State) keepDamaged(path string, r io.Reader) (string, error) {
-	rel := filepath.Join(st.key.ProjectKey, st.key.SessionID)
-	if st.key.Subpath != "" {
-		rel = filepath.Join(rel, st.key.Subpath)
-	}
-	dir := filepath.Join(st.Config.Layout.StateDir, DamagedDir, rel)
-	if err := fsys.MkdirAll(st.fs, dir, 0o700); err != nil {
-		return "", fmt.Errorf("keep a copy of the damaged %s in %s: %w", path, dir, errdefs.FromIO(err))
-	}
 	name := st.Config.Clock.Now().UTC().Format("20060102T150405.000000000Z") + "-" + filepath.Base(path)
-	kept := filepath.Join(dir, name)
-	err := fsys.WriteFileAtomic(st.fs, kept, "."+name+".tmp", 0o600, func(w io.Writer) error {
-		_, err := io.Copy(w, r)
-		return err
-	})
+	kept, err := files.KeepAside(st.fs, st.stateDirFor(DamagedDir), name, r)
 	if err != nil {
-		return "", fmt.Errorf("keep a copy of the damaged %s at %s: %w", path, kept, errdefs.FromIO(err))
+		return "", fmt.Errorf("keep a copy of the damaged %s: %w", path, err)
 	}
 	return kept, nil
 }

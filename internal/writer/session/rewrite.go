@@ -12,6 +12,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/writer/files"
 )
 
 // ReplaceCanon is a repair's rewrite of the canonical file: write writes
@@ -92,23 +93,18 @@ func (st *State) reload() error {
 // kind/<project>/<session>[/<subpath>]/<time>.jsonl, synced, and returns
 // its path.
 func (st *State) keepCopy(kind string, src io.ReaderAt, size int64) (string, error) {
+	name := st.Config.Clock.Now().UTC().Format("20060102T150405.000000000Z") + ".jsonl"
+	return files.KeepAside(st.fs, st.stateDirFor(kind), name, io.NewSectionReader(src, 0, size))
+}
+
+// stateDirFor is key's folder under the state folder's kind folder:
+// kind/<project>/<session>[/<subpath>].
+func (st *State) stateDirFor(kind string) string {
 	rel := filepath.Join(st.key.ProjectKey, st.key.SessionID)
 	if st.key.Subpath != "" {
 		rel = filepath.Join(rel, st.key.Subpath)
 	}
-	dir := filepath.Join(st.Config.Layout.StateDir, kind, rel)
-	if err := fsys.MkdirAll(st.fs, dir, 0o700); err != nil {
-		return "", fmt.Errorf("keep a copy in %s: %w", dir, errdefs.FromIO(err))
-	}
-	path := filepath.Join(dir, st.Config.Clock.Now().UTC().Format("20060102T150405.000000000Z")+".jsonl")
-	err := fsys.WriteFileAtomic(st.fs, path, "."+filepath.Base(path)+".tmp", 0o600, func(w io.Writer) error {
-		_, err := io.Copy(w, io.NewSectionReader(src, 0, size))
-		return err
-	})
-	if err != nil {
-		return "", fmt.Errorf("keep a copy at %s: %w", path, errdefs.FromIO(err))
-	}
-	return path, nil
+	return filepath.Join(st.Config.Layout.StateDir, kind, rel)
 }
 
 var newline = []byte{'\n'}

@@ -2,20 +2,15 @@ package session
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 
 	"go.uber.org/zap"
 
-	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/rawjson"
 	"github.com/sessiond/sessiond/internal/sessionstore"
-	"github.com/sessiond/sessiond/internal/transcript"
+	"github.com/sessiond/sessiond/internal/writer/files"
 )
 
 // The shared file. On the defaults of both sides (sessiond's root and the
@@ -35,15 +30,12 @@ import (
 // as any other. Only shared-file appends take from the multiset: a title
 // appended through the store, identical to an older line, is a new line.
 
-// lineDigest names a line without keeping its bytes.
-type lineDigest [sha256.Size]byte
-
 // sharedState is what a writer knows of the lines other programs wrote
 // into its canonical file.
 type sharedState struct {
-	// unmatched counts the lines without uuid other programs wrote that no
-	// shared-file append has matched yet, by content.
-	unmatched map[lineDigest]int
+	// unmatched: the lines without uuid other programs wrote that no
+	// shared-file append has matched yet.
+	unmatched files.Unmatched
 	// absorbed counts the lines other programs wrote that the writer took
 	// in since a shared-file append last claimed them (AppendResult.Absorbed).
 	absorbed uint64
@@ -57,66 +49,12 @@ type sharedState struct {
 	unsynced bool
 }
 
-// digestOf is the digest of line's JSON value: the adapters re-encode what
-// the CLI wrote, in their language's form of numbers (the CLI writes 5e-7
-// and 0.00005, Python 5e-07 and 5e-05, Ruby 5.0e-07) and perhaps another
-// key order, so the value is encoded one way first (Go's: keys sorted,
-// numbers as float64). A line that is not JSON is taken as it is.
-func digestOf(line []byte) lineDigest {
-	var v any
-	if err := json.Unmarshal(line, &v); err == nil {
-		if b, err := json.Marshal(v); err == nil {
-			line = b
-		}
-	}
-	return sha256.Sum256(line)
-}
-
 // noteForeign notes lines another program wrote into the file (or the
 // file a compaction replaced), one per element, each without its newline.
 func (sh *sharedState) noteForeign(lines [][]byte) {
-	for _, l := range lines {
-		sh.absorbed++
-		sh.unsynced = true
-		if id, ok := rawjson.TopLevelString(l, "uuid"); ok && id != "" {
-			continue
-		}
-		if sh.unmatched == nil {
-			sh.unmatched = make(map[lineDigest]int)
-		}
-		sh.unmatched[digestOf(l)]++
-	}
-}
-
-// take matches line, an entry without uuid of a shared-file append, with a
-// foreign line, and reports whether there was one.
-func (sh *sharedState) take(line []byte) bool {
-	d := digestOf(line)
-	n := sh.unmatched[d]
-	if n == 0 {
-		return false
-	}
-	if n == 1 {
-		delete(sh.unmatched, d)
-	} else {
-		sh.unmatched[d] = n - 1
-	}
-	return true
-}
-
-// wholeLines splits data into its lines, without newlines, leaving out a
-// last line not ended by one.
-func wholeLines(data []byte) [][]byte {
-	var out [][]byte
-	for len(data) > 0 {
-		i := bytes.IndexByte(data, '\n')
-		if i < 0 {
-			break
-		}
-		out = append(out, data[:i])
-		data = data[i+1:]
-	}
-	return out
+	sh.absorbed += uint64(len(lines))
+	sh.unsynced = sh.unsynced || len(lines) > 0
+	sh.unmatched.Note(lines)
 }
 
 // markOpenTail remembers, as the writer opens, the part of the canonical
@@ -153,7 +91,7 @@ func (st *State) noteOpenTail() error {
 		}
 		// The record may name the file as it was with a line being
 		// written last: that line is the CLI's too.
-		if from, err = st.lineStart(from); err != nil {
+		if from, err = files.LineStart(st.fs, st.canonPath, from); err != nil {
 			return err
 		}
 	}
@@ -188,21 +126,7 @@ func (st *State) syncShared() error {
 // a session the CLI wrote alone reads all of it, and such a file can be
 // hundreds of megabytes.
 func (st *State) noteRange(from, to int64) error {
-	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
-	}
-	defer f.Close()
-	sc := transcript.NewLineScannerAt(io.NewSectionReader(f, from, to-from))
-	for sc.Scan() {
-		if sc.HasNewline() {
-			st.sh.noteForeign([][]byte{sc.Line()})
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
-	}
-	return nil
+	return files.ScanWholeLines(st.fs, st.canonPath, from, to, func(l []byte) { st.sh.noteForeign([][]byte{l}) })
 }
 
 // recordAbsorbed records in the ledger that the writer noted the lines
@@ -229,46 +153,13 @@ func (st *State) noteAbsorbed(old fingerprint, oldNL bool) error {
 	if !oldNL {
 		// The file ended in a line being written (the CLI's, seen at
 		// open): it is whole now, and as much the CLI's as what follows.
-		start, err := st.lineStart(old.size)
+		start, err := files.LineStart(st.fs, st.canonPath, old.size)
 		if err != nil {
 			return err
 		}
 		from = start
 	}
 	return st.noteRange(from, st.canon.size)
-}
-
-// lineStart is where the line of the canonical file that ends at end (not
-// counting a newline) begins: just past the newline before it, or 0.
-func (st *State) lineStart(end int64) (int64, error) {
-	const chunk = 64 << 10
-	for at := end; at > 0; {
-		from := max(at-chunk, 0)
-		data, err := st.readCanonical(from, at)
-		if err != nil {
-			return 0, err
-		}
-		if i := bytes.LastIndexByte(data, '\n'); i >= 0 {
-			return from + int64(i) + 1, nil
-		}
-		at = from
-	}
-	return 0, nil
-}
-
-// readCanonical reads the canonical file from from to to.
-func (st *State) readCanonical(from, to int64) ([]byte, error) {
-	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
-	}
-	defer f.Close()
-	data := make([]byte, to-from)
-	n, err := f.ReadAt(data, from)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
-	}
-	return data[:n], nil
 }
 
 // catchUpShared takes in what the agent's CLI wrote into the canonical
@@ -346,7 +237,7 @@ func (st *State) absorbShared() error {
 // knows of the file and size, leaving a line still being written for
 // later, and makes them durable before anything is acknowledged from them.
 func (st *State) absorbGrown(size int64) error {
-	data, err := st.readCanonical(st.canon.size, size)
+	data, err := files.ReadRange(st.fs, st.canonPath, st.canon.size, size)
 	if err != nil {
 		return err
 	}
@@ -354,20 +245,11 @@ func (st *State) absorbGrown(size int64) error {
 	if len(data) == 0 {
 		return nil
 	}
-	lines := wholeLines(data)
+	lines := files.WholeLines(data)
 	end := st.canon.size + int64(len(data))
-	f, err := st.fs.OpenFile(st.canonPath, os.O_RDONLY, 0)
+	tail, mtime, err := files.TailAt(st.fs, st.canonPath, end)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
-	}
-	tail, err := tailCRC(f, end)
-	var mtime int64
-	if fi, serr := f.Stat(); serr == nil {
-		mtime = fi.ModTime().UnixMilli()
-	}
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(err))
+		return err
 	}
 	for _, l := range lines {
 		if id, ok := rawjson.TopLevelString(l, "uuid"); ok && id != "" {

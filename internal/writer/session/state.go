@@ -1,9 +1,6 @@
 package session
 
 import (
-	"errors"
-	"hash/crc32"
-	"io"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -18,6 +15,7 @@ import (
 	"github.com/sessiond/sessiond/internal/ledger"
 	"github.com/sessiond/sessiond/internal/sessionstore"
 	"github.com/sessiond/sessiond/internal/space"
+	"github.com/sessiond/sessiond/internal/writer/files"
 	"github.com/sessiond/sessiond/internal/writer/stream"
 )
 
@@ -26,11 +24,6 @@ func (fp fingerprint) inJournal() journal.Fingerprint {
 }
 
 func fingerprintOf(fp journal.Fingerprint) fingerprint { return fingerprint{fp.Size, fp.Tail} }
-
-// tailWindow is how much of a canonical file's end its fingerprint covers.
-const tailWindow = 4096
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // fingerprint identifies a canonical file's content cheaply: its size and a
 // checksum of its last bytes. A file "has" a fingerprint when it is at
@@ -73,20 +66,20 @@ type Env struct {
 	// HeldSlots holds a token per replaced file held open (foreign.go),
 	// all sessions together; leaseNoted: that the filesystem takes no
 	// leases was logged.
-	HeldSlots  chan struct{}
+	HeldSlots  files.Slots
 	leaseNoted atomic.Bool
 	// lineages hands out the states' lineages: a new one whenever lines
 	// already served may have moved.
 	lineages atomic.Uint64
-	// temps lists each folder's leftover temp files once (temps.go).
-	temps staleTemps
+	// temps lists each folder's leftover temp files once.
+	temps files.StaleTemps
 }
 
 // NewEnv returns an Env of cfg whose compactions run compactParallel at
 // a time; the caller sets the shared services (Journal, Index, Ledger,
 // Space, Health) before the first writer starts.
 func NewEnv(cfg Config, compactParallel int) *Env {
-	e := &Env{Config: cfg, CompactSlots: make(chan struct{}, compactParallel), HeldSlots: make(chan struct{}, maxHeld)}
+	e := &Env{Config: cfg, CompactSlots: make(chan struct{}, compactParallel), HeldSlots: files.NewSlots(maxHeld)}
 	// Lineages start from the clock, not 0, so that no two Envs of one
 	// process hand out the same one: a reader that outlives a Manager
 	// (ReadLines' callers) must not take a new writer's file for the one
@@ -152,11 +145,8 @@ type State struct {
 	// The file the last compaction replaced, kept open a while so that
 	// lines another program appends to it late are rescued, and where
 	// rescued lines go (foreign.go).
-	held     fsys.File
-	heldOff  int64       // how much of held is accounted for
-	heldBase fingerprint // what held held when the compaction copied it
-	heldSlot bool        // held has one of heldSlots
-	rescueAt int64       // offset in the canonical file for rescued lines, -1: none
+	held     files.Held
+	rescueAt int64 // offset in the canonical file for rescued lines, -1: none
 
 	// sh is what the writer knows of the lines other programs (the
 	// agent's CLI) wrote into the canonical file (shared.go).
@@ -172,6 +162,7 @@ func newState(d *Env, key layout.Key, log *zap.Logger) *State {
 		ids:       newIDSet(),
 		changed:   make(chan struct{}),
 		rescueAt:  -1,
+		held:      files.NewHeld(d.HeldSlots),
 	}
 	st.acked = d.Ledger.Book(key, log, st.keepDamaged)
 	return st
@@ -206,18 +197,6 @@ func Open(env *Env, key layout.Key, log *zap.Logger) (*State, error) {
 func (st *State) Close() { st.closeFiles() }
 
 func (st *State) totalEntries() uint64 { return st.canonEntries + uint64(len(st.pending)) }
-
-func tailCRC(r io.ReaderAt, size int64) (uint32, error) {
-	n := int64(tailWindow)
-	if size < n {
-		n = size
-	}
-	buf := make([]byte, n)
-	if _, err := r.ReadAt(buf, size-n); err != nil && !(errors.Is(err, io.EOF) && n == 0) {
-		return 0, err
-	}
-	return crc32.Checksum(buf, castagnoli), nil
-}
 
 // Publish hands a copy of the listing entry to the index.
 func (st *State) Publish() {
@@ -259,7 +238,7 @@ func (st *State) wakeFollowers() {
 }
 
 func (st *State) closeFiles() {
-	st.dropHeld()
+	st.held.Drop()
 	if st.j != nil {
 		st.j.Close()
 		st.j = nil

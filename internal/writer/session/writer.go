@@ -366,7 +366,7 @@ func (s *Writer) retireAfter(st *State, c *ControlRequest, opened bool) bool {
 			return false
 		}
 		st.rescueLate(true)
-		st.dropHeld()
+		st.held.Drop()
 		if len(st.pending) > 0 {
 			// As the idle retirement does: once the writer is gone
 			// nothing moves the entries into the file until the session

@@ -1,4 +1,4 @@
-package session
+package files
 
 import (
 	"strings"
@@ -7,7 +7,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys"
 )
 
-// staleTemps finds the temp files a crashed daemon left behind. Only a
+// StaleTemps finds the temp files a crashed daemon left behind. Only a
 // process that died leaves one (a live writer removes its own, whether its
 // rewrite succeeded or not), so the temp files that matter are those a
 // folder held when this process first looked at it. (A temp file whose
@@ -16,15 +16,15 @@ import (
 // takes its own names from that list. Listing the folder at every open
 // cost a project of 1,000 sessions 1,000 listings of 1,000 names as its
 // agents started.
-type staleTemps struct {
+type StaleTemps struct {
 	mu     sync.Mutex
 	listed map[string]map[string]struct{} // folder -> temp names seen at its first listing, not taken yet
 }
 
-// take returns the names matching match that dir held when this Env
+// Take returns the names matching match that dir held when this Env
 // first listed it, and forgets them. A folder that cannot be listed is
 // tried again next time.
-func (t *staleTemps) take(fs fsys.FS, dir string, match func(string) bool) []string {
+func (t *StaleTemps) Take(fs fsys.FS, dir string, match func(string) bool) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	names, ok := t.listed[dir]
