@@ -215,7 +215,7 @@ fuzz:
 # worker (it uses the CPU the tests leave idle while they wait on
 # processes).
 # The TypeScript adapter is rebuilt first if proto-check regenerated its
-# sources, never while e2e's agent tests load it. About 12 minutes on 2
+# sources, never while e2e's agent tests load it. About 10 minutes on 2
 # cores from a fresh clone.
 test: tools proto-check fmt-check vet
 	@$(MAKE) --no-print-directory sdk-ts
