@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,6 +74,29 @@ func heldSession(t *testing.T, e *env) (*Manager, layout.Key, []string) {
 	return m, k, mine
 }
 
+// hookedHeldSession is heldSession on a HookFS over the real files, for
+// a test that acts at one of the compaction's file operations.
+func hookedHeldSession(t *testing.T) (*env, *fstest.HookFS, *Manager, layout.Key, []string) {
+	t.Helper()
+	e := newEnv(t)
+	hook := fstest.NewHookFS(fsys.OS, fstest.Hooks{})
+	e.fs = hook
+	m, k, mine := heldSession(t, e)
+	return e, hook, m, k, mine
+}
+
+// beforeLeaseOn runs fn once, just before the first lease taken on path
+// (after the compaction copied the file, before it renames over it).
+func beforeLeaseOn(path string, fn func()) fstest.Hooks {
+	var once sync.Once
+	return fstest.Hooks{Before: func(c fstest.Call) error {
+		if c.Name == "lease" && c.Path == path {
+			once.Do(fn)
+		}
+		return nil
+	}}
+}
+
 // TestReplacedFileNobodyOpenedIsClosed: with no other program having the
 // transcript open, a compaction's lease on the file it replaces stays
 // whole, and the compaction closes that file before it returns: no
@@ -134,10 +158,7 @@ func TestReplacedFileHeldWhileAnotherProgramHasItOpen(t *testing.T) {
 // for the rename and reaches the old file, the broken lease makes the
 // compaction hold that file, and the line the agent writes is rescued.
 func TestReplacedFileOpenedDuringRenameIsHeld(t *testing.T) {
-	e := newEnv(t)
-	hook := fstest.NewHookFS(fsys.OS, fstest.Hooks{})
-	e.fs = hook
-	m, k, mine := heldSession(t, e)
+	e, hook, m, k, mine := hookedHeldSession(t)
 	defer closeManager(t, m)
 	path := e.lay.TranscriptPath(k)
 	late := chained(k, uuid.NewString(), "", "agent, during the rename")
@@ -175,10 +196,7 @@ func TestReplacedFileOpenedDuringRenameIsHeld(t *testing.T) {
 // open rescues what the agent wrote to it during the rename and lets it
 // go at once instead of holding one more.
 func TestReplacedFilesHeldAreBounded(t *testing.T) {
-	e := newEnv(t)
-	hook := fstest.NewHookFS(fsys.OS, fstest.Hooks{})
-	e.fs = hook
-	m, k, mine := heldSession(t, e)
+	e, hook, m, k, mine := hookedHeldSession(t)
 	defer closeManager(t, m)
 	for range cap(m.env.HeldSlots) {
 		m.env.HeldSlots <- struct{}{}
@@ -214,20 +232,11 @@ func TestReplacedFilesHeldAreBounded(t *testing.T) {
 // lease stays whole, and the line, read from the replaced file before it
 // is closed, is rescued into the transcript.
 func TestReplacedFileAppendedBeforeTheLease(t *testing.T) {
-	e := newEnv(t)
-	hook := fstest.NewHookFS(fsys.OS, fstest.Hooks{})
-	e.fs = hook
-	m, k, mine := heldSession(t, e)
+	e, hook, m, k, mine := hookedHeldSession(t)
 	defer closeManager(t, m)
 	path := e.lay.TranscriptPath(k)
 	late := chained(k, uuid.NewString(), "", "agent, just before the lease")
-	hook.SetHooks(fstest.Hooks{Before: func(c fstest.Call) error {
-		if c.Name == "lease" && c.Path == path {
-			hook.SetHooks(fstest.Hooks{})
-			agentAppend(t, path, late)
-		}
-		return nil
-	}})
+	hook.SetHooks(beforeLeaseOn(path, func() { agentAppend(t, path, late) }))
 	if _, err := m.Flush(bg, k); err != nil {
 		t.Fatal(err)
 	}
@@ -244,22 +253,15 @@ func TestReplacedFileAppendedBeforeTheLease(t *testing.T) {
 // spliced in as rescued lines; it is kept under <state>/foreign, and
 // closed.
 func TestReplacedFileRewrittenBeforeTheLease(t *testing.T) {
-	e := newEnv(t)
-	hook := fstest.NewHookFS(fsys.OS, fstest.Hooks{})
-	e.fs = hook
-	m, k, mine := heldSession(t, e)
+	e, hook, m, k, mine := hookedHeldSession(t)
 	defer closeManager(t, m)
 	path := e.lay.TranscriptPath(k)
 	version := `{"type":"user","n":"theirs"}` + "\n"
-	hook.SetHooks(fstest.Hooks{Before: func(c fstest.Call) error {
-		if c.Name == "lease" && c.Path == path {
-			hook.SetHooks(fstest.Hooks{})
-			if err := os.WriteFile(path, []byte(version), 0o600); err != nil {
-				t.Error(err)
-			}
+	hook.SetHooks(beforeLeaseOn(path, func() {
+		if err := os.WriteFile(path, []byte(version), 0o600); err != nil {
+			t.Error(err)
 		}
-		return nil
-	}})
+	}))
 	if _, err := m.Flush(bg, k); err != nil {
 		t.Fatal(err)
 	}
