@@ -107,6 +107,7 @@ type options struct {
 	shutdownTimeout      time.Duration
 	maxEntry, maxMessage int
 	idleCompact          time.Duration
+	compactWithin        time.Duration
 	idleRetire           time.Duration
 	minCompact           int64
 	segment, journalMax  int64
@@ -139,7 +140,8 @@ func defineFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", daemon.DefaultShutdownTimeout, "how long a SIGTERM drain may take before sessiond exits, leaving the rest to recovery from the journal")
 	fs.IntVar(&o.maxEntry, "max-entry-bytes", writer.DefaultMaxEntryBytes, "largest entry accepted")
 	fs.IntVar(&o.maxMessage, "max-message-bytes", daemon.DefaultMaxMessageBytes, "largest gRPC message (an append batch) accepted")
-	fs.DurationVar(&o.idleCompact, "idle-compact", writer.DefaultIdleCompact, "compact a session after this long without appends")
+	fs.DurationVar(&o.idleCompact, "idle-compact", writer.DefaultIdleCompact, "write a new session's transcript after this long without appends")
+	fs.DurationVar(&o.compactWithin, "compact-within", writer.DefaultCompactWithin, "the longest an acknowledged entry waits before it is in its transcript (files up to 4 MiB; never less than --idle-compact)")
 	fs.DurationVar(&o.idleRetire, "idle-retire", writer.DefaultIdleRetire, "close a session's files after this long without activity")
 	fs.Int64Var(&o.minCompact, "min-compact-bytes", writer.DefaultMinCompactBytes, "compact a session once the journal holds this many bytes of its entries and at least as many as its transcript (benchmarks raise it to keep large journals)")
 	fs.Int64Var(&o.segment, "journal-segment-size", journal.DefaultSegmentSize, "size at which the journal starts a new segment file (default: a sixteenth of the state folder's disk when that is smaller)")
@@ -186,7 +188,7 @@ func (o *options) daemonConfig() (daemon.Config, error) {
 	return daemon.Config{
 		Socket: o.socket, Root: o.root, StateDir: o.state,
 		ShutdownTimeout: o.shutdownTimeout, MaxMessageBytes: o.maxMessage, Version: version(),
-		Writer: writer.Config{MaxEntryBytes: o.maxEntry, IdleCompact: o.idleCompact, IdleRetire: o.idleRetire,
+		Writer: writer.Config{MaxEntryBytes: o.maxEntry, IdleCompact: o.idleCompact, CompactWithin: o.compactWithin, IdleRetire: o.idleRetire,
 			MinCompactBytes: o.minCompact, JournalSegmentSize: o.segment, JournalMaxSize: o.journalMax, BallastSize: o.ballast,
 			JournalRetention: retention, JournalRetentionSize: o.retentionSize, TrashRetention: o.trashRetention,
 			AcceptJournalLoss: o.acceptJournalLoss},
@@ -202,7 +204,7 @@ func (o *options) checkRanges() error {
 		ok   bool
 	}{
 		{"shutdown-timeout", o.shutdownTimeout > 0}, {"max-entry-bytes", o.maxEntry > 0},
-		{"max-message-bytes", o.maxMessage > 0}, {"idle-compact", o.idleCompact > 0},
+		{"max-message-bytes", o.maxMessage > 0}, {"idle-compact", o.idleCompact > 0}, {"compact-within", o.compactWithin > 0},
 		{"idle-retire", o.idleRetire > 0}, {"min-compact-bytes", o.minCompact > 0},
 		{"journal-segment-size", o.segment > 0}, {"journal-max-size", o.journalMax > 0},
 		{"journal-retention-size", o.retentionSize > 0},

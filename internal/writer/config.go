@@ -51,13 +51,23 @@ type Config struct {
 	// session's size.
 	CompactRatio    float64
 	MinCompactBytes int64
-	// IdleCompact: after this long without appends, a session is compacted
-	// if its canonical file is at most IdleFloor bytes or its journal is at
-	// least 1/IdleRatio of the file, so official readers see new entries
-	// soon without a large file being rewritten for every trickle.
+	// IdleCompact: after this long without appends, a session whose
+	// transcript holds nothing yet (a new session) is compacted, so the
+	// official readers list it soon; it costs only the new entries.
 	IdleCompact time.Duration
-	IdleFloor   int64
-	IdleRatio   float64
+	// CompactWithin bounds how long an acknowledged entry waits in the
+	// journal before a compaction puts it in its transcript, for a
+	// transcript up to IdleFloor bytes or one whose journaled entries are
+	// at least 1/IdleRatio of it; a larger file fed a trickle waits for
+	// the writer's retirement (IdleRetire) or a Flush instead, so that it
+	// is not rewritten for a few lines. Reads are served from the journal
+	// meanwhile: what waits costs a reader of sessiond nothing, and each
+	// rewrite costs the whole file, so waiting this long (instead of
+	// compacting at every pause of the agent) keeps the bytes written a
+	// small multiple of those appended. Never less than IdleCompact.
+	CompactWithin time.Duration
+	IdleFloor     int64
+	IdleRatio     float64
 	// IdleRetire: after this long without activity a writer compacts
 	// whatever the idle rule left pending, closes its files and exits.
 	IdleRetire time.Duration
@@ -130,6 +140,7 @@ const (
 	DefaultCompactRatio    = 1.0
 	DefaultMinCompactBytes = 1 << 20
 	DefaultIdleCompact     = time.Second
+	DefaultCompactWithin   = 30 * time.Second
 	DefaultIdleFloor       = 4 << 20
 	DefaultIdleRatio       = 16
 	DefaultIdleRetire      = 30 * time.Second
@@ -233,6 +244,12 @@ func (c *Config) setDefaults() error {
 	if c.IdleCompact <= 0 {
 		c.IdleCompact = DefaultIdleCompact
 	}
+	if c.CompactWithin <= 0 {
+		c.CompactWithin = DefaultCompactWithin
+	}
+	if c.CompactWithin < c.IdleCompact {
+		c.CompactWithin = c.IdleCompact
+	}
 	if c.IdleFloor <= 0 {
 		c.IdleFloor = DefaultIdleFloor
 	}
@@ -270,7 +287,7 @@ func sessionConfig(cfg *Config) session.Config {
 		Layout: cfg.Layout, FS: cfg.FS, Logger: cfg.Logger, Clock: cfg.Clock,
 		QueueDepth: cfg.QueueDepth, MaxGroupBytes: cfg.MaxGroupBytes,
 		CompactRatio: cfg.CompactRatio, MinCompactBytes: cfg.MinCompactBytes,
-		IdleCompact: cfg.IdleCompact, IdleFloor: cfg.IdleFloor, IdleRatio: cfg.IdleRatio, IdleRetire: cfg.IdleRetire,
+		IdleCompact: cfg.IdleCompact, CompactWithin: cfg.CompactWithin, IdleFloor: cfg.IdleFloor, IdleRatio: cfg.IdleRatio, IdleRetire: cfg.IdleRetire,
 		Changed: cfg.Changed,
 	}
 }

@@ -49,6 +49,74 @@ func TestIdleCompactionAndRetire(t *testing.T) {
 	}
 }
 
+// TestStaleEntriesWaitForCompactWithin: once a session's transcript
+// exists, an idle pause no longer rewrites it for a few new lines (reads
+// are served from the journal); the entries reach the file once the
+// oldest has waited CompactWithin (less the writer's jitter, up to a
+// quarter of it), whether the session pauses or keeps appending.
+func TestStaleEntriesWaitForCompactWithin(t *testing.T) {
+	e := newEnv(t)
+	clk := clock.NewFake(time.Now())
+	e.cfg.Clock = clk
+	e.cfg.IdleCompact = time.Second
+	e.cfg.CompactWithin = 20 * time.Second
+	e.cfg.IdleRetire = time.Hour
+	m := e.manager()
+	defer closeManager(t, m)
+	ctx := context.Background()
+	k := newKey()
+	add := func() {
+		t.Helper()
+		if _, err := m.Append(ctx, k, [][]byte{entry("")}); err != nil {
+			t.Fatal(err)
+		}
+		settled(t, m, k)
+	}
+	lines := func(want int, when string) {
+		t.Helper()
+		if n := len(e.canonicalLines(k)); n != want {
+			t.Fatalf("%s: %d lines in the transcript, want %d", when, n, want)
+		}
+	}
+	add()
+	advance(t, clk, time.Second) // a new transcript: written once idle
+	lines(1, "a new session after an idle second")
+	// The session goes on: an append every 2 s, so it idles past
+	// IdleCompact between them, for 14 s of the oldest entry's wait
+	// (under 15 s, three quarters of CompactWithin).
+	for i := 1; i <= 7; i++ {
+		add()
+		advance(t, clk, 2*time.Second)
+		lines(1, fmt.Sprintf("after %d s of the oldest entry's wait", 2*i))
+	}
+	// By 20 s of its wait, the entries are in.
+	clk.Advance(6 * time.Second)
+	waitLines(t, e, k, 8)
+	// Nothing pending: no timer brings a rewrite, and a new entry waits
+	// its own bound, through idle pauses.
+	add()
+	advance(t, clk, 14*time.Second)
+	lines(8, "14 s after the last append")
+	clk.Advance(6 * time.Second)
+	waitLines(t, e, k, 9)
+	settled(t, m, k) // the compaction's turn is over, its count too
+	if got := m.Stats().Compactions; got != 3 {
+		t.Fatalf("%d compactions, want 3 (the new transcript, then one per CompactWithin)", got)
+	}
+}
+
+// waitLines waits (10 s at most) until k's transcript has want lines.
+func waitLines(t *testing.T, e *env, k layout.Key, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(e.canonicalLinesIfAny(k)) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("the transcript has %d lines, want %d", len(e.canonicalLinesIfAny(k)), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // settled returns k's live writer once it has handled everything sent so
 // far: it answers a request only after re-arming its idle timer, so the
 // next Advance of a fake clock counts from there.
@@ -86,8 +154,8 @@ func waitExited(t *testing.T, s *session.Writer) {
 	}
 }
 
-// TestRetireCompactsWhatIdleLeft: the idle rule leaves a small tail of a
-// large file in the journal (rewriting the file for it would cost too
+// TestRetireCompactsWhatIdleLeft: the compaction rules leave a small tail
+// of a large file in the journal (rewriting the file for it would cost too
 // much), but a writer that retires moves it into the file: official
 // readers must not see a stale transcript for as long as nobody writes to
 // the session again.
@@ -96,6 +164,7 @@ func TestRetireCompactsWhatIdleLeft(t *testing.T) {
 	clk := clock.NewFake(time.Now())
 	e.cfg.Clock = clk
 	e.cfg.IdleCompact = time.Second
+	e.cfg.CompactWithin = 2 * time.Second
 	e.cfg.IdleRetire = 10 * time.Second
 	e.cfg.IdleFloor = 4 << 10
 	m := e.manager()
@@ -112,8 +181,8 @@ func TestRetireCompactsWhatIdleLeft(t *testing.T) {
 	if _, err := m.Flush(ctx, k); err != nil {
 		t.Fatal(err)
 	}
-	// 1 entry against a 64 KiB file: under 1/16 of it, so idle does not
-	// compact it.
+	// 1 entry against a 64 KiB file: under 1/16 of it, so neither an
+	// idle pause nor its wait past CompactWithin compacts it.
 	if _, err := m.Append(ctx, k, [][]byte{entry(uuid.NewString())}); err != nil {
 		t.Fatal(err)
 	}

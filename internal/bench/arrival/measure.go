@@ -110,7 +110,7 @@ func (r *run) measure(ctx context.Context, env *harness.Env) (*measured, error) 
 	}
 	// The drain waits as long as the bound sessiond documents allows and
 	// then some, in the small runs too: an idle session is compacted up to
-	// 5 x --idle-compact after its last append (its rhythm), and a loaded
+	// --compact-within after its oldest pending entry, and a loaded
 	// machine adds its slot waits. It ends as soon as every entry is found.
 	if err := r.watch.drain(time.Duration(env.Scaled(int64(staleLimitSecs+10)*int64(time.Second), int64(20*time.Second)))); err != nil {
 		return nil, err

@@ -65,14 +65,16 @@ const (
 	// compared, as one 100 MiB fsync on a shared disk is noisy.
 	compRounds = 3
 	// compTailDiv: each timed compaction moves a journal tail of
-	// 1/compTailDiv of the file. It must stay below the writer's idle rule
-	// (journal >= 1/16 of the file compacts after 1 s idle), or the
-	// daemon could compact on its own before the timed Flush.
+	// 1/compTailDiv of the file. It must stay below the writer's rule for
+	// large files (a journal >= 1/16 of the file is compacted once its
+	// oldest entry waited --compact-within), or the daemon could compact
+	// on its own before the timed Flush.
 	compTailDiv = 64
 
 	// The trickle: an agent's turns separated by pauses longer than the
-	// idle-compaction delay. Real pauses (the model thinking) are seconds
-	// against the default 1 s; both are compressed here.
+	// daemon's compaction bound, so that every turn is compacted: what
+	// --compact-within shorter than an agent's pauses would cost (by
+	// default it is 30 s, longer than most pauses). Both compressed here.
 	compIdleCompact = 20 * time.Millisecond
 	// A session below the writer's idle floor (4 MiB), compacted after
 	// every turn: compSmallTurns turns of compSmallTurn entries.
@@ -240,7 +242,8 @@ func compactionRun(ctx context.Context, env *harness.Env) (_ *compactionResult, 
 		return res, sc, err
 	}
 	res.Idle.IdleCompact, res.Idle.Pause = compIdleCompact, 3*compIdleCompact
-	p, err = harness.StartDaemon(ctx, env.Sessiond, ddir, append(slices.Clone(env.SessiondArgs), "--idle-compact", compIdleCompact.String()))
+	p, err = harness.StartDaemon(ctx, env.Sessiond, ddir, append(slices.Clone(env.SessiondArgs),
+		"--idle-compact", compIdleCompact.String(), "--compact-within", compIdleCompact.String()))
 	if err != nil {
 		return res, sc, err
 	}

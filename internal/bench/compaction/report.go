@@ -110,8 +110,8 @@ func fillCompactionScenario(sc *harness.Scenario, res *compactionResult, lifeN i
 			"(page cache), Flush timed over gRPC; the file read again and copied to a new file in the same folder + fsync (read/write, then "+
 			"copy_file_range renamed over the first copy + dir fsync); baseline = the faster copy+fsync, medians compared",
 			mib(o.SessionBytes), mib(compPadBatch), compRounds, mib(o.TailBytes)),
-		fmt.Sprintf("idle (info, no target): sessiond restarted with --idle-compact %v; turns of 1 KiB entries, one Append per turn, each followed by a %v pause "+
-			"(an agent's pauses between turns are seconds against the default 1 s); written = wchar - socket over the turns and the compactions they caused",
-			res.Idle.IdleCompact, res.Idle.Pause),
+		fmt.Sprintf("idle (info, no target): sessiond restarted with --idle-compact %v --compact-within %v; turns of 1 KiB entries, one Append per turn, each followed by a %v pause, "+
+			"so every turn is compacted: what a --compact-within shorter than an agent's pauses costs (by default 30 s, longer than most); written = wchar - socket over the turns and the compactions they caused",
+			res.Idle.IdleCompact, res.Idle.IdleCompact, res.Idle.Pause),
 	}
 }

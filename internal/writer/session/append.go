@@ -45,6 +45,9 @@ type AppendResult struct {
 }
 
 func (st *State) addPending(p pendingEntry) {
+	if len(st.pending) == 0 {
+		st.pendingSince = st.Config.Clock.Now()
+	}
 	st.pending = append(st.pending, p)
 	st.pendingBytes += int64(p.size) + 1
 }

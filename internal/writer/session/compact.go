@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"go.uber.org/zap"
@@ -71,8 +72,21 @@ func (st *State) sizeDue() bool {
 		float64(st.pendingBytes) >= st.Config.CompactRatio*float64(st.canon.size)
 }
 
-func (st *State) idleDue() bool {
-	return st.pendingBytes > 0 &&
+// newDue: the transcript holds nothing yet (a new session, or one
+// emptied), so a compaction costs only the journaled entries, and it
+// puts the session where the official readers list it: an idle session
+// gets it at once (loop.due).
+func (st *State) newDue() bool {
+	return st.pendingBytes > 0 && st.canon.size == 0
+}
+
+// staleDue: the oldest journaled entry has waited within, and the
+// rewrite is worth it: the file is small (IdleFloor) or the journal holds
+// at least 1/IdleRatio of it. A large file fed a trickle waits for the
+// writer's retirement instead (loop.idleWork), so a few lines never cost
+// a rewrite of many megabytes.
+func (st *State) staleDue(now time.Time, within time.Duration) bool {
+	return st.pendingBytes > 0 && now.Sub(st.pendingSince) >= within &&
 		(st.canon.size <= st.Config.IdleFloor || float64(st.pendingBytes)*st.Config.IdleRatio >= float64(st.canon.size))
 }
 
@@ -83,7 +97,7 @@ func (st *State) idleDue() bool {
 // the automatic ones (package space).
 func automatic(reason string) bool {
 	switch reason {
-	case "size", "idle", "retire", "relieve":
+	case "size", "idle", "stale", "retire", "relieve":
 		return true
 	}
 	return false

@@ -25,6 +25,7 @@ type Config struct {
 	CompactRatio    float64
 	MinCompactBytes int64
 	IdleCompact     time.Duration
+	CompactWithin   time.Duration
 	IdleFloor       int64
 	IdleRatio       float64
 	IdleRetire      time.Duration

@@ -3,6 +3,7 @@ package session
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"go.uber.org/zap"
@@ -21,7 +22,12 @@ type loop struct {
 
 	idle       clock.Timer
 	lastActive time.Time
-	rh         rhythm
+	// within is CompactWithin less a random part of up to a quarter of
+	// it, drawn once per writer: sessions that started together (a fleet
+	// launched at once, a warm-up) would otherwise reach their bound
+	// together, every CompactWithin, and their compactions would crowd
+	// the disk and the slots at once while their appends wait behind.
+	within time.Duration
 	// slot is the compaction slots (Config.CompactParallel) while an idle
 	// or retiring compaction waits for one (none was free at the tick),
 	// nil otherwise: the wait is a case of the loop's select, so appends
@@ -42,7 +48,12 @@ type loop struct {
 
 func newLoop(s *Writer, st *State) *loop {
 	env := &s.env
-	return &loop{s: s, st: st, env: env, idle: env.clock.NewTimer(env.idleCompact), lastActive: env.clock.Now()}
+	l := &loop{s: s, st: st, env: env, lastActive: env.clock.Now(), within: env.compactWithin}
+	if q := env.compactWithin / 4; q > 0 {
+		l.within -= rand.N(q)
+	}
+	l.idle = env.clock.NewTimer(l.wake())
+	return l
 }
 
 func (l *loop) stopTimers() {
@@ -105,12 +116,17 @@ func (l *loop) append(r *AppendRequest) {
 	s.enter(serving)
 	st.commit(s.group(r))
 	s.hasContent.Store(st.Exists())
-	l.rh.append(l.env.clock.Now())
 	l.touch()
 	// Appended to again: not idle any more, the next tick decides
 	// anew. (A control request keeps the wait: idleWork checks
 	// again what is due once it has the slot.)
 	l.slot = nil
+	// Entries that waited long enough go into the file now, right
+	// after their group's answer: an agent thinks after an answer, so
+	// the rewrite seldom delays its next append.
+	if st.failed == nil && l.due() {
+		l.compactSoon()
+	}
 }
 
 // control runs control request c; it reports whether the writer retired.
@@ -130,14 +146,47 @@ func (l *loop) control(c *ControlRequest) bool {
 
 func (l *loop) touch() {
 	l.lastActive = l.env.clock.Now()
-	l.idle.Reset(l.rh.idleDelay(l.env.idleCompact))
+	l.idle.Reset(l.wake())
 }
 
 // idleFor is how long the writer has gone without activity.
 func (l *loop) idleFor() time.Duration { return clock.Since(l.env.clock, l.lastActive) }
 
-// idleTick is the idle timer's turn: the replaced file goes, the idle
-// compaction runs or waits for a slot, and the writer retires when it has
+// due reports whether a compaction rule other than retirement asks for
+// one now: a new transcript once the session idles, or entries that
+// waited CompactWithin (compact.go's newDue and staleDue).
+func (l *loop) due() bool {
+	st := l.st
+	return st.newDue() && l.idleFor() >= l.env.idleCompact ||
+		st.staleDue(l.env.clock.Now(), l.within)
+}
+
+// wake is how long until the next rule may be due: the idle compaction
+// of a new transcript, the oldest entry's CompactWithin, retirement. A
+// deadline already past (its compaction did not happen: no room, another
+// writer's file changing, a large file's tail waiting for retirement) is
+// tried again IdleCompact later, never in a busy loop.
+func (l *loop) wake() time.Duration {
+	st := l.st
+	retry := min(l.env.idleCompact, l.within)
+	next := func(left time.Duration) time.Duration {
+		if left <= 0 {
+			return retry
+		}
+		return left
+	}
+	d := next(l.env.idleRetire - l.idleFor())
+	if len(st.pending) > 0 {
+		if st.newDue() {
+			d = min(d, next(l.env.idleCompact-l.idleFor()))
+		}
+		d = min(d, next(l.within-clock.Since(l.env.clock, st.pendingSince)))
+	}
+	return d
+}
+
+// idleTick is the timer's turn: the replaced file goes, a compaction that
+// is due runs or waits for a slot, and the writer retires when it has
 // been idle long enough. It reports whether the writer retired.
 func (l *loop) idleTick() bool {
 	st := l.st
@@ -148,27 +197,31 @@ func (l *loop) idleTick() bool {
 	retireDue := l.idleFor() >= l.env.idleRetire
 	switch {
 	case st.failed != nil:
-	case st.idleDue() || retireDue && len(st.pending) > 0:
-		select {
-		case st.CompactSlots <- struct{}{}:
-			l.slot = nil // an earlier tick's wait is answered too
-			if l.withSlot() {
-				return true
-			}
-		default:
-			l.slot = st.CompactSlots // withSlot runs once one is free
+	case l.due() || retireDue && len(st.pending) > 0:
+		if l.compactSoon() {
+			return true
 		}
 	case retireDue:
 		if l.s.retire(st) {
 			return true
 		}
 	}
-	wait := l.env.idleRetire - l.idleFor()
-	if d := l.rh.idleDelay(l.env.idleCompact); wait < d {
-		wait = d
-	}
-	l.idle.Reset(wait)
+	l.idle.Reset(l.wake())
 	return false
+}
+
+// compactSoon runs idleWork if a compaction slot is free, and otherwise
+// lets the loop's select wait for one (appends are served meanwhile). It
+// reports whether the writer retired.
+func (l *loop) compactSoon() bool {
+	select {
+	case l.st.CompactSlots <- struct{}{}:
+		l.slot = nil // an earlier wait is answered too
+		return l.withSlot()
+	default:
+		l.slot = l.st.CompactSlots // withSlot runs once one is free
+		return false
+	}
 }
 
 // withSlot runs idleWork with the slot just taken, then gives it back.
@@ -186,9 +239,13 @@ func (l *loop) withSlot() bool {
 // held; it reports whether the writer retired.
 func (l *loop) idleWork() bool {
 	st := l.st
-	if st.failed == nil && st.idleDue() {
-		if err := st.Compact("idle"); err != nil {
-			st.log.Warn("idle compaction failed", zap.Error(err))
+	if st.failed == nil && l.due() {
+		reason := "stale"
+		if st.newDue() {
+			reason = "idle"
+		}
+		if err := st.Compact(reason); err != nil {
+			st.log.Warn("compaction failed; the journal keeps the entries", zap.String("reason", reason), zap.Error(err))
 		}
 	}
 	if l.idleFor() >= l.env.idleRetire && st.failed == nil {
@@ -250,34 +307,3 @@ func (l *loop) stop() {
 // its write (they open, write and close), short enough that the maxHeld
 // slots shared by all sessions come free again quickly.
 const heldGrace = 200 * time.Millisecond
-
-// rhythm follows how often a session is appended to, so that a session
-// written steadily is not taken for idle between two of its appends: an
-// agent appending once a second would otherwise have its whole transcript
-// rewritten once a second (a thousand such sessions: a thousand
-// rewrites a second, for entries the journal already holds durably).
-type rhythm struct {
-	last time.Time
-	gap  time.Duration // moving average of the time between appends
-}
-
-func (r *rhythm) append(now time.Time) {
-	if !r.last.IsZero() {
-		g := now.Sub(r.last)
-		if r.gap == 0 {
-			r.gap = g
-		} else {
-			r.gap = (3*r.gap + g) / 4
-		}
-	}
-	r.last = now
-}
-
-// idleDelay is how long a session must go without appends before the
-// idle rule compacts it: IdleCompact, or twice the session's usual gap
-// between appends when that is longer, at most 5 x IdleCompact (so the
-// files official readers see lag by at most that much once a session
-// stops, whatever its rhythm was).
-func (r *rhythm) idleDelay(base time.Duration) time.Duration {
-	return min(max(base, 2*r.gap), 5*base)
-}

@@ -122,6 +122,10 @@ type State struct {
 	agentMeta    []byte             // a subagent's .meta.json from its last agent_metadata entry, not yet written
 	pending      []pendingEntry
 	pendingBytes int64
+	// pendingSince is when the oldest of pending was journaled (or, for
+	// entries a start found in the journal, when the writer opened): the
+	// compaction rules bound how long it waits (staleDue).
+	pendingSince time.Time
 
 	lineage uint64 // changes when lines already served may have moved
 	changed chan struct{}

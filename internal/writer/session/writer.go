@@ -233,6 +233,7 @@ type sessionEnv struct {
 	queueDepth    int
 	maxGroupBytes int
 	idleCompact   time.Duration
+	compactWithin time.Duration
 	idleRetire    time.Duration
 }
 
@@ -242,7 +243,7 @@ func New(env *Env, reg Registry, key layout.Key, prev <-chan struct{}) *Writer {
 	c := env.Config
 	return &Writer{
 		env: sessionEnv{reg: reg, deps: env, log: c.Logger, clock: c.Clock, queueDepth: c.QueueDepth,
-			maxGroupBytes: c.MaxGroupBytes, idleCompact: c.IdleCompact, idleRetire: c.IdleRetire},
+			maxGroupBytes: c.MaxGroupBytes, idleCompact: c.IdleCompact, compactWithin: c.CompactWithin, idleRetire: c.IdleRetire},
 		key:     key,
 		prev:    prev,
 		reqs:    make(chan *AppendRequest, c.QueueDepth),
