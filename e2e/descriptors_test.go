@@ -30,7 +30,7 @@ const (
 )
 
 // TestDescriptorsAcrossCompactions: 300 live sessions appended to at
-// random (idle compaction every 100 ms, so each is compacted many times),
+// random (compacted within 100 ms, so each is compacted many times),
 // a few of them also appended to by an agent writing the transcript
 // itself (open, append, close) to exercise the replaced files held for
 // it. Replaced transcripts open ("(deleted)") stay under the bound of
@@ -39,7 +39,7 @@ const (
 // idleFDBound descriptors, with all 300 sessions still live.
 func TestDescriptorsAcrossCompactions(t *testing.T) {
 	t.Parallel()
-	d := newDaemon(t, "--idle-compact", "100ms", "--idle-retire", "1h")
+	d := newDaemon(t, "--idle-compact", "100ms", "--compact-within", "100ms", "--idle-retire", "1h")
 	d.start()
 	c := d.client()
 	defer c.Close()

@@ -49,7 +49,7 @@ func TestFullDiskBallastAndCatchUp(t *testing.T) {
 	// fills (the base entries' log, megabytes) would depend on how far
 	// the log had rolled, and could let the compactions fit.
 	d := diskDaemon(t, disk, "--ballast-size", fmt.Sprint(ballastSize), "--journal-segment-size", fmt.Sprint(1<<20), "--journal-retention", "0",
-		"--journal-max-size", fmt.Sprint(4<<20), "--idle-compact", "200ms", "--idle-retire", "1s")
+		"--journal-max-size", fmt.Sprint(4<<20), "--idle-compact", "200ms", "--compact-within", "200ms", "--idle-retire", "1s")
 	pid := d.Pid()
 	ballast := filepath.Join(d.state, "ballast")
 	journalDir := filepath.Join(d.state, "journal")

@@ -42,7 +42,7 @@ func heldTranscripts(t *testing.T, pid int) (deleted []string, total int) {
 // the session lives on.
 func TestNoReplacedTranscriptHeld(t *testing.T) {
 	t.Parallel()
-	d := newDaemon(t, "--idle-compact", "100ms", "--idle-retire", "1h")
+	d := newDaemon(t, "--idle-compact", "100ms", "--compact-within", "100ms", "--idle-retire", "1h")
 	d.start()
 	c := d.client()
 	defer c.Close()

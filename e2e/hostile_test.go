@@ -40,7 +40,7 @@ func hostileDaemon(t *testing.T, extra ...string) *daemon {
 	args := append([]string{
 		"--max-entry-bytes", strconv.Itoa(hostileMaxEntry),
 		"--max-message-bytes", strconv.Itoa(hostileMaxMessage),
-		"--idle-compact", "50ms", "--idle-retire", "200ms",
+		"--idle-compact", "50ms", "--compact-within", "50ms", "--idle-retire", "200ms",
 	}, extra...)
 	d := newDaemon(t, args...)
 	d.start()

@@ -414,7 +414,7 @@ func TestMirrorCrashSweep(t *testing.T) {
 func TestMirrorFollowsRepairAndDelete(t *testing.T) {
 	t.Parallel()
 	_, dsn := startPostgres(t)
-	d := mirrorDaemon(t, dsn, "--idle-retire", "200ms", "--idle-compact", "50ms")
+	d := mirrorDaemon(t, dsn, "--idle-retire", "200ms", "--idle-compact", "50ms", "--compact-within", "50ms")
 	s := mirrorSession("")
 	sub := client.Session{ProjectKey: s.ProjectKey, ID: s.ID, Subpath: "subagents/agent-r"}
 	// Written before sessiond by another program: the second line holds

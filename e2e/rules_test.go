@@ -386,7 +386,7 @@ func TestRepairMakesSessionResumable(t *testing.T) {
 // replays both orders.
 func TestForeignAppendRace(t *testing.T) {
 	t.Parallel()
-	d := newDaemon(t, "--idle-compact", "2ms")
+	d := newDaemon(t, "--idle-compact", "2ms", "--compact-within", "2ms")
 	d.start()
 	c := d.client()
 	defer c.Close()

@@ -114,7 +114,7 @@ func (e *env) start() {
 		e.t.Fatal(err)
 	}
 	m, err := writer.New(writer.Config{Layout: e.lay, Logger: zaptest.NewLogger(e.t), Changed: mr.Notify, AppendGate: mr.Leases().CheckAppend,
-		IdleCompact: 50 * time.Millisecond, IdleRetire: 200 * time.Millisecond})
+		IdleCompact: 50 * time.Millisecond, CompactWithin: 50 * time.Millisecond, IdleRetire: 200 * time.Millisecond})
 	if err != nil {
 		e.t.Fatal(err)
 	}
