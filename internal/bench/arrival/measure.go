@@ -15,11 +15,14 @@ import (
 type snapshot struct {
 	at                            time.Time
 	appends, entries, compactions uint64
-	cpu                           time.Duration
-	writeBytes                    uint64
-	rss, hwm                      int64
-	fds, deleted                  int
-	self                          time.Duration // the bench process's CPU
+	// journalBytes, compactedBytes, syncs: Status journal_bytes,
+	// compacted_bytes and journal_syncs (what the bytes written split into).
+	journalBytes, compactedBytes, syncs uint64
+	cpu                                 time.Duration
+	writeBytes                          uint64
+	rss, hwm                            int64
+	fds, deleted                        int
+	self                                time.Duration // the bench process's CPU
 }
 
 func takeSnapshot(ctx context.Context, c *client.Client, pid int) (snapshot, error) {
@@ -27,7 +30,8 @@ func takeSnapshot(ctx context.Context, c *client.Client, pid int) (snapshot, err
 	if err != nil {
 		return snapshot{}, err
 	}
-	s := snapshot{at: time.Now(), appends: st.GetAppends(), entries: st.GetEntriesStored(), compactions: st.GetCompactions(), self: selfCPU()}
+	s := snapshot{at: time.Now(), appends: st.GetAppends(), entries: st.GetEntriesStored(), compactions: st.GetCompactions(), self: selfCPU(),
+		journalBytes: st.GetJournalBytes(), compactedBytes: st.GetCompactedBytes(), syncs: st.GetJournalSyncs()}
 	if s.cpu, err = harness.ProcCPU(pid); err != nil {
 		return s, err
 	}

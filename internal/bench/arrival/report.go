@@ -22,9 +22,11 @@ func addRows(sc *harness.Scenario, v variant, m *measured) {
 		(m.after.cpu-m.before.cpu).Seconds(), m.wall().Seconds(), m.selfPct()))
 	add("daemon descriptors, max / of them deleted files", fmt.Sprintf("%d / %d", m.fdMax, m.fdDel),
 		fmt.Sprintf("/proc/<pid>/fd read %d times (every %v); %d / %d before the window", m.fdSamples, fdEvery, m.before.fds, m.before.deleted))
-	add("compactions/s", fmt.Sprintf("%.1f", m.compactionsPerSec()), fmt.Sprintf("Status compactions: %d in the window", m.after.compactions-m.before.compactions))
-	add("bytes written / bytes appended", fmt.Sprintf("%.2f", m.writeRatio()), fmt.Sprintf("write_bytes of /proc/<pid>/io: %.1f MiB for %.1f MiB appended",
-		float64(m.after.writeBytes-m.before.writeBytes)/mib, float64(m.appended)/mib))
+	add("compactions/s", fmt.Sprintf("%.1f", m.compactionsPerSec()), fmt.Sprintf("Status compactions: %d in the window; journal syncs %d (%.1f appends per sync)",
+		m.after.compactions-m.before.compactions, m.after.syncs-m.before.syncs, float64(m.calls)/float64(max(1, m.after.syncs-m.before.syncs))))
+	add("bytes written / bytes appended", fmt.Sprintf("%.2f", m.writeRatio()), fmt.Sprintf("write_bytes of /proc/<pid>/io: %.1f MiB for %.1f MiB appended; of them, as sessiond counts its writes: journal %.1f MiB, compactions %.1f MiB (the rest: pages rewritten, the ledger, sidecars)",
+		float64(m.after.writeBytes-m.before.writeBytes)/mib, float64(m.appended)/mib,
+		float64(m.after.journalBytes-m.before.journalBytes)/mib, float64(m.after.compactedBytes-m.before.compactedBytes)/mib))
 	add("transcript staleness max / p99, s", fmt.Sprintf("%.2f / %.2f", m.stale.max, m.stale.p99),
 		fmt.Sprintf("%d entries of %d sessions watched; %d never found", m.stale.entries, min(watchedSessions, v.sessions), m.stale.unseen))
 	if v.memory {
