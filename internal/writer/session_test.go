@@ -6,13 +6,18 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/sessiond/sessiond/internal/clock"
+	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/writer/session"
 )
@@ -230,5 +235,63 @@ func TestRetiringFlushRetiresAtOnce(t *testing.T) {
 		if m.IsActive(k) {
 			t.Fatalf("round %d: the writer is still active after a retiring flush", i)
 		}
+	}
+}
+
+// TestFailingStaleCompactionWaitsForTheTimer: a compaction the bound asks
+// for that fails (here the temp file cannot be created) is tried again at
+// the timer's pace, not after every append that follows: a session whose
+// compaction cannot happen must not pay a rewrite attempt per append.
+func TestFailingStaleCompactionWaitsForTheTimer(t *testing.T) {
+	e := newEnv(t)
+	clk := clock.NewFake(time.Now())
+	var failing atomic.Bool
+	var tries atomic.Int32
+	e.fs = fstest.NewHookFS(fsys.OS, fstest.Hooks{Before: func(c fstest.Call) error {
+		if c.Name == "open" && strings.Contains(filepath.Base(c.Path), ".compact-") && failing.Load() {
+			tries.Add(1)
+			return fmt.Errorf("injected: %w", syscall.EIO)
+		}
+		return nil
+	}})
+	e.cfg.Clock = clk
+	e.cfg.IdleCompact = time.Second
+	e.cfg.CompactWithin = 20 * time.Second
+	e.cfg.IdleRetire = time.Hour
+	m := e.manager()
+	defer closeManager(t, m)
+	ctx := context.Background()
+	k := newKey()
+	add := func() {
+		t.Helper()
+		if _, err := m.Append(ctx, k, [][]byte{entry("")}); err != nil {
+			t.Fatal(err)
+		}
+		settled(t, m, k)
+	}
+	add()
+	if _, err := m.Flush(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	failing.Store(true)
+	add()
+	advance(t, clk, 20*time.Second) // past the bound: the timer's try fails
+	if n := tries.Load(); n != 1 {
+		t.Fatalf("%d compaction tries once the bound passed, want 1", n)
+	}
+	for range 20 {
+		add()
+	}
+	if n := tries.Load(); n != 1 {
+		t.Fatalf("%d compaction tries after 20 more appends at the same moment, want still 1", n)
+	}
+	advance(t, clk, time.Second) // IdleCompact later: the next try
+	if n := tries.Load(); n != 2 {
+		t.Fatalf("%d compaction tries a second later, want 2", n)
+	}
+	failing.Store(false)
+	advance(t, clk, time.Second)
+	if n := len(e.canonicalLines(k)); n != 22 {
+		t.Fatalf("once the fault is gone: %d lines, want 22", n)
 	}
 }

@@ -28,6 +28,8 @@ type loop struct {
 	// together, every CompactWithin, and their compactions would crowd
 	// the disk and the slots at once while their appends wait behind.
 	within time.Duration
+	// tried is when the loop last ran a compaction rule's work.
+	tried time.Time
 	// slot is the compaction slots (Config.CompactParallel) while an idle
 	// or retiring compaction waits for one (none was free at the tick),
 	// nil otherwise: the wait is a case of the loop's select, so appends
@@ -123,8 +125,10 @@ func (l *loop) append(r *AppendRequest) {
 	l.slot = nil
 	// Entries that waited long enough go into the file now, right
 	// after their group's answer: an agent thinks after an answer, so
-	// the rewrite seldom delays its next append.
-	if st.failed == nil && l.due() {
+	// the rewrite seldom delays its next append. One that did not happen
+	// (no room, a file another program keeps changing) is not tried
+	// again at every append, only at the timer's pace (wake).
+	if st.failed == nil && l.due() && clock.Since(l.env.clock, l.tried) >= l.retry() {
 		l.compactSoon()
 	}
 }
@@ -168,10 +172,9 @@ func (l *loop) due() bool {
 // tried again IdleCompact later, never in a busy loop.
 func (l *loop) wake() time.Duration {
 	st := l.st
-	retry := min(l.env.idleCompact, l.within)
 	next := func(left time.Duration) time.Duration {
 		if left <= 0 {
-			return retry
+			return l.retry()
 		}
 		return left
 	}
@@ -184,6 +187,10 @@ func (l *loop) wake() time.Duration {
 	}
 	return d
 }
+
+// retry is how long a rule whose compaction did not happen waits before
+// it is tried again.
+func (l *loop) retry() time.Duration { return min(l.env.idleCompact, l.within) }
 
 // idleTick is the timer's turn: the replaced file goes, a compaction that
 // is due runs or waits for a slot, and the writer retires when it has
@@ -227,6 +234,7 @@ func (l *loop) compactSoon() bool {
 // withSlot runs idleWork with the slot just taken, then gives it back.
 func (l *loop) withSlot() bool {
 	st := l.st
+	l.tried = l.env.clock.Now()
 	st.slotHeld = true
 	defer func() {
 		st.slotHeld = false
