@@ -567,6 +567,8 @@ func TestSessiondRefusesNonPositiveFlags(t *testing.T) {
 		{"--journal-retention-size", "0"},
 		// 0 is a valid retention (keep nothing); less is not.
 		{"--journal-retention", "-1h", "must not be negative"},
+		{"--commit-delay", "-1ms", "must not be negative"},
+		{"--compact-within", "0s"},
 		{"--trash-retention", "0s"},
 		{"--lease-ttl", "0s"},
 		{"--machine-id", "a b", `"a b" is refused`},

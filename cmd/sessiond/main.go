@@ -108,6 +108,7 @@ type options struct {
 	maxEntry, maxMessage int
 	idleCompact          time.Duration
 	compactWithin        time.Duration
+	commitDelay          time.Duration
 	idleRetire           time.Duration
 	minCompact           int64
 	segment, journalMax  int64
@@ -141,6 +142,7 @@ func defineFlags(fs *flag.FlagSet) *options {
 	fs.IntVar(&o.maxEntry, "max-entry-bytes", writer.DefaultMaxEntryBytes, "largest entry accepted")
 	fs.IntVar(&o.maxMessage, "max-message-bytes", daemon.DefaultMaxMessageBytes, "largest gRPC message (an append batch) accepted")
 	fs.DurationVar(&o.idleCompact, "idle-compact", writer.DefaultIdleCompact, "write a new session's transcript after this long without appends")
+	fs.DurationVar(&o.commitDelay, "commit-delay", journal.DefaultCommitDelay, "while many sessions append, how long a small group commit may wait for other sessions' appends before its write and sync (fewer syncs and less CPU for this much latency; 0: never wait)")
 	fs.DurationVar(&o.compactWithin, "compact-within", writer.DefaultCompactWithin, "the longest an acknowledged entry waits before it is in its transcript (files up to 4 MiB; never less than --idle-compact)")
 	fs.DurationVar(&o.idleRetire, "idle-retire", writer.DefaultIdleRetire, "close a session's files after this long without activity")
 	fs.Int64Var(&o.minCompact, "min-compact-bytes", writer.DefaultMinCompactBytes, "compact a session once the journal holds this many bytes of its entries and at least as many as its transcript (benchmarks raise it to keep large journals)")
@@ -188,12 +190,21 @@ func (o *options) daemonConfig() (daemon.Config, error) {
 	return daemon.Config{
 		Socket: o.socket, Root: o.root, StateDir: o.state,
 		ShutdownTimeout: o.shutdownTimeout, MaxMessageBytes: o.maxMessage, Version: version(),
-		Writer: writer.Config{MaxEntryBytes: o.maxEntry, IdleCompact: o.idleCompact, CompactWithin: o.compactWithin, IdleRetire: o.idleRetire,
+		Writer: writer.Config{MaxEntryBytes: o.maxEntry, IdleCompact: o.idleCompact, CompactWithin: o.compactWithin, CommitDelay: commitDelay(o.commitDelay), IdleRetire: o.idleRetire,
 			MinCompactBytes: o.minCompact, JournalSegmentSize: o.segment, JournalMaxSize: o.journalMax, BallastSize: o.ballast,
 			JournalRetention: retention, JournalRetentionSize: o.retentionSize, TrashRetention: o.trashRetention,
 			AcceptJournalLoss: o.acceptJournalLoss},
 		MetricsListen: o.metricsListen, Mirror: mc,
 	}, nil
+}
+
+// commitDelay is the writer's CommitDelay for --commit-delay d: 0 there
+// means no wait, which the writer spells negative (its 0 is the default).
+func commitDelay(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // checkRanges refuses values that would quietly mean a default further
@@ -220,6 +231,9 @@ func (o *options) checkRanges() error {
 	}
 	if o.retention < 0 {
 		return fmt.Errorf("--journal-retention must not be negative (%s); 0 keeps nothing after compaction", o.retention)
+	}
+	if o.commitDelay < 0 {
+		return fmt.Errorf("--commit-delay must not be negative (%s); 0 never waits", o.commitDelay)
 	}
 	if o.machineID == "" {
 		o.machineID = os.Getenv("SESSIOND_MACHINE_ID")
