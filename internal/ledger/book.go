@@ -71,6 +71,12 @@ type Book struct {
 	// last is the canonical file the ledger's last record names, once a
 	// comparison or a record told it (nil until then).
 	last *Fingerprint
+	// ops: the shared file's operations not recorded yet, which the next
+	// record carries (SharedOp); replay: those the ledger held when the
+	// writer opened it, until it takes them (replayed).
+	ops      []SharedOp
+	replay   []SharedOp
+	replayed bool
 }
 
 // Book returns key's ledger for its writer, which logs through log and
@@ -123,7 +129,7 @@ func (b *Book) Append(fp Fingerprint, missing int, ids []ID) error {
 		return fmt.Errorf("open the ledger of %s: %w", b.key, errdefs.FromIO(err))
 	}
 	defer f.Close()
-	rec := frame.Append(nil, ackRecord, encodeRecord(fp, missing, ids), seed(b.key), 0)
+	rec := frame.Append(nil, ackRecord, encodeRecord(fp, missing, ids, b.ops), seed(b.key), 0)
 	err = b.write(f, rec)
 	if err == nil && statErr != nil {
 		err = b.s.fs.SyncDir(dir)
@@ -134,7 +140,55 @@ func (b *Book) Append(fp Fingerprint, missing int, ids []ID) error {
 	}
 	b.end += int64(len(rec))
 	b.last = &fp
+	b.ops = nil
 	return nil
+}
+
+// NoteShared notes, for the next record, that the writer took in lines
+// without uuid the agent's CLI wrote, by digest, in order: the record
+// that names the file holding them carries them. The writer holds at
+// most bound lines, the oldest dropped first, so of notes in a row only
+// the last bound count: the first open of a long transcript the CLI
+// wrote alone records no more.
+func (b *Book) NoteShared(ds [][16]byte, bound int) {
+	for _, d := range ds {
+		b.ops = append(b.ops, SharedOp{Digest: d})
+	}
+	run := 0
+	for run < len(b.ops) && !b.ops[len(b.ops)-1-run].Take {
+		run++
+	}
+	if extra := run - bound; extra > 0 {
+		start := len(b.ops) - run
+		b.ops = append(b.ops[:start], b.ops[start+extra:]...)
+	}
+}
+
+// TakeShared notes, for the next record, that a mirrored copy took the
+// line with digest d.
+func (b *Book) TakeShared(d [16]byte) { b.ops = append(b.ops, SharedOp{Take: true, Digest: d}) }
+
+// RecordShared records the shared file's operations noted since the last
+// record, synced, in a record that names the same file as the last one:
+// its takes must be durable before the appends they answer are
+// acknowledged, and no file past that one is known to hold only what the
+// ledger says (a record while Rewritten waits for its comparison names
+// the file before the rewrite, as the last one did, which the next open
+// compares). With no record known yet, they wait for the next one.
+func (b *Book) RecordShared() error {
+	if len(b.ops) == 0 || b.last == nil {
+		return nil
+	}
+	return b.Append(*b.last, len(b.missing), nil)
+}
+
+// ReplayShared returns, once, the shared file's operations the ledger held
+// when the writer opened it (the comparison at open reads them), in the
+// order they were recorded; nil after the first call.
+func (b *Book) ReplayShared() []SharedOp {
+	ops := b.replay
+	b.replay, b.replayed = nil, true
+	return ops
 }
 
 // Absorbed records that the canonical file is fp now, grown by lines

@@ -274,6 +274,9 @@ func (b *Book) find(h Holdings, gate bool) ([]ID, error) {
 		last := led.Last
 		b.last = &last
 	}
+	if !b.replayed {
+		b.replay = led.Shared
+	}
 	if led.Damaged != nil {
 		b.log.Error("the ledger of acknowledged entries is damaged; the entries it records after the damage are not compared (the next compaction keeps a copy of it)",
 			zap.String("path", b.s.layout.AckedPath(b.key)), zap.Error(led.Damaged))

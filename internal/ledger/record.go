@@ -59,12 +59,17 @@ import (
 // count uint32, then each entry: segment uvarint, offset uvarint, kind
 // byte, and a 16-byte uuid (kind 1), a uvarint-prefixed uuid string that
 // is not in canonical form (kind 2) or an 8-byte content digest (kind 3).
+// Then, only in a record that has some (so that a release before them
+// reads every other record), the shared file's operations: count uvarint,
+// then each a kind byte (sharedNote, sharedTake) and a 16-byte digest.
 const (
 	ackRecord    frame.Type = 1
 	ackUUID                 = 1
 	ackString               = 2
 	ackContent              = 3
 	ackHeadBytes            = 8 + 4 + 4 + 4
+	sharedNote              = 1
+	sharedTake              = 2
 	// maxAckRecord bounds one record: a compaction of a million entries
 	// is about 30 MB of it.
 	maxAckRecord = 256 << 20
@@ -133,9 +138,25 @@ func contentID(line []byte) uint64 {
 	return binary.LittleEndian.Uint64(sum[:8])
 }
 
+// SharedOp is one change to the lines without uuid that the agent's CLI
+// wrote into a transcript it shares with sessiond and that no mirrored
+// copy matched yet (package writer/files, Unmatched): a line noted as the
+// writer took it in, or one a mirrored copy took. The writer records them
+// in the ledger, in order, so that it finds the same lines unmatched after
+// a restart or a crash: a note rides in the record that names the file
+// holding its line (no record names the file without the notes of the
+// lines it took in), a take in a record written once the append it
+// answers is durable, before that append is acknowledged.
+type SharedOp struct {
+	Take   bool
+	Digest [16]byte
+}
+
 // Ledger is a transcript's ledger as read back.
 type Ledger struct {
-	IDs     []ID        // in acknowledged order, each logged entry once
+	IDs []ID // in acknowledged order, each logged entry once
+	// Shared are the shared file's operations of every record, in order.
+	Shared  []SharedOp
 	Last    Fingerprint // the canonical file the last record was written for
 	Missing int         // entries the writer knew missing then
 	Records int
@@ -167,8 +188,8 @@ func compactUUID(id string) (uuid.UUID, bool) {
 	return u, true
 }
 
-func encodeRecord(fp Fingerprint, missing int, ids []ID) []byte {
-	b := make([]byte, 0, ackHeadBytes+len(ids)*28)
+func encodeRecord(fp Fingerprint, missing int, ids []ID, ops []SharedOp) []byte {
+	b := make([]byte, 0, ackHeadBytes+len(ids)*28+len(ops)*17)
 	b = binary.LittleEndian.AppendUint64(b, uint64(fp.Size))
 	b = binary.LittleEndian.AppendUint32(b, fp.Tail)
 	b = binary.LittleEndian.AppendUint32(b, uint32(min(missing, 1<<31)))
@@ -188,6 +209,18 @@ func encodeRecord(fp Fingerprint, missing int, ids []ID) []byte {
 			b = binary.AppendUvarint(b, uint64(len(id.uuid)))
 			b = append(b, id.uuid...)
 		}
+	}
+	if len(ops) == 0 {
+		return b
+	}
+	b = binary.AppendUvarint(b, uint64(len(ops)))
+	for _, op := range ops {
+		kind := byte(sharedNote)
+		if op.Take {
+			kind = sharedTake
+		}
+		b = append(b, kind)
+		b = append(b, op.Digest[:]...)
 	}
 	return b
 }
@@ -243,7 +276,27 @@ func (d *recordDecoder) id() (ID, error) {
 	return id, nil
 }
 
-func decodeRecord(p []byte, fn func(ID)) (fp Fingerprint, missing int, err error) {
+// sharedOps reads the shared file's operations that end a record.
+func (d *recordDecoder) sharedOps(fn func(SharedOp)) error {
+	if len(d.p) == 0 {
+		return nil
+	}
+	n, ok := d.uvarint()
+	if !ok || n == 0 || uint64(len(d.p)) != n*17 {
+		return errRecord
+	}
+	for ; len(d.p) > 0; d.p = d.p[17:] {
+		if d.p[0] != sharedNote && d.p[0] != sharedTake {
+			return errRecord
+		}
+		op := SharedOp{Take: d.p[0] == sharedTake}
+		copy(op.Digest[:], d.p[1:17])
+		fn(op)
+	}
+	return nil
+}
+
+func decodeRecord(p []byte, fn func(ID), opFn func(SharedOp)) (fp Fingerprint, missing int, err error) {
 	if len(p) < ackHeadBytes {
 		return fp, 0, errRecord
 	}
@@ -258,8 +311,8 @@ func decodeRecord(p []byte, fn func(ID)) (fp Fingerprint, missing int, err error
 		}
 		fn(id)
 	}
-	if len(d.p) != 0 {
-		return fp, 0, errRecord
+	if err := d.sharedOps(opFn); err != nil {
+		return fp, 0, err
 	}
 	return fp, missing, nil
 }
@@ -328,13 +381,15 @@ func (r *reader) records() error {
 			return err
 		}
 		var ids []ID
-		fp, missing, err := decodeRecord(p, func(id ID) { ids = append(ids, id) })
+		var ops []SharedOp
+		fp, missing, err := decodeRecord(p, func(id ID) { ids = append(ids, id) }, func(op SharedOp) { ops = append(ops, op) })
 		if err != nil {
 			// Checksummed, so a bug or a newer format: stop trusting here.
 			r.led.Damaged = fmt.Errorf("the record at offset %d is whole but does not decode (written by a newer release?)", off)
 			return nil
 		}
 		r.add(ids, fp, missing)
+		r.led.Shared = append(r.led.Shared, ops...)
 		off += h.Size()
 		r.led.End = off
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/sessionstore"
+	"github.com/sessiond/sessiond/internal/writer/files"
 	"github.com/sessiond/sessiond/internal/writer/stream"
 )
 
@@ -74,6 +75,7 @@ func (st *State) commit(group []*AppendRequest) {
 		}
 	}
 	st.saveSummaryOnly(g)
+	st.takeMatched(g)
 	st.acknowledge(g)
 	if len(g.batches) > 0 && st.sizeDue() {
 		if err := st.Compact("size"); err != nil {
@@ -109,6 +111,12 @@ type groupCommit struct {
 	absorbed        uint64
 	summaryOnly     []sessionstore.BatchMeta
 	summaryOnlyReqs []*AppendRequest
+	// taken counts, by digest, the CLI's unmatched lines the group's
+	// mirrored entries matched; takes lists them by request. They leave
+	// the unmatched lines only once the group is durable (takeMatched):
+	// a request refused matched nothing, and its retry matches again.
+	taken map[files.Digest]int
+	takes map[*AppendRequest][]files.Digest
 }
 
 // entrySlot is an entry of a group: its request in live and its place in
@@ -197,7 +205,7 @@ func (g *groupCommit) dedup(r *AppendRequest, ri int) [][]byte {
 				continue
 			}
 			g.seen[e.UUID] = true
-		} else if r.opt.SharedFile && g.st.sh.unmatched.Take(e.Line) {
+		} else if r.opt.SharedFile && g.match(r, e.Line) {
 			res.Outcome = Duplicate
 			continue
 		}

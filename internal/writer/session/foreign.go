@@ -214,7 +214,7 @@ func (st *State) rescue(data []byte) error {
 	if len(lines) == 0 {
 		return nil
 	}
-	st.sh.noteForeign(lines)
+	st.noteForeign(lines)
 	meta := sessionstore.BatchMeta{Foreign: true, At: st.Config.Clock.Now().UnixMilli()}
 	err := st.logBatches([][][]byte{lines}, [][]byte{meta.Encode()}, func(i int, sp stream.Span) {
 		st.addPending(pendingEntry{span: sp, size: len(lines[i]), uuid: ids[i], foreign: true})

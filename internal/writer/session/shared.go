@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 
 	"go.uber.org/zap"
 
@@ -50,17 +51,41 @@ type sharedState struct {
 }
 
 // noteForeign notes lines another program wrote into the file (or the
-// file a compaction replaced), one per element, each without its newline.
-func (sh *sharedState) noteForeign(lines [][]byte) {
+// file a compaction replaced), one per element, each without its newline,
+// and hands those without uuid to the ledger's next record.
+func (st *State) noteForeign(lines [][]byte) {
+	sh := &st.sh
 	sh.absorbed += uint64(len(lines))
 	sh.unsynced = sh.unsynced || len(lines) > 0
-	sh.unmatched.Note(lines)
+	ds := sh.unmatched.Note(lines)
+	ops := make([][16]byte, len(ds))
+	for i, d := range ds {
+		ops[i] = d
+	}
+	st.acked.NoteShared(ops, files.MaxUnmatched)
+}
+
+// replayShared rebuilds, as the writer opens, the lines without uuid the
+// CLI wrote that no mirrored copy matched yet, from the operations the
+// ledger recorded: they survive the writer's retirement, a restart and a
+// crash, so a mirrored copy arriving after any of them is still answered
+// as a duplicate.
+func (st *State) replayShared() {
+	for _, op := range st.acked.ReplayShared() {
+		if op.Take {
+			st.sh.unmatched.Remove(files.Digest(op.Digest))
+		} else {
+			st.sh.unmatched.Add(files.Digest(op.Digest))
+		}
+	}
 }
 
 // markOpenTail remembers, as the writer opens, the part of the canonical
 // file past what the ledger last recorded of it: lines another program
-// wrote while no writer was open.
+// wrote while no writer was open; and rebuilds the lines the CLI wrote
+// before that no mirrored copy matched (replayShared).
 func (st *State) markOpenTail() {
+	st.replayShared()
 	last, known := st.acked.LastRecorded()
 	if known && st.canonExists && st.canon.size > last.Size {
 		st.sh.tailFrom, st.sh.tailTo = last.Size, st.canon.size
@@ -126,7 +151,7 @@ func (st *State) syncShared() error {
 // a session the CLI wrote alone reads all of it, and such a file can be
 // hundreds of megabytes.
 func (st *State) noteRange(from, to int64) error {
-	return files.ScanWholeLines(st.fs, st.canonPath, from, to, func(l []byte) { st.sh.noteForeign([][]byte{l}) })
+	return files.ScanWholeLines(st.fs, st.canonPath, from, to, func(l []byte) { st.noteForeign([][]byte{l}) })
 }
 
 // recordAbsorbed records in the ledger that the writer noted the lines
@@ -259,7 +284,7 @@ func (st *State) absorbGrown(size int64) error {
 			st.ent.Add(l, true)
 		}
 	}
-	st.sh.noteForeign(lines)
+	st.noteForeign(lines)
 	st.canonExists = true
 	st.canonEntries += uint64(len(lines))
 	st.canon = fingerprint{end, tail}
@@ -303,10 +328,21 @@ func (g *groupCommit) claimAbsorbed(r *AppendRequest) {
 
 // keepSummaryOnly keeps the summary of r, a shared-file append whose
 // entries were all in the file already: its batch mirrors what the CLI
-// wrote, so its summary covers the transcript as it is now.
+// wrote, so its summary covers the transcript as it is now. Without a
+// summary, it keeps the batch id of one that matched lines without uuid:
+// they are matched for good once it is acknowledged (takeMatched), so a
+// retry after a lost answer must be answered by its batch id.
 func (g *groupCommit) keepSummaryOnly(r *AppendRequest) {
 	s := r.opt.Summary
-	if !r.opt.SharedFile || s == nil {
+	if !r.opt.SharedFile {
+		return
+	}
+	if s == nil {
+		if r.opt.BatchID != "" && len(g.takes[r]) > 0 {
+			g.seenBatch[r.opt.BatchID] = true
+			g.summaryOnly = append(g.summaryOnly, sessionstore.BatchMeta{BatchID: r.opt.BatchID, At: g.now.UnixMilli(), Entries: g.lines})
+			g.summaryOnlyReqs = append(g.summaryOnlyReqs, r)
+		}
 		return
 	}
 	v := g.version(s.Folder) + 1
@@ -332,7 +368,8 @@ func (st *State) saveSummaryOnly(g *groupCommit) {
 	}
 	st.storeDirty = true
 	st.publishSummary()
-	if st.ent != nil {
+	summarized := slices.ContainsFunc(g.summaryOnly, func(m sessionstore.BatchMeta) bool { return m.Summary != nil })
+	if st.ent != nil && summarized {
 		// Listed before the acks, as acknowledge does for stored
 		// entries: a caller that lists right after sees its summary.
 		st.ent.ModifiedMs = max(st.ent.ModifiedMs, g.now.UnixMilli())
@@ -352,5 +389,48 @@ func (st *State) saveSummaryOnly(g *groupCommit) {
 		}
 		r.res, r.err = nil, err
 		close(r.done)
+	}
+}
+
+// match matches line, an entry without uuid of r, a shared-file append,
+// with one of the CLI's unmatched lines not matched yet by the group, and
+// reports whether there was one.
+func (g *groupCommit) match(r *AppendRequest, line []byte) bool {
+	d := files.DigestOf(line)
+	if g.taken[d] >= g.st.sh.unmatched.Count(d) {
+		return false
+	}
+	if g.taken == nil {
+		g.taken = make(map[files.Digest]int)
+		g.takes = make(map[*AppendRequest][]files.Digest)
+	}
+	g.taken[d]++
+	g.takes[r] = append(g.takes[r], d)
+	return true
+}
+
+// takeMatched takes the lines the group's appends still to be
+// acknowledged matched out of the unmatched ones, once the group is
+// durable (their batch ids remembered), and records it in the ledger
+// before the acknowledgements: matched again after a restart, a line
+// would answer a mirrored copy the CLI wrote again, which then is lost.
+// A crash between the two leaves the line unmatched, as a line the CLI
+// never mirrors is: the CLI writes each line before it mirrors it, so a
+// later mirrored copy has a line of its own to match, and the one left
+// goes with the bound (files.MaxUnmatched). Once recorded, a retry of the
+// append is answered by its batch id. A failure to record is logged: the
+// next record carries the takes.
+func (st *State) takeMatched(g *groupCommit) {
+	if len(g.takes) == 0 {
+		return
+	}
+	for _, r := range g.live {
+		for _, d := range g.takes[r] {
+			st.sh.unmatched.Remove(d)
+			st.acked.TakeShared(d)
+		}
+	}
+	if err := st.acked.RecordShared(); err != nil {
+		st.log.Warn("cannot record in the ledger the lines of the agent's CLI that mirrored entries matched", zap.Error(err))
 	}
 }
