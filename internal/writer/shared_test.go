@@ -16,6 +16,7 @@ import (
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/sessionstore"
+	"github.com/sessiond/sessiond/internal/writer/session"
 )
 
 // cliTurn is what the Claude Code CLI writes of one turn into its
@@ -377,4 +378,88 @@ func TestSharedFileMatchesTheValue(t *testing.T) {
 		t.Fatalf("a line with another value than the CLI's: %+v %v; want it stored", res, err)
 	}
 	e.wantOnce(m, k, []string{cli, cli, cli, other})
+}
+
+// closeWriter ends the writer of k as how says: its idle retirement
+// ("retire"), sessiond stopping and starting again ("restart"), or killed
+// ("kill", its writers aborted as SIGKILL leaves them); it returns the
+// Manager that serves k next.
+func (e *env) closeWriter(m *Manager, k layout.Key, how string) *Manager {
+	e.t.Helper()
+	switch how {
+	case "retire":
+		if _, err := m.flush(bg, k, session.RetireIfDone, "test"); err != nil {
+			e.t.Fatal(err)
+		}
+		if m.IsActive(k) {
+			e.t.Fatal("the writer did not retire")
+		}
+		return m
+	case "restart":
+		closeManager(e.t, m)
+	case "kill":
+		crash(e.t, m)
+	}
+	m = e.manager()
+	if _, err := m.Recover(bg); err != nil {
+		e.t.Fatal(err)
+	}
+	return m
+}
+
+// TestSharedFileUnmatchedAcrossClose: the writer takes in the CLI's lines
+// of two turns as the first turn's mirrored batch arrives, then closes
+// (retires, sessiond restarts, or is killed) before the second turn's
+// batch arrives: its lines without uuid are still matched, and those the
+// first batch matched before the close are not matched again (a copy the
+// CLI did not write again is stored).
+func TestSharedFileUnmatchedAcrossClose(t *testing.T) {
+	for _, how := range []string{"retire", "restart", "kill"} {
+		t.Run(how, func(t *testing.T) {
+			e := newEnv(t)
+			m := e.manager()
+			k := newKey()
+			turn1, leaf := newCLITurn(k, 1, "")
+			turn2, _ := newCLITurn(k, 2, leaf)
+			e.cliWrite(k, joinLines(slices.Concat(turn1.lines, turn2.lines)))
+			mirror(t, m, k, sessionstore.AppendOptions{BatchID: uuid.NewString()}, turn1.mirrored...)
+			m = e.closeWriter(m, k, how)
+			defer closeManager(t, m)
+			mirror(t, m, k, sessionstore.AppendOptions{BatchID: uuid.NewString()}, turn2.mirrored...)
+			want := slices.Concat(turn1.lines, turn2.lines)
+			e.wantOnce(m, k, want)
+			// turn 1's queue line (its timestamp its own) was matched
+			// before the close.
+			queue := turn1.mirrored[0]
+			res, err := m.AppendBatch(bg, k, [][]byte{[]byte(queue)}, sessionstore.AppendOptions{SharedFile: true})
+			if err != nil || res.Results[0].Outcome != Stored {
+				t.Fatalf("a copy of a line matched before the close, the CLI did not write again: %+v %v; want it stored", res, err)
+			}
+		})
+	}
+}
+
+// TestSharedFileUnmatchedMatchedOnceAcrossClose: a line the CLI wrote
+// twice, one copy matched before the writer closed: after it, one more
+// mirrored copy matches, the next does not.
+func TestSharedFileUnmatchedMatchedOnceAcrossClose(t *testing.T) {
+	for _, how := range []string{"retire", "restart", "kill"} {
+		t.Run(how, func(t *testing.T) {
+			e := newEnv(t)
+			m := e.manager()
+			k := newKey()
+			latch := fmt.Sprintf(`{"type":"atis-latch","sessionId":%q}`, k.SessionID)
+			e.cliWrite(k, joinLines([]string{latch, latch}))
+			mirror(t, m, k, sessionstore.AppendOptions{}, latch)
+			m = e.closeWriter(m, k, how)
+			mirror(t, m, k, sessionstore.AppendOptions{}, latch)
+			m = e.closeWriter(m, k, how)
+			defer func() { closeManager(t, m) }()
+			res, err := m.AppendBatch(bg, k, [][]byte{[]byte(latch)}, sessionstore.AppendOptions{SharedFile: true})
+			if err != nil || res.Results[0].Outcome != Stored {
+				t.Fatalf("a third copy, the CLI wrote two: %+v %v; want it stored", res, err)
+			}
+			e.wantOnce(m, k, []string{latch, latch, latch})
+		})
+	}
 }
