@@ -463,3 +463,73 @@ func TestSharedFileUnmatchedMatchedOnceAcrossClose(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedFileUnmatchedAcrossPowerLoss: the mirrored batch of the CLI's
+// first turn arrives once the CLI wrote two turns (on disk), and the power
+// goes out at each point where what is durable changes, during that
+// append or after its answer; a disk keeping part of what was not synced
+// too (random seeds). After recovery the adapter sends the batch again
+// (same batch id: its answer may be lost), then the second turn's: every
+// entry is a duplicate, and the transcript holds each of the CLI's lines
+// once, no matter where the power went out.
+func TestSharedFileUnmatchedAcrossPowerLoss(t *testing.T) {
+	base := fstest.NewCrashFS()
+	k := newKey()
+	turn1, leaf := newCLITurn(k, 1, "")
+	turn2, _ := newCLITurn(k, 2, leaf)
+	want := slices.Concat(turn1.lines, turn2.lines)
+	path := crashLayout.TranscriptPath(k)
+	if err := fsys.MkdirAll(base, filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := base.WriteFile(path, []byte(joinLines(want)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	batch1 := sessionstore.AppendOptions{BatchID: uuid.NewString()}
+	send := func(m *Manager, opt sessionstore.AppendOptions, lines []string) (*AppendResult, error) {
+		raw := make([][]byte, len(lines))
+		for i, l := range lines {
+			raw[i] = []byte(l)
+		}
+		opt.SharedFile = true
+		return m.AppendBatch(bg, k, raw, opt)
+	}
+	// Points inside New (the journal's start) crash at the first
+	// operation after it, as runToCrash does.
+	run := func(c *fstest.CrashFS, at int64) {
+		m := newCrashManager(t, c, nil)
+		if at > 0 {
+			c.CrashAt(max(at, c.Ops()+1))
+		}
+		send(m, batch1, turn1.mirrored)
+		abortManager(m)
+	}
+	check := func(t *testing.T, v *fstest.CrashFS) {
+		m := newCrashManager(t, v, nil)
+		defer closeQuietly(m)
+		if rep, err := m.Recover(bg); err != nil || len(rep.Failed) > 0 {
+			t.Fatalf("Recover: %v %v", err, rep.Failed)
+		}
+		mirror(t, m, k, batch1, turn1.mirrored...)
+		mirror(t, m, k, sessionstore.AppendOptions{BatchID: uuid.NewString()}, turn2.mirrored...)
+		if _, err := m.Flush(bg, k); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := v.ReadFile(path); string(b) != joinLines(want) {
+			t.Fatalf("the transcript holds\n%s\nwant each of the CLI's lines once:\n%s", b, joinLines(want))
+		}
+	}
+	points := persistencePoints(base, func(c *fstest.CrashFS) { run(c, 0) })
+	for _, p := range points {
+		c := base.KillClone()
+		run(c, p)
+		c.Crash()
+		t.Run(fmt.Sprintf("op%d/synced", p), func(t *testing.T) { check(t, c.CrashClone(nil)) })
+		for seed := int64(1); seed <= 3; seed++ {
+			t.Run(fmt.Sprintf("op%d/seed%d", p, seed), func(t *testing.T) { check(t, c.CrashClone(seedRNG(seed))) })
+		}
+	}
+	if len(points) < 5 {
+		t.Fatalf("only %d crash points: the append did not run", len(points))
+	}
+}
