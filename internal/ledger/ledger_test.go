@@ -79,6 +79,41 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 }
 
+// TestSharedOpsRoundTrip: the shared file's operations ride in the next
+// record, in order, with ids or without, and only the last bound of notes
+// in a row are kept; a take-only record names the last record's file, and
+// none is written before a record named one.
+func TestSharedOpsRoundTrip(t *testing.T) {
+	s := newStore(t)
+	b := s.Book(testKey, zap.NewNop(), nil)
+	d := func(n byte) [16]byte { return [16]byte{n} }
+	b.TakeShared(d(9))
+	if err := b.RecordShared(); err != nil {
+		t.Fatal(err)
+	}
+	if led, err := s.Read(testKey); err != nil || led != nil {
+		t.Fatalf("a take recorded before any record named a file: %+v %v", led, err)
+	}
+	b.NoteShared([][16]byte{d(1), d(2), d(3)}, 2)
+	a := IDOf(Pos{Seg: 1, Off: 64}, "0e8a4c5e-5f1a-4d2c-9a53-6e9c4f1d2b7a", nil)
+	if err := b.Append(Fingerprint{Size: 10, Tail: 7}, 0, []ID{a}); err != nil {
+		t.Fatal(err)
+	}
+	b.TakeShared(d(3))
+	b.NoteShared([][16]byte{d(4)}, 2)
+	if err := b.RecordShared(); err != nil {
+		t.Fatal(err)
+	}
+	led, err := s.Read(testKey)
+	if err != nil || led == nil {
+		t.Fatalf("Read = %v, %v", led, err)
+	}
+	want := []SharedOp{{Take: true, Digest: d(9)}, {Digest: d(2)}, {Digest: d(3)}, {Take: true, Digest: d(3)}, {Digest: d(4)}}
+	if !slices.Equal(led.Shared, want) || led.Records != 2 || led.Last != (Fingerprint{Size: 10, Tail: 7}) || len(led.IDs) != 1 || led.Damaged != nil {
+		t.Fatalf("ops %+v in %d records, last %+v, ids %d, damaged %v; want %+v", led.Shared, led.Records, led.Last, len(led.IDs), led.Damaged, want)
+	}
+}
+
 // TestTornTailAndDamage: a torn last record is ignored and written over
 // without a copy; damage followed by a whole record is reported, copied
 // aside before the next append cuts it, and the ledger reads whole again.

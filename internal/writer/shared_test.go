@@ -533,3 +533,36 @@ func TestSharedFileUnmatchedAcrossPowerLoss(t *testing.T) {
 		t.Fatalf("only %d crash points: the append did not run", len(points))
 	}
 }
+
+// TestSharedFileUnmatchedBound: a session the CLI writes alone, lines
+// without uuid that nothing mirrors, holds no more than MaxUnmatched of
+// them, in memory and after a restart: the oldest go first (its mirrored
+// copy arriving late is stored), the ledger records no more than the
+// last MaxUnmatched of a run of them.
+func TestSharedFileUnmatchedBound(t *testing.T) {
+	const bound = 4096 // files.MaxUnmatched, as the README states it
+	e := newEnv(t)
+	m := e.manager()
+	k := newKey()
+	n := 3 * bound
+	cli := make([]string, n)
+	for i := range cli {
+		cli[i] = fmt.Sprintf(`{"type":"queue-operation","n":%d,"sessionId":%q}`, i, k.SessionID)
+	}
+	e.cliWrite(k, joinLines(cli))
+	oldest, kept := cli[n-bound-1], cli[n-bound]
+	res, err := m.AppendBatch(bg, k, [][]byte{[]byte(oldest), []byte(kept)}, sessionstore.AppendOptions{SharedFile: true})
+	if err != nil || res.Results[0].Outcome != Stored || res.Results[1].Outcome != Duplicate {
+		t.Fatalf("a line past the bound, then the oldest one kept: %+v %v; want stored, then a duplicate", res, err)
+	}
+	if fi, err := os.Stat(e.lay.AckedPath(k)); err != nil || fi.Size() > int64(bound)*17+1024 {
+		t.Fatalf("the ledger after %d lines without uuid: %v %v; want the last %d recorded only", n, fi.Size(), err, bound)
+	}
+	m = e.closeWriter(m, k, "restart")
+	defer closeManager(t, m)
+	dropped, next := cli[n-bound-2], cli[n-bound+1]
+	res, err = m.AppendBatch(bg, k, [][]byte{[]byte(dropped), []byte(next)}, sessionstore.AppendOptions{SharedFile: true})
+	if err != nil || res.Results[0].Outcome != Stored || res.Results[1].Outcome != Duplicate {
+		t.Fatalf("after a restart, a line dropped and one kept: %+v %v; want stored, then a duplicate", res, err)
+	}
+}

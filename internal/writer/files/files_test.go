@@ -159,3 +159,38 @@ func f2r(t *testing.T, p string) *os.File {
 	t.Cleanup(func() { f.Close() })
 	return f
 }
+
+// TestUnmatchedBoundAndOrder: takes match the oldest of equal lines, the
+// oldest line goes first past MaxUnmatched, and lines matched leave no
+// trace (a session whose lines are all matched holds nothing).
+func TestUnmatchedBoundAndOrder(t *testing.T) {
+	var u Unmatched
+	a, b := []byte(`{"type":"a"}`), []byte(`{"type":"b"}`)
+	u.Note([][]byte{a, b, a, []byte(`{"type":"c","uuid":"x"}`)})
+	if u.Len() != 3 || u.Count(DigestOf(a)) != 2 {
+		t.Fatalf("noted %d, %d of a; want 3 and 2 (a line with uuid is not noted)", u.Len(), u.Count(DigestOf(a)))
+	}
+	if !u.Take([]byte(`{ "type" : "a" }`)) || u.Count(DigestOf(a)) != 1 {
+		t.Fatal("a copy of a, another encoding, did not match")
+	}
+	// Filled to the bound: b goes first (a's oldest was taken).
+	for i := 0; i < MaxUnmatched-1; i++ {
+		u.Add(Digest{byte(i), byte(i >> 8), 1})
+	}
+	if u.Len() != MaxUnmatched || u.Count(DigestOf(b)) != 0 || u.Count(DigestOf(a)) != 1 {
+		t.Fatalf("at the bound: %d lines, b %d, a %d; want %d, 0, 1", u.Len(), u.Count(DigestOf(b)), u.Count(DigestOf(a)), MaxUnmatched)
+	}
+	u.Add(Digest{9, 9, 9})
+	if u.Len() != MaxUnmatched || u.Count(DigestOf(a)) != 0 {
+		t.Fatalf("past the bound: %d lines, a %d; want %d and a dropped", u.Len(), u.Count(DigestOf(a)), MaxUnmatched)
+	}
+	// Every line matched as it is noted: nothing grows.
+	var v Unmatched
+	for i := 0; i < 10*MaxUnmatched; i++ {
+		v.Note([][]byte{a})
+		v.Take(a)
+	}
+	if v.Len() != 0 || len(v.notes) > 2*MaxUnmatched || len(v.live) != 0 {
+		t.Fatalf("after noting and matching: %d lines, %d notes kept, %d digests", v.Len(), len(v.notes), len(v.live))
+	}
+}
