@@ -77,6 +77,12 @@ type Book struct {
 	ops      []SharedOp
 	replay   []SharedOp
 	replayed bool
+	// unsureOps: the first ops were in a record whose append failed, and
+	// are on disk if the ledger ends at unsureEnd (a write that went
+	// whole before a failed sync): recorded twice, a take would take a
+	// line no mirrored copy matched.
+	unsureOps int
+	unsureEnd int64
 }
 
 // Book returns key's ledger for its writer, which logs through log and
@@ -117,6 +123,10 @@ func (b *Book) Append(fp Fingerprint, missing int, ids []ID) error {
 		if led != nil {
 			b.end = led.End
 		}
+		if b.unsureOps > 0 && b.end == b.unsureEnd {
+			b.ops = b.ops[b.unsureOps:]
+		}
+		b.unsureOps = 0
 	}
 	path := b.s.layout.AckedPath(b.key)
 	dir := filepath.Dir(path)
@@ -135,6 +145,9 @@ func (b *Book) Append(fp Fingerprint, missing int, ids []ID) error {
 		err = b.s.fs.SyncDir(dir)
 	}
 	if err != nil {
+		if len(b.ops) > 0 {
+			b.unsureOps, b.unsureEnd = len(b.ops), b.end+int64(len(rec))
+		}
 		b.end = -1
 		return fmt.Errorf("append to the ledger of %s: %w", b.key, errdefs.FromIO(err))
 	}
@@ -155,7 +168,7 @@ func (b *Book) NoteShared(ds [][16]byte, bound int) {
 		b.ops = append(b.ops, SharedOp{Digest: d})
 	}
 	run := 0
-	for run < len(b.ops) && !b.ops[len(b.ops)-1-run].Take {
+	for run < len(b.ops)-b.unsureOps && !b.ops[len(b.ops)-1-run].Take {
 		run++
 	}
 	if extra := run - bound; extra > 0 {
@@ -260,12 +273,12 @@ func (b *Book) keepDamage(f fsys.File, size int64) error {
 func (b *Book) Reset() error {
 	if err := b.s.fs.Remove(b.s.layout.AckedPath(b.key)); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			b.end = 0
+			b.end, b.unsureOps = 0, 0
 			return nil
 		}
 		return fmt.Errorf("remove the ledger of an earlier transcript at %s: %w", b.key, errdefs.FromIO(err))
 	}
 	b.log.Info("the transcript is new; the ledger of an earlier one at this key was removed")
-	b.end = 0
+	b.end, b.unsureOps = 0, 0
 	return nil
 }

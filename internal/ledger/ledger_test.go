@@ -16,6 +16,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/clock"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/transcript/damage"
 )
@@ -111,6 +112,45 @@ func TestSharedOpsRoundTrip(t *testing.T) {
 	want := []SharedOp{{Take: true, Digest: d(9)}, {Digest: d(2)}, {Digest: d(3)}, {Take: true, Digest: d(3)}, {Digest: d(4)}}
 	if !slices.Equal(led.Shared, want) || led.Records != 2 || led.Last != (Fingerprint{Size: 10, Tail: 7}) || len(led.IDs) != 1 || led.Damaged != nil {
 		t.Fatalf("ops %+v in %d records, last %+v, ids %d, damaged %v; want %+v", led.Shared, led.Records, led.Last, len(led.IDs), led.Damaged, want)
+	}
+}
+
+// TestSharedOpsOnceAfterFailedAppend: a record whose append failed after
+// its write went whole (the folder sync of a new ledger) is on disk; the
+// next record does not carry its operations again (a take recorded twice
+// would take a line no mirrored copy matched). One whose write failed is
+// cut back, and the next carries its operations.
+func TestSharedOpsOnceAfterFailedAppend(t *testing.T) {
+	for _, op := range []fstest.Op{fstest.OpSyncDir, fstest.OpWrite} {
+		t.Run(op.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			ff := fstest.NewFaultFS(fsys.OS)
+			L := layout.Layout{Root: filepath.Join(dir, "root"), StateDir: filepath.Join(dir, "state")}
+			s := NewStore(Config{FS: ff, Layout: L, Clock: clock.NewFake(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)), Logger: zap.NewNop()})
+			if err := os.MkdirAll(filepath.Dir(L.AckedPath(testKey)), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			b := s.Book(testKey, zap.NewNop(), nil)
+			fp := Fingerprint{Size: 10, Tail: 7}
+			b.NoteShared([][16]byte{{1}}, 8)
+			ff.Inject(fstest.Fault{Op: op, Path: func(p string) bool { return strings.HasPrefix(p, filepath.Dir(L.AckedPath(testKey))) }})
+			if err := b.Append(fp, 0, nil); err == nil {
+				t.Fatal("the fault did not fire")
+			}
+			ff.Clear()
+			b.TakeShared([16]byte{1})
+			if err := b.Append(fp, 0, nil); err != nil {
+				t.Fatal(err)
+			}
+			led, err := s.Read(testKey)
+			if err != nil || led == nil {
+				t.Fatalf("Read = %v, %v", led, err)
+			}
+			want := []SharedOp{{Digest: [16]byte{1}}, {Take: true, Digest: [16]byte{1}}}
+			if !slices.Equal(led.Shared, want) {
+				t.Fatalf("ops %+v; want each once: %+v", led.Shared, want)
+			}
+		})
 	}
 }
 
