@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"go.uber.org/zap"
 
@@ -34,6 +35,10 @@ type Store struct {
 	clock   clock.Clock
 	log     *zap.Logger
 	missing registry
+	// failed: where the record whose append failed starts, by ledger
+	// (Book.read).
+	mu     sync.Mutex
+	failed map[layout.Key]int64
 }
 
 // NewStore returns the Store of cfg.
@@ -43,6 +48,75 @@ func NewStore(cfg Config) *Store {
 
 // Read reads key's ledger (see Read).
 func (s *Store) Read(key layout.Key) (*Ledger, error) { return Read(s.fs, s.layout, key) }
+
+// suspect notes that an append to key's ledger at end failed: the record
+// may read whole and still never reach the disk (a failed sync can leave
+// pages that look written), so no writer may trust it (Book.read).
+func (s *Store) suspect(key layout.Key, end int64) {
+	if end < 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failed == nil {
+		s.failed = make(map[layout.Key]int64)
+	}
+	if old, ok := s.failed[key]; !ok || end < old {
+		s.failed[key] = end
+	}
+}
+
+// trusted forgets a failed append to key's ledger: cut, or the ledger
+// removed.
+func (s *Store) trusted(key layout.Key) {
+	s.mu.Lock()
+	delete(s.failed, key)
+	s.mu.Unlock()
+}
+
+// read reads the ledger as a writer may trust it: a record whose append
+// failed is cut first (synced), by this Book or by the writer before it
+// (retired, or failed and reopened). What it held is then as if it was
+// never written, which each record allows: the entries of a compaction
+// that failed are still in the journal and recorded again, lines taken in
+// from the CLI are found again past the last record (markOpenTail), and
+// the writer that failed carries its shared file's operations into its
+// next record. Trusted, its operations could be replayed by the next
+// writer and lost at the next power loss, a line noted lost with them.
+func (b *Book) read() (*Ledger, error) {
+	b.s.mu.Lock()
+	end, failed := b.s.failed[b.key]
+	b.s.mu.Unlock()
+	if failed {
+		if err := b.cut(end); err != nil {
+			return nil, err
+		}
+		b.s.trusted(b.key)
+	}
+	return b.s.Read(b.key)
+}
+
+// cut truncates the ledger to end, synced.
+func (b *Book) cut(end int64) error {
+	f, err := b.s.fs.OpenFile(b.s.layout.AckedPath(b.key), os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return unreadable("the ledger of "+b.key.String(), err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err == nil && fi.Size() > end {
+		if err = f.Truncate(end); err == nil {
+			err = f.Sync()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("cut the record whose append failed from the ledger of %s: %w", b.key, errdefs.FromIO(err))
+	}
+	return nil
+}
 
 // KeepFunc copies what r reads, the bytes of the damaged file at path,
 // aside, and returns where.
@@ -77,12 +151,6 @@ type Book struct {
 	ops      []SharedOp
 	replay   []SharedOp
 	replayed bool
-	// unsureOps: the first ops were in a record whose append failed, and
-	// are on disk if the ledger ends at unsureEnd (a write that went
-	// whole before a failed sync): recorded twice, a take would take a
-	// line no mirrored copy matched.
-	unsureOps int
-	unsureEnd int64
 }
 
 // Book returns key's ledger for its writer, which logs through log and
@@ -115,7 +183,7 @@ func (b *Book) Compacted(fp Fingerprint, ids []ID) error {
 // were known missing.
 func (b *Book) Append(fp Fingerprint, missing int, ids []ID) error {
 	if b.end < 0 {
-		led, err := b.s.Read(b.key)
+		led, err := b.read()
 		if err != nil {
 			return err
 		}
@@ -123,10 +191,6 @@ func (b *Book) Append(fp Fingerprint, missing int, ids []ID) error {
 		if led != nil {
 			b.end = led.End
 		}
-		if b.unsureOps > 0 && b.end == b.unsureEnd {
-			b.ops = b.ops[b.unsureOps:]
-		}
-		b.unsureOps = 0
 	}
 	path := b.s.layout.AckedPath(b.key)
 	dir := filepath.Dir(path)
@@ -145,9 +209,7 @@ func (b *Book) Append(fp Fingerprint, missing int, ids []ID) error {
 		err = b.s.fs.SyncDir(dir)
 	}
 	if err != nil {
-		if len(b.ops) > 0 {
-			b.unsureOps, b.unsureEnd = len(b.ops), b.end+int64(len(rec))
-		}
+		b.s.suspect(b.key, b.end)
 		b.end = -1
 		return fmt.Errorf("append to the ledger of %s: %w", b.key, errdefs.FromIO(err))
 	}
@@ -168,7 +230,7 @@ func (b *Book) NoteShared(ds [][16]byte, bound int) {
 		b.ops = append(b.ops, SharedOp{Digest: d})
 	}
 	run := 0
-	for run < len(b.ops)-b.unsureOps && !b.ops[len(b.ops)-1-run].Take {
+	for run < len(b.ops) && !b.ops[len(b.ops)-1-run].Take {
 		run++
 	}
 	if extra := run - bound; extra > 0 {
@@ -273,12 +335,14 @@ func (b *Book) keepDamage(f fsys.File, size int64) error {
 func (b *Book) Reset() error {
 	if err := b.s.fs.Remove(b.s.layout.AckedPath(b.key)); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			b.end, b.unsureOps = 0, 0
+			b.s.trusted(b.key)
+			b.end = 0
 			return nil
 		}
 		return fmt.Errorf("remove the ledger of an earlier transcript at %s: %w", b.key, errdefs.FromIO(err))
 	}
 	b.log.Info("the transcript is new; the ledger of an earlier one at this key was removed")
-	b.end, b.unsureOps = 0, 0
+	b.s.trusted(b.key)
+	b.end = 0
 	return nil
 }

@@ -262,7 +262,7 @@ func (b *Book) find(h Holdings, gate bool) ([]ID, error) {
 		// or never compacted. Nothing to compare.
 		return nil, nil
 	}
-	led, err := b.s.Read(b.key)
+	led, err := b.read()
 	if err != nil {
 		return nil, err
 	}

@@ -116,7 +116,7 @@ type fileLines struct {
 // plus the pending entries, which a dry run leaves pending) and finds where
 // each missing entry j still holds goes. nil when nothing is missing.
 func (b *Book) PlanPutback(h Holdings, j Journal) (*Plan, error) {
-	led, err := b.s.Read(b.key)
+	led, err := b.read()
 	if err != nil || led == nil || len(led.IDs) == 0 || !h.Exists() {
 		return nil, err
 	}
