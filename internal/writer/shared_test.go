@@ -566,3 +566,25 @@ func TestSharedFileUnmatchedBound(t *testing.T) {
 		t.Fatalf("after a restart, a line dropped and one kept: %+v %v; want stored, then a duplicate", res, err)
 	}
 }
+
+// TestSharedFileOpenTailBeforeCompaction: the CLI wrote a turn while no
+// writer was open; the writer opens for an append through the store (a
+// title, not mirrored) and compacts before any mirrored batch arrives.
+// The compaction's record names the file past the CLI's lines, so it
+// notes them first: after a restart the mirrored batch still matches.
+func TestSharedFileOpenTailBeforeCompaction(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	k := newKey()
+	turn, _ := newCLITurn(k, 1, "")
+	e.cliWrite(k, joinLines(turn.lines))
+	title := fmt.Sprintf(`{"type":"custom-title","customTitle":"mine","sessionId":%q}`, k.SessionID)
+	mustAppendTo(t, m, k, title)
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	m = e.closeWriter(m, k, "restart")
+	defer closeManager(t, m)
+	mirror(t, m, k, sessionstore.AppendOptions{BatchID: uuid.NewString()}, turn.mirrored...)
+	e.wantOnce(m, k, append(slices.Clone(turn.lines), title))
+}

@@ -270,6 +270,11 @@ func (st *State) catchUpForeign() (done bool, err error) {
 	if err := st.checkPath(); err != nil {
 		return false, err
 	}
+	// The CLI's lines found at open are noted before the compaction's
+	// record names a file past them (shared.go).
+	if err := st.noteOpenTail(); err != nil {
+		return false, err
+	}
 	if ok, err := st.hasPrefix(st.canon); err != nil {
 		return false, err
 	} else if !ok || st.canonStatChanged() {
