@@ -34,7 +34,7 @@ var (
 )
 
 func allWorkloads() []*workload {
-	return []*workload{wlGroupCommit(), wlCompaction(), wlFork(), wlRepair(), wlDeleteRestore(), wlTrashMerge(), wlStore(), wlForeignRewrite()}
+	return []*workload{wlGroupCommit(), wlCompaction(), wlFork(), wlRepair(), wlDeleteRestore(), wlTrashMerge(), wlStore(), wlForeignRewrite(), wlSharedFile()}
 }
 
 // wlForeignRewrite: entries compacted in two compactions (segments small
