@@ -24,7 +24,14 @@
 //
 // The ledger is what makes the report correct after a restart and after the
 // journal's retention expired: it knows the uuids even when the journal no
-// longer holds the bytes. The files, by job: record.go, the record format
+// longer holds the bytes.
+//
+// Its records also carry, for a transcript the agent's CLI writes too, the
+// lines without uuid the writer took in from it and those a mirrored copy
+// matched (SharedOp), in order: the writer replays them as it opens, so a
+// mirrored copy arriving after a restart or a crash is still matched, once.
+// A record whose append failed is cut before the ledger is read or written
+// again (Book.read): a failed sync can leave it readable and not durable. The files, by job: record.go, the record format
 // and reading a ledger back; book.go, a transcript's ledger as its writer
 // appends to it; match.go, matching a ledger with a transcript's lines;
 // missing.go, what is found missing (log, Status, notes under

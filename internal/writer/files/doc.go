@@ -11,7 +11,9 @@
 //     files;
 //   - Unmatched: the lines without uuid that the agent's CLI wrote into a
 //     canonical file it shares with sessiond (on the defaults of both
-//     sides), which the mirrored copies of those lines then match;
+//     sides), which the mirrored copies of those lines then match, the
+//     oldest dropped past MaxUnmatched (the writer records each change in
+//     the session's ledger and replays them as it opens);
 //   - StaleTemps: the temp files a crashed daemon left in a folder;
 //   - KeepAside: a synced copy of a file a person should look at.
 //

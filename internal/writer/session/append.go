@@ -106,8 +106,9 @@ type groupCommit struct {
 	order    []entrySlot
 
 	// absorbed: lines taken in from the agent's CLI that no shared-file
-	// append claimed yet; summaryOnly (and their requests): summaries of
-	// shared-file appends that stored no entry (shared.go).
+	// append claimed yet; summaryOnly (and their requests): summaries, or
+	// batch ids alone, of shared-file appends that stored no entry
+	// (shared.go).
 	absorbed        uint64
 	summaryOnly     []sessionstore.BatchMeta
 	summaryOnlyReqs []*AppendRequest

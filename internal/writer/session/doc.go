@@ -29,7 +29,8 @@
 //     a compaction, rescued from the file a compaction replaced.
 //   - shared.go: the file the agent's CLI writes too (on the defaults of
 //     both sides): its lines taken in before a mirrored batch is
-//     deduplicated.
+//     deduplicated, those without uuid matched by value, and what is
+//     matched recorded in the ledger so that it outlives the writer.
 //   - store.go, sidecars.go: the SessionStore state (package
 //     sessionstore), titles, archive marks and a subagent's .meta.json.
 //   - acked.go: what the ledger of acknowledged entries (package ledger)

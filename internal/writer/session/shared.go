@@ -30,6 +30,17 @@ import (
 // one takes it and is answered DUPLICATE; an entry with a uuid is deduplicated by uuid
 // as any other. Only shared-file appends take from the multiset: a title
 // appended through the store, identical to an older line, is a new line.
+//
+// The multiset outlives the writer: its mirrored copies may arrive after
+// a retirement, a restart or a crash. Each line noted and each taken is
+// recorded in the session's ledger (ledger.SharedOp), in order, and the
+// next writer replays them as it opens (replayShared). A note rides in
+// the record that names the file holding its line, never after it: so a
+// crash keeps both or neither, and lines past the last record are found
+// again (markOpenTail). A take is recorded once its group is durable and
+// before its acknowledgement (takeMatched): a group refused takes nothing,
+// and its retry matches again; a batch acknowledged is answered by its
+// batch id when resent. The multiset is bounded (files.MaxUnmatched).
 
 // sharedState is what a writer knows of the lines other programs wrote
 // into its canonical file.
@@ -356,9 +367,9 @@ func (g *groupCommit) keepSummaryOnly(r *AppendRequest) {
 	g.summaryOnlyReqs = append(g.summaryOnlyReqs, r)
 }
 
-// saveSummaryOnly stores the summaries keepSummaryOnly kept, in the
-// store's sidecar (no journal record carries a summary without entries);
-// a failure refuses their appends.
+// saveSummaryOnly stores the summaries and batch ids keepSummaryOnly
+// kept, in the store's sidecar (no journal record carries a summary
+// without entries); a failure refuses their appends.
 func (st *State) saveSummaryOnly(g *groupCommit) {
 	if len(g.summaryOnly) == 0 {
 		return
