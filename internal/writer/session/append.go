@@ -76,6 +76,7 @@ func (st *State) commit(group []*AppendRequest) {
 	}
 	st.saveSummaryOnly(g)
 	st.takeMatched(g)
+	st.recordShared()
 	st.acknowledge(g)
 	if len(g.batches) > 0 && st.sizeDue() {
 		if err := st.Compact("size"); err != nil {

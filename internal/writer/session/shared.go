@@ -57,8 +57,10 @@ type sharedState struct {
 	// file's content as a prefix; a rewrite forgets it).
 	tailFrom, tailTo int64
 	tailBase         fingerprint // the file the ledger's record names
-	// unsynced: lines were noted since the file was last synced.
-	unsynced bool
+	// unsynced: lines were noted since the file was last synced;
+	// recordDue: since the ledger last recorded the file (recordShared).
+	unsynced  bool
+	recordDue bool
 }
 
 // noteForeign notes lines another program wrote into the file (or the
@@ -138,7 +140,7 @@ func (st *State) noteOpenTail() error {
 	if err := st.syncShared(); err != nil {
 		return err
 	}
-	st.recordAbsorbed()
+	st.sh.recordDue = true
 	return nil
 }
 
@@ -165,13 +167,24 @@ func (st *State) noteRange(from, to int64) error {
 	return files.ScanWholeLines(st.fs, st.canonPath, from, to, func(l []byte) { st.noteForeign([][]byte{l}) })
 }
 
-// recordAbsorbed records in the ledger that the writer noted the lines
-// other programs wrote into the file as it is now, so that the next open
-// does not take them for new ones (markOpenTail). Only that rests on the
-// record: a failure costs nothing stored.
-func (st *State) recordAbsorbed() {
-	if err := st.acked.Absorbed(st.canon.ledger()); err != nil {
-		st.log.Warn("cannot record the lines taken in from the agent's CLI in the ledger", zap.Error(err))
+// recordShared records in the ledger, in one synced record before the
+// group's acknowledgements, that the writer noted the lines other
+// programs wrote into the file as it is now (when it took some in), so
+// that the next open does not take them for new ones (markOpenTail), with
+// the lines without uuid it noted and those the group matched (shared.go).
+// A failure costs nothing stored: the lines are found again past the last
+// record, and the Book's next record carries the operations.
+func (st *State) recordShared() {
+	var err error
+	if st.sh.recordDue {
+		err = st.acked.Absorbed(st.canon.ledger())
+		st.sh.recordDue = err != nil
+	}
+	if err == nil {
+		err = st.acked.RecordShared()
+	}
+	if err != nil {
+		st.log.Warn("cannot record in the ledger the lines taken in from the agent's CLI, or those mirrored entries matched", zap.Error(err))
 	}
 }
 
@@ -305,7 +318,7 @@ func (st *State) absorbGrown(size int64) error {
 	if err := st.syncShared(); err != nil {
 		return err
 	}
-	st.recordAbsorbed()
+	st.sh.recordDue = true
 	st.Publish()
 	st.notifyChange()
 	return nil
@@ -422,26 +435,19 @@ func (g *groupCommit) match(r *AppendRequest, line []byte) bool {
 
 // takeMatched takes the lines the group's appends still to be
 // acknowledged matched out of the unmatched ones, once the group is
-// durable (their batch ids remembered), and records it in the ledger
-// before the acknowledgements: matched again after a restart, a line
-// would answer a mirrored copy the CLI wrote again, which then is lost.
-// A crash between the two leaves the line unmatched, as a line the CLI
-// never mirrors is: the CLI writes each line before it mirrors it, so a
-// later mirrored copy has a line of its own to match, and the one left
-// goes with the bound (files.MaxUnmatched). Once recorded, a retry of the
-// append is answered by its batch id. A failure to record is logged: the
-// next record carries the takes.
+// durable (their batch ids remembered), for recordShared to record before
+// the acknowledgements: matched again after a restart, a line would
+// answer a mirrored copy the CLI wrote again, which then is lost. A crash
+// between the two leaves the line unmatched, as a line the CLI never
+// mirrors is: the CLI writes each line before it mirrors it, so a later
+// mirrored copy has a line of its own to match, and the one left goes
+// with the bound (files.MaxUnmatched). Once recorded, a retry of the
+// append is answered by its batch id.
 func (st *State) takeMatched(g *groupCommit) {
-	if len(g.takes) == 0 {
-		return
-	}
 	for _, r := range g.live {
 		for _, d := range g.takes[r] {
 			st.sh.unmatched.Remove(d)
 			st.acked.TakeShared(d)
 		}
-	}
-	if err := st.acked.RecordShared(); err != nil {
-		st.log.Warn("cannot record in the ledger the lines of the agent's CLI that mirrored entries matched", zap.Error(err))
 	}
 }
