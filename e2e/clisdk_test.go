@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -120,18 +121,39 @@ func (a *agentEnv) sdkReaders(argv []string, sid string) {
 // TestAgentDefaultsSharedFilePython is TestAgentDefaultsSharedFile with the
 // Python Agent SDK (query() with ClaudeAgentOptions(session_store=
 // SessiondStore(), cli_path=the real CLI)): the same two turns and checks.
+//
+// The SDK requires anyio>=4.0.0 (its pyproject.toml) and Debian 12 has
+// python3-anyio 3.6.2, where the SDK cannot start the CLI at all: its
+// transport calls anyio.open_process(..., user=...) ("open_process() got an
+// unexpected keyword argument 'user'") and its Query subscripts
+// anyio.create_memory_object_stream[...] (a function in 3.x, a generic
+// class in 4.x). So the test takes an unmodified anyio 4 from
+// $SESSIOND_SDK_PY_DEPS, else ../shared/vendor/anyio/src (anyio 4.6.2.post1
+// is the newest whose only dependencies on Python 3.11, idna and sniffio,
+// Debian 12 has), put on the venv's path ahead of Debian's. Without one,
+// and with no anyio 4 in the venv, it checks that the SDK fails in exactly
+// that way, so it notices when that changes, and says that the two turns
+// did not run.
 func TestAgentDefaultsSharedFilePython(t *testing.T) {
 	t.Parallel()
 	requireAgentSetup(t)
 	src := vendoredSDK(t, "SESSIOND_SDK_PY_SRC", filepath.Join("claude-agent-sdk-python", "src"), filepath.Join("claude_agent_sdk", "__init__.py"))
+	deps := os.Getenv("SESSIOND_SDK_PY_DEPS")
+	if deps == "" {
+		deps = filepath.Join(vendorDir, "anyio", "src")
+	}
+	if deps, _ = filepath.Abs(deps); !fileExists(filepath.Join(deps, "anyio", "__init__.py")) {
+		deps = ""
+	}
 	python := "/usr/bin/python3" // Debian's: the Makefile's PY, with python3-grpcio and python3-anyio
 	if _, err := os.Stat(python); err != nil {
 		python = "python3"
 	}
 	wheel := adapterPackage(t, "package-py", "sessiond_store-*-py3-none-any.whl")
 	// The README's install: a venv that sees Debian's packages, the wheel
-	// with pip and no index. The vendored SDK is put on the venv's path by
-	// a .pth file, as an install of it would.
+	// with pip and no index. The vendored SDK (and anyio 4) are put on the
+	// venv's path by a .pth file, as installing them would; the venv's
+	// .pth entries come before Debian's dist-packages.
 	venv := filepath.Join(t.TempDir(), "venv")
 	env := envWithoutPrefix(os.Environ(), "PYTHON", "PIP_", "VIRTUAL_ENV")
 	for _, args := range [][]string{
@@ -148,14 +170,44 @@ func TestAgentDefaultsSharedFilePython(t *testing.T) {
 	if len(site) != 1 {
 		t.Fatalf("the venv's site-packages: %v", site)
 	}
-	if err := os.WriteFile(filepath.Join(site[0], "claude_agent_sdk_vendored.pth"), []byte(src+"\n"), 0o644); err != nil {
+	pth := src + "\n"
+	if deps != "" {
+		pth = deps + "\n" + pth
+	}
+	if err := os.WriteFile(filepath.Join(site[0], "claude_agent_sdk_vendored.pth"), []byte(pth), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	venvPython := filepath.Join(venv, "bin", "python")
+	probe := exec.Command(venvPython, "-c", "import anyio, inspect; print(anyio.__file__, 'user' in inspect.signature(anyio.open_process).parameters)")
+	probe.Env = driverEnv(t.TempDir())
+	out, errOut, code := runCmd(t, probe, "")
+	if code != 0 {
+		t.Fatalf("importing anyio in the venv: exit %d\n%s", code, errOut)
+	}
+	anyioFile, anyio4, _ := strings.Cut(strings.TrimSpace(out), " ")
+	if deps != "" && !pathInside(anyioFile, deps) {
+		t.Fatalf("anyio is imported from %s, want %s", anyioFile, deps)
 	}
 	driver, err := filepath.Abs(pyDriver)
 	if err != nil {
 		t.Fatal(err)
 	}
-	argv := []string{filepath.Join(venv, "bin", "python"), driver}
+	argv := []string{venvPython, driver}
+	if anyio4 != "True" {
+		a := newAgentEnvRoot(t, true)
+		cli, _ := filepath.Abs(cliInTSPkg)
+		cfg, _ := json.Marshal(map[string]string{"op": "turn", "socket": a.d.socket, "cwd": a.cwd, "home": a.home,
+			"baseURL": a.api.URL, "cli": cli, "prompt": "run the commands", "flush": "batched"})
+		cmd := exec.Command(venvPython, driver, string(cfg))
+		cmd.Env = driverEnv(a.home)
+		r := a.runTurn(cmd, "run the commands")()
+		const want = "open_process() got an unexpected keyword argument 'user'"
+		if !strings.Contains(r.Error, want) {
+			t.Fatalf("with anyio 3 (%s) the Python SDK was expected to fail to start the CLI (%s); it reported %q after %d mirrored batches: if it can run now, drop this branch", anyioFile, want, r.Error, len(r.Appended))
+		}
+		t.Logf("NOT RUN: the two turns through the Python SDK need anyio>=4 (the venv has Debian's %s, where the SDK fails: %s); put anyio 4.6.2.post1's src in ../shared/vendor/anyio/src or set SESSIOND_SDK_PY_DEPS", anyioFile, want)
+		return
+	}
 	for _, flush := range []string{"batched", "eager"} {
 		t.Run(flush, func(t *testing.T) {
 			t.Parallel()
@@ -205,4 +257,9 @@ func TestAgentDefaultsSharedFileRuby(t *testing.T) {
 			}, func(sid string) { a.sdkReaders(argv, sid) })
 		})
 	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

@@ -31,6 +31,7 @@ import dataclasses
 import json
 import os
 import sys
+import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from _sdk import _install_mcp_standin  # noqa: E402
@@ -95,7 +96,9 @@ async def turn() -> None:
             }})
         out({"end": {"session_id": session_id}})
     except Exception as e:  # the Go side reports it
-        out({"end": {"session_id": session_id, "error": "%s: %s" % (type(e).__name__, e)}})
+        # With where it was raised: an SDK's failure is often in a dependency.
+        where = traceback.format_exception(e)[-3:]
+        out({"end": {"session_id": session_id, "error": "%s: %s\n%s" % (type(e).__name__, e, "".join(where))}})
     finally:
         await store.close()
 
