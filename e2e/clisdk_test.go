@@ -18,7 +18,9 @@ import (
 // --user-install of the gem into the agent's HOME), and the SDKs vendored
 // in ../shared/vendor (see its SOURCES.md). The driver processes see only
 // PATH and HOME; the CLI gets the mock API's address and a key from the
-// options' env, as the TypeScript driver passes them.
+// options' env, as the TypeScript driver passes them. The stores name the
+// test daemon's socket (socket_path:), as the TypeScript driver's does: the
+// default socket is one per user, which parallel tests cannot share.
 
 var (
 	vendorDir  = filepath.Join("..", "..", "shared", "vendor")
