@@ -92,6 +92,9 @@ type turnResult struct {
 	// Appended: the main transcript's batches the SDK mirrored, on
 	// defaults (the driver reports them then).
 	Appended [][]any
+	// Module: where the driver loaded the adapter from (the Python and
+	// Ruby drivers report it).
+	Module string
 }
 
 func (r turnResult) mirrorErrors() []map[string]any {
@@ -127,6 +130,14 @@ func (a *agentEnv) startTurn(configDir, prompt, resume, flush string) (cmd *exec
 		}
 		cmd.Env = append(cmd.Env, "HOME="+a.home)
 	}
+	return cmd, a.runTurn(cmd, prompt)
+}
+
+// runTurn starts a driver that prints one agent turn's events as JSON
+// lines (driver.mjs's form, which the Python and Ruby drivers share); the
+// function it returns waits for the result.
+func (a *agentEnv) runTurn(cmd *exec.Cmd, prompt string) func() turnResult {
+	a.t.Helper()
 	var stderr testharness.SyncBuffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -143,6 +154,7 @@ func (a *agentEnv) startTurn(configDir, prompt, resume, flush string) (cmd *exec
 		sc.Buffer(nil, 16<<20)
 		for sc.Scan() {
 			var line struct {
+				Module   string
 				Msg      map[string]any
 				Appended *struct {
 					Subpath string
@@ -155,6 +167,9 @@ func (a *agentEnv) startTurn(configDir, prompt, resume, flush string) (cmd *exec
 			}
 			if json.Unmarshal(sc.Bytes(), &line) != nil {
 				continue
+			}
+			if line.Module != "" {
+				r.Module = line.Module
 			}
 			if line.Msg != nil {
 				r.Msgs = append(r.Msgs, line.Msg)
@@ -172,7 +187,7 @@ func (a *agentEnv) startTurn(configDir, prompt, resume, flush string) (cmd *exec
 		}
 		done <- r
 	}()
-	return cmd, func() turnResult {
+	return func() turnResult {
 		select {
 		case r := <-done:
 			return r
@@ -187,7 +202,12 @@ func (a *agentEnv) startTurn(configDir, prompt, resume, flush string) (cmd *exec
 func (a *agentEnv) turn(configDir, prompt, resume, flush string) turnResult {
 	a.t.Helper()
 	_, wait := a.startTurn(configDir, prompt, resume, flush)
-	r := wait()
+	return a.mustTurn(wait(), prompt)
+}
+
+// mustTurn fails the test when the turn failed or reported mirror errors.
+func (a *agentEnv) mustTurn(r turnResult, prompt string) turnResult {
+	a.t.Helper()
 	if r.Error != "" {
 		a.t.Fatalf("agent turn %q failed: %s", prompt, r.Error)
 	}
@@ -387,6 +407,14 @@ func compareFunctions(t *testing.T, a *agentEnv, sid string) {
 	if err != nil {
 		t.Fatalf("driver functions: %v\n%s", err, out)
 	}
+	compareReaders(t, out)
+}
+
+// compareReaders judges a driver's functions output ({"store", "disk"}:
+// what an SDK's readers returned with the store and from sessiond's files).
+// The Python and Ruby SDKs name the fields in snake_case.
+func compareReaders(t *testing.T, out []byte) {
+	t.Helper()
 	var res struct{ Store, Disk map[string]any }
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("driver output: %v\n%s", err, out)
@@ -402,8 +430,7 @@ func compareFunctions(t *testing.T, a *agentEnv, sid string) {
 	}
 	for i := range storeList {
 		if i < len(diskList) {
-			s, _ := storeList[i].(map[string]any)["lastModified"].(float64)
-			d, _ := diskList[i].(map[string]any)["lastModified"].(float64)
+			s, d := lastModified(storeList[i]), lastModified(diskList[i])
 			if s == 0 || s > d {
 				t.Errorf("listSessions[%d].lastModified: store %v, disk %v; the store's may not be newer", i, s, d)
 			}
@@ -422,6 +449,17 @@ func compareFunctions(t *testing.T, a *agentEnv, sid string) {
 	}
 }
 
+// lastModified is a listed session's lastModified (last_modified in the
+// Python and Ruby SDKs), in epoch ms.
+func lastModified(v any) float64 {
+	m, _ := v.(map[string]any)
+	if f, ok := m["lastModified"].(float64); ok {
+		return f
+	}
+	f, _ := m["last_modified"].(float64)
+	return f
+}
+
 // normalize drops what legitimately differs between a store and files: a
 // file's size exists only on disk, and lastModified is the file's mtime on
 // disk while with a store the SDK takes it from the summary (listSessions,
@@ -433,7 +471,7 @@ func normalize(v any) any {
 	case map[string]any:
 		out := map[string]any{}
 		for k, e := range x {
-			if k == "fileSize" || k == "lastModified" {
+			if k == "fileSize" || k == "lastModified" || k == "file_size" || k == "last_modified" {
 				continue
 			}
 			out[k] = normalize(e)

@@ -59,7 +59,17 @@ func TestAgentDefaultsSharedFile(t *testing.T) {
 
 func defaultsTwoTurns(t *testing.T, flush string) {
 	a := newAgentEnvRoot(t, true)
-	r := a.turn("", "run the commands", "", flush)
+	checkDefaultsTwoTurns(t, a, func(prompt, resume string) turnResult {
+		return a.turn("", prompt, resume, flush)
+	}, func(sid string) { compareFunctions(t, a, sid) })
+}
+
+// checkDefaultsTwoTurns runs the two turns with turn (an SDK's driver on
+// defaults, reporting what it mirrored) and judges them; readers compares
+// that SDK's session functions with the store and from ~/.claude.
+func checkDefaultsTwoTurns(t *testing.T, a *agentEnv, turn func(prompt, resume string) turnResult, readers func(sid string)) {
+	t.Helper()
+	r := turn("run the commands", "")
 	path := filepath.Join(a.home, ".claude", "projects", a.pk, r.SessionID+".jsonl")
 	if _, errOut, code := a.d.ctl("", "flush", "--all"); code != 0 {
 		t.Fatalf("flush: %s", errOut)
@@ -92,7 +102,7 @@ func defaultsTwoTurns(t *testing.T, flush string) {
 
 	// The resume runs from the store in a temporary config dir the SDK
 	// fills: its CLI writes there, and what it mirrors is stored.
-	r2 := a.turn("", "say hi", r.SessionID, flush)
+	r2 := turn("say hi", r.SessionID)
 	if r2.SessionID != r.SessionID {
 		t.Fatalf("resumed as %s, want %s", r2.SessionID, r.SessionID)
 	}
@@ -125,5 +135,5 @@ func defaultsTwoTurns(t *testing.T, flush string) {
 	}
 	// The official readers, in ~/.claude as claude --resume reads it, and
 	// with the store, agree.
-	compareFunctions(t, a, r.SessionID)
+	readers(r.SessionID)
 }
