@@ -5,7 +5,7 @@ PROTOC_VERSION := libprotoc 3.21.12
 PROTO_DIR := api/proto
 PROTO_FILES := $(shell find $(PROTO_DIR) -name '*.proto' | sort)
 
-.PHONY: all build test test-go test-sweeps tools postgres grpcurl sdk sdk-ts sdk-py sdk-rb sdk-pkg systemd-analyze packages package-ts package-py package-rb install uninstall proto proto-check vet fmt-check fuzz fuzz-short bench bench-adapter clean test-adapters
+.PHONY: all build test test-go test-sweeps tools postgres grpcurl sdk sdk-ts sdk-py sdk-py-deps sdk-rb sdk-pkg systemd-analyze packages package-ts package-py package-rb install uninstall proto proto-check vet fmt-check fuzz fuzz-short bench bench-adapter clean test-adapters
 
 all: build
 
@@ -21,7 +21,7 @@ build:
 # packages, when they are missing, Debian's Python packaging tools (sdk-pkg,
 # for make packages), systemd-analyze (on Linux) and Debian's PostgreSQL
 # server (postgres).
-tools: sdk sdk-ts sdk-py sdk-rb sdk-pkg systemd-analyze grpcurl postgres
+tools: sdk sdk-ts sdk-py sdk-py-deps sdk-rb sdk-pkg systemd-analyze grpcurl postgres
 	@v="$$(protoc --version 2>/dev/null)"; if [ "$$v" != "$(PROTOC_VERSION)" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing protobuf-compiler"; (apt-get update -qq && apt-get install -y -qq protobuf-compiler) >/dev/null || exit 1; \
@@ -70,6 +70,22 @@ sdk-ts:
 # tests use as their oracle imports (../shared/vendor/SOURCES.md).
 PY ?= /usr/bin/python3
 PY_DEBS := python3-grpcio python3-protobuf python3-grpc-tools python3-pytest python3-anyio python3-jsonschema
+
+# The vendored Python SDK needs anyio>=4 (its pyproject.toml); Debian 12
+# has 3.6.2, with which it cannot start the CLI. Debian 13's python3-anyio
+# (pure Python) and the typing_extensions it needs are fetched from the
+# Debian archive and unpacked here, not installed, for the e2e test that
+# runs the real CLI under the Python SDK (e2e/clisdk_test.go).
+PYDEPS := $(CURDIR)/.bin/pydeps
+PYDEPS_DEBS := python3-anyio/trixie python3-typing-extensions/trixie
+sdk-py-deps:
+	@test -f $(PYDEPS)/usr/lib/python3/dist-packages/anyio/__init__.py || { \
+	  d=$$(mktemp -d) && mkdir -p $$d/lists/partial $$d/cache/archives/partial && \
+	  echo 'deb http://deb.debian.org/debian trixie main' > $$d/sources.list && \
+	  o="-o Dir::Etc::SourceList=$$d/sources.list -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists=$$d/lists -o Dir::Cache=$$d/cache -o APT::Sandbox::User=$$(id -un)" && \
+	  echo "fetching $(PYDEPS_DEBS) into .bin/pydeps" && \
+	  apt-get -qq $$o update && (cd $$d && apt-get -qq $$o download $(PYDEPS_DEBS)) && \
+	  mkdir -p $(PYDEPS) && for f in $$d/*.deb; do dpkg -x $$f $(PYDEPS) || exit 1; done; rc=$$?; rm -rf $$d; exit $$rc; }
 
 sdk-py:
 	@if ! $(PY) -c 'import grpc, google.protobuf, grpc_tools, pytest, anyio, jsonschema' 2>/dev/null; then \
