@@ -295,3 +295,53 @@ func TestFailingStaleCompactionWaitsForTheTimer(t *testing.T) {
 		t.Fatalf("once the fault is gone: %d lines, want 22", n)
 	}
 }
+
+// TestCompactionAfterAnAppendOutlastingIdleRetire: the compaction the
+// bound asks for right after an append's answer may take longer than
+// IdleRetire (a slow disk); the writer may then retire there, and must
+// stop serving once it has. A writer that went on after retiring there
+// panicked at its next idle tick ("no move from retiring to retiring";
+// CI found it).
+func TestCompactionAfterAnAppendOutlastingIdleRetire(t *testing.T) {
+	for round := range 5 {
+		e := newEnv(t)
+		e.fs = fstest.NewHookFS(fsys.OS, fstest.Hooks{Before: func(c fstest.Call) error {
+			if c.Name == "sync" && strings.Contains(filepath.Base(c.Path), ".compact-") {
+				time.Sleep(60 * time.Millisecond)
+			}
+			return nil
+		}})
+		e.cfg.IdleCompact = 2 * time.Millisecond
+		e.cfg.CompactWithin = 2 * time.Millisecond
+		e.cfg.IdleRetire = 40 * time.Millisecond
+		// A file over IdleFloor: a small tail is not worth a rewrite when
+		// the timer finds it past the bound; a large append makes it so,
+		// in that append's turn.
+		e.cfg.IdleFloor = 1 << 10
+		m := e.manager()
+		ctx := context.Background()
+		k := newKey()
+		big := entry(uuid.NewString(), "p", strings.Repeat("x", 32<<10))
+		if _, err := m.Append(ctx, k, [][]byte{big}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Flush(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Append(ctx, k, [][]byte{entry("")}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond) // past the bound, the tail too small to compact
+		if _, err := m.Append(ctx, k, [][]byte{entry(uuid.NewString(), "p", strings.Repeat("y", 8<<10))}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // the append's compaction, a retirement, idle ticks
+		if _, err := m.Flush(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(e.canonicalLines(k)); n != 3 {
+			t.Fatalf("round %d: %d lines, want 3", round, n)
+		}
+		closeManager(t, m)
+	}
+}

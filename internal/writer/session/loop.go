@@ -90,7 +90,7 @@ func (l *loop) step() bool {
 		st.held.Drop()
 		l.heldC, l.heldFile = nil, nil
 	case r := <-s.reqs:
-		l.append(r)
+		return l.append(r)
 	case c := <-s.ctrl:
 		return l.control(c)
 	case <-l.idle.C():
@@ -113,7 +113,9 @@ func (l *loop) step() bool {
 	return false
 }
 
-func (l *loop) append(r *AppendRequest) {
+// append serves r; it reports whether the writer retired (the compaction
+// that may follow the answer can outlast IdleRetire with nothing queued).
+func (l *loop) append(r *AppendRequest) bool {
 	s, st := l.s, l.st
 	s.enter(serving)
 	st.commit(s.group(r))
@@ -129,8 +131,9 @@ func (l *loop) append(r *AppendRequest) {
 	// (no room, a file another program keeps changing) is not tried
 	// again at every append, only at the timer's pace (wake).
 	if st.failed == nil && l.due() && clock.Since(l.env.clock, l.tried) >= l.retry() {
-		l.compactSoon()
+		return l.compactSoon()
 	}
+	return false
 }
 
 // control runs control request c; it reports whether the writer retired.
