@@ -3,11 +3,14 @@ package e2e
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sessiond/sessiond/internal/mockapi"
 )
 
 // fileEntries returns every line of a transcript file, decoded.
@@ -59,9 +62,75 @@ func TestAgentDefaultsSharedFile(t *testing.T) {
 
 func defaultsTwoTurns(t *testing.T, flush string) {
 	a := newAgentEnvRoot(t, true)
+	var sid string
 	checkDefaultsTwoTurns(t, a, func(prompt, resume string) turnResult {
-		return a.turn("", prompt, resume, flush)
+		r := a.turn("", prompt, resume, flush)
+		sid = r.SessionID
+		return r
 	}, func(sid string) { compareFunctions(t, a, sid) })
+	cliResumeOnDefaults(t, a, sid)
+}
+
+// cliResumeOnDefaults runs `claude --resume sid -p` in the user's
+// ~/.claude, the CLI alone (no SDK, no store), after the SDK's turns: it
+// finds the session the CLI and sessiond share, sends the API the whole
+// conversation (the first turn's tool calls, each answered), and the
+// lines it writes there itself, with no store to mirror them, are taken in
+// by sessiond as another program's: the ledger check stays clean and
+// sessiond serves the file as it is.
+func cliResumeOnDefaults(t *testing.T, a *agentEnv, sid string) {
+	t.Helper()
+	cli, err := filepath.Abs(cliInTSPkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(a.api.Requests())
+	cmd := exec.Command(cli, "--resume", sid, "-p", "say hi", "--output-format", "json")
+	cmd.Dir = a.cwd
+	cmd.Env = append(driverEnv(a.home), "ANTHROPIC_BASE_URL="+a.api.URL, "ANTHROPIC_API_KEY=sk-test")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("claude --resume %s in ~/.claude: %v\n%s", sid, err, out)
+	}
+	if refused := a.refusals(); len(refused) > 0 {
+		t.Fatalf("the API refused the conversation claude --resume sent: %v", refused)
+	}
+	var hi *mockapi.Request
+	for _, q := range a.api.Requests()[before:] {
+		if q.Kind == "hi" {
+			hi = &q
+		}
+	}
+	if hi == nil {
+		t.Fatal("claude --resume never reached the API")
+	}
+	if uses, results := blockCounts(hi.Messages); uses != mockapi.Parallel || results != mockapi.Parallel {
+		t.Fatalf("claude --resume sent %d tool_use and %d tool_result, want the first turn's %d of each", uses, results, mockapi.Parallel)
+	}
+	if _, errOut, code := a.d.ctl("", "flush", "--all"); code != 0 {
+		t.Fatalf("flush: %s", errOut)
+	}
+	if out, errOut, code := a.d.ctl("", "check", sid, "--project", a.pk); code != 0 {
+		t.Fatalf("sessionctl check after claude --resume: exit %d\n%s%s", code, out, errOut)
+	}
+	path := filepath.Join(a.home, ".claude", "projects", a.pk, sid+".jsonl")
+	if got, file := a.stored(sid, ""), fileEntries(t, path); !reflect.DeepEqual(got, file) {
+		t.Fatalf("after claude --resume sessiond's Read serves %d entries, its file holds %d", len(got), len(file))
+	}
+}
+
+// blockCounts counts the tool_use and tool_result blocks of messages.
+func blockCounts(messages []mockapi.Message) (uses, results int) {
+	for _, m := range messages {
+		for _, b := range m.Content {
+			switch b.Type {
+			case "tool_use":
+				uses++
+			case "tool_result":
+				results++
+			}
+		}
+	}
+	return uses, results
 }
 
 // checkDefaultsTwoTurns runs the two turns with turn (an SDK's driver on

@@ -588,3 +588,45 @@ func TestSharedFileOpenTailBeforeCompaction(t *testing.T) {
 	mirror(t, m, k, sessionstore.AppendOptions{BatchID: uuid.NewString()}, turn.mirrored...)
 	e.wantOnce(m, k, append(slices.Clone(turn.lines), title))
 }
+
+// TestFlushTakesInAnotherProgramsLines: with nothing journaled, a Flush
+// still makes sessiond's view current with the file: lines another
+// program appended (the CLI resumed in ~/.claude with no store) are
+// served by Read at once, not only once the writer reopens.
+func TestFlushTakesInAnotherProgramsLines(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	defer closeManager(t, m)
+	k := newKey()
+	mine := string(entry(uuid.NewString()))
+	if _, err := m.Append(bg, k, [][]byte{[]byte(mine)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	theirs := []string{string(entry(uuid.NewString())), `{"type":"last-prompt","lastPrompt":"say hi"}`}
+	f, err := os.OpenFile(e.lay.TranscriptPath(k), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(strings.Join(theirs, "\n") + "\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if got := readServed(t, m, k); len(got) != 1 {
+		t.Fatalf("before the flush Read serves %d lines, want the 1 sessiond knows (this test's premise)", len(got))
+	}
+	if _, err := m.Flush(bg, k); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]string{mine}, theirs...)
+	if got := readServed(t, m, k); !slices.Equal(got, want) {
+		t.Fatalf("after the flush Read serves\n%q\nwant\n%q", got, want)
+	}
+	// The uuid the other program wrote is known: appending it is a duplicate.
+	res, err := m.Append(bg, k, [][]byte{[]byte(theirs[0])})
+	if err != nil || res.Results[0].Outcome != Duplicate {
+		t.Fatalf("appending the other program's line again: %+v %v, want a duplicate", res, err)
+	}
+}

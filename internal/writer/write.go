@@ -101,6 +101,11 @@ func (m *Manager) flush(ctx context.Context, key layout.Key, retire session.Reti
 		if !st.Exists() {
 			return m.NotFound(key)
 		}
+		if reason == "flush" {
+			if err := st.TakeIn(); err != nil {
+				return err
+			}
+		}
 		n := uint64(st.Pending())
 		if err := st.Compact(reason); err != nil {
 			return err

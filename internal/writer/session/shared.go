@@ -250,6 +250,31 @@ func (st *State) catchUpShared(group []*AppendRequest) []*AppendRequest {
 	return kept
 }
 
+// TakeIn takes in what other programs appended to the canonical file
+// since the writer last saw it, as a shared-file append does first, and
+// records it in the ledger. A flush runs it: the file is the transcript,
+// so making a session current means sessiond's view too (Read, the
+// listing, the ledger), not only the file with the journal. Without it a
+// flush with nothing journaled left lines the CLI wrote alone (claude
+// --resume in ~/.claude, no store) out of Read until the writer reopened.
+func (st *State) TakeIn() error {
+	err := st.noteOpenTail()
+	if err == nil {
+		err = st.absorbShared()
+	}
+	if err == nil {
+		err = st.syncShared()
+	}
+	if err == nil && st.failed != nil {
+		err = st.failed
+	}
+	if err != nil {
+		return fmt.Errorf("take in the lines another program wrote into %s: %w", st.canonPath, err)
+	}
+	st.recordShared()
+	return nil
+}
+
 // absorbShared takes in the lines another program appended to the
 // canonical file since the writer last saw it: only the new whole lines
 // when the file just grew past what the writer knows and nothing is
