@@ -630,3 +630,40 @@ func TestFlushTakesInAnotherProgramsLines(t *testing.T) {
 		t.Fatalf("appending the other program's line again: %+v %v, want a duplicate", res, err)
 	}
 }
+
+// TestFlushAfterAnotherProgramRemovedTheFile: a Flush with nothing
+// journaled whose transcript another program removed (or cut) succeeds and
+// changes nothing: taking lines in is for a file that grew; the rest is
+// left to the next compaction's and the next open's checks.
+func TestFlushAfterAnotherProgramRemovedTheFile(t *testing.T) {
+	e := newEnv(t)
+	m := e.manager()
+	defer closeManager(t, m)
+	for _, cut := range []bool{false, true} {
+		// Another program's transcript, opened by a Read: the writer
+		// knows lines past the ledger's last record, not noted yet.
+		k := newKey()
+		p := e.lay.TranscriptPath(k)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(string(entry(uuid.NewString()))+"\n"+string(entry(uuid.NewString()))+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(readServed(t, m, k)); n != 2 {
+			t.Fatalf("Read serves %d lines of the other program's transcript, want 2", n)
+		}
+		var err error
+		if cut {
+			err = os.Truncate(p, 10)
+		} else {
+			err = os.Remove(p)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Flush(bg, k); err != nil {
+			t.Fatalf("flush after another program's %s: %v", map[bool]string{false: "removal", true: "cut"}[cut], err)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/rawjson"
 	"github.com/sessiond/sessiond/internal/sessionstore"
 	"github.com/sessiond/sessiond/internal/writer/files"
@@ -258,7 +259,19 @@ func (st *State) catchUpShared(group []*AppendRequest) []*AppendRequest {
 // flush with nothing journaled left lines the CLI wrote alone (claude
 // --resume in ~/.claude, no store) out of Read until the writer reopened.
 func (st *State) TakeIn() error {
-	err := st.noteOpenTail()
+	// Only a file that grew past what the writer knows: one another
+	// program removed, replaced or cut is left to the paths that judge
+	// those (the next compaction's checks, the next open), as before.
+	fi, err := st.fs.Lstat(st.canonPath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("take in the lines another program wrote into %s: %w", st.canonPath, errdefs.FromIO(err))
+	case !st.canonExists || fi.Size() <= st.canon.size:
+		return nil
+	}
+	err = st.noteOpenTail()
 	if err == nil {
 		err = st.absorbShared()
 	}
