@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -8,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -159,12 +161,8 @@ func TestAdapterPackages(t *testing.T) {
 		// from npm's cache when it is there. Optional dependencies (the
 		// SDK's platform package with the Claude Code CLI) are left out:
 		// the store does not run the CLI.
-		install := exec.Command("npm", "install", "--no-audit", "--no-fund", "--prefer-offline", "--omit=optional",
+		npmInstall(t, scratch, env, "install", "--no-audit", "--no-fund", "--prefer-offline", "--omit=optional",
 			tarball, "@anthropic-ai/claude-agent-sdk@"+sdkVersion)
-		install.Dir, install.Env = scratch, env
-		if out, err := install.CombinedOutput(); err != nil {
-			t.Fatalf("npm install %s: %v\n%s", tarball, err, out)
-		}
 		// A copy, not a link to the checkout (which would load its dev SDK).
 		if fi, err := os.Lstat(filepath.Join(scratch, "node_modules", "sessiond-store")); err != nil || !fi.IsDir() {
 			t.Fatalf("node_modules/sessiond-store is not a folder: %v %v", fi, err)
@@ -369,4 +367,31 @@ func envWithoutPrefix(env []string, prefixes ...string) []string {
 		}
 	}
 	return out
+}
+
+// npmInstall runs npm with args in dir. npm itself can hang: in one CI run
+// an install whose every package was a cache hit stopped doing anything
+// for over 7 minutes (no CPU, no socket) until killed. So an attempt that
+// has not ended in 3 minutes is killed and tried once more, saying so; a
+// failure that is not a hang fails at once.
+func npmInstall(t *testing.T, dir string, env []string, args ...string) {
+	t.Helper()
+	const limit = 3 * time.Minute
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
+		cmd := exec.CommandContext(ctx, "npm", args...)
+		cmd.Dir, cmd.Env, cmd.WaitDelay = dir, env, 10*time.Second
+		out, err := cmd.CombinedOutput()
+		hung := ctx.Err() != nil
+		cancel()
+		switch {
+		case err == nil:
+			return
+		case hung && attempt == 1:
+			t.Logf("npm %v did not end within %v (npm hung; killed): trying once more\n%s", args, limit, out)
+			os.RemoveAll(filepath.Join(dir, "node_modules"))
+		default:
+			t.Fatalf("npm %v: %v (ended by its %v limit: %v)\n%s", args, err, limit, hung, out)
+		}
+	}
 }
