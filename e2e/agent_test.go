@@ -372,17 +372,7 @@ func TestAgentParallelToolsThroughStore(t *testing.T) {
 	if hi == nil {
 		t.Fatal("the resumed turn never reached the API")
 	}
-	uses, results := 0, 0
-	for _, m := range hi.Messages {
-		for _, b := range m.Content {
-			switch b.Type {
-			case "tool_use":
-				uses++
-			case "tool_result":
-				results++
-			}
-		}
-	}
+	uses, results := blockCounts(hi.Messages)
 	if uses != mockapi.Parallel || results != mockapi.Parallel {
 		t.Fatalf("the resumed request carries %d tool_use and %d tool_result, want %d each", uses, results, mockapi.Parallel)
 	}

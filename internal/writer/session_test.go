@@ -68,29 +68,21 @@ func TestStaleEntriesWaitForCompactWithin(t *testing.T) {
 	e.cfg.IdleRetire = time.Hour
 	m := e.manager()
 	defer closeManager(t, m)
-	ctx := context.Background()
 	k := newKey()
-	add := func() {
-		t.Helper()
-		if _, err := m.Append(ctx, k, [][]byte{entry("")}); err != nil {
-			t.Fatal(err)
-		}
-		settled(t, m, k)
-	}
 	lines := func(want int, when string) {
 		t.Helper()
 		if n := len(e.canonicalLines(k)); n != want {
 			t.Fatalf("%s: %d lines in the transcript, want %d", when, n, want)
 		}
 	}
-	add()
+	appendSettled(t, m, k)
 	advance(t, clk, time.Second) // a new transcript: written once idle
 	lines(1, "a new session after an idle second")
 	// The session goes on: an append every 2 s, so it idles past
 	// IdleCompact between them, for 14 s of the oldest entry's wait
 	// (under 15 s, three quarters of CompactWithin).
 	for i := 1; i <= 7; i++ {
-		add()
+		appendSettled(t, m, k)
 		advance(t, clk, 2*time.Second)
 		lines(1, fmt.Sprintf("after %d s of the oldest entry's wait", 2*i))
 	}
@@ -99,7 +91,7 @@ func TestStaleEntriesWaitForCompactWithin(t *testing.T) {
 	waitLines(t, e, k, 8)
 	// Nothing pending: no timer brings a rewrite, and a new entry waits
 	// its own bound, through idle pauses.
-	add()
+	appendSettled(t, m, k)
 	advance(t, clk, 14*time.Second)
 	lines(8, "14 s after the last append")
 	clk.Advance(6 * time.Second)
@@ -108,6 +100,17 @@ func TestStaleEntriesWaitForCompactWithin(t *testing.T) {
 	if got := m.Stats().Compactions; got != 3 {
 		t.Fatalf("%d compactions, want 3 (the new transcript, then one per CompactWithin)", got)
 	}
+}
+
+// appendSettled appends one entry to k and waits until its writer has
+// re-armed its timer (settled), so a fake clock's next Advance counts
+// from there.
+func appendSettled(t *testing.T, m *Manager, k layout.Key) {
+	t.Helper()
+	if _, err := m.Append(context.Background(), k, [][]byte{entry("")}); err != nil {
+		t.Fatal(err)
+	}
+	settled(t, m, k)
 }
 
 // waitLines waits (10 s at most) until k's transcript has want lines.
@@ -262,25 +265,18 @@ func TestFailingStaleCompactionWaitsForTheTimer(t *testing.T) {
 	defer closeManager(t, m)
 	ctx := context.Background()
 	k := newKey()
-	add := func() {
-		t.Helper()
-		if _, err := m.Append(ctx, k, [][]byte{entry("")}); err != nil {
-			t.Fatal(err)
-		}
-		settled(t, m, k)
-	}
-	add()
+	appendSettled(t, m, k)
 	if _, err := m.Flush(ctx, k); err != nil {
 		t.Fatal(err)
 	}
 	failing.Store(true)
-	add()
+	appendSettled(t, m, k)
 	advance(t, clk, 20*time.Second) // past the bound: the timer's try fails
 	if n := tries.Load(); n != 1 {
 		t.Fatalf("%d compaction tries once the bound passed, want 1", n)
 	}
 	for range 20 {
-		add()
+		appendSettled(t, m, k)
 	}
 	if n := tries.Load(); n != 1 {
 		t.Fatalf("%d compaction tries after 20 more appends at the same moment, want still 1", n)

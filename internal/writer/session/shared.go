@@ -224,16 +224,7 @@ func (st *State) catchUpShared(group []*AppendRequest) []*AppendRequest {
 	if !shared {
 		return group
 	}
-	err := st.noteOpenTail()
-	if err == nil {
-		err = st.absorbShared()
-	}
-	if err == nil {
-		err = st.syncShared()
-	}
-	if err == nil && st.failed != nil {
-		err = st.failed
-	}
+	err := st.takeInShared()
 	if err == nil {
 		return group
 	}
@@ -271,7 +262,18 @@ func (st *State) TakeIn() error {
 	case !st.canonExists || fi.Size() <= st.canon.size:
 		return nil
 	}
-	err = st.noteOpenTail()
+	if err := st.takeInShared(); err != nil {
+		return fmt.Errorf("take in the lines another program wrote into %s: %w", st.canonPath, err)
+	}
+	st.recordShared()
+	return nil
+}
+
+// takeInShared notes the lines past the ledger's last record found at
+// open, takes in what was appended since, and makes it durable: what a
+// shared-file append and a flush do first.
+func (st *State) takeInShared() error {
+	err := st.noteOpenTail()
 	if err == nil {
 		err = st.absorbShared()
 	}
@@ -281,11 +283,7 @@ func (st *State) TakeIn() error {
 	if err == nil && st.failed != nil {
 		err = st.failed
 	}
-	if err != nil {
-		return fmt.Errorf("take in the lines another program wrote into %s: %w", st.canonPath, err)
-	}
-	st.recordShared()
-	return nil
+	return err
 }
 
 // absorbShared takes in the lines another program appended to the
