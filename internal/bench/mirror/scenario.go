@@ -39,6 +39,7 @@ type catchUp struct {
 	rows, rowsAtConnect uint64
 	took, whole         time.Duration
 	rate                float64
+	fromStart           bool // rate counted from sessiond's start, see catchUp
 	perTx               int
 	ceiling, rowsOnly   float64
 }
@@ -254,6 +255,14 @@ func (m *scenario) catchUp(ctx context.Context) error {
 	}
 	c.took, c.whole = caughtUp.Sub(connectedAt), caughtUp.Sub(catchStart)
 	c.rate = float64(c.rows-c.rowsAtConnect) / c.took.Seconds()
+	if c.rowsAtConnect >= c.rows {
+		// The whole catch-up ended before a poll saw the mirror connected
+		// (small runs): no row falls in the window from the connection, so
+		// the rate is taken over the time from sessiond's start, which
+		// understates it rather than reporting nothing.
+		c.fromStart = true
+		c.rate = float64(c.rows) / c.whole.Seconds()
+	}
 	c.perTx = min(mirror.DefaultBatchEntries, max(int(c.rows)/m.clients, 1))
 	if c.ceiling, err = insertLoop(ctx, m.dsn, "ceiling_store", true, int(c.rows), m.clients, c.perTx, mirror.DefaultWorkers, m.size, m.env.Seed); err != nil {
 		return fmt.Errorf("the plain INSERT loop: %w", err)
@@ -292,6 +301,9 @@ func (m *scenario) report() {
 	}
 	ch := harness.NewCheck("mirror rows/s >= 80% of a plain batched INSERT loop of the same data", c.rate/c.ceiling*100, mirrorCeilingShare, "%", true)
 	ch.Note = fmt.Sprintf("%s vs %s rows/s", harness.FmtNum(c.rate), harness.FmtNum(c.ceiling))
+	if c.fromStart {
+		ch.Note += "; every row was written before the mirror was seen connected, so the mirror's rate is counted from sessiond's start"
+	}
 	sc.Checks = append(sc.Checks, ch)
 	if d1, p1 := by["d1"], by["p1"]; harness.Measured(d1, p1) {
 		ch := harness.NewCheck("one agent's p50: sessiond <= the reference PostgreSQL store", d1.Latency.P50, p1.Latency.P50, "us", false)
