@@ -13,6 +13,12 @@ const readChunk = 1 << 20
 
 var chunkPool = sync.Pool{New: func() any { b := make([]byte, readChunk); return &b }}
 
+// smallRead is the largest run read into a smallPool buffer: most runs,
+// a session's entries being a few KiB apart among other sessions'.
+const smallRead = 64 << 10
+
+var smallPool = sync.Pool{New: func() any { b := make([]byte, smallRead); return &b }}
+
 // spanError says a span does not point at an entry of the journal.
 func (l *Log) spanError(sp Span, why string) error {
 	return fmt.Errorf("log: span %d:%d+%d %s: %w", sp.Seg, sp.Off, sp.Len, why, errdefs.ErrInvalidArgument)
@@ -69,13 +75,16 @@ func (l *Log) ReadEntry(sp Span, buf []byte) ([]byte, error) {
 // sessions': compacting one session of a busy fleet read 60 MiB.)
 func (l *Log) ReadEntries(spans []Span, fn func(i int, entry []byte) error) error {
 	var (
-		bp   *[]byte
-		big  []byte
-		last Span
+		bp, sp *[]byte
+		big    []byte
+		last   Span
 	)
 	defer func() {
 		if bp != nil {
 			chunkPool.Put(bp)
+		}
+		if sp != nil {
+			smallPool.Put(sp)
 		}
 	}()
 	frameLen := func(sp Span) int64 { return frame.HeaderSize + streamSize + int64(sp.Len) }
@@ -108,8 +117,11 @@ func (l *Log) ReadEntries(spans []Span, fn func(i int, entry []byte) error) erro
 		}
 		var buf []byte
 		switch n := end - start; {
-		case n <= 64<<10:
-			buf = make([]byte, n)
+		case n <= smallRead:
+			if sp == nil {
+				sp = smallPool.Get().(*[]byte)
+			}
+			buf = (*sp)[:n]
 		case n <= readChunk:
 			if bp == nil {
 				bp = chunkPool.Get().(*[]byte)

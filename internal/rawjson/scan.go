@@ -156,6 +156,10 @@ func (s *scanner) skipSpace() {
 		return
 	}
 	if s.compact {
+		if s.out == nil {
+			// The first whitespace to drop: only now is a copy needed.
+			s.out = make([]byte, 0, len(s.data)-s.seg)
+		}
 		s.out = append(s.out, s.data[s.seg:s.pos]...)
 		s.seg = i
 	}

@@ -28,7 +28,8 @@ type KeyValue struct {
 // whitespace between tokens (as json.Compact does; every other byte is
 // kept, key order and string bytes included). It also reports the
 // top-level member key, whose ASCII name is compared without decoding. The
-// output never shares memory with raw. The text is read once: checking,
+// output is part of raw when raw holds no whitespace between tokens, a new
+// slice otherwise: the caller hands raw over. The text is read once: checking,
 // compacting and finding the key happen in the same pass.
 func CompactObject(raw []byte, key string) (out []byte, kv KeyValue, err error) {
 	s := scanner{data: raw, strict: true, findKey: true, key: key, keyASCII: isASCII(key)}
@@ -46,12 +47,18 @@ func CompactObject(raw []byte, key string) (out []byte, kv KeyValue, err error) 
 	}
 
 	s.compact = true
-	s.out = make([]byte, 0, len(raw)-start)
 	s.seg = start
 	if err := s.value(); err != nil {
 		return nil, kv, err
 	}
-	s.flush()
+	if s.out == nil {
+		// No whitespace inside: the object is raw's own bytes (what agents
+		// send), returned without a copy; its capacity ends with it, so an
+		// append to out never writes into raw.
+		s.out = raw[start:s.pos:s.pos]
+	} else {
+		s.flush()
+	}
 	s.compact = false
 	if err := s.end(start); err != nil {
 		return nil, kv, err

@@ -9,7 +9,7 @@ import (
 
 // Entry is one validated transcript line.
 type Entry struct {
-	Line []byte // compacted JSON object, no trailing newline; never shares memory with the raw input
+	Line []byte // compacted JSON object, no trailing newline; may be part of the raw input
 	UUID string // the top-level "uuid" string field, "" if absent or null
 }
 
@@ -27,6 +27,10 @@ type Entry struct {
 // surrogate escape such as \ud83d is valid JSON text, written by the CLI
 // itself, and is kept too: check reports it, repair replaces it. Leading and trailing
 // whitespace, a final newline included, is dropped.
+//
+// Normalize takes raw over: an entry already compact (as agents send them)
+// comes back as part of raw, without a copy, so the caller must not change
+// raw afterwards.
 //
 // Errors wrap errdefs.ErrTooLarge or errdefs.ErrInvalidArgument and give the
 // byte offset of the problem in raw. The entry is read once: validation,

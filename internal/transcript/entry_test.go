@@ -173,21 +173,31 @@ func TestNormalize(t *testing.T) {
 	}
 }
 
-// TestNormalizeOutputIsFresh checks that Line does not share memory with the
-// input, which callers reuse (gRPC buffers, read buffers).
-func TestNormalizeOutputIsFresh(t *testing.T) {
-	for _, in := range []string{`{"a":"b"}`, ` { "a" : "b" } `} {
-		raw := []byte(in)
-		e, err := Normalize(raw, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range raw {
-			raw[i] = 'X'
-		}
-		if string(e.Line) != `{"a":"b"}` {
-			t.Fatalf("Line changed with the input: %q", e.Line)
-		}
+// TestNormalizeCopiesOnlyToCompact checks that an entry already compact
+// comes back as the input's own bytes (no copy per append), with no room
+// for an append to write into the input, and that one with whitespace comes
+// back as a new slice that the input's later changes do not reach.
+func TestNormalizeCopiesOnlyToCompact(t *testing.T) {
+	raw := []byte(` {"a":"b"}` + "\n")
+	e, err := Normalize(raw, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(e.Line) != `{"a":"b"}` || &e.Line[0] != &raw[1] {
+		t.Fatalf("compact entry %q: not raw's own bytes", e.Line)
+	}
+	if cap(e.Line) != len(e.Line) {
+		t.Fatalf("compact entry has capacity %d past its %d bytes: an append would write into raw", cap(e.Line), len(e.Line))
+	}
+	raw = []byte(` { "a" : "b" } `)
+	if e, err = Normalize(raw, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range raw {
+		raw[i] = 'X'
+	}
+	if string(e.Line) != `{"a":"b"}` {
+		t.Fatalf("Line changed with the input: %q", e.Line)
 	}
 }
 

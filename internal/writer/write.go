@@ -29,7 +29,9 @@ const (
 // A key whose files or folders run through a symbolic link is refused
 // (errdefs.ErrUnsafePath), checked once per live writer. Validation
 // happens here, in the caller's goroutine, so the CPU work of many callers
-// runs in parallel and the writer only deduplicates and writes.
+// runs in parallel and the writer only deduplicates and writes. The entries
+// are stored without a copy when already compact: raw is the manager's
+// once passed, and must not be changed by the caller.
 func (m *Manager) Append(ctx context.Context, key layout.Key, raw [][]byte) (*AppendResult, error) {
 	return m.AppendBatch(ctx, key, raw, sessionstore.AppendOptions{})
 }
