@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/sessiond/sessiond/internal/bench/harness"
+	"github.com/sessiond/sessiond/internal/bench/inprocess"
+	"github.com/sessiond/sessiond/internal/journal"
 )
 
 // Name is the scenario's name in the suite (--scenarios).
@@ -70,6 +72,11 @@ type variant struct {
 	judged   bool // its figures are judged against the targets
 	cpu      bool // and so is its CPU (stated at a mean of 1 s)
 	memory   bool // report memory per live session
+	// floor runs the load against the echo server (inprocess.GroupEcho)
+	// instead of sessiond: the transport's cost on this machine, and with
+	// durable a group-committed log's, measured beside sessiond.
+	floor, durable bool
+	delay          time.Duration // the durable floor's commit delay
 }
 
 // variants are the runs at env's scale.
@@ -91,6 +98,9 @@ func variants(env *harness.Env) ([]variant, error) {
 		{id: "m1a", label: "mean 1 s, dist:agent (info)", sessions: n, window: w, think: time.Second, size: agent},
 		{id: "m5", label: "mean 5 s, 1 KiB", sessions: n, window: w, think: 5 * time.Second, size: fixed, judged: true},
 		{id: "live", label: fmt.Sprintf("%d live sessions, mean 1 s, 1 KiB", many), sessions: many, window: mw, think: time.Second, size: fixed, memory: true},
+		{id: "floor", label: "floor: mean 1 s, 1 KiB, gRPC + group commit, no wait (baseline)", sessions: n, window: w, think: time.Second, size: fixed, floor: true, durable: true},
+		{id: "floor4", label: fmt.Sprintf("floor: mean 1 s, 1 KiB, gRPC + group commit, %v wait (baseline)", journal.DefaultCommitDelay), sessions: n, window: w, think: time.Second, size: fixed, floor: true, durable: true, delay: journal.DefaultCommitDelay},
+		{id: "echo", label: "floor: mean 1 s, 1 KiB, gRPC alone, no disk (baseline)", sessions: n, window: w, think: time.Second, size: fixed, floor: true},
 	}, nil
 }
 
@@ -126,20 +136,36 @@ func measureVariant(ctx context.Context, env *harness.Env, v variant, seed uint6
 	}
 	ctx, cancel := context.WithTimeout(ctx, v.window+10*time.Minute)
 	defer cancel()
-	p, err := harness.StartDaemon(ctx, env.Sessiond, dir, env.SessiondArgs)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err := p.Stop(60 * time.Second); err != nil {
-			env.Logf("[%s] stopping sessiond: %v", Name, err)
+	var socket, floorFile string
+	if v.floor {
+		g, err := inprocess.StartGroupEcho(ctx, dir, v.durable, v.delay)
+		if err != nil {
+			return nil, err
 		}
-	}()
+		defer func() {
+			if err := g.Stop(); err != nil {
+				env.Logf("[%s] stopping the echo server: %v", Name, err)
+			}
+		}()
+		socket, floorFile = g.Socket, g.File
+	} else {
+		p, err := harness.StartDaemon(ctx, env.Sessiond, dir, env.SessiondArgs)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err := p.Stop(60 * time.Second); err != nil {
+				env.Logf("[%s] stopping sessiond: %v", Name, err)
+			}
+		}()
+		socket = p.Socket
+	}
 	env.Logf("[%s] %s: %d sessions, %v", Name, v.label, v.sessions, v.window)
-	r, err := newRun(ctx, p, v, seed)
+	r, err := newRun(ctx, socket, v, seed)
 	if err != nil {
 		return nil, err
 	}
+	r.floorFile = floorFile
 	defer r.close()
 	return r.measure(ctx, env)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/sessiond/sessiond/internal/bench/harness"
+	"github.com/sessiond/sessiond/internal/journal"
 )
 
 const mib = 1 << 20
@@ -22,6 +23,11 @@ func addRows(sc *harness.Scenario, v variant, m *measured) {
 		(m.after.cpu-m.before.cpu).Seconds(), m.wall().Seconds(), m.selfPct()))
 	add("daemon descriptors, max / of them deleted files", fmt.Sprintf("%d / %d", m.fdMax, m.fdDel),
 		fmt.Sprintf("/proc/<pid>/fd read %d times (every %v); %d / %d before the window", m.fdSamples, fdEvery, m.before.fds, m.before.deleted))
+	if v.floor {
+		add("bytes written / bytes appended", fmt.Sprintf("%.2f", m.writeRatio()), fmt.Sprintf("write_bytes of /proc/<pid>/io: %.1f MiB for %.1f MiB appended",
+			float64(m.after.writeBytes-m.before.writeBytes)/mib, float64(m.appended)/mib))
+		return
+	}
 	add("compactions/s", fmt.Sprintf("%.1f", m.compactionsPerSec()), fmt.Sprintf("Status compactions: %d in the window; journal syncs %d (%.1f appends per sync)",
 		m.after.compactions-m.before.compactions, m.after.syncs-m.before.syncs, float64(m.calls)/float64(max(1, m.after.syncs-m.before.syncs))))
 	add("bytes written / bytes appended", fmt.Sprintf("%.2f", m.writeRatio()), fmt.Sprintf("write_bytes of /proc/<pid>/io: %.1f MiB for %.1f MiB appended; of them, as sessiond counts its writes: journal %.1f MiB, compactions %.1f MiB (the rest: pages rewritten, the ledger, sidecars)",
@@ -89,6 +95,7 @@ func notes(vs []variant, verify bool) []string {
 		fmt.Sprintf("Counters over the window: CPU = utime+stime of /proc/<pid>/stat; descriptors = entries of /proc/<pid>/fd read every %v, a descriptor being a deleted file when its link ends in \" (deleted)\"; compactions/s from Status compactions; bytes written = write_bytes of /proc/<pid>/io (the journal and the transcripts), over the bytes of the entries acknowledged in the window (newlines included).", fdEvery),
 		fmt.Sprintf("Staleness: the first %d sessions' transcripts are read every %v (new bytes only; again from the start when a compaction replaced the file); an entry's staleness is the time from its acknowledgement to the first read that finds it; after the window the reads go on until every entry is found or %.0f s pass, and an entry never found counts with its age then. Bound: %.0f s (sessiond starts the compaction of an acknowledged entry within --compact-within, 30 s, of it for files up to 4 MiB; 5 s more for the compaction's own time and the reads).", watchedSessions, watchEvery, staleLimitSecs+10, staleLimitSecs),
 		fmt.Sprintf("Live sessions: %d sessions at a mean think time of 1 s offer about %d appends/s; the row says how many this machine kept up with. RSS per live session = (VmRSS after the window - VmRSS before any session existed) / sessions.", vs[3].sessions, vs[3].sessions),
+		fmt.Sprintf("Floor (baseline, same run): the mean-1 s load, the same %d connections and the same client, against an echo server of this bench instead of sessiond: it appends each request's lines to one file, writing and fdatasyncing together every request that arrived while the last sync ran (group commit) and answering as sessiond does: with no wait (the least latency), and with the first request of each group waiting %v for others, sessiond's default --commit-delay (fewer syncs, less CPU). It is what any gRPC daemon acknowledging only durable appends pays on this machine, with nothing of sessiond's own work (sessions, validation, listings, compactions); its \"daemon\" rows are the echo server's. The last floor is the same echo server keeping nothing: the gRPC round trips alone.", conns, journal.DefaultCommitDelay),
 		"Verified: " + verified + ".",
 	}
 }

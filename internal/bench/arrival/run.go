@@ -19,14 +19,15 @@ const watchedSessions = 50
 
 // run is one variant's load on one sessiond.
 type run struct {
-	v      variant
-	p      *harness.Daemon
-	pid    int
-	root   string
-	conns  []*client.Client
-	agents []*agent
-	watch  *watcher
-	idle   snapshot // before any session existed
+	v variant
+	// floorFile is the echo server's file, for the floor variant.
+	floorFile string
+	pid       int
+	root      string
+	conns     []*client.Client
+	agents    []*agent
+	watch     *watcher
+	idle      snapshot // before any session existed
 }
 
 // agent is one session and what it was acknowledged.
@@ -42,10 +43,10 @@ type agent struct {
 	watched bool
 }
 
-func newRun(ctx context.Context, p *harness.Daemon, v variant, seed uint64) (*run, error) {
-	r := &run{v: v, p: p}
+func newRun(ctx context.Context, socket string, v variant, seed uint64) (*run, error) {
+	r := &run{v: v}
 	for range min(conns, v.sessions) {
-		c, err := client.Dial(p.Socket, client.WithRetry(1, 0))
+		c, err := client.Dial(socket, client.WithRetry(1, 0))
 		if err != nil {
 			r.close()
 			return nil, err
@@ -67,7 +68,7 @@ func newRun(ctx context.Context, p *harness.Daemon, v variant, seed uint64) (*ru
 	var watched []client.Session
 	for i := range v.sessions {
 		a := &agent{sess: client.Session{ProjectKey: project, ID: harness.NewUUID(rng)}, conn: r.conns[i%len(r.conns)],
-			rng: rand.New(rand.NewPCG(seed, uint64(i)+1)), size: v.size, watched: i < watchedSessions}
+			rng: rand.New(rand.NewPCG(seed, uint64(i)+1)), size: v.size, watched: i < watchedSessions && !v.floor}
 		if a.watched {
 			watched = append(watched, a.sess)
 		}
@@ -125,6 +126,9 @@ func (r *run) warmUp(ctx context.Context) error {
 		}
 		if a.watched {
 			r.watch.acked(uuids, time.Now())
+		}
+		if r.v.floor {
+			return nil // the echo server keeps no sessions to flush
 		}
 		_, err = a.conn.Flush(ctx, a.sess)
 		return err
@@ -190,6 +194,12 @@ func (r *run) agentLoop(ctx context.Context, a *agent, t0, end time.Time) error 
 // verify flushes every session and checks its transcript holds exactly the
 // entries acknowledged to it, whole lines.
 func (r *run) verify(ctx context.Context) error {
+	switch {
+	case r.v.floor && r.v.durable:
+		return r.verifyFloor()
+	case r.v.floor:
+		return nil // kept nowhere; the counters were checked (tally)
+	}
 	return harness.ForEach(ctx, len(r.agents), warmConc, func(i int) error {
 		a := r.agents[i]
 		if _, err := a.conn.Flush(ctx, a.sess); err != nil {
@@ -205,4 +215,23 @@ func (r *run) verify(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// verifyFloor checks the echo server's file holds as many lines and bytes
+// as were acknowledged: it stores no session apart.
+func (r *run) verifyFloor() error {
+	var want harness.Acc
+	for _, a := range r.agents {
+		want.Entries += a.acked.Entries
+		want.Bytes += a.acked.Bytes
+	}
+	path := r.floorFile
+	got, err := harness.CountLines(path)
+	if err != nil {
+		return err
+	}
+	if got != want {
+		return fmt.Errorf("%s holds %d entries (%d bytes), %d (%d bytes) acknowledged", path, got.Entries, got.Bytes, want.Entries, want.Bytes)
+	}
+	return nil
 }

@@ -29,6 +29,14 @@ import (
 // into.
 const echoSyncEnv = "SESSIOND_BENCH_ECHO_SYNC_FILE"
 
+// echoGroupEnv, set to 1 with echoSyncEnv, makes the echo server commit
+// its requests in groups (GroupEcho).
+const echoGroupEnv = "SESSIOND_BENCH_ECHO_GROUP"
+
+// echoDelayEnv, a duration, makes the group committer wait that long
+// after a group's first request for others before it writes.
+const echoDelayEnv = "SESSIOND_BENCH_ECHO_DELAY"
+
 // EchoSocketEnv, when set, makes the bench binary (or the bench package's
 // test binary) serve as the echo server on that socket instead of running.
 const EchoSocketEnv = "SESSIOND_BENCH_ECHO_SOCKET"
@@ -41,7 +49,15 @@ func MaybeServe() {
 	if sock == "" {
 		return
 	}
-	if err := serveEcho(sock, os.Getenv(echoSyncEnv)); err != nil {
+	var delay time.Duration
+	if d := os.Getenv(echoDelayEnv); d != "" {
+		var err error
+		if delay, err = time.ParseDuration(d); err != nil {
+			fmt.Fprintln(os.Stderr, "echo server:", echoDelayEnv, err)
+			os.Exit(2)
+		}
+	}
+	if err := serveEcho(sock, os.Getenv(echoSyncEnv), os.Getenv(echoGroupEnv) == "1", delay); err != nil {
 		fmt.Fprintln(os.Stderr, "echo server:", err)
 		os.Exit(1)
 	}
@@ -55,11 +71,65 @@ type echoServer struct {
 	mu   sync.Mutex
 	sync *os.File // when set, each request is written and fdatasynced here first
 	buf  []byte
+	// group, when set, takes the requests' lines to the committer instead
+	// (GroupEcho).
+	group chan groupReq
+	delay time.Duration // the committer's wait for a group's others
+}
+
+// groupReq is one request's lines waiting for the committer.
+type groupReq struct {
+	lines []byte
+	done  chan error
+}
+
+// commit is the group committer: it writes every request queued while its
+// last write and fdatasync ran with one write and one fdatasync, and
+// answers them all. Without a delay a group is whatever arrived during the
+// last sync: the least latency a durable log can give. With one, the
+// group's first request waits that long for others, as sessiond's
+// --commit-delay does: fewer syncs, less CPU.
+func (e *echoServer) commit() {
+	var batch []groupReq
+	for r := range e.group {
+		batch = append(batch[:0], r)
+		if e.delay > 0 {
+			time.Sleep(e.delay)
+		}
+	more:
+		for {
+			select {
+			case r := <-e.group:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		e.buf = e.buf[:0]
+		for _, r := range batch {
+			e.buf = append(e.buf, r.lines...)
+		}
+		_, err := e.sync.Write(e.buf)
+		if err == nil {
+			err = unix.Fdatasync(int(e.sync.Fd()))
+		}
+		for _, r := range batch {
+			r.done <- err
+		}
+	}
 }
 
 func (e *echoServer) store(req *sessiondv1.AppendRequest) error {
 	if e.sync == nil {
 		return nil
+	}
+	if e.group != nil {
+		r := groupReq{done: make(chan error, 1)}
+		for _, en := range req.GetEntries() {
+			r.lines = append(append(r.lines, en...), '\n')
+		}
+		e.group <- r
+		return <-r.done
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -121,8 +191,8 @@ func (e *echoServer) Flush(_ *sessiondv1.FlushRequest, stream grpc.ServerStreami
 	return stream.Send(&sessiondv1.FlushResponse{})
 }
 
-func serveEcho(sock, syncFile string) error {
-	srv := &echoServer{}
+func serveEcho(sock, syncFile string, group bool, delay time.Duration) error {
+	srv := &echoServer{delay: delay}
 	if syncFile != "" {
 		f, err := os.OpenFile(syncFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err != nil {
@@ -130,6 +200,10 @@ func serveEcho(sock, syncFile string) error {
 		}
 		defer f.Close()
 		srv.sync = f
+		if group {
+			srv.group = make(chan groupReq, 1024)
+			go srv.commit()
+		}
 	}
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -142,6 +216,49 @@ func serveEcho(sock, syncFile string) error {
 	go func() { <-sig; g.Stop() }()
 	return g.Serve(ln)
 }
+
+// GroupEcho is the echo server started in a process of its own, with its
+// requests made durable by group commit or kept nowhere: the gRPC
+// transport's cost, and with it a durable log's least, without anything
+// else sessiond does. Scenarios run their load against it as the floor
+// beside sessiond.
+type GroupEcho struct {
+	Socket string
+	Pid    int
+	File   string // where the lines go; "" when kept nowhere
+	cmd    *exec.Cmd
+}
+
+// StartGroupEcho starts a GroupEcho in dir, durable or not (then with
+// its committer's delay), and waits until it answers.
+func StartGroupEcho(ctx context.Context, dir string, durable bool, delay time.Duration) (*GroupEcho, error) {
+	g := &GroupEcho{Socket: filepath.Join(dir, "echo.sock")}
+	env := []string{EchoSocketEnv + "=" + g.Socket}
+	if durable {
+		g.File = filepath.Join(dir, "echo.jsonl")
+		env = append(env, echoSyncEnv+"="+g.File, echoGroupEnv+"=1", echoDelayEnv+"="+delay.String())
+	}
+	var err error
+	if g.cmd, err = harness.StartSelf("echo server", dir, env...); err != nil {
+		return nil, err
+	}
+	g.Pid = g.cmd.Process.Pid
+	c, err := client.Dial(g.Socket, client.WithRetry(1, 0))
+	if err != nil {
+		return nil, errors.Join(err, g.Stop())
+	}
+	defer c.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := c.Status(ctx); err == nil {
+			return g, nil
+		} else if time.Now().After(deadline) {
+			return nil, errors.Join(fmt.Errorf("echo server not answering: %w", err), g.Stop())
+		}
+	}
+}
+
+// Stop ends the server.
+func (g *GroupEcho) Stop() error { return harness.StopServer(g.cmd, "echo server") }
 
 // echoDriver runs the echo server as a child process and drives it with
 // the sessiond client, one connection per client as for sessiond.
