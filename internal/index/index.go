@@ -113,22 +113,32 @@ func (e *Entry) Add(line []byte, hasNewline bool) {
 }
 
 // promptTime returns the timestamp of a user line that is a real prompt
-// (not a tool result, not meta).
+// (not a tool result, not meta). line is a valid entry (Normalize's rules):
+// it runs for every line appended or replayed, so its top-level members
+// are walked once, for "type" and "timestamp" together, the last of a
+// repeated key winning as in JSON.parse.
 func promptTime(line []byte) (int64, bool) {
-	// The top-level type first: it comes before the message in the lines
-	// agents write, so the other lines (most of a transcript, and the
-	// largest) leave without a scan of their whole text; this runs for
-	// every line appended or replayed.
 	if !bytes.HasPrefix(line, []byte(`{"`)) {
 		return 0, false
 	}
-	if t, _ := rawjson.TopLevelString(line, "type"); t != "user" {
+	var typ, stamp rawjson.Span
+	var hasType, hasStamp bool
+	rawjson.EachMember(line, 0, func(m rawjson.Member) bool {
+		switch {
+		case rawjson.KeyIs(line, m.Key, "type"):
+			typ, hasType = m.Val, true
+		case rawjson.KeyIs(line, m.Key, "timestamp"):
+			stamp, hasStamp = m.Val, true
+		}
+		return true
+	})
+	if !hasType || !hasStamp {
 		return 0, false
 	}
-	if bytes.Contains(line, []byte(`"tool_result"`)) || bytes.Contains(line, []byte(`"isMeta":true`)) || bytes.Contains(line, []byte(`"isCompactSummary":true`)) {
+	if t, _ := rawjson.StringAt(line, typ); t != "user" || notPrompt(line) {
 		return 0, false
 	}
-	ts, ok := rawjson.TopLevelString(line, "timestamp")
+	ts, ok := rawjson.StringAt(line, stamp)
 	if !ok {
 		return 0, false
 	}
@@ -137,6 +147,31 @@ func promptTime(line []byte) (int64, bool) {
 		return 0, false
 	}
 	return t.UnixMilli(), true
+}
+
+// The texts that make a user line something other than a prompt.
+var (
+	markToolResult = []byte(`"tool_result"`)
+	markMeta       = []byte(`"isMeta":true`)
+	markCompact    = []byte(`"isCompactSummary":true`)
+)
+
+// notPrompt reports whether line holds one of the marks anywhere. Every
+// mark starts with a quote, so one walk from quote to quote finds them all:
+// a third of the cost of a search of the whole line per mark, which ran
+// for every user line appended.
+func notPrompt(line []byte) bool {
+	for i := 0; ; i++ {
+		j := bytes.IndexByte(line[i:], '"')
+		if j < 0 {
+			return false
+		}
+		i += j
+		rest := line[i:]
+		if bytes.HasPrefix(rest, markToolResult) || bytes.HasPrefix(rest, markMeta) || bytes.HasPrefix(rest, markCompact) {
+			return true
+		}
+	}
 }
 
 // Index is safe for concurrent use.
