@@ -100,6 +100,7 @@ func variants(env *harness.Env) ([]variant, error) {
 		{id: "live", label: fmt.Sprintf("%d live sessions, mean 1 s, 1 KiB", many), sessions: many, window: mw, think: time.Second, size: fixed, memory: true},
 		{id: "floor", label: "floor: mean 1 s, 1 KiB, gRPC + group commit, no wait (baseline)", sessions: n, window: w, think: time.Second, size: fixed, floor: true, durable: true},
 		{id: "floor4", label: fmt.Sprintf("floor: mean 1 s, 1 KiB, gRPC + group commit, %v wait (baseline)", journal.DefaultCommitDelay), sessions: n, window: w, think: time.Second, size: fixed, floor: true, durable: true, delay: journal.DefaultCommitDelay},
+		{id: "floor5", label: fmt.Sprintf("floor: mean 5 s, 1 KiB, gRPC + group commit, %v wait (baseline)", journal.DefaultCommitDelay), sessions: n, window: w, think: 5 * time.Second, size: fixed, floor: true, durable: true, delay: journal.DefaultCommitDelay},
 		{id: "echo", label: "floor: mean 1 s, 1 KiB, gRPC alone, no disk (baseline)", sessions: n, window: w, think: time.Second, size: fixed, floor: true},
 	}, nil
 }
