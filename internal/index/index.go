@@ -191,10 +191,18 @@ func New() *Index {
 func (ix *Index) Put(e Entry) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if old, ok := ix.entries[e.Key]; ok && old.Owned && !e.Owned {
-		return
+	old, ok := ix.entries[e.Key]
+	switch {
+	case ok && old.Owned && !e.Owned:
+	case ok:
+		// Over the old copy, which never leaves the lock: a live writer
+		// puts its entry after every append.
+		*old = e
+	default:
+		p := new(Entry)
+		*p = e
+		ix.entries[e.Key] = p
 	}
-	ix.entries[e.Key] = &e
 }
 
 // Release stores the final entry of a writer that closes: from now on the

@@ -181,3 +181,17 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestPutOverAnEntryAllocatesNothing: a writer puts its entry after every
+// append; replacing a known key's entry copies it over the old one.
+func TestPutOverAnEntryAllocatesNothing(t *testing.T) {
+	ix := New()
+	e := Entry{Key: key("-p", "s"), Owned: true}
+	ix.Put(e)
+	if n := testing.AllocsPerRun(100, func() { e.Entries++; ix.Put(e) }); n != 0 {
+		t.Fatalf("Put over a known key: %v allocations", n)
+	}
+	if got, _ := ix.Get(e.Key); got.Entries != e.Entries {
+		t.Fatalf("entries %d, want %d", got.Entries, e.Entries)
+	}
+}
