@@ -116,16 +116,21 @@ func Run(ctx context.Context, env *harness.Env) (*harness.Scenario, error) {
 	sc.Title = fmt.Sprintf("agent fleet with random arrival: %d sessions, a batch of %d entries after an exponential think time (mean 1 s and 5 s), %.0f s; %d live sessions for %.0f s",
 		vs[0].sessions, batchEntries, vs[0].window.Seconds(), vs[3].sessions, vs[3].window.Seconds())
 	sc.Table = &harness.Table{Columns: []string{"run", "measurement", "value", "detail"}}
+	by := map[string]*measured{}
 	for i, v := range vs {
 		seed := env.Seed + uint64(i)*0x9e3779b9
 		m, err := measureVariant(ctx, env, v, seed)
 		if err != nil {
 			return sc, fmt.Errorf("%s: %w", v.label, err)
 		}
+		by[v.id] = m
 		addRows(sc, v, m)
 		sc.Checks = append(sc.Checks, checks(v, m)...)
 	}
 	sc.Notes = notes(vs, env.Verify)
+	if own := aboveFloor(by["m1"], by["floor4"]); own != "" {
+		sc.Notes = append(sc.Notes, own)
+	}
 	return sc, nil
 }
 

@@ -124,6 +124,9 @@ func TestArrivalScenario(t *testing.T) {
 	if len(sc.Checks) != 9 {
 		t.Errorf("%d targets: %+v", len(sc.Checks), sc.Checks)
 	}
+	if !strings.Contains(strings.Join(sc.Notes, "\n"), "sessiond's own CPU at mean 1 s, 1 KiB: ") {
+		t.Errorf("no note of sessiond's CPU beyond the floor in %q", sc.Notes)
+	}
 	if !strings.Contains(strings.Join(sc.Notes, "\n"), "Verified: yes") {
 		t.Errorf("notes %q", sc.Notes)
 	}

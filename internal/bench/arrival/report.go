@@ -99,3 +99,19 @@ func notes(vs []variant, verify bool) []string {
 		"Verified: " + verified + ".",
 	}
 }
+
+// aboveFloor says what sessiond's CPU per append is beyond the floor's
+// with the same commit delay, both measured in this run: the figure that
+// tells sessiond's own work from what the machine's speed of the hour
+// does to both.
+func aboveFloor(d, floor *measured) string {
+	if d == nil || floor == nil || d.calls == 0 || floor.calls == 0 {
+		return ""
+	}
+	perCall := func(m *measured) float64 {
+		return (m.after.cpu - m.before.cpu).Seconds() * 1e6 / float64(m.calls)
+	}
+	us, fus := perCall(d), perCall(floor)
+	return fmt.Sprintf("sessiond's own CPU at mean 1 s, 1 KiB: %.0f us per append of %d entries beyond the floor with the same %v commit wait (sessiond %.0f us, the floor %.0f us, both in this run)",
+		us-fus, batchEntries, journal.DefaultCommitDelay, us, fus)
+}
