@@ -142,6 +142,11 @@ func promptTime(line []byte) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
+	return stampMs(ts)
+}
+
+// stampMs reads a line's timestamp (RFC 3339) as Unix milliseconds.
+func stampMs(ts string) (int64, bool) {
 	t, err := time.Parse(time.RFC3339Nano, ts)
 	if err != nil {
 		return 0, false

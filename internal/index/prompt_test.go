@@ -3,7 +3,6 @@ package index
 import (
 	"bytes"
 	"testing"
-	"time"
 
 	"github.com/sessiond/sessiond/internal/rawjson"
 	"github.com/sessiond/sessiond/internal/transcript/damage"
@@ -26,11 +25,7 @@ func searchPromptTime(line []byte) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	t, err := time.Parse(time.RFC3339Nano, ts)
-	if err != nil {
-		return 0, false
-	}
-	return t.UnixMilli(), true
+	return stampMs(ts)
 }
 
 // TestPromptTimeAgreesWithSearch: on every valid line of the real

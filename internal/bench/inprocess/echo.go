@@ -233,26 +233,36 @@ type GroupEcho struct {
 // its committer's delay), and waits until it answers.
 func StartGroupEcho(ctx context.Context, dir string, durable bool, delay time.Duration) (*GroupEcho, error) {
 	g := &GroupEcho{Socket: filepath.Join(dir, "echo.sock")}
-	env := []string{EchoSocketEnv + "=" + g.Socket}
+	var env []string
 	if durable {
 		g.File = filepath.Join(dir, "echo.jsonl")
-		env = append(env, echoSyncEnv+"="+g.File, echoGroupEnv+"=1", echoDelayEnv+"="+delay.String())
+		env = []string{echoSyncEnv + "=" + g.File, echoGroupEnv + "=1", echoDelayEnv + "=" + delay.String()}
 	}
 	var err error
-	if g.cmd, err = harness.StartSelf("echo server", dir, env...); err != nil {
+	if g.cmd, err = startEcho(ctx, dir, g.Socket, env...); err != nil {
 		return nil, err
 	}
 	g.Pid = g.cmd.Process.Pid
-	c, err := client.Dial(g.Socket, client.WithRetry(1, 0))
+	return g, nil
+}
+
+// startEcho starts the echo server in dir on sock, with env added, and
+// waits until it answers; a server that does not is stopped.
+func startEcho(ctx context.Context, dir, sock string, env ...string) (*exec.Cmd, error) {
+	cmd, err := harness.StartSelf("echo server", dir, append([]string{EchoSocketEnv + "=" + sock}, env...)...)
 	if err != nil {
-		return nil, errors.Join(err, g.Stop())
+		return nil, err
+	}
+	c, err := client.Dial(sock, client.WithRetry(1, 0))
+	if err != nil {
+		return nil, errors.Join(err, harness.StopServer(cmd, "echo server"))
 	}
 	defer c.Close()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if _, err := c.Status(ctx); err == nil {
-			return g, nil
+			return cmd, nil
 		} else if time.Now().After(deadline) {
-			return nil, errors.Join(fmt.Errorf("echo server not answering: %w", err), g.Stop())
+			return nil, errors.Join(fmt.Errorf("echo server not answering: %w", err), harness.StopServer(cmd, "echo server"))
 		}
 	}
 }
@@ -274,12 +284,12 @@ type echoDriver struct {
 func (d *echoDriver) Open(ctx context.Context, w *throughput.Workload) error {
 	d.w = w
 	sock := filepath.Join(d.dir, "echo.sock")
-	env := []string{EchoSocketEnv + "=" + sock}
+	var env []string
 	if d.sync {
-		env = append(env, echoSyncEnv+"="+filepath.Join(d.dir, "echo.jsonl"))
+		env = []string{echoSyncEnv + "=" + filepath.Join(d.dir, "echo.jsonl")}
 	}
 	var err error
-	if d.cmd, err = harness.StartSelf("echo server", d.dir, env...); err != nil {
+	if d.cmd, err = startEcho(ctx, d.dir, sock, env...); err != nil {
 		return err
 	}
 	d.pid = d.cmd.Process.Pid
@@ -290,15 +300,7 @@ func (d *echoDriver) Open(ctx context.Context, w *throughput.Workload) error {
 		}
 		d.conns = append(d.conns, c)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := d.conns[0].Status(ctx); err == nil {
-			return nil
-		} else if time.Now().After(deadline) {
-			return fmt.Errorf("echo server not answering: %w", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return nil
 }
 
 func (d *echoDriver) Append(ctx context.Context, c, s int, line []byte) error {

@@ -369,15 +369,15 @@ func (st *State) installed(newFP fingerprint, moved bool) error {
 	return nil
 }
 
-// writeTemp writes the current canonical content plus the pending entries
-// to path and syncs it. It returns the new file's fingerprint, the
-// acknowledged entries it wrote (for the ledger), and whether rescued
-// lines went in before lines already in the file (see foreign.go).
 // tempWriters buffer the lines a compaction writes from the journal; a
 // fresh buffer per compaction was a third of the daemon's allocations
 // under many small sessions.
 var tempWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 64<<10) }}
 
+// writeTemp writes the current canonical content plus the pending entries
+// to path and syncs it. It returns the new file's fingerprint, the
+// acknowledged entries it wrote (for the ledger), and whether rescued
+// lines went in before lines already in the file (see foreign.go).
 func (st *State) writeTemp(path string, src fsys.File) (fp fingerprint, acked []ledger.ID, moved bool, err error) {
 	tmp, err := st.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
