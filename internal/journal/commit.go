@@ -129,6 +129,8 @@ func (l *Log) commit(group []*request) {
 	if len(plans) == 0 {
 		return
 	}
+	n := len(buf)
+	buf = padAfter(buf, seg.end+int64(n), seg.id, int64(n))
 	synced, err := l.write(seg, buf)
 	if err != nil {
 		for _, p := range plans {
@@ -137,6 +139,7 @@ func (l *Log) commit(group []*request) {
 		}
 		return
 	}
+	l.padding.Add(uint64(len(buf) - n))
 	if l.opt.OnCommit != nil {
 		l.opt.OnCommit(Commit{Entries: entries, Bytes: len(buf), Sync: synced})
 	}

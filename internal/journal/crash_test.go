@@ -25,6 +25,7 @@ const crashSegment = 6000
 // stream (each Begin starts a new stream).
 type model struct {
 	streams map[layout.Key][]*sentStream
+	padding uint64 // bytes of Pad records the workload wrote
 }
 
 type sentStream struct {
@@ -49,7 +50,7 @@ func (m *model) last(k layout.Key) *sentStream {
 
 // crashWorkload runs what the writers do, on three transcripts, through
 // a log on fs: lazy binds, a group commit spanning all three, single
-// appends, a compaction marker then a durable Begin, segment rolls (small
+// appends (some padded to a block's end), a compaction marker then a durable Begin, segment rolls (small
 // segments) and the collection of old segments.
 func crashWorkload(fs fsys.FS) *model {
 	m := &model{streams: map[layout.Key][]*sentStream{}}
@@ -58,7 +59,9 @@ func crashWorkload(fs fsys.FS) *model {
 		return m
 	}
 	defer l.Close()
+	defer func() { m.padding = l.Stats().Padding }()
 	big := strings.Repeat("x", 5000)
+	mid := strings.Repeat("m", 700)
 	ks := []layout.Key{key("a"), key("b"), key("c")}
 	st := map[layout.Key]*Stream{}
 	for _, k := range ks {
@@ -93,6 +96,13 @@ func crashWorkload(fs fsys.FS) *model {
 	}
 	if !single(ks[0], "a3") || !single(ks[1], big+"b") {
 		return m
+	}
+	// Commits that end in the second half of a block, padded to its end
+	// (padAfter).
+	for i := range 4 {
+		if !single(ks[2], fmt.Sprintf("c%d-%s", i, mid)) {
+			return m
+		}
 	}
 	fp := Fingerprint{Size: 42, Tail: 7}
 	s := m.last(ks[0])
@@ -207,6 +217,17 @@ func TestCrashEveryOperation(t *testing.T) {
 		t.Fatalf("only %d crash points: the workload did not run", points)
 	}
 	t.Logf("crash points: %d operations, %d crashed disks", points, disks)
+}
+
+// TestCrashWorkloadPads: the workload the crash sweeps run writes Pad
+// records, so a crash tearing one is among the crashes they try.
+func TestCrashWorkloadPads(t *testing.T) {
+	c := fstest.NewCrashFS()
+	c.AllowAllocate(true)
+	c.WriteFile("/state/keep", nil, 0o600)
+	if m := crashWorkload(c); m.padding == 0 {
+		t.Fatal("the crash workload wrote no Pad record")
+	}
 }
 
 // TestCrashDuringRecovery crashes recovery itself (cutting torn tails,

@@ -39,7 +39,7 @@
 // a stream: one epoch of one transcript, from a Bind to the next Bind of the
 // same transcript.
 //
-//   - Header (1): first frame only. JSON {"v":1,"seq":N,"id":I,"prev_end":E}.
+//   - Header (1): first frame only. JSON {"v":2,"seq":N,"id":I,"prev_end":E}.
 //     prev_end, when not 0, is where the previous segment's last synced
 //     write ended: it was sealed after a failed write or sync, and
 //     whatever lies past that offset was never acknowledged.
@@ -60,6 +60,13 @@
 //     fingerprint of the canonical file the writer is about to install by
 //     rename. If the canonical file has it at recovery, every batch of the
 //     stream before the marker is already in it.
+//   - Pad (7): zeros, the last record of a write, filling the rest of the
+//     4 KiB block the write ends in when that rest is at most half a
+//     block (padAfter): the next write starts on a fresh block, and the
+//     sync of each small commit writes its blocks once, not the last one
+//     again at the next commit. Version 1 segments (an older sessiond's,
+//     still read) have none; an older sessiond refuses a version 2
+//     segment instead of taking a Pad for damage.
 //
 // # Checkpoints: when a segment goes
 //

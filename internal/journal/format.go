@@ -17,12 +17,14 @@ const (
 	typeMeta      frame.Type = 4
 	typeCommit    frame.Type = 5
 	typeCompacted frame.Type = 6
-	maxType                  = typeCompacted
+	typePad       frame.Type = 7
+	maxType                  = typePad
 
-	streamSize  = 8
-	commitSize  = streamSize + 8 + 4
-	markerSize  = streamSize + 8 + 4
-	formatV     = 1
+	streamSize = 8
+	commitSize = streamSize + 8 + 4
+	markerSize = streamSize + 8 + 4
+	// formatV 2 adds the Pad record; 1 is still read (it has none).
+	formatV     = 2
 	maxJSONSize = 64 << 10
 
 	// MaxMeta bounds a batch's Meta record, which the journal keeps in memory
@@ -95,7 +97,7 @@ func decodeHeader(p []byte) (segHeader, error) {
 	if h.Version > formatV {
 		return h, unsupportedVersionError{h.Version}
 	}
-	if h.Version != formatV || h.ID == 0 || h.Seq == 0 || h.PrevEnd < 0 {
+	if h.Version < 1 || h.ID == 0 || h.Seq == 0 || h.PrevEnd < 0 {
 		return h, frame.Error(fmt.Sprintf("segment header has version %d, id %d, seq %d, prev_end %d", h.Version, h.ID, h.Seq, h.PrevEnd))
 	}
 	return h, nil
@@ -108,6 +110,28 @@ type unsupportedVersionError struct{ version int }
 func (e unsupportedVersionError) Error() string {
 	return fmt.Sprintf("log format version %d is newer than this sessiond understands (%d); upgrade sessiond", e.version, formatV)
 }
+
+// padBlock is the unit the kernel writes a file's cached data in (a page,
+// and the block of ext4, XFS and APFS alike). A commit that ends inside a
+// block leaves it to the next commit, whose sync writes that block again:
+// at a few appends per sync that was half of the journal's writes to the
+// disk. So a commit that ends in the second half of a block fills it with
+// a Pad record (the half bounds the room a commit of a few bytes gives up).
+const padBlock = 4096
+
+// padAfter returns the Pad frame that fills the rest of the block a
+// write of the segment ends in at end, or nil when that rest is more
+// than half a block or too small for a frame. posInWrite is the pad's
+// distance from the write's start.
+func padAfter(dst []byte, end int64, seed uint64, posInWrite int64) []byte {
+	gap := int(-end & (padBlock - 1))
+	if gap < frame.HeaderSize || gap > padBlock/2 {
+		return dst
+	}
+	return frame.Append(dst, typePad, zeros[:gap-frame.HeaderSize], seed, posInWrite)
+}
+
+var zeros = make([]byte, padBlock/2)
 
 func putStream(b []byte, s uint64) []byte { return binary.LittleEndian.AppendUint64(b, s) }
 

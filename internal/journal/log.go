@@ -95,6 +95,7 @@ type Commit struct {
 type Stats struct {
 	Syncs    uint64 // write+sync rounds that succeeded
 	Bytes    uint64 // bytes written to segments
+	Padding  uint64 // of Bytes, the Pad records' (padAfter)
 	Segments int    // segment files now
 	Size     int64  // their total size
 	Oldest   uint64 // seq of the oldest segment
@@ -148,8 +149,8 @@ type Log struct {
 	retained []*retainedSeg
 	readers  int
 
-	syncs, bytes atomic.Uint64
-	scratch      []byte // the committer's
+	syncs, bytes, padding atomic.Uint64
+	scratch               []byte // the committer's
 	// recent is when each stream last committed, for the commit delay;
 	// the committer's, as are pruned and delay.
 	recent map[*Stream]time.Time
@@ -327,7 +328,7 @@ func (l *Log) newStreamID() uint64 {
 
 // Stats returns the journal's counters.
 func (l *Log) Stats() Stats {
-	s := Stats{Syncs: l.syncs.Load(), Bytes: l.bytes.Load()}
+	s := Stats{Syncs: l.syncs.Load(), Bytes: l.bytes.Load(), Padding: l.padding.Load()}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s.Segments = len(l.segs)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -259,6 +260,7 @@ func TestPressureCompactsIdleStreams(t *testing.T) {
 	dir := t.TempDir()
 	var mu sync.Mutex
 	var told []layout.Key
+	var busyTold atomic.Bool
 	var l *Log
 	const seg, max = 8 << 10, 32 << 10
 	l, _ = openLog(t, fsys.OS, dir, Options{SegmentSize: seg, MaxSize: max, OnPressure: func(keys []layout.Key) {
@@ -266,6 +268,11 @@ func TestPressureCompactsIdleStreams(t *testing.T) {
 		told = append(told, keys...)
 		mu.Unlock()
 		for _, k := range keys {
+			if k == key("busy") {
+				// Its handle is the loop's below (one per key at a time).
+				busyTold.Store(true)
+				continue
+			}
 			// What the writer does: compact, then begin anew.
 			l.Stream(k).Begin(Fingerprint{Size: 1}, false)
 		}
@@ -284,8 +291,9 @@ func TestPressureCompactsIdleStreams(t *testing.T) {
 		if _, err := busy.Append(batchesOf([]string{entry}), nil); err != nil {
 			t.Fatal(err)
 		}
-		if i%20 == 19 {
-			// The busy one compacts now and then, as its writer would.
+		if i%20 == 19 || busyTold.Swap(false) {
+			// The busy one compacts now and then, as its writer would,
+			// and when the pressure reports it.
 			if err := busy.Begin(Fingerprint{Size: int64(i)}, false); err != nil {
 				t.Fatal(err)
 			}

@@ -27,6 +27,10 @@ type Recovery struct {
 	// Corrupt says, for each damaged segment, where the damage is and
 	// where the copy kept for inspection went.
 	Corrupt []string
+	// PadDamaged says where bytes inside a Pad record were found changed:
+	// a pad holds no record, so nothing is lost, but the disk changed
+	// what sessiond wrote.
+	PadDamaged []string
 	// NoSegment is why no segment for appends could be started (a full
 	// disk): the journal still serves what it holds, and the first commit
 	// tries again.
@@ -49,7 +53,7 @@ func Open(opt Options) (*Log, *Recovery, error) {
 	}
 	l := &Log{
 		opt:     opt,
-		rules:   frame.Rules{MaxType: maxType, MaxRecord: opt.MaxRecord + streamSize},
+		rules:   frame.Rules{MaxType: maxType, MaxRecord: max(opt.MaxRecord+streamSize, padBlock/2)},
 		arrived: make(chan struct{}, 1),
 		epochs:  map[layout.Key]*epoch{},
 		recent:  map[*Stream]time.Time{},

@@ -66,6 +66,11 @@ func (sc *scanner) segment(s *segment, size, limit int64) error {
 			if proof < 0 {
 				break // a torn tail: never acknowledged
 			}
+			if len(sc.pending) == 0 && padUntil(w, off, rules) == proof {
+				sc.rec.PadDamaged = append(sc.rec.PadDamaged, fmt.Sprintf("journal segment %s: the padding from byte offset %d to %d is damaged (%v); it holds no record, so nothing is lost, but the disk changed bytes sessiond wrote", s.path, off, proof, err))
+				off, writeStart, valid = proof, proof, proof
+				continue
+			}
 			if err := sc.quarantine(s, size, off, proof, err); err != nil {
 				return err
 			}
@@ -87,6 +92,23 @@ func (sc *scanner) segment(s *segment, size, limit int64) error {
 	sc.reads[s.seq] = valid
 	sc.cuts = append(sc.cuts, cut{s: s, size: size, valid: valid})
 	return nil
+}
+
+// padUntil returns where the frame at off ends when its header is a Pad's
+// that ends a block (padAfter), whatever its checksum says; -1 otherwise.
+// A valid later write beginning right there proves the damage was inside
+// the pad: a pad is the last record of its write.
+func padUntil(w *frame.Window, off int64, rules frame.Rules) int64 {
+	b, err := w.At(off, frame.HeaderSize)
+	if err != nil {
+		return -1
+	}
+	h, err := frame.ParseHeader(b, rules)
+	end := off + h.Size()
+	if err != nil || h.Type != typePad || h.Size() > padBlock/2 || end%padBlock != 0 {
+		return -1
+	}
+	return end
 }
 
 // cut is where a segment's readable records end, applied once the
@@ -234,7 +256,7 @@ func (sc *scanner) apply(w *frame.Window, s *segment, h frame.Header, off int64,
 		}
 	}
 	*writeStart = start
-	if h.Type != typeBind && h.Type != typeHeader && h.Length < streamSize {
+	if h.Type != typeBind && h.Type != typeHeader && h.Type != typePad && h.Length < streamSize {
 		return frame.Error(fmt.Sprintf("record of type %d has no stream", h.Type))
 	}
 	r := record{w: w, s: s, h: h, off: off}
@@ -247,6 +269,8 @@ func (sc *scanner) apply(w *frame.Window, s *segment, h frame.Header, off int64,
 		return sc.applyCommit(r)
 	case typeCompacted:
 		return sc.applyCompacted(r)
+	case typePad:
+		return nil
 	default:
 		return frame.Error(fmt.Sprintf("record of type %d after the start of the segment", h.Type))
 	}

@@ -71,7 +71,7 @@ func New(version string) *Metrics {
 	})
 	m.commitBytes = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "sessiond_journal_commit_bytes",
-		Help:    "Bytes per write of the journal, records and their frames.",
+		Help:    "Bytes per write of the journal: records, their frames, and the pad that ends a write on a 4 KiB block.",
 		Buckets: byteBuckets,
 	})
 	m.fsync = prometheus.NewHistogram(prometheus.HistogramOpts{

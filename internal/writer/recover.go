@@ -81,6 +81,9 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 		if r.NoSegment != nil {
 			m.log.Warn("the disk holding the journal is full: sessiond serves what it holds, and appends are refused until there is room", zap.Error(r.NoSegment))
 		}
+		for _, c := range r.PadDamaged {
+			m.log.Warn("damaged journal padding", zap.String("what", c))
+		}
 		for _, c := range r.Corrupt {
 			m.log.Error("damaged journal segment", zap.String("what", c))
 			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", c, errdefs.ErrCorrupt))
