@@ -141,7 +141,7 @@ func newManager(cfg Config) (*Manager, error) {
 	m.ledger = ledger.NewStore(ledger.Config{FS: m.cfg.FS, Layout: m.cfg.Layout, Clock: m.cfg.Clock, Logger: m.log})
 	m.space = newSpace(&m.cfg, m.log)
 	jr, rec, err := openJournal(&m.cfg, relieve(m.space, m.log, func(k layout.Key) error {
-		_, err := m.flush(context.Background(), k, session.RetireIfOpened, "relieve")
+		_, err := m.flush(context.Background(), k, session.RetireIfOpened, session.ReasonRelieve)
 		return err
 	}))
 	if err != nil {
@@ -153,7 +153,7 @@ func newManager(cfg Config) (*Manager, error) {
 	m.reg = newRegistry(m.trash.Admit, m.env)
 	m.repairs = newRepairs(m)
 	m.space.Start(jr, compactor(func(k layout.Key) error {
-		_, err := m.flush(context.Background(), k, session.RetireIfOpened, "retry")
+		_, err := m.flush(context.Background(), k, session.RetireIfOpened, session.ReasonRetry)
 		return err
 	}))
 	return m, nil

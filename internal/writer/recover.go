@@ -149,7 +149,7 @@ func (m *Manager) Replay(ctx context.Context, keys []layout.Key) ReplayReport {
 	defer op.End()
 	parallel(ctx, max(2, runtime.GOMAXPROCS(0)), len(keys), func(i int) {
 		k := keys[i]
-		r, err := m.flush(ctx, k, session.RetireIfDone, "replay")
+		r, err := m.flush(ctx, k, session.RetireIfDone, session.ReasonReplay)
 		m.stats.replayPending.Add(-1)
 		op.Add(1)
 		mu.Lock()

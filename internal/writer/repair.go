@@ -54,7 +54,7 @@ func (r repairSession) Exists() bool { return r.st.Exists() }
 
 func (r repairSession) Pending() int { return r.st.Pending() }
 
-func (r repairSession) Compact() error { return r.st.Compact("repair") }
+func (r repairSession) Compact() error { return r.st.Compact(session.ReasonRepair) }
 
 func (r repairSession) Snapshot(fn func(io.Reader) error) error {
 	sn, err := r.st.Snapshot()

@@ -1,8 +1,10 @@
 package writer
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -662,8 +664,17 @@ func TestFlushAfterAnotherProgramRemovedTheFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		before, _ := os.ReadFile(p)
+		what := map[bool]string{false: "removal", true: "cut"}[cut]
 		if _, err := m.Flush(bg, k); err != nil {
-			t.Fatalf("flush after another program's %s: %v", map[bool]string{false: "removal", true: "cut"}[cut], err)
+			t.Fatalf("flush after another program's %s: %v", what, err)
+		}
+		after, err := os.ReadFile(p)
+		switch {
+		case !cut && !errors.Is(err, fs.ErrNotExist):
+			t.Fatalf("flush after another program's removal: the transcript is there again (%d bytes, %v)", len(after), err)
+		case cut && (err != nil || !bytes.Equal(after, before)):
+			t.Fatalf("flush after another program's cut changed the file: %q (%v), was %q", after, err, before)
 		}
 	}
 }

@@ -75,7 +75,7 @@ func (h trashSessions) flushLocked(key layout.Key) (FlushResult, error) {
 	}
 	defer st.Close()
 	n := uint64(st.Pending())
-	if err := st.Compact("delete"); err != nil {
+	if err := st.Compact(session.ReasonDelete); err != nil {
 		return FlushResult{Key: key}, err
 	}
 	return FlushResult{Key: key, CompactedEntries: n, CanonicalBytes: st.CanonSize()}, nil

@@ -86,12 +86,13 @@ type FlushResult struct {
 
 // Flush compacts key's journal into its canonical file.
 func (m *Manager) Flush(ctx context.Context, key layout.Key) (FlushResult, error) {
-	return m.flush(ctx, key, session.Stay, "flush")
+	return m.flush(ctx, key, session.Stay, session.ReasonFlush)
 }
 
 // flush is Flush; retire says whether the writer then retires at once
-// (see session.Retire), reason why it compacts (see automatic).
-func (m *Manager) flush(ctx context.Context, key layout.Key, retire session.Retire, reason string) (FlushResult, error) {
+// (see session.Retire), reason why it compacts (session.Reason): only a
+// caller's flush takes in first what another program appended.
+func (m *Manager) flush(ctx context.Context, key layout.Key, retire session.Retire, reason session.Reason) (FlushResult, error) {
 	var res FlushResult
 	if err := key.Validate(); err != nil {
 		return res, err
@@ -103,7 +104,7 @@ func (m *Manager) flush(ctx context.Context, key layout.Key, retire session.Reti
 		if !st.Exists() {
 			return m.NotFound(key)
 		}
-		if reason == "flush" {
+		if reason == session.ReasonFlush {
 			if err := st.TakeIn(); err != nil {
 				return err
 			}
@@ -137,7 +138,7 @@ func (m *Manager) FlushEach(ctx context.Context, fn func(FlushResult) error) err
 	keys := m.WriterKeys()
 	var errs []error
 	for _, k := range keys {
-		r, err := m.flush(ctx, k, session.RetireIfOpened, "flush")
+		r, err := m.flush(ctx, k, session.RetireIfOpened, session.ReasonFlush)
 		if err != nil {
 			if errors.Is(err, errdefs.ErrNotFound) {
 				continue

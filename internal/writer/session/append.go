@@ -79,7 +79,7 @@ func (st *State) commit(group []*AppendRequest) {
 	st.recordShared()
 	st.acknowledge(g)
 	if len(g.batches) > 0 && st.sizeDue() {
-		if err := st.Compact("size"); err != nil {
+		if err := st.Compact(ReasonSize); err != nil {
 			st.log.Warn("compaction failed; entries stay in the journal", zap.Error(err))
 		}
 	}

@@ -91,14 +91,34 @@ func (st *State) staleDue(now time.Time, within time.Duration) bool {
 		(st.canon.size <= st.Config.IdleFloor || float64(st.pendingBytes)*st.Config.IdleRatio >= float64(st.canon.size))
 }
 
+// Reason says why a compaction runs (logged with it).
+type Reason string
+
+// The reasons sessiond compacts for.
+const (
+	// Started by sessiond itself (automatic).
+	ReasonSize    Reason = "size"    // the log holds a large share of the file (append.go)
+	ReasonIdle    Reason = "idle"    // a new transcript, once its writer is idle (loop.go)
+	ReasonStale   Reason = "stale"   // the oldest logged entry reached the bound (loop.go)
+	ReasonRetire  Reason = "retire"  // the writer retires
+	ReasonRelieve Reason = "relieve" // the log is over its bound and the session holds its oldest segment
+	// Asked for.
+	ReasonFlush    Reason = "flush"    // a caller's flush (sessionctl flush, the API): it takes another program's appended lines in first
+	ReasonRetry    Reason = "retry"    // the space watcher retries one that waited for room
+	ReasonReplay   Reason = "replay"   // recovery replays the log
+	ReasonRepair   Reason = "repair"   // a repair puts lines back
+	ReasonDelete   Reason = "delete"   // a delete saves the session to the trash
+	ReasonShutdown Reason = "shutdown" // SIGTERM
+)
+
 // automatic reports whether a compaction for this reason is one sessiond
 // starts by itself (after appends, when idle, before retiring, under the
 // log's pressure), not one a caller, recovery or the shutdown asks for:
 // while a session's compaction waits for space, only the watcher tries
 // the automatic ones (package space).
-func automatic(reason string) bool {
+func automatic(reason Reason) bool {
 	switch reason {
-	case "size", "idle", "stale", "retire", "relieve":
+	case ReasonSize, ReasonIdle, ReasonStale, ReasonRetire, ReasonRelieve:
 		return true
 	}
 	return false
@@ -108,7 +128,7 @@ func automatic(reason string) bool {
 // waiting for space is not tried by the automatic rules, one that fails
 // for want of space waits for it (space.Space.CompactFailed), and one that
 // succeeds ends the session's wait and its recovery failure.
-func (st *State) Compact(reason string) error {
+func (st *State) Compact(reason Reason) error {
 	if automatic(reason) && st.Space.Waiting(st.key) {
 		return nil
 	}
@@ -141,7 +161,7 @@ var errCompactAborted = fmt.Errorf("sessiond's time to stop ran out before this 
 // the idle ones wait in the loop's select instead (Writer.Run). The slot
 // holders wait on nothing but the disk and the journal, never on
 // another session, so the wait always ends, or Close's time runs out.
-func (st *State) compactInSlot(reason string) error {
+func (st *State) compactInSlot(reason Reason) error {
 	if st.slotHeld {
 		return st.compactNow(reason)
 	}
@@ -162,7 +182,7 @@ func (st *State) compactInSlot(reason string) error {
 // any point leaves either the old file with the journal still holding the
 // entries, or the new file with a marker that tells recovery the entries
 // are already in it; either way the ledger or the journal lists them.
-func (st *State) compactNow(reason string) error {
+func (st *State) compactNow(reason Reason) error {
 	if st.failed != nil {
 		return st.failed
 	}
@@ -244,7 +264,7 @@ func (st *State) compactNow(reason string) error {
 	}
 	st.Stats.Compactions.Add(1)
 	st.Stats.CompactedBytes.Add(uint64(newFP.size))
-	st.log.Debug("compacted", zap.String("reason", reason), zap.Int("entries", n),
+	st.log.Debug("compacted", zap.String("reason", string(reason)), zap.Int("entries", n),
 		zap.Int64("from_bytes", old.size), zap.Int64("to_bytes", newFP.size))
 	if rep.Old {
 		// The replaced file: what another program appended to it during

@@ -251,12 +251,12 @@ func (l *loop) withSlot() bool {
 func (l *loop) idleWork() bool {
 	st := l.st
 	if st.failed == nil && l.due() {
-		reason := "stale"
+		reason := ReasonStale
 		if st.newDue() {
-			reason = "idle"
+			reason = ReasonIdle
 		}
 		if err := st.Compact(reason); err != nil {
-			st.log.Warn("compaction failed; the journal keeps the entries", zap.String("reason", reason), zap.Error(err))
+			st.log.Warn("compaction failed; the journal keeps the entries", zap.String("reason", string(reason)), zap.Error(err))
 		}
 	}
 	if l.idleFor() >= l.env.idleRetire && st.failed == nil {
@@ -266,7 +266,7 @@ func (l *loop) idleWork() bool {
 		// file for good). One rewrite per retirement bounds what this
 		// costs.
 		if len(st.pending) > 0 {
-			if err := st.Compact("retire"); err != nil {
+			if err := st.Compact(ReasonRetire); err != nil {
 				st.log.Warn("compaction before retiring failed; the journal keeps the entries", zap.Error(err))
 			}
 		}
@@ -303,7 +303,7 @@ func (l *loop) stop() {
 	if st.failed != nil {
 		return
 	}
-	if err := st.Compact("shutdown"); errors.Is(err, errCompactAborted) {
+	if err := st.Compact(ReasonShutdown); errors.Is(err, errCompactAborted) {
 		st.log.Debug("the time to stop ran out before this session's compaction; the journal keeps the entries for the next start")
 	} else if err != nil {
 		st.log.Error("shutdown compaction failed; the journal keeps the entries for the next start", zap.Error(err))

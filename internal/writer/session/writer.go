@@ -372,7 +372,7 @@ func (s *Writer) retireAfter(st *State, c *ControlRequest, opened bool) bool {
 			// As the idle retirement does: once the writer is gone
 			// nothing moves the entries into the file until the session
 			// is written again.
-			if err := st.Compact("retire"); err != nil {
+			if err := st.Compact(ReasonRetire); err != nil {
 				st.log.Warn("compaction before retiring failed; the journal keeps the entries", zap.Error(err))
 			}
 			st.Publish()
