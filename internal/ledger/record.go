@@ -59,6 +59,7 @@ import (
 	"github.com/sessiond/sessiond/internal/frame"
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/layout"
+	"github.com/sessiond/sessiond/internal/transcript"
 )
 
 // Record (one frame of internal/frame, type 1, seeded with the key):
@@ -182,19 +183,6 @@ func seed(k layout.Key) uint64 {
 	return h.Sum64()
 }
 
-// compactUUID is id's 16 bytes when it is a uuid in canonical form, which
-// gives them back as the same string.
-func compactUUID(id string) (uuid.UUID, bool) {
-	if len(id) != 36 {
-		return uuid.UUID{}, false
-	}
-	u, err := uuid.Parse(id)
-	if err != nil || u.String() != id {
-		return uuid.UUID{}, false
-	}
-	return u, true
-}
-
 func encodeRecord(fp Fingerprint, missing int, ids []ID, ops []SharedOp) []byte {
 	b := make([]byte, 0, ackHeadBytes+len(ids)*28+len(ops)*17)
 	b = binary.LittleEndian.AppendUint64(b, uint64(fp.Size))
@@ -204,7 +192,7 @@ func encodeRecord(fp Fingerprint, missing int, ids []ID, ops []SharedOp) []byte 
 	for _, id := range ids {
 		b = binary.AppendUvarint(b, id.pos.Seg)
 		b = binary.AppendUvarint(b, uint64(id.pos.Off))
-		switch u, ok := compactUUID(id.uuid); {
+		switch u, ok := transcript.CanonicalUUID(id.uuid); {
 		case id.uuid == "":
 			b = append(b, ackContent)
 			b = binary.LittleEndian.AppendUint64(b, id.hash)

@@ -3,6 +3,8 @@ package transcript
 import (
 	"fmt"
 
+	"github.com/google/uuid"
+
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/rawjson"
 )
@@ -70,4 +72,18 @@ func size(n int) string {
 		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 	}
 	return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+}
+
+// CanonicalUUID is id's 16 bytes when id is a UUID in canonical form (the
+// form that gives back the same string), so sets and records of entry ids
+// may keep 16 bytes instead of 36 and still name the same id.
+func CanonicalUUID(id string) (uuid.UUID, bool) {
+	if len(id) != 36 {
+		return uuid.UUID{}, false
+	}
+	u, err := uuid.Parse(id)
+	if err != nil || u.String() != id {
+		return uuid.UUID{}, false
+	}
+	return u, true
 }

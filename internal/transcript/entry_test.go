@@ -452,3 +452,26 @@ func TestAgentMetaSidecar(t *testing.T) {
 		}
 	}
 }
+
+// TestCanonicalUUID: only the form that prints back as itself is kept in
+// 16 bytes; every other id (upper case, braces, a urn, not a uuid at all)
+// stays a string, so two spellings of one uuid never meet as one id.
+func TestCanonicalUUID(t *testing.T) {
+	const id = "0b7e7c3e-8a4b-4c1e-9f00-000000000001"
+	if u, ok := CanonicalUUID(id); !ok || u.String() != id {
+		t.Fatalf("CanonicalUUID(%q) = %v, %v", id, u, ok)
+	}
+	for _, other := range []string{
+		"0B7E7C3E-8A4B-4C1E-9F00-000000000001",
+		"{0b7e7c3e-8a4b-4c1e-9f00-000000000001}",
+		"urn:uuid:0b7e7c3e-8a4b-4c1e-9f00-000000000001",
+		"0b7e7c3e8a4b4c1e9f00000000000001",
+		"0b7e7c3e-8a4b-4c1e-9f00-00000000000z",
+		"",
+		"msg_01",
+	} {
+		if _, ok := CanonicalUUID(other); ok {
+			t.Errorf("CanonicalUUID(%q) took it as canonical", other)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/sessionstore"
+	"github.com/sessiond/sessiond/internal/transcript"
 	"github.com/sessiond/sessiond/internal/writer/files"
 	"github.com/sessiond/sessiond/internal/writer/stream"
 )
@@ -350,19 +351,8 @@ type idSet struct {
 
 func newIDSet() idSet { return idSet{u: make(map[uuid.UUID]struct{}), s: make(map[string]struct{})} }
 
-func compactID(id string) (uuid.UUID, bool) {
-	if len(id) != 36 {
-		return uuid.UUID{}, false
-	}
-	u, err := uuid.Parse(id)
-	if err != nil || u.String() != id {
-		return uuid.UUID{}, false
-	}
-	return u, true
-}
-
 func (x idSet) has(id string) bool {
-	if u, ok := compactID(id); ok {
+	if u, ok := transcript.CanonicalUUID(id); ok {
 		_, found := x.u[u]
 		return found
 	}
@@ -371,7 +361,7 @@ func (x idSet) has(id string) bool {
 }
 
 func (x idSet) add(id string) {
-	if u, ok := compactID(id); ok {
+	if u, ok := transcript.CanonicalUUID(id); ok {
 		x.u[u] = struct{}{}
 		return
 	}
