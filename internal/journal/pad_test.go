@@ -201,3 +201,47 @@ func TestDamageInsideAPadLosesNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestPadUntilTellsPaddingFromARecord: padUntil takes a damaged frame for
+// a pad only when what changed is where a pad holds nothing; a marker
+// whose type byte turned into a Pad's, ending on the same block boundary,
+// is a record that was damaged, never padding.
+func TestPadUntilTellsPaddingFromARecord(t *testing.T) {
+	const seed = 99
+	rules := frame.Rules{MaxType: maxType, MaxRecord: padBlock}
+	at := func(f []byte) (*frame.Window, int64) {
+		// f placed so it ends on the first block boundary.
+		b := append(make([]byte, padBlock-len(f)), f...)
+		return frame.NewWindow(bytes.NewReader(b), int64(len(b)), len(b)), int64(padBlock - len(f))
+	}
+	pad := padAfter(nil, padBlock-200, seed, 0)
+	marker := frame.Append(nil, typeCompacted, encodeMarker(1<<32|5, Fingerprint{Size: 12345, Tail: 77}), seed, 0)
+	for _, c := range []struct {
+		name string
+		f    []byte
+		flip int
+		want bool
+	}{
+		{"a pad's zeros", pad, frame.HeaderSize + 30, true},
+		{"a pad's checksum", pad, 9, true},
+		{"a pad's position in its write", pad, 13, true},
+		{"a pad's length", pad, 0, false},
+		{"a marker turned into a pad", marker, 4, false},
+	} {
+		f := bytes.Clone(c.f)
+		if c.name == "a marker turned into a pad" {
+			f[4] = byte(typePad)
+		} else {
+			f[c.flip] ^= 0x10
+		}
+		w, off := at(f)
+		got := padUntil(w, off, seed, rules)
+		if (got == padBlock) != c.want || (!c.want && got != -1) {
+			t.Errorf("%s: padUntil = %d, want padding: %v", c.name, got, c.want)
+		}
+	}
+	// Undamaged, a pad of 200 bytes is what padAfter writes there.
+	if len(pad) != 200 {
+		t.Fatalf("padAfter wrote %d bytes for a gap of 200", len(pad))
+	}
+}

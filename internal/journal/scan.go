@@ -66,7 +66,7 @@ func (sc *scanner) segment(s *segment, size, limit int64) error {
 			if proof < 0 {
 				break // a torn tail: never acknowledged
 			}
-			if len(sc.pending) == 0 && padUntil(w, off, rules) == proof {
+			if len(sc.pending) == 0 && padUntil(w, off, s.id, rules) == proof {
 				sc.rec.PadDamaged = append(sc.rec.PadDamaged, fmt.Sprintf("journal segment %s: the padding from byte offset %d to %d is damaged (%v); it holds no record, so nothing is lost, but the disk changed bytes sessiond wrote", s.path, off, proof, err))
 				off, writeStart, valid = proof, proof, proof
 				continue
@@ -94,21 +94,32 @@ func (sc *scanner) segment(s *segment, size, limit int64) error {
 	return nil
 }
 
-// padUntil returns where the frame at off ends when its header is a Pad's
-// that ends a block (padAfter), whatever its checksum says; -1 otherwise.
-// A valid later write beginning right there proves the damage was inside
-// the pad: a pad is the last record of its write.
-func padUntil(w *frame.Window, off int64, rules frame.Rules) int64 {
-	b, err := w.At(off, frame.HeaderSize)
+// padUntil returns where the frame at off ends when it is a Pad that ends
+// a block (padAfter) and its damage lies where a pad holds nothing: its
+// zeros (the checksum of its header with zeros still matches), or its
+// checksum or position (its payload is still all zeros). Otherwise -1: a
+// record whose type alone was changed to a Pad's has a payload that is
+// not zeros. A valid later write beginning where it ends then proves the
+// damage was inside the pad, the last record of its write.
+func padUntil(w *frame.Window, off int64, seed uint64, rules frame.Rules) int64 {
+	hdr, err := w.At(off, frame.HeaderSize)
 	if err != nil {
 		return -1
 	}
-	h, err := frame.ParseHeader(b, rules)
+	h, err := frame.ParseHeader(hdr, rules)
 	end := off + h.Size()
 	if err != nil || h.Type != typePad || h.Size() > padBlock/2 || end%padBlock != 0 {
 		return -1
 	}
-	return end
+	hdr = bytes.Clone(hdr) // the window's buffer moves on the next read
+	p, err := w.At(off+frame.HeaderSize, int(h.Length))
+	if err != nil {
+		return -1
+	}
+	if frame.Verify(seed, hdr, zeros[:h.Length]) || bytes.Count(p, []byte{0}) == len(p) {
+		return end
+	}
+	return -1
 }
 
 // cut is where a segment's readable records end, applied once the
