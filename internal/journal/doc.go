@@ -105,6 +105,11 @@
 // corruption: the segment is copied aside as "<name>.corrupt-<unix-nanos>"
 // for inspection, cut at the damage, reported, and reading goes on with
 // the next segment. The rules are the ones internal/frame describes.
+// One exception: a bad Pad whose damage lies where a pad holds nothing
+// (its zeros or its checksum), ending the write the scan is in, with a
+// valid later write right after it or nothing after it, costs no record:
+// it is reported as damaged padding (Recovery.PadDamaged) and reading goes
+// on (scanner.padUntil).
 //
 // # Failures
 //

@@ -172,6 +172,9 @@ type segment struct {
 	pins    int // readers holding it
 	// mtime is the file's modification time when recovery read it.
 	mtime time.Time
+	// v1: an older sessiond's segment (format version 1), which has no
+	// Pad records.
+	v1 bool
 }
 
 func (o *Options) fill() error {

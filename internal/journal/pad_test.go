@@ -3,6 +3,7 @@ package journal
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -134,114 +135,135 @@ func TestVersion1SegmentIsRead(t *testing.T) {
 }
 
 // TestDamageInsideAPadLosesNothing: a byte the disk changed inside a Pad
-// record, followed by an intact later write, is reported as damaged
-// padding and costs no record: recovery reads on and calls nothing
-// corrupt. The same damage to the pad's type is damage like any other.
+// record is reported as damaged padding and costs no record, whether an
+// intact later write follows it or it ends the segment's last write (the
+// acknowledgement record counts that write's end with its pad): recovery
+// reads on and calls nothing corrupt or lost. The same damage to the
+// pad's type is damage like any other.
 func TestDamageInsideAPadLosesNothing(t *testing.T) {
-	dir := t.TempDir()
-	l, _ := openLog(t, fsys.OS, dir, Options{})
-	s := l.Stream(key("a"))
-	s.Begin(Fingerprint{}, true)
-	var want [][]string
-	padAt := int64(-1)
-	for i := 0; padAt < 0; i++ {
-		if i > 100 {
-			t.Fatal("no commit was padded")
-		}
-		before := l.Stats().Padding
-		e := fmt.Sprintf("%d-%s", i, strings.Repeat("p", 900))
-		if _, err := s.Append(batchesOf([]string{e}), nil); err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, []string{e})
-		if pad := l.Stats().Padding - before; pad > 0 {
-			padAt = segEnd(l) - int64(pad)
-		}
-	}
-	if _, err := s.Append(batchesOf([]string{"after the pad"}), nil); err != nil {
-		t.Fatal(err)
-	}
-	want = append(want, []string{"after the pad"})
-	l.Close()
-	path := filepath.Join(dir, segName(1))
-	clean, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []struct {
-		name    string
-		at      int64
-		corrupt bool
-	}{
-		{"a byte of the pad's zeros", padAt + frame.HeaderSize + 5, false},
-		{"the pad's checksum", padAt + 9, false},
-		{"the pad's type", padAt + 4, true},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			d := t.TempDir()
-			b := bytes.Clone(clean)
-			b[c.at] ^= 0x20
-			if err := os.WriteFile(filepath.Join(d, segName(1)), b, 0o600); err != nil {
+	for _, later := range []bool{true, false} {
+		dir := t.TempDir()
+		l, _ := openLog(t, fsys.OS, dir, Options{})
+		s := l.Stream(key("a"))
+		s.Begin(Fingerprint{}, true)
+		var want [][]string
+		padAt := int64(-1)
+		for i := 0; padAt < 0; i++ {
+			if i > 100 {
+				t.Fatal("no commit was padded")
+			}
+			before := l.Stats().Padding
+			e := fmt.Sprintf("%d-%s", i, strings.Repeat("p", 900))
+			if _, err := s.Append(batchesOf([]string{e}), nil); err != nil {
 				t.Fatal(err)
 			}
-			l, rec := openLog(t, fsys.OS, d, Options{})
-			defer l.Close()
-			if c.corrupt {
-				if len(rec.Corrupt) != 1 || len(rec.PadDamaged) != 0 {
-					t.Fatalf("recovery %+v: want the damage called corrupt", rec)
+			want = append(want, []string{e})
+			if pad := l.Stats().Padding - before; pad > 0 {
+				padAt = segEnd(l) - int64(pad)
+			}
+		}
+		if later {
+			if _, err := s.Append(batchesOf([]string{"after the pad"}), nil); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, []string{"after the pad"})
+		}
+		l.Close()
+		path := filepath.Join(dir, segName(1))
+		clean, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			name    string
+			at      int64
+			corrupt bool
+		}{
+			{"a byte of the pad's zeros", padAt + frame.HeaderSize + 5, false},
+			{"the pad's checksum", padAt + 9, false},
+			{"the pad's type", padAt + 4, true},
+		} {
+			t.Run(fmt.Sprintf("%s, later write %v", c.name, later), func(t *testing.T) {
+				d := t.TempDir()
+				b := bytes.Clone(clean)
+				b[c.at] ^= 0x20
+				if err := os.WriteFile(filepath.Join(d, segName(1)), b, 0o600); err != nil {
+					t.Fatal(err)
 				}
-				return
-			}
-			if len(rec.Corrupt) != 0 || len(rec.PadDamaged) != 1 || !strings.Contains(rec.PadDamaged[0], "nothing is lost") {
-				t.Fatalf("recovery %+v: want damaged padding and nothing corrupt", rec)
-			}
-			if got := contents(t, l, key("a")); !slices.EqualFunc(got, want, slices.Equal) {
-				t.Fatalf("read back %d batches, want %d", len(got), len(want))
-			}
-		})
+				if ack, err := os.ReadFile(filepath.Join(dir, ackName)); err == nil {
+					os.WriteFile(filepath.Join(d, ackName), ack, 0o600)
+				}
+				l, rec, err := Open(Options{FS: fsys.OS, Dir: d})
+				if c.corrupt {
+					// Later write or not, the damaged records are
+					// reported (as corrupt, or as a loss that stops
+					// the start).
+					if err == nil {
+						defer l.Close()
+						if len(rec.Corrupt) != 1 || len(rec.PadDamaged) != 0 {
+							t.Fatalf("recovery %+v: want the damage called corrupt", rec)
+						}
+					} else if !errors.Is(err, ErrLost) {
+						t.Fatalf("Open: %v, want the damage refused as a loss", err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("Open over damaged padding: %v", err)
+				}
+				defer l.Close()
+				if len(rec.Corrupt) != 0 || len(rec.Lost) != 0 || len(rec.PadDamaged) != 1 || !strings.Contains(rec.PadDamaged[0], "nothing is lost") {
+					t.Fatalf("recovery %+v: want damaged padding and nothing corrupt or lost", rec)
+				}
+				if got := contents(t, l, key("a")); !slices.EqualFunc(got, want, slices.Equal) {
+					t.Fatalf("read back %d batches, want %d", len(got), len(want))
+				}
+			})
+		}
 	}
 }
 
 // TestPadUntilTellsPaddingFromARecord: padUntil takes a damaged frame for
-// a pad only when what changed is where a pad holds nothing; a marker
-// whose type byte turned into a Pad's, ending on the same block boundary,
-// is a record that was damaged, never padding.
+// a pad only when what changed is where a pad holds nothing, the pad ends
+// the write the scan is in, no batch is open and the segment may hold
+// pads; a marker whose type byte turned into a Pad's, ending on the same
+// block boundary, is a record that was damaged, never padding.
 func TestPadUntilTellsPaddingFromARecord(t *testing.T) {
-	const seed = 99
+	const seed, pos = 99, 64 // the pad ends a write that began 64 bytes before it
 	rules := frame.Rules{MaxType: maxType, MaxRecord: padBlock}
-	at := func(f []byte) (*frame.Window, int64) {
-		// f placed so it ends on the first block boundary.
-		b := append(make([]byte, padBlock-len(f)), f...)
-		return frame.NewWindow(bytes.NewReader(b), int64(len(b)), len(b)), int64(padBlock - len(f))
+	pad := padAfter(nil, padBlock-200, seed, pos)
+	if len(pad) != 200 {
+		t.Fatalf("padAfter wrote %d bytes for a gap of 200", len(pad))
 	}
-	pad := padAfter(nil, padBlock-200, seed, 0)
-	marker := frame.Append(nil, typeCompacted, encodeMarker(1<<32|5, Fingerprint{Size: 12345, Tail: 77}), seed, 0)
+	marker := frame.Append(nil, typeCompacted, encodeMarker(1<<32|5, Fingerprint{Size: 12345, Tail: 77}), seed, pos)
 	for _, c := range []struct {
-		name string
-		f    []byte
-		flip int
-		want bool
+		name    string
+		f       []byte
+		change  func(f []byte)
+		v1      bool
+		pending bool
+		want    bool
 	}{
-		{"a pad's zeros", pad, frame.HeaderSize + 30, true},
-		{"a pad's checksum", pad, 9, true},
-		{"a pad's position in its write", pad, 13, true},
-		{"a pad's length", pad, 0, false},
-		{"a marker turned into a pad", marker, 4, false},
+		{name: "a pad's zeros", f: pad, change: func(f []byte) { f[frame.HeaderSize+30] ^= 0x10 }, want: true},
+		{name: "a pad's checksum", f: pad, change: func(f []byte) { f[9] ^= 0x10 }, want: true},
+		{name: "a pad's position in its write", f: pad, change: func(f []byte) { f[13] ^= 0x10 }},
+		{name: "a pad's length", f: pad, change: func(f []byte) { f[0] ^= 0x10 }},
+		{name: "a marker turned into a pad", f: marker, change: func(f []byte) { f[4] = byte(typePad) }},
+		{name: "a pad's zeros in a version 1 segment", f: pad, change: func(f []byte) { f[frame.HeaderSize+30] ^= 0x10 }, v1: true},
+		{name: "a pad's zeros while a batch lacks its commit", f: pad, change: func(f []byte) { f[frame.HeaderSize+30] ^= 0x10 }, pending: true},
 	} {
 		f := bytes.Clone(c.f)
-		if c.name == "a marker turned into a pad" {
-			f[4] = byte(typePad)
-		} else {
-			f[c.flip] ^= 0x10
+		c.change(f)
+		off := int64(padBlock - len(f))
+		b := append(make([]byte, off), f...)
+		w := frame.NewWindow(bytes.NewReader(b), int64(len(b)), len(b))
+		sc := &scanner{pending: map[uint64]*pendingBatch{}}
+		if c.pending {
+			sc.pending[1] = &pendingBatch{}
 		}
-		w, off := at(f)
-		got := padUntil(w, off, seed, rules)
+		got := sc.padUntil(w, &segment{id: seed, v1: c.v1}, off, off-pos, rules)
 		if (got == padBlock) != c.want || (!c.want && got != -1) {
 			t.Errorf("%s: padUntil = %d, want padding: %v", c.name, got, c.want)
 		}
-	}
-	// Undamaged, a pad of 200 bytes is what padAfter writes there.
-	if len(pad) != 200 {
-		t.Fatalf("padAfter wrote %d bytes for a gap of 200", len(pad))
 	}
 }

@@ -261,6 +261,7 @@ func (l *Log) readHeaders() ([]segHeader, []int64, error) {
 			return nil, nil, fmt.Errorf("journal segment %s says it is segment %d: %w", s.path, h.Seq, errdefs.ErrCorrupt)
 		}
 		heads[i] = h
+		s.v1 = h.Version == 1
 		s.id = h.ID
 		s.end = end
 	}

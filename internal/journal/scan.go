@@ -63,13 +63,16 @@ func (sc *scanner) segment(s *segment, size, limit int64) error {
 			if err2 != nil {
 				return errdefs.FromIO(fmt.Errorf("read journal segment %s: %w", s.path, err2))
 			}
+			// Damage inside a pad costs no record, whether a later write
+			// proves it was synced or it is the segment's last write (whose
+			// end the acknowledgement record counts with the pad).
+			if end := sc.padUntil(w, s, off, writeStart, rules); end >= 0 && (proof < 0 || end == proof) {
+				sc.rec.PadDamaged = append(sc.rec.PadDamaged, fmt.Sprintf("journal segment %s: the padding from byte offset %d to %d is damaged (%v); it holds no record, so nothing is lost, but the disk changed bytes sessiond wrote", s.path, off, end, err))
+				off, writeStart, valid = end, end, end
+				continue
+			}
 			if proof < 0 {
 				break // a torn tail: never acknowledged
-			}
-			if len(sc.pending) == 0 && padUntil(w, off, s.id, rules) == proof {
-				sc.rec.PadDamaged = append(sc.rec.PadDamaged, fmt.Sprintf("journal segment %s: the padding from byte offset %d to %d is damaged (%v); it holds no record, so nothing is lost, but the disk changed bytes sessiond wrote", s.path, off, proof, err))
-				off, writeStart, valid = proof, proof, proof
-				continue
 			}
 			if err := sc.quarantine(s, size, off, proof, err); err != nil {
 				return err
@@ -94,21 +97,26 @@ func (sc *scanner) segment(s *segment, size, limit int64) error {
 	return nil
 }
 
-// padUntil returns where the frame at off ends when it is a Pad that ends
-// a block (padAfter) and its damage lies where a pad holds nothing: its
-// zeros (the checksum of its header with zeros still matches), or its
-// checksum or position (its payload is still all zeros). Otherwise -1: a
-// record whose type alone was changed to a Pad's has a payload that is
-// not zeros. A valid later write beginning where it ends then proves the
-// damage was inside the pad, the last record of its write.
-func padUntil(w *frame.Window, off int64, seed uint64, rules frame.Rules) int64 {
+// padUntil returns where the frame at off in s ends when it is a Pad that
+// ends a block (padAfter), the last record of the write that began at
+// writeStart, and its damage lies where a pad holds nothing: its zeros
+// (the checksum of its header with zeros still matches) or its checksum
+// (its payload is still all zeros, and it names the write it ends).
+// Otherwise -1: a record whose type alone was changed to a Pad's has a
+// payload that is not zeros, and a pad left in a reused spare by an older
+// segment names another write. Only with no batch open: a pad follows a
+// write's last commit.
+func (sc *scanner) padUntil(w *frame.Window, s *segment, off, writeStart int64, rules frame.Rules) int64 {
+	if s.v1 || len(sc.pending) > 0 {
+		return -1
+	}
 	hdr, err := w.At(off, frame.HeaderSize)
 	if err != nil {
 		return -1
 	}
 	h, err := frame.ParseHeader(hdr, rules)
 	end := off + h.Size()
-	if err != nil || h.Type != typePad || h.Size() > padBlock/2 || end%padBlock != 0 {
+	if err != nil || h.Type != typePad || h.Size() > padBlock/2 || end%padBlock != 0 || off == writeStart {
 		return -1
 	}
 	hdr = bytes.Clone(hdr) // the window's buffer moves on the next read
@@ -116,7 +124,7 @@ func padUntil(w *frame.Window, off int64, seed uint64, rules frame.Rules) int64 
 	if err != nil {
 		return -1
 	}
-	if frame.Verify(seed, hdr, zeros[:h.Length]) || bytes.Count(p, []byte{0}) == len(p) {
+	if frame.Verify(s.id, hdr, zeros[:h.Length]) || (bytes.Count(p, []byte{0}) == len(p) && h.WriteStart(off) == writeStart) {
 		return end
 	}
 	return -1
@@ -281,6 +289,9 @@ func (sc *scanner) apply(w *frame.Window, s *segment, h frame.Header, off int64,
 	case typeCompacted:
 		return sc.applyCompacted(r)
 	case typePad:
+		if r.s.v1 {
+			return frame.Error("a pad record in a version 1 segment")
+		}
 		return nil
 	default:
 		return frame.Error(fmt.Sprintf("record of type %d after the start of the segment", h.Type))
