@@ -221,7 +221,10 @@ func (s *Summary) addHead(line []byte, start, end int64, newline bool) {
 	if hk&hkType != 0 {
 		st.stored.line(vis)
 		st.shown.line(vis)
-		if p.media == "" {
+		// The media fallback shows only without a first prompt
+		// (Display), and a first prompt, once found, stays: past it,
+		// the search of every user line for a media block is waste.
+		if p.media == "" && p.firstPrompt == "" {
 			p.media = mediaOf(vis)
 		}
 	}
