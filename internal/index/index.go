@@ -199,6 +199,7 @@ func (ix *Index) Put(e Entry) {
 	old, ok := ix.entries[e.Key]
 	switch {
 	case ok && old.Owned && !e.Owned:
+		// Kept: see above.
 	case ok:
 		// Over the old copy, which never leaves the lock: a live writer
 		// puts its entry after every append.

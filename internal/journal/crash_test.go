@@ -48,10 +48,18 @@ func (m *model) last(k layout.Key) *sentStream {
 	return ss[len(ss)-1]
 }
 
+// crashSetup is the disk crashWorkload starts on: segments reserve their
+// space, as on ext4.
+func crashSetup(c *fstest.CrashFS) {
+	c.AllowAllocate(true)
+	c.WriteFile("/state/keep", nil, 0o600)
+}
+
 // crashWorkload runs what the writers do, on three transcripts, through
 // a log on fs: lazy binds, a group commit spanning all three, single
-// appends (some padded to a block's end), a compaction marker then a durable Begin, segment rolls (small
-// segments) and the collection of old segments.
+// appends (some padded to a block's end), a compaction marker then a
+// durable Begin, segment rolls (small segments) and the collection of old
+// segments.
 func crashWorkload(fs fsys.FS) *model {
 	m := &model{streams: map[layout.Key][]*sentStream{}}
 	l, _, err := Open(Options{FS: fs, Dir: crashDir, SegmentSize: crashSegment})
@@ -184,11 +192,7 @@ func TestCrashEveryOperation(t *testing.T) {
 	if testing.Short() {
 		seeds = 10
 	}
-	setup := func(c *fstest.CrashFS) {
-		c.AllowAllocate(true) // segments reserve their space, as on ext4
-		c.WriteFile("/state/keep", nil, 0o600)
-	}
-	points, disks := fstest.EveryCrash(setup, seeds, func(c *fstest.CrashFS) func(*fstest.CrashFS, fstest.Event, int64) {
+	points, disks := fstest.EveryCrash(crashSetup, seeds, func(c *fstest.CrashFS) func(*fstest.CrashFS, fstest.Event, int64) {
 		m := crashWorkload(c)
 		return func(v *fstest.CrashFS, ev fstest.Event, seed int64) {
 			l, rec, err := Open(Options{FS: v, Dir: crashDir, SegmentSize: crashSegment})
@@ -223,8 +227,7 @@ func TestCrashEveryOperation(t *testing.T) {
 // records, so a crash tearing one is among the crashes they try.
 func TestCrashWorkloadPads(t *testing.T) {
 	c := fstest.NewCrashFS()
-	c.AllowAllocate(true)
-	c.WriteFile("/state/keep", nil, 0o600)
+	crashSetup(c)
 	if m := crashWorkload(c); m.padding == 0 {
 		t.Fatal("the crash workload wrote no Pad record")
 	}

@@ -190,8 +190,14 @@ func TestDamageInsideAPadLosesNothing(t *testing.T) {
 				if err := os.WriteFile(filepath.Join(d, segName(1)), b, 0o600); err != nil {
 					t.Fatal(err)
 				}
-				if ack, err := os.ReadFile(filepath.Join(dir, ackName)); err == nil {
-					os.WriteFile(filepath.Join(d, ackName), ack, 0o600)
+				// The acknowledgement record too: it is what tells a
+				// damaged last write from a loss.
+				ack, err := os.ReadFile(filepath.Join(dir, ackName))
+				if err != nil {
+					t.Fatalf("the acknowledgement record: %v", err)
+				}
+				if err := os.WriteFile(filepath.Join(d, ackName), ack, 0o600); err != nil {
+					t.Fatal(err)
 				}
 				l, rec, err := Open(Options{FS: fsys.OS, Dir: d})
 				if c.corrupt {
@@ -257,11 +263,11 @@ func TestPadUntilTellsPaddingFromARecord(t *testing.T) {
 		off := int64(padBlock - len(f))
 		b := append(make([]byte, off), f...)
 		w := frame.NewWindow(bytes.NewReader(b), int64(len(b)), len(b))
-		sc := &scanner{pending: map[uint64]*pendingBatch{}}
+		sc := &scanner{l: &Log{rules: rules}, pending: map[uint64]*pendingBatch{}}
 		if c.pending {
 			sc.pending[1] = &pendingBatch{}
 		}
-		got := sc.padUntil(w, &segment{id: seed, v1: c.v1}, off, off-pos, rules)
+		got := sc.padUntil(w, &segment{id: seed, v1: c.v1}, off, off-pos)
 		if (got == padBlock) != c.want || (!c.want && got != -1) {
 			t.Errorf("%s: padUntil = %d, want padding: %v", c.name, got, c.want)
 		}

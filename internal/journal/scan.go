@@ -66,7 +66,7 @@ func (sc *scanner) segment(s *segment, size, limit int64) error {
 			// Damage inside a pad costs no record, whether a later write
 			// proves it was synced or it is the segment's last write (whose
 			// end the acknowledgement record counts with the pad).
-			if end := sc.padUntil(w, s, off, writeStart, rules); end >= 0 && (proof < 0 || end == proof) {
+			if end := sc.padUntil(w, s, off, writeStart); end >= 0 && (proof < 0 || end == proof) {
 				sc.rec.PadDamaged = append(sc.rec.PadDamaged, fmt.Sprintf("journal segment %s: the padding from byte offset %d to %d is damaged (%v); it holds no record, so nothing is lost, but the disk changed bytes sessiond wrote", s.path, off, end, err))
 				off, writeStart, valid = end, end, end
 				continue
@@ -106,7 +106,7 @@ func (sc *scanner) segment(s *segment, size, limit int64) error {
 // payload that is not zeros, and a pad left in a reused spare by an older
 // segment names another write. Only with no batch open: a pad follows a
 // write's last commit.
-func (sc *scanner) padUntil(w *frame.Window, s *segment, off, writeStart int64, rules frame.Rules) int64 {
+func (sc *scanner) padUntil(w *frame.Window, s *segment, off, writeStart int64) int64 {
 	if s.v1 || len(sc.pending) > 0 {
 		return -1
 	}
@@ -114,7 +114,7 @@ func (sc *scanner) padUntil(w *frame.Window, s *segment, off, writeStart int64, 
 	if err != nil {
 		return -1
 	}
-	h, err := frame.ParseHeader(hdr, rules)
+	h, err := frame.ParseHeader(hdr, sc.l.rules)
 	end := off + h.Size()
 	if err != nil || h.Type != typePad || h.Size() > padBlock/2 || end%padBlock != 0 || off == writeStart {
 		return -1

@@ -455,8 +455,8 @@ func TestSecondProcessAtEveryOperation(t *testing.T) {
 
 // TestLogDamageNeverSilent: each workload's log, left by a kill, is then
 // damaged outside sessiond, every segment in turn: cut to half, deleted,
-// a byte flipped in its middle, a byte of its last entry flipped. A new Manager either refuses to start
-// (journal.ErrLost, loud) or, when the damage took nothing acknowledged,
+// a byte flipped in its middle, a byte of its last entry flipped. A new
+// Manager either refuses to start (journal.ErrLost, loud) or, when the damage took nothing acknowledged,
 // starts with every acknowledged entry there once: never a silent loss.
 func TestLogDamageNeverSilent(t *testing.T) {
 	t.Parallel()
