@@ -532,9 +532,14 @@ func TestLogDamageNeverSilent(t *testing.T) {
 					}
 					closeQuietly(m)
 					// Damage, unlike a crash, may leave a segment copied
-					// aside as corrupt: that is what it is.
+					// aside as corrupt, and reported as damaged by the
+					// start (loud) when what it held was no acknowledged
+					// entry (a marker, say: where the flipped byte lands
+					// depends on how the commits were grouped): that is
+					// what it is. Every entry must still be there once.
 					probs := slices.DeleteFunc(w.verify(v, false), func(p string) bool {
-						return strings.HasPrefix(p, "a crash made a journal look corrupt: "+seg+".corrupt-")
+						return strings.HasPrefix(p, "a crash made a journal look corrupt: "+seg+".corrupt-") ||
+							strings.HasPrefix(p, "Recover failed a session: journal segment "+seg+" is damaged from byte offset ")
 					})
 					if len(probs) > 0 {
 						t.Fatalf("%s %s: started without a word, and:\n%s", seg, dmg.name, strings.Join(probs, "\n"))
