@@ -34,6 +34,8 @@ import (
 // segment is added or let go and at Close. Two slots are written in turn,
 // each with its own checksum and counter, so a torn write leaves the other.
 const (
+	// AckFile is the record's name in the log folder.
+	AckFile  = ackName
 	ackName  = "acknowledged"
 	ackSlot  = 64 << 10
 	ackMagic = 0x4b414453 // "SDAK"
@@ -228,6 +230,8 @@ func (l *Log) writeAck(sync bool) error {
 type expected struct {
 	segs  map[uint64]ackEntry
 	known bool
+	// unreadable: the record exists but neither slot could be read.
+	unreadable bool
 }
 
 // checkLosses compares what recovery read with the record: every listed

@@ -159,3 +159,77 @@ func TestLossAfterKill(t *testing.T) {
 		t.Fatalf("a cut after a kill: %v, want ErrLost", err)
 	}
 }
+
+// TestNoRecordIsReported: when the acknowledgement record beside the
+// segments is gone or unreadable, no loss can be checked, and Recovery
+// says why (the writer reports it loudly) instead of the start passing
+// for a clean one; the start goes on and reads every record. A log
+// with no segment, or only format 1 segments (from before the record),
+// reports nothing.
+func TestNoRecordIsReported(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		segments, version1  bool
+		damage              func(t *testing.T, rec string)
+		unreadable, missing bool
+	}{
+		{"removed", true, false, func(t *testing.T, rec string) {
+			if err := os.Remove(rec); err != nil {
+				t.Fatal(err)
+			}
+		}, false, true},
+		{"both slots zeroed", true, false, func(t *testing.T, rec string) {
+			fi, err := os.Stat(rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(rec, make([]byte, fi.Size()), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, true, false},
+		{"emptied", true, false, func(t *testing.T, rec string) {
+			if err := os.Truncate(rec, 0); err != nil {
+				t.Fatal(err)
+			}
+		}, true, false},
+		{"intact", true, false, func(*testing.T, string) {}, false, false},
+		{"removed beside format 1 segments", true, true, func(t *testing.T, rec string) {
+			if err := os.Remove(rec); err != nil {
+				t.Fatal(err)
+			}
+		}, false, false},
+		{"emptied, no segment", false, false, func(t *testing.T, rec string) {
+			if err := os.Truncate(rec, 0); err != nil {
+				t.Fatal(err)
+			}
+		}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			segs := fillLog(t, fsys.OS, dir, 20, 8<<10, true)
+			if !tc.segments {
+				for _, p := range segs {
+					os.Remove(p)
+				}
+			}
+			if tc.version1 {
+				for _, p := range segs {
+					toVersion1(t, p)
+				}
+			}
+			tc.damage(t, filepath.Join(dir, AckFile))
+			l, rec := openLog(t, fsys.OS, dir, Options{SegmentSize: 8 << 10})
+			defer l.Close()
+			if rec.AckUnreadable != tc.unreadable || rec.AckMissing != tc.missing {
+				t.Fatalf("AckUnreadable %v, AckMissing %v; want %v, %v", rec.AckUnreadable, rec.AckMissing, tc.unreadable, tc.missing)
+			}
+			want := 0
+			if tc.segments {
+				want = 20
+			}
+			if got := contents(t, l, key("a")); len(got) != want {
+				t.Fatalf("%d entries read, want %d", len(got), want)
+			}
+		})
+	}
+}

@@ -99,9 +99,24 @@ func TestVersion1SegmentIsRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Close()
-	// The same segment with a version 1 header: same length, so every
-	// record stays where it was.
-	path := filepath.Join(dir, segName(1))
+	toVersion1(t, filepath.Join(dir, segName(1)))
+	l, rec := openLog(t, fsys.OS, dir, Options{})
+	defer l.Close()
+	if rec.Segments != 1 || rec.TruncatedBytes != 0 || len(rec.Corrupt) != 0 {
+		t.Fatalf("recovery of a version 1 segment: %+v", rec)
+	}
+	if got := contents(t, l, key("a")); !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("read %q, want %q", got, want)
+	}
+	if e, _ := l.Epoch(key("a")); e.Base != (Fingerprint{7, 1}) {
+		t.Fatalf("base %+v", e.Base)
+	}
+}
+
+// toVersion1 gives the segment at path a version 1 header: same length,
+// so every record stays where it was.
+func toVersion1(t *testing.T, path string) {
+	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -120,17 +135,6 @@ func TestVersion1SegmentIsRead(t *testing.T) {
 	copy(b, old)
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
-	}
-	l, rec := openLog(t, fsys.OS, dir, Options{})
-	defer l.Close()
-	if rec.Segments != 1 || rec.TruncatedBytes != 0 || len(rec.Corrupt) != 0 {
-		t.Fatalf("recovery of a version 1 segment: %+v", rec)
-	}
-	if got := contents(t, l, key("a")); !slices.EqualFunc(got, want, slices.Equal) {
-		t.Fatalf("read %q, want %q", got, want)
-	}
-	if e, _ := l.Epoch(key("a")); e.Base != (Fingerprint{7, 1}) {
-		t.Fatalf("base %+v", e.Base)
 	}
 }
 

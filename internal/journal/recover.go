@@ -38,9 +38,14 @@ type Recovery struct {
 	// Lost lists acknowledged records found gone (Options.AcceptLoss;
 	// without it Open refuses to start over them).
 	Lost []Loss
-	// AckUnreadable: the acknowledgement record exists but neither of
-	// its slots could be read, so nothing could be checked.
-	AckUnreadable bool
+	// AckUnreadable: segments exist and the acknowledgement record
+	// beside them does too, but neither of its slots could be read, so
+	// nothing could be checked. AckMissing: format 2 segments exist and
+	// the record does not; a format 2 log writes its record before its
+	// first segment, so the record was removed, and nothing could be
+	// checked either. Either way the start goes on: these say why no loss
+	// could be found, not that one was.
+	AckUnreadable, AckMissing bool
 }
 
 // Open reads every segment in opt.Dir once, in order, rebuilds each
@@ -116,6 +121,9 @@ func (l *Log) recover(rec *Recovery) error {
 	if err != nil {
 		return err
 	}
+	if !exp.known {
+		l.noteNoRecord(rec, exp)
+	}
 	sc := &scanner{l: l, rec: rec, streams: map[uint64]*epoch{}, pending: map[uint64]*pendingBatch{},
 		reads: map[uint64]int64{}, counts: map[uint64]uint64{}}
 	for i, s := range l.segs {
@@ -154,7 +162,7 @@ func (l *Log) readExpected(rec *Recovery) (expected, error) {
 	if err != nil {
 		return exp, err
 	}
-	rec.AckUnreadable = unreadable
+	exp.unreadable = unreadable
 	if found {
 		exp = expected{known: true, segs: map[uint64]ackEntry{}}
 		for _, a := range ar.segs {
@@ -163,6 +171,28 @@ func (l *Log) readExpected(rec *Recovery) (expected, error) {
 		l.ack.counter = ar.counter
 	}
 	return exp, nil
+}
+
+// noteNoRecord says in rec why the losses cannot be checked when the
+// record could not be read, once the segments' headers are known. With no
+// segment there is nothing to check: a new log, or a first start killed
+// while writing its record.
+func (l *Log) noteNoRecord(rec *Recovery, exp expected) {
+	if len(l.segs) == 0 {
+		return
+	}
+	if exp.unreadable {
+		rec.AckUnreadable = true
+		return
+	}
+	for _, s := range l.segs {
+		if !s.v1 {
+			rec.AckMissing = true
+			return
+		}
+	}
+	// Only format 1 segments: a log from before the record, or one whose
+	// record was removed; they cannot be told apart.
 }
 
 // listSegments lists the log folder and returns the segments' sequence

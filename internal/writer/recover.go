@@ -16,6 +16,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/journal"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/sidecar"
 	"github.com/sessiond/sessiond/internal/writer/session"
@@ -75,8 +76,15 @@ func (m *Manager) CheckJournals(ctx context.Context) (RecoverReport, []layout.Ke
 			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", msg, errdefs.ErrCorrupt))
 			m.health.Failed(msg)
 		}
-		if r.AckUnreadable {
-			m.log.Error("the journal's acknowledgement record is unreadable: whether acknowledged records were lost cannot be told this time")
+		if r.AckUnreadable || r.AckMissing {
+			what := "unreadable"
+			if r.AckMissing {
+				what = "missing (the journal's segments were written with one)"
+			}
+			msg := "the journal's acknowledgement record (" + filepath.Join(m.cfg.Layout.JournalDir(), journal.AckFile) + ") is " + what + ": whether acknowledged entries were lost from the journal cannot be told this time; check the transcripts of the sessions written last (sessionctl check --all); a new record is in place for the next start"
+			m.log.Error(msg)
+			rep.Failed = append(rep.Failed, fmt.Errorf("%s: %w", msg, errdefs.ErrCorrupt))
+			m.health.Failed(msg)
 		}
 		if r.NoSegment != nil {
 			m.log.Warn("the disk holding the journal is full: sessiond serves what it holds, and appends are refused until there is room", zap.Error(r.NoSegment))

@@ -239,3 +239,54 @@ func TestRecoverMakesCompactionRenameDurable(t *testing.T) {
 		t.Fatalf("power loss after recovery lost the acknowledged entry; file: %q", got)
 	}
 }
+
+// TestJournalWithoutItsRecordIsReported: a journal whose acknowledgement
+// record is gone or unreadable cannot be checked for losses; the start
+// goes on, serves every entry, and says so where a person looks (the
+// check's failures, Stats.RecoveryErrors, which status and check --all
+// show), naming the record. The next start, with a new record, is clean.
+func TestJournalWithoutItsRecordIsReported(t *testing.T) {
+	for _, damage := range []string{"removed", "zeroed"} {
+		t.Run(damage, func(t *testing.T) {
+			e := newEnv(t)
+			m := e.manager()
+			ctx := context.Background()
+			k := newKey()
+			if _, err := m.Append(ctx, k, [][]byte{entry(uuid.NewString()), entry(uuid.NewString())}); err != nil {
+				t.Fatal(err)
+			}
+			closeManager(t, m)
+			rec := filepath.Join(e.lay.JournalDir(), journal.AckFile)
+			if damage == "removed" {
+				if err := os.Remove(rec); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.WriteFile(rec, make([]byte, 128<<10), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			m = e.manager()
+			rep, todo, err := m.CheckJournals(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Failed) != 1 || !errors.Is(rep.Failed[0], errdefs.ErrCorrupt) || !strings.Contains(rep.Failed[0].Error(), rec) {
+				t.Fatalf("check: %v, want the record named once", rep.Failed)
+			}
+			if st := m.Stats(); len(st.RecoveryErrors) != 1 || !strings.Contains(st.RecoveryErrors[0], "cannot be told") {
+				t.Fatalf("stats: %q", st.RecoveryErrors)
+			}
+			if r := m.Replay(ctx, todo); len(r.Failed) != 0 {
+				t.Fatalf("replay: %+v", r)
+			}
+			closeManager(t, m)
+			if n := len(e.canonicalLines(k)); n != 2 {
+				t.Fatalf("%d lines, want 2", n)
+			}
+			m = e.manager()
+			defer closeManager(t, m)
+			if rep, _, err := m.CheckJournals(ctx); err != nil || len(rep.Failed) != 0 {
+				t.Fatalf("the next start: %v %v", rep.Failed, err)
+			}
+		})
+	}
+}
