@@ -11,11 +11,13 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
 	"github.com/sessiond/sessiond/internal/index"
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/progress"
@@ -328,12 +330,12 @@ func TestSessionKeyForms(t *testing.T) {
 	c, _ := newCatalog(t)
 	upper := layout.Key{ProjectKey: project, SessionID: "AAAAAAAA-0000-4000-8000-000000000001"}
 	lower := layout.Key{ProjectKey: project, SessionID: "aaaaaaaa-0000-4000-8000-000000000001"}
-	if got := c.SessionKey(upper); got != lower {
-		t.Fatalf("nothing stored: %v, want the lower-case %v", got, lower)
+	if got, err := c.SessionKey(upper); err != nil || got != lower {
+		t.Fatalf("nothing stored: %v %v, want the lower-case %v", got, err, lower)
 	}
 	write(t, c, upper, time.Now(), prompt("p"))
-	if got := c.SessionKey(upper); got != upper {
-		t.Fatalf("stored under upper case: %v, want %v", got, upper)
+	if got, err := c.SessionKey(upper); err != nil || got != upper {
+		t.Fatalf("stored under upper case: %v %v, want %v", got, err, upper)
 	}
 	if found, err := c.Find(lower.SessionID, ""); err != nil || len(found) != 0 {
 		t.Fatalf("Find in lower case: %v %v; only the exact form was stored", found, err)
@@ -342,8 +344,44 @@ func TestSessionKeyForms(t *testing.T) {
 		t.Fatalf("Find in upper case: %v %v", found, err)
 	}
 	write(t, c, lower, time.Now(), prompt("p"))
-	if got := c.SessionKey(upper); got != lower {
-		t.Fatalf("both stored: %v, want the lower-case %v", got, lower)
+	if got, err := c.SessionKey(upper); err != nil || got != lower {
+		t.Fatalf("both stored: %v %v, want the lower-case %v", got, err, lower)
+	}
+}
+
+// TestLookupsThatCannotTellAreErrors: a look into a project or a session
+// folder that fails (EIO here; EMFILE or EACCES alike) is an error, never
+// taken for "not there": Find would otherwise pick another project's copy
+// as the only one, and SessionKey could start a second file for a UUID
+// stored in another case.
+func TestLookupsThatCannotTellAreErrors(t *testing.T) {
+	c, _ := newCatalog(t)
+	id := "bbbbbbbb-0000-4000-8000-000000000002"
+	a := layout.Key{ProjectKey: "-a", SessionID: id}
+	b := layout.Key{ProjectKey: "-b", SessionID: id}
+	write(t, c, a, time.Now(), prompt("a"))
+	write(t, c, b, time.Now(), prompt("b"))
+	upper := layout.Key{ProjectKey: project, SessionID: "CCCCCCCC-0000-4000-8000-000000000003"}
+	write(t, c, upper, time.Now(), prompt("u"))
+	lowerDir := c.layout.SessionDir(layout.Key{ProjectKey: project, SessionID: "cccccccc-0000-4000-8000-000000000003"})
+	c.fs = fstest.NewHookFS(fsys.OS, fstest.Hooks{Before: func(call fstest.Call) error {
+		if call.Name == "lstat" && (call.Path == c.layout.TranscriptPath(b) || call.Path == lowerDir) {
+			return syscall.EIO
+		}
+		return nil
+	}})
+	if found, err := c.Find(id, ""); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Find with one project unreadable: %v %v, want the EIO", found, err)
+	}
+	if got, err := c.SessionKey(upper); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("SessionKey with the lower-case folder unreadable: %v %v, want the EIO", got, err)
+	}
+	c.fs = fsys.OS
+	if found, err := c.Find(id, ""); err != nil || len(found) != 2 {
+		t.Fatalf("Find: %v %v, want both", found, err)
+	}
+	if got, err := c.SessionKey(upper); err != nil || got != upper {
+		t.Fatalf("SessionKey: %v %v, want %v", got, err, upper)
 	}
 }
 

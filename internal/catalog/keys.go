@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
@@ -192,8 +193,18 @@ func (c *Catalog) inProjects(sessionID, subpath string) ([]layout.Key, error) {
 		if k.Validate() != nil {
 			continue
 		}
-		if fi, err := c.fs.Lstat(c.layout.TranscriptPath(k)); err == nil && fi.Mode().IsRegular() {
-			keys = append(keys, k)
+		p := c.layout.TranscriptPath(k)
+		fi, err := c.fs.Lstat(p)
+		switch {
+		case err == nil:
+			if fi.Mode().IsRegular() {
+				keys = append(keys, k)
+			}
+		case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR):
+			// A project that cannot be looked in may hold the session:
+			// taken for absent, another copy would be picked as the
+			// only one.
+			return nil, fmt.Errorf("look for session %s in %s: %w", sessionID, p, errdefs.FromIO(err))
 		}
 	}
 	return keys, nil
@@ -205,33 +216,48 @@ func (c *Catalog) inProjects(sessionID, subpath string) ([]layout.Key, error) {
 // stored under an upper- or mixed-case id, exactly as given, is kept under
 // that name while no lower-case one exists, so that writing to it does not
 // start a second file for the same UUID.
-func (c *Catalog) SessionKey(k layout.Key) layout.Key {
+// A disk that cannot tell is an error: either answer could start a second
+// file for the same UUID.
+func (c *Catalog) SessionKey(k layout.Key) (layout.Key, error) {
 	forms := layout.SessionIDForms(k.SessionID)
 	if len(forms) > 1 {
 		for _, id := range forms {
 			s := k
 			s.SessionID = id
-			if c.sessionStored(s) {
-				return s
+			stored, err := c.sessionStored(s)
+			if err != nil {
+				return k, fmt.Errorf("find under which id session %s is stored: %w", k.SessionID, err)
+			}
+			if stored {
+				return s, nil
 			}
 		}
 	}
 	k.SessionID = forms[0]
-	return k
+	return k, nil
 }
 
 // sessionStored reports whether k's session has anything under its id:
-// a writer, journaled entries, its transcript or its session folder. A
-// disk that cannot tell counts as yes.
-func (c *Catalog) sessionStored(k layout.Key) bool {
-	if c.exists(k.Main()) {
-		return true
+// a writer, journaled entries, its transcript or its session folder.
+func (c *Catalog) sessionStored(k layout.Key) (bool, error) {
+	keys := []layout.Key{k.Main()}
+	if k.Subpath != "" {
+		keys = append(keys, k)
 	}
-	if k.Subpath != "" && c.exists(k) {
-		return true
+	for _, x := range keys {
+		if ok, err := c.w.Exists(x); err != nil || ok {
+			return ok, err
+		}
 	}
-	_, err := c.fs.Lstat(c.layout.SessionDir(k))
-	return !errors.Is(err, fs.ErrNotExist)
+	p := c.layout.SessionDir(k)
+	_, err := c.fs.Lstat(p)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
+		return false, nil
+	}
+	return false, fmt.Errorf("inspect %s: %w", p, errdefs.FromIO(err))
 }
 
 // sortedKeys returns the keys of set in the order less gives.

@@ -142,7 +142,10 @@ func (s *Server) Fork(ctx context.Context, req *sessiondv1.ForkRequest) (*sessio
 		}
 		// Under the name the id is stored under, so that a fork onto an
 		// existing session in another case is refused as existing.
-		target := s.cat.SessionKey(layout.Key{ProjectKey: k.ProjectKey, SessionID: id})
+		target, err := s.cat.SessionKey(layout.Key{ProjectKey: k.ProjectKey, SessionID: id})
+		if err != nil {
+			return nil, fmt.Errorf("fork target: %w", err)
+		}
 		if err := s.info.layout().CheckOnDisk(target); err != nil {
 			return nil, fmt.Errorf("fork target: %w", err)
 		}

@@ -180,7 +180,7 @@ func (s *Server) resolveRef(ref *sessiondv1.SessionRef, needProject bool) (layou
 	k.ProjectKey = pk
 	// One UUID is one session in any case: stored under the lower-case
 	// id, found under either.
-	return s.cat.SessionKey(k), nil
+	return s.cat.SessionKey(k)
 }
 
 // find is the one session whose id (and subpath) is k's, in whichever
@@ -364,7 +364,11 @@ func (s *Server) ListSummaries(req *sessiondv1.ListSummariesRequest, stream grpc
 		if err := layout.ValidateSessionID(id); err != nil {
 			return err
 		}
-		id = s.cat.SessionKey(layout.Key{ProjectKey: pk, SessionID: id}).SessionID
+		k, err := s.cat.SessionKey(layout.Key{ProjectKey: pk, SessionID: id})
+		if err != nil {
+			return err
+		}
+		id = k.SessionID
 	}
 	if err := sessionstore.ValidateFolder(req.GetFolder()); err != nil {
 		return err
