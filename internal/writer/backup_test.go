@@ -1,7 +1,11 @@
 package writer
 
 import (
+	"errors"
+	"runtime"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/sessiond/sessiond/internal/fsys"
@@ -68,6 +72,74 @@ func TestRestoredStateFolderStoresNothingTwice(t *testing.T) {
 	want := strings.Join(append(first, `{"type":"user","k":"no-uuid-2"}`), "\n") + "\n"
 	if string(b) != want {
 		t.Fatalf("transcript after the restore:\n%s\nwant:\n%s", b, want)
+	}
+}
+
+// TestRestoredStateFolderUnreadableTranscript: the same restore, and the
+// read that compares the transcript with the restored log's entries fails
+// (EIO; EMFILE alike). Taken for "the transcript does not hold them", the
+// entries without a uuid were appended a second time. The session's
+// recovery fails, reported, and the entries are neither appended again
+// nor dropped: once the disk reads again they are found there.
+func TestRestoredStateFolderUnreadableTranscript(t *testing.T) {
+	c := fstest.NewCrashFS()
+	k := fixedKey(3, "")
+	m := newCrashManager(t, c, nil)
+	first := []string{`{"type":"user","k":"no-uuid-1"}`, `{"type":"user","uuid":"aaaaaaaa-0000-4000-8000-000000000003","k":"with-uuid"}`}
+	if _, err := m.Append(bg, k, lineBytes(first...)); err != nil {
+		t.Fatal(err)
+	}
+	abortManager(m)
+	backup := c.KillClone()
+	m = newCrashManager(t, c, nil)
+	if _, err := m.Recover(bg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Append(bg, k, lineBytes(`{"type":"user","k":"no-uuid-2"}`)); err != nil {
+		t.Fatal(err)
+	}
+	closeManager(t, m)
+	restoreState(t, backup, c)
+
+	var failed atomic.Int32
+	h := fstest.NewHookFS(c, fstest.Hooks{Before: func(call fstest.Call) error {
+		if call.Name == "readat" && call.Path == crashLayout.TranscriptPath(k) && inStack("holdsLogged") {
+			failed.Add(1)
+			return syscall.EIO
+		}
+		return nil
+	}})
+	m = newCrashManager(t, h, nil)
+	rep, err := m.Recover(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failed.Load() == 0 || len(rep.Failed) != 1 || !errors.Is(rep.Failed[0], syscall.EIO) {
+		t.Fatalf("Recover with the comparing read failing (%d failed): %v", failed.Load(), rep.Failed)
+	}
+	closeManager(t, m)
+	want := strings.Join(append(first, `{"type":"user","k":"no-uuid-2"}`), "\n") + "\n"
+	if b, _ := c.ReadFile(crashLayout.TranscriptPath(k)); string(b) != want {
+		t.Fatalf("transcript after the failed recovery:\n%s\nwant:\n%s", b, want)
+	}
+	if got := recoverAndRead(t, c, k); got != want {
+		t.Fatalf("transcript once the disk reads again:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// inStack reports whether a function whose name ends in name is on the
+// calling goroutine's stack.
+func inStack(name string) bool {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	for {
+		f, more := frames.Next()
+		if strings.HasSuffix(f.Function, "."+name) {
+			return true
+		}
+		if !more {
+			return false
+		}
 	}
 }
 

@@ -399,17 +399,34 @@ func (st *State) holdsLogged(base fingerprint, rec *stream.Recovered) (bool, err
 		}
 		buf = slices.Grow(buf[:0], len(entry)+1)[:len(entry)+1]
 		if _, err := io.ReadFull(r, buf); err != nil {
-			same = false
-			return nil
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				// Cut since the scan: it does not hold them.
+				same = false
+				return nil
+			}
+			// A read that failed tells nothing: taken for "not
+			// there", the entries would be replayed a second time.
+			return &canonReadError{err}
 		}
 		same = bytes.Equal(buf[:len(entry)], entry) && buf[len(entry)] == '\n'
 		return nil
 	})
+	var cr *canonReadError
+	if errors.As(err, &cr) {
+		return false, fmt.Errorf("read %s: %w", st.canonPath, errdefs.FromIO(cr.err))
+	}
 	if err != nil {
 		return false, fmt.Errorf("read journal of %s: %w", st.key, errdefs.FromIO(err))
 	}
 	return same, nil
 }
+
+// canonReadError carries a failed read of the canonical file out of a
+// journal read's callback, told apart from the journal's own errors.
+type canonReadError struct{ err error }
+
+func (e *canonReadError) Error() string { return e.err.Error() }
+func (e *canonReadError) Unwrap() error { return e.err }
 
 // syncCanonical makes the canonical file as this process sees it durable:
 // its content and its name. It runs before a journal generation whose
