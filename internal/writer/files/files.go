@@ -34,10 +34,17 @@ func TailCRC(r io.ReaderAt, size int64) (uint32, error) {
 }
 
 // Intact reports whether f still starts with the size bytes whose tail
-// checksum was tail.
-func Intact(f io.ReaderAt, size int64, tail uint32) bool {
+// checksum was tail. A file now shorter does not; a read that failed
+// tells nothing and is returned.
+func Intact(f io.ReaderAt, size int64, tail uint32) (bool, error) {
 	t, err := TailCRC(f, size)
-	return err == nil && t == tail
+	if Shrank(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return t == tail, nil
 }
 
 // ReadRange reads the file at path from from to to (less when it ends

@@ -1,12 +1,16 @@
 package files
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/sessiond/sessiond/internal/fsys"
+	"github.com/sessiond/sessiond/internal/fsys/fstest"
 )
 
 func write(t *testing.T, path, data string) {
@@ -69,8 +73,8 @@ func TestHeld(t *testing.T) {
 	}
 	slots := NewSlots(1)
 	h := NewHeld(slots)
-	if rw := h.Hold(f, 4, tail); rw != nil {
-		t.Fatal("an intact file was not held")
+	if rw, err := h.Hold(f, 4, tail); rw != nil || err != nil {
+		t.Fatalf("an intact file was not held: %v", err)
 	}
 	if !h.TakeSlot() {
 		t.Fatal("the only slot was not free")
@@ -103,6 +107,51 @@ func TestHeld(t *testing.T) {
 		t.Fatal("a file rewritten after it was held was not handed back")
 	}
 	g.Close()
+}
+
+// TestHeldUnreadable: a held file that cannot be read (EIO; EMFILE alike)
+// is neither taken for rewritten nor for "nothing appended": Hold holds
+// it and says why it could not look, Late returns the error and keeps it,
+// and once it reads again its late lines are there.
+func TestHeldUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "t.jsonl")
+	write(t, p, "a\nb\n")
+	var failing atomic.Bool
+	failing.Store(true)
+	fsy := fstest.NewHookFS(fsys.OS, fstest.Hooks{Before: func(c fstest.Call) error {
+		if failing.Load() && (c.Name == "readat" || c.Name == "fstat") {
+			return syscall.EIO
+		}
+		return nil
+	}})
+	f, err := fsy.OpenFile(p, os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	g, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail, err := TailCRC(g, 4)
+	g.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHeld(NewSlots(1))
+	if rw, err := h.Hold(f, 4, tail); rw != nil || !errors.Is(err, syscall.EIO) || h.File() != f {
+		t.Fatalf("Hold of an unreadable file: %v, %v, held %v; want it held and the EIO", rw, err, h.File() != nil)
+	}
+	appendTo(t, p, "c\n")
+	if data, rw, err := h.Late(true); rw != nil || !errors.Is(err, syscall.EIO) || len(data) != 0 || h.File() != f {
+		t.Fatalf("Late of an unreadable file: %q, %v, %v; want the EIO, the file still held", data, rw, err)
+	}
+	failing.Store(false)
+	if data, rw, err := h.Late(true); rw != nil || err != nil || string(data) != "c\n" {
+		t.Fatalf("Late once it reads: %q, %v, %v; want the late line", data, rw, err)
+	}
+	h.Drop()
 }
 
 // TestFileHelpers: HasPrefix, LineStart, WholeLines, ScanWholeLines,

@@ -65,14 +65,16 @@ func (h *Held) File() fsys.File { return h.f }
 // Hold keeps f, which held size bytes with the tail checksum tail when a
 // compaction copied it, letting go of any file held before. A file that
 // no longer starts with those bytes is not held: it is returned, for the
-// caller to keep a copy of and close.
-func (h *Held) Hold(f fsys.File, size int64, tail uint32) (rewritten fsys.File) {
+// caller to keep a copy of and close. A file that cannot be read now is
+// held all the same, and the error returned: Late looks again.
+func (h *Held) Hold(f fsys.File, size int64, tail uint32) (rewritten fsys.File, err error) {
 	h.Drop()
-	if !Intact(f, size, tail) {
-		return f
+	ok, err := Intact(f, size, tail)
+	if err == nil && !ok {
+		return f, nil
 	}
 	h.f, h.off, h.size, h.tail = f, size, size, tail
-	return nil
+	return nil, err
 }
 
 // TakeSlot takes one of the slots for the held file, or reports that they
@@ -113,14 +115,21 @@ func (h *Held) Late(final bool) (data []byte, rewritten fsys.File, err error) {
 	if h.f == nil {
 		return nil, nil, nil
 	}
-	if !Intact(h.f, h.size, h.tail) {
+	ok, err := Intact(h.f, h.size, h.tail)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !ok {
 		f := h.f
 		h.f = nil
 		h.freeSlot()
 		return nil, f, nil
 	}
 	fi, err := h.f.Stat()
-	if err != nil || fi.Size() <= h.off {
+	if err != nil {
+		return nil, nil, err
+	}
+	if fi.Size() <= h.off {
 		return nil, nil, nil
 	}
 	if data, err = readPast(h.f, h.off); err != nil {
@@ -162,11 +171,16 @@ func RenameOver(fs fsys.FS, tmpPath, path string, src fsys.File, size int64, tai
 		return rep, err
 	}
 	rep.Alone = Unlease(src)
-	if err != nil || !rep.Alone || !Intact(src, size, tail) {
-		// A rewritten file is kept aside by the caller, from src.
+	if err != nil || !rep.Alone {
 		return rep, err
 	}
+	if ok, ierr := Intact(src, size, tail); ierr != nil || !ok {
+		// A rewritten file is kept aside by the caller, from src; one
+		// that cannot be read now is held, and looked at again.
+		return rep, nil
+	}
 	if rep.Tail, err = readPast(src, size); err != nil {
+		// Held by the caller, and read again.
 		return rep, nil
 	}
 	src.Close()

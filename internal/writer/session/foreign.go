@@ -125,9 +125,15 @@ func (st *State) replaced(f fsys.File, old fingerprint, rep files.Replacement) e
 	// rewrote it meanwhile (open("w") just before the rename) wrote a
 	// version that no name leads to. Rescuing a slice of it as lines would
 	// splice garbage in; a copy is kept instead, for a person to merge.
-	if rewritten := st.held.Hold(f, old.size, old.tail); rewritten != nil {
+	rewritten, err := st.held.Hold(f, old.size, old.tail)
+	if rewritten != nil {
 		st.keepRewritten(rewritten)
 		return nil
+	}
+	if err != nil {
+		// Held: whether another program appended to it or rewrote it
+		// is told once it reads again.
+		st.log.Warn("cannot read the transcript a compaction replaced, to rescue lines another program appended to it; it is held and read again later", zap.Error(err))
 	}
 	if !rep.Alone {
 		if st.held.TakeSlot() {
@@ -135,7 +141,7 @@ func (st *State) replaced(f fsys.File, old fingerprint, rep files.Replacement) e
 		}
 		st.log.Debug("as many replaced transcripts as allowed are held open already: this one's late lines are rescued now and it is let go")
 	}
-	err := st.rescueHeld(true)
+	err = st.rescueHeld(true)
 	st.held.Drop()
 	return err
 }
@@ -143,15 +149,16 @@ func (st *State) replaced(f fsys.File, old fingerprint, rep files.Replacement) e
 // keepRewritten keeps a copy of f, a replaced canonical file another
 // program rewrote (not just appended to), and closes it.
 func (st *State) keepRewritten(f fsys.File) {
-	fi, _ := f.Stat()
-	size := int64(0)
-	if fi != nil {
-		size = fi.Size()
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		st.log.Error("another program rewrote the transcript while sessiond replaced it; its version no longer has a name, is not merged, and could not be copied",
+			zap.Error(errdefs.FromIO(err)))
+		return
 	}
-	where, err := st.keepCopy("foreign", f, size)
+	where, err := st.keepCopy("foreign", f, fi.Size())
 	st.log.Error("another program rewrote the transcript while sessiond replaced it; its version no longer has a name and is not merged",
 		zap.String("kept_at", where), zap.Error(err))
-	f.Close()
 }
 
 // rescueLate rescues what was appended to the held file since, logging a
