@@ -1,6 +1,7 @@
 package sessionstore
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,13 @@ import (
 	"github.com/sessiond/sessiond/internal/layout"
 	"github.com/sessiond/sessiond/internal/sidecar"
 )
+
+// maxSidecarBytes bounds what Read takes of a sidecar. The largest state
+// Validate and Prune allow is maxBatchIDs ids of maxBatchIDLen bytes and
+// 1 + MaxFolders summaries of MaxSummaryBytes: under 1 MiB as Save writes
+// it, and about 5 MiB even with every byte a '<' that an encoder escaping
+// HTML writes as six; a file over the bound was not written by sessiond.
+const maxSidecarBytes = 16 << 20
 
 // DamagedError is a store sidecar that was read whole but does not decode.
 type DamagedError struct {
@@ -45,9 +53,13 @@ func Read(FS fsys.FS, L layout.Layout, key layout.Key) (State, error) {
 		return s, errdefs.Unreadable("the store sidecar of "+key.String(), err)
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 4<<20))
+	b, err := io.ReadAll(io.LimitReader(f, maxSidecarBytes+1))
 	if err != nil {
 		return s, errdefs.Unreadable("the store sidecar of "+key.String(), err)
+	}
+	if len(b) > maxSidecarBytes {
+		return State{}, &DamagedError{Path: path, Body: b[:maxSidecarBytes],
+			Err: fmt.Errorf("it is over %d bytes, more than sessiond ever writes (its first %d bytes are what the copy keeps)", maxSidecarBytes, maxSidecarBytes)}
 	}
 	if err := json.Unmarshal(b, &s); err != nil {
 		return State{}, &DamagedError{Path: path, Body: b, Err: err}
@@ -66,10 +78,15 @@ func Save(FS fsys.FS, L layout.Layout, key layout.Key, s *State, now time.Time) 
 		}
 		return nil
 	}
-	body, err := json.Marshal(s)
-	if err != nil {
+	// Without HTML escaping, which makes each '<', '>' and '&' six bytes:
+	// what Validate lets through then stays well within maxSidecarBytes.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
 		return err
 	}
+	body := bytes.TrimSuffix(buf.Bytes(), []byte{'\n'})
 	dir := filepath.Dir(path)
 	if err := fsys.MkdirAll(FS, dir, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", dir, errdefs.FromIO(err))
@@ -77,7 +94,7 @@ func Save(FS fsys.FS, L layout.Layout, key layout.Key, s *State, now time.Time) 
 	// A temp name of its own each time: a crash may have left the last
 	// one (the writer's open removes those).
 	tmp := sidecar.TempPrefix(path) + uuid.NewString()[:8] + ".tmp"
-	err = fsys.WriteFileAtomic(FS, path, tmp, 0o600, func(w io.Writer) error {
+	err := fsys.WriteFileAtomic(FS, path, tmp, 0o600, func(w io.Writer) error {
 		_, err := w.Write(body)
 		return err
 	})
