@@ -74,6 +74,10 @@ func (t *Trash) run(in *intent) error {
 	return t.finishIntent(in)
 }
 
+// maxIntentBytes bounds an intent file: a session with tens of thousands
+// of subagent transcripts fits (a few hundred bytes a file).
+const maxIntentBytes = 64 << 20
+
 func (t *Trash) writeIntent(in *intent) error {
 	FS, dir := t.cfg.FS, t.intentDir()
 	if err := fsys.MkdirAll(FS, dir, 0o700); err != nil {
@@ -82,6 +86,12 @@ func (t *Trash) writeIntent(in *intent) error {
 	body, err := json.Marshal(in)
 	if err != nil {
 		return err
+	}
+	if len(body) > maxIntentBytes {
+		// Refused before anything moves: an intent recovery could not
+		// read back would leave the session half moved after a crash.
+		return fmt.Errorf("the %s of %s would move %d files, more than one operation records (its intent is %d bytes, over %d); move some of its subagent transcripts away first: %w",
+			in.Op, in.key(), len(in.Moves)+len(in.Merges), len(body), maxIntentBytes, errdefs.ErrFailedPrecondition)
 	}
 	name := uuid.NewString() + ".json"
 	in.path = filepath.Join(dir, name)
@@ -342,9 +352,12 @@ func (t *Trash) readIntent(path string) (*intent, error) {
 		return nil, errdefs.Unreadable("the intent "+path, err)
 	}
 	defer f.Close()
-	body, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	body, err := io.ReadAll(io.LimitReader(f, maxIntentBytes+1))
 	if err != nil {
 		return nil, errdefs.Unreadable("the intent "+path, err)
+	}
+	if len(body) > maxIntentBytes {
+		return nil, fmt.Errorf("is over %d bytes, more than sessiond writes: %w", maxIntentBytes, errdefs.ErrCorrupt)
 	}
 	if err := f.Sync(); err != nil { // see Recover: durable before acted on
 		return nil, fmt.Errorf("sync the intent %s: %w", path, errdefs.FromIO(err))

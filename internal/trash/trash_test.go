@@ -3,8 +3,11 @@ package trash
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -139,5 +142,69 @@ func TestSameContentReadErrorIsNoConflict(t *testing.T) {
 	ff.Inject(fstest.Fault{Op: fstest.OpRead, Path: func(p string) bool { return p == "/b" }, Err: syscall.EIO})
 	if same, err := sameContent(ff, "/a", "/b"); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("with a failing read: same %v, err %v; want the read error", same, err)
+	}
+}
+
+// TestLargeIntentIsRecovered: a restore of a session that has thousands
+// of subagent transcripts again since its delete merges each of them, and
+// writes an intent of megabytes; interrupted before its steps, it is read
+// back and finished at the next start, not taken for damage (which left
+// the session half restored, for a human). An intent over the bound is
+// damage.
+func TestLargeIntentIsRecovered(t *testing.T) {
+	tr, L := newTestTrash(t, clock.Real)
+	k := layout.Key{ProjectKey: "-p", SessionID: "00000000-0000-4000-8000-0000000000ac"}
+	const subs = 2000
+	write := func() {
+		writeSession(t, L, k)
+		for i := range subs {
+			sub := k
+			sub.Subpath = fmt.Sprintf("subagents/agent-%s-%06d", strings.Repeat("a", 120), i)
+			writeSession(t, L, sub)
+		}
+	}
+	write()
+	if _, err := tr.Delete(bg, k, false); err != nil {
+		t.Fatal(err)
+	}
+	write()
+	// RestoreCopies up to its intent, then a crash.
+	entries, err := tr.entries(k)
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("trash entries: %v %v", entries, err)
+	}
+	p := &restorePlan{}
+	if err := tr.planRestore(p, L.ProjectDir(k.ProjectKey), entries, ""); err != nil {
+		t.Fatal(err)
+	}
+	in := &intent{Op: opRestore, ProjectKey: k.ProjectKey, SessionID: k.SessionID, Moves: p.moves, Merges: p.merges, Entries: entries, All: true}
+	if err := tr.writeIntent(in); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(in.path); err != nil || fi.Size() <= 1<<20 {
+		t.Fatalf("the intent: %v, %d bytes; want over a MiB", err, fi.Size())
+	}
+	again := New(Config{Layout: L, FS: fsys.OS, Clock: clock.Real, Logger: zaptest.NewLogger(t), Retention: time.Hour}, &noWriters{fs: fsys.OS, layout: L})
+	if failed, err := again.Recover(); err != nil || len(failed) != 0 {
+		t.Fatalf("Recover: %v %v", failed, err)
+	}
+	if _, err := os.Stat(in.path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the intent is still there: %v", err)
+	}
+	if _, err := os.Stat(entries[0]); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the trash entry is still there: %v", err)
+	}
+	sub := k
+	sub.Subpath = fmt.Sprintf("subagents/agent-%s-%06d", strings.Repeat("a", 120), subs-1)
+	if b, err := os.ReadFile(L.TranscriptPath(sub)); err != nil || strings.Count(string(b), "\n") != 1 {
+		t.Fatalf("a merged subagent transcript: %q %v; want its one line once", b, err)
+	}
+
+	big := filepath.Join(filepath.Dir(in.path), "00000000-0000-4000-8000-0000000000ad.json")
+	if err := os.WriteFile(big, make([]byte, maxIntentBytes+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := again.readIntent(big); !errors.Is(err, errdefs.ErrCorrupt) {
+		t.Fatalf("an intent over the bound: %v, want it damaged", err)
 	}
 }
