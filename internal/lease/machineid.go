@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 
 	"github.com/sessiond/sessiond/internal/errdefs"
 	"github.com/sessiond/sessiond/internal/fsys"
@@ -42,7 +43,12 @@ func CheckMachineID(id string) error {
 // moved says so for the log.
 func MachineID(fsy fsys.FS, stateDir string) (id string, moved bool, err error) {
 	path := filepath.Join(stateDir, "machine-id")
-	here := HostFingerprint()
+	here, err := HostFingerprint()
+	if err != nil {
+		// Taken for "no machine id", the host name would name another
+		// machine, and this one would take a new id, as if moved.
+		return "", false, err
+	}
 	b, err := readSmall(fsy, path)
 	switch {
 	case err == nil:
@@ -98,16 +104,32 @@ func writeMachineID(fsy fsys.FS, path, id, host string) error {
 // the OS's machine id (/etc/machine-id, which survives a change of host
 // name) where there is one, else the host name. A variable so tests can
 // play another machine.
-var HostFingerprint = func() string {
-	for _, p := range []string{"/etc/machine-id", "/var/lib/dbus/machine-id"} {
-		if b, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+var HostFingerprint = func() (string, error) {
+	host, _ := os.Hostname()
+	return hostFingerprint(os.ReadFile, host)
+}
+
+// osMachineIDs are where the OS keeps its machine id, first found first.
+var osMachineIDs = []string{"/etc/machine-id", "/var/lib/dbus/machine-id"}
+
+// hostFingerprint is HostFingerprint reading with read. A file that is
+// there but cannot be read is an error, not a machine without an id.
+func hostFingerprint(read func(string) ([]byte, error), host string) (string, error) {
+	for _, p := range osMachineIDs {
+		b, err := read(p)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("read the machine id in %s: %w", p, errdefs.FromIO(err))
+		}
+		if len(strings.TrimSpace(string(b))) > 0 {
 			sum := sha256.Sum256([]byte("sessiond machine " + strings.TrimSpace(string(b))))
-			return "m:" + hex.EncodeToString(sum[:8])
+			return "m:" + hex.EncodeToString(sum[:8]), nil
 		}
 	}
-	host, _ := os.Hostname()
 	sum := sha256.Sum256([]byte("sessiond host " + host))
-	return "h:" + hex.EncodeToString(sum[:8])
+	return "h:" + hex.EncodeToString(sum[:8]), nil
 }
 
 // readSmall reads a small state file through fsy.

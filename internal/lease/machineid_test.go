@@ -2,6 +2,7 @@ package lease
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,7 +59,7 @@ func TestMachineIDOnAnotherMachine(t *testing.T) {
 	}
 	orig := HostFingerprint
 	t.Cleanup(func() { HostFingerprint = orig })
-	HostFingerprint = func() string { return "m:another" }
+	HostFingerprint = func() (string, error) { return "m:another", nil }
 	b, moved, err := MachineID(fsys.OS, d)
 	if err != nil || !moved || b == a {
 		t.Fatalf("on another machine: id %q (was %q), moved %v, %v; want a new id", b, a, moved, err)
@@ -102,5 +103,54 @@ func TestMachineIDUnreadable(t *testing.T) {
 	}
 	if again, _, err := MachineID(ff, dir); err != nil || again != id {
 		t.Fatalf("MachineID once the file reads: %q, %v; want %q kept", again, err, id)
+	}
+}
+
+// TestHostFingerprintUnreadable: an OS machine id that is there but cannot
+// be read (EMFILE at start, EACCES) fails MachineID, leaving the id file
+// as it was: taken for "none", the host name would have named another
+// machine and a new id been made, as if the state folder had moved.
+func TestHostFingerprintUnreadable(t *testing.T) {
+	read := func(errs map[string]error, content string) func(string) ([]byte, error) {
+		return func(p string) ([]byte, error) {
+			if err, ok := errs[p]; ok {
+				return nil, err
+			}
+			return []byte(content), nil
+		}
+	}
+	first, second := osMachineIDs[0], osMachineIDs[1]
+	m, err := hostFingerprint(read(nil, "abc\n"), "h1")
+	if err != nil || !strings.HasPrefix(m, "m:") {
+		t.Fatalf("with a machine id: %q %v", m, err)
+	}
+	if h, err := hostFingerprint(read(map[string]error{first: fs.ErrNotExist, second: fs.ErrNotExist}, ""), "h1"); err != nil || !strings.HasPrefix(h, "h:") {
+		t.Fatalf("without one: %q %v", h, err)
+	}
+	if got, err := hostFingerprint(read(map[string]error{first: fs.ErrNotExist}, "abc\n"), "h1"); err != nil || got != m {
+		t.Fatalf("the second place: %q %v, want %q", got, err, m)
+	}
+	for _, e := range []error{syscall.EMFILE, syscall.EACCES, syscall.EIO} {
+		if got, err := hostFingerprint(read(map[string]error{first: e}, "abc\n"), "h1"); !errors.Is(err, e) {
+			t.Fatalf("%v reading %s: %q %v, want the error", e, first, got, err)
+		}
+	}
+
+	d := t.TempDir()
+	id, _, err := MachineID(fsys.OS, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(filepath.Join(d, "machine-id"))
+	orig := HostFingerprint
+	t.Cleanup(func() { HostFingerprint = orig })
+	HostFingerprint = func() (string, error) {
+		return hostFingerprint(read(map[string]error{first: syscall.EMFILE}, ""), "h1")
+	}
+	if got, moved, err := MachineID(fsys.OS, d); !errors.Is(err, syscall.EMFILE) || moved {
+		t.Fatalf("MachineID with the OS machine id unreadable: %q (was %q), moved %v, %v; want the error", got, id, moved, err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(d, "machine-id")); string(after) != string(before) {
+		t.Fatalf("the id file changed: %q, was %q", after, before)
 	}
 }
