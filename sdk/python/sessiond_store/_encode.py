@@ -39,9 +39,12 @@ def encode_entry(entry: Any) -> bytes:
 
 def decode_entry(data: bytes) -> Optional[Any]:
     """A stored line back to its value; None for a line that is not one JSON
-    object (the official readers skip those too)."""
+    object (the official readers skip those too). Bytes that are not UTF-8
+    inside a line sessiond serves as valid (another writer's) become U+FFFD,
+    as the SDK's own readers decode transcripts: dropping the line could
+    drop a tool result the conversation needs."""
     try:
-        value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+        value = json.loads(data.decode("utf-8", errors="replace"))
+    except ValueError:
         return None
     return value if isinstance(value, dict) else None

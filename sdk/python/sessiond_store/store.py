@@ -203,13 +203,17 @@ class SessiondStore:
 
     async def _get_stub(self) -> Tuple[pb_grpc.SessiondStub, int]:
         conn = self._conn()
-        if conn.stub is not None:
+        stub, generation = conn.stub, conn.generation
+        if stub is not None:
             if conn.channel.get_state(try_to_connect=False) != grpc.ChannelConnectivity.READY:
                 # Not connected now (the daemon restarted, or the channel
                 # went idle): gRPC would connect again, on its own, to
                 # whatever serves the path by then, so check it first.
                 await asyncio.get_running_loop().run_in_executor(None, _trust.verify, self.socket_path)
-            return conn.stub, conn.generation
+            if conn.stub is stub:
+                return stub, generation
+            # Another call dropped the channel during the check (the daemon
+            # went away): connect anew, as for a first call.
         async with conn.lock:
             if conn.stub is None:
                 # Trust check first (see _trust): the folder is private to us
@@ -369,7 +373,15 @@ class SessiondStore:
         if summarise and len(chunks) > 1:
             # Folded before the first part is stored: the summary sent with
             # the last part covers the lines the earlier parts add too.
-            base = await self._summary_base(key, project_key, session_id)
+            try:
+                base = await self._summary_base(key, project_key, session_id)
+            except UntrustedSocketError:
+                raise
+            except SessiondError as exc:
+                # The transcript comes first (see _send_with_summary).
+                log.warning("%s: cannot read the summary to fold onto (%s); the entries are stored without updating the summary", what, exc)
+                summarise = False
+                self._summaries.pop((project_key, session_id), None)
         # As the CLI resolves it: a relative CLAUDE_CONFIG_DIR against the
         # working directory (sessiond takes only absolute paths).
         config_dir = os.path.abspath(
@@ -403,20 +415,29 @@ class SessiondStore:
             try:
                 if base is None:
                     base = await self._summary_base(key, project_key, session_id)
-                if self._summaries_unsupported:
-                    await self._call(what, self._unary("Append", request))
-                    return
-                folded = await self._fold(base.summary, key, entries)
-                data = _encode_summary(folded.get("data", {}))
-                if len(data) > MAX_SUMMARY_BYTES:
-                    problem = "the folded summary is %d bytes, over sessiond's limit of %d" % (
-                        len(data),
-                        MAX_SUMMARY_BYTES,
-                    )
-            except SessiondError:
+            except UntrustedSocketError:
                 raise
-            except Exception as exc:  # the fold is someone else's code
-                problem = "the summary fold failed: %r" % (exc,)
+            except SessiondError as exc:
+                # A read that fails (damage in the session's journal, the
+                # daemon out of descriptors) must not keep the batch from
+                # being stored: the Append may well succeed.
+                problem = "cannot read the summary to fold onto (%s)" % (exc,)
+            if not problem:
+                try:
+                    if self._summaries_unsupported:
+                        await self._call(what, self._unary("Append", request))
+                        return
+                    folded = await self._fold(base.summary, key, entries)
+                    data = _encode_summary(folded.get("data", {}))
+                    if len(data) > MAX_SUMMARY_BYTES:
+                        problem = "the folded summary is %d bytes, over sessiond's limit of %d" % (
+                            len(data),
+                            MAX_SUMMARY_BYTES,
+                        )
+                except SessiondError:
+                    raise
+                except Exception as exc:  # the fold is someone else's code
+                    problem = "the summary fold failed: %r" % (exc,)
             if problem:
                 # The transcript comes first: store the entries, leave the
                 # summary as it was (sessiond then reports it stale, so the

@@ -77,6 +77,12 @@ def test_decode_skips_non_objects():
     assert decode_entry(b"\xff{}") is None
 
 
+def test_decode_keeps_a_line_with_bytes_that_are_not_utf8():
+    # Another writer's line sessiond serves as valid: kept, the bad byte as
+    # U+FFFD, as the SDK's own readers decode transcripts.
+    assert decode_entry(b'{"type":"user","t":"a\xffb"}') == {"type": "user", "t": "a\ufffdb"}
+
+
 # ---- against the daemon -----------------------------------------------------
 
 

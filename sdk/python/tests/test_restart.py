@@ -3,6 +3,7 @@ same batch id, on a new, newly checked connection."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import threading
@@ -81,3 +82,40 @@ def test_gives_up_after_the_window(base):
         run(store.append(key("-tmp-sdpy-restart", sid()), [entry()]))
     # One retry fits in the window, a second does not.
     assert 0.3 <= time.monotonic() - started < 2
+
+
+def test_channel_dropped_during_the_trust_check(new_store, project, monkeypatch):
+    """A call that checks the socket again (its channel not connected) while
+    another call drops that channel gets a new connection, not a stub that
+    is gone (which failed as AttributeError, never retried)."""
+    import threading
+
+    import grpc
+
+    from sessiond_store import _trust
+    import sessiond_store.store as store_mod
+
+    async def go():
+        store = new_store()
+        await store.list_sessions(project)  # connected
+        conn = store._conn()
+        generation = conn.generation
+        conn.channel.get_state = lambda try_to_connect=False: grpc.ChannelConnectivity.IDLE
+        entered, release = threading.Event(), threading.Event()
+        real_verify = _trust.verify
+
+        def slow_verify(path):
+            entered.set()
+            release.wait(10)
+            return real_verify(path)
+
+        monkeypatch.setattr(store_mod._trust, "verify", slow_verify)
+        listing = asyncio.ensure_future(store.list_sessions(project))
+        while not entered.is_set():
+            await asyncio.sleep(0.01)
+        store._drop_channel(generation)  # as an UNAVAILABLE answer to another call does
+        release.set()
+        assert await listing == []
+        assert store._conn().generation == generation + 1
+
+    run(go())

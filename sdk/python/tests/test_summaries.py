@@ -615,3 +615,37 @@ def test_python_and_ruby_keep_both_summaries(daemon, project):
     assert listed[0].covers_entries == 4 and listed[0].entries == 6
     # Two Python appends, two versions: Ruby's appends never replaced it.
     assert listed[0].version == 2
+
+
+def test_failing_summary_read_keeps_the_entries(new_store, project, caplog):
+    """A read of the transcript to fold onto that fails (a damaged journal
+    record, the daemon out of descriptors) must not keep the batch from
+    being stored: the entries go without a summary, and the next append
+    folds the whole transcript."""
+
+    async def go():
+        s = sid()
+        first, second, third, fourth = entry(), entry(), entry(), entry()
+        await new_store(fold=None).append(key(project, s), [first, second])
+        a = new_store(fold=count_fold)
+        await a.list_sessions(project)  # connected
+        stub = a._conn().stub
+        real_read = stub.Read
+
+        def failing_read(request, timeout=None):
+            async def fail():
+                raise grpc.aio.AioRpcError(grpc.StatusCode.DATA_LOSS, grpc.aio.Metadata(), grpc.aio.Metadata(), "a journal record failed its checksum")
+                yield  # an async generator, as a streaming call is
+
+            return fail()
+
+        stub.Read = failing_read
+        with caplog.at_level(logging.WARNING, logger="sessiond_store"):
+            await a.append(key(project, s), [third])
+        assert "cannot read the summary to fold onto" in caplog.text
+        stub.Read = real_read
+        assert await a.load(key(project, s)) == [first, second, third]
+        await a.append(key(project, s), [fourth])  # folds the whole transcript, then the batch
+        assert await summary_of(a, project, s) == {"count": 4, "batches": 2}
+
+    run(go())
