@@ -196,6 +196,49 @@ class TestStore < Minitest::Test
     assert_operator rows[0]['mtime'], :>=, listed[0]['mtime']
   end
 
+  # A read of the transcript to fold onto that fails (a damaged journal
+  # record, the daemon out of descriptors) must not keep the batch from
+  # being stored: the entries go without a summary, and the next append
+  # folds the whole transcript.
+  class FailsItsReads < SessiondStore
+    attr_accessor :failing
+
+    private
+
+    def call(what, **kw, &block)
+      if failing && what.start_with?('read')
+        raise SessiondError.new("sessiond #{what}: a journal record failed its checksum (DATA_LOSS)", code: GRPC::Core::StatusCodes::DATA_LOSS)
+      end
+
+      super
+    end
+  end
+
+  def test_a_failing_summary_read_keeps_the_entries
+    count = lambda do |prev, k, entries|
+      data = prev ? prev['data'].dup : {}
+      data['count'] = (data['count'] || 0) + entries.length
+      data['batches'] = (data['batches'] || 0) + 1
+      { 'session_id' => k['session_id'], 'mtime' => prev ? prev['mtime'] : 0, 'data' => data }
+    end
+    k = key
+    first, second, third, fourth = Array.new(4) { |i| TestSupport.entry("e#{i}") }
+    store.append(k, [first, second])
+    warnings = []
+    logger = Object.new
+    logger.define_singleton_method(:warn) { |m| warnings << m }
+    a = FailsItsReads.new(socket_path: @daemon.socket, fold: count, logger: logger)
+    @stores << a
+    a.failing = true
+    a.append(k, [third])
+    assert(warnings.any? { |w| w.include?('cannot read the summary to fold onto') }, warnings.inspect)
+    a.failing = false
+    assert_equal [first, second, third], a.load(k)
+    a.append(k, [fourth]) # folds the whole transcript, then the batch
+    row = a.list_session_summaries(@project).find { |r| r['session_id'] == k['session_id'] }
+    assert_equal({ 'count' => 4, 'batches' => 2 }, row && row['data'])
+  end
+
   def test_the_missing_sdk_is_reported_once
     script = <<~RUBY
       require 'sessiond_store'

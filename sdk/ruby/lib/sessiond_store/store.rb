@@ -443,9 +443,20 @@ class SessiondStore
     summarise = subpath.empty? && !@summaries_unsupported && !fold.nil?
     parts = chunks(payload)
     base = nil
-    # Folded before the first part is stored: the summary sent with the
-    # last part covers the lines the earlier parts add too.
-    base = summary_base(project_key, session_id) if summarise && parts.length > 1
+    if summarise && parts.length > 1
+      # Folded before the first part is stored: the summary sent with the
+      # last part covers the lines the earlier parts add too.
+      begin
+        base = summary_base(project_key, session_id)
+      rescue UntrustedSocketError
+        raise
+      rescue SessiondError => e
+        # The transcript comes first (see send_with_summary).
+        warning("#{what}: cannot read the summary to fold onto (#{e.message}); the entries are stored without updating the summary")
+        summarise = false
+        @summaries.delete([project_key, session_id])
+      end
+    end
     config_dir = agent_config_dir
     parts.each_with_index do |part, i|
       request = Sessiond::V1::AppendRequest.new(
@@ -481,19 +492,30 @@ class SessiondStore
       problem = nil
       begin
         base ||= summary_base(project_key, session_id)
-        if @summaries_unsupported
-          call(what) { |stub, deadline| stub.append(request, deadline: deadline) }
-          return
-        end
-        folded = run_fold(base.summary, main, entries)
-        data = Summaries.encode(folded['data'] || {})
-        if data.bytesize > Summaries::MAX_BYTES
-          problem = "the folded summary is #{data.bytesize} bytes, over sessiond's limit of #{Summaries::MAX_BYTES}"
-        end
-      rescue SessiondError
+      rescue UntrustedSocketError
         raise
-      rescue StandardError => e # the fold is someone else's code
-        problem = "the summary fold failed: #{e.class}: #{e.message}"
+      rescue SessiondError => e
+        # A read that fails (damage in the session's journal, the daemon
+        # out of descriptors) must not keep the batch from being stored:
+        # the Append may well succeed.
+        problem = "cannot read the summary to fold onto (#{e.message})"
+      end
+      unless problem
+        begin
+          if @summaries_unsupported
+            call(what) { |stub, deadline| stub.append(request, deadline: deadline) }
+            return
+          end
+          folded = run_fold(base.summary, main, entries)
+          data = Summaries.encode(folded['data'] || {})
+          if data.bytesize > Summaries::MAX_BYTES
+            problem = "the folded summary is #{data.bytesize} bytes, over sessiond's limit of #{Summaries::MAX_BYTES}"
+          end
+        rescue SessiondError
+          raise
+        rescue StandardError => e # the fold is someone else's code
+          problem = "the summary fold failed: #{e.class}: #{e.message}"
+        end
       end
       if problem
         # The transcript comes first: store the entries and leave the
