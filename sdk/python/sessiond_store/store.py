@@ -75,6 +75,40 @@ SDK_FOLD: Any = _Default()
 
 _RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
+# The codes gRPC itself answers with (the daemon's own answers carry a
+# reason): their text is gRPC's, not sessiond's.
+_TRANSPORT_CODES = (
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.UNIMPLEMENTED,
+    grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.UNAUTHENTICATED,
+)
+
+
+def _explain(code: Any, details: str, socket_path: str) -> str:
+    """What a person can act on, for a failure gRPC reported itself."""
+    if "EACCES" in details or "ermission denied" in details:
+        return "permission denied on sessiond's socket %s: it or its folder is not yours; run sessiond as you" % socket_path
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return (
+            "no answer from sessiond at %s (it stopped, is restarting, or was never started): "
+            "start sessiond, or point SESSIOND_SOCKET at the socket it serves" % socket_path
+        )
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return (
+            "sessiond at %s did not answer in time (busy, or waiting on a slow disk): try again; "
+            "`sessionctl status` shows what it is doing, and its log says why" % socket_path
+        )
+    if code == grpc.StatusCode.CANCELLED:
+        return "the call was cancelled before sessiond answered"
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return "sessiond at %s does not know this call: it is older than this adapter; upgrade sessiond" % socket_path
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return "sessiond at %s refused the connection; check that it runs as you" % socket_path
+    return "sessiond at %s failed in a way it did not explain: its log says more" % socket_path
+
 # sessiond's limit on a summary (SummaryUpdate.data).
 MAX_SUMMARY_BYTES = 32 << 10
 
@@ -265,7 +299,13 @@ class SessiondStore:
     def _error(self, what: str, exc: grpc.aio.AioRpcError) -> SessiondError:
         code = exc.code()
         reason = sessiond_reason(exc.trailing_metadata())
-        message = "sessiond %s: %s (%s)" % (what, exc.details() or "", code.name if code else "?")
+        details = exc.details() or ""
+        if not details or (code in _TRANSPORT_CODES and not reason):
+            # gRPC's own text ("Deadline Exceeded", "failed to connect to
+            # all addresses; last error: ..."), not sessiond's: say what
+            # happened and what to do instead.
+            details = _explain(code, details, self.socket_path)
+        message = "sessiond %s: %s (%s)" % (what, details, code.name if code else "?")
         if code == grpc.StatusCode.UNAVAILABLE:
             return SessiondUnavailableError(message, code=code, reason=reason)
         return SessiondError(message, code=code, reason=reason)

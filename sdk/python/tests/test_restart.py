@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import entry, key, run, short_tmp, sid, start_daemon
-from sessiond_store import SessiondStore, SessiondUnavailableError
+from sessiond_store import SessiondError, SessiondStore, SessiondUnavailableError
 
 
 @pytest.fixture
@@ -119,3 +119,30 @@ def test_channel_dropped_during_the_trust_check(new_store, project, monkeypatch)
         assert store._conn().generation == generation + 1
 
     run(go())
+
+
+def test_messages_say_what_to_do(sessiond_bin, base):
+    """Failures gRPC reports itself come with what happened and what to do,
+    not gRPC's own text: a daemon that does not answer in time, and none
+    at all."""
+    import signal
+
+    import grpc
+
+    d = start_daemon(sessiond_bin, base)
+    try:
+        store = SessiondStore(socket_path=d.socket, fold=None, timeout=0.3, load_timeout=0.3, tries=1)
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(SessiondError) as info:
+                run(store.load(key("-tmp-sdpy-msg", sid())))
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        assert info.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert "did not answer in time" in str(info.value) and "sessionctl status" in str(info.value), str(info.value)
+        assert "Deadline Exceeded" not in str(info.value)
+    finally:
+        assert d.stop() == 0
+    with pytest.raises(SessiondUnavailableError) as info:
+        run(SessiondStore(socket_path=d.socket, fold=None, tries=1).load(key("-tmp-sdpy-msg", sid())))
+    assert "start sessiond" in str(info.value), str(info.value)
