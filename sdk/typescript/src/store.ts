@@ -250,6 +250,12 @@ export class SessiondStore implements SessionStore {
       else if (base.rebuild) base = await this.foldTranscript(key, base.version);
     } catch (err) {
       if (err instanceof UntrustedSocketError) throw err;
+      // Said, as the Python and Ruby adapters log it: otherwise nobody
+      // could tell why the summary stays stale.
+      process.emitWarning(
+        `sessiond append to ${key.projectKey}/${key.sessionId}: cannot read the summary to fold onto (${err instanceof Error ? err.message : String(err)}); the entries are stored without updating the summary`,
+        { code: "SESSIOND_SUMMARY" },
+      );
       return undefined;
     }
     if (this.summariesUnsupported) return undefined;
@@ -533,16 +539,46 @@ export class SessiondStore implements SessionStore {
   private describe(op: string, err: unknown): unknown {
     if (!isServiceError(err)) return err;
     const e = toSessiondError(op, err);
-    if (err.code === Status.UNAVAILABLE && e.reason === undefined) {
-      return new SessiondError(
-        `${e.message}; is sessiond running and serving ${this.socketPath}?`,
-        e.code,
-        e.reason,
-        e.details,
-        { cause: err },
-      );
+    if (e.reason === undefined && (TRANSPORT_CODES.has(err.code) || !err.details)) {
+      // gRPC's own text ("Deadline exceeded after 15.001s,LB pick...",
+      // "No connection established"), not sessiond's: say what happened
+      // and what to do instead.
+      const text = explain(err.code, err.details ?? "", this.socketPath);
+      return new SessiondError(`sessiond ${op}: ${text} (${e.codeName})`, e.code, e.reason, e.details, { cause: err });
     }
     return e;
+  }
+}
+
+// The codes gRPC itself answers with (the daemon's own answers carry a
+// reason): their text is gRPC's, not sessiond's.
+const TRANSPORT_CODES = new Set<Status>([
+  Status.UNAVAILABLE,
+  Status.DEADLINE_EXCEEDED,
+  Status.CANCELLED,
+  Status.UNIMPLEMENTED,
+  Status.UNKNOWN,
+  Status.UNAUTHENTICATED,
+]);
+
+/** What a person can act on, for a failure gRPC reported itself. */
+function explain(code: Status, details: string, socketPath: string): string {
+  if (details.includes("EACCES") || details.includes("ermission denied")) {
+    return `permission denied on sessiond's socket ${socketPath}: it or its folder is not yours; run sessiond as you`;
+  }
+  switch (code) {
+    case Status.UNAVAILABLE:
+      return `no answer from sessiond at ${socketPath} (it stopped, is restarting, or was never started): start sessiond, or point SESSIOND_SOCKET at the socket it serves`;
+    case Status.DEADLINE_EXCEEDED:
+      return `sessiond at ${socketPath} did not answer in time (busy, or waiting on a slow disk): try again; \`sessionctl status\` shows what it is doing, and its log says why`;
+    case Status.CANCELLED:
+      return "the call was cancelled before sessiond answered";
+    case Status.UNIMPLEMENTED:
+      return `sessiond at ${socketPath} does not know this call: it is older than this adapter; upgrade sessiond`;
+    case Status.UNAUTHENTICATED:
+      return `sessiond at ${socketPath} refused the connection; check that it runs as you`;
+    default:
+      return `sessiond at ${socketPath} failed in a way it did not explain: its log says more`;
   }
 }
 

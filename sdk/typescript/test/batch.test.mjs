@@ -5,6 +5,7 @@
 
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
+import { EventEmitter } from "node:events";
 import { after, before, describe, test } from "node:test";
 
 import { Metadata, status } from "@grpc/grpc-js";
@@ -198,6 +199,73 @@ describe("refusals", () => {
     } finally {
       s.close();
       await d.stop();
+    }
+  });
+});
+
+describe("messages a person reads", () => {
+  test("a daemon that does not answer in time: what happened and what to do, not gRPC's text", async () => {
+    const d = await startDaemon();
+    const s = new SessiondStore({ socketPath: d.socket, callTimeoutMs: 300, loadTimeoutMs: 300, retryDelaysMs: [] });
+    try {
+      await s.listSessions(project()); // connected
+      d.child.kill("SIGSTOP");
+      try {
+        await assert.rejects(s.load({ projectKey: project(), sessionId: uuid() }), (err) => {
+          assert.ok(err instanceof SessiondError, String(err));
+          assert.equal(err.code, status.DEADLINE_EXCEEDED);
+          assert.match(err.message, /did not answer in time .*sessionctl status/);
+          assert.doesNotMatch(err.message, /Deadline exceeded after|LB pick/);
+          return true;
+        });
+      } finally {
+        d.child.kill("SIGCONT");
+      }
+    } finally {
+      s.close();
+      await d.stop();
+    }
+  });
+
+  test("a summary that cannot be read is said, and the entries are stored", async () => {
+    const s = new SessiondStore({ socketPath: daemon.socket });
+    const k = { projectKey: project(), sessionId: uuid() };
+    const e = userEntry(k.sessionId, "kept");
+    const conn = s.conn;
+    const realClient = conn.client.bind(conn);
+    conn.client = () =>
+      new Proxy(realClient(), {
+        get(target, prop) {
+          if (prop !== "listSummaries") return Reflect.get(target, prop);
+          // A streaming call that fails at once, as grpc-js reports it.
+          return () => {
+            const stream = new EventEmitter();
+            setImmediate(() =>
+              stream.emit("error", Object.assign(new Error("15 DATA_LOSS: damaged (simulated)"), { code: status.DATA_LOSS, details: "a journal record failed its checksum (simulated)", metadata: new Metadata() })),
+            );
+            return stream;
+          };
+        },
+      });
+    const warnings = [];
+    const onWarning = (w) => {
+      if (w.code === "SESSIOND_SUMMARY") warnings.push(w.message);
+    };
+    process.on("warning", onWarning);
+    try {
+      await s.append(k, [e]);
+      await new Promise((r) => setImmediate(r)); // warnings are emitted on the next tick
+    } finally {
+      process.off("warning", onWarning);
+      s.close();
+    }
+    assert.equal(warnings.length, 1, warnings.join("\n"));
+    assert.match(warnings[0], /cannot read the summary to fold onto \(.*failed its checksum/);
+    const check = new SessiondStore({ socketPath: daemon.socket });
+    try {
+      assert.deepEqual(await check.load(k), [e]);
+    } finally {
+      check.close();
     }
   });
 });
