@@ -244,6 +244,17 @@ func WriteFileAtomic(fsys FS, path, tmpName string, perm fs.FileMode, write func
 	return fsys.SyncDir(dir)
 }
 
+// WriteFileAtomicOwned is WriteFileAtomic for a file only this process
+// writes, under a lock it holds, with a fixed temp name: a temp file of
+// that name can only be left by a process killed midway, and is removed
+// first, so that one kill does not fail every later write.
+func WriteFileAtomicOwned(fsys FS, path, tmpName string, perm fs.FileMode, write func(w io.Writer) error) error {
+	if err := fsys.Remove(filepath.Join(filepath.Dir(path), tmpName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return WriteFileAtomic(fsys, path, tmpName, perm, write)
+}
+
 // RemoveAll removes path and everything below it (never following links),
 // syncing each folder it empties and the parent of path.
 func RemoveAll(fsys FS, path string) error {

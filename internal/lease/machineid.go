@@ -91,7 +91,7 @@ func MachineID(fsy fsys.FS, stateDir string) (id string, moved bool, err error) 
 }
 
 func writeMachineID(fsy fsys.FS, path, id, host string) error {
-	if err := fsys.WriteFileAtomic(fsy, path, ".machine-id.tmp", 0o600, func(w io.Writer) error {
+	if err := fsys.WriteFileAtomicOwned(fsy, path, ".machine-id.tmp", 0o600, func(w io.Writer) error {
 		_, err := fmt.Fprintf(w, "%s\nhost %s\n", id, host)
 		return err
 	}); err != nil {

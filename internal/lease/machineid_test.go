@@ -154,3 +154,35 @@ func TestHostFingerprintUnreadable(t *testing.T) {
 		t.Fatalf("the id file changed: %q, was %q", after, before)
 	}
 }
+
+// TestMachineIDAfterACrashAtEveryStep: a machine id's write killed (or the
+// power lost) at any operation never keeps the next start from having
+// one: a temp file left behind failed every later start.
+func TestMachineIDAfterACrashAtEveryStep(t *testing.T) {
+	for n := int64(1); ; n++ {
+		c := fstest.NewCrashFS()
+		if err := fsys.MkdirAll(c, "/s", 0o700); err != nil {
+			t.Fatal(err)
+		}
+		c.CrashAt(c.Ops() + n)
+		_, _, err := MachineID(c, "/s")
+		if crashed, _ := c.Crashed(); !crashed {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n < 4 {
+				t.Fatalf("only %d operations: the sweep covered nothing", n)
+			}
+			return
+		}
+		for name, after := range map[string]*fstest.CrashFS{"kill": c.KillClone(), "power loss": c.CrashClone(nil)} {
+			id, _, err := MachineID(after, "/s")
+			if err != nil || CheckMachineID(id) != nil {
+				t.Fatalf("crash at operation %d, then a %s: %q, %v", n, name, id, err)
+			}
+			if again, moved, err := MachineID(after, "/s"); again != id || moved || err != nil {
+				t.Fatalf("crash at operation %d, then a %s: the id is not kept: %q then %q, %v", n, name, id, again, err)
+			}
+		}
+	}
+}

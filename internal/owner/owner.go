@@ -227,7 +227,7 @@ func checkFormat(fsy fsys.FS, dir string) (fresh bool, err error) {
 		if err := checkUnstamped(fsy, dir); err != nil {
 			return false, err
 		}
-		if err := fsys.WriteFileAtomic(fsy, path, ".format.tmp", 0o600, func(w io.Writer) error {
+		if err := fsys.WriteFileAtomicOwned(fsy, path, ".format.tmp", 0o600, func(w io.Writer) error {
 			_, err := fmt.Fprintf(w, "%s %d\n", formatTag, Format)
 			return err
 		}); err != nil {

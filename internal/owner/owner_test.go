@@ -322,3 +322,36 @@ func TestClaimFresh(t *testing.T) {
 		c.Release()
 	}
 }
+
+// TestStartAfterACrashAtEveryStep: a start killed (or the power lost) at
+// any operation of its claim, the format stamp's first write included,
+// never keeps the next start from claiming the folder: a temp file of
+// that write left behind failed every later start with "file exists".
+func TestStartAfterACrashAtEveryStep(t *testing.T) {
+	l := layout.Layout{StateDir: "/s", Root: "/r"}
+	for n := int64(1); ; n++ {
+		c := fstest.NewCrashFS()
+		c.CrashAt(n)
+		claim, err := Acquire(c, l, Self("v", ""))
+		if crashed, _ := c.Crashed(); !crashed {
+			if err != nil {
+				t.Fatal(err)
+			}
+			claim.Release()
+			if n < 5 {
+				t.Fatalf("only %d operations: the sweep covered nothing", n)
+			}
+			return
+		}
+		for name, after := range map[string]*fstest.CrashFS{"kill": c.KillClone(), "power loss": c.CrashClone(nil)} {
+			claim, err := Acquire(after, l, Self("v", ""))
+			if err != nil {
+				t.Fatalf("crash at operation %d, then a %s: the next start: %v", n, name, err)
+			}
+			if b, err := after.ReadFile("/s/" + FormatName); err != nil || !strings.HasPrefix(string(b), formatTag+" ") {
+				t.Fatalf("crash at operation %d, then a %s: stamp %q, %v", n, name, b, err)
+			}
+			claim.Release()
+		}
+	}
+}
