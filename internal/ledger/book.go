@@ -151,6 +151,11 @@ type Book struct {
 	ops      []SharedOp
 	replay   []SharedOp
 	replayed bool
+	// named: this Book synced the ledger's folder since the file was
+	// there. A ledger a killed process created may have its name in the
+	// page cache only; without a sync a power loss takes it, with every
+	// record appended since.
+	named bool
 }
 
 // Book returns key's ledger for its writer, which logs through log and
@@ -205,8 +210,12 @@ func (b *Book) Append(fp Fingerprint, missing int, ids []ID) error {
 	defer f.Close()
 	rec := frame.Append(nil, ackRecord, encodeRecord(fp, missing, ids, b.ops), seed(b.key), 0)
 	err = b.write(f, rec)
-	if err == nil && statErr != nil {
-		err = b.s.fs.SyncDir(dir)
+	if err == nil && (statErr != nil || !b.named) {
+		// Once per Book, as well as at creation: a folder sync per
+		// writer, not per compaction.
+		if err = b.s.fs.SyncDir(dir); err == nil {
+			b.named = true
+		}
 	}
 	if err != nil {
 		b.s.suspect(b.key, b.end)

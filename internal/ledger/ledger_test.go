@@ -366,3 +366,65 @@ func TestCheckTee(t *testing.T) {
 		t.Fatal("a nil Check does not pass the reader through")
 	}
 }
+
+// TestLedgerNamedByTheNextWriter: a ledger created by a process killed
+// before it synced the ledger's folder has its name in the page cache
+// only. The next writer's first record syncs the folder too, so a power
+// loss after it takes neither the ledger nor its records (a Book trusted
+// the name it found, and a power loss then took the whole ledger).
+func TestLedgerNamedByTheNextWriter(t *testing.T) {
+	L := layout.Layout{Root: "/root", StateDir: "/state"}
+	cfg := func(f fsys.FS) Config {
+		return Config{FS: f, Layout: L, Clock: clock.NewFake(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)), Logger: zap.NewNop()}
+	}
+	a := IDOf(Pos{Seg: 1, Off: 64}, "0e8a4c5e-5f1a-4d2c-9a53-6e9c4f1d2b7a", nil)
+	b := IDOf(Pos{Seg: 1, Off: 200}, "1e8a4c5e-5f1a-4d2c-9a53-6e9c4f1d2b7a", nil)
+	c := fstest.NewCrashFS()
+	hooked := fstest.NewHookFS(c, fstest.Hooks{Before: func(call fstest.Call) error {
+		if call.Name == "syncdir" && call.Path == filepath.Dir(L.AckedPath(testKey)) {
+			c.Crash() // killed right before the folder's sync
+			return fstest.ErrCrashed
+		}
+		return nil
+	}})
+	if err := NewStore(cfg(hooked)).Book(testKey, zap.NewNop(), nil).Append(Fingerprint{Size: 10, Tail: 1}, 0, []ID{a}); err == nil {
+		t.Fatal("the first record's append went on past the crash")
+	}
+	next := c.KillClone()
+	s := NewStore(cfg(next))
+	if err := s.Book(testKey, zap.NewNop(), nil).Append(Fingerprint{Size: 20, Tail: 2}, 0, []ID{b}); err != nil {
+		t.Fatal(err)
+	}
+	after := next.CrashClone(nil)
+	led, err := Read(after, L, testKey)
+	if err != nil || led == nil {
+		t.Fatalf("after a power loss: ledger %v, %v; want both records", led, err)
+	}
+	if got := strs(led.IDs); !slices.Equal(got, []string{a.String(), b.String()}) {
+		t.Fatalf("after a power loss: ids %q, want both", got)
+	}
+}
+
+// TestMissingNoteRemovalIsDurable: once a comparison finds nothing
+// missing, the note of missing entries is gone for good: a power loss
+// right after does not bring it back (status then reported entries
+// missing that the transcript holds, until the session was compared
+// again).
+func TestMissingNoteRemovalIsDurable(t *testing.T) {
+	L := layout.Layout{Root: "/root", StateDir: "/state"}
+	c := fstest.NewCrashFS()
+	cfg := func(f fsys.FS) Config {
+		return Config{FS: f, Layout: L, Clock: clock.NewFake(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)), Logger: zap.NewNop()}
+	}
+	b := NewStore(cfg(c)).Book(testKey, zap.NewNop(), nil)
+	b.SetMissing([]ID{IDOf(Pos{Seg: 1, Off: 64}, "0e8a4c5e-5f1a-4d2c-9a53-6e9c4f1d2b7a", nil)}, "test")
+	// (The registry itself: Missing lists only transcripts that exist.)
+	if s := NewStore(cfg(c.CrashClone(nil))); len(s.LoadMissing()) != 0 || len(s.missing.all()) != 1 {
+		t.Fatalf("the note after a power loss: %v", s.missing.all())
+	}
+	b.SetMissing(nil, "test")
+	s := NewStore(cfg(c.CrashClone(nil)))
+	if errs := s.LoadMissing(); len(errs) != 0 || len(s.missing.all()) != 0 {
+		t.Fatalf("after the note's removal and a power loss: %v %v; want none", s.missing.all(), errs)
+	}
+}

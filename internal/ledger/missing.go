@@ -193,7 +193,13 @@ func (s *Store) setMissing(key layout.Key, log *zap.Logger, ids []ID, where stri
 		if s.missing.drop(key) {
 			log.Info("every entry sessiond acknowledged is in the transcript again", zap.String("found_by", where))
 		}
-		if err := s.fs.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		err := s.fs.Remove(path)
+		if err == nil {
+			// Durable, or a power loss brings the note back, and status
+			// reports entries missing that the transcript holds.
+			err = s.fs.SyncDir(filepath.Dir(path))
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			log.Warn("cannot remove the note of missing entries", zap.String("path", path), zap.Error(err))
 		}
 		return
