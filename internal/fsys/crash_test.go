@@ -1,11 +1,13 @@
 package fsys_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math/rand"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sessiond/sessiond/internal/fsys"
@@ -126,6 +128,106 @@ func TestMoveCrash(t *testing.T) {
 		return ""
 	})
 	t.Logf("crash points checked: %d", n)
+}
+
+// crossDevice makes every rename of the source fail with EXDEV, as a move
+// from one filesystem to another does (the trash in the state folder, the
+// transcripts under a bind-mounted ~/.claude).
+func crossDevice(c fsys.FS) *fstest.FaultFS {
+	ff := fstest.NewFaultFS(c)
+	ff.Inject(fstest.Fault{Op: fstest.OpRename, Path: func(p string) bool { return strings.HasPrefix(p, "/src/") }, Err: syscall.EXDEV, Sticky: true})
+	return ff
+}
+
+// TestMoveAcrossFilesystemsCrash: a move across filesystems (a copy, then
+// the source removed) loses nothing at any crash point, and the next Move
+// of what is left, as a retried delete or restore does, finishes it: a
+// partial copy never sits at the target, where it failed every retry with
+// "file exists" (or was taken for a conflict, for a human).
+func TestMoveAcrossFilesystemsCrash(t *testing.T) {
+	tree := []string{"/src/s/f1", "/src/s/sub/f2"}
+	setup := func(c *fstest.CrashFS) {
+		for _, p := range tree {
+			c.WriteFile(p, []byte(p), 0o600)
+		}
+	}
+	whole := func(c *fstest.CrashFS, root string) bool {
+		for _, p := range tree {
+			if read(c, strings.Replace(p, "/src/s", root, 1)) != p {
+				return false
+			}
+		}
+		return true
+	}
+	n := forEachCrash(t, setup, func(c fsys.FS) error {
+		return fsys.Move(crossDevice(c), "/src/s", "/trash/x/s")
+	}, func(after *fstest.CrashFS, done bool) string {
+		atSrc, atDst := whole(after, "/src/s"), whole(after, "/trash/x/s")
+		switch {
+		case done && (!atDst || atSrc):
+			return fmt.Sprintf("Move returned but the tree is not (only) at the target: %q", after.Walk("/"))
+		case !atSrc && !atDst:
+			return fmt.Sprintf("the tree is lost: %q", after.Walk("/"))
+		}
+		if _, err := after.Lstat("/src/s"); err == nil {
+			if _, err := after.Lstat("/trash/x/s"); err != nil {
+				// What a retry does: the source alone is there.
+				if err := fsys.Move(crossDevice(after), "/src/s", "/trash/x/s"); err != nil {
+					return fmt.Sprintf("the retried Move: %v (%q)", err, after.Walk("/"))
+				}
+				if !whole(after, "/trash/x/s") || slices.Contains(after.Walk("/"), "/src/s/") {
+					return fmt.Sprintf("after the retried Move: %q", after.Walk("/"))
+				}
+			}
+		}
+		for _, p := range after.Walk("/") {
+			if strings.Contains(p, fsys.MovingSuffix) && done {
+				return fmt.Sprintf("a staging copy is left: %q", after.Walk("/"))
+			}
+		}
+		return ""
+	})
+	t.Logf("crash points checked: %d", n)
+}
+
+// TestMoveAcrossFilesystemsFaults: a copy that fails partway (a full disk
+// at any write) leaves the source whole and nothing at the target, and
+// the next Move finishes it.
+func TestMoveAcrossFilesystemsFaults(t *testing.T) {
+	for i := int64(1); ; i++ {
+		c := fstest.NewCrashFS()
+		c.WriteFile("/src/s/f1", []byte("one"), 0o600)
+		c.WriteFile("/src/s/sub/f2", []byte("two"), 0o600)
+		ff := crossDevice(c)
+		ff.Inject(fstest.Fault{Op: fstest.OpWrite, Nth: i, Err: syscall.ENOSPC, Short: true})
+		err := fsys.Move(ff, "/src/s", "/trash/x/s")
+		if len(ff.Fired()) < 2 { // the EXDEV fires every time; no write fault left
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i < 2 {
+				t.Fatal("no write was failed")
+			}
+			return
+		}
+		if !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("write %d failing: %v", i, err)
+		}
+		if _, err := c.Lstat("/trash/x/s"); err == nil || read(c, "/src/s/sub/f2") != "two" {
+			t.Fatalf("write %d failing: %q", i, c.Walk("/"))
+		}
+		if err := fsys.Move(crossDevice(c), "/src/s", "/trash/x/s"); err != nil {
+			t.Fatalf("write %d failing, then the retry: %v (%q)", i, err, c.Walk("/"))
+		}
+		if read(c, "/trash/x/s/f1") != "one" || read(c, "/trash/x/s/sub/f2") != "two" {
+			t.Fatalf("after the retry: %q", c.Walk("/"))
+		}
+		for _, p := range c.Walk("/") {
+			if strings.HasPrefix(p, "/src/s") || strings.Contains(p, fsys.MovingSuffix) {
+				t.Fatalf("after the retry: %q", c.Walk("/"))
+			}
+		}
+	}
 }
 
 func TestRemoveAllCrash(t *testing.T) {

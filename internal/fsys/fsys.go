@@ -287,8 +287,10 @@ func RemoveAll(fsys FS, path string) error {
 
 // Move renames src to dst (a file or a folder tree). Across filesystems,
 // where rename cannot work, it copies the tree, syncing every file and
-// folder, and only then removes src, so a crash leaves at least one whole
-// copy.
+// folder, to a staging name beside dst, renames that to dst, and only then
+// removes src, so a crash leaves at least one whole copy, and dst is never
+// a partial one: a copy that failed or crashed midway is at the staging
+// name, which the next Move of src removes before it copies again.
 func Move(fsys FS, src, dst string) error {
 	if err := MkdirAll(fsys, filepath.Dir(dst), 0o700); err != nil {
 		return err
@@ -307,11 +309,24 @@ func Move(fsys FS, src, dst string) error {
 	if !errors.As(err, &le) || !errors.Is(le.Err, syscall.EXDEV) {
 		return err
 	}
-	if err := copyTree(fsys, src, dst); err != nil {
+	stage := filepath.Join(filepath.Dir(dst), "."+filepath.Base(dst)+MovingSuffix)
+	if err := RemoveAll(fsys, stage); err != nil {
+		return err
+	}
+	if err := copyTree(fsys, src, stage); err != nil {
+		return err
+	}
+	if err := fsys.Rename(stage, dst); err != nil {
+		return err
+	}
+	if err := fsys.SyncDir(filepath.Dir(dst)); err != nil {
 		return err
 	}
 	return RemoveAll(fsys, src)
 }
+
+// MovingSuffix ends the staging name of a Move across filesystems.
+const MovingSuffix = ".moving"
 
 func copyTree(fsys FS, src, dst string) error {
 	fi, err := fsys.Lstat(src)
