@@ -78,8 +78,10 @@ func (st *State) RecordPutback(plan *ledger.Plan, replaced bool) {
 	}
 }
 
-// PutbackTemp carries out the plan into a synced temp file next to the
-// canonical file, returned open; the caller removes it.
+// PutbackTemp carries out the plan into a temp file next to the canonical
+// file, returned open; the caller reads it and removes it. It is not
+// synced: nothing reads it after a crash, and the writer's next open
+// removes it with the other temp files a crash left (removeStaleTemps).
 func (st *State) PutbackTemp(p *ledger.Plan, src fsys.File, size int64) (fsys.File, string, int64, error) {
 	path := filepath.Join(st.dir, st.tempPrefix()+uuid.NewString()[:8]+".tmp")
 	f, err := st.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
