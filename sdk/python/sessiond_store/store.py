@@ -272,12 +272,25 @@ class SessiondStore:
         """Forget a channel whose daemon went away, so the next call checks
         the socket again (the daemon may have been replaced) and connects at
         once instead of waiting out gRPC's reconnect backoff. Calls still
-        running on it get a while to finish."""
+        running on it may finish: the channel is closed once the longest
+        deadline a call can have has passed (an UNAVAILABLE answer to one
+        call, a daemon draining say, does not mean the others' connection
+        is gone). close(grace=...) is no use here: it waits only for calls
+        it finds in a task's outermost frame, and cancels the rest at once."""
         conn = self._conn()
         if generation != conn.generation or conn.channel is None:
             return
         channel, conn.channel, conn.stub = conn.channel, None, None
-        task = asyncio.get_running_loop().create_task(channel.close(grace=self._timeout))
+        linger = max(self._timeout, self._load_timeout)
+
+        async def close_later() -> None:
+            try:
+                await asyncio.sleep(linger)
+            finally:
+                # Also when the loop shuts down and cancels this task.
+                await channel.close()
+
+        task = asyncio.get_running_loop().create_task(close_later())
         conn.closing.add(task)
         task.add_done_callback(conn.closing.discard)
 

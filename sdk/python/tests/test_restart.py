@@ -146,3 +146,34 @@ def test_messages_say_what_to_do(sessiond_bin, base):
     with pytest.raises(SessiondUnavailableError) as info:
         run(SessiondStore(socket_path=d.socket, fold=None, tries=1).load(key("-tmp-sdpy-msg", sid())))
     assert "start sessiond" in str(info.value), str(info.value)
+
+
+def test_dropped_channel_lets_a_long_load_finish(new_store, project, daemon):
+    """Dropping the channel (another call got UNAVAILABLE) lets a load
+    already waiting on it finish, even past the unary timeout: it was
+    cancelled once that timeout passed, and CANCELLED is not retried."""
+    import signal
+
+    from sessiond_store.gen import sessiond_pb2 as pb
+
+    async def go():
+        s = sid()
+        e = entry()
+        await new_store(fold=None).append(key(project, s), [e])
+        store = new_store(fold=None, timeout=0.05, load_timeout=30)
+        await store.list_sessions(project)  # connected
+        old_stub = store._conn().stub
+        os.kill(daemon.proc.pid, signal.SIGSTOP)  # a daemon slow to answer
+        try:
+            load = asyncio.ensure_future(store.load(key(project, s)))
+            await asyncio.sleep(0.05)  # the read sent, waiting for its answer
+            store._drop_channel(store._conn().generation)
+            await asyncio.sleep(0.3)  # far past the unary timeout
+        finally:
+            os.kill(daemon.proc.pid, signal.SIGCONT)
+        assert await load == [e]
+        # The dropped channel still carries calls (it was closed, and its
+        # calls cancelled, once the unary timeout had passed).
+        await old_stub.Status(pb.StatusRequest(), timeout=5)
+
+    run(go())
