@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -130,13 +131,17 @@ func TestMoveCrash(t *testing.T) {
 	t.Logf("crash points checked: %d", n)
 }
 
-// crossDevice makes every rename of the source fail with EXDEV, as a move
-// from one filesystem to another does (the trash in the state folder, the
-// transcripts under a bind-mounted ~/.claude).
-func crossDevice(c fsys.FS) *fstest.FaultFS {
-	ff := fstest.NewFaultFS(c)
-	ff.Inject(fstest.Fault{Op: fstest.OpRename, Path: func(p string) bool { return strings.HasPrefix(p, "/src/") }, Err: syscall.EXDEV, Sticky: true})
-	return ff
+// crossDevice puts /src on a filesystem of its own: a rename from it to
+// anywhere else fails with EXDEV, as a move from one filesystem to another
+// does (the trash in the state folder, the transcripts under a bind-mounted
+// ~/.claude).
+func crossDevice(c fsys.FS) fsys.FS {
+	return fstest.NewHookFS(c, fstest.Hooks{Before: func(call fstest.Call) error {
+		if call.Name == "rename" && strings.HasPrefix(call.Path, "/src/") != strings.HasPrefix(call.NewPath, "/src/") {
+			return &os.LinkError{Op: "rename", Old: call.Path, New: call.NewPath, Err: syscall.EXDEV}
+		}
+		return nil
+	}})
 }
 
 // TestMoveAcrossFilesystemsCrash: a move across filesystems (a copy, then
@@ -181,8 +186,11 @@ func TestMoveAcrossFilesystemsCrash(t *testing.T) {
 			}
 		}
 		for _, p := range after.Walk("/") {
-			if strings.Contains(p, fsys.MovingSuffix) && done {
-				return fmt.Sprintf("a staging copy is left: %q", after.Walk("/"))
+			if done && (strings.Contains(p, fsys.MovingSuffix) || strings.HasPrefix(p, fsys.MovedAside("/src/s"))) {
+				return fmt.Sprintf("a staging copy or the source set aside is left: %q", after.Walk("/"))
+			}
+			if strings.HasPrefix(p, "/src/s/") && whole(after, "/trash/x/s") && !whole(after, "/src/s") {
+				return fmt.Sprintf("a partial source beside the whole target, which a retry takes for a conflict: %q", after.Walk("/"))
 			}
 		}
 		return ""
@@ -198,10 +206,10 @@ func TestMoveAcrossFilesystemsFaults(t *testing.T) {
 		c := fstest.NewCrashFS()
 		c.WriteFile("/src/s/f1", []byte("one"), 0o600)
 		c.WriteFile("/src/s/sub/f2", []byte("two"), 0o600)
-		ff := crossDevice(c)
+		ff := fstest.NewFaultFS(c)
 		ff.Inject(fstest.Fault{Op: fstest.OpWrite, Nth: i, Err: syscall.ENOSPC, Short: true})
-		err := fsys.Move(ff, "/src/s", "/trash/x/s")
-		if len(ff.Fired()) < 2 { // the EXDEV fires every time; no write fault left
+		err := fsys.Move(crossDevice(ff), "/src/s", "/trash/x/s")
+		if len(ff.Fired()) == 0 { // no write left to fail
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -290,7 +290,10 @@ func RemoveAll(fsys FS, path string) error {
 // folder, to a staging name beside dst, renames that to dst, and only then
 // removes src, so a crash leaves at least one whole copy, and dst is never
 // a partial one: a copy that failed or crashed midway is at the staging
-// name, which the next Move of src removes before it copies again.
+// name, which the next Move of src removes before it copies again. src is
+// renamed aside (MovedAside) before it is removed, so a crash midway leaves
+// no partial src beside the whole dst, only that name for the caller's
+// retry to remove.
 func Move(fsys FS, src, dst string) error {
 	if err := MkdirAll(fsys, filepath.Dir(dst), 0o700); err != nil {
 		return err
@@ -322,11 +325,27 @@ func Move(fsys FS, src, dst string) error {
 	if err := fsys.SyncDir(filepath.Dir(dst)); err != nil {
 		return err
 	}
-	return RemoveAll(fsys, src)
+	aside := MovedAside(src)
+	if err := RemoveAll(fsys, aside); err != nil {
+		return err
+	}
+	if err := fsys.Rename(src, aside); err != nil {
+		return err
+	}
+	if err := fsys.SyncDir(filepath.Dir(src)); err != nil {
+		return err
+	}
+	return RemoveAll(fsys, aside)
 }
 
 // MovingSuffix ends the staging name of a Move across filesystems.
 const MovingSuffix = ".moving"
+
+// MovedAside is where a Move across filesystems puts src, on its own
+// filesystem, once the copy is in place, to remove it from there.
+func MovedAside(src string) string {
+	return filepath.Join(filepath.Dir(src), "."+filepath.Base(src)+".moved")
+}
 
 func copyTree(fsys FS, src, dst string) error {
 	fi, err := fsys.Lstat(src)

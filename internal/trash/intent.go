@@ -205,7 +205,13 @@ func (t *Trash) redoMove(from, to string) error {
 	sfi, err := FS.Lstat(from)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return syncParents() // moved (or removed) already
+		// Moved (or removed) already; a move across filesystems
+		// interrupted while it removed the source leaves it set aside,
+		// its copy in place.
+		if err := fsys.RemoveAll(FS, fsys.MovedAside(from)); err != nil {
+			return errdefs.FromIO(err)
+		}
+		return syncParents()
 	case err != nil:
 		return errdefs.FromIO(err)
 	case to == "":

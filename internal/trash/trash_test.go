@@ -208,3 +208,30 @@ func TestLargeIntentIsRecovered(t *testing.T) {
 		t.Fatalf("an intent over the bound: %v, want it damaged", err)
 	}
 }
+
+// TestRedoMoveRemovesTheSourceSetAside: a move across filesystems killed
+// while it removed its source leaves the source under its set-aside name
+// (its copy whole at the target); the retried step removes what is left
+// there and keeps the copy.
+func TestRedoMoveRemovesTheSourceSetAside(t *testing.T) {
+	tr, L := newTestTrash(t, clock.Real)
+	from := filepath.Join(L.ProjectDir("-p"), "00000000-0000-4000-8000-0000000000ae")
+	to := filepath.Join(L.StateDir, "trash", "-p", "x", "00000000-0000-4000-8000-0000000000ae")
+	for _, p := range []string{filepath.Join(fsys.MovedAside(from), "subagents", "a.jsonl"), filepath.Join(to, "subagents", "a.jsonl"), filepath.Join(to, "subagents", "b.jsonl")} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("{}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tr.redoMove(from, to); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(fsys.MovedAside(from)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the source set aside is still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(to, "subagents", "b.jsonl")); err != nil {
+		t.Fatalf("the copy: %v", err)
+	}
+}
