@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -414,6 +416,63 @@ func TestDamagedSegment(t *testing.T) {
 	}
 	if got := contents(t, l, key("a")); len(got) != 3 {
 		t.Fatalf("a after the second start: %q", got)
+	}
+}
+
+// TestDamagedSegmentCopyIsWhole: the copy of a damaged segment is never
+// left partial under its name: a copy that fails midway (a kill, a full
+// disk) leaves only a temp file, which the next start removes before it
+// copies again, whole.
+func TestDamagedSegmentCopyIsWhole(t *testing.T) {
+	dir := t.TempDir()
+	l, _ := openLog(t, fsys.OS, dir, Options{})
+	a, b := l.Stream(key("a")), l.Stream(key("b"))
+	a.Begin(Fingerprint{}, true)
+	b.Begin(Fingerprint{}, true)
+	for _, st := range []*Stream{a, b, a} {
+		if _, err := st.Append(batchesOf([]string{strings.Repeat("x", 4000)}), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eb, _ := l.Epoch(key("b"))
+	seg, off := eb.Batches[0].Entries[0].Seg, eb.Batches[0].Entries[0].Off
+	l.Close()
+	path := filepath.Join(dir, segName(seg))
+	data, _ := os.ReadFile(path)
+	data[off+frame.HeaderSize+streamSize] ^= 0xff
+	os.WriteFile(path, data, 0o600)
+
+	failing := fstest.NewHookFS(fsys.OS, fstest.Hooks{Before: func(c fstest.Call) error {
+		if c.Name == "sync" && strings.Contains(c.Path, ".corrupt-") {
+			return syscall.ENOSPC
+		}
+		return nil
+	}})
+	if _, _, err := Open(Options{FS: failing, Dir: dir, AcceptLoss: true}); err == nil || !strings.Contains(err.Error(), "copy the segment away by hand") {
+		t.Fatalf("Open with the copy failing: %v", err)
+	}
+	if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 0 {
+		t.Fatalf("a partial copy is left under the copy's name: %v", aside)
+	}
+	// A temp a kill left behind.
+	leftover := filepath.Join(dir, "."+filepath.Base(path)+".corrupt-1"+corruptTempSuffix)
+	if err := os.WriteFile(leftover, data[:100], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, rec := openLog(t, fsys.OS, dir, Options{AcceptLoss: true})
+	defer l.Close()
+	if len(rec.Corrupt) != 1 {
+		t.Fatalf("recovery %+v", rec)
+	}
+	aside, _ := filepath.Glob(path + ".corrupt-*")
+	if len(aside) != 1 {
+		t.Fatalf("copies: %v", aside)
+	}
+	if kept, _ := os.ReadFile(aside[0]); !slices.Equal(kept, data) {
+		t.Fatal("the copy is not the damaged segment")
+	}
+	if _, err := os.Lstat(leftover); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the temp a kill left: %v", err)
 	}
 }
 

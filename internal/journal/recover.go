@@ -216,6 +216,12 @@ func (l *Log) listSegments() ([]uint64, error) {
 	var seqs []uint64
 	for _, e := range ents {
 		n := e.Name()
+		if strings.HasPrefix(n, ".") && strings.Contains(n, ".wal.corrupt-") && strings.HasSuffix(n, corruptTempSuffix) {
+			// A damaged segment's copy a crash cut short: the next
+			// scan of that segment copies it again.
+			_ = fs.Remove(filepath.Join(dir, n))
+			continue
+		}
 		if strings.Contains(n, ".wal.tmp-") {
 			// A segment whose creation crashed before its rename: it never
 			// held a record.

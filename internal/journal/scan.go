@@ -182,6 +182,9 @@ type damage struct {
 	what string
 }
 
+// corruptTempSuffix ends the temp name of a damaged segment's copy.
+const corruptTempSuffix = ".tmp"
+
 // keepCopy copies a damaged segment aside, unless an earlier start did.
 func (sc *scanner) keepCopy(d damage) error {
 	s := d.s
@@ -191,7 +194,10 @@ func (sc *scanner) keepCopy(d damage) error {
 	}
 	fs := sc.l.opt.FS
 	aside := fmt.Sprintf("%s.corrupt-%d", s.path, time.Now().UnixNano())
-	dst, err := fs.OpenFile(aside, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	// Through a temp name: a crash midway must not leave a partial copy
+	// that reads as the evidence (listSegments removes the temp).
+	tmp := filepath.Join(filepath.Dir(aside), "."+filepath.Base(aside)+corruptTempSuffix)
+	dst, err := fs.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err == nil {
 		_, err = fsys.CopyRange(dst, s.f, 0, d.size)
 		if err == nil {
@@ -199,6 +205,12 @@ func (sc *scanner) keepCopy(d damage) error {
 		}
 		if cerr := dst.Close(); err == nil {
 			err = cerr
+		}
+		if err == nil {
+			err = fs.Rename(tmp, aside)
+		}
+		if err != nil {
+			_ = fs.Remove(tmp)
 		}
 		if err == nil {
 			err = fs.SyncDir(filepath.Dir(aside))
