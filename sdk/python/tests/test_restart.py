@@ -132,7 +132,7 @@ def test_messages_say_what_to_do(sessiond_bin, base):
     d = start_daemon(sessiond_bin, base)
     try:
         store = SessiondStore(socket_path=d.socket, fold=None, timeout=0.3, load_timeout=0.3, tries=1)
-        os.kill(d.proc.pid, signal.SIGSTOP)
+        stop(d.proc.pid)
         try:
             with pytest.raises(SessiondError) as info:
                 run(store.load(key("-tmp-sdpy-msg", sid())))
@@ -163,7 +163,7 @@ def test_dropped_channel_lets_a_long_load_finish(new_store, project, daemon):
         store = new_store(fold=None, timeout=0.05, load_timeout=30)
         await store.list_sessions(project)  # connected
         old_stub = store._conn().stub
-        os.kill(daemon.proc.pid, signal.SIGSTOP)  # a daemon slow to answer
+        stop(daemon.proc.pid)  # a daemon slow to answer
         try:
             load = asyncio.ensure_future(store.load(key(project, s)))
             await asyncio.sleep(0.05)  # the read sent, waiting for its answer
@@ -177,3 +177,24 @@ def test_dropped_channel_lets_a_long_load_finish(new_store, project, daemon):
         await old_stub.Status(pb.StatusRequest(), timeout=5)
 
     run(go())
+
+
+def stop(pid):
+    """SIGSTOP pid and wait until the kernel says it is stopped: the signal
+    is delivered asynchronously, and a daemon still running for a moment
+    would answer the call a test means to leave waiting."""
+    import signal
+
+    def state(path):
+        with open(path) as f:
+            stat = f.read()
+        return stat[stat.rindex(")") + 2]
+
+    os.kill(pid, signal.SIGSTOP)
+    for _ in range(500):
+        # Every thread: the Go runtime's threads stop one by one.
+        tasks = os.listdir("/proc/%d/task" % pid)
+        if all(state("/proc/%d/task/%s/stat" % (pid, t)) == "T" for t in tasks):
+            return
+        time.sleep(0.01)
+    raise AssertionError("sessiond (pid %d) did not stop" % pid)

@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { EventEmitter } from "node:events";
+import { readdirSync, readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
 
 import { Metadata, status } from "@grpc/grpc-js";
@@ -203,13 +204,34 @@ describe("refusals", () => {
   });
 });
 
+/**
+ * stopped sends SIGSTOP and waits until the kernel says the process is
+ * stopped: the signal is delivered asynchronously, and a daemon still
+ * running for a moment would answer the call the test means to leave
+ * waiting.
+ */
+async function stopped(child) {
+  child.kill("SIGSTOP");
+  const state = (path) => {
+    const stat = readFileSync(path, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+  };
+  for (let i = 0; i < 500; i++) {
+    // Every thread: the Go runtime's threads stop one by one.
+    const tasks = readdirSync(`/proc/${child.pid}/task`);
+    if (tasks.every((t) => state(`/proc/${child.pid}/task/${t}/stat`) === "T")) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`sessiond (pid ${child.pid}) did not stop`);
+}
+
 describe("messages a person reads", () => {
   test("a daemon that does not answer in time: what happened and what to do, not gRPC's text", async () => {
     const d = await startDaemon();
     const s = new SessiondStore({ socketPath: d.socket, callTimeoutMs: 300, loadTimeoutMs: 300, retryDelaysMs: [] });
     try {
       await s.listSessions(project()); // connected
-      d.child.kill("SIGSTOP");
+      await stopped(d.child);
       try {
         await assert.rejects(s.load({ projectKey: project(), sessionId: uuid() }), (err) => {
           assert.ok(err instanceof SessiondError, String(err));
