@@ -342,6 +342,35 @@ func TestTornTailIsCut(t *testing.T) {
 	}
 }
 
+// damagedLog writes, to a log in dir, a batch of a, one of b and one more
+// of a, closes it and flips a byte in b's batch: damage followed by an
+// intact write. It returns the segment's path and its bytes now.
+func damagedLog(t *testing.T, dir, aFirst, bDamaged, aAfter string) (string, []byte) {
+	t.Helper()
+	l, _ := openLog(t, fsys.OS, dir, Options{})
+	a, b := l.Stream(key("a")), l.Stream(key("b"))
+	a.Begin(Fingerprint{}, true)
+	b.Begin(Fingerprint{}, true)
+	for _, w := range []struct {
+		s    *Stream
+		line string
+	}{{a, aFirst}, {b, bDamaged}, {a, aAfter}} {
+		if _, err := w.s.Append(batchesOf([]string{w.line}), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eb, _ := l.Epoch(key("b"))
+	seg, off := eb.Batches[0].Entries[0].Seg, eb.Batches[0].Entries[0].Off
+	l.Close()
+	path := filepath.Join(dir, segName(seg))
+	data, _ := os.ReadFile(path)
+	data[off+frame.HeaderSize+streamSize] ^= 0xff
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, data
+}
+
 // TestDamagedSegment: damage followed by a later write's intact record is
 // not a torn tail. The start is refused, changing nothing, with the count
 // of acknowledged entries lost; told to accept the loss, it keeps a copy,
@@ -350,27 +379,7 @@ func TestTornTailIsCut(t *testing.T) {
 // copy.
 func TestDamagedSegment(t *testing.T) {
 	dir := t.TempDir()
-	l, _ := openLog(t, fsys.OS, dir, Options{})
-	a, b := l.Stream(key("a")), l.Stream(key("b"))
-	a.Begin(Fingerprint{}, true)
-	b.Begin(Fingerprint{}, true)
-	if _, err := a.Append(batchesOf([]string{"a-first"}), nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Append(batchesOf([]string{"b-damaged"}), nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Append(batchesOf([]string{"a-after"}), nil); err != nil {
-		t.Fatal(err)
-	}
-	eb, _ := l.Epoch(key("b"))
-	seg := eb.Batches[0].Entries[0].Seg
-	off := eb.Batches[0].Entries[0].Off
-	l.Close()
-	path := filepath.Join(dir, segName(seg))
-	data, _ := os.ReadFile(path)
-	data[off+frame.HeaderSize+streamSize] ^= 0xff
-	os.WriteFile(path, data, 0o600)
+	path, data := damagedLog(t, dir, "a-first", "b-damaged", "a-after")
 
 	_, _, err := Open(Options{FS: fsys.OS, Dir: dir})
 	if !errors.Is(err, ErrLost) || !errors.Is(err, errdefs.ErrCorrupt) || !strings.Contains(err.Error(), "1 acknowledged entries lost") || !strings.Contains(err.Error(), "--accept-journal-loss") {
@@ -425,22 +434,8 @@ func TestDamagedSegment(t *testing.T) {
 // copies again, whole.
 func TestDamagedSegmentCopyIsWhole(t *testing.T) {
 	dir := t.TempDir()
-	l, _ := openLog(t, fsys.OS, dir, Options{})
-	a, b := l.Stream(key("a")), l.Stream(key("b"))
-	a.Begin(Fingerprint{}, true)
-	b.Begin(Fingerprint{}, true)
-	for _, st := range []*Stream{a, b, a} {
-		if _, err := st.Append(batchesOf([]string{strings.Repeat("x", 4000)}), nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	eb, _ := l.Epoch(key("b"))
-	seg, off := eb.Batches[0].Entries[0].Seg, eb.Batches[0].Entries[0].Off
-	l.Close()
-	path := filepath.Join(dir, segName(seg))
-	data, _ := os.ReadFile(path)
-	data[off+frame.HeaderSize+streamSize] ^= 0xff
-	os.WriteFile(path, data, 0o600)
+	x := strings.Repeat("x", 4000)
+	path, data := damagedLog(t, dir, x, x, x)
 
 	failing := fstest.NewHookFS(fsys.OS, fstest.Hooks{Before: func(c fstest.Call) error {
 		if c.Name == "sync" && strings.Contains(c.Path, ".corrupt-") {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sessiond/sessiond/internal/fsys"
 	"github.com/sessiond/sessiond/internal/fsys/fstest"
+	"github.com/sessiond/sessiond/internal/layout"
 )
 
 // restoreState replaces the state folder of to with from's, as a backup
@@ -36,6 +37,29 @@ func restoreState(t *testing.T, from, to *fstest.CrashFS) {
 	}
 }
 
+// restoredAfterCompaction leaves c as a backup restore does: first is
+// appended to k and the process killed (the entries in the journal only),
+// the state folder backed up, the entries and one more without a uuid
+// (no-uuid-2) compacted into the transcript, then the backup restored.
+func restoredAfterCompaction(t *testing.T, c *fstest.CrashFS, k layout.Key, first []string) {
+	t.Helper()
+	m := newCrashManager(t, c, nil)
+	if _, err := m.Append(bg, k, lineBytes(first...)); err != nil {
+		t.Fatal(err)
+	}
+	abortManager(m) // killed: the entries are in the journal only
+	backup := c.KillClone()
+	m = newCrashManager(t, c, nil)
+	if _, err := m.Recover(bg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Append(bg, k, lineBytes(`{"type":"user","k":"no-uuid-2"}`)); err != nil {
+		t.Fatal(err)
+	}
+	closeManager(t, m) // compacts all three into the transcript
+	restoreState(t, backup, c)
+}
+
 // TestRestoredStateFolderStoresNothingTwice: the state folder is backed up
 // while entries are only in the journal; sessiond then compacts them and
 // takes more; the backup is restored with sessiond stopped. The restored
@@ -45,25 +69,9 @@ func restoreState(t *testing.T, from, to *fstest.CrashFS) {
 func TestRestoredStateFolderStoresNothingTwice(t *testing.T) {
 	c := fstest.NewCrashFS()
 	k := fixedKey(1, "")
-	m := newCrashManager(t, c, nil)
 	first := []string{`{"type":"user","k":"no-uuid-1"}`, `{"type":"user","uuid":"aaaaaaaa-0000-4000-8000-000000000001","k":"with-uuid"}`}
-	if _, err := m.Append(bg, k, lineBytes(first...)); err != nil {
-		t.Fatal(err)
-	}
-	abortManager(m) // killed: the entries are in the journal only
-	backup := c.KillClone()
-
-	m = newCrashManager(t, c, nil)
-	if _, err := m.Recover(bg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Append(bg, k, lineBytes(`{"type":"user","k":"no-uuid-2"}`)); err != nil {
-		t.Fatal(err)
-	}
-	closeManager(t, m) // compacts all three into the transcript
-
-	restoreState(t, backup, c)
-	m = newCrashManager(t, c, nil)
+	restoredAfterCompaction(t, c, k, first)
+	m := newCrashManager(t, c, nil)
 	if rep, err := m.Recover(bg); err != nil || len(rep.Failed) > 0 {
 		t.Fatalf("Recover: %v %v", err, rep.Failed)
 	}
@@ -84,22 +92,8 @@ func TestRestoredStateFolderStoresNothingTwice(t *testing.T) {
 func TestRestoredStateFolderUnreadableTranscript(t *testing.T) {
 	c := fstest.NewCrashFS()
 	k := fixedKey(3, "")
-	m := newCrashManager(t, c, nil)
 	first := []string{`{"type":"user","k":"no-uuid-1"}`, `{"type":"user","uuid":"aaaaaaaa-0000-4000-8000-000000000003","k":"with-uuid"}`}
-	if _, err := m.Append(bg, k, lineBytes(first...)); err != nil {
-		t.Fatal(err)
-	}
-	abortManager(m)
-	backup := c.KillClone()
-	m = newCrashManager(t, c, nil)
-	if _, err := m.Recover(bg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Append(bg, k, lineBytes(`{"type":"user","k":"no-uuid-2"}`)); err != nil {
-		t.Fatal(err)
-	}
-	closeManager(t, m)
-	restoreState(t, backup, c)
+	restoredAfterCompaction(t, c, k, first)
 
 	var failed atomic.Int32
 	h := fstest.NewHookFS(c, fstest.Hooks{Before: func(call fstest.Call) error {
@@ -109,7 +103,7 @@ func TestRestoredStateFolderUnreadableTranscript(t *testing.T) {
 		}
 		return nil
 	}})
-	m = newCrashManager(t, h, nil)
+	m := newCrashManager(t, h, nil)
 	rep, err := m.Recover(bg)
 	if err != nil {
 		t.Fatal(err)
