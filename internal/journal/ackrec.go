@@ -189,6 +189,7 @@ type ackState struct {
 	counter uint64
 	buf     []byte
 	segs    []ackEntry
+	named   bool // the folder was synced since the record was opened
 }
 
 // writeAck writes the record of the live segments to its next slot,
@@ -221,6 +222,15 @@ func (l *Log) writeAck(sync bool) error {
 	if sync {
 		if err := a.f.Sync(); err != nil {
 			return errdefs.FromIO(fmt.Errorf("sync the journal's acknowledgement record: %w", err))
+		}
+		if !a.named {
+			// The record's name, made durable before any segment's: a
+			// power loss must not keep a segment and lose the record
+			// beside it, which the next start reports as removed.
+			if err := l.opt.FS.SyncDir(l.opt.Dir); err != nil {
+				return errdefs.FromIO(fmt.Errorf("sync the journal's folder: %w", err))
+			}
+			a.named = true
 		}
 	}
 	return nil

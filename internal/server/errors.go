@@ -25,12 +25,17 @@ func toStatus(err error) error {
 		return err
 	}
 	st := status.New(codeOf(err), err.Error()+advice(err))
+	// Every answer of sessiond's own says so: a client tells it from the
+	// statuses gRPC makes on the way (its UNAVAILABLE with no daemon, a
+	// deadline), whose text it replaces with its own. Clients in any
+	// language match the reason, not the text.
+	reason := sessiondv1.ReasonSessiond
 	if errors.Is(err, errdefs.ErrConflict) {
 		// The one conflict today: a summary folded from an old version.
-		// Clients in any language match the reason, not the text.
-		if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: sessiondv1.ReasonSummaryConflict, Domain: sessiondv1.ErrorDomain}); derr == nil {
-			return d.Err()
-		}
+		reason = sessiondv1.ReasonSummaryConflict
+	}
+	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: sessiondv1.ErrorDomain}); derr == nil {
+		return d.Err()
 	}
 	return st.Err()
 }

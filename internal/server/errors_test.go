@@ -63,8 +63,10 @@ func TestToStatus(t *testing.T) {
 
 // TestConflictCarriesReason: a lost summary compare-and-swap is ABORTED
 // with sessiond's SUMMARY_CONFLICT ErrorInfo, which adapters match on (in
-// the unary answer and in an AppendStream's error alike); other errors
-// carry no such detail.
+// the unary answer and in an AppendStream's error alike); every other
+// error of sessiond's own carries the SESSIOND reason, so that a client
+// shows its message instead of taking it for gRPC's own (an UNAVAILABLE
+// from a busy session is not "no daemon").
 func TestConflictCarriesReason(t *testing.T) {
 	err := toStatus(fmt.Errorf("summary moved on: %w", errdefs.ErrConflict))
 	st := status.Convert(err)
@@ -80,7 +82,22 @@ func TestConflictCarriesReason(t *testing.T) {
 	if ae := appendError(fmt.Errorf("x: %w", errdefs.ErrConflict)); ae.GetReason() != sessiondv1.ReasonSummaryConflict || ae.GetCode() != int32(codes.Aborted) {
 		t.Fatalf("AppendStream error = %+v", ae)
 	}
-	if d := status.Convert(toStatus(fmt.Errorf("x: %w", errdefs.ErrFailedPrecondition))).Details(); len(d) != 0 {
-		t.Fatalf("a failed precondition carries details %v", d)
+	for _, kind := range []error{errdefs.ErrFailedPrecondition, errdefs.ErrUnavailable, errdefs.ErrIO, errors.New("a bug")} {
+		d := status.Convert(toStatus(fmt.Errorf("x: %w", kind))).Details()
+		if info, ok := firstInfo(d); !ok || info.GetReason() != sessiondv1.ReasonSessiond || info.GetDomain() != sessiondv1.ErrorDomain {
+			t.Fatalf("%v carries details %v, want the SESSIOND reason", kind, d)
+		}
 	}
+	if ae := appendError(fmt.Errorf("x: %w", errdefs.ErrUnavailable)); ae.GetReason() != sessiondv1.ReasonSessiond {
+		t.Fatalf("AppendStream error = %+v", ae)
+	}
+}
+
+func firstInfo(details []any) (*errdetails.ErrorInfo, bool) {
+	for _, d := range details {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info, true
+		}
+	}
+	return nil, false
 }

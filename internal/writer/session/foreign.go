@@ -131,9 +131,21 @@ func (st *State) replaced(f fsys.File, old fingerprint, rep files.Replacement) e
 		return nil
 	}
 	if err != nil {
-		// Held: whether another program appended to it or rewrote it
-		// is told once it reads again.
-		st.log.Warn("cannot read the transcript a compaction replaced, to rescue lines another program appended to it; it is held and read again later", zap.Error(err))
+		// The compaction is done either way: what cannot be read now is
+		// not its failure.
+		switch {
+		case rep.Alone:
+			// The lease says nobody opened it: nothing was appended.
+			st.held.Drop()
+		case st.held.TakeSlot():
+			// Held: whether another program appended to it or rewrote
+			// it is told once it reads again (rescueLate).
+			st.log.Warn("cannot read the transcript a compaction replaced, to rescue lines another program appended to it; it is held and read again later", zap.Error(err))
+		default:
+			st.held.Drop()
+			st.log.Error("cannot read the transcript a compaction replaced, to rescue lines another program may have appended to it during the compaction, and as many replaced transcripts as allowed are held already: it is let go unread", zap.Error(err))
+		}
+		return nil
 	}
 	if !rep.Alone {
 		if st.held.TakeSlot() {

@@ -295,11 +295,16 @@ class SessiondStore:
         task.add_done_callback(conn.closing.discard)
 
     async def close(self) -> None:
-        """Close this event loop's connection (a later call opens a new one)."""
+        """Close this event loop's connection (a later call opens a new one),
+        and the dropped ones still waiting out their calls' deadlines."""
         conn = self._conn()
         channel, conn.channel, conn.stub = conn.channel, None, None
         if channel is not None:
             await channel.close()
+        for task in list(conn.closing):
+            task.cancel()  # its finally closes the channel
+        if conn.closing:
+            await asyncio.gather(*conn.closing, return_exceptions=True)
 
     async def __aenter__(self) -> "SessiondStore":
         return self

@@ -175,6 +175,9 @@ def test_dropped_channel_lets_a_long_load_finish(new_store, project, daemon):
         # The dropped channel still carries calls (it was closed, and its
         # calls cancelled, once the unary timeout had passed).
         await old_stub.Status(pb.StatusRequest(), timeout=5)
+        # close() closes it too, without waiting out the deadline.
+        await asyncio.wait_for(store.close(), 5)
+        assert not store._conn().closing
 
     run(go())
 
@@ -198,3 +201,27 @@ def stop(pid):
             return
         time.sleep(0.01)
     raise AssertionError("sessiond (pid %d) did not stop" % pid)
+
+
+def test_sessiond_own_unavailable_keeps_its_message():
+    """An UNAVAILABLE sessiond answers itself (a session being moved, a
+    writer that keeps failing) carries its ErrorInfo and keeps its message;
+    only gRPC's own statuses (no ErrorInfo) get the adapter's words."""
+    import grpc
+
+    def field(n, b):
+        return bytes([n << 3 | 2, len(b)]) + b
+
+    info = field(1, b"SESSIOND") + field(2, b"sessiond")
+    any_ = field(1, b"type.googleapis.com/google.rpc.ErrorInfo") + field(2, info)
+    details = bytes([1 << 3, 14]) + field(2, b"busy") + field(3, any_)
+    store = SessiondStore(socket_path="/nonexistent-sdpy/s.sock", fold=None)
+
+    def error(trailers):
+        return grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(*trailers),
+                                    "session -p/x is being moved; retry in a moment")
+
+    own = store._error("append to -p/x", error([("grpc-status-details-bin", details)]))
+    assert "is being moved; retry in a moment" in str(own) and own.reason == "SESSIOND", str(own)
+    transport = store._error("append to -p/x", error([]))
+    assert "no answer from sessiond" in str(transport) and "being moved" not in str(transport), str(transport)

@@ -16,3 +16,10 @@ const (
 // Append whose summary was folded from a version the session no longer
 // has: nothing was stored; fold onto the current summary and send again.
 const ReasonSummaryConflict = "SUMMARY_CONFLICT"
+
+// ReasonSessiond is the ErrorInfo reason on every other error sessiond
+// answers with: the message is sessiond's own, to be shown as it is. A
+// status without an ErrorInfo of this domain was made by gRPC on the way
+// (no daemon, a deadline, a cancel), and a client says what happened in
+// its own words.
+const ReasonSessiond = "SESSIOND"
