@@ -96,24 +96,30 @@ func TestMkdirAllCrash(t *testing.T) {
 	t.Logf("crash points checked: %d", n)
 }
 
+// moveTree is the tree the move tests move from /src/s: each file holds
+// its own path.
+var moveTree = []string{"/src/s/f1", "/src/s/sub/f2"}
+
+func setupMoveTree(c *fstest.CrashFS) {
+	for _, p := range moveTree {
+		c.WriteFile(p, []byte(p), 0o600)
+	}
+}
+
+// wholeTree reports whether the whole of moveTree is at root.
+func wholeTree(c *fstest.CrashFS, root string) bool {
+	for _, p := range moveTree {
+		if read(c, strings.Replace(p, "/src/s", root, 1)) != p {
+			return false
+		}
+	}
+	return true
+}
+
 // Moving a tree never loses it: at every point one whole copy is reachable
 // at the source or the target, and after Move returns it is at the target.
 func TestMoveCrash(t *testing.T) {
-	tree := []string{"/src/s/f1", "/src/s/sub/f2"}
-	setup := func(c *fstest.CrashFS) {
-		for _, p := range tree {
-			c.WriteFile(p, []byte(p), 0o600)
-		}
-	}
-	whole := func(c *fstest.CrashFS, root string) bool {
-		for _, p := range tree {
-			q := strings.Replace(p, "/src/s", root, 1)
-			if read(c, q) != p {
-				return false
-			}
-		}
-		return true
-	}
+	setup, whole := setupMoveTree, wholeTree
 	n := forEachCrash(t, setup, func(c fsys.FS) error {
 		return fsys.Move(c, "/src/s", "/trash/x/s")
 	}, func(after *fstest.CrashFS, done bool) string {
@@ -150,20 +156,7 @@ func crossDevice(c fsys.FS) fsys.FS {
 // partial copy never sits at the target, where it failed every retry with
 // "file exists" (or was taken for a conflict, for a human).
 func TestMoveAcrossFilesystemsCrash(t *testing.T) {
-	tree := []string{"/src/s/f1", "/src/s/sub/f2"}
-	setup := func(c *fstest.CrashFS) {
-		for _, p := range tree {
-			c.WriteFile(p, []byte(p), 0o600)
-		}
-	}
-	whole := func(c *fstest.CrashFS, root string) bool {
-		for _, p := range tree {
-			if read(c, strings.Replace(p, "/src/s", root, 1)) != p {
-				return false
-			}
-		}
-		return true
-	}
+	setup, whole := setupMoveTree, wholeTree
 	n := forEachCrash(t, setup, func(c fsys.FS) error {
 		return fsys.Move(crossDevice(c), "/src/s", "/trash/x/s")
 	}, func(after *fstest.CrashFS, done bool) string {

@@ -115,14 +115,15 @@ func (e unsupportedVersionError) Error() string {
 // and the block of ext4, XFS and APFS alike). A commit that ends inside a
 // block leaves it to the next commit, whose sync writes that block again:
 // a commit of one 3 KiB append cost 1.77 blocks of writes to the disk
-// here, against 1 when padded (BENCHMARKS.md). So a commit that ends in the second half of a block fills it with
-// a Pad record (the half bounds the room a commit of a few bytes gives up).
+// here, against 1 when padded (BENCHMARKS.md). So a commit that ends in
+// the second half of a block fills it with a Pad record (the half bounds
+// the room a commit of a few bytes gives up).
 const padBlock = 4096
 
 // padAfter appends to dst the Pad frame that fills the rest of the block
 // a write of the segment ends in at end, and returns dst unchanged when
-// that rest is more than half a block or too small for a frame. posInWrite is the pad's
-// distance from the write's start.
+// that rest is more than half a block or too small for a frame.
+// posInWrite is the pad's distance from the write's start.
 func padAfter(dst []byte, end int64, seed uint64, posInWrite int64) []byte {
 	gap := int(-end & (padBlock - 1))
 	if gap < frame.HeaderSize || gap > padBlock/2 {
